@@ -1,0 +1,189 @@
+"""Request energy E = ∫ I·V dt (trapezoidal) over [request origin, end of both workers].
+
+Power is taken positive while discharging (Android reports discharge current negative).
+Window endpoints fall between polls; the power there is linearly interpolated from the
+bracketing samples, so the integral is exactly the trapezoid of the piecewise-linear
+power curve through the samples, clipped to the window. Whole phone, no idle subtraction
+(paper D.6.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from as2d_cli.energy.episode_records import Episode, RequestRecord
+from as2d_cli.energy.refusals import (
+    MeasurementRefused,
+    RefusalLimits,
+    check_crosscheck_units,
+    check_window,
+    poll_period_s,
+)
+from as2d_cli.energy.trace_reader import BatterySeries
+
+UAS_NS_PER_MAH = 3.6e15  # 1 mAh = 3.6 C; µA·ns = 1e-15 C
+
+
+def power_w(series: BatterySeries) -> np.ndarray:
+    """Discharge power per sample in W: −I[µA]·V[µV]·1e-12."""
+    return -series.current_ua * series.voltage_uv * 1e-12
+
+
+def _clipped_trapezoid(t_ns: np.ndarray, y: np.ndarray, t0: int, t1: int) -> float:
+    """∫ y dt over [t0, t1] (units of y × s) for samples bracketing the window."""
+    if t1 <= t0:
+        return 0.0
+    inner = (t_ns > t0) & (t_ns < t1)
+    ts = np.concatenate([[t0], t_ns[inner], [t1]]).astype(float)
+    ys = np.concatenate([np.interp([t0], t_ns, y), y[inner], np.interp([t1], t_ns, y)])
+    return float(np.sum((ys[1:] + ys[:-1]) * np.diff(ts)) / 2.0 / 1e9)
+
+
+def integrate_energy_j(series: BatterySeries, t0: int, t1: int) -> float:
+    """Energy in J over [t0, t1] on the boot clock (no refusal checks: see check_window)."""
+    return _clipped_trapezoid(series.t_ns, power_w(series), t0, t1)
+
+
+@dataclass(frozen=True)
+class RequestEnergy:
+    method: str
+    phase: str
+    origin_boot_ns: int
+    target_eos_boot_ns: int
+    end_boot_ns: int
+    body_tokens: int
+    exit_code: int
+    status: str  # "ok" or "failed: …" (failed requests are kept, never dropped)
+    energy_j: float | None = None
+    mean_power_w: float | None = None
+    response_s: float | None = None
+    window_s: float | None = None
+    j_per_token: float | None = None
+    samples_in_window: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """Integrated current vs the charge-counter drop over the whole capture."""
+
+    interval_s: float
+    integrated_mah: float
+    charge_drop_mah: float | None
+    discrepancy_percent: float | None  # |integrated − drop| / drop × 100 (paper: 8.2 %)
+    note: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MethodSummary:
+    """Formal requests of one method pooled: J/token = ΣE / Σ body tokens."""
+
+    method: str
+    formal_requests: int
+    energy_j: float
+    response_s: float
+    body_tokens: int
+    j_per_token: float
+    mean_power_w: float
+    energy_vs_baseline_percent: float | None  # negative = less energy than the baseline
+    j_per_token_vs_baseline_percent: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EnergyAnalysis:
+    requests: list[RequestEnergy]
+    methods: list[MethodSummary]
+    cross_check: CrossCheck
+    poll_s: float
+    baseline: str | None
+
+
+def analyse_request(series: BatterySeries, r: RequestRecord,
+                    limits: RefusalLimits = RefusalLimits()) -> RequestEnergy:
+    label = f"request {r.method}/{r.phase} at boot {r.origin_ns / 1e9:.3f} s"
+    base = dict(method=r.method, phase=r.phase, origin_boot_ns=r.origin_ns,
+                target_eos_boot_ns=r.target_eos_ns, end_boot_ns=r.end_ns,
+                body_tokens=r.body_tokens, exit_code=r.exit_code)
+    if r.exit_code != 0:
+        return RequestEnergy(**base, status=f"failed: request exited with {r.exit_code}")
+    check_window(series, r.origin_ns, r.end_ns, label, limits)
+    window_s = (r.end_ns - r.origin_ns) / 1e9
+    if window_s <= 0:
+        raise MeasurementRefused(f"{label}: empty energy window (origin = end); the request "
+                                 "did not run — check episode.log")
+    if r.body_tokens <= 0:
+        raise MeasurementRefused(f"{label}: {r.body_tokens} body tokens — J/token is "
+                                 "undefined; the request produced no output")
+    energy = integrate_energy_j(series, r.origin_ns, r.end_ns)
+    inside = int(((series.t_ns >= r.origin_ns) & (series.t_ns <= r.end_ns)).sum())
+    return RequestEnergy(
+        **base, status="ok", energy_j=energy, mean_power_w=energy / window_s,
+        response_s=(r.target_eos_ns - r.origin_ns) / 1e9, window_s=window_s,
+        j_per_token=energy / r.body_tokens, samples_in_window=inside,
+    )
+
+
+def cross_check(series: BatterySeries, limits: RefusalLimits = RefusalLimits()) -> CrossCheck:
+    """Current integrated over the full capture vs the charge counter's drop (D.6.1)."""
+    t = series.t_ns
+    ok = np.isfinite(series.current_ua)
+    interval_s = float(t[-1] - t[0]) / 1e9
+    if ok.sum() < 2:
+        return CrossCheck(interval_s, float("nan"), None, None, "no current samples")
+    tc, ic = t[ok], -series.current_ua[ok]
+    integrated = float(np.sum((ic[1:] + ic[:-1]) * np.diff(tc).astype(float)) / 2.0)
+    integrated_mah = integrated / UAS_NS_PER_MAH
+    q = series.charge_uah
+    qok = np.flatnonzero(np.isfinite(q))
+    if qok.size < 2:
+        return CrossCheck(interval_s, integrated_mah, None, None,
+                          "no charge counter in the trace (BATTERY_COUNTER_CHARGE)")
+    drop_mah = float(q[qok[0]] - q[qok[-1]]) / 1000.0
+    if drop_mah <= 0:
+        return CrossCheck(interval_s, integrated_mah, drop_mah, None,
+                          "charge counter did not decrease over the capture; no cross-check")
+    check_crosscheck_units(integrated_mah, drop_mah, limits)
+    disc = abs(integrated_mah - drop_mah) / drop_mah * 100.0
+    return CrossCheck(interval_s, integrated_mah, drop_mah, disc,
+                      "both readings come from the phone's own gauge; not an external "
+                      "calibration")
+
+
+def analyse_episode(series: BatterySeries, episode: Episode, baseline: str | None = "target-only",
+                    limits: RefusalLimits = RefusalLimits()) -> EnergyAnalysis:
+    """Every request (warm-ups included, failures kept) and the per-method formal pools."""
+    reqs = [analyse_request(series, r, limits) for r in episode.requests]
+    order: list[str] = []
+    for r in reqs:
+        if r.phase == "formal" and r.method not in order:
+            order.append(r.method)
+    pooled: dict[str, tuple[int, float, float, int, float]] = {}
+    for m in order:
+        ok = [r for r in reqs if r.method == m and r.phase == "formal" and r.status == "ok"]
+        if not ok:
+            continue
+        e = sum(r.energy_j or 0.0 for r in ok)
+        w = sum(r.window_s or 0.0 for r in ok)
+        pooled[m] = (len(ok), e, sum(r.response_s or 0.0 for r in ok),
+                     sum(r.body_tokens for r in ok), w)
+    base = pooled.get(baseline) if baseline else None
+    methods: list[MethodSummary] = []
+    for m, (n, e, resp, tok, w) in pooled.items():
+        jpt = e / tok
+        ev = jv = None
+        if base is not None and m != baseline:
+            ev = 100.0 * (e / base[1] - 1.0)
+            jv = 100.0 * (jpt / (base[1] / base[3]) - 1.0)
+        methods.append(MethodSummary(m, n, e, resp, tok, jpt, e / w, ev, jv))
+    return EnergyAnalysis(reqs, methods, cross_check(series, limits), poll_period_s(series),
+                          baseline if base is not None else None)

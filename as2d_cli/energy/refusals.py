@@ -1,0 +1,152 @@
+"""Checks that turn impossible battery figures into one clear line instead of a number.
+
+Each check raises MeasurementRefused naming the request, what the gauge showed and what to
+do. Thresholds are physical: a phone with its screen on and a model running draws tens of
+mA to ~15 A, and a Li-ion cell sits between 2.5 and 5.5 V.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from as2d_cli.energy.trace_reader import BatterySeries
+from as2d_cli.errors import UserError
+
+
+class MeasurementRefused(UserError):
+    """The battery trace cannot support an energy figure for this window."""
+
+
+@dataclass(frozen=True)
+class RefusalLimits:
+    min_abs_current_ua: float = 20_000.0  # below 20 mA: mA written into the µA field
+    max_abs_current_ua: float = 20_000_000.0  # above 20 A: nA (or mA×1000) in the µA field
+    min_voltage_uv: float = 2.5e6
+    max_voltage_uv: float = 5.5e6
+    stale_min_window_s: float = 3.0  # a gauge updates ~1 Hz: 3 s must show a change
+    min_sample_fraction: float = 0.5  # at least half the polls the window should hold
+    min_samples: int = 2
+    max_gap_polls: float = 4.0  # largest tolerated gap between samples, in poll periods
+    max_gap_floor_s: float = 2.5  # …but never below this (gauge-driven batching)
+    crosscheck_max_ratio: float = 100.0  # integral vs charge drop off by ≥100×: units
+
+
+def poll_period_s(series: BatterySeries) -> float:
+    """The configured poll period, or the median spacing when the config is not in the trace."""
+    if series.poll_ms:
+        return series.poll_ms / 1000.0
+    if len(series) < 2:
+        return float("inf")
+    return float(np.median(np.diff(series.t_ns))) / 1e9
+
+
+def window_indices(series: BatterySeries, t0: int, t1: int) -> tuple[int, int]:
+    """Indices [lo, hi] of the samples bracketing [t0, t1] (the first at/before t0, the
+    last at/after t1); raises when the trace does not cover the window."""
+    t = series.t_ns
+    lo = int(np.searchsorted(t, t0, side="right")) - 1
+    hi = int(np.searchsorted(t, t1, side="left"))
+    if lo < 0 or hi >= t.size:
+        raise MeasurementRefused(
+            f"too few samples: the trace covers boot time {t[0] / 1e9:.3f}–{t[-1] / 1e9:.3f} s "
+            f"but the window is {t0 / 1e9:.3f}–{t1 / 1e9:.3f} s; lengthen the trace duration "
+            "or start the capture earlier"
+        )
+    return lo, hi
+
+
+def check_window(series: BatterySeries, t0: int, t1: int, label: str,
+                 limits: RefusalLimits = RefusalLimits()) -> tuple[int, int]:
+    """Run every refusal for one request window; returns its bracketing indices."""
+    if not series.has("voltage_uv"):
+        raise MeasurementRefused(
+            f"{label}: the trace has no battery voltage; energy needs I·V — this gauge or "
+            "config lacks BATTERY_COUNTER_VOLTAGE (as2d's config asks for it; check "
+            "`dumpsys battery` shows a voltage)"
+        )
+    if not series.has("current_ua"):
+        raise MeasurementRefused(
+            f"{label}: the trace has no battery current (BATTERY_COUNTER_CURRENT); this "
+            "phone's gauge does not report instantaneous current"
+        )
+    try:
+        lo, hi = window_indices(series, t0, t1)
+    except MeasurementRefused as exc:
+        raise MeasurementRefused(f"{label}: {exc}") from None
+    cur = series.current_ua[lo:hi + 1]
+    volt = series.voltage_uv[lo:hi + 1]
+    ts = series.t_ns[lo:hi + 1]
+    if not (np.isfinite(volt).all() and np.isfinite(cur).all()):
+        raise MeasurementRefused(
+            f"{label}: voltage or current is missing in some samples of the window; the "
+            "gauge dropped counters — rerun the measurement"
+        )
+
+    window_s = (t1 - t0) / 1e9
+    poll_s = poll_period_s(series)
+    inside = int(((series.t_ns >= t0) & (series.t_ns <= t1)).sum())
+    need = max(limits.min_samples, int(limits.min_sample_fraction * window_s / poll_s))
+    gap_s = float(np.max(np.diff(ts))) / 1e9 if ts.size > 1 else float("inf")
+    max_gap = max(limits.max_gap_polls * poll_s, limits.max_gap_floor_s)
+    if inside < need or gap_s > max_gap:
+        raise MeasurementRefused(
+            f"{label}: too few samples — {inside} battery polls inside a {window_s:.2f} s "
+            f"window (need ≥ {need}; largest gap {gap_s:.2f} s, allowed {max_gap:.2f} s); "
+            "poll at 250 ms and keep traced running for the whole episode"
+        )
+
+    pos = np.flatnonzero(cur > 0)
+    if pos.size:
+        k = int(pos[0])
+        raise MeasurementRefused(
+            f"{label}: battery current is positive ({cur[k]:.0f} µA at boot time "
+            f"{ts[k] / 1e9:.3f} s) — the phone was charging; disconnect USB for the whole "
+            "episode (or use wireless adb) and rerun"
+        )
+
+    med_i = float(np.median(np.abs(cur)))
+    if med_i < limits.min_abs_current_ua:
+        raise MeasurementRefused(
+            f"{label}: median current {med_i:.0f} µA is implausibly small for a busy phone — "
+            "units off by 1000 (the gauge reports mA in the µA field); refusing to scale it "
+            "silently, fix the gauge units or record them with the phone"
+        )
+    if med_i > limits.max_abs_current_ua:
+        raise MeasurementRefused(
+            f"{label}: median current {med_i:.0f} µA (> 20 A) is impossible for a phone — "
+            "units off by 1000 (the gauge reports nA, or mA×1000, in the µA field)"
+        )
+    med_v = float(np.median(volt))
+    if not limits.min_voltage_uv <= med_v <= limits.max_voltage_uv:
+        raise MeasurementRefused(
+            f"{label}: median battery voltage {med_v:.0f} µV is outside a Li-ion cell's "
+            "2.5–5.5 V — units off by 1000 (mV or nV in the µV field)"
+        )
+
+    whole_stale = series.t_ns.size > 2 and (
+        np.ptp(series.current_ua[np.isfinite(series.current_ua)]) == 0
+        and (series.t_ns[-1] - series.t_ns[0]) / 1e9 >= limits.stale_min_window_s
+    )
+    if whole_stale or (window_s >= limits.stale_min_window_s and np.ptp(cur) == 0):
+        raise MeasurementRefused(
+            f"{label}: stale gauge — battery current stays at {cur[0]:.0f} µA for the whole "
+            f"{'capture' if whole_stale else f'{window_s:.1f} s window'}; the fuel gauge is "
+            "not updating (reboot the phone or check `dumpsys battery` changes under load)"
+        )
+    return lo, hi
+
+
+def check_crosscheck_units(integrated_mah: float, drop_mah: float,
+                           limits: RefusalLimits = RefusalLimits()) -> None:
+    """Integrated current and the charge-counter drop must agree within a factor of 100."""
+    if drop_mah <= 0 or integrated_mah <= 0:
+        return
+    ratio = integrated_mah / drop_mah
+    if ratio > limits.crosscheck_max_ratio or ratio < 1 / limits.crosscheck_max_ratio:
+        raise MeasurementRefused(
+            f"integrated current {integrated_mah:.3f} mAh vs charge-counter drop "
+            f"{drop_mah:.3f} mAh differ by a factor of {ratio:.3g} — units off by 1000 in "
+            "the current or charge counter; the energy figures would be wrong"
+        )

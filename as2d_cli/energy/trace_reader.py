@@ -1,0 +1,132 @@
+"""Read battery samples from a Perfetto trace with the `perfetto` package's generated classes.
+
+The trace processor binary is not used by default: the package downloads it on first use,
+which offline machines cannot do. The protobuf packets are decoded directly instead, and
+sample timestamps are put on the boot-time clock using the trace's clock snapshots.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from as2d_cli.errors import FormatError
+
+BOOTTIME = pb.BuiltinClock.Value("BUILTIN_CLOCK_BOOTTIME")
+
+
+@dataclass(frozen=True)
+class BatterySeries:
+    """Battery polls on the boot-time clock; a missing counter is all-NaN."""
+
+    t_ns: np.ndarray  # int64, boot-time ns, strictly increasing
+    current_ua: np.ndarray
+    voltage_uv: np.ndarray
+    charge_uah: np.ndarray
+    capacity_percent: np.ndarray
+    current_avg_ua: np.ndarray
+    poll_ms: int | None  # from the trace's own config packet, when present
+    counters_requested: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return int(self.t_ns.size)
+
+    def has(self, name: str) -> bool:
+        return bool(np.isfinite(getattr(self, name)).any())
+
+
+def _packets(trace: pb.Trace) -> list[pb.TracePacket]:
+    """All packets, with `compressed_packets` (zlib-deflated Trace fragments) expanded."""
+    out: list[pb.TracePacket] = []
+    for pkt in trace.packet:
+        if pkt.HasField("compressed_packets"):
+            inner = pb.Trace()
+            inner.ParseFromString(zlib.decompress(pkt.compressed_packets))
+            out.extend(inner.packet)
+        else:
+            out.append(pkt)
+    return out
+
+
+def _clock_offsets(packets: list[pb.TracePacket]) -> tuple[dict[int, int], int]:
+    """(clock_id → boot_ns − clock_ns from the first snapshot, the trace's primary clock)."""
+    for pkt in packets:
+        if pkt.HasField("clock_snapshot"):
+            snap = pkt.clock_snapshot
+            by_id = {c.clock_id: c.timestamp for c in snap.clocks}
+            primary = snap.primary_trace_clock or BOOTTIME
+            if BOOTTIME not in by_id:
+                return {}, primary
+            boot = by_id[BOOTTIME]
+            return {cid: boot - ts for cid, ts in by_id.items()}, primary
+    return {BOOTTIME: 0}, BOOTTIME
+
+
+def read_battery_series(path: Path) -> BatterySeries:
+    """Decode the android.power battery packets of the trace at `path`."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FormatError(f"cannot read trace {path}: {exc.strerror}; check the path") from exc
+    trace = pb.Trace()
+    try:
+        trace.ParseFromString(data)
+        packets = _packets(trace)
+    except Exception as exc:  # DecodeError / zlib.error
+        raise FormatError(
+            f"{path} is not a Perfetto protobuf trace ({exc}); pull the binary trace, "
+            "not a text export"
+        ) from exc
+
+    offsets, primary = _clock_offsets(packets)
+    poll_ms: int | None = None
+    requested: tuple[str, ...] = ()
+    rows: list[tuple[int, float, float, float, float, float]] = []
+    nan = float("nan")
+    for pkt in packets:
+        if pkt.HasField("trace_config"):
+            for ds in pkt.trace_config.data_sources:
+                if ds.config.name == "android.power":
+                    pc = ds.config.android_power_config
+                    poll_ms = int(pc.battery_poll_ms) or None
+                    requested = tuple(
+                        pb.AndroidPowerConfig.BatteryCounters.Name(v).removeprefix(
+                            "BATTERY_COUNTER_")
+                        for v in pc.battery_counters
+                    )
+        if not pkt.HasField("battery"):
+            continue
+        clock = pkt.timestamp_clock_id or primary
+        if clock not in offsets:
+            raise FormatError(
+                f"{path}: battery samples use clock {clock}, which no clock snapshot relates "
+                "to the boot-time clock; capture with the default trace clock"
+            )
+        b = pkt.battery
+        rows.append((
+            pkt.timestamp + offsets[clock],
+            float(b.current_ua) if b.HasField("current_ua") else nan,
+            float(b.voltage_uv) if b.HasField("voltage_uv") else nan,
+            float(b.charge_counter_uah) if b.HasField("charge_counter_uah") else nan,
+            float(b.capacity_percent) if b.HasField("capacity_percent") else nan,
+            float(b.current_avg_ua) if b.HasField("current_avg_ua") else nan,
+        ))
+    if not rows:
+        raise FormatError(
+            f"{path} holds no battery counter samples; capture with the android.power data "
+            "source (as2d energy builds that config)"
+        )
+    rows.sort(key=lambda r: r[0])
+    arr = np.array(rows, dtype=float)
+    t = np.array([r[0] for r in rows], dtype=np.int64)
+    keep = np.concatenate([[True], np.diff(t) > 0])  # drop duplicate timestamps
+    return BatterySeries(
+        t_ns=t[keep], current_ua=arr[keep, 1], voltage_uv=arr[keep, 2],
+        charge_uah=arr[keep, 3], capacity_percent=arr[keep, 4], current_avg_ua=arr[keep, 5],
+        poll_ms=poll_ms, counters_requested=requested,
+    )

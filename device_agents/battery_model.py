@@ -1,0 +1,292 @@
+"""The emulated phone's battery: a gauge model driven by device activity, and a writer of
+real Perfetto traces (TracePacket + BatteryCounters from the `perfetto` package's protos).
+
+Conventions follow Android's BatteryManager: current in µA, negative while discharging,
+positive while net charge flows in; voltage in µV; charge counter in µAh. Like real fuel
+gauges, the reported values update about once per second however fast they are polled.
+Faults a real gauge shows (stale values, mA reported in the µA field, no voltage) are
+switches on the model so refusals can be tested end to end.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+BOOTTIME = pb.BuiltinClock.Value("BUILTIN_CLOCK_BOOTTIME")
+MONOTONIC = pb.BuiltinClock.Value("BUILTIN_CLOCK_MONOTONIC")
+REALTIME = pb.BuiltinClock.Value("BUILTIN_CLOCK_REALTIME")
+SEQUENCE_ID = 1  # one trusted writer sequence, as traced's battery poller uses
+
+
+def boottime_ns() -> int:
+    """The boot-time clock (CLOCK_BOOTTIME), the clock of Perfetto's default timestamps."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+@dataclass
+class BatteryParams:
+    """A phone battery of the paper's class (Xiaomi 14: 4610 mAh, ~10 W under load)."""
+
+    capacity_mah: float = 4610.0
+    ocv_full_v: float = 4.45  # open-circuit voltage at 100 %
+    ocv_empty_v: float = 3.40  # open-circuit voltage at 0 %
+    r_internal_ohm: float = 0.10
+    idle_ma: float = 420.0  # screen on, app in foreground
+    per_worker_ma: float = 1150.0  # one busy inference worker
+    charge_ma: float = 2000.0  # charger input while plugged
+    gauge_update_ms: int = 1000
+    initial_percent: float = 78.0
+
+
+@dataclass
+class GaugeFaults:
+    """Ways real gauges mislead; each one must end in a refusal, not a number."""
+
+    stale: bool = False  # the gauge never updates after its first reading
+    current_scale: float = 1.0  # 1e-3: mA written into the µA field; 1e3: nA
+    report_voltage: bool = True
+
+
+@dataclass(frozen=True)
+class GaugeReading:
+    t_boot_ns: int
+    current_ua: int
+    current_avg_ua: int
+    voltage_uv: int | None
+    charge_uah: int
+    capacity_percent: float
+
+
+@dataclass
+class BatteryModel:
+    """Charge, current and voltage as functions of activity and of the charger.
+
+    `activity` is the number of busy inference workers (fractional allowed); the model
+    integrates the current piecewise-constant between updates on the boot clock.
+    """
+
+    params: BatteryParams = field(default_factory=BatteryParams)
+    faults: GaugeFaults = field(default_factory=GaugeFaults)
+    clock_ns: Callable[[], int] = boottime_ns
+    activity_probe: Callable[[], float] | None = None
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._charge_uah = self.params.capacity_mah * 1000.0 * self.params.initial_percent / 100.0
+        self._plugged = True
+        self._activity = 0.0
+        self._t_ns = self.clock_ns()
+        self._gauge: GaugeReading | None = None
+        self._avg_window: list[float] = []
+
+    # -- state driven by the emulated phone -------------------------------------------
+    @property
+    def plugged(self) -> bool:
+        return self._plugged
+
+    def set_plugged(self, plugged: bool) -> None:
+        with self._lock:
+            self._advance_locked()
+            self._plugged = plugged
+
+    def set_activity(self, workers: float) -> None:
+        with self._lock:
+            self._advance_locked()
+            self._activity = max(0.0, workers)
+
+    def add_activity(self, delta: float) -> None:
+        with self._lock:
+            self._advance_locked()
+            self._activity = max(0.0, self._activity + delta)
+
+    # -- physics --------------------------------------------------------------------------
+    def _activity_now(self) -> float:
+        if self.activity_probe is not None:
+            return max(0.0, float(self.activity_probe()))
+        return self._activity
+
+    def _current_ma(self, activity: float) -> float:
+        """Net battery current in mA (Android sign: negative while discharging)."""
+        draw = self.params.idle_ma + self.params.per_worker_ma * activity
+        return (self.params.charge_ma - draw) if self._plugged else -draw
+
+    def _soc(self) -> float:
+        return min(1.0, max(0.0, self._charge_uah / (self.params.capacity_mah * 1000.0)))
+
+    def _voltage_v(self, current_ma: float) -> float:
+        p = self.params
+        ocv = p.ocv_empty_v + (p.ocv_full_v - p.ocv_empty_v) * self._soc()
+        return ocv + current_ma / 1000.0 * p.r_internal_ohm  # sags while discharging
+
+    def _advance_locked(self) -> None:
+        now = self.clock_ns()
+        dt_h = max(0, now - self._t_ns) / 3.6e12
+        current_ma = self._current_ma(self._activity_now())
+        cap = self.params.capacity_mah * 1000.0
+        self._charge_uah = min(cap, max(0.0, self._charge_uah + current_ma * 1000.0 * dt_h))
+        self._t_ns = now
+
+    def status(self) -> str:
+        """'Charging' / 'Discharging' as /sys/class/power_supply/battery/status reports."""
+        return "Charging" if self._plugged else "Discharging"
+
+    def read(self) -> GaugeReading:
+        """What the fuel gauge reports now (held between its ~1 s updates)."""
+        with self._lock:
+            self._advance_locked()
+            now = self._t_ns
+            g = self._gauge
+            if g is not None and (
+                self.faults.stale or now - g.t_boot_ns < self.params.gauge_update_ms * 1_000_000
+            ):
+                return GaugeReading(now, g.current_ua, g.current_avg_ua, g.voltage_uv,
+                                    g.charge_uah, g.capacity_percent)
+            current_ma = self._current_ma(self._activity_now())
+            self._avg_window = (self._avg_window + [current_ma])[-10:]
+            scale = 1000.0 * self.faults.current_scale
+            volt = round(self._voltage_v(current_ma) * 1e6) if self.faults.report_voltage else None
+            self._gauge = GaugeReading(
+                t_boot_ns=now,
+                current_ua=round(current_ma * scale),
+                current_avg_ua=round(sum(self._avg_window) / len(self._avg_window) * scale),
+                voltage_uv=volt,
+                charge_uah=round(self._charge_uah),
+                capacity_percent=round(self._soc() * 100.0, 1),
+            )
+            return self._gauge
+
+
+# -- trace writing ------------------------------------------------------------------------
+def clock_snapshot_packet(boot_ns: int, mono_ns: int, real_ns: int) -> pb.TracePacket:
+    """The snapshot that relates the boot-time clock to the others, as traced emits it."""
+    pkt = pb.TracePacket()
+    pkt.timestamp = boot_ns
+    pkt.trusted_packet_sequence_id = SEQUENCE_ID
+    snap = pkt.clock_snapshot
+    snap.primary_trace_clock = BOOTTIME
+    for cid, ts in ((BOOTTIME, boot_ns), (MONOTONIC, mono_ns), (REALTIME, real_ns)):
+        c = snap.clocks.add()
+        c.clock_id = cid
+        c.timestamp = ts
+    return pkt
+
+
+def battery_packet(r: GaugeReading, counters: list[str], clock_id: int | None = None,
+                   clock_offset_ns: int = 0) -> pb.TracePacket:
+    """One android.power poll: BatteryCounters with the requested fields only."""
+    pkt = pb.TracePacket()
+    pkt.timestamp = r.t_boot_ns + clock_offset_ns
+    if clock_id is not None:
+        pkt.timestamp_clock_id = clock_id
+    pkt.trusted_packet_sequence_id = SEQUENCE_ID
+    bc = pkt.battery
+    if "CHARGE" in counters:
+        bc.charge_counter_uah = r.charge_uah
+    if "CAPACITY_PERCENT" in counters:
+        bc.capacity_percent = r.capacity_percent
+    if "CURRENT" in counters:
+        bc.current_ua = r.current_ua
+    if "CURRENT_AVG" in counters:
+        bc.current_avg_ua = r.current_avg_ua
+    if "VOLTAGE" in counters and r.voltage_uv is not None:
+        bc.voltage_uv = r.voltage_uv
+    return pkt
+
+
+def encode_trace(readings: list[GaugeReading], config: pb.TraceConfig | None,
+                 counters: list[str], *, mono_minus_boot_ns: int = 0,
+                 real_minus_boot_ns: int = 0, sample_clock_id: int | None = None) -> bytes:
+    """A complete Perfetto trace: clock snapshot, the config, then one packet per poll.
+
+    With `sample_clock_id` the samples carry an explicit clock (e.g. MONOTONIC) whose
+    relation to the boot clock only the snapshot tells; readers must convert.
+    """
+    trace = pb.Trace()
+    start = readings[0].t_boot_ns if readings else boottime_ns()
+    trace.packet.append(clock_snapshot_packet(start, start + mono_minus_boot_ns,
+                                              start + real_minus_boot_ns))
+    if config is not None:
+        cp = pb.TracePacket()
+        cp.trusted_packet_sequence_id = SEQUENCE_ID
+        cp.trace_config.CopyFrom(config)
+        trace.packet.append(cp)
+    offset = mono_minus_boot_ns if sample_clock_id == MONOTONIC else (
+        real_minus_boot_ns if sample_clock_id == REALTIME else 0)
+    for r in readings:
+        trace.packet.append(battery_packet(r, counters, sample_clock_id, offset))
+    return trace.SerializeToString()
+
+
+class BatteryRecorder:
+    """The emulated `android.power` data source: poll the model, write the trace file.
+
+    Runs in a thread for at most `duration_ms` (the trace ends by itself) or until
+    `stop()`; the file is rewritten every `file_write_period_ms` so a partial trace exists.
+    """
+
+    def __init__(self, model: BatteryModel, config: pb.TraceConfig, out_path: Path,
+                 poll_ms: int, counters: list[str], duration_ms: int,
+                 file_write_period_ms: int = 5000) -> None:
+        self.model = model
+        self.config = config
+        self.out_path = Path(out_path)
+        self.poll_ms = poll_ms
+        self.counters = counters
+        self.duration_ms = duration_ms
+        self.file_write_period_ms = max(file_write_period_ms, poll_ms)
+        self.readings: list[GaugeReading] = []
+        self._stop = threading.Event()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="as2d-battery-recorder",
+                                        daemon=True)
+        self._mono_minus_boot = time.monotonic_ns() - boottime_ns()
+        self._real_minus_boot = time.time_ns() - boottime_ns()
+
+    def start(self) -> None:
+        self._thread.start()
+        self._started.wait(5.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def _flush(self) -> None:
+        data = encode_trace(list(self.readings), self.config, self.counters,
+                            mono_minus_boot_ns=self._mono_minus_boot,
+                            real_minus_boot_ns=self._real_minus_boot)
+        tmp = self.out_path.with_name(self.out_path.name + ".part")
+        tmp.write_bytes(data)
+        tmp.replace(self.out_path)
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        end = t0 + self.duration_ms / 1000.0
+        next_flush = t0 + self.file_write_period_ms / 1000.0
+        k = 0
+        self._started.set()
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= end or self._stop.is_set():
+                    break
+                self.readings.append(self.model.read())
+                if now >= next_flush:
+                    self._flush()
+                    next_flush = now + self.file_write_period_ms / 1000.0
+                k += 1
+                wake = min(end, t0 + k * self.poll_ms / 1000.0)
+                self._stop.wait(max(0.0, wake - time.monotonic()))
+        finally:
+            self._flush()
