@@ -290,3 +290,31 @@ class BatteryRecorder:
                 self._stop.wait(max(0.0, wake - time.monotonic()))
         finally:
             self._flush()
+
+
+class ManualClock:
+    """A boot clock that only moves when told (deterministic simulations and tests)."""
+
+    def __init__(self, start_ns: int) -> None:
+        self.now_ns = start_ns
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+def simulate_readings(params: BatteryParams, faults: GaugeFaults, start_ns: int,
+                      poll_ms: int, duration_ms: int,
+                      activity: Callable[[int], float],
+                      plugged: Callable[[int], bool] = lambda t: False) -> list[GaugeReading]:
+    """Poll a model on a virtual boot clock; `activity(t_ns)` / `plugged(t_ns)` script it."""
+    clock = ManualClock(start_ns)
+    model = BatteryModel(params, faults, clock_ns=clock)
+    out: list[GaugeReading] = []
+    step = poll_ms * 1_000_000
+    for k in range(duration_ms // poll_ms + 1):
+        clock.now_ns = start_ns + k * step
+        # State changes take effect at the poll instant (the model integrates up to it).
+        model.set_plugged(plugged(clock.now_ns))
+        model.set_activity(activity(clock.now_ns))
+        out.append(model.read())
+    return out
