@@ -1,0 +1,202 @@
+"""Build a bundle: resolve inputs, reuse a cached build with the same inputs, else fetch,
+assemble, describe and pack.
+
+The cache key is the SHA-256 of every input: the recipe, each Debian package's and
+wheel's SHA-256, and each project file's SHA-256. The same key gives the same archive
+bytes and the same manifest hash (fixed mtimes, sorted entries, no timestamps inside).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import as2d_cli
+from as2d_cli.bundle import manifest as mf
+from as2d_cli.bundle.apt import PrivateApt
+from as2d_cli.bundle.assemble import STDLIB, _excluded, assemble, unpack_debs
+from as2d_cli.bundle.cache import cache_root, sha256_file, sha256_text
+from as2d_cli.bundle.pack import pack
+from as2d_cli.bundle.recipe import Recipe
+from as2d_cli.bundle.wheels import fetch_wheels
+from as2d_cli.errors import FormatError
+
+ARCHIVE_NAME = "as2d-bundle-{arch}.tar.gz"
+BUILD_INFO = "build.json"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A finished bundle in the cache."""
+
+    archive: Path
+    manifest: dict
+    manifest_hash: str
+    key: str
+    cache_hit: bool
+    archive_bytes: int
+    unpacked_bytes: int
+    seconds: float
+
+
+def default_project_root() -> Path:
+    return Path(as2d_cli.__file__).resolve().parent.parent
+
+
+def project_files(recipe: Recipe, project_root: Path) -> list[tuple[str, str]]:
+    """(relative path, SHA-256) of every project file the bundle will carry."""
+    out = []
+    for pkg in recipe.project_packages:
+        for path in sorted((project_root / pkg).rglob("*")):
+            rel = path.relative_to(project_root).as_posix()
+            if path.is_file() and not _excluded(rel, recipe.project_excludes):
+                out.append((rel, sha256_file(path)))
+    return out
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialise builds sharing one cache (parallel test workers, two terminals)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build_bundle(
+    recipe: Recipe | None = None,
+    *,
+    project_root: Path | None = None,
+    cache: Path | None = None,
+    refresh: bool = False,
+    progress: Progress | None = None,
+) -> BuildResult:
+    """Return the bundle for ``recipe`` and the project at ``project_root``, building it if needed."""
+    start = time.monotonic()
+    recipe = recipe or Recipe()
+    project_root = project_root or default_project_root()
+    root = cache_root(cache)
+    say = progress or (lambda _msg: None)
+    with _locked(root / "build.lock"):
+        apt_dir = root / "apt" / f"{recipe.arch}-{recipe.debian_suite}-{sha256_text(recipe.debian_mirror + recipe.debian_security_mirror)[:8]}"
+        apt = PrivateApt(recipe, apt_dir)
+        say("checking the Debian package lists")
+        if apt.update(force=refresh):
+            say("fetched the Debian arm64 package lists")
+        debs = apt.resolve(recipe.debian_packages)
+        say("fetching wheels")
+        wheels = fetch_wheels(recipe, root / "wheels" / f"cp{recipe.python_version.replace('.', '')}-{recipe.arch}")
+        files = project_files(recipe, project_root)
+        key = sha256_text(json.dumps({
+            "recipe": recipe.to_json(),
+            "debs": [p.to_json() for p in debs],
+            "wheels": [w.to_json() for w, _ in wheels],
+            "project": files,
+        }, sort_keys=True))
+        out_dir = root / "bundles" / key[:16]
+        archive = out_dir / ARCHIVE_NAME.format(arch=recipe.arch)
+        hit = _cached(out_dir, archive)
+        if hit is not None:
+            say("cache hit")
+            return _result(archive, hit, key, True, start)
+
+        say(f"downloading {len(debs)} Debian packages")
+        deb_paths = apt.fetch(debs, root / "debs" / recipe.arch)
+        work = root / "work" / key[:16]
+        if work.exists():
+            shutil.rmtree(work)
+        say("unpacking and assembling")
+        roots = unpack_debs(list(zip(debs, deb_paths)), work / "debs")
+        tree = assemble(recipe, roots, wheels, project_root, work / "tree")
+        manifest = {
+            "schema": mf.SCHEMA,
+            "version": mf.VERSION,
+            "arch": recipe.arch,
+            "recipe": recipe.to_json(),
+            "launch": {
+                "loader": recipe.loader,
+                "library_path": "lib",
+                "python": "python3.11",
+                "pythonhome": "python",
+                "pythonpath": ["app", "site"],
+            },
+            "debian_packages": [p.to_json() for p in debs],
+            "wheels": [w.to_json() for w, _ in wheels],
+            "project": {
+                "packages": list(recipe.project_packages),
+                "excludes": list(recipe.project_excludes),
+                "files": sum(1 for c in tree.origin.values() if c in ("project", "assets")),
+                "assets": sorted(r for r, c in tree.origin.items() if c == "assets"),
+            },
+            "files": mf.describe_files(tree.root, tree.origin),
+            "dropped": sorted(tree.dropped, key=lambda d: d["path"]),
+        }
+        manifest["totals"] = {
+            "files": len(manifest["files"]),
+            "bytes": sum(f["size"] for f in manifest["files"]),
+        }
+        mf.validate(manifest, "the manifest being built")
+        digest = mf.manifest_hash(manifest)
+        (tree.root / mf.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        (tree.root / mf.MANIFEST_HASH).write_text(digest + "\n")
+        say("packing")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        pack(tree.root, [*tree.origin, mf.MANIFEST, mf.MANIFEST_HASH], archive)
+        shutil.copyfile(tree.root / mf.MANIFEST, out_dir / mf.MANIFEST)
+        info = {
+            "manifest_sha256": digest,
+            "archive_sha256": sha256_file(archive),
+            "key": key,
+            "toolkit_version": as2d_cli.__version__,
+            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "stdlib": STDLIB,
+        }
+        (out_dir / BUILD_INFO).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+        shutil.rmtree(work)
+        return _result(archive, manifest, key, False, start)
+
+
+def _cached(out_dir: Path, archive: Path) -> dict | None:
+    """The cached manifest if the archive there is complete and unchanged, else None."""
+    info_path = out_dir / BUILD_INFO
+    if not (info_path.is_file() and archive.is_file()):
+        return None
+    try:
+        info = json.loads(info_path.read_text())
+        manifest = mf.load(out_dir / mf.MANIFEST)
+    except (json.JSONDecodeError, FormatError):
+        return None
+    if sha256_file(archive) != info.get("archive_sha256") or mf.manifest_hash(manifest) != info.get("manifest_sha256"):
+        return None
+    return manifest
+
+
+def _result(archive: Path, manifest: dict, key: str, hit: bool, start: float) -> BuildResult:
+    return BuildResult(
+        archive=archive,
+        manifest=manifest,
+        manifest_hash=mf.manifest_hash(manifest),
+        key=key,
+        cache_hit=hit,
+        archive_bytes=archive.stat().st_size,
+        unpacked_bytes=manifest["totals"]["bytes"],
+        seconds=time.monotonic() - start,
+    )
+
+
+def load_built(archive: Path) -> tuple[dict, str]:
+    """The manifest and its hash for a built archive (its sibling manifest.json)."""
+    manifest = mf.load(archive.with_name(mf.MANIFEST))
+    return manifest, mf.manifest_hash(manifest)

@@ -1,0 +1,70 @@
+"""Deterministic packing: sorted entries, fixed owner, mode and mtime, gzip without a
+timestamp, so the same tree always gives the same bytes."""
+
+from __future__ import annotations
+
+import gzip
+
+import tarfile
+from pathlib import Path
+
+from as2d_cli.errors import FormatError
+
+# 2020-01-01T00:00:00Z: a fixed, non-zero mtime (some tar readers warn about 1970).
+FIXED_MTIME = 1577836800
+
+
+def pack(root: Path, paths: list[str], out: Path, level: int = 6) -> None:
+    """Write ``paths`` (relative to ``root``) into a reproducible .tar.gz at ``out``."""
+    tmp = out.with_name(out.name + ".partial")
+    dirs: set[str] = set()
+    for rel in paths:
+        parts = rel.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            dirs.add("/".join(parts[:i]))
+    with open(tmp, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=level, mtime=0) as gz:
+            with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+                for rel in sorted(dirs | set(paths)):
+                    path = root / rel
+                    info = tarfile.TarInfo(rel)
+                    info.mtime = FIXED_MTIME
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = ""
+                    if rel in dirs:
+                        info.type = tarfile.DIRTYPE
+                        info.mode = 0o755
+                        tar.addfile(info)
+                        continue
+                    info.size = path.stat().st_size
+                    info.mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+                    with open(path, "rb") as f:
+                        tar.addfile(info, f)
+    tmp.replace(out)
+
+
+def unpack(archive: Path, into: Path) -> None:
+    """Extract a bundle archive, refusing links and paths that leave ``into``."""
+    into.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = tar.getmembers()
+            for m in members:
+                if m.name.startswith("/") or ".." in m.name.split("/") or not (m.isfile() or m.isdir()):
+                    raise FormatError(f"{archive}: unsafe entry {m.name!r}; rebuild with `as2d bundle build`")
+            tar.extractall(into, members=members, filter="fully_trusted")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise FormatError(f"{archive}: no such bundle archive; build one with `as2d bundle build`") from None
+        raise FormatError(f"{archive}: not a readable bundle archive ({exc}); rebuild with `as2d bundle build`") from None
+
+
+def read_member(archive: Path, name: str) -> bytes:
+    with tarfile.open(archive, "r:gz") as tar:
+        f = tar.extractfile(name)
+        if f is None:
+            raise FormatError(f"{archive}: no {name} inside; rebuild with `as2d bundle build`")
+        return f.read()
+
+
+

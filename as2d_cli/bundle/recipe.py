@@ -1,0 +1,100 @@
+"""What goes into a bundle: the Debian packages, the wheels and the project parts.
+
+A recipe is plain data; its canonical JSON is part of the build's cache key, so any
+change to it gives a new bundle.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from as2d_cli.errors import UserError
+
+# Bumped when the builder's output for the same inputs changes (layout, pruning, packing).
+BUILDER_VERSION = 1
+
+SUPPORTED_ARCHES = ("arm64",)
+
+# glibc's loader file name and the qemu binary that runs it on a foreign host, per arch.
+LOADER = {"arm64": "ld-linux-aarch64.so.1"}
+MULTIARCH = {"arm64": "aarch64-linux-gnu"}
+QEMU = {"arm64": "qemu-aarch64-static"}
+WHEEL_PLATFORMS = {"arm64": ("manylinux2014_aarch64", "manylinux_2_17_aarch64", "manylinux_2_28_aarch64")}
+
+# The interpreter and the libraries CPython's kept stdlib modules link against. Libraries
+# of modules we drop (sqlite3, readline, curses, dbm, nis, crypt) are left out on purpose.
+DEBIAN_PACKAGES = (
+    "libc6",
+    "libgcc-s1",
+    "libstdc++6",
+    "python3.11-minimal",
+    "libpython3.11-minimal",
+    "libpython3.11-stdlib",
+    "zlib1g",
+    "libexpat1",
+    "libffi8",
+    "libbz2-1.0",
+    "liblzma5",
+    "libuuid1",
+)
+
+# Pinned to the host's tested versions so the bundle's numerics match the host runner's.
+WHEELS = ("numpy==2.4.6", "onnxruntime==1.32.0")
+
+# Project packages copied into the bundle (the runner and what it imports), and the parts
+# of them that only the host uses.
+PROJECT_PACKAGES = ("as2d_cli", "native", "device_agents")
+PROJECT_EXCLUDES = ("as2d_cli/cli", "as2d_cli/bundle", "*/__pycache__", "*.pyc")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that decides a bundle's content, besides the fetched files' bytes."""
+
+    arch: str = "arm64"
+    debian_suite: str = "bookworm"
+    debian_mirror: str = "http://deb.debian.org/debian"
+    debian_security_mirror: str = "http://deb.debian.org/debian-security"
+    debian_packages: tuple[str, ...] = DEBIAN_PACKAGES
+    wheels: tuple[str, ...] = WHEELS
+    python_version: str = "3.11"
+    project_packages: tuple[str, ...] = PROJECT_PACKAGES
+    project_excludes: tuple[str, ...] = PROJECT_EXCLUDES
+    builder_version: int = BUILDER_VERSION
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.arch not in SUPPORTED_ARCHES:
+            raise UserError(
+                f"unsupported bundle architecture {self.arch!r}; use one of {', '.join(SUPPORTED_ARCHES)}"
+            )
+        for spec in self.wheels:
+            if "==" not in spec:
+                raise UserError(f"wheel {spec!r} must be pinned as NAME==VERSION so the bundle is reproducible")
+
+    @property
+    def loader(self) -> str:
+        return LOADER[self.arch]
+
+    @property
+    def multiarch(self) -> str:
+        return MULTIARCH[self.arch]
+
+    @property
+    def qemu(self) -> str:
+        return QEMU[self.arch]
+
+    @property
+    def wheel_platforms(self) -> tuple[str, ...]:
+        return WHEEL_PLATFORMS[self.arch]
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, tuple):
+                data[key] = list(value)
+        return data
+
+    def canonical(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))

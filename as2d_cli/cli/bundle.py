@@ -1,0 +1,75 @@
+"""`as2d bundle build`: assemble the arm64 runtime bundle that phones run (docs/phones.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import typer
+
+from as2d_cli.errors import UserError
+
+
+def register(app: typer.Typer) -> None:
+    sub = typer.Typer(help="The arm64 runtime bundle (CPython, numpy, onnxruntime, runner, models) for phones.",
+                      no_args_is_help=True)
+    app.add_typer(sub, name="bundle")
+
+    @sub.command("build")
+    def build(
+        arch: str = typer.Option("arm64", "--arch", help="Target architecture (arm64 only)."),
+        refresh: bool = typer.Option(False, "--refresh", help="Fetch the Debian package lists even if fresh."),
+        cache: Path | None = typer.Option(None, "--cache", help="Cache directory (default ~/.cache/as2d/bundle)."),
+        out: Path | None = typer.Option(None, "--out", help="Also copy the archive here (its manifest goes beside it)."),
+        debian_mirror: str | None = typer.Option(None, "--debian-mirror", help="Debian mirror URL for the arm64 packages."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+    ) -> None:
+        """Build (or reuse from the cache) the arm64 bundle and print where it is."""
+        from as2d_cli.bundle.build import build_bundle
+        from as2d_cli.bundle.manifest import MANIFEST
+        from as2d_cli.bundle.recipe import Recipe
+
+        recipe = Recipe(arch=arch, **({"debian_mirror": debian_mirror} if debian_mirror else {}))
+        say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"· {m}", err=True))
+        result = build_bundle(recipe, cache=cache, refresh=refresh, progress=say)
+        archive = result.archive
+        if out is not None:
+            archive = _copy_out(result.archive, out)
+            shutil.copyfile(result.archive.with_name(MANIFEST), archive.with_name(archive.name + ".manifest.json"))
+        summary = {
+            "archive": str(archive),
+            "manifest_sha256": result.manifest_hash,
+            "cache_hit": result.cache_hit,
+            "archive_bytes": result.archive_bytes,
+            "unpacked_bytes": result.unpacked_bytes,
+            "files": result.manifest["totals"]["files"],
+            "debian_packages": {p["name"]: p["version"] for p in result.manifest["debian_packages"]},
+            "wheels": {w["name"]: w["version"] for w in result.manifest["wheels"]},
+            "assets": len(result.manifest["project"]["assets"]),
+            "seconds": round(result.seconds, 2),
+        }
+        if as_json:
+            typer.echo(json.dumps(summary, indent=1))
+            return
+        state = "cache hit" if result.cache_hit else "built"
+        typer.echo(f"{state}: {archive}")
+        typer.echo(f"manifest sha256 {result.manifest_hash}")
+        typer.echo(
+            f"{summary['files']} files, {result.unpacked_bytes / 1e6:.1f} MB unpacked, "
+            f"{result.archive_bytes / 1e6:.1f} MB packed, {summary['assets']} asset files, {result.seconds:.1f} s"
+        )
+        typer.echo("debian: " + ", ".join(f"{k} {v}" for k, v in summary["debian_packages"].items()))
+        typer.echo("wheels: " + ", ".join(f"{k} {v}" for k, v in summary["wheels"].items()))
+
+
+def _copy_out(archive: Path, out: Path) -> Path:
+    """Copy the archive to ``out`` (a file or a directory); never overwrite a different file."""
+    dest = out / archive.name if out.is_dir() else out
+    if dest.exists():
+        if dest.read_bytes() == archive.read_bytes():
+            return dest
+        raise UserError(f"{dest} already exists and differs from the new bundle; choose another --out or remove it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(archive, dest)
+    return dest
