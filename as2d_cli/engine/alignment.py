@@ -1,0 +1,136 @@
+"""Candidate alignment (paper C.3): where in the buffer the next usable candidates start.
+
+State: ``pos`` is the buffer index whose candidate proposed the *current root's* output
+position. ``status`` says whether ``buffer[pos]`` equals the root (MATCHED), differs from it
+(MISMATCH: candidates after ``pos`` are not usable until an anchor is found) or is not
+published yet (UNKNOWN: decided once it is).
+
+Rules, after each verification call that committed ``accepted`` candidates and a new root:
+
+* The root's position moves by ``accepted + 1``.
+* Full acceptance: the cursor simply advances; the new root (bonus) is compared with the
+  candidate at its position when that is published.
+* Rejection: the candidate at the mismatch position ``p`` differs from the correction
+  ``x``. The next call processes ``x`` alone (K1) to learn the next target token ``y``,
+  the first anchor. Then, in order:
+  1. ``buffer[p] == y``: position ``p`` stays eligible (the target inserted ``x``);
+  2. local search for ``y`` in ``buffer[p+1 : p+1+window]`` (published part), nearest first;
+  3. search for the correction ``x`` in the same window followed by ``y`` (its continuation);
+  4. otherwise position ``p`` is retired (the search window moves on by one position) and
+     the target continues alone, searching again after each further token.
+* The search is bounded by ``window`` positions (default 8, one publication batch), so
+  each round's alignment work is O(window). Published tokens never change; only the
+  cursor moves.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+MATCHED = 1
+MISMATCH = 0
+UNKNOWN = -1
+
+
+class Aligner:
+    __slots__ = ("pos", "status", "window", "correction", "last_action", "last_offset")
+
+    def __init__(self, window: int) -> None:
+        # The first token (selected during prefill) sits at position 0 of the source's
+        # sequence: a source transcribes the same output from its start.
+        self.pos = 0
+        self.status = UNKNOWN
+        self.window = window
+        self.correction: int | None = None  # x, while waiting for the anchor y
+        self.last_action = "start"
+        self.last_offset = 0
+
+    @property
+    def cursor(self) -> int:
+        """Buffer index of the next candidate to offer (after the root's position)."""
+        return self.pos + 1
+
+    def usable_start(self, tokens: Sequence[int], ready: int, root: int) -> int | None:
+        """Index of the first usable candidate at this boundary, or None if none is usable.
+
+        Resolves an UNKNOWN root position once the candidate there is published."""
+        if self.status == UNKNOWN and self.pos < ready:
+            if tokens[self.pos] == root:
+                self.status = MATCHED
+            else:
+                self.status = MISMATCH
+                self.correction = root
+        if self.status == MISMATCH:
+            return None
+        return self.pos + 1
+
+    def after_call(
+        self,
+        tokens: Sequence[int],
+        ready: int,
+        offered: int,
+        accepted: int,
+        root: int,
+        anchor_round: bool,
+    ) -> None:
+        """Update after a call that offered ``offered`` candidates from the cursor,
+        accepted ``accepted`` of them and produced the new ``root``."""
+        if anchor_round:
+            self._anchor(tokens, ready, root)
+            return
+        self.pos += accepted + 1
+        if accepted < offered:
+            # Rejection: the candidate at pos was offered and differs from the correction.
+            self.status = MISMATCH
+            self.correction = root
+            self.last_action = "reject"
+            self.last_offset = 0
+            return
+        self.last_action = "advance" if offered else "alone"
+        self.last_offset = 0
+        if self.pos < ready:
+            if tokens[self.pos] == root:
+                self.status = MATCHED
+            else:
+                self.status = MISMATCH
+                self.correction = root
+        else:
+            self.status = UNKNOWN
+
+    def _anchor(self, tokens: Sequence[int], ready: int, y: int) -> None:
+        """A K1 call processed the correction x and produced the next target token y."""
+        p = self.pos  # the mismatch position (x's output position)
+        x = self.correction
+        if p < ready and tokens[p] == y:
+            # 1. target insertion: p proposes y's position and stays eligible.
+            self._found(p, "insert", 0)
+            return
+        hi = min(ready, p + 1 + self.window)
+        for j in range(p + 1, hi):
+            if tokens[j] == y:
+                # 2. the next target token found nearby.
+                self._found(j, "search", j - p)
+                return
+        if x is not None:
+            for j in range(p + 1, hi):
+                if tokens[j] == x and j + 1 < ready and tokens[j + 1] == y:
+                    # 3. the correction token and its continuation.
+                    self._found(j + 1, "correction", j + 1 - p)
+                    return
+        # 4. retire position p; the target continues alone and the anchor moves on.
+        self.pos = p + 1
+        self.status = MISMATCH
+        self.correction = y
+        self.last_action = "retire"
+        self.last_offset = 0
+
+    def _found(self, j: int, action: str, offset: int) -> None:
+        self.pos = j
+        self.status = MATCHED
+        self.correction = None
+        self.last_action = action
+        self.last_offset = offset
+
+    @property
+    def awaiting_anchor(self) -> bool:
+        return self.status == MISMATCH

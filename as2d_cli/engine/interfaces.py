@@ -1,0 +1,58 @@
+"""What the engine needs from the outside world: a target, a prefix-conditioned drafter.
+
+The engine is written against these small protocols only. Real models (ONNX Runtime),
+trace-backed stand-ins for replay, and the property tests' reference target all implement
+them. Target-decoupled sources do not appear here: a producer publishes batches into a
+:class:`~as2d_cli.engine.buffer.CandidateBuffer` on its own schedule, and the engine only
+reads published snapshots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+
+@runtime_checkable
+class Target(Protocol):
+    """The target model behind the known-root convention.
+
+    The state holds the *processed* committed tokens (the KV cache after the prompt). The
+    last committed token, the known root, is held back: the next call processes it first.
+    """
+
+    def verify(self, tokens: Sequence[int]) -> Sequence[int]:
+        """Process ``tokens`` (``tokens[0]`` is the known root, the rest candidates) after
+        the current state in one call and return the greedy next-token decision at each of
+        the ``len(tokens)`` positions. The state grows by ``len(tokens)`` entries."""
+        ...
+
+    def rollback(self, length: int) -> None:
+        """Keep only the first ``length`` processed tokens (drop rejected entries)."""
+        ...
+
+    @property
+    def length(self) -> int:
+        """Number of processed tokens in the state."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A prefix-conditioned drafter's proposal: tokens and per-token confidence (or None)."""
+
+    tokens: tuple[int, ...]
+    confidences: tuple[float, ...] | None = None
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """A drafter conditioned on the committed target prefix (standard SD and SpecASR-ASP)."""
+
+    def draft(self, prefix: Sequence[int], count: int, stop_below: float | None = None) -> Draft:
+        """Greedy continuation of ``prefix`` (the committed tokens, root last).
+
+        Returns at most ``count`` tokens. With ``stop_below`` set, stops after the first
+        token whose confidence is below it (that token included) or at the drafter's EOS;
+        without it, drafts exactly ``count`` tokens, past its own EOS if need be."""
+        ...

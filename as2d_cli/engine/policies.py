@@ -1,0 +1,127 @@
+"""The six decoding policies, as configuration over one engine.
+
+* ``TargetOnly``       — scalar target steps, one token each.
+* ``StandardSD(k)``    — serial prefix-conditioned drafting of k−1 tokens, width-k checks.
+* ``ASP``              — SpecASR adaptive single-sequence prediction: confidence stop
+                         (threshold 0.4, low token included), cap 24, draft recycling.
+* ``As2d(budget)``     — target-decoupled source, budget b (K ≤ b+1), confidence stop
+                         where the source has confidences, publication batches of 8.
+* ``without_td(b)``    — ablation: serial ASP-style drafting with As²d's budget as cap.
+* ``without_bc()``     — ablation: target-decoupled drafting with ASP's threshold/cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+DEFAULT_THRESHOLD = 0.4
+DEFAULT_ASP_CAP = 24
+DEFAULT_BATCH = 8
+DEFAULT_ALIGN_WINDOW = 8
+
+
+@dataclass(frozen=True, slots=True)
+class TargetOnly:
+    name: str = "target-only"
+
+    @property
+    def serial(self) -> bool:
+        return False
+
+    @property
+    def decoupled(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class StandardSD:
+    """Fixed physical width ``k`` (known root + k−1 drafts)."""
+
+    k: int
+    name: str = "sd"
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError("standard SD needs a physical width k >= 1")
+
+    @property
+    def serial(self) -> bool:
+        return True
+
+    @property
+    def decoupled(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class ASP:
+    """SpecASR adaptive single-sequence prediction with draft recycling."""
+
+    threshold: float = DEFAULT_THRESHOLD
+    cap: int = DEFAULT_ASP_CAP
+    recycle: bool = True
+    name: str = "asp"
+
+    def __post_init__(self) -> None:
+        if self.cap < 1:
+            raise ValueError("ASP needs a cap >= 1")
+
+    @property
+    def serial(self) -> bool:
+        return True
+
+    @property
+    def decoupled(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class As2d:
+    """Target-decoupled drafting with a fixed proposal budget."""
+
+    budget: int
+    threshold: float | None = DEFAULT_THRESHOLD
+    batch: int = DEFAULT_BATCH
+    window: int = DEFAULT_ALIGN_WINDOW
+    name: str = "as2d"
+
+    def __post_init__(self) -> None:
+        if self.budget < 1:
+            raise ValueError("As²d needs a budget >= 1")
+        if self.batch < 1:
+            raise ValueError("publication batch must be >= 1")
+        if self.window < 0:
+            raise ValueError("alignment window must be >= 0")
+
+    @property
+    def serial(self) -> bool:
+        return False
+
+    @property
+    def decoupled(self) -> bool:
+        return True
+
+
+Policy = Union[TargetOnly, StandardSD, ASP, As2d]
+
+
+def without_td(budget: int, threshold: float = DEFAULT_THRESHOLD) -> ASP:
+    """Ablation "w/o TD": serial ASP-style drafting capped at As²d's budget (paper 5.3, D.5.2)."""
+    return ASP(threshold=threshold, cap=budget, name="as2d-no-td")
+
+
+def without_bc(threshold: float = DEFAULT_THRESHOLD, cap: int = DEFAULT_ASP_CAP) -> As2d:
+    """Ablation "w/o BC": target-decoupled drafting with ASP's threshold and cap (paper 5.3)."""
+    return As2d(budget=cap, threshold=threshold, name="as2d-no-bc")
+
+
+def physical_width_limit(policy: Policy) -> int:
+    """Largest physical width K a policy can ask for (known root included)."""
+    if isinstance(policy, TargetOnly):
+        return 1
+    if isinstance(policy, StandardSD):
+        return policy.k
+    if isinstance(policy, ASP):
+        return policy.cap + 1
+    return policy.budget + 1
