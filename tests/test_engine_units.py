@@ -147,3 +147,15 @@ def test_engine_refuses_misuse() -> None:
     ep.run()
     with pytest.raises(EngineError):
         ep.step()
+
+
+def test_accounting_identity_on_overlapping_intervals() -> None:
+    from as2d_cli.engine.accounting import decompose
+
+    prod = [(0, 10), (5, 20), (40, 50)]  # merged: [0,20] + [40,50] = 30
+    ver = [(15, 30), (45, 60), (59, 70)]  # merged: [15,30] + [45,70] = 40
+    d = decompose(prod, ver, T=80)
+    assert (d.D, d.V, d.O, d.H) == (30, 40, 10, 20)
+    assert d.T == d.D + d.V - d.O + d.H
+    # Work outside [0, T] is clipped, not charged.
+    assert decompose([(70, 100)], [], T=80).D == 10

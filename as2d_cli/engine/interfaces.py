@@ -56,3 +56,28 @@ class Drafter(Protocol):
         token whose confidence is below it (that token included) or at the drafter's EOS;
         without it, drafts exactly ``count`` tokens, past its own EOS if need be."""
         ...
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A target-decoupled producer's model side: it never sees target text or target KV.
+
+    A driver (the native runner's producer thread, or the replay's simulated timeline)
+    calls :meth:`start` once (source preparation/prefill: producer work inside the decode
+    clock), then :meth:`step` repeatedly. Each step is one unit of source work: one
+    autoregressive token, or one whole chunk for a chunked source. The driver publishes:
+    an autoregressive source every ``batch`` tokens (and its final partial batch at its
+    EOS or cap), a chunked source each chunk at once.
+    """
+
+    source_id: str
+    kind: str  # "autoregressive" | "chunked"
+
+    def start(self) -> None:
+        """Prepare the source for the request (encode audio, prefill its own prompt)."""
+        ...
+
+    def step(self) -> Sequence[tuple[int, float | None]] | None:
+        """Next unit of work: ``[(token, confidence or None), ...]`` in the target
+        vocabulary, or None when the source has finished (its EOS, cap or last chunk)."""
+        ...
