@@ -5,7 +5,8 @@ started with its own loader invoked explicitly, HOME and TMPDIR set to directori
 ours, PYTHONHOME/PYTHONPATH pointing into the bundle and LD_PRELOAD unset (an Android
 preload is a bionic library glibc cannot load)::
 
-    cd BUNDLE && ./ld-linux-aarch64.so.1 --library-path ./lib ./python3.11 -m MODULE ARGS
+    cd BUNDLE && env -u LD_PRELOAD HOME=… TMPDIR=… PYTHONHOME=… PYTHONPATH=… \\
+        ./ld-linux-aarch64.so.1 --library-path ./lib ./python3.11 -m MODULE ARGS
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ class Launch:
 
     def shell(self) -> str:
         """One POSIX/mksh command line that starts it (every value quoted)."""
-        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return f"cd {shlex.quote(self.bundle_dir)} && unset LD_PRELOAD && {assigns} exec {shlex.join(self.argv)}"
+        assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.env.items()))
+        return f"cd {shlex.quote(self.bundle_dir)} && env -u LD_PRELOAD {assigns} {shlex.join(self.argv)}"
 
 
 def launch(

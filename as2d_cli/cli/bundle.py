@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", help="Also copy the archive here (its manifest goes beside it)."),
         debian_mirror: str | None = typer.Option(None, "--debian-mirror", help="Debian mirror URL for the arm64 packages."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+        project: Path | None = typer.Option(None, "--project", help="Checkout whose runner and models go in (default: this one)."),
     ) -> None:
         """Build (or reuse from the cache) the arm64 bundle and print where it is."""
         from as2d_cli.bundle.build import build_bundle
@@ -32,7 +33,7 @@ def register(app: typer.Typer) -> None:
 
         recipe = Recipe(arch=arch, **({"debian_mirror": debian_mirror} if debian_mirror else {}))
         say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"· {m}", err=True))
-        result = build_bundle(recipe, cache=cache, refresh=refresh, progress=say)
+        result = build_bundle(recipe, project_root=project, cache=cache, refresh=refresh, progress=say)
         archive = result.archive
         if out is not None:
             archive = _copy_out(result.archive, out)
