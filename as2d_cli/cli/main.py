@@ -19,6 +19,8 @@ from as2d_cli.errors import As2dError
 # Module names under as2d_cli.cli; add one line per new command module.
 COMMANDS: list[str] = [
     "version",
+    "devices",
+    "emulator",
     "bundle",
 ]
 

@@ -1,0 +1,69 @@
+"""`as2d emulator start`: run an emulated phone (a loopback adbd the adb server connects to)
+for dry runs, until Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import List, Optional
+
+import typer
+
+from as2d_cli.errors import UserError
+
+
+def register(app: typer.Typer) -> None:
+    sub = typer.Typer(help="An emulated phone for dry runs and tests (no hardware needed).", no_args_is_help=True)
+    app.add_typer(sub, name="emulator")
+
+    @sub.command("start")
+    def start(
+        port: int = typer.Option(0, "--port", help="Loopback port of the emulated adbd (0: any free port)."),
+        adb_port: Optional[int] = typer.Option(None, "--adb-port", help="adb server to attach to (default: $ANDROID_ADB_SERVER_PORT or 5037; started privately if none runs there)."),
+        private_server: bool = typer.Option(False, "--private-server", help="Start a private adb server (own port and HOME) instead of using a running one."),
+        profile: str = typer.Option("k70", "--profile", help="Phone to emulate: k70, mi14, mi11pro, note9pro."),
+        connection: str = typer.Option("usb", "--connection", help="usb (unplug removes the phone) or wireless (it stays)."),
+        auth: str = typer.Option("device", "--auth", help="device, unauthorized (key never accepted) or offline (no handshake)."),
+        fault: List[str] = typer.Option([], "--fault", help="Fault to inject (repeatable): core-offline:CPU@T, ceiling:CPU=GHZ@T, stall:CMD, vanish:CMD, vanish@T, unplug@T[+D]."),
+    ) -> None:
+        """Run an emulated phone until Ctrl-C and print how to reach it."""
+        from device_agents.adb_phone import adb_port as default_adb_port
+        from device_agents.emulator.faults import apply_fault
+        from device_agents.emulator.profiles import PROFILES
+        from device_agents.emulator.session import EmulatorSession
+
+        if profile not in PROFILES:
+            raise UserError(f"unknown --profile {profile!r}; choose one of {', '.join(PROFILES)}")
+        if connection not in ("usb", "wireless"):
+            raise UserError("--connection must be usb or wireless")
+        if auth not in ("device", "unauthorized", "offline"):
+            raise UserError("--auth must be device, unauthorized or offline")
+        session = EmulatorSession(profile=profile, port=port,
+                                  adb_port=None if private_server else (adb_port or default_adb_port()),
+                                  private_server=private_server, connection=connection, auth_mode=auth)
+        armed: list[str] = []
+        try:
+            for spec in fault:
+                armed.append(apply_fault(session.phone, spec))
+        except UserError:
+            session.phone.close()
+            raise
+        session.start()
+        stop = threading.Event()
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        p = session.phone.profile
+        typer.echo(f"emulated {p.marketing_name} ({p.model_id}) at {session.serial} ({connection}, {auth}), "
+                   f"adb server on port {session.adb_port}"
+                   + (" (private, stops with the emulator)" if session.server else ""))
+        for a in armed:
+            typer.echo(f"fault: {a}")
+        typer.echo(f"try: ANDROID_ADB_SERVER_PORT={session.adb_port} as2d devices   "
+                   f"(or: adb -P {session.adb_port} -s {session.serial} shell getprop ro.product.model)")
+        typer.echo("press Ctrl-C to stop", nl=True)
+        try:
+            while not stop.wait(0.2):
+                pass
+        finally:
+            session.stop()
+            typer.echo("emulated phone stopped")

@@ -1,0 +1,104 @@
+"""One running emulated phone: the scripted phone, its loopback adbd, and the adb server it
+is connected to (a private one when asked). Used by the pytest fixture and by
+``as2d emulator start``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from as2d_cli.errors import DeviceError
+from device_agents.adb_phone import AdbPhone, _server_up
+from device_agents.adbserver import PrivateAdbServer
+from device_agents.emulator.adbd import EmulatedAdbd
+from device_agents.emulator.phone import ScriptedPhone
+
+
+class EmulatorSession:
+    def __init__(self, profile: str = "k70", port: int = 0, adb_port: int | None = None,
+                 private_server: bool = True, connection: str = "usb", auth_mode: str = "device",
+                 root: Path | None = None) -> None:
+        self.phone = ScriptedPhone(profile, root=root, connection=connection)
+        self.adbd = EmulatedAdbd(self.phone, port=port, auth_mode=auth_mode)
+        self._want_private = private_server
+        self._adb_port = adb_port
+        self.server: PrivateAdbServer | None = None
+        self.adb_port = 0
+
+    @property
+    def serial(self) -> str:
+        return self.adbd.serial
+
+    def start(self, timeout: float = 10.0) -> "EmulatorSession":
+        try:
+            self.adbd.start()
+        except OSError as exc:
+            self.phone.close()
+            raise DeviceError(f"cannot listen on 127.0.0.1:{self.adbd._requested_port} ({exc.strerror}); "
+                              f"pick another --port") from None
+        if self._want_private or (self._adb_port and not _server_up(self._adb_port)):
+            self.server = PrivateAdbServer(port=self._adb_port).start()
+            self.adb_port = self.server.port
+        else:
+            from device_agents.adb_phone import adb_port
+
+            self.adb_port = self._adb_port or adb_port()
+            if not _server_up(self.adb_port):
+                self.stop()
+                raise DeviceError(f"no adb server listens on port {self.adb_port}; start one with "
+                                  f"`adb start-server` or pass --private-server")
+        self.phone.adb_server_port = self.adb_port
+        self.connect(timeout)
+        return self
+
+    def connect(self, timeout: float = 10.0) -> None:
+        """`adb connect` and wait until the server lists the phone (in any state but
+        'connecting' when the phone is meant to be unauthorized/offline)."""
+        from device_agents.adb_phone import adb_client
+
+        client = adb_client(self.adb_port)
+        if self.adbd.auth_mode == "offline":
+            # The server's connect waits ~10 s for a handshake that never comes; the
+            # transport stays registered (offline) after we stop waiting for the reply.
+            try:
+                client.connect(self.serial, timeout=0.3)
+            except Exception:
+                pass
+        else:
+            client.connect(self.serial, timeout=timeout)
+        want = {"device": "device", "unauthorized": "unauthorized", "offline": "offline"}[self.adbd.auth_mode]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = {d.serial: d.state for d in client.list()}
+            if states.get(self.serial) == want:
+                return
+            time.sleep(0.03)
+        raise DeviceError(f"the adb server on port {self.adb_port} did not list {self.serial} as {want} "
+                          f"within {timeout:g} s")
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for subprocesses (adb, as2d) that should use this phone's server."""
+        return {"ANDROID_ADB_SERVER_PORT": str(self.adb_port)}
+
+    def device(self) -> AdbPhone:
+        return AdbPhone(self.serial, self.adb_port)
+
+    def stop(self) -> None:
+        try:
+            if self.adb_port and _server_up(self.adb_port):
+                from device_agents.adb_phone import adb_client
+
+                adb_client(self.adb_port).disconnect(self.serial)
+        except Exception:
+            pass
+        self.adbd.stop()
+        self.phone.close()
+        if self.server is not None:
+            self.server.stop()
+
+    def __enter__(self) -> "EmulatorSession":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

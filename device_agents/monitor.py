@@ -1,0 +1,176 @@
+"""The 1 Hz monitor that runs during measured episodes (paper D.2.3): a thread sampling
+cores online and frequency ceilings. Frequency changes are recorded; a core going offline
+(or the device going away) trips the monitor, and :func:`run_batch` stops the batch with a
+:class:`BatchStopped` error that keeps the failure record and everything measured so far."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+from as2d_cli.errors import DeviceError
+from device_agents.base import CpuState, Device
+from device_agents.gating import GateConfig, GateFailed, GateResult, Sleep, require_gate
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Sample:
+    t_s: float  # seconds since the monitor started
+    wall_time: float
+    online: tuple[int, ...]
+    ceiling_khz: dict[int, int | None]
+    cur_khz: dict[int, int | None]
+
+    @classmethod
+    def of(cls, t0: float, state: CpuState) -> "Sample":
+        return cls(round(time.monotonic() - t0, 3), state.wall_time, tuple(sorted(state.online)),
+                   {c.cpu: c.ceiling_khz for c in state.cores}, {c.cpu: c.cur_khz for c in state.cores})
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    kind: str  # "core_offline" | "device_lost"
+    t_s: float
+    wall_time: float
+    message: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class CoreMonitor:
+    """Samples ``device.cpu_state()`` every ``interval_s`` in a thread. ``expected`` is the
+    set of cores that must stay online (default: those online at the first sample)."""
+
+    def __init__(self, device: Device, interval_s: float = 1.0, expected: set[int] | None = None) -> None:
+        self.device = device
+        self.interval_s = interval_s
+        self.expected = expected
+        self.samples: list[Sample] = []
+        self.failure: FailureRecord | None = None
+        self.tripped = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+
+    def start(self) -> "CoreMonitor":
+        self._t0 = time.monotonic()
+        self._sample()  # first sample synchronously: the episode starts from a known state
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="as2d-core-monitor")
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        next_at = time.monotonic() + self.interval_s
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            next_at += self.interval_s
+            if not self._sample():
+                return
+
+    def _sample(self) -> bool:
+        try:
+            state = self.device.cpu_state()
+        except DeviceError as exc:
+            self._trip(FailureRecord("device_lost", round(time.monotonic() - self._t0, 3), time.time(), str(exc)))
+            return False
+        s = Sample.of(self._t0, state)
+        self.samples.append(s)
+        if self.expected is None:
+            self.expected = set(s.online)
+        gone = sorted(self.expected - set(s.online))
+        if gone:
+            self._trip(FailureRecord(
+                "core_offline", s.t_s, s.wall_time,
+                f"CPU{','.join(map(str, gone))} went offline on {self.device.serial} {s.t_s:.1f} s into the episode; "
+                f"the batch is stopped (results so far are kept) -- let the phone cool down and rerun",
+                {"offline": gone, "online": list(s.online)}))
+            return False
+        return True
+
+    def _trip(self, record: FailureRecord) -> None:
+        if self.failure is None:
+            self.failure = record
+        self.tripped.set()
+
+    def stop(self) -> list[Sample]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(5.0, 3 * self.interval_s))
+        return self.samples
+
+    def check(self) -> None:
+        """Raise at once if the monitor has tripped (episodes call this between steps)."""
+        if self.failure is not None:
+            raise DeviceError(self.failure.message)
+
+    def __enter__(self) -> "CoreMonitor":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass
+class EpisodeRecord(Generic[T]):
+    index: int
+    result: T | None
+    gate: GateResult | None
+    samples: list[Sample]
+    failure: FailureRecord | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "gate": self.gate.to_dict() if self.gate else None,
+                "samples": [asdict(s) for s in self.samples],
+                "failure": asdict(self.failure) if self.failure else None}
+
+
+class BatchStopped(DeviceError):
+    """The batch stopped early. ``completed`` holds every finished episode, ``interrupted``
+    the episode that was running (its result, if it returned one, is kept but must not be
+    used as a measurement), ``failure`` the record that stopped it."""
+
+    def __init__(self, message: str, completed: list[EpisodeRecord[Any]],
+                 interrupted: EpisodeRecord[Any] | None, failure: FailureRecord | None,
+                 gate: GateResult | None = None) -> None:
+        super().__init__(message)
+        self.completed = completed
+        self.interrupted = interrupted
+        self.failure = failure
+        self.gate = gate
+
+
+Episode = Callable[[CoreMonitor], T]
+
+
+def run_batch(device: Device, episodes: Sequence[Episode[T]], gate: GateConfig | None = None,
+              monitor_interval_s: float = 1.0, sleep: Sleep = time.sleep,
+              use_gate: bool = True) -> list[EpisodeRecord[T]]:
+    """Gate, then run each episode under the monitor. An episode receives the monitor so
+    it can stop early (``monitor.tripped`` / ``monitor.check()``)."""
+    done: list[EpisodeRecord[T]] = []
+    for i, episode in enumerate(episodes):
+        gate_result = None
+        if use_gate:
+            try:
+                gate_result = require_gate(device, gate, sleep)
+            except GateFailed as exc:
+                raise BatchStopped(f"episode {i + 1}/{len(episodes)} not started: {exc} "
+                                   f"({len(done)} finished episodes kept)", done, None, None, exc.result) from None
+        monitor = CoreMonitor(device, monitor_interval_s).start()
+        result: T | None = None
+        try:
+            result = episode(monitor)
+        except DeviceError as exc:
+            samples = monitor.stop()
+            rec = EpisodeRecord(i, None, gate_result, samples, monitor.failure)
+            raise BatchStopped(f"episode {i + 1}/{len(episodes)} stopped: {monitor.failure.message if monitor.failure else exc} "
+                               f"({len(done)} finished episodes kept)", done, rec, monitor.failure) from None
+        samples = monitor.stop()
+        rec = EpisodeRecord(i, result, gate_result, samples, monitor.failure)
+        if monitor.failure is not None:
+            raise BatchStopped(f"episode {i + 1}/{len(episodes)} stopped: {monitor.failure.message} "
+                               f"({len(done)} finished episodes kept)", done, rec, monitor.failure)
+        done.append(rec)
+    return done
