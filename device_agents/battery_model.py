@@ -318,3 +318,190 @@ def simulate_readings(params: BatteryParams, faults: GaugeFaults, start_ns: int,
         model.set_activity(activity(clock.now_ns))
         out.append(model.read())
     return out
+
+
+# -- the emulated phone's power subsystem ----------------------------------------------------
+class EmulatedBattery:
+    """Stands in for ScriptedPhone.battery (dumpsys battery, /sys/class/power_supply/battery)
+    with values read from the model, so the phone's own tools see the same gauge as Perfetto.
+    The phone's unplug()/replug() set `usb_powered`, which drives the model's charger."""
+
+    def __init__(self, model: BatteryModel, temperature_dc: int = 310) -> None:
+        self.model = model
+        self.temperature_dc = temperature_dc
+
+    @property
+    def usb_powered(self) -> bool:
+        return self.model.plugged
+
+    @usb_powered.setter
+    def usb_powered(self, value: bool) -> None:
+        self.model.set_plugged(bool(value))
+
+    @property
+    def status(self) -> int:
+        return 2 if self.model.plugged else 3  # BATTERY_STATUS_CHARGING / _DISCHARGING
+
+    def dumpsys(self) -> str:
+        g = self.model.read()
+        volt_mv = 0 if g.voltage_uv is None else g.voltage_uv // 1000
+        return (
+            "Current Battery Service state:\n"
+            f"  AC powered: false\n  USB powered: {str(self.usb_powered).lower()}\n"
+            "  Wireless powered: false\n  Dock powered: false\n"
+            "  Max charging current: 3000000\n  Max charging voltage: 5000000\n"
+            f"  Charge counter: {g.charge_uah}\n  status: {self.status}\n"
+            "  health: 2\n  present: true\n"
+            f"  level: {int(g.capacity_percent)}\n  scale: 100\n  voltage: {volt_mv}\n"
+            f"  temperature: {self.temperature_dc}\n  technology: Li-poly\n"
+        )
+
+    def sysfs(self) -> dict[str, str]:
+        g = self.model.read()
+        return {
+            "capacity": str(int(g.capacity_percent)),
+            "temp": str(self.temperature_dc),
+            "voltage_now": "" if g.voltage_uv is None else str(g.voltage_uv),
+            "current_now": str(g.current_ua),
+            "charge_counter": str(g.charge_uah),
+            "status": self.model.status(),
+            "present": "1",
+        }
+
+
+class EmulatedPower:
+    """Installs the battery model on an emulated phone through its command table:
+
+    - ``perfetto`` — reads a binary TraceConfig (``-c FILE`` or ``-c -``), and for its
+      ``android.power`` source polls the model every ``battery_poll_ms`` for at most
+      ``duration_ms`` into the ``-o`` file, a real Perfetto trace; ``--background-wait``
+      returns once polling runs and prints the pid, as the real tool does;
+    - ``nohup`` — runs its command immune to the adb connection closing (USB unplug);
+    - ``/proc/uptime`` on the boot clock the trace uses;
+    - activity: every host program the phone runs counts as one busy worker while it runs
+      (``busy()`` lets other command handlers, e.g. the native runner, say the same).
+    """
+
+    def __init__(self, phone, model: BatteryModel | None = None) -> None:  # type: ignore[no-untyped-def]
+        self.phone = phone
+        self.model = model or BatteryModel()
+        self.recorders: list[BatteryRecorder] = []
+        self._pids = iter(range(31_000, 10**9))
+
+    def install(self) -> "EmulatedPower":
+        from device_agents.emulator.shell import CommandContext  # noqa: F401 (typing only)
+
+        self.model.set_plugged(bool(getattr(self.phone.battery, "usb_powered", True)))
+        self.phone.battery = EmulatedBattery(self.model)
+        self.phone.register_command("perfetto", self._perfetto)
+        self.phone.register_command("nohup", self._nohup)
+        self.phone.fs.add_dynamic("/proc/uptime", self._uptime)
+        inner = self.phone.launcher
+
+        def launcher(ctx, host_path: str) -> int:  # type: ignore[no-untyped-def]
+            with self.busy():
+                return inner(ctx, host_path)
+
+        self.phone.launcher = launcher
+        return self
+
+    class _Busy:
+        def __init__(self, model: BatteryModel, workers: float) -> None:
+            self.model, self.workers = model, workers
+
+        def __enter__(self) -> None:
+            self.model.add_activity(self.workers)
+
+        def __exit__(self, *exc: object) -> None:
+            self.model.add_activity(-self.workers)
+
+    def busy(self, workers: float = 1.0) -> "EmulatedPower._Busy":
+        return EmulatedPower._Busy(self.model, workers)
+
+    def stop_all(self) -> None:
+        for r in self.recorders:
+            r.stop()
+        for r in self.recorders:
+            r.join(5.0)
+
+    def _uptime(self) -> str:
+        ns = self.model.clock_ns()
+        return f"{ns // 1_000_000_000}.{ns // 10_000_000 % 100:02d} {ns / 2e9:.2f}\n"
+
+    def _nohup(self, ctx) -> int:  # type: ignore[no-untyped-def]
+        from device_agents.emulator.pipes import Pipe
+        from device_agents.emulator.shell import Interpreter
+
+        if len(ctx.argv) < 2:
+            ctx.err("nohup: needs a command\n")
+            return 127
+        immune = threading.Event()  # SIGHUP from the closing adb connection is ignored
+        sh = Interpreter(self.phone, Pipe(b"", closed=True), ctx.stdout, ctx.stderr, immune,
+                         ctx.cwd)
+        sh.env = dict(ctx.env)
+        try:
+            return sh.dispatch(ctx.argv[1:], sh.stdin, ctx.stdout, ctx.stderr, ctx.affinity)
+        except Exception as exc:  # noqa: BLE001 - the output stream may be gone; keep going
+            try:
+                ctx.err(f"nohup: {exc}\n")
+            except Exception:  # noqa: BLE001
+                pass
+            return 1
+
+    def _perfetto(self, ctx) -> int:  # type: ignore[no-untyped-def]
+        args = ctx.argv[1:]
+        cfg_src: str | None = None
+        out: str | None = None
+        background = False
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a in ("-c", "--config") and i + 1 < len(args):
+                cfg_src, i = args[i + 1], i + 2
+            elif a in ("-o", "--out") and i + 1 < len(args):
+                out, i = args[i + 1], i + 2
+            elif a in ("--background-wait", "--background", "-d"):
+                background, i = True, i + 1
+            elif a == "--txt":
+                ctx.err("perfetto (emulated): text configs are not supported here; pass the "
+                        "binary TraceConfig\n")
+                return 1
+            else:
+                ctx.err(f"perfetto (emulated): unsupported argument {a}\n")
+                return 1
+        if cfg_src is None or out is None:
+            ctx.err("perfetto: needs -c CONFIG and -o OUT\n")
+            return 1
+        try:
+            raw = ctx.stdin.read() if cfg_src == "-" else self.phone.fs.read_file(ctx.path(cfg_src))
+        except OSError as exc:
+            ctx.err(f"perfetto: cannot read config: {exc}\n")
+            return 1
+        cfg = pb.TraceConfig()
+        try:
+            cfg.ParseFromString(raw)
+        except Exception as exc:  # noqa: BLE001 - DecodeError
+            ctx.err(f"perfetto: the config is not a binary TraceConfig ({exc})\n")
+            return 1
+        power = next((ds.config.android_power_config for ds in cfg.data_sources
+                      if ds.config.name == "android.power"), None)
+        if power is None or not cfg.duration_ms:
+            ctx.err("perfetto (emulated): needs an android.power data source and duration_ms\n")
+            return 1
+        counters = [pb.AndroidPowerConfig.BatteryCounters.Name(v).removeprefix("BATTERY_COUNTER_")
+                    for v in power.battery_counters]
+        host_out = self.phone.fs.host_path(ctx.path(out))
+        host_out.parent.mkdir(parents=True, exist_ok=True)
+        rec = BatteryRecorder(self.model, cfg, host_out, int(power.battery_poll_ms or 1000),
+                              counters, int(cfg.duration_ms),
+                              int(cfg.file_write_period_ms or 5000))
+        self.recorders.append(rec)
+        rec.start()
+        if background:
+            ctx.out(f"{next(self._pids)}\n")
+            return 0
+        while rec.running and not ctx.cancel.is_set():
+            rec.join(0.1)
+        rec.stop()
+        rec.join(5.0)
+        return 0

@@ -24,6 +24,11 @@ from as2d_cli.energy.refusals import (
 from as2d_cli.energy.trace_reader import BatterySeries
 
 UAS_NS_PER_MAH = 3.6e15  # 1 mAh = 3.6 C; µA·ns = 1e-15 C
+# Exit codes the host assigns when assembling records (episode_script.assemble_episode).
+_FAILURES = {
+    254: "no AS2D_REQUEST line on stdout (the request command must print its body tokens)",
+    255: "records missing (the episode was interrupted before this request finished)",
+}
 
 
 def power_w(series: BatterySeries) -> np.ndarray:
@@ -115,7 +120,8 @@ def analyse_request(series: BatterySeries, r: RequestRecord,
                 target_eos_boot_ns=r.target_eos_ns, end_boot_ns=r.end_ns,
                 body_tokens=r.body_tokens, exit_code=r.exit_code)
     if r.exit_code != 0:
-        return RequestEnergy(**base, status=f"failed: request exited with {r.exit_code}")
+        why = _FAILURES.get(r.exit_code, f"request exited with {r.exit_code}")
+        return RequestEnergy(**base, status=f"failed: {why}")
     check_window(series, r.origin_ns, r.end_ns, label, limits)
     window_s = (r.end_ns - r.origin_ns) / 1e9
     if window_s <= 0:

@@ -1,0 +1,217 @@
+"""The unattended on-device episode: a generated POSIX sh script, and the host-side
+assembly of its raw records into an Episode.
+
+The script is straight-line on purpose (no loops, no command substitution): it runs under
+Android's mksh and under the emulated phone's small shell alike, and it has no state to get
+wrong while nobody is watching. It
+
+1. waits (bounded) until the battery reports Discharging — USB is out;
+2. starts Perfetto in the background with the pushed binary config (bounded duration);
+3. runs one warm-up and the formal requests of each method in the configured order,
+   stamping each request's origin and end on the boot-time clock (/proc/uptime);
+4. writes every raw record into the run directory and marks the episode done.
+
+A request command may report its own boot-clock stamps and token count on one stdout line
+``AS2D_REQUEST body_tokens=N [origin_boot_ns=… target_eos_boot_ns=… end_boot_ns=…]``
+(the native runner does); otherwise the script's /proc/uptime stamps bound the request and
+target EOS is taken as its end.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from as2d_cli.energy.episode_records import Episode, RequestRecord
+from as2d_cli.errors import FormatError, UserError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+_REQ_LINE = re.compile(r"^AS2D_REQUEST\s+(.*)$", re.M)
+STATUS_FILE = "/sys/class/power_supply/battery/status"
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    index: int
+    method: str
+    phase: str  # warmup | formal
+
+    @property
+    def stem(self) -> str:
+        return f"req{self.index:03d}"
+
+
+@dataclass(frozen=True)
+class EpisodePlan:
+    """Warm-up then formal requests per method, methods in the given order (paper: As²d's
+    formal request followed by Target-only's)."""
+
+    methods: tuple[str, ...]
+    request_cmd: str  # shell template; {method} {phase} {index} {run_dir} are substituted (quoted)
+    formal_repeats: int = 1
+    method_cmds: tuple[tuple[str, str], ...] = ()  # per-method overrides of request_cmd
+    warmups: int = 1
+    settle_s: float = 3.0  # baseline before the first request
+    gap_s: float = 2.0  # between requests
+    tail_s: float = 3.0  # after the last request
+    request_budget_s: float = 120.0  # longest a request may take (sizes the trace)
+    discharge_wait_s: int = 300  # how long the phone waits for USB to be pulled
+
+    def validate(self) -> None:
+        if not self.methods:
+            raise UserError("no methods to measure; pass --methods, e.g. as2d,target-only")
+        for m in self.methods:
+            if not _NAME.match(m):
+                raise UserError(f"method name {m!r} must be letters, digits, '._+-' (≤ 64)")
+        if len(set(self.methods)) != len(self.methods):
+            raise UserError(f"methods {self.methods} repeat a name; list each method once")
+        if self.formal_repeats < 1 or self.warmups < 0:
+            raise UserError("need ≥ 1 formal request and ≥ 0 warm-ups per method")
+        for m, _ in self.method_cmds:
+            if m not in self.methods:
+                raise UserError(f"a request command is given for {m!r}, which is not among "
+                                f"the methods {', '.join(self.methods)}")
+        for m in self.methods:
+            cmd = self.command_for(m)
+            if not cmd.strip():
+                raise UserError(f"empty request command for {m}; pass --request-cmd")
+            try:
+                cmd.format(method="m", phase="p", index=0, run_dir="/r")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise UserError(f"request command template {cmd!r} is invalid ({exc}); only "
+                                "{method}, {phase}, {index}, {run_dir} are substituted — "
+                                "write literal braces as {{ }}") from None
+        for v, what in ((self.settle_s, "settle"), (self.gap_s, "gap"), (self.tail_s, "tail")):
+            if v < 0:
+                raise UserError(f"{what} time must be ≥ 0 s")
+        if self.request_budget_s <= 0 or self.discharge_wait_s < 0:
+            raise UserError("request budget must be > 0 s and the discharge wait ≥ 0 s")
+
+    def command_for(self, method: str) -> str:
+        return dict(self.method_cmds).get(method, self.request_cmd)
+
+    def requests(self) -> list[PlannedRequest]:
+        out: list[PlannedRequest] = []
+        for m in self.methods:
+            for phase, n in (("warmup", self.warmups), ("formal", self.formal_repeats)):
+                for _ in range(n):
+                    out.append(PlannedRequest(len(out), m, phase))
+        return out
+
+    def trace_duration_ms(self) -> int:
+        """Bound of the capture: settle + every request's budget + gaps + tail."""
+        n = len(self.requests())
+        s = self.settle_s + n * self.request_budget_s + max(0, n - 1) * self.gap_s + self.tail_s
+        return int(s * 1000) + 1000
+
+
+def _sec(x: float) -> str:
+    return f"{x:.3f}".rstrip("0").rstrip(".") or "0"
+
+
+def render_script(plan: EpisodePlan, run_dir: str, config_path: str, trace_path: str,
+                  toolkit_version: str) -> str:
+    """The episode script for one run (all paths are on the device)."""
+    plan.validate()
+    q = shlex.quote
+    r = run_dir.rstrip("/")
+    lines = [
+        "# as2d energy episode — generated by as2d " + toolkit_version + "; runs unattended.",
+        "# Records go to " + r + " (boot-time clock from /proc/uptime).",
+        f"echo waiting-for-discharge > {q(r + '/state')}",
+    ]
+    # A bounded wait without loops: each line checks once and sleeps 1 s only if still
+    # charging, so once the cable is out the remaining lines pass instantly.
+    lines += [f"grep -q Discharging {STATUS_FILE} || sleep 1"] * plan.discharge_wait_s
+    lines += [
+        f"cat {STATUS_FILE} > {q(r + '/battery_status_at_start')}",
+        f"cat /proc/uptime > {q(r + '/t_discharging')}",
+        f"cat {q(config_path)} | perfetto --background-wait -c - -o {q(trace_path)} "
+        f"> {q(r + '/perfetto.out')} 2> {q(r + '/perfetto.err')}",
+        f"echo $? > {q(r + '/perfetto.rc')}",
+        f"cat /proc/uptime > {q(r + '/t_trace_started')}",
+        f"echo running > {q(r + '/state')}",
+        f"sleep {_sec(plan.settle_s)}",
+    ]
+    reqs = plan.requests()
+    for k, pr in enumerate(reqs):
+        cmd = plan.command_for(pr.method).format(method=q(pr.method), phase=q(pr.phase), index=pr.index,
+                                      run_dir=q(r))
+        base = f"{r}/{pr.stem}"
+        lines += [
+            f"# request {pr.index}: {pr.method} {pr.phase}",
+            f"cat /proc/uptime > {q(base + '.origin')}",
+            f"{cmd} > {q(base + '.out')} 2> {q(base + '.err')}",
+            f"echo $? > {q(base + '.rc')}",
+            f"cat /proc/uptime > {q(base + '.end')}",
+        ]
+        if k + 1 < len(reqs) and plan.gap_s > 0:
+            lines.append(f"sleep {_sec(plan.gap_s)}")
+    lines += [
+        f"sleep {_sec(plan.tail_s)}",
+        f"cat /proc/uptime > {q(r + '/t_episode_done')}",
+        f"echo done > {q(r + '/state')}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_uptime_ns(text: str, what: str) -> int:
+    """First field of /proc/uptime ("12345.67 …") in ns, without float rounding."""
+    field = text.split()[0] if text.split() else ""
+    m = re.fullmatch(r"(\d+)(?:\.(\d{1,9}))?", field)
+    if not m:
+        raise FormatError(f"{what}: {text.strip()!r} is not a /proc/uptime reading; the "
+                          "episode was interrupted — check episode.log")
+    return int(m.group(1)) * 1_000_000_000 + int((m.group(2) or "0").ljust(9, "0"))
+
+
+def _kv(line: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for tok in line.split():
+        k, sep, v = tok.partition("=")
+        if sep:
+            out[k] = v
+    return out
+
+
+def assemble_episode(plan: EpisodePlan, files: dict[str, str]) -> Episode:
+    """Build the Episode from the pulled raw files (name → text, names relative to the run
+    directory). A request whose files are missing or that reported no tokens is kept as
+    failed, never dropped."""
+    reqs: list[RequestRecord] = []
+    for pr in plan.requests():
+        s = pr.stem
+        missing = [x for x in ("origin", "rc", "end") if f"{s}.{x}" not in files]
+        if missing:
+            reqs.append(RequestRecord(pr.method, pr.phase, 0, 0, 0, 0, 255))
+            continue
+        origin = parse_uptime_ns(files[f"{s}.origin"], f"{s}.origin")
+        end = parse_uptime_ns(files[f"{s}.end"], f"{s}.end")
+        try:
+            rc = int(files[f"{s}.rc"].strip() or "255")
+        except ValueError:
+            rc = 255
+        eos = end
+        tokens = 0
+        found = _REQ_LINE.findall(files.get(f"{s}.out", ""))
+        if found:
+            kv = _kv(found[-1])
+            try:
+                tokens = int(kv.get("body_tokens", "0"))
+                origin = int(kv.get("origin_boot_ns", origin))
+                end = int(kv.get("end_boot_ns", end))
+                eos = int(kv.get("target_eos_boot_ns", end))
+            except ValueError:
+                raise FormatError(f"{s}.out: AS2D_REQUEST line {found[-1]!r} has a non-integer "
+                                  "field; the request command must print integers") from None
+        elif rc == 0:
+            rc = 254  # ran, but never said how many tokens it produced: not measurable
+        reqs.append(RequestRecord(pr.method, pr.phase, origin, eos, end, tokens, rc))
+    meta = {}
+    for key in ("t_discharging", "t_trace_started", "t_episode_done"):
+        if key in files:
+            meta[key + "_boot_ns"] = str(parse_uptime_ns(files[key], key))
+    if "battery_status_at_start" in files:
+        meta["battery_status_at_start"] = files["battery_status_at_start"].strip()
+    return Episode(reqs, meta)

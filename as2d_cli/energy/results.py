@@ -1,0 +1,181 @@
+"""Versioned energy results: energy.json (schema as2d.energy-result v1), the Table-15-style
+table (Markdown and CSV), the raw Perfetto trace and the episode records side by side.
+
+A run gets its own folder under <results>/energy/; an existing folder is never written
+into again (a second run on the same second gets a -2 suffix).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import shutil
+import subprocess
+from dataclasses import asdict, is_dataclass
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from as2d_cli import __version__
+from as2d_cli.energy.analysis import EnergyAnalysis
+from as2d_cli.energy.capture_config import CaptureSpec
+from as2d_cli.energy.episode_records import Episode, format_episode
+from as2d_cli.errors import FormatError, UserError
+
+SCHEMA = "as2d.energy-result"
+VERSION = 1
+# Version history: 1 — first release (per-request rows, per-method pools, cross-check).
+TRACE_NAME = "trace.perfetto-trace"
+EPISODE_NAME = "episode.tsv"
+
+
+def _schema() -> dict:
+    text = resources.files("as2d_cli.energy").joinpath("energy_result.schema.json").read_text()
+    return json.loads(text)
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent, timeout=5)
+        return out.stdout.strip() if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: NaN → null, dataclasses → dicts."""
+    if is_dataclass(x) and not isinstance(x, type):
+        return _clean(asdict(x))
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
+    """(Markdown, CSV) of formal requests per method, as the paper's Table 15."""
+    head = ["Method", "Energy (J)", "Mean power (W)", "Response (s)", "Body tokens", "J/token"]
+    rows = [[m.method, f"{m.energy_j:.1f}", f"{m.mean_power_w:.2f}", f"{m.response_s:.2f}",
+             str(m.body_tokens), f"{m.j_per_token:.3f}"] for m in analysis.methods]
+    md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    md += ["| " + " | ".join(r) + " |" for r in rows]
+    failed = [r for r in analysis.requests if r.phase == "formal" and r.status != "ok"]
+    notes = []
+    for m in analysis.methods:
+        if m.energy_vs_baseline_percent is not None:
+            notes.append(f"{m.method} vs {analysis.baseline}: energy "
+                         f"{m.energy_vs_baseline_percent:+.1f} %, J/token "
+                         f"{m.j_per_token_vs_baseline_percent:+.1f} %")
+    c = analysis.cross_check
+    if c.discrepancy_percent is not None:
+        notes.append(f"cross-check over {c.interval_s:.1f} s: current integrates to "
+                     f"{c.integrated_mah:.2f} mAh vs charge-counter drop "
+                     f"{c.charge_drop_mah:.2f} mAh ({c.discrepancy_percent:.1f} % discrepancy)")
+    else:
+        notes.append(f"cross-check: {c.note}")
+    notes += [f"formal request {r.method} failed: {r.status}" for r in failed]
+    md_text = "\n".join(md) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["method", "energy_j", "mean_power_w", "response_s", "body_tokens", "j_per_token"])
+    for m in analysis.methods:
+        w.writerow([m.method, repr(m.energy_j), repr(m.mean_power_w), repr(m.response_s),
+                    m.body_tokens, repr(m.j_per_token)])
+    return md_text, buf.getvalue()
+
+
+def new_run_dir(results_root: Path, phone_name: str, now: datetime | None = None) -> Path:
+    """A fresh folder results/energy/<UTC time>-<phone>; never an existing one."""
+    now = now or datetime.now(timezone.utc)
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in phone_name) or "phone"
+    base = Path(results_root) / "energy" / f"{now:%Y%m%dT%H%M%SZ}-{safe}"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for k in range(1, 1000):
+        cand = base if k == 1 else base.with_name(f"{base.name}-{k}")
+        try:
+            cand.mkdir()
+            return cand
+        except FileExistsError:
+            continue
+    raise UserError(f"could not create a fresh results folder next to {base}; clean up "
+                    "old runs in that folder")
+
+
+def write_results(out_dir: Path, analysis: EnergyAnalysis, episode: Episode, trace: Path,
+                  spec: CaptureSpec, phone: dict[str, Any], plan: dict[str, Any],
+                  counters: list[str], extra_files: dict[str, Path] | None = None) -> Path:
+    """Write everything into `out_dir` (fresh, from new_run_dir). Returns energy.json."""
+    out_dir = Path(out_dir)
+    if (out_dir / "energy.json").exists():
+        raise UserError(f"{out_dir} already holds energy.json; results are never "
+                        "overwritten — use a new run folder")
+    if Path(trace).resolve() != (out_dir / TRACE_NAME).resolve():
+        shutil.copyfile(trace, out_dir / TRACE_NAME)
+    (out_dir / EPISODE_NAME).write_text(format_episode(episode))
+    md, csv_text = render_table(analysis)
+    (out_dir / "table.md").write_text(md)
+    (out_dir / "table.csv").write_text(csv_text)
+    files = {"trace": TRACE_NAME, "episode": EPISODE_NAME, "table_md": "table.md",
+             "table_csv": "table.csv"}
+    for key, src in (extra_files or {}).items():
+        dst = out_dir / Path(src).name
+        if Path(src).resolve() != dst.resolve():
+            shutil.copyfile(src, dst)
+        files[key] = dst.name
+    doc = _clean({
+        "schema": SCHEMA,
+        "schema_version": VERSION,
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "toolkit": {"version": __version__, "git_commit": git_commit()},
+        "phone": phone,
+        "capture": {"poll_ms": spec.poll_ms, "duration_ms": spec.duration_ms,
+                    "counters": counters, "poll_s_observed": analysis.poll_s},
+        "plan": plan,
+        "episode_meta": episode.meta,
+        "files": files,
+        "requests": [r.to_dict() for r in analysis.requests],
+        "methods": [m.to_dict() for m in analysis.methods],
+        "baseline": analysis.baseline,
+        "cross_check": analysis.cross_check.to_dict(),
+    })
+    jsonschema.validate(doc, _schema())
+    path = out_dir / "energy.json"
+    tmp = out_dir / "energy.json.part"
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load_energy_result(path: Path) -> dict[str, Any]:
+    """Read and validate energy.json; other schemas and versions are refused clearly."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise FormatError(f"cannot read {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise FormatError(f"{path}: schema {got!r} is not {SCHEMA!r}; pass an energy.json "
+                          "written by `as2d energy`")
+    v = doc.get("schema_version")
+    if v != VERSION:
+        word = "newer" if isinstance(v, int) and v > VERSION else "older or unknown"
+        raise FormatError(f"{path}: {SCHEMA} version {v!r} is {word} than this toolkit "
+                          f"reads ({VERSION}); use the matching as2d version")
+    try:
+        jsonschema.validate(doc, _schema())
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
+        raise FormatError(f"{path}: key {where}: {exc.message}") from None
+    return doc
