@@ -230,3 +230,32 @@ def _wait_episode_done(dev: Device, rd: str, budget_s: float) -> None:
         time.sleep(0.5)
     raise DeviceError(f"the episode on {dev.serial} did not finish within {budget_s:.0f} s "
                       f"(state: {last or 'not started'}); check {rd}/episode.log")
+
+
+def reanalyse(out_dir: Path, baseline: str | None = "target-only") -> Path:
+    """Analyse a run folder again (after a refusal was fixed, or after replugging late).
+    Writes energy.json only if the folder has none yet: results are never overwritten."""
+    out_dir = Path(out_dir)
+    if (out_dir / "energy.json").exists():
+        raise UserError(f"{out_dir} already has energy.json; results are never overwritten — "
+                        "read that file, or copy the folder to analyse it again")
+    try:
+        doc = json.loads((out_dir / "plan.json").read_text())
+        p = dict(doc["plan"])
+        p["methods"] = tuple(p["methods"])
+        p["method_cmds"] = tuple(tuple(x) for x in p.get("method_cmds", ()))
+        plan = EpisodePlan(**p)
+        spec = CaptureSpec(duration_ms=int(doc["duration_ms"]), poll_ms=int(doc["poll_ms"]))
+        connection = doc.get("connection", "usb")
+    except FileNotFoundError:
+        raise UserError(f"{out_dir} has no plan.json; pass a folder written by `as2d energy`") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{out_dir}/plan.json is damaged ({exc}); it was not written by this "
+                        "as2d version") from None
+    if not (out_dir / "raw").is_dir() or not (out_dir / TRACE_NAME).exists():
+        raise UserError(f"{out_dir} lacks raw/ or {TRACE_NAME}; the phone's files were never "
+                        "pulled — rerun the measurement")
+    refused = out_dir / "refused.txt"
+    if refused.exists():
+        refused.rename(out_dir / f"refused-{int(time.time())}.txt")  # keep the old verdict
+    return analyse_run_folder(out_dir, plan, spec, baseline, {"connection": connection})

@@ -1,0 +1,84 @@
+"""`as2d energy --phone P`: request energy from Perfetto battery counters with USB
+disconnected (paper D.6.1); `--from-run DIR` analyses a pulled run folder again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from as2d_cli.errors import UserError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("energy")
+    def energy(
+        phone: Optional[str] = typer.Option(None, "--phone", help="Phone to measure: a known name (see `as2d devices`) or a serial."),
+        methods: str = typer.Option("as2d,target-only", "--methods", help="Methods in measurement order (comma-separated)."),
+        request_cmd: Optional[str] = typer.Option(None, "--request-cmd", help="On-device command for one request; {method} {phase} {index} {run_dir} are substituted. It must print 'AS2D_REQUEST body_tokens=N' (optionally origin_boot_ns/target_eos_boot_ns/end_boot_ns)."),
+        method_cmd: List[str] = typer.Option([], "--method-cmd", help="METHOD=COMMAND: a request command for one method (repeatable)."),
+        push: List[Path] = typer.Option([], "--push", help="Helper file pushed into the run directory first (repeatable)."),
+        poll_ms: int = typer.Option(250, "--poll-ms", help="Battery poll period (ms)."),
+        warmups: int = typer.Option(1, "--warmups", help="Warm-up requests per method."),
+        repeats: int = typer.Option(1, "--repeats", help="Formal requests per method."),
+        request_budget_s: float = typer.Option(120.0, "--request-budget-s", help="Longest a request may take; sizes the bounded trace."),
+        settle_s: float = typer.Option(3.0, "--settle-s", help="Idle time before the first request."),
+        gap_s: float = typer.Option(2.0, "--gap-s", help="Idle time between requests."),
+        tail_s: float = typer.Option(3.0, "--tail-s", help="Idle time after the last request."),
+        discharge_wait_s: int = typer.Option(300, "--discharge-wait-s", help="How long the phone waits for USB to be pulled."),
+        connection: str = typer.Option("usb", "--connection", help="usb (unplug/replug) or wireless (adb over Wi-Fi, no cable)."),
+        baseline: str = typer.Option("target-only", "--baseline", help="Method the others are compared with."),
+        out: Path = typer.Option(Path("results"), "--out", help="Results folder (a fresh energy/<time>-<phone>/ is made inside)."),
+        adb_port: Optional[int] = typer.Option(None, "--adb-port", help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)."),
+        from_run: Optional[Path] = typer.Option(None, "--from-run", help="Analyse an existing run folder instead of measuring."),
+    ) -> None:
+        """Measure request energy (J, W, J/token) from battery current × voltage, unplugged."""
+        from as2d_cli.energy import protocol
+
+        if from_run is not None:
+            path = protocol.reanalyse(from_run, baseline=baseline or None)
+        else:
+            if not phone:
+                raise UserError("pass --phone (see `as2d devices`) or --from-run DIR")
+            if not request_cmd and not method_cmd:
+                raise UserError("pass --request-cmd: the native runner's request hookup is not "
+                                "built yet (docs/energy.md shows a dry run with "
+                                "device_agents/energy_workload.sh)")
+            cmds: list[tuple[str, str]] = []
+            for item in method_cmd:
+                name, sep, cmd = item.partition("=")
+                if not sep or not name or not cmd:
+                    raise UserError(f"--method-cmd {item!r} must be METHOD=COMMAND")
+                cmds.append((name.strip(), cmd))
+            names = tuple(m.strip() for m in methods.split(",") if m.strip())
+            missing = [m for m in names if not request_cmd and m not in dict(cmds)]
+            if missing:
+                raise UserError(f"no request command for {', '.join(missing)}; pass --request-cmd "
+                                "or --method-cmd METHOD=COMMAND for each")
+            for f in push:
+                if not f.is_file():
+                    raise UserError(f"--push {f}: no such file")
+            from device_agents.registry import resolve_phone
+
+            from as2d_cli.energy.episode_script import EpisodePlan
+
+            plan = EpisodePlan(methods=names, request_cmd=request_cmd or "",
+                               method_cmds=tuple(cmds), formal_repeats=repeats, warmups=warmups,
+                               settle_s=settle_s, gap_s=gap_s, tail_s=tail_s,
+                               request_budget_s=request_budget_s,
+                               discharge_wait_s=discharge_wait_s)
+            plan.validate()
+            device = resolve_phone(phone, adb_port)
+            facts: dict = {}
+            try:
+                facts = {"facts": device.facts().to_dict()}
+            except Exception as exc:  # noqa: BLE001 - facts are context, never a reason to stop
+                facts = {"facts_error": str(exc)}
+            run = protocol.EnergyRun(device=device, plan=plan, results_root=out,
+                                     phone_label=phone, poll_ms=poll_ms, connection=connection,
+                                     baseline=baseline or None, push_files=list(push),
+                                     phone_facts=facts)
+            path = protocol.run_energy(run, lambda msg: typer.echo(f">>> {msg}", err=True))
+        typer.echo((path.parent / "table.md").read_text(), nl=False)
+        typer.echo(f"results: {path}")
