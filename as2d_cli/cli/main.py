@@ -19,9 +19,11 @@ from as2d_cli.errors import As2dError
 # Module names under as2d_cli.cli; add one line per new command module.
 COMMANDS: list[str] = [
     "version",
+    "energy",
     "devices",
     "emulator",
     "bundle",
+    "corpus",
 ]
 
 app = typer.Typer(
