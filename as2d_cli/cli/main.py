@@ -23,7 +23,6 @@ COMMANDS: list[str] = [
     "devices",
     "emulator",
     "bundle",
-    "corpus",
 ]
 
 app = typer.Typer(
