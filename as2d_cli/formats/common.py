@@ -1,0 +1,179 @@
+"""Machinery shared by every stored file: schema/version checks, environment metadata,
+and atomic writes that never silently overwrite.
+
+Every stored document carries ``schema`` (a dotted name such as ``as2d.trace``) and an
+integer ``version``. A reader supports exactly the versions it has upgrade steps for
+(asv's ``api_version`` idea): an older file with no upgrade step and any newer file are
+refused with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from datetime import datetime, timezone
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from as2d_cli import __version__
+from as2d_cli.errors import FormatError, UserError
+
+# Upgrader: takes a document of version v and returns the same content as version v+1.
+Upgrader = Callable[[dict], dict]
+
+
+def check_version(
+    doc: Any,
+    *,
+    schema: str,
+    version: int,
+    where: str,
+    upgrades: Mapping[int, Upgrader] | None = None,
+    remedy_old: str = "regenerate it with this toolkit",
+) -> dict:
+    """Check ``doc``'s schema name and version; return it upgraded to ``version``.
+
+    ``where`` names the file (and line) for the message. ``upgrades[v]`` turns version v
+    into v+1; versions with no path to ``version`` are refused."""
+    if not isinstance(doc, dict):
+        raise FormatError(f"{where}: expected a JSON/YAML object with 'schema' and 'version', got {type(doc).__name__}; is this an {schema} file?")
+    got = doc.get("schema")
+    if got != schema:
+        raise FormatError(f"{where}: schema is {got!r}, expected {schema!r}; pass an {schema} file here")
+    v = doc.get("version")
+    if type(v) is not int:
+        raise FormatError(f"{where}: key 'version' must be an integer, got {v!r}; the file is damaged or not an {schema} file")
+    if v > version:
+        raise FormatError(
+            f"{where}: {schema} version {v} is newer than this toolkit reads (version {version}); "
+            f"upgrade as2d (this is {__version__}) to read it"
+        )
+    upgrades = upgrades or {}
+    while v < version:
+        step = upgrades.get(v)
+        if step is None:
+            raise FormatError(
+                f"{where}: {schema} version {v} is older than this toolkit reads (version {version}) "
+                f"and cannot be upgraded; {remedy_old}"
+            )
+        doc = step(doc)
+        v += 1
+        doc["version"] = v
+    return doc
+
+
+@lru_cache(maxsize=None)
+def json_schema(name: str) -> dict:
+    """A JSON Schema shipped under ``as2d_cli/formats/schemas/``."""
+    text = resources.files("as2d_cli.formats").joinpath("schemas", name).read_text()
+    return json.loads(text)
+
+
+@lru_cache(maxsize=None)
+def _validator(name: str):
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(json_schema(name))
+    return cls(json_schema(name))
+
+
+def validate_schema(doc: Any, name: str, where: str) -> None:
+    """Validate ``doc`` against a shipped JSON Schema; the first error becomes one line."""
+    v = _validator(name)
+    errors = sorted(v.iter_errors(doc), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        e = errors[0]
+        key = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise FormatError(f"{where}: key {key}: {e.message}; fix the file or regenerate it")
+
+
+def git_commit() -> str:
+    """The project's git commit (``unknown`` outside a checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+            cwd=Path(__file__).resolve().parent, timeout=5,
+        )
+        return out.stdout.strip() if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def environment(device: Mapping[str, Any] | None = None) -> dict:
+    """Environment metadata stored with every result: toolkit, commit, time, host, device."""
+    env = {
+        "toolkit_version": __version__,
+        "git_commit": git_commit(),
+        "created": utc_now(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    if device is not None:
+        env["device"] = dict(device)
+    return env
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def next_free(path: str | Path) -> Path:
+    """``path`` itself if free, else ``stem-2.ext``, ``stem-3.ext``… (for callers that
+    prefer a new name over refusing)."""
+    p = Path(path)
+    if not p.exists():
+        return p
+    name = p.name
+    stem, dot, ext = name.partition(".")
+    i = 2
+    while True:
+        q = p.with_name(f"{stem}-{i}{dot}{ext}")
+        if not q.exists():
+            return q
+        i += 1
+
+
+def write_atomic(path: str | Path, data: bytes, *, force: bool = False) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file in the same folder, then link or
+    rename). Without ``force`` an existing file is never replaced: the call refuses with
+    a UserError and leaves both the old file and no temp file behind."""
+    p = Path(path)
+    if not force and p.exists():
+        raise UserError(f"{p}: already exists and is never overwritten; choose another output name or pass --force")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if force:
+            os.replace(tmp, p)
+        else:
+            try:
+                os.link(tmp, p)  # atomic create-if-absent: a racing writer cannot be clobbered
+            except FileExistsError:
+                raise UserError(f"{p}: already exists and is never overwritten; choose another output name or pass --force") from None
+            except OSError:
+                # Filesystems without hard links: fall back to an exclusive check + rename.
+                if p.exists():
+                    raise UserError(f"{p}: already exists and is never overwritten; choose another output name or pass --force") from None
+                os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return p
