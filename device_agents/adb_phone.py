@@ -120,6 +120,7 @@ class AdbPhone(Device):
 
         try:
             sock = conn.conn
+            sock.sendall(bytes([4]) + struct.pack("<I", 0))  # close stdin: commands see EOF, never wait on it
             while exit_code is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -180,8 +181,12 @@ class AdbPhone(Device):
 
     def pull(self, remote: str, local: Path, deadline_s: float = 120.0) -> None:
         tmp = local.with_name(local.name + ".part")
-        self._sync(lambda: self._dev.sync.pull_file(remote, tmp), f"pull {remote}", deadline_s)
-        tmp.replace(local)  # a failed pull never leaves a half file under the final name
+        try:
+            self._sync(lambda: self._dev.sync.pull_file(remote, tmp), f"pull {remote}", deadline_s)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a failed pull leaves nothing behind
+            raise
+        tmp.replace(local)
 
     def _sync(self, action, what: str, deadline_s: float) -> None:  # type: ignore[no-untyped-def]
         import threading

@@ -117,8 +117,8 @@ class CoresOnline(Operation):
         ok = not offline
         msg = (f"all {len(all_cpus)} cores online" if ok else
                f"CPU{','.join(map(str, offline))} offline on {device.serial} ({len(state.online)}/{len(all_cpus)} online); "
-               f"the phone's core control took it down (heat or power saving) -- let it idle and cool, "
-               f"unplug the charger's fast mode, then retry; as2d never onlines cores itself")
+               f"the phone's core control took it down (heat or power saving) -- let it idle and cool "
+               f"down, then retry; as2d never onlines cores itself")
         return Observation(self.name, state.wall_time, ok, msg,
                            {"online": sorted(state.online), "offline": offline})
 

@@ -1,0 +1,151 @@
+"""The emulated phone through the real adb server and the real adb binary: discovery,
+shell v2 exit codes and stdin, sync push/pull, quoting, the command table, host programs."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import adbutils
+import pytest
+
+from device_agents.base import DeviceTimeout
+from device_agents.emulator.shell import CommandContext
+
+
+def adb(session, *args: str, input: bytes | None = None, timeout: float = 20) -> subprocess.CompletedProcess[bytes]:
+    env = dict(os.environ, **session.env)
+    return subprocess.run([adbutils.adb_path(), "-P", str(session.adb_port), "-s", session.serial, *args],
+                          input=input, capture_output=True, timeout=timeout, env=env)
+
+
+def test_adb_devices_lists_the_emulated_phone_with_its_model(emulated_phone) -> None:
+    out = subprocess.run([adbutils.adb_path(), "-P", str(emulated_phone.adb_port), "devices", "-l"],
+                         capture_output=True, text=True, timeout=20).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith(emulated_phone.serial))
+    assert "device" in line.split()[1]
+    assert "model:23117RK66C" in line and "device:manet" in line
+
+
+def test_adb_binary_shell_gives_exit_status_and_stderr(emulated_phone) -> None:
+    r = adb(emulated_phone, "shell", "echo out; ls /no/such/dir; exit 3")
+    assert r.returncode == 3
+    assert r.stdout == b"out\n"
+    assert b"/no/such/dir: No such file or directory" in r.stderr
+
+
+def test_adb_binary_forwards_stdin(emulated_phone) -> None:
+    r = adb(emulated_phone, "shell", "cat", input=b"line one\nline two\n")
+    assert r.returncode == 0
+    assert r.stdout == b"line one\nline two\n"
+
+
+def test_adb_binary_push_pull_round_trip(emulated_phone, tmp_path: Path) -> None:
+    data = os.urandom(700_000)  # several WRTE chunks and sync DATA blocks
+    src, back = tmp_path / "blob.bin", tmp_path / "back.bin"
+    src.write_bytes(data)
+    assert adb(emulated_phone, "push", str(src), "/data/local/tmp/emu-rt/blob.bin").returncode == 0
+    assert emulated_phone.phone.fs.host_path("/data/local/tmp/emu-rt/blob.bin").read_bytes() == data
+    assert adb(emulated_phone, "pull", "/data/local/tmp/emu-rt/blob.bin", str(back)).returncode == 0
+    assert back.read_bytes() == data
+    adb(emulated_phone, "shell", "rm -rf /data/local/tmp/emu-rt")
+    assert emulated_phone.phone.fs.stat("/data/local/tmp/emu-rt") is None
+
+
+def test_quoted_arguments_are_never_interpreted(emulated_phone) -> None:
+    dev = emulated_phone.device()
+    nasty = "a; rm -rf /data/local/tmp/keep && echo pwned $(id) `id` 'q' \"d\" $HOME *"
+    dev.shell(["mkdir", "-p", "/data/local/tmp/keep"]).check("mkdir")
+    res = dev.shell(["echo", nasty])
+    assert res.exit_code == 0
+    assert res.stdout == nasty + "\n"
+    assert emulated_phone.phone.fs.is_dir("/data/local/tmp/keep")
+    assert shlex.join(["echo", nasty]) in emulated_phone.phone.history
+
+
+def test_writes_outside_the_writable_areas_are_refused(emulated_phone) -> None:
+    dev = emulated_phone.device()
+    r = dev.shell("echo 1 > /sys/devices/system/cpu/cpu5/online")
+    assert r.exit_code != 0 and "Permission denied" in r.stderr
+    r = dev.shell("echo x > /system/evil")
+    assert r.exit_code != 0 and "Read-only file system" in r.stderr
+    assert dev.shell("cat /sys/devices/system/cpu/online").stdout == "0-7\n"
+
+
+def test_adbd_listens_on_loopback_only(emulated_phone) -> None:
+    listener = emulated_phone.adbd._listener
+    assert listener is not None and listener.getsockname()[0] == "127.0.0.1"
+    with pytest.raises(OSError):  # the same port on another local address is not served
+        addrs = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)} - {"127.0.0.1"}
+        if not addrs:
+            raise OSError("no non-loopback address on this host")
+        socket.create_connection((addrs.pop(), emulated_phone.adbd.port), timeout=0.5).close()
+
+
+def test_command_table_extension_point(make_emulated_phone) -> None:
+    session = make_emulated_phone()
+    seen: list[list[str]] = []
+
+    def hello(ctx: CommandContext) -> int:
+        seen.append(ctx.argv)
+        data = ctx.stdin.read()
+        ctx.out(f"hello {' '.join(ctx.argv[1:])} stdin={data.decode()!r}\n")
+        ctx.err("to stderr\n")
+        return 7
+
+    session.phone.register_command("hello", hello)
+    res = session.device().shell(["hello", "big world"])
+    assert res.exit_code == 7
+    assert res.stdout == "hello big world stdin=''\n" and res.stderr == "to stderr\n"
+    assert seen == [["hello", "big world"]]
+    piped = session.device().shell("echo piped | hello x")
+    assert "stdin='piped\\n'" in piped.stdout
+
+
+def test_a_pushed_program_runs_as_a_real_host_process(make_emulated_phone, tmp_path: Path) -> None:
+    session = make_emulated_phone()
+    dev = session.device()
+    script = tmp_path / "prog.py"
+    script.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                      "print('pid', os.getpid(), 'args', sys.argv[1:])\n"
+                      "print('in', os.path.isfile(sys.argv[1]))\n")
+    script.chmod(0o755)
+    with dev.run_dir("prog") as rd:
+        dev.push(script, f"{rd}/prog.py")
+        dev.push(script, f"{rd}/data.txt")
+        res = dev.run([f"{rd}/prog.py", f"{rd}/data.txt"], affinity={4, 5, 6, 7})
+    assert res.exit_code == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("pid ") and int(lines[0].split()[1]) != os.getpid()
+    assert lines[1] == "in True"  # the run-dir argument was mapped to the host file
+    assert session.phone.affinity_log[-1][0] == 0xF0
+
+
+def test_closing_the_stream_kills_the_host_process(make_emulated_phone, tmp_path: Path) -> None:
+    session = make_emulated_phone()
+    dev = session.device()
+    script = tmp_path / "forever.py"
+    pidfile = tmp_path / "pid"
+    script.write_text(f"#!{sys.executable}\nimport os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+                      "print('started', flush=True)\nwhile True: time.sleep(0.05)\n")
+    script.chmod(0o755)
+    with dev.run_dir("forever") as rd:
+        dev.push(script, f"{rd}/forever.py")
+        with pytest.raises(DeviceTimeout) as err:
+            dev.shell([f"{rd}/forever.py"], deadline_s=1.5)
+    assert err.value.partial is not None and "started" in err.value.partial.stdout
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"host process {pid} still alive after the stream closed")

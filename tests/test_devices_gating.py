@@ -1,0 +1,154 @@
+"""Gating (D.2.3) and the 1 Hz monitor against the emulated phone, with injected sleeps
+and short intervals so the protocol's 15 s / 5 s / 1 s run in milliseconds."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from device_agents.gating import GateConfig, GateFailed, require_gate, run_gate, show_gate
+from device_agents.local import LocalHost
+from device_agents.monitor import BatchStopped, CoreMonitor, run_batch
+
+FAST = GateConfig(rest_s=0.0, interval_s=0.0)
+
+
+def test_default_gate_is_the_papers_protocol(emulated_phone) -> None:
+    slept: list[float] = []
+    result = run_gate(emulated_phone.device(), sleep=slept.append)
+    assert result.passed, result.failure
+    assert slept == [15.0, 5.0]  # rest, then the gap between the two ceiling checks
+    assert [o.check for o in result.observations] == ["rest", "cores_online", "ceiling", "ceiling"]
+    ceilings = [o for o in result.observations if o.check == "ceiling"]
+    assert [o.detail["core"] for o in ceilings] == [4, 4]
+    assert all(o.detail["min_khz"] == 1881600 and o.detail["ceiling_khz"] == 3148800 for o in ceilings)
+    record = result.to_dict()
+    assert record["passed"] and len(record["observations"]) == 4
+
+
+def test_gate_fails_when_a_core_is_offline(make_emulated_phone) -> None:
+    session = make_emulated_phone()
+    session.phone.set_core_online(5, False)
+    with pytest.raises(GateFailed, match=r"CPU5 offline .*\(7/8 online\)") as err:
+        require_gate(session.device(), FAST, sleep=lambda s: None)
+    obs = err.value.result.observations
+    assert [o.check for o in obs] == ["rest", "cores_online"]
+    assert obs[-1].ok is False and obs[-1].detail["offline"] == [5]
+
+
+def test_gate_fails_on_a_low_ceiling_at_the_first_check(make_emulated_phone) -> None:
+    session = make_emulated_phone()
+    session.phone.set_ceiling(4, 1_497_600)
+    result = run_gate(session.device(), FAST, sleep=lambda s: None)
+    assert not result.passed
+    assert "1.4976 GHz is below 1.8816 GHz" in (result.failure or "")
+    assert [o.check for o in result.observations][-1] == "ceiling"
+    assert result.observations[-1].detail["check"] == 1
+
+
+def test_gate_fails_when_the_ceiling_drops_between_the_two_checks(make_emulated_phone) -> None:
+    session = make_emulated_phone()
+    config = replace(FAST, interval_s=5.0)
+
+    def sleep(seconds: float) -> None:
+        if seconds == 5.0:  # the interval: the phone throttles meanwhile
+            session.phone.set_ceiling(4, 1_000_000)
+
+    result = run_gate(session.device(), config, sleep=sleep)
+    ceilings = [o for o in result.observations if o.check == "ceiling"]
+    assert [o.ok for o in ceilings] == [True, False]
+    assert ceilings[1].detail == {"core": 4, "ceiling_khz": 1_000_000, "min_khz": 1881600, "online": True, "check": 2}
+    assert not result.passed
+
+
+def test_gate_threshold_exactly_met_passes(make_emulated_phone) -> None:
+    session = make_emulated_phone()
+    session.phone.set_ceiling(4, 1_881_600)
+    assert run_gate(session.device(), FAST, sleep=lambda s: None).passed
+
+
+def test_show_gate_observes_without_waiting(emulated_phone) -> None:
+    rows = show_gate(emulated_phone.device())
+    assert [(name, avail) for name, avail, _ in rows] == [("rest", True), ("cores_online", True), ("ceiling", True)]
+    assert rows[2][2] is not None and rows[2][2].ok
+
+
+def test_local_host_gate_checks_cores_only() -> None:
+    result = run_gate(LocalHost(), sleep=lambda s: pytest.fail("local gate must not wait"))
+    assert result.passed
+    assert [o.check for o in result.observations] == ["rest", "cores_online"]
+
+
+def test_monitor_samples_about_once_per_interval(emulated_phone) -> None:
+    mon = CoreMonitor(emulated_phone.device(), interval_s=0.1).start()
+    time.sleep(0.55)
+    samples = mon.stop()
+    assert 4 <= len(samples) <= 8
+    assert all(s.online == tuple(range(8)) for s in samples)
+    assert all(s.ceiling_khz[4] == 3148800 for s in samples)
+    assert samples == sorted(samples, key=lambda s: s.t_s) and mon.failure is None
+
+
+def test_monitor_records_a_ceiling_change_without_stopping(make_emulated_phone) -> None:
+    session = make_emulated_phone()
+    mon = CoreMonitor(session.device(), interval_s=0.05).start()
+    time.sleep(0.15)
+    session.phone.set_ceiling(7, 2_000_000)
+    time.sleep(0.2)
+    samples = mon.stop()
+    assert mon.failure is None
+    seen = [s.ceiling_khz[7] for s in samples]
+    assert seen[0] == 3302400 and seen[-1] == 2_000_000
+
+
+def test_core_offline_mid_episode_stops_the_batch_and_keeps_results(make_emulated_phone) -> None:
+    session = make_emulated_phone()
+    dev = session.device()
+
+    def good(mon: CoreMonitor) -> str:
+        time.sleep(0.12)
+        return "episode ok"
+
+    def throttled(mon: CoreMonitor) -> str:
+        session.phone.set_core_online(6, False)
+        assert mon.tripped.wait(2.0), "monitor never noticed the offline core"
+        return "partial"
+
+    with pytest.raises(BatchStopped, match=r"episode 2/3 stopped: CPU6 went offline") as err:
+        run_batch(dev, [good, throttled, good], FAST, monitor_interval_s=0.05, sleep=lambda s: None)
+    stopped = err.value
+    assert [r.result for r in stopped.completed] == ["episode ok"]
+    assert stopped.completed[0].gate is not None and stopped.completed[0].gate.passed
+    assert len(stopped.completed[0].samples) >= 2
+    assert stopped.failure is not None and stopped.failure.kind == "core_offline"
+    assert stopped.failure.detail["offline"] == [6]
+    assert stopped.interrupted is not None and stopped.interrupted.result == "partial"
+    assert stopped.interrupted.samples[-1].online == (0, 1, 2, 3, 4, 5, 7)
+
+
+def test_gate_failure_before_an_episode_keeps_finished_ones(make_emulated_phone) -> None:
+    session = make_emulated_phone()
+
+    def heats_up(mon: CoreMonitor) -> int:
+        session.phone.set_ceiling(4, 800_000)  # after this episode the gate must refuse
+        return 1
+
+    with pytest.raises(BatchStopped, match="episode 2/2 not started: gate failed") as err:
+        run_batch(session.device(), [heats_up, heats_up], FAST, monitor_interval_s=0.05, sleep=lambda s: None)
+    assert [r.result for r in err.value.completed] == [1]
+    assert err.value.gate is not None and not err.value.gate.passed
+
+
+def test_device_lost_mid_episode_stops_the_batch(make_emulated_phone) -> None:
+    session = make_emulated_phone()
+
+    def vanishes(mon: CoreMonitor) -> None:
+        session.phone.vanish()
+        assert mon.tripped.wait(5.0)
+
+    with pytest.raises(BatchStopped) as err:
+        run_batch(session.device(), [vanishes], FAST, monitor_interval_s=0.05, sleep=lambda s: None)
+    assert err.value.failure is not None and err.value.failure.kind == "device_lost"
+    assert err.value.completed == []
