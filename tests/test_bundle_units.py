@@ -79,11 +79,13 @@ def test_preflight_on_this_host_and_hidden_cpu_files() -> None:
     pf = parse_preflight(out.replace("x86_64", "aarch64"), "host")
     assert pf.cpuinfo_processors >= 1 and pf.sysfs_cpus >= 1
     with pytest.raises(DeviceError, match=r"phone1: /proc/cpuinfo is hidden"):
-        parse_preflight("cpuinfo=0\nsysfs=8\narch=aarch64\n", "phone1")
+        parse_preflight("@cpuinfo\n@sysfs\ncpu0\ncpu1\ncpufreq\n@arch\naarch64\n@end\n", "phone1")
     with pytest.raises(DeviceError, match=r"/sys/devices/system/cpu is hidden"):
-        parse_preflight("cpuinfo=8\nsysfs=0\narch=aarch64\n", "phone1")
+        parse_preflight("@cpuinfo\nprocessor\t: 0\n@sysfs\n@arch\naarch64\n@end\n", "phone1")
     with pytest.raises(DeviceError, match="32-bit"):
-        parse_preflight("cpuinfo=8\nsysfs=8\narch=armv8l\n", "phone1")
+        parse_preflight("@cpuinfo\nprocessor\t: 0\n@sysfs\ncpu0\n@arch\narmv8l\n@end\n", "phone1")
+    with pytest.raises(DeviceError, match="unexpected answer"):
+        parse_preflight("@cpuinfo\nprocessor\t: 0\n", "phone1")  # cut short: the phone left mid-answer
     # What a phone that hides /proc/cpuinfo really answers to the script.
     hidden = subprocess.run(["sh", "-c", PREFLIGHT.replace("/proc/cpuinfo", "/nonexistent/cpuinfo")],
                             capture_output=True, text=True).stdout

@@ -65,10 +65,11 @@ def launch(
 
 
 # Run on the device before the first start: what onnxruntime's CPU detection reads.
+# Plain commands only (no command substitution), so any Android shell runs it.
 PREFLIGHT = (
-    "n=$(grep -c '^processor' /proc/cpuinfo 2>/dev/null); echo cpuinfo=${n:-0}; "
-    "n=$(ls /sys/devices/system/cpu 2>/dev/null | grep -c '^cpu[0-9]'); echo sysfs=${n:-0}; "
-    "echo arch=$(uname -m)"
+    "echo @cpuinfo; grep '^processor' /proc/cpuinfo; "
+    "echo @sysfs; ls /sys/devices/system/cpu; "
+    "echo @arch; uname -m; echo @end"
 )
 
 
@@ -81,14 +82,21 @@ class Preflight:
 
 def parse_preflight(output: str, device: str) -> Preflight:
     """Parse PREFLIGHT's output; raise one DeviceError line for a phone the bundle cannot run on."""
-    values: dict[str, str] = {}
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
     for line in output.splitlines():
-        key, _, value = line.strip().partition("=")
-        values[key] = value.strip()
-    try:
-        pf = Preflight(int(values.get("cpuinfo") or 0), int(values.get("sysfs") or 0), values.get("arch", ""))
-    except ValueError:
-        raise DeviceError(f"{device}: unexpected answer to the bundle preflight check ({output.strip()[:80]!r}); reconnect the phone and retry") from None
+        line = line.strip()
+        if line.startswith("@"):
+            current = sections.setdefault(line[1:], [])
+        elif line and current is not None:
+            current.append(line)
+    if "end" not in sections:
+        raise DeviceError(f"{device}: unexpected answer to the bundle preflight check ({output.strip()[:80]!r}); reconnect the phone and retry")
+    pf = Preflight(
+        sum(1 for line in sections.get("cpuinfo", []) if line.startswith("processor")),
+        sum(1 for name in sections.get("sysfs", []) if name.startswith("cpu") and name[3:].isdigit()),
+        (sections.get("arch") or [""])[0],
+    )
     if pf.machine and pf.machine not in ("aarch64", "arm64", "armv8l"):
         raise DeviceError(f"{device}: CPU architecture is {pf.machine}, the bundle is arm64; use an arm64 phone")
     if pf.machine == "armv8l":

@@ -58,9 +58,11 @@ def wrap(argv: Sequence[str], cpuinfo: Path, arch: str = "arm64") -> list[str]:
     """``argv`` (loader first) run by qemu in a mount namespace with ``cpuinfo`` over /proc/cpuinfo."""
     qemu = require_qemu(arch)
     userns = [] if os.geteuid() == 0 else ["-r"]  # unprivileged: map ourselves to root in a user namespace
-    script = 'mount --bind "$1" /proc/cpuinfo || exit 125; shift; exec "$@"'
-    return ["unshare", *userns, "-m", "--propagation", "private", "--", "sh", "-c", script, "sh",
-            str(cpuinfo), qemu, *argv]
+    mount = shutil.which("mount") or "/bin/mount"
+    script = f'{mount} --bind "$1" /proc/cpuinfo || exit 125; shift; exec "$@"'
+    # Absolute paths throughout: callers may hand the guest a phone's PATH.
+    return [shutil.which("unshare") or "unshare", *userns, "-m", "--propagation", "private", "--",
+            "/bin/sh", "-c", script, "sh", str(cpuinfo), qemu, *argv]
 
 
 def run(

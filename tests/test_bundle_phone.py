@@ -1,0 +1,71 @@
+"""The real-phone path on the emulated arm64 phone, through the real adb server: push the
+bundle once, unpack it, preflight, start it with the explicit loader (qemu runs it) and
+decode a real ONNX model with the same tokens as the host."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+from pathlib import Path
+
+import pytest
+from test_bundle_common import DECODE_SCRIPT, host_decode, need_qemu, shared_build, toy_decoder
+
+from as2d_cli.bundle.deploy import bundle_area, deploy
+from as2d_cli.bundle.emulated import enable_arm64_bundle
+from as2d_cli.errors import DeviceError
+
+
+@pytest.fixture(scope="module")
+def arm64_phone(adb_server):  # type: ignore[no-untyped-def]
+    need_qemu()
+    from device_agents.emulator.session import EmulatorSession
+
+    session = EmulatorSession(private_server=False, adb_port=adb_server.port).start()
+    enable_arm64_bundle(session.phone)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def test_deploy_once_then_run_decoder_same_tokens_as_host(arm64_phone, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    device = arm64_phone.device()
+    build = shared_build()
+    first = deploy(device, build.archive)
+    assert first.pushed and first.manifest_hash == build.manifest_hash
+    assert first.path == posixpath.join(bundle_area(device), build.manifest_hash[:16])
+    assert first.preflight.cpuinfo_processors == arm64_phone.phone.profile.n_cpus == first.preflight.sysfs_cpus
+    assert not first.rseq_off
+    t0 = time.monotonic()
+    second = deploy(device, build.archive)
+    assert not second.pushed and second.path == first.path
+    print(f"push+unpack {first.push_seconds:.1f} s; second deploy (skipped push) {time.monotonic() - t0:.1f} s")
+    # Only the bundle directory is left in the area: the archive and .partial are gone.
+    assert device.list_dir(bundle_area(device)) == [build.manifest_hash[:16], "smoke"]
+
+    model = toy_decoder(tmp_path / "toy.onnx")
+    script = tmp_path / "decode.py"
+    script.write_text(DECODE_SCRIPT)
+    with device.run_dir("bundletest") as run:
+        device.push(model, f"{run}/toy.onnx")
+        device.push(script, f"{run}/decode.py")
+        result = device.shell(first.command([f"{run}/decode.py", f"{run}/toy.onnx"], run), deadline_s=240)
+        assert result.exit_code == 0, result.stderr[-3000:]
+        assert "LD_PRELOAD" in arm64_phone.phone.history[-1]  # started through `env -u LD_PRELOAD`
+    got = json.loads(result.stdout)
+    want = host_decode(script, model)
+    assert {k: v["tokens"] for k, v in got["results"].items()} == {k: v["tokens"] for k, v in want["results"].items()}
+    assert got["ort"] == "1.32.0" and got["numpy"] == "2.4.6"
+
+
+def test_phone_hiding_proc_cpuinfo_is_refused_in_one_line(arm64_phone) -> None:  # type: ignore[no-untyped-def]
+    arm64_phone.phone.fs.remove_dynamic("/proc/cpuinfo")
+    try:
+        with pytest.raises(DeviceError) as err:
+            deploy(arm64_phone.device(), shared_build().archive)
+    finally:
+        enable_arm64_bundle(arm64_phone.phone)
+    msg = str(err.value)
+    assert f"{arm64_phone.serial}: /proc/cpuinfo is hidden" in msg and "\n" not in msg
