@@ -19,10 +19,12 @@ from as2d_cli.errors import As2dError
 # Module names under as2d_cli.cli; add one line per new command module.
 COMMANDS: list[str] = [
     "version",
+    "decode",
     "energy",
     "devices",
     "emulator",
     "bundle",
+    "corpus",
 ]
 
 app = typer.Typer(

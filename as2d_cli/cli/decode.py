@@ -1,0 +1,57 @@
+"""`as2d decode`: one native request on a device."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("decode")
+    def decode(
+        window: str = typer.Option(..., "--window", help="Corpus window id (`as2d corpus list`)."),
+        method: str = typer.Option("as2d", "--method", help="target-only, sd, asp, as2d, as2d-no-td, as2d-no-bc."),
+        phone: str = typer.Option("local", "--phone", help="local, a known phone name, or an adb serial."),
+        budget: int = typer.Option(7, "--budget", help="As²d proposal budget b (physical K <= b+1)."),
+        k: int = typer.Option(8, "--k", help="Standard SD physical width K."),
+        source: str = typer.Option("drafter", "--source", help="drafter or ctc (As²d sources)."),
+        candidates: Optional[Path] = typer.Option(None, "--candidates", help="JSON Lines of external batches {t_ms, tokens}."),
+        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Output cap (default: the model's)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Run one native request and report its tokens, rounds and timings."""
+        from device_agents.registry import resolve_phone
+        from native.candidates import load_candidates
+        from native.host import default_cores, open_runner
+        from native.protocol import METHODS
+        from as2d_cli.errors import UserError
+
+        if method not in METHODS:
+            raise UserError(f"unknown --method {method!r}; use one of {', '.join(METHODS)}")
+        cmd = {"op": "decode", "window": window, "method": method, "budget": budget, "k": k,
+               "source": source, "max_tokens": max_tokens}
+        if candidates is not None:
+            cmd["source"] = "external"
+            cmd["candidates"] = load_candidates(candidates)
+            if method not in ("as2d", "as2d-no-bc"):
+                raise UserError("--candidates feeds a target-decoupled method: use --method as2d or as2d-no-bc")
+        device = resolve_phone(phone)
+        tc, pc = default_cores() if device.kind == "local" else (None, None)
+        with open_runner(device, target_cores=tc, producer_cores=pc) as runner:
+            res = runner.call(cmd)
+        res.pop("event", None)
+        if as_json:
+            typer.echo(json.dumps(res))
+            return
+        con = Console()
+        s = res["summary"]
+        con.print(f"[bold]{res['method']}[/] on {window}: {res['n_tokens']} tokens in {res['time_ms']:.1f} ms "
+                  f"→ {res['tps']:.2f} tokens/s ({'EOS' if res['eos'] else 'capped'})")
+        a = res["accounting_ms"]
+        con.print(f"rounds {s['rounds']}, proposed {s['proposed']}, accepted {s['accepted']}, "
+                  f"coverage {s['coverage']:.1%}; T={a['T']:.1f} D={a['D']:.1f} V={a['V']:.1f} "
+                  f"O={a['O']:.1f} H={a['H']:.1f} ms")

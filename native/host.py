@@ -1,0 +1,178 @@
+"""Launch the native runner from the host: locally over pipes, or on a device in file mode.
+
+* :class:`LocalRunner` keeps one ``python -m native.runner`` process with models loaded and
+  exchanges JSON lines over its stdin/stdout.
+* :class:`DeviceRunner` runs a batch of commands on a :class:`device_agents.base.Device`:
+  it pushes the commands file into a per-run directory, starts the runner there (through
+  the deployed arm64 bundle on a phone), and pulls the events file back — so the same
+  protocol works over ``adb shell`` and survives a slow or unplugged link.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from as2d_cli.errors import DeviceError, UserError
+
+TERMINAL = ("hello", "loaded", "result", "calibrated", "error", "bye")
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+class RunnerError(DeviceError):
+    """The runner reported an error or died."""
+
+
+def check(ev: dict[str, Any]) -> dict[str, Any]:
+    if ev.get("event") == "error":
+        raise RunnerError(f"runner: {ev.get('message')}")
+    return ev
+
+
+class RunnerHandle(ABC):
+    @abstractmethod
+    def call(self, cmd: dict[str, Any], on_event: Callable[[dict], None] | None = None) -> dict[str, Any]:
+        """Send one command; return its terminal event (raising on an ``error`` event)."""
+
+    def batch(self, cmds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [self.call(c) for c in cmds]
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "RunnerHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalRunner(RunnerHandle):
+    """A runner process on this host, spoken to over pipes."""
+
+    def __init__(self, python: str | None = None, env: dict[str, str] | None = None, timeout_s: float = 600.0) -> None:
+        full_env = {**os.environ, **(env or {})}
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), full_env.get("PYTHONPATH")]))
+        self.timeout_s = timeout_s
+        self.proc = subprocess.Popen(
+            [python or sys.executable, "-m", "native.runner"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+            env=full_env, cwd=str(PROJECT_ROOT),
+        )
+        self._stderr: list[str] = []
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+
+    def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._stderr.append(line)
+
+    def call(self, cmd: dict[str, Any], on_event: Callable[[dict], None] | None = None) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if self.proc.poll() is not None:
+            raise RunnerError(f"the runner exited ({self.proc.returncode}): {''.join(self._stderr[-3:]).strip()}")
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RunnerError(f"the runner died during {cmd.get('op')!r}: {''.join(self._stderr[-3:]).strip()}")
+            ev = json.loads(line)
+            if on_event is not None:
+                on_event(ev)
+            if ev.get("event") in TERMINAL:
+                return check(ev)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write('{"op":"quit"}\n')
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired, BrokenPipeError):
+                self.proc.kill()
+
+
+class DeviceRunner(RunnerHandle):
+    """Runs command batches on a device in file mode (push commands, run, pull events)."""
+
+    def __init__(self, device: Any, launch: Callable[[list[str], str], str], deadline_s: float = 1800.0) -> None:
+        self.device = device
+        self.launch = launch  # (runner args, run_dir) -> one shell command line
+        self.deadline_s = deadline_s
+        self._prelude: list[dict[str, Any]] = []
+
+    def set_prelude(self, cmds: Sequence[dict[str, Any]]) -> None:
+        """Commands (hello, load) sent at the start of every batch."""
+        self._prelude = list(cmds)
+
+    def call(self, cmd: dict[str, Any], on_event: Callable[[dict], None] | None = None) -> dict[str, Any]:
+        return self.batch([cmd])[-1]
+
+    def batch(self, cmds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        all_cmds = [*self._prelude, *cmds, {"op": "quit"}]
+        with tempfile.TemporaryDirectory() as tmp, self.device.run_dir("runner") as rd:
+            local_in = Path(tmp) / "commands.jsonl"
+            local_in.write_text("".join(json.dumps(c) + "\n" for c in all_cmds), encoding="utf-8")
+            remote_in, remote_out = f"{rd}/commands.jsonl", f"{rd}/events.jsonl"
+            self.device.push(local_in, remote_in)
+            line = self.launch(["-m", "native.runner", "--commands", remote_in, "--out", remote_out], rd)
+            res = self.device.shell(line, deadline_s=self.deadline_s)
+            local_out = Path(tmp) / "events.jsonl"
+            try:
+                self.device.pull(remote_out, local_out)
+            except DeviceError as exc:
+                raise RunnerError(f"{self.device.serial}: the runner wrote no events ({exc}); "
+                                  f"its output: {res.stdout[-300:]}{res.stderr[-300:]}") from None
+            events = [json.loads(x) for x in local_out.read_text(encoding="utf-8").splitlines() if x.strip()]
+        terminal = [e for e in events if e.get("event") in TERMINAL and e.get("event") != "bye"]
+        for e in terminal:
+            check(e)
+        n_pre = len(self._prelude)
+        if len(terminal) < n_pre + len(cmds):
+            raise RunnerError(f"{self.device.serial}: the runner stopped after {len(terminal)} of "
+                              f"{n_pre + len(cmds)} commands; partial events kept in the run record")
+        return terminal[n_pre:]
+
+
+def open_runner(device: Any, models: str | None = None, *, target_cores: list[int] | None = None,
+                producer_cores: list[int] | None = None) -> RunnerHandle:
+    """A runner for ``device`` with models loaded: pipes locally, the arm64 bundle on a phone."""
+    load = {"op": "load", "models": models, "target_cores": target_cores, "producer_cores": producer_cores}
+    if getattr(device, "kind", "local") == "local":
+        r = LocalRunner()
+        r.call({"op": "hello"})
+        r.call(load)
+        return r
+    launch = device_launcher(device)
+    r = DeviceRunner(device, launch)
+    r.set_prelude([{"op": "hello"}, load])
+    return r
+
+
+def device_launcher(device: Any) -> Callable[[list[str], str], str]:
+    """How to start Python on ``device``: the deployed bundle (built by `as2d bundle build`)."""
+    try:
+        from as2d_cli.bundle.build import build_bundle
+        from as2d_cli.bundle.deploy import deploy
+    except ImportError as exc:  # pragma: no cover - the bundle package ships with as2d
+        raise UserError(f"the arm64 bundle support is missing ({exc})") from None
+    built = build_bundle()
+    deployed = deploy(device, built.archive)
+    return lambda args, run_dir: deployed.command(args, run_dir)
+
+
+def default_cores() -> tuple[list[int] | None, list[int] | None]:
+    """Target on the first allowed CPU, producer on the second (None when only one)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) < 2:
+        return None, None
+    return [cpus[0]], [cpus[1]]

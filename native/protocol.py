@@ -1,0 +1,101 @@
+"""The runner protocol (version 1): JSON lines, one command in, events out.
+
+Specified in docs/runner-protocol.md. This module validates commands so a malformed one
+gets one ``error`` event naming the field, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from as2d_cli.errors import UserError
+
+PROTOCOL = "as2d.runner"
+PROTOCOL_VERSION = 1
+
+METHODS = ("target-only", "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc")
+SOURCES = ("drafter", "ctc", "external")
+
+
+class ProtocolError(UserError):
+    """A command the runner cannot accept."""
+
+
+def parse_command(line: str) -> dict[str, Any]:
+    try:
+        cmd = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"command is not JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(cmd, dict) or not isinstance(cmd.get("op"), str):
+        raise ProtocolError("command must be a JSON object with a string field 'op'")
+    return cmd
+
+
+def _int(cmd: dict, key: str, default: int | None, lo: int = 0) -> int | None:
+    v = cmd.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ProtocolError(f"field {key!r} must be an integer >= {lo}, got {v!r}")
+    return v
+
+
+def _num(cmd: dict, key: str, default: float | None) -> float | None:
+    v = cmd.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ProtocolError(f"field {key!r} must be a number, got {v!r}")
+    return float(v)
+
+
+def decode_settings(cmd: dict) -> dict[str, Any]:
+    """Validate a ``decode`` command's fields and fill defaults."""
+    method = cmd.get("method")
+    if method not in METHODS:
+        raise ProtocolError(f"field 'method' must be one of {', '.join(METHODS)}, got {method!r}")
+    source = cmd.get("source", "drafter")
+    if source not in SOURCES:
+        raise ProtocolError(f"field 'source' must be one of {', '.join(SOURCES)}, got {source!r}")
+    if ("window" in cmd) == ("audio" in cmd):
+        raise ProtocolError("a decode command needs exactly one of 'window' (a corpus id) or 'audio' (a file path)")
+    candidates = cmd.get("candidates")
+    if source == "external":
+        if not isinstance(candidates, list):
+            raise ProtocolError("source 'external' needs 'candidates': a list of {t_ms, tokens} batches")
+        for i, b in enumerate(candidates, 1):
+            check_batch(b, f"candidates[{i}]")
+    return {
+        "method": method,
+        "source": source,
+        "window": cmd.get("window"),
+        "audio": cmd.get("audio"),
+        "k": _int(cmd, "k", 8, 1),
+        "budget": _int(cmd, "budget", 7, 1),
+        "threshold": _num(cmd, "threshold", 0.4),
+        "cap": _int(cmd, "cap", 24, 1),
+        "batch": _int(cmd, "batch", 8, 1),
+        "window_bound": _int(cmd, "align_window", 8, 0),
+        "max_tokens": _int(cmd, "max_tokens", None, 1),
+        "candidates": candidates,
+        "events": bool(cmd.get("events", True)),
+        "id": cmd.get("id"),
+    }
+
+
+def check_batch(b: Any, where: str) -> tuple[float, list[int]]:
+    """One external batch ``{"t_ms": number >= 0, "tokens": [int, ...]}``."""
+    if not isinstance(b, dict):
+        raise ProtocolError(f"{where} must be an object {{\"t_ms\": ..., \"tokens\": [...]}}")
+    t = b.get("t_ms")
+    toks = b.get("tokens")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
+        raise ProtocolError(f"{where}: 't_ms' must be a number >= 0 (ms after the request), got {t!r}")
+    if not isinstance(toks, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in toks):
+        raise ProtocolError(f"{where}: 'tokens' must be a list of target token ids (integers >= 0)")
+    return float(t), toks
+
+
+def event(name: str, /, **fields: Any) -> str:
+    return json.dumps({"event": name, **fields}, separators=(",", ":"))

@@ -1,0 +1,239 @@
+"""One native request: prefill, then the engine under the wall clock with real models.
+
+The target runs in the calling thread (pinned to its cores), a target-decoupled source in
+a producer thread (pinned to its own). Loading and the target's (and a serial drafter's)
+audio/prompt prefill happen before the decode clock starts; a target-decoupled source's
+audio encoding is producer work inside the clock (paper A.1). After the target's EOS the
+producer's step in flight finishes and is charged (drain).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from as2d_cli.engine import (
+    ASP,
+    As2d,
+    CandidateBuffer,
+    Episode,
+    Policy,
+    StandardSD,
+    TargetOnly,
+    WallClock,
+    without_bc,
+    without_td,
+)
+from as2d_cli.engine.accounting import decompose, split_intervals
+from as2d_cli.errors import UserError
+from native.producer import Producer, external_units, pin_current_thread, source_units
+
+
+@dataclass
+class Models:
+    """The loaded model bundle: target, prefix-conditioned drafter, source models."""
+
+    bundle: Any
+    target: Any
+    drafter: Any
+    threads: int = 1
+    load_ms: float = 0.0
+    _ctc: Any = None
+
+    def source(self, name: str, audio: np.ndarray, limit: int) -> Any:
+        """A fresh per-request target-decoupled source over ``audio``."""
+        from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource
+
+        if name == "ctc":
+            if self._ctc is None:
+                self._ctc = CtcRecognizer(self.bundle, threads=self.threads)
+            return CtcSource(self._ctc, audio)
+        return DrafterSource(self.drafter.model, audio, limit)
+
+    def ctc_eligible(self, language: str) -> bool:
+        from as2d_cli.models.sources import CtcRecognizer
+
+        if self._ctc is None:
+            self._ctc = CtcRecognizer(self.bundle, threads=self.threads)
+        return self._ctc.eligible(language)
+
+
+def load_models(directory: str | None = None, threads: int = 1) -> Models:
+    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.drafter import OrtDrafter
+    from as2d_cli.models.target import OrtTarget
+
+    t0 = time.perf_counter()
+    bundle = load_bundle(directory)
+    models = Models(bundle, OrtTarget(bundle, threads=threads), OrtDrafter(bundle, threads=threads), threads)
+    models.load_ms = (time.perf_counter() - t0) * 1e3
+    return models
+
+
+def policy_for(s: dict[str, Any]) -> Policy:
+    m = s["method"]
+    if m == "target-only":
+        return TargetOnly()
+    if m == "sd":
+        return StandardSD(s["k"])
+    if m == "asp":
+        return ASP(threshold=s["threshold"], cap=s["cap"])
+    if m == "as2d":
+        return As2d(budget=s["budget"], threshold=s["threshold"], batch=s["batch"], window=s["window_bound"])
+    if m == "as2d-no-td":
+        return without_td(s["budget"], threshold=s["threshold"])
+    return without_bc(threshold=s["threshold"], cap=s["cap"])
+
+
+class MarginTarget:
+    """Records the top-2 logit margin behind every committed decision (Appendix F.6)."""
+
+    def __init__(self, target: Any) -> None:
+        self.inner = target
+        self.last: list[float] = []
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    def verify(self, tokens: Sequence[int]) -> list[int]:
+        out = self.inner.verify(tokens)
+        m = self.inner.last_margins
+        self.last = [] if m is None else [float(x) for x in m]
+        return out
+
+    def rollback(self, length: int) -> None:
+        self.inner.rollback(length)
+
+
+def run_request(
+    models: Models,
+    audio: np.ndarray,
+    s: dict[str, Any],
+    *,
+    language: str = "en",
+    target_cores: Sequence[int] | None = None,
+    producer_cores: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """Decode one request natively; returns tokens, rounds, timings, D/V/O/H and events."""
+    policy = policy_for(s)
+    target = models.target
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    pinned = pin_current_thread(target_cores)
+    try:
+        t0 = time.perf_counter_ns()
+        first = target.start(audio)
+        first_margin = float(target.last_margins[-1]) if target.last_margins is not None else None
+        drafter = None
+        if policy.serial:
+            drafter = models.drafter
+            drafter.start(audio)
+        prefill_ns = time.perf_counter_ns() - t0
+        cap = target.max_length
+        max_tokens = min(s["max_tokens"] or cap, cap)
+
+        buffer = producer = None
+        source_used = None
+        clock = WallClock()
+        if policy.decoupled:
+            source_used = s["source"]
+            if source_used == "ctc" and not models.ctc_eligible(language):
+                source_used = "drafter"  # language-ineligible: fall back (paper D.4.3)
+            buffer = CandidateBuffer(source_used, "producer-0")
+            if source_used == "external":
+                units, schedule = external_units([(b["t_ms"], b["tokens"]) for b in s["candidates"]])
+                producer = Producer(units, buffer, clock, kind="external", cores=producer_cores, schedule=schedule)
+            else:
+                src = models.source(source_used, audio, max_tokens + 8)
+                kind = "chunked" if source_used == "ctc" else "autoregressive"
+                producer = Producer(source_units(src), buffer, clock, kind=kind,
+                                    batch=s["batch"], cores=producer_cores)
+            producer.start()
+
+        mt = MarginTarget(target)
+        ep = Episode(policy, mt, first, eos_id=target.eos_id, max_tokens=max_tokens, clock=clock,
+                     buffer=buffer, drafter=drafter)
+        margins: list[float | None] = [first_margin]
+        try:
+            while not ep.done:
+                rec = ep.step()
+                margins.extend(mt.last[: rec.committed])
+        finally:
+            target_end = clock.now()
+            if producer is not None:
+                producer.stop.set()
+                producer.join()
+        if producer is not None and producer.error is not None:
+            raise UserError(f"the {source_used} source failed: {producer.error}")
+        # Drain: the producer step in flight at the target's end is charged.
+        T = target_end
+        prod_spans: list[tuple[int, int]] = []
+        if producer is not None:
+            prod_spans = [(a, b) for a, b, _ in producer.steps]
+            for a, b in prod_spans:
+                if a < target_end < b:
+                    T = max(T, b)
+        serial_prod, ver = split_intervals(clock.intervals)
+        dec = decompose(prod_spans + serial_prod, ver, T)
+        res = ep.result
+        n = len(res.tokens)
+        out: dict[str, Any] = {
+            "id": s.get("id"),
+            "method": s["method"],
+            "policy": policy.name,
+            "source": source_used,
+            "budget": s["budget"] if policy.decoupled or s["method"] == "as2d-no-td" else None,
+            "k": s["k"] if s["method"] == "sd" else None,
+            "tokens": res.tokens,
+            "n_tokens": n,
+            "eos": res.eos,
+            "capped": res.capped,
+            "max_tokens": max_tokens,
+            "prefill_ms": prefill_ns / 1e6,
+            "time_ms": T / 1e6,
+            "tps": n / (T / 1e9) if T > 0 else None,
+            "accounting_ms": dec.as_ms(),
+            "accounting_ns": {"T": dec.T, "D": dec.D, "V": dec.V, "O": dec.O, "H": dec.H},
+            "summary": res.summary(),
+            "margins": margins,
+            "pinned": bool(pinned),
+            "producer_pinned": bool(producer.pinned) if producer is not None else None,
+            "producer_finished_ms": (producer.finished_at / 1e6) if producer is not None and producer.finished_at else None,
+        }
+        if s.get("events", True):
+            out["rounds"] = [_round(r) for r in res.rounds]
+            out["events"] = _events(clock, producer)
+        return out
+    finally:
+        if pinned and before is not None:
+            os.sched_setaffinity(0, before)
+
+
+def _round(r: Any) -> dict[str, Any]:
+    return {
+        "i": r.index, "kind": r.kind, "width": r.width, "ready": r.ready, "offered": r.offered,
+        "accepted": r.accepted, "root": r.root, "new_root": r.new_root, "corrected": r.corrected,
+        "committed": r.committed, "align": r.align_action, "align_offset": r.align_offset,
+        "cursor": r.cursor, "drafted": r.drafted, "catch_up": r.catch_up, "recycled": r.recycled,
+        "start_ns": r.start, "end_ns": r.end,
+    }
+
+
+def _events(clock: WallClock, producer: Producer | None) -> list[dict[str, Any]]:
+    ev: list[dict[str, Any]] = []
+    for iv in clock.intervals:
+        ev.append({"t_ns": iv.start, "end_ns": iv.end, "stage": iv.stage, "op": iv.op.kind, "width": iv.op.width,
+                   "count": iv.op.count})
+    if producer is not None:
+        for a, b, n in producer.steps:
+            ev.append({"t_ns": a, "end_ns": b, "stage": "producer", "op": "source_step", "tokens": n})
+        for t, off, n in producer.publications:
+            ev.append({"t_ns": t, "stage": "producer", "op": "publish", "offset": off, "count": n})
+        if producer.finished_at is not None:
+            ev.append({"t_ns": producer.finished_at, "stage": "producer", "op": "producer_done"})
+    ev.sort(key=lambda e: (e["t_ns"], e.get("end_ns", e["t_ns"])))
+    return ev

@@ -1,0 +1,137 @@
+"""``python -m native.runner``: the native runner speaking JSON lines.
+
+Commands come one per line on stdin (or from ``--commands FILE``); events go one per line
+to stdout (or ``--out FILE``, flushed per line so a host can pull partial output). The
+file mode lets a host run the runner on a phone with push/shell/pull only. See
+docs/runner-protocol.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from typing import IO, Any
+
+from as2d_cli import __version__
+from as2d_cli.errors import As2dError
+from native.protocol import PROTOCOL, PROTOCOL_VERSION, ProtocolError, decode_settings, event, parse_command
+
+
+class Runner:
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.models = None
+        self.target_cores: list[int] | None = None
+        self.producer_cores: list[int] | None = None
+        self._corpus = None
+
+    def emit(self, name: str, /, **fields: Any) -> None:
+        self.out.write(event(name, **fields) + "\n")
+        self.out.flush()
+
+    # ------------------------------------------------------------------ ops
+    def op_hello(self, cmd: dict) -> None:
+        self.emit("hello", protocol=PROTOCOL, version=PROTOCOL_VERSION, runner="as2d-python",
+                  toolkit=__version__, pid=os.getpid(), cpus=os.cpu_count(),
+                  affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None)
+
+    def op_load(self, cmd: dict) -> None:
+        from native.request import load_models
+
+        threads = cmd.get("threads", 1)
+        if not isinstance(threads, int) or threads < 1:
+            raise ProtocolError("field 'threads' must be an integer >= 1")
+        self.target_cores = _cores(cmd.get("target_cores"), "target_cores")
+        self.producer_cores = _cores(cmd.get("producer_cores"), "producer_cores")
+        self.models = load_models(cmd.get("models"), threads=threads)
+        b = self.models.bundle
+        self.emit("loaded", load_ms=self.models.load_ms, models=sorted(b.manifest["models"]),
+                  vocab=b.vocab.size, eos=b.vocab.eot, max_tokens=self.models.target.max_length)
+
+    def _audio(self, s: dict) -> tuple[Any, str]:
+        if s.get("window") is not None:
+            if self._corpus is None:
+                from as2d_cli.corpus.manifest import load_corpus
+
+                self._corpus = load_corpus(os.environ.get("AS2D_CORPUS") or None)
+            w = self._corpus.get(str(s["window"]))
+            return w.load_audio(), w.language
+
+        raise ProtocolError("decoding an audio file path is not supported yet; pass a corpus 'window' id")
+
+    def op_decode(self, cmd: dict) -> None:
+        from native.request import run_request
+
+        s = decode_settings(cmd)
+        if self.models is None:
+            raise ProtocolError("send a 'load' command before 'decode'")
+        audio, language = self._audio(s)
+        res = run_request(self.models, audio, s, language=language,
+                          target_cores=self.target_cores, producer_cores=self.producer_cores)
+        self.emit("result", **res)
+
+    def op_calibrate(self, cmd: dict) -> None:
+        from native.calibration import run_calibration_op
+
+        if self.models is None:
+            raise ProtocolError("send a 'load' command before 'calibrate'")
+        audio, language = self._audio({"window": cmd.get("window")})
+        for sample in run_calibration_op(self, cmd, audio, language):
+            self.emit("sample", **sample)
+        self.emit("calibrated", what=cmd.get("what"))
+
+    # ------------------------------------------------------------------ loop
+    def handle(self, line: str) -> bool:
+        line = line.strip()
+        if not line:
+            return True
+        try:
+            cmd = parse_command(line)
+            op = cmd["op"]
+            if op == "quit":
+                self.emit("bye")
+                return False
+            fn = getattr(self, f"op_{op}", None)
+            if fn is None:
+                raise ProtocolError(f"unknown op {op!r}; the runner knows hello, load, decode, calibrate, quit")
+            fn(cmd)
+        except As2dError as exc:
+            self.emit("error", message=str(exc), error_type=type(exc).__name__)
+        except Exception as exc:  # keep the runner alive; the host reports one line
+            self.emit("error", message=f"{type(exc).__name__}: {exc}", error_type="internal",
+                      trace=traceback.format_exc(limit=6))
+        return True
+
+
+def _cores(v: Any, key: str) -> list[int] | None:
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(isinstance(c, int) and c >= 0 for c in v):
+        raise ProtocolError(f"field {key!r} must be a list of CPU numbers")
+    return v
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m native.runner")
+    ap.add_argument("--commands", help="read commands from this JSON Lines file instead of stdin")
+    ap.add_argument("--out", help="write events to this file instead of stdout")
+    a = ap.parse_args(argv)
+    out = open(a.out, "w", encoding="utf-8") if a.out else sys.stdout
+    src = open(a.commands, encoding="utf-8") if a.commands else sys.stdin
+    runner = Runner(out)
+    try:
+        for line in src:
+            if not runner.handle(line):
+                break
+    finally:
+        if a.out:
+            out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
