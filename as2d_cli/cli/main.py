@@ -25,6 +25,7 @@ COMMANDS: list[str] = [
     "emulator",
     "bundle",
     "corpus",
+    "corpus",
 ]
 
 app = typer.Typer(

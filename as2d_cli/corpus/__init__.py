@@ -1,0 +1,1 @@
+"""The bundled evaluation corpus: manifest loading, window listing and audio access."""

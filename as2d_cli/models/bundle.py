@@ -1,0 +1,107 @@
+"""Load and check the model bundle (schema ``as2d.models``, documented in docs/models.md).
+
+The bundle is a directory with ``models.json``, the tokenizer, the CTC character table and
+the ONNX files. Loading checks that every listed file exists and matches its recorded
+SHA-256, and names the first missing or mismatched file in one UserError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from as2d_cli.errors import FormatError, UserError
+
+SCHEMA = "as2d.models"
+VERSION = 1
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "assets" / "models"
+
+
+class Vocabulary:
+    """The BPE tokenizer shared by target and drafter (a `tokenizers` JSON file)."""
+
+    def __init__(self, path: Path, specials: dict[str, int]) -> None:
+        from tokenizers import Tokenizer
+
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as exc:  # the library raises its own exception types
+            raise FormatError(f"tokenizer {path} cannot be read ({exc}); reinstall the package") from None
+        self.sot = int(specials["sot"])
+        self.eot = int(specials["eot"])
+        self.pad = int(specials["pad"])
+        self.size = self._tok.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text).ids) if text.strip() else []
+
+    def decode(self, ids: list[int] | tuple[int, ...]) -> str:
+        return self._tok.decode([i for i in ids if i > 3])
+
+
+@dataclass(frozen=True)
+class ModelBundle:
+    directory: Path
+    manifest: dict
+    vocab: Vocabulary = field(repr=False)
+
+    def model(self, name: str) -> dict:
+        try:
+            return self.manifest["models"][name]
+        except KeyError:
+            have = ", ".join(sorted(self.manifest.get("models", {}))) or "none"
+            raise UserError(f"model {name!r} is not in {self.directory / 'models.json'} (it has: {have}); "
+                            "run training/export.py to add it") from None
+
+    def path(self, filename: str) -> Path:
+        return self.directory / filename
+
+    def ctc_chars(self) -> list[str]:
+        info = self.model("ctc")
+        return list(json.loads(self.path(info["chars"]).read_text(encoding="utf-8"))["chars"])
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_bundle(directory: Path | None = None, check_hashes: bool = True) -> ModelBundle:
+    """Read models.json in ``directory`` (default: the bundled models) and check its files."""
+    directory = Path(directory) if directory is not None else DEFAULT_DIR
+    path = directory / "models.json"
+    if not path.is_file():
+        raise UserError(f"model manifest {path} not found; reinstall the package or run training/export.py")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"{path} is not valid JSON ({exc}); rerun training/export.py") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        raise FormatError(f"{path}: key 'schema' must be {SCHEMA!r}; this is not an as2d model manifest")
+    version = manifest.get("version")
+    if version != VERSION:
+        hint = "upgrade as2d" if isinstance(version, int) and version > VERSION else "rerun training/export.py"
+        raise FormatError(f"{path}: model manifest version {version!r} is not supported (this as2d reads {VERSION}); {hint}")
+    for key in ("tokenizer", "specials", "models", "sha256"):
+        if key not in manifest:
+            raise FormatError(f"{path}: key {key!r} is missing; rerun training/export.py")
+    hashes = dict(manifest["sha256"])
+    for name, info in manifest["models"].items():
+        for key in ("kind", "dims", "files", "sha256"):
+            if key not in info:
+                raise FormatError(f"{path}: models.{name} has no {key!r}; rerun training/export.py")
+        hashes.update(info["sha256"])
+    for filename, digest in sorted(hashes.items()):
+        f = directory / filename
+        if not f.is_file():
+            raise UserError(f"model file {f} is missing (listed in {path}); reinstall the package or rerun training/export.py")
+        if check_hashes and _sha256(f) != digest:
+            raise UserError(f"model file {f} does not match its SHA-256 in {path}; it was changed or truncated: "
+                            "reinstall the package or rerun training/export.py")
+    vocab = Vocabulary(directory / manifest["tokenizer"], manifest["specials"])
+    return ModelBundle(directory, manifest, vocab)

@@ -1,0 +1,80 @@
+"""The ONNX Runtime drafter: prefix-conditioned (SD / SpecASR-ASP) and free-running (As²d source).
+
+The prefix-conditioned drafter keeps its own KV cache and reuses the longest common prefix
+between calls, so following the committed target prefix costs one catch-up call (up to 16
+tokens each) plus one K=1 call per drafted token.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from as2d_cli.engine.interfaces import Draft
+from as2d_cli.errors import EngineError
+from as2d_cli.models.bundle import ModelBundle
+from as2d_cli.models.session import Cross, Seq2SeqModel, softmax_max
+
+MAX_CALL = 16  # widest decoder call the export was checked for
+
+
+class OrtDrafter:
+    """Greedy continuation of the committed target prefix with softmax-max confidences."""
+
+    def __init__(self, bundle: ModelBundle, threads: int = 1, name: str = "drafter") -> None:
+        self.model = Seq2SeqModel(bundle, name, threads)
+        self.eos_id = bundle.vocab.eot
+        self._cross: Cross | None = None
+        self._seq: list[int] = []  # tokens in the cache, <sot> first
+        self._cache = self.model.empty_cache()
+        self._next: tuple[int, float] | None = None  # greedy choice after _seq, if known
+
+    def start(self, audio: np.ndarray) -> None:
+        self._cross = self.model.encode(audio)
+        self._seq, self._cache, self._next = [], self.model.empty_cache(), None
+
+    def _feed(self, tokens: list[int]) -> None:
+        """Append ``tokens`` to the cache; remember the greedy choice after the last one."""
+        assert self._cross is not None
+        for i in range(0, len(tokens), MAX_CALL):
+            part = tokens[i : i + MAX_CALL]
+            logits, self._cache = self.model.decode(part, self._cache, self._cross)
+            self._seq += part
+        last = logits[-1]
+        self._next = (int(last.argmax()), float(softmax_max(last[None])[0]))
+
+    def _sync(self, context: list[int]) -> None:
+        """Make the cache hold exactly ``context`` (reusing the common prefix)."""
+        common = 0
+        for a, b in zip(self._seq, context):
+            if a != b:
+                break
+            common += 1
+        if common == len(context) and common == len(self._seq) and self._next is not None:
+            return
+        if common == len(context):  # context is a strict prefix of the cache: recompute its last token
+            common -= 1
+        self._seq = self._seq[:common]
+        self._cache = (self._cache[0][:, :, :, :common], self._cache[1][:, :, :, :common])
+        self._feed(context[common:])
+
+    def draft(self, prefix: Sequence[int], count: int, stop_below: float | None = None) -> Draft:
+        if self._cross is None:
+            raise EngineError("drafter.draft before start(audio)")
+        if count <= 0:
+            return Draft((), ())
+        limit = self.model.max_positions - 1 - len(prefix)
+        self._sync([self.model.vocab.sot] + [int(t) for t in prefix])
+        tokens: list[int] = []
+        confs: list[float] = []
+        while len(tokens) < min(count, limit):
+            assert self._next is not None
+            tok, conf = self._next
+            tokens.append(tok)
+            confs.append(conf)
+            if stop_below is not None and (conf < stop_below or tok == self.eos_id):
+                break
+            if len(tokens) < min(count, limit):
+                self._feed([tok])
+        return Draft(tuple(tokens), tuple(confs))

@@ -1,0 +1,105 @@
+"""ONNX Runtime sessions pinned to their own intra-op thread count, and the seq2seq calls.
+
+Each session gets ``intra_op_num_threads`` (default 1) and sequential execution, so a target
+and a source each keep to one core and run concurrently from two Python threads (ORT
+releases the GIL while it computes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from as2d_cli.errors import UserError
+from as2d_cli.models.bundle import ModelBundle
+from as2d_cli.models.features import log_mel
+
+
+def make_session(path, threads: int = 1):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.log_severity_level = 3
+    try:
+        return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT raises its own exception types for bad files
+        raise UserError(f"ONNX Runtime cannot load {path} ({str(exc).splitlines()[0]}); rerun training/export.py") from None
+
+
+def _check_io(sess, path, inputs: list[str], outputs: list[str]) -> None:
+    have_in = [i.name for i in sess.get_inputs()]
+    have_out = [o.name for o in sess.get_outputs()]
+    if have_in != inputs or have_out != outputs:
+        raise UserError(f"{path} has inputs {have_in} and outputs {have_out}, expected {inputs} -> {outputs}; "
+                        "it does not belong to this as2d version: rerun training/export.py")
+
+
+@dataclass
+class Cross:
+    """Per-request encoder output: every decoder layer's cross-attention K/V."""
+
+    k: np.ndarray
+    v: np.ndarray
+
+    @property
+    def frames(self) -> int:
+        return int(self.k.shape[3])
+
+
+class Seq2SeqModel:
+    """One encoder-decoder (target or drafter): encode once, then decoder calls of K tokens."""
+
+    def __init__(self, bundle: ModelBundle, name: str, threads: int = 1) -> None:
+        info = bundle.model(name)
+        if info["kind"] != "seq2seq":
+            raise UserError(f"model {name!r} in {bundle.directory} is a {info['kind']} model, not an encoder-decoder")
+        self.name = name
+        self.dims = dict(info["dims"])
+        self.vocab = bundle.vocab
+        if int(self.dims["vocab"]) != bundle.vocab.size:
+            raise UserError(f"model {name!r} has a {self.dims['vocab']}-token output but the tokenizer has "
+                            f"{bundle.vocab.size}; the bundle is mixed: rerun training/export.py")
+        self.max_positions = int(self.dims["max_tokens"])
+        enc_path, dec_path = bundle.path(info["files"]["encoder"]), bundle.path(info["files"]["decoder"])
+        self.encoder = make_session(enc_path, threads)
+        self.decoder = make_session(dec_path, threads)
+        _check_io(self.encoder, enc_path, ["mel"], ["cross_k", "cross_v"])
+        _check_io(self.decoder, dec_path, ["tokens", "past_k", "past_v", "cross_k", "cross_v"],
+                  ["logits", "present_k", "present_v"])
+        L, H, d = int(self.dims["dec_layers"]), int(self.dims["heads"]), int(self.dims["d"])
+        self._empty = np.zeros((L, 1, H, 0, d // H), dtype=np.float32)
+
+    def encode(self, audio: np.ndarray) -> Cross:
+        mel = log_mel(audio)[None]
+        k, v = self.encoder.run(None, {"mel": mel})
+        return Cross(k, v)
+
+    def empty_cache(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._empty, self._empty
+
+    def decode(self, tokens: list[int] | tuple[int, ...], past: tuple[np.ndarray, np.ndarray], cross: Cross
+               ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """Process ``tokens`` after ``past``: logits (K, V) and the present cache."""
+        if past[0].shape[3] + len(tokens) > self.max_positions:
+            raise UserError(f"{self.name}: {past[0].shape[3] + len(tokens)} decoder positions exceed the model's "
+                            f"{self.max_positions}; lower the generation limit")
+        logits, pk, pv = self.decoder.run(None, {
+            "tokens": np.asarray(tokens, dtype=np.int64)[None], "past_k": past[0], "past_v": past[1],
+            "cross_k": cross.k, "cross_v": cross.v})
+        return logits[0], (pk, pv)
+
+
+def softmax_max(logits: np.ndarray) -> np.ndarray:
+    """Per-row softmax probability of the arg-max token (the drafter's confidence)."""
+    z = logits - logits.max(axis=-1, keepdims=True)
+    return 1.0 / np.exp(z).sum(axis=-1)
+
+
+def top2_margin(logits: np.ndarray) -> np.ndarray:
+    """Per-row gap between the largest and second-largest logit (Appendix F.6)."""
+    part = np.partition(logits, -2, axis=-1)
+    return part[..., -1] - part[..., -2]

@@ -1,0 +1,120 @@
+"""Target-decoupled sources over the request audio (the As²d producers).
+
+Both implement the engine's :class:`~as2d_cli.engine.interfaces.Source` protocol: one
+object per request, ``start()`` prepares it (encoder pass), each ``step()`` is one unit of
+source work, and ``None`` means finished. They see only the audio and their own history,
+never the target's prefix.
+
+- :class:`DrafterSource` ("autoregressive"): the drafter decoding greedily on its own
+  history, one token with its softmax-max confidence per K=1 call; its EOS is the last
+  token it returns.
+- :class:`CtcSource` ("chunked"): the CTC recognizer over 2.56 s chunks, each chunk's text
+  returned at once without confidences, converted into the target vocabulary through text
+  (the BPE pre-tokenises on spaces, so per-chunk conversion equals converting the joined
+  text). The last chunk ends with EOS (the audio is over). English only: callers fall back
+  for other languages (paper D.4.3) — see :meth:`CtcRecognizer.eligible`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from as2d_cli.errors import EngineError
+from as2d_cli.models.bundle import ModelBundle
+from as2d_cli.models.features import SAMPLE_RATE, log_mel
+from as2d_cli.models.session import Cross, Seq2SeqModel, _check_io, make_session, softmax_max
+
+CHUNK_SECONDS = 2.56
+
+
+class DrafterSource:
+    """The drafter as an independent producer (Qwen3-ASR 0.6B's role in the paper)."""
+
+    source_id = "drafter"
+    kind = "autoregressive"
+
+    def __init__(self, model: Seq2SeqModel, audio: np.ndarray, limit: int | None = None) -> None:
+        self.model = model
+        self.audio = audio
+        self.limit = min(limit or model.max_positions - 1, model.max_positions - 1)
+        self.eos_id = model.vocab.eot
+        self.tokens: list[int] = []
+        self._cross: Cross | None = None
+        self._cache = model.empty_cache()
+        self._done = False
+
+    def start(self) -> None:
+        self._cross = self.model.encode(self.audio)
+
+    def step(self) -> Sequence[tuple[int, float | None]] | None:
+        if self._cross is None:
+            raise EngineError("source.step before start()")
+        if self._done or len(self.tokens) >= self.limit:
+            return None
+        prev = self.tokens[-1] if self.tokens else self.model.vocab.sot
+        logits, self._cache = self.model.decode([prev], self._cache, self._cross)
+        tok = int(logits[-1].argmax())
+        self.tokens.append(tok)
+        self._done = tok == self.eos_id
+        return [(tok, float(softmax_max(logits[-1:])[0]))]
+
+
+class CtcRecognizer:
+    """The chunked CTC model (Parakeet CTC's role): one ORT session, English only."""
+
+    def __init__(self, bundle: ModelBundle, threads: int = 1) -> None:
+        info = bundle.model("ctc")
+        path = bundle.path(info["files"]["model"])
+        self.session = make_session(path, threads)
+        _check_io(self.session, path, ["mel"], ["log_probs"])
+        self.chars = bundle.ctc_chars()
+        self.vocab = bundle.vocab
+        self.languages = tuple(info.get("languages", ["en"]))
+        self.chunk_samples = int(round(float(info.get("chunk_seconds", CHUNK_SECONDS)) * SAMPLE_RATE))
+
+    def eligible(self, language: str) -> bool:
+        return language in self.languages
+
+    def transcribe(self, samples: np.ndarray) -> str:
+        """Greedy CTC text of one chunk (blank-collapsed)."""
+        if len(samples) < 400:  # shorter than one encoder frame's receptive field: no speech
+            return ""
+        lp = self.session.run(None, {"mel": log_mel(samples)[None]})[0][0]
+        out, prev = [], 0
+        for i in lp.argmax(axis=-1):
+            if i != prev and i != 0:
+                out.append(self.chars[int(i)])
+            prev = int(i)
+        return " ".join("".join(out).split())
+
+
+class CtcSource:
+    source_id = "ctc"
+    kind = "chunked"
+
+    def __init__(self, recognizer: CtcRecognizer, audio: np.ndarray) -> None:
+        self.rec = recognizer
+        self.audio = audio
+        self.starts = list(range(0, max(len(audio), 1), recognizer.chunk_samples))
+        self.texts: list[str] = []
+        self._next = 0
+        self._started = False
+
+    def start(self) -> None:
+        self._started = True  # nothing to prefill: each chunk is independent
+
+    def step(self) -> Sequence[tuple[int, float | None]] | None:
+        if not self._started:
+            raise EngineError("source.step before start()")
+        if self._next >= len(self.starts):
+            return None
+        s = self.starts[self._next]
+        text = self.rec.transcribe(self.audio[s : s + self.rec.chunk_samples])
+        self.texts.append(text)
+        tokens = self.rec.vocab.encode(text)
+        self._next += 1
+        if self._next == len(self.starts):
+            tokens.append(self.rec.vocab.eot)
+        return [(t, None) for t in tokens]

@@ -1,0 +1,73 @@
+"""The ONNX Runtime target behind the engine's known-root Target protocol.
+
+``start(audio)`` encodes the request and prefills the prompt (<sot>), returning the first
+token (selected during prefill; it becomes the first known root). ``verify`` processes the
+root plus candidates in ONE decoder call and returns the greedy decision at every position;
+``rollback`` slices the self-attention cache back to a committed length.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from as2d_cli.errors import EngineError
+from as2d_cli.models.bundle import ModelBundle
+from as2d_cli.models.session import Cross, Seq2SeqModel, top2_margin
+
+PROMPT = 1  # the <sot> entry held in the cache before the committed tokens
+
+
+class OrtTarget:
+    """Greedy target over one request; ``length`` counts processed committed tokens."""
+
+    def __init__(self, bundle: ModelBundle, threads: int = 1, name: str = "target") -> None:
+        self.model = Seq2SeqModel(bundle, name, threads)
+        self.eos_id = bundle.vocab.eot
+        self.max_length = self.model.max_positions - PROMPT  # committed tokens the cache can hold
+        self._cross: Cross | None = None
+        self._cache = self.model.empty_cache()
+        self.last_margins: np.ndarray | None = None  # top-2 logit margin per position of the last call
+
+    def start(self, audio: np.ndarray) -> int:
+        """Encode ``audio`` and prefill the prompt; returns the first token."""
+        self._cross = self.model.encode(audio)
+        logits, self._cache = self.model.decode([self.model.vocab.sot], self.model.empty_cache(), self._cross)
+        self.last_margins = top2_margin(logits)
+        return int(logits[-1].argmax())
+
+    @property
+    def encoder_frames(self) -> int:
+        return 0 if self._cross is None else self._cross.frames
+
+    @property
+    def length(self) -> int:
+        return int(self._cache[0].shape[3]) - PROMPT if self._cross is not None else 0
+
+    def verify(self, tokens: Sequence[int]) -> list[int]:
+        if self._cross is None:
+            raise EngineError("target.verify before start(audio)")
+        if not tokens:
+            raise EngineError("target.verify needs at least the known root")
+        logits, self._cache = self.model.decode(list(tokens), self._cache, self._cross)
+        self.last_margins = top2_margin(logits)
+        return [int(t) for t in logits.argmax(axis=-1)]
+
+    def rollback(self, length: int) -> None:
+        if length < 0 or length > self.length:
+            raise EngineError(f"rollback to {length} outside the target state of {self.length}")
+        keep = PROMPT + length
+        self._cache = (self._cache[0][:, :, :, :keep], self._cache[1][:, :, :, :keep])
+
+
+def greedy_decode(target: OrtTarget, audio: np.ndarray, limit: int | None = None) -> list[int]:
+    """Target-only reference: first token from prefill, then one decoder call per token.
+
+    Returns the committed tokens including the final EOS (if reached before ``limit``).
+    """
+    limit = min(limit or target.max_length, target.max_length)
+    out = [target.start(audio)]
+    while out[-1] != target.eos_id and len(out) < limit:
+        out.append(target.verify([out[-1]])[0])
+    return out

@@ -1,0 +1,125 @@
+"""The shipped corpus: manifest contract, split sizes and disjointness, audio, `as2d corpus list`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from as2d_cli.corpus.manifest import SETTINGS, load_corpus
+from as2d_cli.corpus.text import normalize_text, wer, word_errors
+from as2d_cli.errors import FormatError, UserError
+
+CORPUS = load_corpus()
+
+
+def test_split_sizes_and_settings() -> None:
+    counts = Counter(w.split for w in CORPUS.windows)
+    assert counts["dev"] >= 50 and counts["val"] >= 100 and counts["test"] >= 300
+    per_setting = Counter(w.setting for w in CORPUS.split("test"))
+    assert set(per_setting) == set(SETTINGS)
+    assert min(per_setting.values()) >= 40
+    langs = {w.language for w in CORPUS.windows if w.setting == "multilingual"}
+    assert "en" in langs and len(langs) >= 2
+
+
+def test_windows_are_4_to_20_seconds_and_audio_matches() -> None:
+    assert all(4.0 <= w.seconds <= 20.0 for w in CORPUS.windows)
+    for w in CORPUS.split("dev")[::7]:
+        audio = w.load_audio()
+        assert audio.dtype == np.float32 and audio.ndim == 1
+        assert abs(len(audio) / 16000 - w.seconds) < 0.1
+        assert float(np.sqrt(np.mean(audio**2))) > 1e-3  # real speech, not silence
+
+
+def test_splits_are_disjoint() -> None:
+    ids = [w.id for w in CORPUS.windows]
+    assert len(ids) == len(set(ids))
+    audio = [w.audio for w in CORPUS.windows]
+    assert len(audio) == len(set(audio))
+
+    def grams(split: str) -> set[tuple[str, ...]]:
+        out = set()
+        for w in CORPUS.split(split):
+            words = w.text.split()
+            out |= {tuple(words[i : i + 8]) for i in range(len(words) - 7)}
+        return out
+
+    test, val, dev = grams("test"), grams("val"), grams("dev")
+    assert test and val and dev
+    assert not (test & val) and not (test & dev) and not (val & dev)
+
+
+def test_text_is_varied_and_normalised() -> None:
+    words = {x for w in CORPUS.windows for x in w.text.split()}
+    assert len(words) >= 1000
+    assert all(w.text == normalize_text(w.text) and w.text for w in CORPUS.windows)
+
+
+def test_wer() -> None:
+    assert word_errors("the cat sat", "the cat sat") == (0, 3)
+    assert word_errors("the cat sat", "a cat sat down") == (2, 3)
+    assert wer(["a b", "c d e f"], ["a", "c d e f"]) == pytest.approx(1 / 6)
+
+
+def _copy_manifest(tmp_path: Path, edit) -> Path:
+    data = json.loads(CORPUS.path.read_text())
+    edit(data)
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.update(schema="other"), "schema"),
+        (lambda d: d.update(version=2), "upgrade as2d"),
+        (lambda d: d.update(version=0), "not supported"),
+        (lambda d: d["windows"][0].pop("text"), "'text'"),
+        (lambda d: d["windows"][1].update(id=d["windows"][0]["id"]), "twice"),
+        (lambda d: d["windows"][0].update(split="train"), "unknown split"),
+    ],
+)
+def test_bad_manifest_is_refused(tmp_path: Path, edit, message: str) -> None:
+    with pytest.raises(FormatError, match=message):
+        load_corpus(_copy_manifest(tmp_path, edit))
+
+
+def test_missing_manifest_and_audio(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not found"):
+        load_corpus(tmp_path)
+    corpus = load_corpus(_copy_manifest(tmp_path, lambda d: None))
+    with pytest.raises(UserError, match="missing"):
+        corpus.windows[0].load_audio()
+
+
+def _as2d(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", *args], capture_output=True, text=True)
+
+
+def test_cli_list_json_matches_manifest() -> None:
+    proc = _as2d("corpus", "list", "--split", "test", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    test = CORPUS.split("test")
+    assert [r["id"] for r in rows] == [w.id for w in test]
+    assert set(rows[0]) == {"id", "setting", "language", "seconds", "split"}
+    assert all(r["split"] == "test" for r in rows)
+
+
+def test_cli_list_table_and_errors(tmp_path: Path) -> None:
+    proc = _as2d("corpus", "list", "--split", "dev")
+    assert proc.returncode == 0
+    assert "dev-read-000" in proc.stdout and f"{len(CORPUS.split('dev'))} windows" in proc.stdout
+    bad = _as2d("corpus", "list", "--split", "train")
+    assert bad.returncode == 2 and "unknown split" in bad.stderr and "Traceback" not in bad.stderr
+    shutil.copy(CORPUS.path, tmp_path / "manifest.json")
+    (tmp_path / "manifest.json").write_text("{not json")
+    bad = _as2d("corpus", "list", "--corpus", str(tmp_path))
+    assert bad.returncode == 2 and "not valid JSON" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,174 @@
+"""Export the trained checkpoints to ONNX and write the model manifest (as2d.models v1).
+
+Usage: python training/export.py [--models target drafter ctc]
+
+Writes to as2d_cli/assets/models/:
+- <name>_encoder.onnx: mel (1,T,80) -> cross_k, cross_v (L,1,H,S,dh): the encoder plus every
+  decoder layer's cross-attention K/V projection, computed once per request;
+- <name>_decoder.onnx: tokens (1,K) int64, past_k/past_v (L,1,H,T,dh), cross_k, cross_v ->
+  logits (1,K,V), present_k/present_v (L,1,H,T+K,dh); one call takes K = 1..16 new tokens;
+- ctc.onnx: mel (1,T,80) -> log_probs (1,S,C);
+- models.json: dimensions, file hashes, special ids, training summary; and the training logs.
+Each export is checked against torch on random inputs before it is accepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "training"))
+
+from models import CtcModel, Dims, Seq2Seq  # noqa: E402
+
+WORK = ROOT / "training" / "work"
+OUT = ROOT / "as2d_cli" / "assets" / "models"
+OPSET = 17
+
+
+class EncoderExport(nn.Module):
+    def __init__(self, m: Seq2Seq):
+        super().__init__()
+        self.m = m
+
+    def forward(self, mel):
+        enc, _ = self.m.encoder(mel)
+        return self.m.decoder.cross_kv(enc)
+
+
+class DecoderExport(nn.Module):
+    def __init__(self, m: Seq2Seq):
+        super().__init__()
+        self.m = m
+
+    def forward(self, tokens, past_k, past_v, cross_k, cross_v):
+        return self.m.decoder(tokens, past_k, past_v, cross_k, cross_v)
+
+
+class CtcExport(nn.Module):
+    def __init__(self, m: CtcModel):
+        super().__init__()
+        self.m = m
+
+    def forward(self, mel):
+        return torch.log_softmax(self.m(mel), dim=-1)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load(kind: str):
+    saved = torch.load(WORK / kind / "ckpt.pt", weights_only=False)
+    dims = Dims(**saved["dims"])
+    if kind == "ctc":
+        chars = json.loads((OUT / "ctc_chars.json").read_text())["chars"]
+        model = CtcModel(dims, len(chars))
+    else:
+        model = Seq2Seq(dims)
+    model.load_state_dict(saved["model"])
+    model.eval()
+    return model, dims, saved["state"]
+
+
+def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict) -> None:
+    torch.onnx.export(module, args, str(path), input_names=inputs, output_names=outputs,
+                      dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+
+
+def _check(path: Path, feeds: dict, expected: list[np.ndarray]) -> float:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = sess.run(None, feeds)
+    return max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected))
+
+
+def export_seq2seq(kind: str) -> dict:
+    model, dims, state = load(kind)
+    L, H, dh = dims.dec_layers, dims.heads, dims.d // dims.heads
+    enc_path, dec_path = OUT / f"{kind}_encoder.onnx", OUT / f"{kind}_decoder.onnx"
+    mel = torch.randn(1, 437, 80) * 0.3
+    with torch.no_grad():
+        _export(EncoderExport(model), (mel,), enc_path, ["mel"], ["cross_k", "cross_v"],
+                {"mel": {1: "frames"}, "cross_k": {3: "enc_frames"}, "cross_v": {3: "enc_frames"}})
+        ck, cv = EncoderExport(model)(mel)
+        err_enc = _check(enc_path, {"mel": mel.numpy()}, [ck.numpy(), cv.numpy()])
+        tokens = torch.randint(3, dims.vocab, (1, 3))
+        pk = torch.randn(L, 1, H, 5, dh)
+        pv = torch.randn(L, 1, H, 5, dh)
+        _export(DecoderExport(model), (tokens, pk, pv, ck, cv), dec_path,
+                ["tokens", "past_k", "past_v", "cross_k", "cross_v"], ["logits", "present_k", "present_v"],
+                {"tokens": {1: "new"}, "past_k": {3: "past"}, "past_v": {3: "past"},
+                 "cross_k": {3: "enc_frames"}, "cross_v": {3: "enc_frames"},
+                 "logits": {1: "new"}, "present_k": {3: "total"}, "present_v": {3: "total"}})
+        err_dec = 0.0
+        for t, k in [(0, 1), (7, 8), (2, 16), (30, 1)]:
+            tokens = torch.randint(3, dims.vocab, (1, k))
+            pk, pv = torch.randn(L, 1, H, t, dh), torch.randn(L, 1, H, t, dh)
+            exp = DecoderExport(model)(tokens, pk, pv, ck, cv)
+            err_dec = max(err_dec, _check(dec_path, {"tokens": tokens.numpy(), "past_k": pk.numpy(), "past_v": pv.numpy(),
+                                                     "cross_k": ck.numpy(), "cross_v": cv.numpy()}, [e.numpy() for e in exp]))
+    if err_enc > 1e-3 or err_dec > 1e-3:
+        raise SystemExit(f"{kind}: ONNX differs from torch (encoder {err_enc:.2e}, decoder {err_dec:.2e})")
+    return {
+        "kind": "seq2seq", "dims": dims.to_dict(),
+        "files": {"encoder": enc_path.name, "decoder": dec_path.name},
+        "sha256": {enc_path.name: sha256(enc_path), dec_path.name: sha256(dec_path)},
+        "params": sum(p.numel() for n, p in model.named_parameters() if not n.startswith("ctc_head")),
+        "trained": {"steps": state["step"], "epochs": state["epoch"], "wall_seconds": round(state["wall"])},
+        "export_max_abs_error": {"encoder": err_enc, "decoder": err_dec},
+    }
+
+
+def export_ctc() -> dict:
+    model, dims, state = load("ctc")
+    path = OUT / "ctc.onnx"
+    mel = torch.randn(1, 256, 80) * 0.3
+    with torch.no_grad():
+        _export(CtcExport(model), (mel,), path, ["mel"], ["log_probs"], {"mel": {1: "frames"}, "log_probs": {1: "enc_frames"}})
+        mel2 = torch.randn(1, 311, 80) * 0.3
+        err = _check(path, {"mel": mel2.numpy()}, [CtcExport(model)(mel2).numpy()])
+    if err > 1e-3:
+        raise SystemExit(f"ctc: ONNX differs from torch ({err:.2e})")
+    return {
+        "kind": "ctc", "dims": dims.to_dict(), "files": {"model": path.name}, "sha256": {path.name: sha256(path)},
+        "params": sum(p.numel() for p in model.parameters()), "chars": "ctc_chars.json",
+        "languages": ["en"], "chunk_seconds": 2.56,
+        "trained": {"steps": state["step"], "epochs": state["epoch"], "wall_seconds": round(state["wall"])},
+        "export_max_abs_error": {"model": err},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", nargs="+", default=["target", "drafter", "ctc"])
+    args = ap.parse_args()
+    manifest_path = OUT / "models.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest.update({"schema": "as2d.models", "version": 1, "tokenizer": "tokenizer.json",
+                     "specials": {"pad": 0, "sot": 1, "eot": 2, "unk": 3}, "sample_rate": 16000,
+                     "features": "as2d_cli.models.features.log_mel (80 log-mel, 10 ms hop)"})
+    manifest.setdefault("models", {})
+    manifest["sha256"] = {"tokenizer.json": sha256(OUT / "tokenizer.json"), "ctc_chars.json": sha256(OUT / "ctc_chars.json")}
+    logs = OUT / "training_logs"
+    logs.mkdir(exist_ok=True)
+    for kind in args.models:
+        manifest["models"][kind] = export_ctc() if kind == "ctc" else export_seq2seq(kind)
+        shutil.copy(WORK / kind / "log.jsonl", logs / f"{kind}.jsonl")
+        print(kind, json.dumps(manifest["models"][kind]["export_max_abs_error"]), flush=True)
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

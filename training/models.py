@@ -1,0 +1,208 @@
+"""Torch definitions of the three models (training and ONNX export only; never imported at run time).
+
+- ``Seq2Seq``: a Whisper-like encoder-decoder (stride-4 conv front end, pre-LN transformer
+  encoder, decoder with learned positions and a tied output projection) used for both the
+  target and the drafter, plus an auxiliary CTC head on the encoder (training only) that
+  makes the decoder start listening early.
+- ``CtcModel``: an encoder-only character CTC recognizer (the chunked external source).
+
+The decoder layer's forward takes explicit past self-attention K/V and precomputed
+cross-attention K/V, and returns the present K/V, so the exported ONNX decoder is exactly
+the function that was trained (training passes an empty past).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+@dataclass
+class Dims:
+    n_mels: int = 80
+    d: int = 256
+    heads: int = 4
+    enc_layers: int = 4
+    dec_layers: int = 4
+    ffn: int = 1024
+    vocab: int = 1024
+    max_tokens: int = 256
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+TARGET = Dims(d=256, heads=4, enc_layers=4, dec_layers=4, ffn=1024)
+DRAFTER = Dims(d=192, heads=3, enc_layers=3, dec_layers=2, ffn=768)
+CTC = Dims(d=192, heads=3, enc_layers=5, dec_layers=0, ffn=768)
+
+
+def sinusoids(length: int | torch.Tensor, d: int) -> torch.Tensor:
+    """Fixed sinusoidal positions (length, d); computed on the fly so any length works."""
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    inv = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float32) / d)
+    ang = pos * inv[None, :]
+    return torch.cat([torch.sin(ang), torch.cos(ang)], dim=1)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """q (B,H,Q,dh), k/v (B,H,T,dh), mask broadcastable to (B,H,Q,T), True = may attend."""
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    return torch.softmax(scores, dim=-1) @ v
+
+
+class Front(nn.Module):
+    """Two stride-2 convolutions: 100 mel frames/s -> 25 encoder frames/s."""
+
+    def __init__(self, n_mels: int, d: int):
+        super().__init__()
+        self.c1 = nn.Conv1d(n_mels, d, 3, stride=2, padding=1)
+        self.c2 = nn.Conv1d(d, d, 3, stride=2, padding=1)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:  # (B,T,n_mels) -> (B,S,d)
+        x = F.gelu(self.c1(mel.transpose(1, 2)))
+        x = F.gelu(self.c2(x))
+        return x.transpose(1, 2)
+
+
+def out_frames(mel_frames: torch.Tensor) -> torch.Tensor:
+    """Encoder frames for a number of mel frames (two stride-2, pad-1, kernel-3 convs)."""
+    s = (mel_frames - 1) // 2 + 1
+    return (s - 1) // 2 + 1
+
+
+class EncLayer(nn.Module):
+    def __init__(self, dm: Dims):
+        super().__init__()
+        self.h, self.dh = dm.heads, dm.d // dm.heads
+        self.ln1, self.ln2 = nn.LayerNorm(dm.d), nn.LayerNorm(dm.d)
+        self.qkv = nn.Linear(dm.d, 3 * dm.d)
+        self.o = nn.Linear(dm.d, dm.d)
+        self.mlp = nn.Sequential(nn.Linear(dm.d, dm.ffn), nn.GELU(), nn.Linear(dm.ffn, dm.d))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        a = attention(q, k, v, mask).transpose(1, 2).reshape(b, s, -1)
+        x = x + self.o(a)
+        return x + self.mlp(self.ln2(x))
+
+
+class Encoder(nn.Module):
+    def __init__(self, dm: Dims):
+        super().__init__()
+        self.d = dm.d
+        self.front = Front(dm.n_mels, dm.d)
+        self.layers = nn.ModuleList([EncLayer(dm) for _ in range(dm.enc_layers)])
+        self.ln = nn.LayerNorm(dm.d)
+
+    def forward(self, mel: torch.Tensor, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        x = self.front(mel)
+        x = x + sinusoids(x.shape[1], self.d).to(x.dtype)
+        mask = None
+        if lengths is not None:
+            s_len = out_frames(lengths)
+            mask = (torch.arange(x.shape[1])[None, :] < s_len[:, None])[:, None, None, :]
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.ln(x), mask
+
+
+class DecLayer(nn.Module):
+    def __init__(self, dm: Dims):
+        super().__init__()
+        self.h, self.dh = dm.heads, dm.d // dm.heads
+        self.ln1, self.ln2, self.ln3 = nn.LayerNorm(dm.d), nn.LayerNorm(dm.d), nn.LayerNorm(dm.d)
+        self.qkv = nn.Linear(dm.d, 3 * dm.d)
+        self.o = nn.Linear(dm.d, dm.d)
+        self.cq = nn.Linear(dm.d, dm.d)
+        self.ck = nn.Linear(dm.d, dm.d)
+        self.cv = nn.Linear(dm.d, dm.d)
+        self.co = nn.Linear(dm.d, dm.d)
+        self.mlp = nn.Sequential(nn.Linear(dm.d, dm.ffn), nn.GELU(), nn.Linear(dm.ffn, dm.d))
+
+    def cross_kv(self, enc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, s, _ = enc.shape
+        k = self.ck(enc).view(b, s, self.h, self.dh).transpose(1, 2)
+        v = self.cv(enc).view(b, s, self.h, self.dh).transpose(1, 2)
+        return k, v
+
+    def forward(self, x, past_k, past_v, cross_k, cross_v, self_mask, cross_mask):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        k = torch.cat([past_k, k], dim=2)
+        v = torch.cat([past_v, v], dim=2)
+        x = x + self.o(attention(q, k, v, self_mask).transpose(1, 2).reshape(b, n, -1))
+        q = self.cq(self.ln2(x)).view(b, n, self.h, self.dh).transpose(1, 2)
+        x = x + self.co(attention(q, cross_k, cross_v, cross_mask).transpose(1, 2).reshape(b, n, -1))
+        return x + self.mlp(self.ln3(x)), k, v
+
+
+class Decoder(nn.Module):
+    def __init__(self, dm: Dims):
+        super().__init__()
+        self.dm = dm
+        self.emb = nn.Embedding(dm.vocab, dm.d)
+        self.pos = nn.Parameter(torch.randn(dm.max_tokens, dm.d) * 0.02)
+        nn.init.normal_(self.emb.weight, std=0.02)
+        self.layers = nn.ModuleList([DecLayer(dm) for _ in range(dm.dec_layers)])
+        self.ln = nn.LayerNorm(dm.d)
+
+    def cross_kv(self, enc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stacked cross-attention K/V for all layers: (L,B,H,S,dh) each."""
+        ks, vs = zip(*[layer.cross_kv(enc) for layer in self.layers])
+        return torch.stack(ks), torch.stack(vs)
+
+    def forward(self, tokens, past_k, past_v, cross_k, cross_v, cross_mask=None):
+        """tokens (B,K); past (L,B,H,T,dh); returns logits (B,K,V) and present (L,B,H,T+K,dh)."""
+        t0 = past_k.shape[3]
+        n = tokens.shape[1]
+        x = self.emb(tokens) + self.pos[t0 : t0 + n]
+        qpos = torch.arange(n) + t0
+        self_mask = torch.arange(t0 + n)[None, :] <= qpos[:, None]
+        pk, pv = [], []
+        for i, layer in enumerate(self.layers):
+            x, k, v = layer(x, past_k[i], past_v[i], cross_k[i], cross_v[i], self_mask, cross_mask)
+            pk.append(k)
+            pv.append(v)
+        logits = self.ln(x) @ self.emb.weight.T
+        return logits, torch.stack(pk), torch.stack(pv)
+
+    def empty_past(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        dm = self.dm
+        z = torch.zeros(dm.dec_layers, batch, dm.heads, 0, dm.d // dm.heads)
+        return z, z.clone()
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, dm: Dims):
+        super().__init__()
+        self.dm = dm
+        self.encoder = Encoder(dm)
+        self.decoder = Decoder(dm)
+        self.ctc_head = nn.Linear(dm.d, dm.vocab)  # blank = pad id 0; training only
+
+    def forward(self, mel, mel_lengths, tokens):
+        enc, mask = self.encoder(mel, mel_lengths)
+        ck, cv = self.decoder.cross_kv(enc)
+        pk, pv = self.decoder.empty_past(mel.shape[0])
+        logits, _, _ = self.decoder(tokens, pk, pv, ck, cv, mask)
+        return logits, self.ctc_head(enc)
+
+
+class CtcModel(nn.Module):
+    def __init__(self, dm: Dims, n_chars: int):
+        super().__init__()
+        self.dm = dm
+        self.encoder = Encoder(dm)
+        self.head = nn.Linear(dm.d, n_chars)
+
+    def forward(self, mel, mel_lengths=None):
+        enc, _ = self.encoder(mel, mel_lengths)
+        return self.head(enc)

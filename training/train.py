@@ -1,0 +1,268 @@
+"""Train one model (target, drafter or ctc) on the synthetic training set; resumable.
+
+Usage: python training/train.py --model target|drafter|ctc [--threads 2] [--max-steps N]
+
+Fixed seeds; a checkpoint (model, optimiser, step, data position, RNG) is written atomically
+every --ckpt-seconds to training/work/<model>/ckpt.pt and a run restarts from it. The log
+(training/work/<model>/log.jsonl) records losses, learning rate, wall time and periodic
+greedy WER on the shipped dev windows; training/export.py copies it next to the models.
+Features are the runtime's numpy log-mel (as2d_cli/models/features.py), precomputed by
+training/make_corpus.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "training"))
+
+from models import CTC, DRAFTER, TARGET, CtcModel, Dims, Seq2Seq, out_frames  # noqa: E402
+
+from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
+from as2d_cli.corpus.text import wer  # noqa: E402
+from as2d_cli.models.features import log_mel  # noqa: E402
+
+WORK = ROOT / "training" / "work"
+ASSETS = ROOT / "as2d_cli" / "assets" / "models"
+SOT, EOT, PAD = 1, 2, 0
+SEEDS = {"target": 11, "drafter": 22, "ctc": 33}
+
+
+def load_tokenizer():
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(ASSETS / "tokenizer.json"))
+
+
+def char_table() -> dict[str, int]:
+    chars = json.loads((ASSETS / "ctc_chars.json").read_text())["chars"]
+    return {c: i for i, c in enumerate(chars) if i > 0}
+
+
+class Data:
+    """Training items bucketed into padded batches of at most `batch_frames` mel frames."""
+
+    def __init__(self, kind: str, batch_frames: int, max_items: int):
+        idx = json.loads((WORK / "train" / "index.json").read_text())["items"]
+        self.feats = np.load(WORK / "train" / "features.npy", mmap_mode="r")
+        if kind == "ctc":
+            table = char_table()
+            idx = [it for it in idx if it["language"] == "en"]
+            self.labels = [[table[c] for c in it["text"] if c in table] for it in idx]
+        else:
+            tok = load_tokenizer()
+            self.labels = [tok.encode(it["text"]).ids for it in idx]
+        self.items = idx
+        order = sorted(range(len(idx)), key=lambda i: idx[i]["frames"])
+        self.batches: list[list[int]] = []
+        cur: list[int] = []
+        for i in order:
+            longest = max([idx[j]["frames"] for j in cur] + [idx[i]["frames"]])
+            if cur and (longest * (len(cur) + 1) > batch_frames or len(cur) >= max_items):
+                self.batches.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            self.batches.append(cur)
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        return list(np.random.default_rng(1000 + epoch).permutation(len(self.batches)))
+
+    def batch(self, b: int, kind: str):
+        ids = self.batches[b]
+        frames = [self.items[i]["frames"] for i in ids]
+        t = max(frames)
+        mel = torch.zeros(len(ids), t, 80)
+        for k, i in enumerate(ids):
+            it = self.items[i]
+            mel[k, : it["frames"]] = torch.from_numpy(np.asarray(self.feats[it["offset"] : it["offset"] + it["frames"]], dtype=np.float32))
+        lengths = torch.tensor(frames)
+        labs = [self.labels[i] for i in ids]
+        if kind == "ctc":
+            return mel, lengths, labs
+        n = max(len(x) for x in labs) + 1
+        inp = torch.full((len(ids), n), PAD, dtype=torch.long)
+        tgt = torch.full((len(ids), n), -100, dtype=torch.long)
+        for k, x in enumerate(labs):
+            inp[k, : len(x) + 1] = torch.tensor([SOT] + x)
+            tgt[k, : len(x) + 1] = torch.tensor(x + [EOT])
+        return mel, lengths, labs, inp, tgt
+
+
+def ctc_loss(logits: torch.Tensor, mel_lengths: torch.Tensor, labs: list[list[int]]) -> torch.Tensor:
+    lp = F.log_softmax(logits, dim=-1).transpose(0, 1)  # (S,B,C)
+    in_len = out_frames(mel_lengths)
+    flat = torch.tensor([t for x in labs for t in x], dtype=torch.long)
+    tl = torch.tensor([len(x) for x in labs])
+    return F.ctc_loss(lp, flat, in_len, tl, blank=0, reduction="mean", zero_infinity=True)
+
+
+@torch.no_grad()
+def greedy(model: Seq2Seq, mel: torch.Tensor, limit: int = 200) -> list[int]:
+    enc, _ = model.encoder(mel[None])
+    ck, cv = model.decoder.cross_kv(enc)
+    pk, pv = model.decoder.empty_past(1)
+    tok, out = SOT, []
+    for _ in range(min(limit, model.dm.max_tokens - 1)):
+        logits, pk, pv = model.decoder(torch.tensor([[tok]]), pk, pv, ck, cv)
+        tok = int(logits[0, -1].argmax())
+        if tok == EOT:
+            break
+        out.append(tok)
+    return out
+
+
+@torch.no_grad()
+def ctc_greedy(model: CtcModel, mel: torch.Tensor, chars: list[str]) -> str:
+    ids = model(mel[None])[0].argmax(-1).tolist()
+    out, prev = [], 0
+    for i in ids:
+        if i != prev and i != 0:
+            out.append(chars[i])
+        prev = i
+    return " ".join("".join(out).split())
+
+
+def dev_wer(model, kind: str, windows, feats) -> float:
+    model.eval()
+    refs, hyps = [], []
+    if kind == "ctc":
+        chars = json.loads((ASSETS / "ctc_chars.json").read_text())["chars"]
+        for w, f in zip(windows, feats):
+            if w.language == "en":
+                refs.append(w.text)
+                hyps.append(ctc_greedy(model, f, chars))
+    else:
+        tok = load_tokenizer()
+        for w, f in zip(windows, feats):
+            refs.append(w.text)
+            hyps.append(tok.decode(greedy(model, f)))
+    model.train()
+    return wer(refs, hyps)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["target", "drafter", "ctc"], required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-steps", type=int, default=100000)
+    ap.add_argument("--batch-frames", type=int, default=6000)
+    ap.add_argument("--max-items", type=int, default=48)
+    ap.add_argument("--lr", type=float, default=1.5e-3)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--ckpt-seconds", type=float, default=180.0)
+    ap.add_argument("--eval-every", type=int, default=250)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    kind = args.model
+    out = WORK / kind
+    out.mkdir(parents=True, exist_ok=True)
+    seed = SEEDS[kind]
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+    dims: Dims = {"target": TARGET, "drafter": DRAFTER, "ctc": CTC}[kind]
+    data = Data(kind, args.batch_frames, args.max_items)
+    if kind == "ctc":
+        model = CtcModel(dims, len(char_table()) + 1)
+    else:
+        dims.vocab = load_tokenizer().get_vocab_size()
+        model = Seq2Seq(dims)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    state = {"step": 0, "epoch": 0, "pos": 0, "wall": 0.0}
+    ckpt = out / "ckpt.pt"
+    if ckpt.exists():
+        saved = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        state = saved["state"]
+        torch.set_rng_state(saved["torch_rng"])
+        print(f"resumed at step {state['step']}", flush=True)
+
+    dev = load_corpus().split("dev")
+    dev = [w for w in dev][::3][:16]
+    dev_feats = [torch.from_numpy(log_mel(w.load_audio())) for w in dev]
+    log = open(out / "log.jsonl", "a")
+    n_params = sum(p.numel() for p in model.parameters())
+    log.write(json.dumps({"event": "start", "step": state["step"], "params": n_params, "dims": dims.to_dict(),
+                          "batches_per_epoch": len(data.batches), "args": vars(args)}) + "\n")
+    log.flush()
+
+    def save() -> None:
+        tmp = out / "ckpt.tmp"
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state, "dims": dims.to_dict(),
+                    "torch_rng": torch.get_rng_state()}, tmp)
+        os.replace(tmp, ckpt)
+
+    model.train()
+    t_last_ckpt = time.time()
+    t0 = time.time() - state["wall"]
+    acc = {"loss": 0.0, "ce": 0.0, "ctc": 0.0, "n": 0}
+    order = data.epoch_order(state["epoch"])
+    while state["step"] < args.max_steps:
+        if state["pos"] >= len(order):
+            state["epoch"] += 1
+            state["pos"] = 0
+            order = data.epoch_order(state["epoch"])
+        b = order[state["pos"]]
+        step = state["step"] + 1
+        lr = args.lr * min(step / args.warmup, (args.warmup / step) ** 0.5)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        if kind == "ctc":
+            mel, lengths, labs = data.batch(b, kind)
+            loss = ctc_loss(model(mel, lengths), lengths, labs)
+            ce = torch.tensor(0.0)
+            cl = loss
+        else:
+            mel, lengths, labs, inp, tgt = data.batch(b, kind)
+            logits, ctc_logits = model(mel, lengths, inp)
+            ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
+            cl = ctc_loss(ctc_logits, lengths, labs)
+            loss = ce + 0.3 * cl
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        state["step"] = step
+        state["pos"] += 1
+        state["wall"] = time.time() - t0
+        acc["loss"] += float(loss)
+        acc["ce"] += float(ce)
+        acc["ctc"] += float(cl)
+        acc["n"] += 1
+        if step % 25 == 0:
+            rec = {"step": step, "epoch": state["epoch"], "lr": round(lr, 6), "wall_s": round(state["wall"], 1)}
+            rec.update({k: round(acc[k] / acc["n"], 4) for k in ("loss", "ce", "ctc")})
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            print(rec, flush=True)
+            acc = {"loss": 0.0, "ce": 0.0, "ctc": 0.0, "n": 0}
+        if step % args.eval_every == 0:
+            w = dev_wer(model, kind, dev, dev_feats)
+            rec = {"step": step, "dev_wer_16": round(w, 4), "wall_s": round(time.time() - t0, 1)}
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            print(rec, flush=True)
+        if time.time() - t_last_ckpt > args.ckpt_seconds:
+            save()
+            t_last_ckpt = time.time()
+    save()
+
+
+if __name__ == "__main__":
+    main()
