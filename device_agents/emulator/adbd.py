@@ -298,7 +298,14 @@ def _shell_v2(phone: ScriptedPhone, stream: Stream, command: str) -> None:
     threading.Thread(target=pump, daemon=True).start()
     out = _guarded(lambda d: packet(1, d), cancel)
     err = _guarded(lambda d: packet(2, d), cancel)
-    code = phone.run_script(command, stdin=stdin, stdout=out, stderr=err, cancel=cancel)
+    try:
+        code = phone.run_script(command, stdin=stdin, stdout=out, stderr=err, cancel=cancel)
+    except StreamClosed:
+        raise
+    except Exception as exc:  # a handler bug: report it like a crashed process, keep serving
+        log.exception("emulated phone command failed: %s", command)
+        err(f"emulated phone: command crashed: {type(exc).__name__}: {exc}\n".encode())
+        code = 255
     packet(3, bytes([code & 0xFF]))
 
 

@@ -1,0 +1,115 @@
+"""`as2d devices`, `as2d devices gate` and `as2d emulator start` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import adbutils
+import pytest
+
+from as2d_cli.cli.main import main
+
+
+def run_cli(args: list[str], capsys, monkeypatch, port: int) -> tuple[int, str, str]:
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
+    monkeypatch.setenv("COLUMNS", "250")
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_devices_lists_local_and_the_emulated_phone(emulated_phone, capsys, monkeypatch) -> None:
+    code, out, err = run_cli(["devices"], capsys, monkeypatch, emulated_phone.adb_port)
+    assert code == 0, err
+    rows = [ln for ln in out.splitlines() if "│" in ln]
+    local = next(r for r in rows if "local" in r.split("│")[1])
+    phone = next(r for r in rows if emulated_phone.serial in r)
+    assert "device" in local
+    for expected in ("k70", "23117RK66C", "SM8650", "3.3024", "Adreno750v2", "10.91", "16/36", "2026-06-01"):
+        assert expected in phone
+
+
+def test_devices_json_is_versioned(emulated_phone, capsys, monkeypatch) -> None:
+    code, out, _ = run_cli(["devices", "--json"], capsys, monkeypatch, emulated_phone.adb_port)
+    doc = json.loads(out)
+    assert code == 0 and doc["schema"] == "as2d.devices" and doc["version"] == 1
+    by_serial = {d["serial"]: d for d in doc["devices"]}
+    assert by_serial["local"]["kind"] == "local"
+    assert by_serial[emulated_phone.serial]["facts"]["model_id"]["value"] == "23117RK66C"
+
+
+def test_devices_tells_what_to_do_for_an_unauthorized_phone(make_emulated_phone, capsys, monkeypatch) -> None:
+    session = make_emulated_phone(auth_mode="unauthorized")
+    code, out, _ = run_cli(["devices"], capsys, monkeypatch, session.adb_port)
+    assert code == 0
+    notes = [ln for ln in out.splitlines() if ln.startswith(session.serial)]
+    assert notes == [f"{session.serial} is unauthorized: unlock the phone and accept the 'Allow USB debugging?' "
+                     f"prompt (tick 'Always allow'), then retry"]
+
+
+def test_gate_command_pass_and_fail(make_emulated_phone, capsys, monkeypatch) -> None:
+    session = make_emulated_phone()
+    args = ["devices", "gate", "--phone", session.serial, "--rest", "0", "--interval", "0"]
+    code, out, err = run_cli(args, capsys, monkeypatch, session.adb_port)
+    assert code == 0, err
+    assert out.count("ceiling       ok") == 2
+    session.phone.set_core_online(3, False)
+    code, out, err = run_cli(args, capsys, monkeypatch, session.adb_port)
+    assert code == 3
+    assert err.startswith("error: gate failed: CPU3 offline") and err.count("\n") == 1
+
+
+def test_unknown_phone_is_one_line(emulated_phone, capsys, monkeypatch) -> None:
+    code, out, err = run_cli(["devices", "gate", "--phone", "nokia3310"], capsys, monkeypatch, emulated_phone.adb_port)
+    assert code == 2 and out == ""
+    assert err.startswith("error: unknown --phone 'nokia3310': use one of local, k70, 11pro, 14, note9pro")
+    assert err.count("\n") == 1
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_emulator_start_runs_until_ctrl_c(tmp_path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "as2d_cli.cli.main", "emulator", "start", "--private-server",
+                             "--fault", "core-offline:5@0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, HOME=str(tmp_path)))
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("emulated Redmi K70 Pro (23117RK66C) at 127.0.0.1:"), first + proc.stderr.read()
+        serial = first.split(" at ")[1].split()[0]
+        adb_port = int(first.split("adb server on port ")[1].split()[0])
+        assert proc.stdout.readline().startswith("fault: CPU5 goes offline")
+        time.sleep(0.4)
+        r = subprocess.run([adbutils.adb_path(), "-P", str(adb_port), "-s", serial, "shell",
+                            "cat /sys/devices/system/cpu/online"], capture_output=True, text=True, timeout=20)
+        assert r.stdout == "0-4,6-7\n", r.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "emulated phone stopped" in rest
+    assert not _listening(adb_port)  # the private adb server went with it
+
+
+def test_emulator_rejects_a_bad_fault_in_one_line(capsys, monkeypatch) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["emulator", "start", "--private-server", "--fault", "melt:cpu"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: bad --fault 'melt:cpu'") and err.count("\n") == 1
