@@ -1,0 +1,168 @@
+"""Capture config, episode script, records and result files (no device needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from as2d_cli.energy.analysis import analyse_episode
+from as2d_cli.energy.capture_config import (
+    CaptureSpec,
+    battery_counter_names,
+    battery_poll_ms,
+    parse_trace_config,
+    serialize_trace_config,
+)
+from as2d_cli.energy.episode_records import (
+    Episode,
+    RequestRecord,
+    format_episode,
+    parse_episode,
+)
+from as2d_cli.energy.episode_script import (
+    EpisodePlan,
+    assemble_episode,
+    parse_uptime_ns,
+    render_script,
+)
+from as2d_cli.energy.results import load_energy_result, new_run_dir, write_results
+from as2d_cli.energy.trace_reader import read_battery_series
+from as2d_cli.errors import FormatError, UserError
+from device_agents.battery_model import BatteryParams, GaugeFaults, encode_trace, simulate_readings
+
+S = 1_000_000_000
+
+
+def test_trace_config_is_binary_android_power_with_bounded_duration() -> None:
+    data = serialize_trace_config(CaptureSpec(duration_ms=90_000))
+    cfg = parse_trace_config(data)
+    assert isinstance(cfg, pb.TraceConfig)
+    assert cfg.duration_ms == 90_000 and cfg.prefer_suspend_clock_for_duration
+    assert battery_poll_ms(cfg) == 250
+    assert battery_counter_names(cfg) == ["CURRENT", "VOLTAGE", "CHARGE", "CAPACITY_PERCENT",
+                                          "CURRENT_AVG"]
+    assert [ds.config.name for ds in cfg.data_sources] == ["android.power"]
+    assert cfg.buffers[0].size_kb > 0
+    no_avg = parse_trace_config(serialize_trace_config(
+        CaptureSpec(duration_ms=90_000, poll_ms=500, include_current_avg=False)))
+    assert "CURRENT_AVG" not in battery_counter_names(no_avg) and battery_poll_ms(no_avg) == 500
+
+
+@pytest.mark.parametrize("spec,match", [
+    (CaptureSpec(duration_ms=0), "must be positive"),
+    (CaptureSpec(duration_ms=10**10), "at most"),
+    (CaptureSpec(duration_ms=60_000, poll_ms=10), "outside"),
+    (CaptureSpec(duration_ms=500, poll_ms=250), "fewer than 4 polls"),
+])
+def test_bad_capture_specs_are_refused(spec: CaptureSpec, match: str) -> None:
+    with pytest.raises(UserError, match=match):
+        serialize_trace_config(spec)
+
+
+PLAN = EpisodePlan(methods=("as2d", "target-only"), request_cmd="run {method} {phase} {index}",
+                   settle_s=1, gap_s=0.5, tail_s=1, request_budget_s=2, discharge_wait_s=3)
+
+
+def test_episode_script_is_straight_line_and_ordered() -> None:
+    text = render_script(PLAN, "/data/local/tmp/as2d-energy-x", "/c.pb", "/t.pt", "0.1")
+    body = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    # No loops, conditionals, substitutions or background jobs: mksh and the emulated shell
+    # both run it, and nothing can go wrong unattended.
+    for bad in ("while ", "for ", "if ", "$(", "`", " &\n"):
+        assert bad not in "\n".join(body) + "\n", bad
+    assert sum("grep -q Discharging" in ln for ln in body) == 3
+    runs = [ln for ln in body if ln.startswith("run ")]
+    assert [r.split(" >")[0] for r in runs] == [
+        "run as2d warmup 0", "run as2d formal 1",
+        "run target-only warmup 2", "run target-only formal 3"]
+    assert "perfetto --background-wait -c - -o /t.pt" in text
+    assert PLAN.trace_duration_ms() == int((1 + 4 * 2 + 3 * 0.5 + 1) * 1000) + 1000
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(methods=()), "no methods"),
+    (dict(methods=("a b",)), "method name"),
+    (dict(methods=("x", "x")), "repeat"),
+    (dict(request_cmd="run {model}"), "invalid"),
+    (dict(method_cmds=(("sd", "x"),)), "not among"),
+])
+def test_bad_plans_are_refused(kw: dict, match: str) -> None:
+    base = dict(methods=("as2d",), request_cmd="run {method}")
+    base.update(kw)
+    with pytest.raises(UserError, match=match):
+        EpisodePlan(**base).validate()
+
+
+def test_assemble_episode_prefers_the_request_own_stamps() -> None:
+    files = {
+        "req000.origin": "100.00 1.0\n", "req000.end": "102.50 1.0\n", "req000.rc": "0\n",
+        "req000.out": "noise\nAS2D_REQUEST body_tokens=173\n",
+        "req001.origin": "103.00 1.0\n", "req001.end": "110.00 1.0\n", "req001.rc": "0\n",
+        "req001.out": "AS2D_REQUEST body_tokens=256 origin_boot_ns=103100000000 "
+                      "target_eos_boot_ns=108000000000 end_boot_ns=109000000000\n",
+        "req002.origin": "111.00 1.0\n", "req002.end": "112.00 1.0\n", "req002.rc": "0\n",
+        "req002.out": "forgot to report\n",
+        # req003 never ran (records missing)
+        "t_trace_started": "99.00 1.0\n",
+    }
+    ep = assemble_episode(PLAN, files)
+    a, b, c, d = ep.requests
+    assert (a.origin_ns, a.target_eos_ns, a.end_ns, a.body_tokens) == (100 * S, 102.5 * S,
+                                                                        102.5 * S, 173)
+    assert (b.origin_ns, b.target_eos_ns, b.end_ns, b.body_tokens) == (103.1 * S, 108 * S,
+                                                                        109 * S, 256)
+    assert c.exit_code == 254 and d.exit_code == 255
+    assert ep.meta["t_trace_started_boot_ns"] == str(99 * S)
+    assert parse_uptime_ns("5.5 1", "x") == 5_500_000_000
+    with pytest.raises(FormatError, match="not a /proc/uptime"):
+        parse_uptime_ns("", "req000.end")
+
+
+def test_episode_records_round_trip_and_version_refusal() -> None:
+    ep = Episode([RequestRecord("as2d", "formal", 1, 2, 3, 4, 0)], {"k": "v"})
+    assert parse_episode(format_episode(ep)).requests == ep.requests
+    newer = format_episode(ep).replace("as2d.energy-episode 1", "as2d.energy-episode 2")
+    with pytest.raises(FormatError, match="version 2 is newer"):
+        parse_episode(newer)
+    with pytest.raises(FormatError, match="origin ≤ target EOS"):
+        parse_episode(format_episode(Episode([RequestRecord("a", "formal", 5, 2, 3, 4, 0)])))
+
+
+def _analysis(tmp_path: Path):
+    t0 = 1000 * S
+    busy = lambda t: 1.0 if t0 + 2 * S <= t < t0 + 8 * S else 0.0  # noqa: E731
+    rs = simulate_readings(BatteryParams(), GaugeFaults(), t0, 250, 10_000, busy)
+    trace = tmp_path / "in.perfetto-trace"
+    trace.write_bytes(encode_trace(rs, None, ["CURRENT", "VOLTAGE", "CHARGE"]))
+    ep = Episode([RequestRecord("as2d", "formal", t0 + 2 * S, t0 + 7 * S, t0 + 8 * S, 100, 0)])
+    return analyse_episode(read_battery_series(trace), ep), ep, trace
+
+
+def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
+    analysis, ep, trace = _analysis(tmp_path)
+    d1 = new_run_dir(tmp_path / "results", "k70")
+    d2 = new_run_dir(tmp_path / "results", "k70")
+    assert d1 != d2 and d1.parent == d2.parent  # same second: a fresh folder, not the same
+    spec = CaptureSpec(duration_ms=10_000)
+    path = write_results(d1, analysis, ep, trace, spec, {"serial": "x"}, {"methods": ["as2d"]},
+                         ["CURRENT", "VOLTAGE", "CHARGE"])
+    doc = load_energy_result(path)
+    assert doc["schema"] == "as2d.energy-result" and doc["schema_version"] == 1
+    assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
+    assert (d1 / "trace.perfetto-trace").read_bytes() == trace.read_bytes()
+    assert "| as2d |" in (d1 / "table.md").read_text()
+    with pytest.raises(UserError, match="never overwritten"):
+        write_results(d1, analysis, ep, trace, spec, {}, {}, [])
+    future = json.loads(path.read_text())
+    future["schema_version"] = 2
+    (tmp_path / "future.json").write_text(json.dumps(future))
+    with pytest.raises(FormatError, match="version 2 is newer"):
+        load_energy_result(tmp_path / "future.json")
+    broken = json.loads(path.read_text())
+    del broken["cross_check"]
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    with pytest.raises(FormatError, match="cross_check"):
+        load_energy_result(tmp_path / "broken.json")
