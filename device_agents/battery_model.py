@@ -51,6 +51,7 @@ class GaugeFaults:
     stale: bool = False  # the gauge never updates after its first reading
     current_scale: float = 1.0  # 1e-3: mA written into the µA field; 1e3: nA
     report_voltage: bool = True
+    charge_scale: float = 1.0  # 1e-3: the charge counter reports mAh in the µAh field
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ class BatteryModel:
                 current_ua=round(current_ma * scale),
                 current_avg_ua=round(sum(self._avg_window) / len(self._avg_window) * scale),
                 voltage_uv=volt,
-                charge_uah=round(self._charge_uah),
+                charge_uah=round(self._charge_uah * self.faults.charge_scale),
                 capacity_percent=round(self._soc() * 100.0, 1),
             )
             return self._gauge

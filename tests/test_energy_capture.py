@@ -166,3 +166,32 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(FormatError, match="cross_check"):
         load_energy_result(tmp_path / "broken.json")
+
+
+def test_table_golden() -> None:
+    from as2d_cli.energy.analysis import CrossCheck, EnergyAnalysis, MethodSummary
+    from as2d_cli.energy.results import render_table
+
+    # The paper's Table 15 figures, rendered as the user sees them.
+    a = EnergyAnalysis(
+        requests=[],
+        methods=[
+            MethodSummary("as2d", 1, 239.4, 21.13, 248, 239.4 / 248, 11.33,
+                          100 * (239.4 / 341.6 - 1), 100 * ((239.4 / 248) / (341.6 / 256) - 1)),
+            MethodSummary("target-only", 1, 341.6, 32.64, 256, 341.6 / 256, 10.47, None, None),
+        ],
+        cross_check=CrossCheck(120.0, 145.9, 159.0, abs(145.9 - 159.0) / 159.0 * 100, ""),
+        poll_s=0.25, baseline="target-only")
+    md, csv_text = render_table(a)
+    assert md == (
+        "| Method | Energy (J) | Mean power (W) | Response (s) | Body tokens | J/token |\n"
+        "|---|---|---|---|---|---|\n"
+        "| as2d | 239.4 | 11.33 | 21.13 | 248 | 0.965 |\n"
+        "| target-only | 341.6 | 10.47 | 32.64 | 256 | 1.334 |\n"
+        "\n"
+        "- as2d vs target-only: energy -29.9 %, J/token -27.7 %\n"
+        "- cross-check over 120.0 s: current integrates to 145.90 mAh vs charge-counter drop "
+        "159.00 mAh (8.2 % discrepancy)\n"
+    )
+    assert csv_text.splitlines()[0] == "method,energy_j,mean_power_w,response_s,body_tokens,j_per_token"
+    assert csv_text.splitlines()[1].startswith("as2d,239.4,11.33,21.13,248,0.965")

@@ -112,3 +112,10 @@ def test_failed_request_is_kept_not_measured(tmp_path: Path) -> None:
     assert a.requests[-1].status == "failed: request exited with 137"
     assert a.requests[-1].energy_j is None
     assert {m.method for m in a.methods} == {"target-only", "as2d"}
+
+
+def test_refuses_charge_counter_off_by_1000(tmp_path: Path) -> None:
+    # Current is fine, but the charge counter is in mAh: the cross-check exposes it.
+    s = _series(tmp_path, faults=GaugeFaults(charge_scale=1e-3), duration_ms=60_000)
+    with pytest.raises(MeasurementRefused, match="factor of .* units off by 1000"):
+        analyse_episode(s, EPISODE)
