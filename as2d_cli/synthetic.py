@@ -1,0 +1,328 @@
+"""Deterministic synthetic traces and a K70-like cost profile of the paper's size.
+
+Used by tests, the replay's tests and the speed benchmark — never as a measurement.
+Everything is a pure function of ``seed``; files made from it say ``synthetic: true``.
+
+Traces (:func:`synthetic_traces`): the paper's ASR cohort shape (D.1.2) — 688 windows
+over LibriSpeech 165, AMI 53, FLEURS 91, KeSpeech 188, M4Singer 191, ~137 tokens per
+window, exactly 94,511 tokens (first token and EOS included) with ``anchor=True``, one
+FLEURS reference capped at ``max_tokens``, two capped Qwen source sequences. Sources:
+
+* ``qwen`` — autoregressive, every language, with per-token confidences; its sequence is
+  the reference with per-dataset substitution/insertion/deletion edits (lower
+  confidence on edits).
+* ``parakeet`` — chunked (2.56 s chunks), English only, noisier, no confidences.
+* ``sensevoice`` — chunked, English and Chinese, no confidences.
+
+The prefix-conditioned drafter is consistent as a real greedy model is: the continuation
+from position n follows the reference until the first drafter error j > n and then a
+fixed off-path tail that depends only on j (the same prefix gives the same tokens).
+
+Profile (:func:`synthetic_profile`): the paper's published K70 constants (D.2.2) —
+59.391 ms target step, 23.347 ms draft forward, 112.656 ms K8 and 142.825 ms K12
+verification, 10.738 ms loop residual, 35.075 ms paired-branch forward, 0.951 ms per
+confidence row — and, for the other widths, the curve
+``v(K) = 59.391 + b·(K−1)^p`` through K1 = the target step and the K8/K12 anchors
+(p ≈ 0.993, b ≈ 7.67), widths 1..25. Concurrent ratios, source and refresh costs are
+made-up round numbers, documented in the file's fit notes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from as2d_cli import __version__
+from as2d_cli.formats.profile import CostProfile, DrafterCosts, Fit, SourceCosts
+from as2d_cli.formats.trace import (
+    AUTOREGRESSIVE,
+    CHUNKED,
+    Chunk,
+    DrafterTrace,
+    SourceInfo,
+    SourceTrace,
+    TraceSet,
+    WindowTrace,
+)
+
+# The paper's test cohort (D.1.2): windows per dataset, and shape knobs per dataset:
+# mean reference tokens, source match rate, drafter per-token error rate, tokens/s audio.
+DATASETS: dict[str, dict[str, Any]] = {
+    "librispeech": {"n": 165, "mean": 204.0, "src_match": 0.93, "draft_err": 0.07, "rate": 3.6, "langs": ["en"]},
+    "ami": {"n": 53, "mean": 200.0, "src_match": 0.66, "draft_err": 0.30, "rate": 2.4, "langs": ["en"]},
+    "fleurs": {"n": 91, "mean": 160.0, "src_match": 0.85, "draft_err": 0.12, "rate": 3.0,
+               "langs": ["en", "zh", "fr", "de", "es", "ja", "ko", "ar"]},
+    "kespeech": {"n": 188, "mean": 106.0, "src_match": 0.80, "draft_err": 0.19, "rate": 2.0, "langs": ["zh"]},
+    "m4singer": {"n": 191, "mean": 84.0, "src_match": 0.74, "draft_err": 0.16, "rate": 1.8, "langs": ["zh"]},
+}
+ANCHOR_WINDOWS = 688
+ANCHOR_TOKENS = 94_511
+ANCHOR_AUDIO_S = 11.0 * 3600
+VOCAB = 151_936
+EOS_ID = 151_645
+MAX_TOKENS = 1024
+CHUNK_S = 2.56
+SOURCE_LANGS = {"qwen": None, "parakeet": {"en"}, "sensevoice": {"en", "zh"}}
+
+# Paper K70 constants (D.2.2), ms.
+K70 = {
+    "target_step": 59.391,
+    "draft": 23.347,
+    "verify_k8": 112.656,
+    "verify_k12": 142.825,
+    "loop": 10.738,
+    "paired": 35.075,
+    "row": 0.951,
+}
+
+
+def _lengths(rng: np.random.Generator, counts: dict[str, int], means: dict[str, float], total: int | None) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for name, n in counts.items():
+        m = means[name]
+        sigma = 0.55
+        x = rng.lognormal(math.log(m) - sigma**2 / 2, sigma, size=n)
+        out[name] = np.clip(np.round(x), 8, MAX_TOKENS - 1).astype(np.int64)
+    if total is not None:
+        # Exact total: scale, then spread the rounding remainder one token at a time.
+        cur = sum(int(v.sum()) for v in out.values())
+        capped_extra = MAX_TOKENS - int(out["fleurs"][0]) if "fleurs" in out else 0
+        target = total - capped_extra
+        scale = target / cur
+        for name in out:
+            out[name] = np.clip(np.round(out[name] * scale), 8, MAX_TOKENS - 1).astype(np.int64)
+        if "fleurs" in out:
+            out["fleurs"][0] = MAX_TOKENS  # the one capped reference (D.1.2)
+        diff = total - sum(int(v.sum()) for v in out.values())
+        names = [n for n in out for _ in range(len(out[n]))]
+        idx = [i for n in out for i in range(len(out[n]))]
+        order = rng.permutation(len(names))
+        k = 0
+        while diff != 0:
+            j = order[k % len(order)]
+            name, i = names[j], idx[j]
+            k += 1
+            if name == "fleurs" and i == 0:
+                continue
+            v = int(out[name][i])
+            if diff > 0 and v < MAX_TOKENS - 1:
+                out[name][i] = v + 1
+                diff -= 1
+            elif diff < 0 and v > 8:
+                out[name][i] = v - 1
+                diff += 1
+    return out
+
+
+def _tokens(rng: np.random.Generator, n: int) -> list[int]:
+    t = rng.integers(3, VOCAB - 400, size=n)  # keeps clear of EOS (151645)
+    return t.tolist()
+
+
+def _edit(rng: np.random.Generator, ref: list[int], match: float) -> tuple[list[int], list[float]]:
+    """A source's own sequence: the reference with substitutions, insertions, deletions."""
+    out: list[int] = []
+    conf: list[float] = []
+    u = rng.random(len(ref))
+    hi = rng.beta(12, 1.2, size=len(ref))
+    lo = rng.beta(2, 3, size=len(ref))
+    noise = _tokens(rng, len(ref) * 2 + 2)
+    k = 0
+    miss = 1.0 - match
+    for i, t in enumerate(ref):
+        if u[i] < match:
+            out.append(t)
+            conf.append(float(hi[i]))
+        elif u[i] < match + miss * 0.5:  # substitution
+            out.append(noise[k]); k += 1
+            conf.append(float(lo[i]))
+        elif u[i] < match + miss * 0.75:  # insertion before the token
+            out.append(noise[k]); k += 1
+            conf.append(float(lo[i]))
+            out.append(t)
+            conf.append(float(hi[i]))
+        # else: deletion
+    return out, [round(c, 4) for c in conf]
+
+
+def _source_ar(rng: np.random.Generator, ref: list[int], eos: bool, match: float, cap_source: bool) -> SourceTrace:
+    body = ref[:-1] if eos else ref
+    toks, conf = _edit(rng, body, match)
+    if cap_source:  # the source runs to the generation limit without EOS
+        pad = _tokens(rng, MAX_TOKENS)
+        toks = (toks + pad)[:MAX_TOKENS]
+        conf = (conf + [0.5] * MAX_TOKENS)[:MAX_TOKENS]
+        return SourceTrace(AUTOREGRESSIVE, tuple(toks), tuple(conf), None, False, True)
+    toks = toks[: MAX_TOKENS - 1] + [EOS_ID]
+    conf = conf[: MAX_TOKENS - 1] + [0.99]
+    return SourceTrace(AUTOREGRESSIVE, tuple(toks), tuple(conf), None, True, True)
+
+
+def _source_chunked(rng: np.random.Generator, ref: list[int], eos: bool, match: float, audio_s: float, eligible: bool) -> SourceTrace:
+    if not eligible:
+        return SourceTrace(CHUNKED, (), None, (), True, False)
+    body = ref[:-1] if eos else ref
+    toks, _ = _edit(rng, body, match)
+    toks = toks + [EOS_ID]
+    n_chunks = max(1, math.ceil(audio_s / CHUNK_S))
+    cuts = np.sort(rng.integers(0, len(toks) + 1, size=n_chunks - 1)).tolist()
+    bounds = [0, *cuts, len(toks)]
+    chunks = tuple(
+        Chunk(tuple(toks[bounds[i]:bounds[i + 1]]), round(min((i + 1) * CHUNK_S, n_chunks * CHUNK_S), 4))
+        for i in range(n_chunks)
+    )
+    return SourceTrace(CHUNKED, tuple(toks), None, chunks, True, True)
+
+
+def _drafter(rng: np.random.Generator, ref: list[int], err: float, cap: int) -> DrafterTrace:
+    n = len(ref)
+    errors = rng.random(n + 1) < err  # errors[j]: drafter's greedy token for position j is wrong
+    errors[0] = False
+    errors[n] = True  # past the end: the drafter wanders off (drafts to budget past EOS)
+    on_conf = np.round(rng.beta(14, 1.0, size=n), 4).tolist()
+    tails: dict[int, tuple[list[int], list[float]]] = {}
+    next_err = [0] * (n + 1)
+    nxt = n
+    for j in range(n, -1, -1):
+        if errors[j]:
+            nxt = j
+        next_err[j] = nxt
+
+    def tail(j: int) -> tuple[list[int], list[float]]:
+        if j not in tails:
+            toks = _tokens(rng, cap)
+            confs = np.round(rng.beta(2, 2.5, size=cap), 4).tolist()
+            if j < n and rng.random() < 0.5:
+                # Substitution, then back on the reference (lets ASP recycle adjacent matches).
+                rest = ref[j + 1:j + cap]
+                toks = toks[:1] + rest + toks[1 + len(rest):]
+            confs[0] = round(float(rng.beta(1.5, 4)), 4)  # the wrong token tends to be unsure
+            tails[j] = (toks, confs)
+        return tails[j]
+
+    conts: list[tuple[int, ...]] = []
+    confs: list[tuple[float, ...]] = []
+    for pos in range(n - 1):
+        j = next_err[pos + 1]
+        path = ref[pos + 1:j][:cap]
+        pc = on_conf[pos + 1:j][:cap]
+        if len(path) < cap:
+            tt, tc = tail(j)
+            path = path + tt[: cap - len(path)]
+            pc = pc + tc[: cap - len(pc)]
+        conts.append(tuple(path))
+        confs.append(tuple(pc))
+    return DrafterTrace(cap, tuple(conts), tuple(confs))
+
+
+def synthetic_traces(
+    seed: int = 20260915,
+    *,
+    scale: float = 1.0,
+    anchor: bool = True,
+    drafter: bool = True,
+    drafter_cap: int = 24,
+    split: str = "test",
+    datasets: dict[str, int] | None = None,
+) -> TraceSet:
+    """A deterministic synthetic trace set.
+
+    ``anchor=True`` with ``scale=1`` and default datasets gives the paper's 688 windows
+    and exactly 94,511 tokens. ``scale`` shrinks the per-dataset window counts (for fast
+    tests); ``datasets`` overrides them."""
+    rng = np.random.default_rng(seed)
+    counts = datasets or {k: max(1, round(v["n"] * scale)) for k, v in DATASETS.items()}
+    means = {k: DATASETS[k]["mean"] for k in counts}
+    full = anchor and scale == 1.0 and datasets is None
+    lengths = _lengths(rng, counts, means, ANCHOR_TOKENS if full else None)
+    if not full and "fleurs" in lengths and anchor:
+        lengths["fleurs"][0] = MAX_TOKENS
+    # Audio seconds proportional to tokens / rate, rescaled to 11.0 h for the anchor set.
+    raw_audio = {k: lengths[k] / DATASETS[k]["rate"] * rng.uniform(0.8, 1.2, size=len(lengths[k])) for k in lengths}
+    audio_scale = ANCHOR_AUDIO_S / sum(float(v.sum()) for v in raw_audio.values()) if full else 1.0
+    windows: list[WindowTrace] = []
+    capped_sources = {("ami", 0), ("kespeech", 1)}  # two capped Qwen sequences (D.2.3)
+    for name, lens in lengths.items():
+        spec = DATASETS[name]
+        for i, n in enumerate(lens.tolist()):
+            capped = n >= MAX_TOKENS
+            body = _tokens(rng, n if capped else n - 1)
+            ref = body if capped else body + [EOS_ID]
+            lang = spec["langs"][int(rng.integers(len(spec["langs"])))] if len(spec["langs"]) > 1 else spec["langs"][0]
+            audio = round(float(raw_audio[name][i]) * audio_scale, 3)
+            sources = {
+                "qwen": _source_ar(rng, ref, not capped, spec["src_match"], (name, i) in capped_sources),
+                "parakeet": _source_chunked(rng, ref, not capped, spec["src_match"] - 0.08, audio,
+                                            lang in SOURCE_LANGS["parakeet"]),
+                "sensevoice": _source_chunked(rng, ref, not capped, spec["src_match"] - 0.05, audio,
+                                              lang in SOURCE_LANGS["sensevoice"]),
+            }
+            d = _drafter(rng, ref, spec["draft_err"], drafter_cap) if drafter else None
+            windows.append(WindowTrace(
+                id=f"{split}-{name}-{i:04d}", dataset=name, split=split, audio_seconds=audio,
+                task="asr", language=lang, reference=tuple(ref), eos=not capped, capped=capped,
+                max_tokens=MAX_TOKENS, eos_id=EOS_ID, sources=sources, drafter=d, default_source="qwen",
+            ))
+    provenance = {
+        "models": {"target": "synthetic-target", "drafter": "synthetic-drafter", "qwen": "synthetic-qwen",
+                   "parakeet": "synthetic-parakeet", "sensevoice": "synthetic-sensevoice"},
+        "tokenizer": {"name": "synthetic", "vocab_size": VOCAB},
+        "toolkit_version": __version__,
+        "created": "1970-01-01T00:00:00Z",
+        "synthetic": True,
+        "seed": seed,
+    }
+    sources_info = {
+        "qwen": SourceInfo("qwen", AUTOREGRESSIVE, "synthetic-qwen"),
+        "parakeet": SourceInfo("parakeet", CHUNKED, "synthetic-parakeet"),
+        "sensevoice": SourceInfo("sensevoice", CHUNKED, "synthetic-sensevoice"),
+    }
+    return TraceSet(provenance, EOS_ID, sources_info, "qwen", tuple(windows))
+
+
+def k70_verify_curve(max_width: int = 25) -> dict[int, float]:
+    """Idle verification ms by width: 59.391 + b·(K−1)^p through the K8 and K12 anchors."""
+    a = K70["target_step"]
+    y8, y12 = K70["verify_k8"] - a, K70["verify_k12"] - a
+    p = math.log(y12 / y8) / math.log(11 / 7)
+    b = y8 / 7**p
+    out = {1: a}
+    for k in range(2, max_width + 1):
+        out[k] = round(a + b * (k - 1) ** p, 6)
+    out[8], out[12] = K70["verify_k8"], K70["verify_k12"]  # exact anchors, no rounding drift
+    return out
+
+
+def synthetic_profile(max_width: int = 25) -> CostProfile:
+    """A K70-like profile from the paper's published constants (marked synthetic)."""
+    verify = k70_verify_curve(max_width)
+    ratio = {k: round(1.08 + 0.07 * (k - 1) / max(1, max_width - 1), 6) for k in verify}
+    refresh = {w: round(6.0 + 1.1 * w, 6) for w in range(1, max_width)}
+    drafter = DrafterCosts(step_ms=K70["draft"], catch_up_ms=K70["draft"], paired_ms=K70["paired"],
+                           row_ms=K70["row"], refresh_ms=refresh)
+    sources = {
+        "qwen": SourceCosts("qwen", AUTOREGRESSIVE, step_ms_idle=K70["draft"], publish_ms=0.2,
+                            startup_ms=30.0, concurrent_ratio=1.12),
+        "parakeet": SourceCosts("parakeet", CHUNKED, chunk_ms_idle=40.0, publish_ms=0.2,
+                                startup_ms=50.0, concurrent_ratio=1.15),
+        "sensevoice": SourceCosts("sensevoice", CHUNKED, chunk_ms_idle=65.0, publish_ms=0.2,
+                                  startup_ms=60.0, concurrent_ratio=1.15),
+    }
+    samples = {"target_step": (K70["target_step"],), "drafter.step": (K70["draft"],),
+               "verify.K8": (K70["verify_k8"],), "verify.K12": (K70["verify_k12"],), "loop": (K70["loop"],),
+               "drafter.paired": (K70["paired"],), "drafter.row": (K70["row"],)}
+    fit = Fit(
+        method="synthetic: paper K70 constants (D.2.2); other widths v(K)=59.391+b*(K-1)^p through K8/K12",
+        samples=samples,
+        notes="Made-up values (not measured): concurrent ratio 1.08..1.15 linear in K; refresh 6+1.1*w ms; "
+              "qwen step = draft forward, concurrent 1.12; parakeet 40 ms and sensevoice 65 ms per 2.56 s chunk; "
+              "publication 0.2 ms; align 0.3 ms per round.",
+    )
+    device = {"name": "k70-synthetic", "model": "23117RK66C", "phone": "Redmi K70 Pro (synthetic profile)",
+              "soc": "Snapdragon 8 Gen 3 (SM8650)"}
+    return CostProfile(device=device, target_step_ms=K70["target_step"], verify_idle_ms=verify,
+                       verify_concurrent_ratio=ratio, loop_ms=K70["loop"], align_ms=0.3, drafter=drafter,
+                       sources=sources, fit=fit, synthetic=True, created="1970-01-01T00:00:00Z",
+                       path="<synthetic k70 profile>")
