@@ -115,9 +115,9 @@ class DeviceRunner(RunnerHandle):
         self._prelude = list(cmds)
 
     def call(self, cmd: dict[str, Any], on_event: Callable[[dict], None] | None = None) -> dict[str, Any]:
-        return self.batch([cmd])[-1]
+        return self.batch([cmd], on_event)[-1]
 
-    def batch(self, cmds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def batch(self, cmds: Sequence[dict[str, Any]], on_event: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
         all_cmds = [*self._prelude, *cmds, {"op": "quit"}]
         with tempfile.TemporaryDirectory() as tmp, self.device.run_dir("runner") as rd:
             local_in = Path(tmp) / "commands.jsonl"
@@ -133,13 +133,17 @@ class DeviceRunner(RunnerHandle):
                 raise RunnerError(f"{self.device.serial}: the runner wrote no events ({exc}); "
                                   f"its output: {res.stdout[-300:]}{res.stderr[-300:]}") from None
             events = [json.loads(x) for x in local_out.read_text(encoding="utf-8").splitlines() if x.strip()]
-        terminal = [e for e in events if e.get("event") in TERMINAL and e.get("event") != "bye"]
-        for e in terminal:
-            check(e)
         n_pre = len(self._prelude)
+        terminal: list[dict[str, Any]] = []
+        for e in events:
+            is_terminal = e.get("event") in TERMINAL and e.get("event") != "bye"
+            if len(terminal) >= n_pre and on_event is not None and e.get("event") != "bye":
+                on_event(e)
+            if is_terminal:
+                terminal.append(check(e))
         if len(terminal) < n_pre + len(cmds):
             raise RunnerError(f"{self.device.serial}: the runner stopped after {len(terminal)} of "
-                              f"{n_pre + len(cmds)} commands; partial events kept in the run record")
+                              f"{n_pre + len(cmds)} commands")
         return terminal[n_pre:]
 
 

@@ -20,11 +20,11 @@ from as2d_cli.errors import As2dError
 COMMANDS: list[str] = [
     "version",
     "decode",
+    "calibrate",
     "energy",
     "devices",
     "emulator",
     "bundle",
-    "corpus",
     "corpus",
 ]
 

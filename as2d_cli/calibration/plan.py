@@ -1,0 +1,54 @@
+"""What a calibration measures (paper B.2, D.2): one step per runner command.
+
+Full plan: verifier widths K1–16 at prefix offsets 0, 64 and 128 with one warm-up and five
+measured calls each, idle and with the producer running; scalar target steps; each
+source's startup/step/chunk/publication; the serial drafter's step, catch-up, paired
+forward, refresh widths and confidence rows; loop residual from serial rounds. ``quick``
+keeps the structure with fewer widths, offsets and repetitions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Step:
+    key: str  # stable id, used to resume
+    label: str
+    command: dict[str, Any]
+    weight: float  # rough relative duration, for the progress estimate
+
+
+def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("drafter", "ctc"),
+              ctc_window: str | None = None) -> list[Step]:
+    widths = list(range(1, 17)) if not quick else [1, 2, 4, 8, 12, 16]
+    offsets = [0, 64, 128] if not quick else [0, 64]
+    reps = 5 if not quick else 2
+    steps: list[Step] = []
+    for off in offsets:
+        for producer in (False, True):
+            tag = "concurrent" if producer else "idle"
+            steps.append(Step(f"verify-{tag}-{off}", f"verifier sweep K{widths[0]}–{widths[-1]} @ offset {off} ({tag})",
+                              {"op": "calibrate", "what": "verify", "window": window, "widths": widths,
+                               "offsets": [off], "warmup": 1, "reps": reps, "producer": producer},
+                              len(widths) * (reps + 1) * 0.2))
+    steps.append(Step("target-step", "scalar target steps",
+                      {"op": "calibrate", "what": "target_step", "window": window, "reps": 64 if not quick else 16}, 3))
+    for s in sources:
+        w = ctc_window if s == "ctc" and ctc_window else window
+        steps.append(Step(f"source-{s}", f"source {s} alone",
+                          {"op": "calibrate", "what": "source", "source": s, "window": w}, 4))
+    steps.append(Step("drafter", "serial drafter probes",
+                      {"op": "calibrate", "what": "drafter", "window": window, "reps": reps, "widths": list(range(1, 17)) if not quick else list(range(1, 17))}, 4))
+    steps.append(Step("loop", "serial SD rounds (loop residual)",
+                      {"op": "calibrate", "what": "loop", "window": window, "reps": 3 if not quick else 1, "max_tokens": 96}, 4))
+    return steps
+
+
+def plan_hash(steps: list[Step]) -> str:
+    blob = json.dumps([[s.key, s.command] for s in steps], sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]

@@ -1,0 +1,154 @@
+"""Run a calibration on a device: gate, probe, keep every sample, resume, fit, write.
+
+Samples are appended to ``<out>/.partial/<device>-<plan>/samples.jsonl`` as each step
+finishes, with the gate observations beside them; an interrupted calibration resumes from
+the steps already done. The finished profile is written next to its raw samples and the
+R(K) plot, never over an earlier profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from as2d_cli.calibration.fit import fit_profile
+from as2d_cli.calibration.plan import Step, make_plan, plan_hash
+from as2d_cli.calibration.plot import plot_savings
+from as2d_cli.errors import DeviceError, UserError
+
+Progress = Callable[[str, float, float], None]  # (label, done weight, total weight)
+
+
+@dataclass
+class CalibrationResult:
+    profile_path: Path
+    plot_path: Path
+    samples_path: Path
+    steps: int
+    resumed_steps: int
+    gates: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def calibration_windows() -> tuple[str, str | None]:
+    """Calibration audio kept apart from the test split: the longest English dev window."""
+    from as2d_cli.corpus.manifest import load_corpus
+
+    dev = [w for w in load_corpus().split("dev") if w.language == "en"]
+    if not dev:
+        raise UserError("the corpus has no English development window to calibrate on")
+    read = [w for w in dev if w.setting == "read"] or dev
+    best = max(read, key=lambda w: w.seconds)
+    return best.id, best.id
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def calibrate(
+    device: Any,
+    *,
+    out_dir: Path = Path("calibrations"),
+    quick: bool = False,
+    window: str | None = None,
+    progress: Progress | None = None,
+    gate: Any = None,
+    open_runner: Callable[..., Any] | None = None,
+    cores: tuple[list[int] | None, list[int] | None] = (None, None),
+) -> CalibrationResult:
+    """Calibrate ``device``; ``gate`` is a device_agents GateConfig (None: the device's default)."""
+    from device_agents.gating import GateConfig, run_gate
+    from native.host import open_runner as default_open
+
+    t_start = time.time()
+    win, ctc_win = (window, window) if window else calibration_windows()
+    steps = make_plan(win, quick=quick, ctc_window=ctc_win)
+    key = f"{_safe(device.serial)}-{plan_hash(steps)}"
+    partial = out_dir / ".partial" / key
+    partial.mkdir(parents=True, exist_ok=True)
+    samples_file, done_file, gates_file = partial / "samples.jsonl", partial / "done.json", partial / "gates.jsonl"
+    done: list[str] = json.loads(done_file.read_text()) if done_file.exists() else []
+    resumed = len(done)
+    total = sum(s.weight for s in steps)
+    gate_cfg = gate or GateConfig.for_device(device)
+    runner = None
+    gates: list[dict] = []
+    try:
+        for step in steps:
+            finished = sum(s.weight for s in steps if s.key in done)
+            if step.key in done:
+                continue
+            if progress:
+                progress(step.label, finished, total)
+            result = run_gate(device, gate_cfg)
+            rec = result.to_dict()
+            rec["step"] = step.key
+            gates.append(rec)
+            _append(gates_file, [rec])
+            if not result.passed:
+                raise DeviceError(f"gate failed before {step.label}: {result.failure}; samples so far are kept in "
+                                  f"{partial} and the next `as2d calibrate` resumes from there")
+            if runner is None:
+                runner = (open_runner or default_open)(device, target_cores=cores[0], producer_cores=cores[1])
+            got: list[dict] = []
+
+            def collect(ev: dict, got: list[dict] = got) -> None:
+                if ev.get("event") == "sample":
+                    ev = dict(ev)
+                    ev.pop("event")
+                    got.append(ev)
+
+            runner.call(step.command, on_event=collect)
+            for s in got:
+                s["step"] = step.key
+            _append(samples_file, got)
+            done.append(step.key)
+            _write(done_file, json.dumps(done))
+        if progress:
+            progress("fitting the profile", total, total)
+    finally:
+        if runner is not None:
+            runner.close()
+    samples = [json.loads(x) for x in samples_file.read_text().splitlines() if x.strip()]
+    facts = device.facts().to_dict()
+    profile = fit_profile(samples, {"serial": device.serial, "kind": device.kind, "facts": facts,
+                                    "calibration_window": win, "plan": key},
+                          notes=f"{'quick' if quick else 'full'} calibration on {win}",
+                          created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    from as2d_cli.formats.profile_io import write_profile
+
+    stem = f"{_safe(device.serial)}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profile_path = write_profile(out_dir / f"{stem}.profile.yaml", profile)
+    stem = profile_path.name.removesuffix(".profile.yaml")
+    idle: dict[int, list[float]] = {}
+    for s in samples:
+        if s["figure"].startswith("verify.K") and not s.get("concurrent"):
+            idle.setdefault(int(s["width"]), []).append(float(s["ms"]))
+    plot_path = plot_savings(idle, out_dir / f"{stem}.savings.png",
+                             f"{device.serial}: per-token verification saving R(K)")
+    samples_path = out_dir / f"{stem}.samples.jsonl"
+    shutil.copyfile(samples_file, samples_path)
+    shutil.copyfile(gates_file, out_dir / f"{stem}.gates.jsonl")
+    shutil.rmtree(partial, ignore_errors=True)
+    return CalibrationResult(profile_path, plot_path, samples_path, len(steps), resumed, gates, time.time() - t_start)
+
+
+def _append(path: Path, rows: list[dict]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

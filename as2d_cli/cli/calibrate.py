@@ -1,0 +1,53 @@
+"""`as2d calibrate`: gated probe runs on a device, a fitted cost profile and the R(K) plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("calibrate")
+    def calibrate(
+        phone: str = typer.Option("local", "--phone", help="local, a known phone name, or an adb serial."),
+        quick: bool = typer.Option(False, "--quick", help="Fewer widths, offsets and repetitions (minutes, not tens)."),
+        window: Optional[str] = typer.Option(None, "--window", help="Calibration window (default: longest English dev window)."),
+        out: Path = typer.Option(Path("calibrations"), "--out", help="Folder for the profile, samples and plot."),
+        rest: Optional[float] = typer.Option(None, "--rest", help="Gate: seconds of rest before the checks."),
+        interval: Optional[float] = typer.Option(None, "--interval", help="Gate: seconds between the two checks."),
+    ) -> None:
+        """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
+        import dataclasses
+
+        from as2d_cli.calibration.run import calibrate as run
+        from device_agents.gating import GateConfig
+        from device_agents.registry import resolve_phone
+        from native.host import default_cores
+
+        device = resolve_phone(phone)
+        gate = GateConfig.for_device(device)
+        if rest is not None:
+            gate = dataclasses.replace(gate, rest_s=rest)
+        if interval is not None:
+            gate = dataclasses.replace(gate, interval_s=interval)
+        cores = default_cores() if device.kind == "local" else (None, None)
+        con = Console(stderr=True)
+        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                      console=con, transient=True) as bar:
+            task = bar.add_task("starting", total=1.0)
+
+            def progress(label: str, done: float, total: float) -> None:
+                bar.update(task, description=label, completed=done / total if total else 1.0)
+
+            res = run(device, out_dir=out, quick=quick, window=window, progress=progress, gate=gate, cores=cores)
+        c = Console()
+        if res.resumed_steps:
+            c.print(f"resumed: {res.resumed_steps} of {res.steps} steps came from the interrupted run")
+        c.print(f"profile  {res.profile_path}")
+        c.print(f"samples  {res.samples_path}")
+        c.print(f"R(K)     {res.plot_path}")
+        c.print(f"took {res.seconds:.0f} s")

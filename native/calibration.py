@@ -1,0 +1,237 @@
+"""Calibration probes run inside the runner (paper B.2, D.2): raw timing samples only.
+
+Each probe yields sample dicts ``{"figure", "ms", ...}``; the host keeps every sample,
+fits the profile and never trusts a figure it did not measure. Probes:
+
+* ``verify`` — K-width verification sweeps at prefix offsets, one warm-up and ``reps``
+  measured calls per (offset, K), inputs being the target's own greedy continuation (so
+  every call is a real, fully accepted check); optionally with the drafter source running
+  as a producer on its own core (concurrent costs), whose steps are sampled too.
+* ``target_step`` — scalar target-only steps along a greedy decode.
+* ``source`` — a target-decoupled source alone: startup (audio encoding), per-step or
+  per-chunk service, publication.
+* ``drafter`` — the prefix-conditioned drafter: a step, a catch-up forward, the paired
+  forward after a correction, batched KV refresh by width, a confidence row.
+* ``loop`` — serial SD rounds: the round's wall time minus drafting and verification.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from as2d_cli.engine import CandidateBuffer, Episode, StandardSD, WallClock
+from native.producer import Producer, pin_current_thread, source_units
+from native.protocol import ProtocolError
+
+MAX_CALL = 16
+
+
+def _ms(t0: int) -> float:
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+def greedy_reference(target: Any, audio: np.ndarray, length: int) -> tuple[list[int], bool]:
+    """The target's greedy tokens (first included), extended past EOS by repetition so a
+    sweep can reach deep offsets; the flag says whether it was extended."""
+    first = target.start(audio)
+    ref = [first]
+    while len(ref) < length and ref[-1] != target.eos_id:
+        ref.append(target.verify([ref[-1]])[0])
+    extended = False
+    if len(ref) < length:
+        body = ref[:-1] if ref[-1] == target.eos_id and len(ref) > 1 else ref
+        while len(ref) < length:
+            ref = ref[:-1] + body if ref[-1] == target.eos_id else ref + body
+        ref = [t for t in ref if t != target.eos_id][:length]
+        extended = True
+    return ref, extended
+
+
+def _place(target: Any, ref: Sequence[int], offset: int) -> None:
+    """Make the target state hold exactly ``ref[:offset]``."""
+    target.rollback(0)
+    for i in range(0, offset, MAX_CALL):
+        target.verify(list(ref[i : min(offset, i + MAX_CALL)]))
+
+
+class _BackgroundProducer:
+    """The drafter source running continuously on its own core (restarted when it ends)."""
+
+    def __init__(self, models: Any, audio: np.ndarray, cores: Sequence[int] | None) -> None:
+        self.models, self.audio, self.cores = models, audio, cores
+        self.stop = threading.Event()
+        self.steps: list[float] = []
+        self.busy = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        pin_current_thread(self.cores)
+        while not self.stop.is_set():
+            src = self.models.source("drafter", self.audio, 10_000)
+            src.start()
+            self.busy.set()
+            while not self.stop.is_set():
+                t0 = time.perf_counter_ns()
+                unit = src.step()
+                if unit is None:
+                    break
+                self.steps.append(_ms(t0))
+
+    def __enter__(self) -> "_BackgroundProducer":
+        self.thread.start()
+        self.busy.wait(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def probe_verify(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
+    target = runner.models.target
+    widths = [int(k) for k in cmd.get("widths", range(1, 17))]
+    offsets = [int(o) for o in cmd.get("offsets", (0, 64, 128))]
+    warmup, reps = int(cmd.get("warmup", 1)), int(cmd.get("reps", 5))
+    if not widths or min(widths) < 1 or max(widths) > MAX_CALL:
+        raise ProtocolError(f"widths must lie in 1..{MAX_CALL}")
+    need = max(offsets) + max(widths) + 1
+    if need > target.max_length:
+        raise ProtocolError(f"offset {max(offsets)} + width {max(widths)} exceeds the target's {target.max_length} positions")
+    ref, extended = greedy_reference(target, audio, need)
+    concurrent = bool(cmd.get("producer", False))
+    bg = _BackgroundProducer(runner.models, audio, runner.producer_cores) if concurrent else None
+    if bg is not None:
+        bg.__enter__()
+    try:
+        for offset in offsets:
+            _place(target, ref, offset)
+            for k in widths:
+                inputs = list(ref[offset : offset + k])
+                for rep in range(warmup + reps):
+                    t0 = time.perf_counter_ns()
+                    out = target.verify(inputs)
+                    ms = _ms(t0)
+                    ok = extended or list(out[:-1]) == list(ref[offset + 1 : offset + k])
+                    target.rollback(offset)
+                    if rep >= warmup:
+                        yield {"figure": f"verify.K{k}", "width": k, "offset": offset, "rep": rep - warmup, "ms": ms,
+                               "concurrent": concurrent, "checked": not extended, "top1_ok": bool(ok)}
+    finally:
+        if bg is not None:
+            bg.__exit__()
+            for i, ms in enumerate(bg.steps):
+                yield {"figure": "sources.drafter.step_concurrent", "ms": ms, "rep": i}
+
+
+def probe_target_step(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
+    target = runner.models.target
+    reps = int(cmd.get("reps", 64))
+    first = target.start(audio)
+    tok = first
+    for i in range(reps):
+        t0 = time.perf_counter_ns()
+        tok = target.verify([tok])[0]
+        yield {"figure": "target_step", "ms": _ms(t0), "rep": i, "position": i}
+        if tok == target.eos_id:
+            tok = first
+            target.start(audio)
+
+
+def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
+    name = cmd.get("source", "drafter")
+    if name not in ("drafter", "ctc"):
+        raise ProtocolError("source must be 'drafter' or 'ctc'")
+    if name == "ctc" and not runner.models.ctc_eligible(language):
+        raise ProtocolError(f"the ctc source does not serve language {language!r}; calibrate it on an English window")
+    src = runner.models.source(name, audio, int(cmd.get("limit", 10_000)))
+    figure = "step" if name == "drafter" else "chunk"
+    buf = CandidateBuffer(name)
+    t0 = time.perf_counter_ns()
+    src.start()
+    yield {"figure": f"sources.{name}.startup", "ms": _ms(t0), "rep": 0}
+    i = 0
+    while True:
+        t0 = time.perf_counter_ns()
+        unit = src.step()
+        if unit is None:
+            break
+        yield {"figure": f"sources.{name}.{figure}", "ms": _ms(t0), "rep": i, "tokens": len(unit)}
+        t0 = time.perf_counter_ns()
+        buf.publish([t for t, _ in unit], i, None)
+        yield {"figure": f"sources.{name}.publish", "ms": _ms(t0), "rep": i}
+        i += 1
+
+
+def probe_drafter(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
+    from as2d_cli.models.session import softmax_max
+
+    target, drafter = runner.models.target, runner.models.drafter
+    reps = int(cmd.get("reps", 5))
+    widths = [int(k) for k in cmd.get("widths", range(1, 17))]
+    ref, _ = greedy_reference(target, audio, 48)
+    drafter.start(audio)
+    model, cross = drafter.model, drafter._cross
+    sot = model.vocab.sot
+    base = [sot, *ref[:16]]
+    for rep in range(reps + 1):
+        _, cache = model.decode(base, model.empty_cache(), cross)
+        t0 = time.perf_counter_ns()
+        logits, cache2 = model.decode([ref[16]], cache, cross)
+        step = _ms(t0)
+        t0 = time.perf_counter_ns()
+        model.decode([ref[17]], cache2, cross)
+        catch = _ms(t0)
+        t0 = time.perf_counter_ns()
+        model.decode([ref[16], ref[17]], cache, cross)  # paired branch: old and corrected rows
+        paired = _ms(t0)
+        row = logits[-1:]
+        t0 = time.perf_counter_ns()
+        softmax_max(row)
+        conf = _ms(t0)
+        if rep:
+            yield {"figure": "drafter.step", "ms": step, "rep": rep - 1}
+            yield {"figure": "drafter.catch_up", "ms": catch, "rep": rep - 1}
+            yield {"figure": "drafter.paired", "ms": paired, "rep": rep - 1}
+            yield {"figure": "drafter.row", "ms": conf, "rep": rep - 1}
+        for w in widths:
+            t0 = time.perf_counter_ns()
+            model.decode(list(ref[16 : 16 + w]), cache, cross)
+            if rep:
+                yield {"figure": f"drafter.refresh.K{w}", "width": w, "ms": _ms(t0), "rep": rep - 1}
+
+
+def probe_loop(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
+    """Serial SD K8 episodes: per round, wall time not spent drafting or verifying."""
+    target, drafter = runner.models.target, runner.models.drafter
+    reps = int(cmd.get("reps", 2))
+    k = int(cmd.get("k", 8))
+    for rep in range(reps):
+        first = target.start(audio)
+        drafter.start(audio)
+        clock = WallClock()
+        ep = Episode(StandardSD(k), target, first, eos_id=target.eos_id, max_tokens=int(cmd.get("max_tokens", 96)),
+                     clock=clock, drafter=drafter)
+        while not ep.done:
+            n0 = len(clock.intervals)
+            rec = ep.step()
+            work = sum(iv.end - iv.start for iv in clock.intervals[n0:] if iv.op.kind in ("draft", "verify"))
+            yield {"figure": "loop", "ms": (rec.end - rec.start - work) / 1e6, "rep": rep, "round": rec.index}
+
+
+def run_calibration_op(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
+    what = cmd.get("what")
+    if what == "verify":
+        return probe_verify(runner, cmd, audio)
+    if what == "target_step":
+        return probe_target_step(runner, cmd, audio)
+    if what == "source":
+        return probe_source(runner, cmd, audio, language)
+    if what == "drafter":
+        return probe_drafter(runner, cmd, audio)
+    if what == "loop":
+        return probe_loop(runner, cmd, audio)
+    raise ProtocolError(f"unknown calibration probe {what!r}; use verify, target_step, source, drafter or loop")
