@@ -10,7 +10,7 @@ import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import adbutils
 from adbutils.errors import AdbError
@@ -20,6 +20,9 @@ from device_agents.base import (
     CPU_DIR, RUN_ROOT, Device, DeviceDisconnected, DeviceTimeout, DeviceUnavailable, Fact, Facts,
     ShellResult, mask_hex, quote_command,
 )
+
+if TYPE_CHECKING:
+    from device_agents.process import AdbProcess
 
 DEFAULT_ADB_PORT = 5037
 
@@ -220,6 +223,14 @@ class AdbPhone(Device):
             deadline_s: float = 60.0) -> ShellResult:
         prefix = ["taskset", mask_hex(affinity)] if affinity else []
         return self.shell([*prefix, *argv], deadline_s)
+
+    def spawn(self, argv: Sequence[str], affinity: set[int] | None = None) -> "AdbProcess":
+        from device_agents.process import AdbProcess
+
+        prefix = ["taskset", mask_hex(affinity)] if affinity else []
+        cmd = quote_command([*prefix, *argv])
+        conn = self._open(f"shell,v2:{cmd}", time.monotonic() + 10)
+        return AdbProcess(self.serial, cmd, conn.conn, conn.close)
 
     # -- facts ---------------------------------------------------------------------------
     def getprops(self) -> dict[str, str]:

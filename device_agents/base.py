@@ -13,9 +13,12 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from as2d_cli.errors import DeviceError, UserError
+
+if TYPE_CHECKING:
+    from device_agents.process import DeviceProcess
 
 # -- errors ----------------------------------------------------------------------------
 
@@ -215,6 +218,10 @@ class Device(abc.ABC):
     def run(self, argv: Sequence[str], affinity: set[int] | None = None,
             deadline_s: float = 60.0) -> ShellResult:
         """Run a program, pinned to the CPUs in ``affinity`` when given."""
+
+    @abc.abstractmethod
+    def spawn(self, argv: Sequence[str], affinity: set[int] | None = None) -> "DeviceProcess":
+        """Start a long-running program with streamed stdin/stdout (line protocol)."""
 
     @abc.abstractmethod
     def run_root(self) -> str:

@@ -11,10 +11,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from as2d_cli.errors import DeviceError, UserError
 from device_agents.base import CPU_DIR, Device, DeviceTimeout, Fact, Facts, ShellResult, quote_command
+
+if TYPE_CHECKING:
+    from device_agents.process import LocalProcess
 
 
 class LocalHost(Device):
@@ -56,6 +59,14 @@ class LocalHost(Device):
                 raise UserError(f"affinity {sorted(affinity)} names CPUs this host cannot use; "
                                 f"usable CPUs: {sorted(usable)}")
         return self._execute(list(argv), deadline_s, affinity, quote_command(argv))
+
+    def spawn(self, argv: Sequence[str], affinity: set[int] | None = None) -> "LocalProcess":
+        from device_agents.process import LocalProcess
+
+        if affinity and not affinity <= os.sched_getaffinity(0):
+            raise UserError(f"affinity {sorted(affinity)} names CPUs this host cannot use; "
+                            f"usable CPUs: {sorted(os.sched_getaffinity(0))}")
+        return LocalProcess(list(argv), affinity, quote_command(argv))
 
     def read_files(self, paths: Sequence[str], deadline_s: float = 10.0) -> dict[str, str | None]:
         out: dict[str, str | None] = {}

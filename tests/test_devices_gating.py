@@ -85,7 +85,7 @@ def test_monitor_samples_about_once_per_interval(emulated_phone) -> None:
     mon = CoreMonitor(emulated_phone.device(), interval_s=0.1).start()
     time.sleep(0.55)
     samples = mon.stop()
-    assert 4 <= len(samples) <= 8
+    assert 3 <= len(samples) <= 8  # 1 at start + ~5 periodic; slack for a loaded 2-core machine
     assert all(s.online == tuple(range(8)) for s in samples)
     assert all(s.ceiling_khz[4] == 3148800 for s in samples)
     assert samples == sorted(samples, key=lambda s: s.t_s) and mon.failure is None
@@ -108,7 +108,9 @@ def test_core_offline_mid_episode_stops_the_batch_and_keeps_results(make_emulate
     dev = session.device()
 
     def good(mon: CoreMonitor) -> str:
-        time.sleep(0.12)
+        deadline = time.monotonic() + 5
+        while len(mon.samples) < 2 and time.monotonic() < deadline:  # at least one periodic sample
+            time.sleep(0.01)
         return "episode ok"
 
     def throttled(mon: CoreMonitor) -> str:
