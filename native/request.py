@@ -89,6 +89,20 @@ def policy_for(s: dict[str, Any]) -> Policy:
     return without_bc(threshold=s["threshold"], cap=s["cap"])
 
 
+class RecordingDrafter:
+    """Keeps every prefix-conditioned draft (position, tokens, confidences) for replay."""
+
+    def __init__(self, drafter: Any) -> None:
+        self.inner = drafter
+        self.calls: list[dict[str, Any]] = []
+
+    def draft(self, prefix: Sequence[int], count: int, stop_below: float | None = None) -> Any:
+        d = self.inner.draft(prefix, count, stop_below)
+        self.calls.append({"position": len(prefix) - 1, "count": count, "tokens": list(d.tokens),
+                           "confidences": None if d.confidences is None else [round(c, 6) for c in d.confidences]})
+        return d
+
+
 class MarginTarget:
     """Records the top-2 logit margin behind every committed decision (Appendix F.6)."""
 
@@ -130,8 +144,8 @@ def run_request(
         first_margin = float(target.last_margins[-1]) if target.last_margins is not None else None
         drafter = None
         if policy.serial:
-            drafter = models.drafter
-            drafter.start(audio)
+            models.drafter.start(audio)
+            drafter = RecordingDrafter(models.drafter)
         prefill_ns = time.perf_counter_ns() - t0
         cap = target.max_length
         max_tokens = min(s["max_tokens"] or cap, cap)
@@ -204,6 +218,12 @@ def run_request(
             "producer_pinned": bool(producer.pinned) if producer is not None else None,
             "producer_finished_ms": (producer.finished_at / 1e6) if producer is not None and producer.finished_at else None,
         }
+        if buffer is not None:
+            out["source_tokens"] = list(buffer.tokens)
+            out["source_confidences"] = [None if c is None else round(c, 6) for c in buffer.confidences]
+            out["publications_ms"] = [[t / 1e6, off, cnt] for t, off, cnt in producer.publications]
+        if drafter is not None:
+            out["drafts"] = drafter.calls
         if s.get("events", True):
             out["rounds"] = [_round(r) for r in res.rounds]
             out["events"] = _events(clock, producer)
