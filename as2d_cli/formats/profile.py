@@ -162,9 +162,9 @@ class CostProfile:
             return 0.0
         ms = self._drafter().refresh_ms.get(width)
         if ms is None:
-            have = _ranges(tuple(sorted(self._drafter().refresh_ms))) or " none"
+            have = _ranges(tuple(sorted(self._drafter().refresh_ms))) or "none"
             raise FormatError(
-                f"{self.path}: KV refresh width {width} was not measured (profile has{' K' if have != ' none' else ''}{have}); "
+                f"{self.path}: KV refresh width {width} was not measured (profile has widths {have}); "
                 f"lower ASP's cap or recalibrate refresh widths up to {width}"
             )
         return ms

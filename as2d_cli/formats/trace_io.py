@@ -15,6 +15,7 @@ import gzip
 import io
 import json
 import zlib
+from itertools import chain
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -40,6 +41,11 @@ _FIX = "regenerate the trace or fix that record"
 _WINDOW_KEYS = frozenset({"id", "dataset", "split", "audio_seconds", "task", "language", "reference",
                           "eos", "capped", "max_tokens", "sources", "drafter"})
 _SOURCE_KEYS = frozenset({"kind", "eligible", "eos", "tokens", "confidences", "chunks"})
+
+
+_INT = {int}
+_FLOAT = {float}
+_NUM = {int, float}
 
 
 class _Bad(Exception):
@@ -136,7 +142,7 @@ def iter_records(path: str | Path) -> Iterator[dict]:
 def _tokens(x: Any, key: str, vocab: int | None, allow_empty: bool = True) -> tuple[int, ...]:
     if type(x) is not list:
         raise _Bad(key, f"expected a list of token ids, got {type(x).__name__}")
-    if not all(type(t) is int for t in x):
+    if x and set(map(type, x)) != _INT:
         i = next(i for i, t in enumerate(x) if type(t) is not int)
         raise _Bad(f"{key}[{i}]", f"expected an integer token id, got {x[i]!r}")
     if not x:
@@ -158,10 +164,15 @@ def _confs(x: Any, key: str, n: int) -> tuple[float, ...] | None:
         raise _Bad(key, f"expected a list of confidences or null, got {type(x).__name__}")
     if len(x) != n:
         raise _Bad(key, f"{len(x)} confidences for {n} tokens; give one per token")
+    if not x:
+        return ()
+    types = set(map(type, x))
+    if types <= _NUM and 0.0 <= min(x) and max(x) <= 1.0:
+        return tuple(x) if types == _FLOAT else tuple(float(c) for c in x)
     for i, c in enumerate(x):
         if (type(c) is not float and type(c) is not int) or not 0.0 <= c <= 1.0:
             raise _Bad(f"{key}[{i}]", f"confidence must be a number in [0, 1], got {c!r}")
-    return tuple(float(c) for c in x)
+    raise AssertionError("unreachable")
 
 
 def _req(doc: dict, key: str, types: tuple[type, ...], prefix: str = "") -> Any:
@@ -276,6 +287,16 @@ def _drafter(d: Any, n_ref: int, vocab: int | None) -> DrafterTrace:
     confs = d.get("confidences")
     if confs is not None and (type(confs) is not list or len(confs) != len(conts)):
         raise _Bad("drafter.confidences", "must be null or one list per continuation")
+    # Whole-matrix fast path (one type/range scan); the per-row path finds the culprit.
+    if (all(type(c) is list for c in conts) and set(map(len, conts)) <= {cap}
+            and (confs is None or (all(type(c) is list for c in confs) and set(map(len, confs)) <= {cap}))):
+        flat = list(chain.from_iterable(conts))
+        ok = not flat or (set(map(type, flat)) == _INT and min(flat) >= 0 and (vocab is None or max(flat) < vocab))
+        if ok and confs is not None:
+            fc = list(chain.from_iterable(confs))
+            ok = not fc or (set(map(type, fc)) == _FLOAT and min(fc) >= 0.0 and max(fc) <= 1.0)
+        if ok:
+            return DrafterTrace(cap, tuple(map(tuple, conts)), None if confs is None else tuple(map(tuple, confs)))
     out_t: list[tuple[int, ...]] = []
     out_c: list[tuple[float, ...]] = []
     for i, c in enumerate(conts):

@@ -1,0 +1,150 @@
+"""Reading and writing ``as2d.profile`` v1 (YAML). See :mod:`as2d_cli.formats.profile`
+for the in-memory model and ``docs/formats.md`` for the file layout."""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from as2d_cli import __version__
+from as2d_cli.errors import FormatError, UserError
+from as2d_cli.formats.common import check_version, git_commit, validate_schema, write_atomic
+from as2d_cli.formats.profile import SCHEMA, VERSION, CostProfile, DrafterCosts, Fit, SourceCosts
+
+_K = re.compile(r"^K([1-9][0-9]*)$")
+
+
+def _widths(d: dict | None) -> dict[int, float]:
+    return {} if not d else {int(_K.match(k).group(1)): float(v) for k, v in d.items()}  # type: ignore[union-attr]
+
+
+def _kkeys(d: dict[int, float]) -> dict[str, float]:
+    return {f"K{k}": v for k, v in sorted(d.items())}
+
+
+def read_yaml(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such {what} file; check the path") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a folder, not a {what} file") from None
+    except UnicodeDecodeError:
+        raise FormatError(f"{path}: not UTF-8 text; pass a YAML {what} file") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise FormatError(f"{path}: not valid YAML{at} ({problem}); the file is truncated or damaged — fix or regenerate it") from None
+
+
+def iso_dates(doc: Any) -> Any:
+    """YAML reads an unquoted timestamp as a datetime; the formats store ISO strings."""
+    if isinstance(doc, dict):
+        for k in ("created",):
+            if isinstance(doc.get(k), (datetime, date)):
+                doc[k] = doc[k].isoformat()
+    return doc
+
+
+def profile_from_doc(doc: Any, where: str) -> CostProfile:
+    doc = iso_dates(doc)
+    doc = check_version(doc, schema=SCHEMA, version=VERSION, where=where,
+                        remedy_old="recalibrate the device with `as2d calibrate`")
+    validate_schema(doc, "profile.schema.json", where)
+    c = doc["costs"]
+    idle = _widths(c["verify"]["idle_ms"])
+    ratio = _widths(c["verify"]["concurrent_ratio"])
+    extra = sorted(set(ratio) - set(idle))
+    if extra:
+        raise FormatError(f"{where}: key costs.verify.concurrent_ratio.K{extra[0]}: a ratio for a width with no idle measurement; measure K{extra[0]} idle or drop the ratio")
+    d = c.get("drafter")
+    drafter = None if d is None else DrafterCosts(
+        step_ms=float(d["step_ms"]), catch_up_ms=float(d["catch_up_ms"]), paired_ms=float(d["paired_ms"]),
+        row_ms=float(d["row_ms"]), refresh_ms=_widths(d["refresh_ms"]),
+    )
+    sources = {}
+    for name, s in (c.get("sources") or {}).items():
+        own = _widths(s.get("verify_concurrent_ratio"))
+        bad = sorted(set(own) - set(idle))
+        if bad:
+            raise FormatError(f"{where}: key costs.sources.{name}.verify_concurrent_ratio.K{bad[0]}: no idle measurement for that width; measure it or drop the ratio")
+        sources[name] = SourceCosts(
+            name=name, kind=s["kind"], step_ms_idle=float(s.get("step_ms", 0.0)), chunk_ms_idle=float(s.get("chunk_ms", 0.0)),
+            publish_ms=float(s["publish_ms"]), startup_ms=float(s["startup_ms"]),
+            concurrent_ratio=float(s["concurrent_ratio"]), verify_concurrent_ratio=own or None,
+        )
+    f = doc["fit"]
+    fit = Fit(method=f["method"], samples={k: tuple(float(x) for x in v) for k, v in f["samples"].items()},
+              notes=f.get("notes", ""))
+    return CostProfile(
+        device=dict(doc["device"]), target_step_ms=float(c["target_step_ms"]), verify_idle_ms=idle,
+        verify_concurrent_ratio=ratio, loop_ms=float(c["loop_ms"]), align_ms=float(c["align_ms"]),
+        drafter=drafter, sources=sources, fit=fit, synthetic=bool(doc.get("synthetic", False)),
+        created=str(doc["created"]), path=where,
+    )
+
+
+def load_profile(path: str | Path) -> CostProfile:
+    path = Path(path)
+    return profile_from_doc(read_yaml(path, "profile"), str(path))
+
+
+def profile_to_doc(p: CostProfile) -> dict:
+    costs: dict[str, Any] = {
+        "target_step_ms": p.target_step_ms,
+        "loop_ms": p.loop_ms,
+        "align_ms": p.align_ms,
+        "verify": {"idle_ms": _kkeys(dict(p.verify_idle_ms)), "concurrent_ratio": _kkeys(dict(p.verify_concurrent_ratio))},
+        "drafter": None if p.drafter is None else {
+            "step_ms": p.drafter.step_ms, "catch_up_ms": p.drafter.catch_up_ms, "paired_ms": p.drafter.paired_ms,
+            "row_ms": p.drafter.row_ms, "refresh_ms": _kkeys(dict(p.drafter.refresh_ms)),
+        },
+        "sources": {},
+    }
+    for name, s in p.sources.items():
+        sd: dict[str, Any] = {"kind": s.kind}
+        if s.kind == "autoregressive":
+            sd["step_ms"] = s.step_ms_idle
+        else:
+            sd["chunk_ms"] = s.chunk_ms_idle
+        sd.update(publish_ms=s.publish_ms, startup_ms=s.startup_ms, concurrent_ratio=s.concurrent_ratio)
+        if s.verify_concurrent_ratio:
+            sd["verify_concurrent_ratio"] = _kkeys(dict(s.verify_concurrent_ratio))
+        costs["sources"][name] = sd
+    return {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "created": p.created,
+        "synthetic": p.synthetic,
+        "toolkit_version": __version__,
+        "git_commit": git_commit(),
+        "device": dict(p.device),
+        "costs": costs,
+        "fit": {"method": p.fit.method, "notes": p.fit.notes, "samples": {k: list(v) for k, v in p.fit.samples.items()}},
+    }
+
+
+_HEAD = """# as2d.profile v1 — device cost profile (all costs in ms; widths K = physical
+# verification width, known root included; only measured widths exist).
+# Field reference: docs/formats.md. Do not hand-edit figures: recalibrate instead.
+"""
+
+
+def dump_profile(p: CostProfile) -> str:
+    doc = profile_to_doc(p)
+    return _HEAD + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
+
+
+def write_profile(path: str | Path, p: CostProfile, *, force: bool = False) -> Path:
+    """Write atomically; refuses to overwrite unless ``force``. The text is re-read and
+    validated before writing so an invalid profile never reaches disk."""
+    text = dump_profile(p)
+    profile_from_doc(yaml.safe_load(text), str(path))
+    return write_atomic(path, text.encode("utf-8"), force=force)
