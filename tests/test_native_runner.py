@@ -1,0 +1,95 @@
+"""The native runner on the bundled models: every method is exact, accounting holds,
+bad commands get one error event, external candidates work (runner conformance)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from native.host import LocalRunner, RunnerError, default_cores
+from native.protocol import METHODS
+
+MAX = 48
+
+
+@pytest.fixture(scope="module")
+def runner():
+    from as2d_cli.corpus.manifest import load_corpus
+
+    windows = sorted(load_corpus().split("dev"), key=lambda w: w.seconds)
+    tc, pc = default_cores()
+    r = LocalRunner()
+    hello = r.call({"op": "hello"})
+    assert hello["protocol"] == "as2d.runner" and hello["version"] == 1
+    loaded = r.call({"op": "load", "target_cores": tc, "producer_cores": pc})
+    assert loaded["max_tokens"] > MAX
+    r.window = windows[0].id
+    r.english = next(w.id for w in windows if w.language == "en")
+    yield r
+    r.close()
+
+
+def _decode(r, method, **kw):
+    return r.call({"op": "decode", "window": kw.pop("window", r.window), "method": method, "max_tokens": MAX, **kw})
+
+
+def test_every_method_commits_target_only_tokens(runner) -> None:
+    ref = _decode(runner, "target-only")
+    assert ref["n_tokens"] == len(ref["tokens"]) >= 2
+    assert len(ref["margins"]) == ref["n_tokens"]
+    for method in METHODS:
+        res = _decode(runner, method)
+        assert res["tokens"] == ref["tokens"], f"{method} diverged from target-only"
+        a = res["accounting_ns"]
+        assert a["T"] == a["D"] + a["V"] - a["O"] + a["H"]
+        assert a["T"] > 0 and abs(res["tps"] - res["n_tokens"] / (a["T"] / 1e9)) < 1e-6
+        assert sum(r["committed"] for r in res["rounds"]) == res["n_tokens"] - 1
+        kinds = {e["op"] for e in res["events"]}
+        if method in ("as2d", "as2d-no-bc"):
+            assert {"verify", "source_step", "publish"} <= kinds and res["source_tokens"]
+            assert max(r["width"] for r in res["rounds"]) <= (8 if method == "as2d" else 25)
+        if method in ("sd", "asp", "as2d-no-td"):
+            assert "draft" in kinds and res["drafts"]
+        if method == "target-only":
+            assert kinds <= {"target_step"}
+
+
+def test_chunked_source_and_perfect_external_candidates(runner) -> None:
+    ref = _decode(runner, "target-only", window=runner.english)
+    ctc = _decode(runner, "as2d", window=runner.english, source="ctc")
+    assert ctc["tokens"] == ref["tokens"] and ctc["source"] == "ctc"
+    # The target's own output published at once: every candidate is accepted, rounds shrink.
+    ext = _decode(runner, "as2d", window=runner.english, source="external",
+                  candidates=[{"t_ms": 0, "tokens": ref["tokens"]}])
+    assert ext["tokens"] == ref["tokens"]
+    decoded = ref["n_tokens"] - 1
+    rounds = ext["summary"]["rounds"]
+    assert rounds == -(-decoded // 8)  # budget 7: root + 7 accepted + the bonus per call
+    assert ext["summary"]["accepted"] >= decoded - rounds
+
+
+def test_bad_commands_get_one_error_event(runner) -> None:
+    with pytest.raises(RunnerError, match="unknown op"):
+        runner.call({"op": "fly"})
+    with pytest.raises(RunnerError, match="'method' must be one of"):
+        runner.call({"op": "decode", "window": runner.window, "method": "magic"})
+    with pytest.raises(RunnerError, match="no window"):
+        runner.call({"op": "decode", "window": "nope", "method": "sd"})
+    with pytest.raises(RunnerError, match="t_ms"):
+        runner.call({"op": "decode", "window": runner.window, "method": "as2d", "source": "external",
+                     "candidates": [{"tokens": [1]}]})
+    assert runner.call({"op": "hello"})["event"] == "hello"  # still alive
+
+
+def test_runner_file_mode(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    cmds = tmp_path / "c.jsonl"
+    out = tmp_path / "e.jsonl"
+    cmds.write_text('{"op":"hello"}\nnot json\n{"op":"quit"}\n')
+    subprocess.run([sys.executable, "-m", "native.runner", "--commands", str(cmds), "--out", str(out)], check=True)
+    events = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [e["event"] for e in events] == ["hello", "error", "bye"]
+    assert "not JSON" in events[1]["message"]
