@@ -1,0 +1,134 @@
+"""The compared methods as replay specifications (paper 5.1, D.1.3, 5.3).
+
+* ``target-only``  — scalar target steps.
+* ``sd``           — standard SD at fixed physical widths; summarised over K = 5..8
+                     (mean of per-K pooled TPS; per window the mean of its four TPS).
+* ``asp``          — SpecASR ASP with recycling: threshold 0.4, cap 24, or as far as the
+                     profile's measured widths allow (the paper used 14 on phones
+                     calibrated to K15).
+* ``as2d``         — target-decoupled source with a fixed budget (default: the
+                     deployment's, else 7) and confidence stop 0.4 where the source has
+                     confidences.
+* ``as2d-no-td``   — ablation: serial ASP-style drafting capped at As²d's budget.
+* ``as2d-no-bc``   — ablation: target-decoupled drafting with ASP's threshold and cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from as2d_cli.engine.policies import (
+    ASP,
+    DEFAULT_ASP_CAP,
+    DEFAULT_BATCH,
+    DEFAULT_THRESHOLD,
+    As2d,
+    Policy,
+    StandardSD,
+    TargetOnly,
+    without_bc,
+    without_td,
+)
+from as2d_cli.errors import UserError
+
+METHODS = ("target-only", "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc")
+SD_WIDTHS = (5, 6, 7, 8)
+DEFAULT_BUDGET = 7
+
+
+@dataclass(frozen=True, slots=True)
+class MethodSpec:
+    """One concrete configuration: a method plus its width/budget/source."""
+
+    method: str
+    k: int | None = None  # standard SD physical width
+    budget: int | None = None  # As²d budget, ASP cap, w/o-TD budget, w/o-BC cap
+    source: str | None = None  # decoupled methods: the requested source
+    threshold: float | None = DEFAULT_THRESHOLD
+    batch: int = DEFAULT_BATCH
+
+    @property
+    def decoupled(self) -> bool:
+        return self.method in ("as2d", "as2d-no-bc")
+
+    @property
+    def serial(self) -> bool:
+        return self.method in ("sd", "asp", "as2d-no-td")
+
+    @property
+    def label(self) -> str:
+        if self.method == "sd":
+            return f"sd-k{self.k}"
+        if self.method == "target-only":
+            return "target-only"
+        src = f"{self.source}/" if self.decoupled and self.source else ""
+        return f"{self.method}({src}b{self.budget})"
+
+    def policy(self) -> Policy:
+        m = self.method
+        if m == "target-only":
+            return TargetOnly()
+        if m == "sd":
+            assert self.k is not None
+            return StandardSD(self.k)
+        assert self.budget is not None
+        if m == "asp":
+            return ASP(threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD, cap=self.budget)
+        if m == "as2d":
+            return As2d(budget=self.budget, threshold=self.threshold, batch=self.batch)
+        if m == "as2d-no-td":
+            return without_td(self.budget, threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD)
+        if m == "as2d-no-bc":
+            p = without_bc(threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD, cap=self.budget)
+            return As2d(budget=p.budget, threshold=p.threshold, batch=self.batch, window=p.window, name=p.name)
+        raise UserError(f"unknown method {m!r}; choose one of {', '.join(METHODS)}")
+
+    @property
+    def max_width(self) -> int:
+        if self.method == "target-only":
+            return 1
+        if self.method == "sd":
+            assert self.k is not None
+            return self.k
+        assert self.budget is not None
+        return self.budget + 1
+
+
+def asp_cap(max_width: int) -> int:
+    """ASP's cap: 24 proposals (K25) or the largest the profile's widths allow (D.2.3)."""
+    return max(1, min(DEFAULT_ASP_CAP, max_width - 1))
+
+
+def expand(
+    method: str,
+    *,
+    budget: int | None = None,
+    source: str | None = None,
+    k: int | None = None,
+    profile_max_width: int,
+    default_source: str | None,
+    default_budget: int = DEFAULT_BUDGET,
+    batch: int = DEFAULT_BATCH,
+) -> list[MethodSpec]:
+    """The configurations one method name stands for (SD: one per K in 5..8 unless ``k``)."""
+    if method not in METHODS:
+        raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    for name, v in (("--budget", budget), ("--k", k)):
+        if v is not None and v < 1:
+            raise UserError(f"{name} must be at least 1, got {v}")
+    if method == "target-only":
+        return [MethodSpec("target-only")]
+    if method == "sd":
+        widths = (k,) if k is not None else SD_WIDTHS
+        return [MethodSpec("sd", k=w) for w in widths]
+    if method == "asp":
+        return [MethodSpec("asp", budget=budget if budget is not None else asp_cap(profile_max_width))]
+    if method == "as2d-no-td":
+        return [MethodSpec("as2d-no-td", budget=budget if budget is not None else default_budget)]
+    src = source or default_source
+    if src is None:
+        raise UserError("the trace declares no default source; pass --source with one of its sources")
+    if method == "as2d-no-bc":
+        b = budget if budget is not None else asp_cap(profile_max_width)
+        return [MethodSpec("as2d-no-bc", budget=b, source=src, batch=batch)]
+    return [MethodSpec("as2d", budget=budget if budget is not None else default_budget, source=src, batch=batch)]

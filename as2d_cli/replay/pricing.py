@@ -1,0 +1,120 @@
+"""Integer-nanosecond prices for engine ops, from a device cost profile (paper D.2).
+
+The profile holds milliseconds; the engine's virtual clock advances by integer
+nanoseconds so T = D + V − O + H holds exactly. Every price is converted once per
+(profile, method, source) into lookup tables, so the hot path is a dict lookup.
+
+Concurrency (D.2.1, SEMANTICS): a target call costs idle × the profile's concurrent/idle
+ratio for its width while the producer is in service. Whether it is, is decided at the
+call's start (the event-time rule of a discrete-event simulation); the producer's own
+segments likewise use their concurrent cost when the target is in service at their start.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from as2d_cli.engine.clock import Op
+from as2d_cli.errors import FormatError
+from as2d_cli.formats.profile import CostProfile, ms_to_ns
+
+Price = Callable[[Op, int], int]
+
+
+def _ns(ms: float, what: str, profile: CostProfile) -> int:
+    ns = ms_to_ns(ms)
+    if ns < 0:
+        raise FormatError(f"{profile.path}: {what} costs {ms} ms, a negative cost; fix the profile or recalibrate")
+    return ns
+
+
+class WidthTable:
+    """Verification cost by physical width K, idle and concurrent, in ns.
+
+    Widths the profile lacks are refused when first asked for (naming the width), never
+    charged zero. ``limit`` is checked up front so a method that could ask for a width the
+    profile lacks fails before any window runs."""
+
+    __slots__ = ("idle", "conc", "profile", "source")
+
+    def __init__(self, profile: CostProfile, source: str | None, concurrent: bool) -> None:
+        self.profile = profile
+        self.source = source
+        self.idle: dict[int, int] = {}
+        self.conc: dict[int, int] = {}
+        for k in profile.widths:
+            self.idle[k] = _ns(profile.verify_ms(k), f"verification K{k}", profile)
+            if concurrent:
+                try:
+                    self.conc[k] = _ns(profile.verify_ms(k, True, source), f"concurrent verification K{k}", profile)
+                except FormatError:
+                    pass  # no ratio for this width: refused only if a concurrent K-call happens
+
+    def require(self, max_width: int, concurrent: bool = False) -> None:
+        """Refuse now if any width 1..max_width is missing (a method could ask for it)."""
+        for k in range(1, max_width + 1):
+            if k not in self.idle:
+                self.profile.verify_ms(k)  # raises the profile's one-line error naming K
+            if concurrent and k not in self.conc:
+                self.profile.verify_ms(k, True, self.source)
+
+    def cost(self, k: int, concurrent: bool) -> int:
+        table = self.conc if concurrent else self.idle
+        c = table.get(k)
+        if c is None:
+            self.profile.verify_ms(k, concurrent, self.source)  # raises naming the width
+            raise FormatError(f"{self.profile.path}: no cost for width K{k}")  # pragma: no cover
+        return c
+
+
+def target_only_price(profile: CostProfile) -> Price:
+    step = _ns(profile.target_step_ms, "target_step_ms", profile)
+
+    def price(op: Op, now: int) -> int:
+        if op.kind == "target_step":
+            return step
+        raise FormatError(f"target-only asked to price a {op.kind!r} op")  # engine contract
+
+    return price
+
+
+def serial_price(profile: CostProfile, max_width: int) -> Price:
+    """Standard SD and SpecASR-ASP: everything idle (nothing runs concurrently)."""
+    widths = WidthTable(profile, None, concurrent=False)
+    widths.require(max_width)
+    profile.draft_ms(0)  # refuses a profile without drafter costs, naming the file
+    d = profile.drafter
+    assert d is not None
+    step = _ns(d.step_ms, "drafter step_ms", profile)
+    catch = _ns(d.catch_up_ms, "drafter catch_up_ms", profile)
+    row = _ns(d.row_ms, "drafter row_ms", profile)
+    paired = _ns(d.paired_ms, "drafter paired_ms", profile)
+    loop = _ns(profile.loop_ms, "loop_ms", profile)
+    refresh: dict[int, int] = {}
+    idle = widths.idle
+
+    def price(op: Op, now: int) -> int:
+        kind = op.kind
+        if kind == "verify":
+            c = idle.get(op.width)
+            return c if c is not None else widths.cost(op.width, False)
+        if kind == "draft":
+            return op.count * step + op.catch_up * catch + op.rows * row
+        if kind == "loop":
+            return loop
+        if kind == "paired":
+            return paired + op.rows * row
+        if kind == "refresh":
+            c = refresh.get(op.width)
+            if c is None:
+                c = refresh[op.width] = _ns(profile.refresh_ms(op.width), f"refresh width {op.width}", profile)
+            return c
+        raise FormatError(f"serial method asked to price a {op.kind!r} op")  # engine contract
+
+    return price
+
+
+def require_refresh(profile: CostProfile, cap: int) -> None:
+    """ASP may refresh any reused suffix up to its cap: all those widths must be measured."""
+    for w in range(1, cap + 1):
+        profile.refresh_ms(w)

@@ -1,0 +1,182 @@
+"""Fixed-configuration selection and the hindsight oracle (paper 4.3, D.2.6, D.4.3).
+
+Selection replays As²d over the source × budget catalog on the development split, ranks
+configurations by pooled TPS (Σ tokens / Σ time), and confirms the chosen one on the
+validation split (it is *retained* when its validation TPS is within ``tolerance`` of
+the best validation configuration). A source that cannot serve a window's language runs
+the trace's default source at the same budget (D.4.3). Test outcomes never enter it.
+
+The oracle picks, per window and with hindsight, the (source, budget) pair with the
+least episode time, paying nothing for the choice; its gap to a fixed configuration is
+100·(1 − TPS_selected / TPS_oracle), both pooled over the same windows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from as2d_cli.errors import UserError
+from as2d_cli.formats.profile import CostProfile
+from as2d_cli.formats.trace import TraceSet, WindowTrace
+from as2d_cli.replay.sweep import DEFAULT_BUDGETS, CatalogTimes, sweep
+
+DEFAULT_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Ranked:
+    source: str
+    budget: int
+    tps: float
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "budget": self.budget, "tps": self.tps}
+
+
+def rank(cat: CatalogTimes) -> list[Ranked]:
+    """Every catalog configuration by pooled TPS, best first (ties: smaller budget, then
+    the catalog's source order — the cheaper, simpler setting wins a tie)."""
+    tps = cat.pooled_tps()
+    out = [(float(tps[s, b]), -b, -s) for s in range(len(cat.sources)) for b in range(len(cat.budgets))]
+    out.sort(reverse=True)
+    return [Ranked(cat.sources[-s], cat.budgets[-b], t) for t, b, s in out]
+
+
+@dataclass
+class OracleResult:
+    tps_selected: float
+    tps_oracle: float
+    gap_percent: float
+    choices: list[tuple[str, str, int]]  # per window: (window id, source used, budget)
+    same_as_selected: int  # windows whose oracle choice is the selected configuration
+
+    def to_json(self, per_window: bool = False) -> dict:
+        d = {"tps_selected": self.tps_selected, "tps_oracle": self.tps_oracle,
+             "gap_percent": self.gap_percent, "windows": len(self.choices),
+             "same_as_selected": self.same_as_selected}
+        if per_window:
+            d["choices"] = [{"window": w, "source": s, "budget": b} for w, s, b in self.choices]
+        return d
+
+
+def oracle(cat: CatalogTimes, source: str, budget: int) -> OracleResult:
+    """Per-window hindsight oracle over the catalog versus the fixed (source, budget)."""
+    if source not in cat.sources or budget not in cat.budgets:
+        raise UserError(f"configuration {source}/budget {budget} is not in the catalog ({', '.join(cat.sources)} × budgets {cat.budgets[0]}–{cat.budgets[-1]})")
+    s, b = cat.sources.index(source), cat.budgets.index(budget)
+    W = len(cat.window_ids)
+    flat = cat.times.reshape(W, -1)
+    # Ties between configurations go to the first in catalog order (deterministic).
+    best = flat.argmin(axis=1)
+    t_oracle = flat[np.arange(W), best]
+    t_sel = cat.times[:, s, b]
+    tokens = int(cat.tokens.sum())
+    tps_sel = tokens / (int(t_sel.sum()) / 1e9)
+    tps_or = tokens / (int(t_oracle.sum()) / 1e9)
+    B = len(cat.budgets)
+    choices = [(cat.window_ids[i], cat.used[i][best[i] // B], cat.budgets[best[i] % B]) for i in range(W)]
+    same = int(np.sum(t_oracle == t_sel))
+    return OracleResult(tps_sel, tps_or, 100.0 * (1.0 - tps_sel / tps_or), choices, same)
+
+
+@dataclass
+class Selection:
+    source: str
+    budget: int
+    dev: dict
+    val: dict | None
+    ranking: list[Ranked]
+    catalog: dict
+    excluded_sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def retained(self) -> bool | None:
+        return None if self.val is None else bool(self.val["retained"])
+
+    def to_json(self, top: int = 10) -> dict:
+        return {
+            "source": self.source,
+            "budget": self.budget,
+            "max_width": self.budget + 1,
+            "catalog": self.catalog,
+            "excluded_sources": self.excluded_sources,
+            "dev": self.dev,
+            "val": self.val,
+            "ranking": [r.to_json() for r in self.ranking[:top]],
+        }
+
+
+def catalog_sources(traces: TraceSet, profile: CostProfile, requested: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
+    """The sources to search: those requested, else every trace source the profile has
+    costs for (the others are reported as excluded, never silently dropped)."""
+    declared = list(traces.sources)
+    if requested:
+        for s in requested:
+            if s not in traces.sources:
+                raise UserError(f"source {s!r} is not in the traces (they declare {', '.join(declared) or 'none'}); pick one of those")
+            profile.source(s)  # refuses a source the profile has no costs for
+        return list(requested), {}
+    usable = [s for s in declared if s in profile.sources]
+    excluded = {s: "no costs in the profile" for s in declared if s not in profile.sources}
+    if not usable:
+        raise UserError(f"{profile.path}: has costs for none of the trace's sources ({', '.join(declared)}); calibrate one of them first")
+    return usable, excluded
+
+
+def select_budget(
+    traces: TraceSet,
+    profile: CostProfile,
+    *,
+    sources: Sequence[str] | None = None,
+    budgets: Sequence[int] = DEFAULT_BUDGETS,
+    dev_split: str = "dev",
+    val_split: str = "val",
+    tolerance: float = DEFAULT_TOLERANCE,
+    processes: int | None = None,
+) -> Selection:
+    """Rank the catalog on ``dev_split``, check retention on ``val_split`` (skipped with a
+    note when the traces hold no validation windows)."""
+    dev = [w for w in traces.windows if w.split == dev_split]
+    if not dev:
+        have = sorted({w.split for w in traces.windows})
+        raise UserError(f"the traces hold no {dev_split!r} windows (splits: {', '.join(have) or 'none'}); pass development traces")
+    budgets = sorted(set(int(b) for b in budgets))
+    usable_budgets = [b for b in budgets if profile.has_width(b + 1)]
+    if not usable_budgets:
+        raise UserError(f"{profile.path}: none of budgets {budgets[0]}–{budgets[-1]} has its width measured (profile max K{profile.max_width}); lower --budgets")
+    dropped = [b for b in budgets if b not in usable_budgets]
+    srcs, excluded = catalog_sources(traces, profile, sources)
+    cat = sweep(dev, profile, srcs, usable_budgets, processes=processes)
+    ranking = rank(cat)
+    best = ranking[0]
+    orc = oracle(cat, best.source, best.budget)
+    dev_info = {"split": dev_split, "windows": len(dev), "tokens": int(cat.tokens.sum()),
+                "tps": best.tps, "oracle": orc.to_json()}
+    val_info = None
+    val = [w for w in traces.windows if w.split == val_split]
+    if val:
+        vcat = sweep(val, profile, srcs, usable_budgets, processes=processes)
+        vrank = rank(vcat)
+        chosen = next(r for r in vrank if r.source == best.source and r.budget == best.budget)
+        pos = vrank.index(chosen) + 1
+        vbest = vrank[0]
+        retained = chosen.tps >= (1.0 - tolerance) * vbest.tps
+        val_info = {"split": val_split, "windows": len(val), "tokens": int(vcat.tokens.sum()),
+                    "tps": chosen.tps, "rank": pos, "best": vbest.to_json(),
+                    "retention": chosen.tps / vbest.tps, "tolerance": tolerance, "retained": retained}
+    catalog = {"sources": srcs, "budgets": usable_budgets, "configurations": len(srcs) * len(usable_budgets),
+               "dropped_budgets": dropped, "ranking": "pooled TPS on the development split"}
+    return Selection(best.source, best.budget, dev_info, val_info, ranking, catalog, excluded)
+
+
+def windows_of(traces: TraceSet, split: str | None) -> list[WindowTrace]:
+    if split is None:
+        return list(traces.windows)
+    ws = [w for w in traces.windows if w.split == split]
+    if not ws:
+        have = sorted({w.split for w in traces.windows})
+        raise UserError(f"the traces hold no {split!r} windows (splits: {', '.join(have) or 'none'}); pick one of those with --split")
+    return ws
