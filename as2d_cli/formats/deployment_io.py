@@ -1,0 +1,70 @@
+"""Reading and writing ``as2d.deployment`` v1 (YAML)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from as2d_cli.errors import FormatError
+from as2d_cli.formats.common import check_version, environment, sha256_file, validate_schema, write_atomic
+from as2d_cli.formats.deployment import SCHEMA, VERSION, Deployment, ProfileRef
+from as2d_cli.formats.profile_io import iso_dates, read_yaml
+
+
+def deployment_from_doc(doc: Any, where: str) -> Deployment:
+    doc = iso_dates(doc)
+    if isinstance(doc, dict) and isinstance(doc.get("environment"), dict):
+        iso_dates(doc["environment"])
+    doc = check_version(doc, schema=SCHEMA, version=VERSION, where=where,
+                        remedy_old="select again with `as2d select-budget`")
+    validate_schema(doc, "deployment.schema.json", where)
+    c, p = doc["config"], doc["profile"]
+    return Deployment(
+        source=c["source"], budget=c["budget"],
+        threshold=None if c["threshold"] is None else float(c["threshold"]), batch=c["batch"],
+        profile=ProfileRef(p["path"], p["sha256"], p.get("device", "")),
+        selection=dict(doc["selection"]), environment=dict(doc["environment"]),
+    )
+
+
+def load_deployment(path: str | Path, *, profile: str | Path | None = None) -> Deployment:
+    """Load and validate; with ``profile`` given, refuse a deployment chosen on a
+    different profile (its sha256 must match the file's)."""
+    path = Path(path)
+    d = deployment_from_doc(read_yaml(path, "deployment"), str(path))
+    if profile is not None:
+        h = sha256_file(profile)
+        if h != d.profile.sha256:
+            raise FormatError(
+                f"{path}: was selected with profile {d.profile.path} (sha256 {d.profile.sha256[:12]}…), "
+                f"not {profile} (sha256 {h[:12]}…); select again with this profile or pass the matching one"
+            )
+    return d
+
+
+def make_deployment(source: str, budget: int, threshold: float | None, batch: int, profile_path: str | Path,
+                    device: str, selection: dict[str, Any]) -> Deployment:
+    """A new deployment for ``profile_path`` (hashed now) with fresh environment metadata."""
+    return Deployment(source, budget, threshold, batch, ProfileRef(str(profile_path), sha256_file(profile_path), device),
+                      selection, environment())
+
+
+def deployment_to_doc(d: Deployment) -> dict:
+    return {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "config": {"source": d.source, "budget": d.budget, "threshold": d.threshold, "batch": d.batch},
+        "profile": {"path": d.profile.path, "sha256": d.profile.sha256, "device": d.profile.device},
+        "selection": dict(d.selection),
+        "environment": dict(d.environment) or environment(),
+    }
+
+
+def write_deployment(path: str | Path, d: Deployment, *, force: bool = False) -> Path:
+    doc = deployment_to_doc(d)
+    text = ("# as2d.deployment v1 — the fixed configuration chosen before test evaluation.\n"
+            "# Field reference: docs/formats.md.\n" + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100))
+    deployment_from_doc(yaml.safe_load(text), str(path))  # never write an invalid file
+    return write_atomic(path, text.encode("utf-8"), force=force)
