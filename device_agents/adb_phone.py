@@ -88,7 +88,12 @@ class AdbPhone(Device):
     # -- transport -----------------------------------------------------------------------
     def _open(self, service: str, deadline: float) -> adbutils.AdbConnection:
         try:
-            conn = self._dev.open_transport(timeout=max(0.1, deadline - time.monotonic()))
+            # host:tport:serial (adb >= 1.0.41) switches to the device in one request;
+            # adbutils' open_transport asks the server version first on every call.
+            conn = self._client.make_connection(timeout=max(0.1, deadline - time.monotonic()))
+            conn.send_command(f"host:tport:serial:{self.serial}")
+            conn.check_okay()
+            conn.read_exact(8)  # the transport id
             conn.send_command(service)
             conn.check_okay()
             return conn
