@@ -160,6 +160,9 @@ def run_request(
             buffer = CandidateBuffer(source_used, "producer-0")
             if source_used == "external":
                 units, schedule = external_units([(b["t_ms"], b["tokens"]) for b in s["candidates"]])
+                while schedule and schedule[0] <= 0:  # available at the request: published at time 0
+                    buffer.publish([t for t, _ in units.pop(0)], 0)
+                    schedule.pop(0)
                 producer = Producer(units, buffer, clock, kind="external", cores=producer_cores, schedule=schedule)
             else:
                 src = models.source(source_used, audio, max_tokens + 8)
