@@ -1,0 +1,101 @@
+"""Native speed: As²d against target-only (and SD, ASP) on the bundled test windows.
+
+Methods run interleaved window by window (rotating their order) in one runner process so
+they share machine conditions. Prints pooled TPS per method and per setting, the
+As²d/target-only ratio, the fraction of windows slower than target-only, and the pooled
+D, V, O, H of As²d. Every output is checked against target-only's tokens.
+
+    python benchmarks/native_speedup.py [--windows N] [--split test] [--budget 7] [--json out.json]
+
+Goal on a 2-core host: As²d ≥ 1.5× target-only pooled, at most 5% of windows slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
+from native.host import LocalRunner, default_cores  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--windows", type=int, default=40, help="windows to run (spread over the settings)")
+    ap.add_argument("--budget", type=int, default=7)
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--methods", default="target-only,as2d,sd,asp")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    methods = a.methods.split(",")
+    ws = load_corpus().split(a.split)
+    by_setting = defaultdict(list)
+    for w in ws:
+        by_setting[w.setting].append(w)
+    picked = []
+    while len(picked) < min(a.windows, len(ws)):
+        for s in sorted(by_setting):
+            if by_setting[s] and len(picked) < a.windows:
+                picked.append(by_setting[s].pop(0))
+    tc, pc = default_cores()
+    r = LocalRunner()
+    r.call({"op": "hello"})
+    r.call({"op": "load", "target_cores": tc, "producer_cores": pc})
+    rows = []
+    t0 = time.time()
+    for i, w in enumerate(picked):
+        order = methods[i % len(methods):] + methods[: i % len(methods)]
+        res = {}
+        for m in order:
+            res[m] = r.call({"op": "decode", "window": w.id, "method": m, "budget": a.budget, "k": a.k, "events": False})
+        ref = res["target-only"]["tokens"]
+        for m in methods:
+            x = res[m]
+            rows.append({"window": w.id, "setting": w.setting, "method": m, "tokens": x["n_tokens"],
+                         "time_ms": x["time_ms"], "exact": x["tokens"] == ref, "acc": x["accounting_ms"]})
+        print(f"[{i + 1}/{len(picked)}] {w.id}: " + "  ".join(
+            f"{m} {res[m]['tps']:.1f}" for m in methods), file=sys.stderr, flush=True)
+    r.close()
+
+    def pooled(sel):
+        t = sum(x["time_ms"] for x in sel)
+        return sum(x["tokens"] for x in sel) / (t / 1e3) if t else float("nan")
+
+    out = {"windows": len(picked), "wall_s": time.time() - t0, "methods": {}, "settings": {}}
+    for m in methods:
+        out["methods"][m] = pooled([x for x in rows if x["method"] == m])
+    for s in sorted({x["setting"] for x in rows}):
+        out["settings"][s] = {m: pooled([x for x in rows if x["method"] == m and x["setting"] == s]) for m in methods}
+    base = {x["window"]: x["tokens"] / x["time_ms"] for x in rows if x["method"] == "target-only"}
+    tpw = {x["window"]: x["tokens"] / x["time_ms"] for x in rows if x["method"] == "as2d"}
+    slower = [w for w in tpw if tpw[w] / base[w] < 1 - 1e-9]
+    acc = defaultdict(float)
+    for x in rows:
+        if x["method"] == "as2d":
+            for k, v in x["acc"].items():
+                acc[k] += v
+    out["as2d_over_target_only"] = out["methods"]["as2d"] / out["methods"]["target-only"]
+    out["as2d_slower_fraction"] = len(slower) / len(tpw) if tpw else float("nan")
+    out["as2d_accounting_ms"] = dict(acc)
+    out["inexact"] = sorted({(x["window"], x["method"]) for x in rows if not x["exact"]})
+    print("\npooled TPS:  " + "  ".join(f"{m} {v:.2f}" for m, v in out["methods"].items()))
+    for s, d in out["settings"].items():
+        print(f"  {s:<13}" + "  ".join(f"{m} {v:.2f}" for m, v in d.items()))
+    print(f"As²d / target-only pooled: {out['as2d_over_target_only']:.3f}×")
+    print(f"windows where As²d is slower than target-only: {len(slower)}/{len(tpw)} ({out['as2d_slower_fraction']:.1%})")
+    print("As²d D, V, O, H (s): " + ", ".join(f"{k}={acc[k] / 1e3:.2f}" for k in ("T", "D", "V", "O", "H")))
+    print(f"outputs differing from target-only: {len(out['inexact'])}")
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
