@@ -9,9 +9,13 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import adbutils
+import jsonschema
 import pytest
+
+import device_agents
 
 from as2d_cli.cli.main import main
 
@@ -43,6 +47,8 @@ def test_devices_json_is_versioned(emulated_phone, capsys, monkeypatch) -> None:
     code, out, _ = run_cli(["devices", "--json"], capsys, monkeypatch, emulated_phone.adb_port)
     doc = json.loads(out)
     assert code == 0 and doc["schema"] == "as2d.devices" and doc["version"] == 1
+    schema = json.loads((Path(device_agents.__file__).parent / "devices.schema.json").read_text())
+    jsonschema.validate(doc, schema)
     by_serial = {d["serial"]: d for d in doc["devices"]}
     assert by_serial["local"]["kind"] == "local"
     assert by_serial[emulated_phone.serial]["facts"]["model_id"]["value"] == "23117RK66C"
@@ -113,3 +119,13 @@ def test_emulator_rejects_a_bad_fault_in_one_line(capsys, monkeypatch) -> None:
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: bad --fault 'melt:cpu'") and err.count("\n") == 1
+
+
+def test_devices_without_an_adb_server_lists_the_local_host(capsys, monkeypatch) -> None:
+    from device_agents.adbserver import free_port
+
+    port = free_port()  # nothing listens there, and nothing may be started there
+    code, out, _ = run_cli(["devices"], capsys, monkeypatch, port)
+    assert code == 0
+    assert "local" in out and "no phone attached" in out
+    assert not _listening(port)

@@ -3,16 +3,22 @@ and short intervals so the protocol's 15 s / 5 s / 1 s run in milliseconds."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
+from pathlib import Path
 
+import jsonschema
 import pytest
+
+import device_agents
 
 from device_agents.gating import GateConfig, GateFailed, require_gate, run_gate, show_gate
 from device_agents.local import LocalHost
 from device_agents.monitor import BatchStopped, CoreMonitor, run_batch
 
 FAST = GateConfig(rest_s=0.0, interval_s=0.0)
+GATE_SCHEMA = json.loads((Path(device_agents.__file__).parent / "gate.schema.json").read_text())
 
 
 def test_default_gate_is_the_papers_protocol(emulated_phone) -> None:
@@ -24,8 +30,9 @@ def test_default_gate_is_the_papers_protocol(emulated_phone) -> None:
     ceilings = [o for o in result.observations if o.check == "ceiling"]
     assert [o.detail["core"] for o in ceilings] == [4, 4]
     assert all(o.detail["min_khz"] == 1881600 and o.detail["ceiling_khz"] == 3148800 for o in ceilings)
-    record = result.to_dict()
+    record = json.loads(json.dumps(result.to_dict()))  # JSON-serialisable as stored
     assert record["passed"] and len(record["observations"]) == 4
+    jsonschema.validate(record, GATE_SCHEMA)
 
 
 def test_gate_fails_when_a_core_is_offline(make_emulated_phone) -> None:
@@ -35,6 +42,7 @@ def test_gate_fails_when_a_core_is_offline(make_emulated_phone) -> None:
         require_gate(session.device(), FAST, sleep=lambda s: None)
     obs = err.value.result.observations
     assert [o.check for o in obs] == ["rest", "cores_online"]
+    jsonschema.validate(json.loads(json.dumps(err.value.result.to_dict())), GATE_SCHEMA)
     assert obs[-1].ok is False and obs[-1].detail["offline"] == [5]
 
 
