@@ -60,6 +60,9 @@ DATASETS: dict[str, dict[str, Any]] = {
 ANCHOR_WINDOWS = 688
 ANCHOR_TOKENS = 94_511
 ANCHOR_AUDIO_S = 11.0 * 3600
+# Per-dataset token totals (sum 94,511) whose target-only pooled TPS at 59.391 ms round to
+# Table 8's K70 row (16.92, 16.92, 16.94, 17.00, 17.04; all 16.96).
+ANCHOR_DATASET_TOKENS = {"librispeech": 33_695, "ami": 10_759, "fleurs": 14_651, "kespeech": 19_458, "m4singer": 15_948}
 VOCAB = 151_936
 EOS_ID = 151_645
 MAX_TOKENS = 1024
@@ -78,40 +81,37 @@ K70 = {
 }
 
 
-def _lengths(rng: np.random.Generator, counts: dict[str, int], means: dict[str, float], total: int | None) -> dict[str, np.ndarray]:
+def _lengths(rng: np.random.Generator, counts: dict[str, int], means: dict[str, float],
+             totals: dict[str, int] | None, max_tokens: int) -> dict[str, np.ndarray]:
+    """Lognormal reference lengths; with ``totals``, each dataset sums exactly to its total
+    (the FLEURS window 0 is the capped one and stays at the cap)."""
+    lo, hi = min(8, max_tokens - 1), max_tokens - 1
     out: dict[str, np.ndarray] = {}
     for name, n in counts.items():
-        m = means[name]
         sigma = 0.55
-        x = rng.lognormal(math.log(m) - sigma**2 / 2, sigma, size=n)
-        out[name] = np.clip(np.round(x), 8, MAX_TOKENS - 1).astype(np.int64)
-    if total is not None:
-        # Exact total: scale, then spread the rounding remainder one token at a time.
-        cur = sum(int(v.sum()) for v in out.values())
-        capped_extra = MAX_TOKENS - int(out["fleurs"][0]) if "fleurs" in out else 0
-        target = total - capped_extra
-        scale = target / cur
-        for name in out:
-            out[name] = np.clip(np.round(out[name] * scale), 8, MAX_TOKENS - 1).astype(np.int64)
-        if "fleurs" in out:
-            out["fleurs"][0] = MAX_TOKENS  # the one capped reference (D.1.2)
-        diff = total - sum(int(v.sum()) for v in out.values())
-        names = [n for n in out for _ in range(len(out[n]))]
-        idx = [i for n in out for i in range(len(out[n]))]
-        order = rng.permutation(len(names))
+        x = rng.lognormal(math.log(means[name]) - sigma**2 / 2, sigma, size=n)
+        out[name] = np.clip(np.round(x), lo, hi).astype(np.int64)
+    if totals is None:
+        return out
+    for name, v in out.items():
+        fixed = 0
+        if name == "fleurs":
+            v[0] = max_tokens  # the one capped reference (D.1.2)
+            fixed = 1
+        free = v[fixed:]
+        want = totals[name] - int(v[:fixed].sum())
+        free[:] = np.clip(np.round(free * (want / free.sum())), lo, hi)
+        diff = want - int(free.sum())
+        order = rng.permutation(len(free))
         k = 0
         while diff != 0:
-            j = order[k % len(order)]
-            name, i = names[j], idx[j]
+            i = order[k % len(order)]
             k += 1
-            if name == "fleurs" and i == 0:
-                continue
-            v = int(out[name][i])
-            if diff > 0 and v < MAX_TOKENS - 1:
-                out[name][i] = v + 1
+            if diff > 0 and free[i] < hi:
+                free[i] += 1
                 diff -= 1
-            elif diff < 0 and v > 8:
-                out[name][i] = v - 1
+            elif diff < 0 and free[i] > lo:
+                free[i] -= 1
                 diff += 1
     return out
 
@@ -147,7 +147,9 @@ def _edit(rng: np.random.Generator, ref: list[int], match: float) -> tuple[list[
     return out, [round(c, 4) for c in conf]
 
 
-def _source_ar(rng: np.random.Generator, ref: list[int], eos: bool, match: float, cap_source: bool) -> SourceTrace:
+def _source_ar(rng: np.random.Generator, ref: list[int], eos: bool, match: float, cap_source: bool,
+               max_tokens: int) -> SourceTrace:
+    MAX_TOKENS = max_tokens  # noqa: N806
     body = ref[:-1] if eos else ref
     toks, conf = _edit(rng, body, match)
     if cap_source:  # the source runs to the generation limit without EOS
@@ -226,17 +228,21 @@ def synthetic_traces(
     drafter_cap: int = 24,
     split: str = "test",
     datasets: dict[str, int] | None = None,
+    max_tokens: int = MAX_TOKENS,
+    mean_scale: float = 1.0,
 ) -> TraceSet:
     """A deterministic synthetic trace set.
 
     ``anchor=True`` with ``scale=1`` and default datasets gives the paper's 688 windows
     and exactly 94,511 tokens. ``scale`` shrinks the per-dataset window counts (for fast
-    tests); ``datasets`` overrides them."""
+    tests); ``datasets`` overrides them; ``mean_scale`` shrinks reference lengths and
+    ``max_tokens`` sets the output cap (small committed examples)."""
+    MAX_TOKENS = max_tokens  # noqa: N806
     rng = np.random.default_rng(seed)
     counts = datasets or {k: max(1, round(v["n"] * scale)) for k, v in DATASETS.items()}
-    means = {k: DATASETS[k]["mean"] for k in counts}
-    full = anchor and scale == 1.0 and datasets is None
-    lengths = _lengths(rng, counts, means, ANCHOR_TOKENS if full else None)
+    means = {k: DATASETS[k]["mean"] * mean_scale for k in counts}
+    full = anchor and scale == 1.0 and datasets is None and mean_scale == 1.0 and max_tokens == 1024
+    lengths = _lengths(rng, counts, means, ANCHOR_DATASET_TOKENS if full else None, max_tokens)
     if not full and "fleurs" in lengths and anchor:
         lengths["fleurs"][0] = MAX_TOKENS
     # Audio seconds proportional to tokens / rate, rescaled to 11.0 h for the anchor set.
@@ -253,7 +259,7 @@ def synthetic_traces(
             lang = spec["langs"][int(rng.integers(len(spec["langs"])))] if len(spec["langs"]) > 1 else spec["langs"][0]
             audio = round(float(raw_audio[name][i]) * audio_scale, 3)
             sources = {
-                "qwen": _source_ar(rng, ref, not capped, spec["src_match"], (name, i) in capped_sources),
+                "qwen": _source_ar(rng, ref, not capped, spec["src_match"], (name, i) in capped_sources, max_tokens),
                 "parakeet": _source_chunked(rng, ref, not capped, spec["src_match"] - 0.08, audio,
                                             lang in SOURCE_LANGS["parakeet"]),
                 "sensevoice": _source_chunked(rng, ref, not capped, spec["src_match"] - 0.05, audio,
@@ -326,3 +332,15 @@ def synthetic_profile(max_width: int = 25) -> CostProfile:
                        verify_concurrent_ratio=ratio, loop_ms=K70["loop"], align_ms=0.3, drafter=drafter,
                        sources=sources, fit=fit, synthetic=True, created="1970-01-01T00:00:00Z",
                        path="<synthetic k70 profile>")
+
+
+# Small committed examples (tests/data/): one to two windows per dataset, short outputs,
+# a capped FLEURS window at max_tokens 48, the full drafter cap 24.
+EXAMPLE_DATASETS = {"librispeech": 2, "ami": 1, "fleurs": 2, "kespeech": 1, "m4singer": 1}
+EXAMPLE_SEEDS = {"dev": 11, "val": 12, "test": 13}
+
+
+def example_traces(split: str = "test") -> TraceSet:
+    """The small example trace set committed as ``tests/data/example-<split>.jsonl``."""
+    return synthetic_traces(EXAMPLE_SEEDS[split], anchor=True, datasets=dict(EXAMPLE_DATASETS),
+                            max_tokens=48, mean_scale=0.2, split=split)

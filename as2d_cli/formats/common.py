@@ -147,6 +147,15 @@ def next_free(path: str | Path) -> Path:
         i += 1
 
 
+def _umask() -> int:
+    old = os.umask(0)
+    os.umask(old)
+    return old
+
+
+_UMASK = _umask()
+
+
 def write_atomic(path: str | Path, data: bytes, *, force: bool = False) -> Path:
     """Write ``data`` to ``path`` atomically (temp file in the same folder, then link or
     rename). Without ``force`` an existing file is never replaced: the call refuses with
@@ -157,6 +166,7 @@ def write_atomic(path: str | Path, data: bytes, *, force: bool = False) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 is for the temp file, not the result
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
