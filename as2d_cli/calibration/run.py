@@ -61,6 +61,7 @@ def calibrate(
     gate: Any = None,
     open_runner: Callable[..., Any] | None = None,
     cores: tuple[list[int] | None, list[int] | None] = (None, None),
+    plan: list[Step] | None = None,
 ) -> CalibrationResult:
     """Calibrate ``device``; ``gate`` is a device_agents GateConfig (None: the device's default)."""
     from device_agents.gating import GateConfig, run_gate
@@ -68,7 +69,7 @@ def calibrate(
 
     t_start = time.time()
     win, ctc_win = (window, window) if window else calibration_windows()
-    steps = make_plan(win, quick=quick, ctc_window=ctc_win)
+    steps = plan if plan is not None else make_plan(win, quick=quick, ctc_window=ctc_win)
     key = f"{_safe(device.serial)}-{plan_hash(steps)}"
     partial = out_dir / ".partial" / key
     partial.mkdir(parents=True, exist_ok=True)
@@ -117,7 +118,9 @@ def calibrate(
             runner.close()
     samples = [json.loads(x) for x in samples_file.read_text().splitlines() if x.strip()]
     facts = device.facts().to_dict()
-    profile = fit_profile(samples, {"serial": device.serial, "kind": device.kind, "facts": facts,
+    name = facts.get("model", {}).get("value") if isinstance(facts.get("model"), dict) else None
+    profile = fit_profile(samples, {"name": str(name or device.serial), "serial": device.serial,
+                                    "kind": device.kind, "facts": facts, "gates": gates,
                                     "calibration_window": win, "plan": key},
                           notes=f"{'quick' if quick else 'full'} calibration on {win}",
                           created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
