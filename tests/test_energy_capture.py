@@ -195,3 +195,28 @@ def test_table_golden() -> None:
     )
     assert csv_text.splitlines()[0] == "method,energy_j,mean_power_w,response_s,body_tokens,j_per_token"
     assert csv_text.splitlines()[1].startswith("as2d,239.4,11.33,21.13,248,0.965")
+
+
+def test_bundle_request_template_keeps_only_the_episode_placeholders() -> None:
+    import shlex
+
+    from as2d_cli.bundle.deploy import DeployedBundle
+    from as2d_cli.bundle.launch import Preflight
+    from as2d_cli.energy.native_request import bundle_request_template
+
+    manifest = {"launch": {"pythonhome": "py", "pythonpath": ["site", "proj"],
+                           "loader": "lib/ld-linux-aarch64.so.1", "library_path": "lib",
+                           "python": "bin/python3.11"}}
+    deployed = DeployedBundle("s", "/data/local/tmp/as2d-bundle/ab{c}", manifest, "h", False,
+                              0.0, Preflight(8, 8, "aarch64"), False)
+    tpl = bundle_request_template(deployed, "dev-sung-004", ["--budget", "3"])
+    plan = EpisodePlan(methods=("as2d",), request_cmd=tpl)
+    plan.validate()
+    line = tpl.format(method="as2d", phase="formal", index=7, run_dir="/data/local/tmp/as2d-e-1")
+    argv = shlex.split(line)
+    assert argv[:4] == ["mkdir", "-p", "/data/local/tmp/as2d-e-1/home", "/data/local/tmp/as2d-e-1/tmp"]
+    assert "/data/local/tmp/as2d-bundle/ab{c}" in argv  # braces in real values survive
+    tail = argv[argv.index("as2d_cli.energy.native_request") + 1:]
+    assert tail == ["--window", "dev-sung-004", "--method", "as2d", "--result",
+                    "/data/local/tmp/as2d-e-1/result-7.json", "--budget", "3"]
+    assert "HOME=/data/local/tmp/as2d-e-1/home" in argv

@@ -166,3 +166,43 @@ def test_phone_that_is_never_unplugged_is_one_clear_error(make_emulated_phone,
     assert said and said[0].startswith("Unplug the USB cable now")
     assert (_run_dir(tmp_path / "res") / "plan.json").exists()  # what was written is kept
     power.stop_all()
+
+
+MODELS = Path(__file__).resolve().parents[1] / "as2d_cli" / "assets" / "models" / "models.json"
+
+
+@pytest.mark.skipif(not MODELS.exists(), reason="bundled models not trained/committed yet")
+def test_native_requests_through_the_runner_path(make_emulated_phone, tmp_path: Path,
+                                                 capsys) -> None:
+    # The request is the native runner's real request path on the real bundled models,
+    # run "on the phone" by the emulated phone's host-program launcher.
+    import json
+    import sys
+
+    wrapper = tmp_path / "native_request.sh"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m as2d_cli.energy.native_request "$@"\n')
+    wrapper.chmod(0o755)
+    s = make_emulated_phone(connection="wireless")
+    power = _power(s)
+    s.phone.schedule(0.3, s.phone.unplug)
+    cmd = ("{run_dir}/native_request.sh --window dev-sung-004 --method {method} "
+           "--result {run_dir}/result-{index}.json")
+    argv = ["energy", "--phone", s.serial, "--adb-port", str(s.adb_port), "--connection",
+            "wireless", "--methods", "as2d,target-only", "--request-cmd", cmd, "--warmups", "0",
+            "--push", str(wrapper), "--out", str(tmp_path / "res"), "--settle-s", "0.5",
+            "--gap-s", "0.3", "--tail-s", "0.5", "--request-budget-s", "3",
+            "--discharge-wait-s", "10"]
+    code, out, err = _run(argv, capsys)
+    power.stop_all()
+    assert code == 0, err
+    d = _run_dir(tmp_path / "res")
+    doc = load_energy_result(d / "energy.json")
+    for k, r in enumerate(doc["requests"]):
+        res = json.loads((d / "raw" / f"result-{k}.json").read_text())
+        assert res["method"] == r["method"]
+        assert r["body_tokens"] == res["n_tokens"] - (1 if res["eos"] else 0)
+        # The window is the request's own (stamped by the runner on the boot clock), so it
+        # holds the runner's prefill + decode time and ends after target EOS.
+        assert r["window_s"] * 1e3 >= res["prefill_ms"] + res["time_ms"] - 1.0
+        assert r["response_s"] <= r["window_s"]
+        assert r["energy_j"] > 0 and r["samples_in_window"] >= 2

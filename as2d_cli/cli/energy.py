@@ -3,6 +3,7 @@ disconnected (paper D.6.1); `--from-run DIR` analyses a pulled run folder again.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import List, Optional
 
@@ -18,6 +19,9 @@ def register(app: typer.Typer) -> None:
         methods: str = typer.Option("as2d,target-only", "--methods", help="Methods in measurement order (comma-separated)."),
         request_cmd: Optional[str] = typer.Option(None, "--request-cmd", help="On-device command for one request; {method} {phase} {index} {run_dir} are substituted. It must print 'AS2D_REQUEST body_tokens=N' (optionally origin_boot_ns/target_eos_boot_ns/end_boot_ns)."),
         method_cmd: List[str] = typer.Option([], "--method-cmd", help="METHOD=COMMAND: a request command for one method (repeatable)."),
+        bundle: Optional[Path] = typer.Option(None, "--bundle", help="Run the native runner's requests from this bundle archive (`as2d bundle build`), deployed to the phone once."),
+        window: Optional[str] = typer.Option(None, "--window", help="Corpus window the native requests transcribe (with --bundle)."),
+        native_arg: List[str] = typer.Option([], "--native-arg", help="Extra argument for the native request, e.g. --native-arg=--budget --native-arg=3 (repeatable)."),
         push: List[Path] = typer.Option([], "--push", help="Helper file pushed into the run directory first (repeatable)."),
         poll_ms: int = typer.Option(250, "--poll-ms", help="Battery poll period (ms)."),
         warmups: int = typer.Option(1, "--warmups", help="Warm-up requests per method."),
@@ -41,10 +45,17 @@ def register(app: typer.Typer) -> None:
         else:
             if not phone:
                 raise UserError("pass --phone (see `as2d devices`) or --from-run DIR")
-            if not request_cmd and not method_cmd:
-                raise UserError("pass --request-cmd: the native runner's request hookup is not "
-                                "built yet (docs/energy.md shows a dry run with "
-                                "device_agents/energy_workload.sh)")
+            if bundle is not None and (request_cmd or method_cmd):
+                raise UserError("--bundle runs the native requests itself; drop --request-cmd "
+                                "and --method-cmd (or drop --bundle)")
+            if bundle is not None and not window:
+                raise UserError("--bundle needs --window: the corpus window the requests "
+                                "transcribe (see `as2d corpus list`)")
+            if bundle is None and not request_cmd and not method_cmd:
+                raise UserError("pass --bundle ARCHIVE --window ID to run the native runner's "
+                                "requests, or --request-cmd for your own request command")
+            if bundle is not None and not bundle.is_file():
+                raise UserError(f"--bundle {bundle}: no such file; build it with `as2d bundle build`")
             cmds: list[tuple[str, str]] = []
             for item in method_cmd:
                 name, sep, cmd = item.partition("=")
@@ -63,13 +74,24 @@ def register(app: typer.Typer) -> None:
 
             from as2d_cli.energy.episode_script import EpisodePlan
 
-            plan = EpisodePlan(methods=names, request_cmd=request_cmd or "",
+            # With --bundle the request command is known after deployment; "true" stands in
+            # for the checks of everything else before touching the phone.
+            plan = EpisodePlan(methods=names, request_cmd=request_cmd or ("true" if bundle else ""),
                                method_cmds=tuple(cmds), formal_repeats=repeats, warmups=warmups,
                                settle_s=settle_s, gap_s=gap_s, tail_s=tail_s,
                                request_budget_s=request_budget_s,
                                discharge_wait_s=discharge_wait_s)
             plan.validate()
             device = resolve_phone(phone, adb_port)
+            if bundle is not None:
+                from as2d_cli.bundle.deploy import deploy
+                from as2d_cli.energy.native_request import bundle_request_template
+
+                typer.echo(f">>> deploying {bundle.name} to {device.serial} (once per bundle)", err=True)
+                deployed = deploy(device, bundle)
+                plan = dataclasses.replace(plan, request_cmd=bundle_request_template(
+                    deployed, window or "", native_arg))
+                plan.validate()
             facts: dict = {}
             try:
                 facts = {"facts": device.facts().to_dict()}

@@ -1,0 +1,103 @@
+"""``python -m as2d_cli.energy.native_request``: one native request for `as2d energy`.
+
+Loads the model pair and the window's audio first (outside the energy window, as the paper
+excludes model loading and earlier audio preparation), then stamps the request origin on
+CLOCK_BOOTTIME, runs one request through the native runner's request path
+(native.request.run_request: prefill, target and producer workers, drain), stamps the end
+of both workers, and prints the line the episode script records::
+
+    AS2D_REQUEST body_tokens=N origin_boot_ns=… target_eos_boot_ns=… end_boot_ns=… …
+
+Body tokens are the committed tokens without EOS (the first token, selected during
+prefill, counts). Target EOS is placed at origin + prefill + the end of the target's last
+round on the decode clock; the gap between prefill and the decode clock's start (setup,
+microseconds to milliseconds) makes it a slight under-estimate of response time.
+With ``--result FILE`` the runner's full result (tokens, rounds, accounting) is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Sequence
+
+from as2d_cli.errors import As2dError
+
+_M, _R, _I = "@@AS2D_METHOD@@", "@@AS2D_RUN_DIR@@", "@@AS2D_INDEX@@"
+
+
+def boot_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+def request_line(res: dict[str, Any], origin: int, end: int) -> str:
+    prefill_ns = int(round(float(res["prefill_ms"]) * 1e6))
+    rounds = res.get("rounds") or []
+    last_target = max((int(r["end_ns"]) for r in rounds), default=0)
+    eos_at = min(end, origin + prefill_ns + last_target)
+    body = int(res["n_tokens"]) - (1 if res.get("eos") else 0)
+    return (f"AS2D_REQUEST body_tokens={body} origin_boot_ns={origin} "
+            f"target_eos_boot_ns={eos_at} end_boot_ns={end} method={res['method']} "
+            f"n_tokens={res['n_tokens']} eos={int(bool(res.get('eos')))} "
+            f"decode_ms={float(res['time_ms']):.3f} prefill_ms={float(res['prefill_ms']):.3f}")
+
+
+def bundle_request_template(deployed: Any, window: str, extra: Sequence[str] = ()) -> str:
+    """The `--request-cmd` template that runs this module from a bundle deployed on a phone
+    (as2d_cli.bundle.deploy.DeployedBundle): {method}, {run_dir} and {index} are left for
+    the episode script; every other brace is escaped; the result lands in the run dir."""
+    args = ["-m", "as2d_cli.energy.native_request", "--window", window, "--method", _M,
+            "--result", f"{_R}/result-{_I}.json", *extra]
+    line = deployed.command(args, _R).replace("{", "{{").replace("}", "}}")
+    return line.replace(_M, "{method}").replace(_R, "{run_dir}").replace(_I, "{index}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m as2d_cli.energy.native_request")
+    ap.add_argument("--window", required=True, help="corpus window id")
+    ap.add_argument("--method", required=True, help="target-only, sd, asp, as2d, …")
+    ap.add_argument("--budget", type=int, default=None, help="As²d proposal budget b")
+    ap.add_argument("--k", type=int, default=None, help="standard SD width")
+    ap.add_argument("--max-tokens", type=int, default=None)
+    ap.add_argument("--models", default=None, help="model directory (default: bundled)")
+    ap.add_argument("--corpus", default=None, help="corpus directory (default: bundled)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--target-cores", default=None, help="CPU list, e.g. 4,5")
+    ap.add_argument("--producer-cores", default=None, help="CPU list, e.g. 6")
+    ap.add_argument("--result", default=None, help="write the runner's full result JSON here")
+    a = ap.parse_args(argv)
+    try:
+        from pathlib import Path
+
+        from as2d_cli.corpus.manifest import load_corpus
+        from native.protocol import decode_settings
+        from native.request import load_models, run_request
+
+        cmd: dict[str, Any] = {"op": "decode", "window": a.window, "method": a.method}
+        for key, val in (("budget", a.budget), ("k", a.k), ("max_tokens", a.max_tokens)):
+            if val is not None:
+                cmd[key] = val
+        settings = decode_settings(cmd)
+        cores = [None if v is None else [int(x) for x in v.split(",") if x.strip()]
+                 for v in (a.target_cores, a.producer_cores)]
+        models = load_models(a.models, threads=a.threads)
+        window = load_corpus(Path(a.corpus) if a.corpus else None).get(a.window)
+        audio = window.load_audio()
+        origin = boot_ns()
+        res = run_request(models, audio, settings, language=window.language,
+                          target_cores=cores[0], producer_cores=cores[1])
+        end = boot_ns()
+    except As2dError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if a.result:
+        with open(a.result, "w", encoding="utf-8") as f:
+            json.dump(res, f)
+    print(request_line(res, origin, end), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
