@@ -69,3 +69,43 @@ def test_guest_sees_arm64_cpuinfo_and_a_clean_environment(bundle_dir: Path, tmp_
     keys, prefix = proc.stdout.splitlines()
     assert sorted(set(eval(keys)) - {"PWD"}) == sorted([*start.env, "PATH"])  # noqa: S307 - our own repr of a list of names
     assert "GLIBC_TUNABLES" in start.env and prefix == str(bundle_dir / "python")
+
+
+LIBS_SCRIPT = r'''
+import json, sys
+import numpy as np, soundfile as sf
+from tokenizers import Tokenizer
+data, rate = sf.read(sys.argv[1], dtype="float32")
+np.save(sys.argv[3], data)
+ids = Tokenizer.from_file(sys.argv[2]).encode("the quick brown fox jumps over the lazy dog, twice").ids
+print(json.dumps({"rate": rate, "ids": ids}))
+'''
+
+
+def test_bundle_reads_corpus_audio_and_vocabulary_like_the_host(bundle_dir: Path, tmp_path: Path) -> None:
+    """soundfile (libsndfile) and tokenizers from their aarch64 wheels: the corpus audio
+    decodes to the host's samples (to float rounding: Vorbis decoding is float code) and
+    the vocabulary gives the host's token ids."""
+    assets = Path(__file__).resolve().parents[1] / "as2d_cli" / "assets"
+    audio = sorted((assets / "corpus" / "audio").glob("*.ogg"))[:1]
+    vocab = assets / "models" / "tokenizer.json"
+    if not audio or not vocab.is_file():
+        pytest.skip("no shipped corpus audio or tokenizer in as2d_cli/assets yet")
+    script = tmp_path / "libs.py"
+    script.write_text(LIBS_SCRIPT)
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(qemu.arm64_cpuinfo())
+    start = launch.launch(shared_build().manifest, str(bundle_dir),
+                          [str(script), str(audio[0]), str(vocab), str(tmp_path / "arm.npy")],
+                          home=str(tmp_path), tmpdir=str(tmp_path))
+    proc = qemu.run(bundle_dir, start.argv, start.env, cpuinfo=cpuinfo)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import subprocess
+    import sys
+
+    host = subprocess.run([sys.executable, str(script), str(audio[0]), str(vocab), str(tmp_path / "host.npy")],
+                          capture_output=True, text=True, check=True)
+    assert json.loads(proc.stdout) == json.loads(host.stdout)
+    arm, ref = np.load(tmp_path / "arm.npy"), np.load(tmp_path / "host.npy")
+    assert arm.shape == ref.shape and arm.size > 16000
+    np.testing.assert_allclose(arm, ref, rtol=0, atol=1e-6)

@@ -30,6 +30,7 @@ from as2d_cli.errors import FormatError
 
 ARCHIVE_NAME = "as2d-bundle-{arch}.tar.gz"
 BUILD_INFO = "build.json"
+KEEP_BUNDLES = 3  # finished bundles kept in the cache (newest first); each is ~100 MB
 
 Progress = Callable[[str], None]
 
@@ -109,6 +110,7 @@ def build_bundle(
         archive = out_dir / ARCHIVE_NAME.format(arch=recipe.arch)
         hit = _cached(out_dir, archive)
         if hit is not None:
+            out_dir.touch()  # most recently used: kept longest by _trim
             say("cache hit")
             return _result(archive, hit, key, True, start)
 
@@ -165,7 +167,15 @@ def build_bundle(
         }
         (out_dir / BUILD_INFO).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
         shutil.rmtree(work)
+        _trim(root / "bundles", keep=out_dir)
         return _result(archive, manifest, key, False, start)
+
+
+def _trim(bundles: Path, keep: Path) -> None:
+    """Drop all but the newest KEEP_BUNDLES finished bundles (never ``keep``)."""
+    dirs = sorted((d for d in bundles.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
+    for old in [d for d in dirs if d != keep][KEEP_BUNDLES - 1 :]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _cached(out_dir: Path, archive: Path) -> dict | None:

@@ -6,6 +6,7 @@ and to refuse a bundle whose dependencies are not all inside it.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,11 @@ def is_elf(path: Path) -> bool:
 
 def read_elf(path: Path) -> ElfInfo:
     """Machine, SONAME and DT_NEEDED of a 64-bit little-endian ELF file."""
-    data = path.read_bytes()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return _parse(path, data)
+
+
+def _parse(path: Path, data: mmap.mmap) -> ElfInfo:
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ValueError(f"{path} is not a 64-bit little-endian ELF file")
     machine = struct.unpack_from("<H", data, 18)[0]
@@ -64,7 +69,7 @@ def read_elf(path: Path) -> ElfInfo:
 
     def string(at: int) -> str:
         start = strtab + at
-        return data[start : data.index(b"\0", start)].decode()
+        return data[start : data.find(b"\0", start)].decode()
 
     soname = next((string(v) for t, v in entries if t == _DT_SONAME), None)
     needed = tuple(string(v) for t, v in entries if t == _DT_NEEDED)

@@ -40,7 +40,17 @@ DEBIAN_PACKAGES = (
 )
 
 # Pinned to the host's tested versions so the bundle's numerics match the host runner's.
-WHEELS = ("numpy==2.4.6", "onnxruntime==1.32.0")
+# numpy and onnxruntime run the models; tokenizers reads the models' vocabulary and
+# soundfile (with cffi's backend and typing_extensions) the corpus audio the runner
+# decodes. Their other declared dependencies are not imported on the runner's path.
+WHEELS = (
+    "numpy==2.4.6",
+    "onnxruntime==1.32.0",
+    "tokenizers==0.23.3",
+    "soundfile==0.14.0",
+    "cffi==2.1.1",
+    "typing_extensions==4.16.0",
+)
 
 # Project packages copied into the bundle (the runner and what it imports), and the parts
 # of them that only the host uses.
