@@ -161,7 +161,10 @@ class AdbPhone(Device):
             raise DeviceDisconnected(f"phone {self.serial} disconnected while running {cmd[:80]!r} ({exc}); "
                                      f"output so far is kept", partial()) from None
         finally:
-            conn.close()  # closing the stream ends the command on the phone
+            try:  # closing the stream ends the command on the phone (adbutils' close() sleeps 10 ms)
+                conn.conn.close()
+            except OSError:
+                pass
         return ShellResult(cmd, exit_code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                            time.monotonic() - start)
 

@@ -33,7 +33,7 @@ class Sample:
 
 @dataclass(frozen=True)
 class FailureRecord:
-    kind: str  # "core_offline" | "device_lost"
+    kind: str  # "core_offline" | "device_lost" | "episode_error" (the episode raised a DeviceError)
     t_s: float
     wall_time: float
     message: str
@@ -162,11 +162,16 @@ def run_batch(device: Device, episodes: Sequence[Episode[T]], gate: GateConfig |
         result: T | None = None
         try:
             result = episode(monitor)
-        except DeviceError as exc:
+        except BaseException as exc:
+            if not isinstance(exc, DeviceError):
+                monitor.stop()  # never leave the sampling thread behind
+                raise
             samples = monitor.stop()
-            rec = EpisodeRecord(i, None, gate_result, samples, monitor.failure)
-            raise BatchStopped(f"episode {i + 1}/{len(episodes)} stopped: {monitor.failure.message if monitor.failure else exc} "
-                               f"({len(done)} finished episodes kept)", done, rec, monitor.failure) from None
+            failure = monitor.failure or FailureRecord(
+                "episode_error", round(time.monotonic() - monitor._t0, 3), time.time(), str(exc))
+            rec = EpisodeRecord(i, None, gate_result, samples, failure)
+            raise BatchStopped(f"episode {i + 1}/{len(episodes)} stopped: {failure.message} "
+                               f"({len(done)} finished episodes kept)", done, rec, failure) from None
         samples = monitor.stop()
         rec = EpisodeRecord(i, result, gate_result, samples, monitor.failure)
         if monitor.failure is not None:

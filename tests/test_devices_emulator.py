@@ -150,3 +150,9 @@ def test_closing_the_stream_kills_the_host_process(make_emulated_phone, tmp_path
         time.sleep(0.05)
     else:
         pytest.fail(f"host process {pid} still alive after the stream closed")
+
+
+def test_interactive_adb_shell_keeps_its_directory_and_exit_status(emulated_phone) -> None:
+    r = adb(emulated_phone, "shell", input=b"cd /data/local/tmp\necho here\nexit 4\n")
+    assert r.returncode == 4
+    assert b"manet:/data/local/tmp $ echo here\r\nhere\r\n" in r.stdout

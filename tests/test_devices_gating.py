@@ -162,3 +162,15 @@ def test_device_lost_mid_episode_stops_the_batch(make_emulated_phone) -> None:
         run_batch(session.device(), [vanishes], FAST, monitor_interval_s=0.05, sleep=lambda s: None)
     assert err.value.failure is not None and err.value.failure.kind == "device_lost"
     assert err.value.completed == []
+
+
+def test_an_episode_error_stops_the_batch_with_its_message(emulated_phone) -> None:
+    from as2d_cli.errors import DeviceError
+
+    def fails(mon: CoreMonitor) -> None:
+        raise DeviceError("runner lost its model file")
+
+    with pytest.raises(BatchStopped, match="episode 1/1 stopped: runner lost its model file") as err:
+        run_batch(emulated_phone.device(), [fails], FAST, monitor_interval_s=0.05, sleep=lambda s: None)
+    assert err.value.failure is not None and err.value.failure.kind == "episode_error"
+    assert err.value.interrupted is not None and err.value.interrupted.samples

@@ -22,6 +22,7 @@ from typing import Callable
 from device_agents.emulator import wire
 from device_agents.emulator.phone import ScriptedPhone
 from device_agents.emulator.pipes import Pipe, StreamClosed
+from device_agents.emulator.shell import interactive
 
 log = logging.getLogger(__name__)
 
@@ -236,10 +237,10 @@ def _shell_v1(phone: ScriptedPhone, stream: Stream, command: str) -> None:
     stdin = Pipe()
     cancel = threading.Event()
     _pump_v1_stdin(stream, stdin, cancel)
-    if not command.strip():
-        stream.write(b"interactive shell is not supported by the emulated phone; pass a command\n")
-        return
     write = _guarded(stream.write, cancel)
+    if not command.strip():
+        interactive(phone, stdin, write, cancel)
+        return
     phone.run_script(command, stdin=stdin, stdout=write, stderr=write, cancel=cancel)
 
 
@@ -299,7 +300,10 @@ def _shell_v2(phone: ScriptedPhone, stream: Stream, command: str) -> None:
     out = _guarded(lambda d: packet(1, d), cancel)
     err = _guarded(lambda d: packet(2, d), cancel)
     try:
-        code = phone.run_script(command, stdin=stdin, stdout=out, stderr=err, cancel=cancel)
+        if command.strip():
+            code = phone.run_script(command, stdin=stdin, stdout=out, stderr=err, cancel=cancel)
+        else:
+            code = interactive(phone, stdin, out, cancel)
     except StreamClosed:
         raise
     except Exception as exc:  # a handler bug: report it like a crashed process, keep serving

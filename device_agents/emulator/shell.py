@@ -410,3 +410,48 @@ def run_host_program(ctx: CommandContext, argv: list[str], cwd: str | None = Non
         t.join(timeout=2)
     code = proc.returncode
     return 128 - code if code < 0 else code
+
+
+def interactive(phone: "ScriptedPhone", stdin: Pipe, write: Writer, cancel: threading.Event) -> int:
+    """`adb shell` with no command: a prompt, simple line editing (the client's terminal is
+    raw, so the phone echoes), one script per line until `exit` or Ctrl-D."""
+
+    def crlf(data: bytes) -> None:
+        write(data.replace(b"\n", b"\r\n"))
+
+    sh = Interpreter(phone, Pipe(b"", closed=True), crlf, crlf, cancel)
+    device = phone.props.get("ro.product.device", "phone")
+
+    def prompt() -> None:
+        write(f"{device}:{sh.cwd} $ ".encode())
+
+    prompt()
+    line = bytearray()
+    while not cancel.is_set():
+        chunk = stdin.read1(timeout=0.2)
+        if not chunk:
+            if stdin.at_eof:
+                break
+            continue
+        for b in chunk:
+            if b in (10, 13):
+                write(b"\r\n")
+                sh.run(line.decode("utf-8", "replace"))
+                line.clear()
+                if sh.exited:
+                    return sh.status
+                prompt()
+            elif b in (8, 127):
+                if line:
+                    line.pop()
+                    write(b"\b \b")
+            elif b == 3:
+                line.clear()
+                write(b"^C\r\n")
+                prompt()
+            elif b == 4 and not line:
+                return sh.status
+            else:
+                line.append(b)
+                write(bytes([b]))
+    return sh.status
