@@ -1,0 +1,168 @@
+"""as2d.profile v1: round trip, width-checked costs, op pricing, bad input as one line."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from as2d_cli.engine.clock import Op
+from as2d_cli.errors import FormatError, UserError
+from as2d_cli.formats.profile_io import dump_profile, load_profile, write_profile
+from as2d_cli.synthetic import K70, k70_verify_curve, synthetic_profile
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture()
+def doc() -> dict:
+    return yaml.safe_load(dump_profile(synthetic_profile()))
+
+
+def _save(tmp_path: Path, doc: dict) -> Path:
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+def _err(path: Path) -> str:
+    with pytest.raises(FormatError) as e:
+        load_profile(path)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg
+    return msg
+
+
+def test_round_trip(tmp_path):
+    p = synthetic_profile()
+    out = write_profile(tmp_path / "k70.yaml", p)
+    back = load_profile(out)
+    assert dataclasses.replace(back, path=p.path) == p
+    assert back.path == str(out) and back.synthetic
+
+
+def test_committed_example_profile():
+    p = load_profile(DATA / "example-profile.yaml")
+    assert p.target_step_ms == 59.391 and p.verify_ms(8) == 112.656 and p.verify_ms(12) == 142.825
+    assert p.widths == tuple(range(1, 26)) and p.synthetic
+
+
+def test_anchor_curve_passes_through_the_paper_constants():
+    v = k70_verify_curve()
+    assert v[1] == K70["target_step"] and v[8] == K70["verify_k8"] and v[12] == K70["verify_k12"]
+    assert all(v[k] < v[k + 1] for k in range(1, 25))
+    # Nearly linear between anchors (p ≈ 0.993): K10 lies within 0.1 ms of the chord.
+    chord = K70["verify_k8"] + (K70["verify_k12"] - K70["verify_k8"]) / 2
+    assert abs(v[10] - chord) < 0.1
+
+
+def test_costs_and_op_pricing():
+    p = synthetic_profile()
+    assert p.verify_ms(8, concurrent=True) == pytest.approx(112.656 * p.verify_concurrent_ratio[8])
+    assert p.draft_ms(7, catch_up=1) == pytest.approx(8 * 23.347)
+    assert p.paired_ms(rows=2) == pytest.approx(35.075 + 2 * 0.951)
+    assert p.refresh_ms(0) == 0.0
+    assert p.op_ms(Op("target_step")) == 59.391
+    assert p.op_ms(Op("verify", width=8)) == 112.656
+    assert p.op_ms(Op("draft", count=3, catch_up=1, rows=3)) == pytest.approx(4 * 23.347 + 3 * 0.951)
+    assert p.op_ms(Op("loop")) == 10.738
+    assert p.op_ms(Op("refresh", width=5)) == p.drafter.refresh_ms[5]
+    q = p.source("qwen")
+    assert q.step_ms(concurrent=True) == pytest.approx(23.347 * q.concurrent_ratio)
+    assert p.source("parakeet").chunk_ms() == 40.0
+
+
+def test_missing_width_is_an_error_naming_width_and_file(tmp_path, doc):
+    doc["costs"]["verify"]["idle_ms"] = {k: v for k, v in doc["costs"]["verify"]["idle_ms"].items() if k != "K9"}
+    doc["costs"]["verify"]["concurrent_ratio"].pop("K9")
+    path = _save(tmp_path, doc)
+    p = load_profile(path)
+    for call in (lambda: p.verify_ms(9), lambda: p.verify_ms(9, True), lambda: p.op_ms(Op("verify", width=9))):
+        with pytest.raises(FormatError) as e:
+            call()
+        assert "width K9 was not measured" in str(e.value) and str(path) in str(e.value)
+        assert "K1–8,10–25" in str(e.value)
+    with pytest.raises(FormatError, match="K26 was not measured"):
+        p.verify_ms(26)
+
+
+def test_source_ratio_table_overrides(tmp_path, doc):
+    doc["costs"]["sources"]["parakeet"]["verify_concurrent_ratio"] = {"K1": 1.5, "K2": 1.25}
+    p = load_profile(_save(tmp_path, doc))
+    assert p.verify_ms(2, True, "parakeet") == pytest.approx(p.verify_ms(2) * 1.25)
+    assert p.verify_ms(2, True, "qwen") == pytest.approx(p.verify_ms(2) * p.verify_concurrent_ratio[2])
+    with pytest.raises(FormatError, match="concurrent/idle ratio for verification width K3"):
+        p.verify_ms(3, True, "parakeet")
+
+
+def test_unknown_source_and_missing_drafter(tmp_path, doc):
+    p = synthetic_profile()
+    with pytest.raises(FormatError, match="no costs for source 'whisper'.*qwen, sensevoice"):
+        p.source("whisper")
+    doc["costs"]["drafter"] = None
+    q = load_profile(_save(tmp_path, doc))
+    with pytest.raises(FormatError, match="no 'drafter' costs"):
+        q.draft_ms(1)
+
+
+@pytest.mark.parametrize("version,words", [(0, "older"), (2, "newer")])
+def test_old_and_future_versions(tmp_path, doc, version, words):
+    doc["version"] = version
+    assert f"version {version} is {words}" in _err(_save(tmp_path, doc))
+
+
+def test_negative_cost_refused(tmp_path, doc):
+    doc["costs"]["verify"]["idle_ms"]["K3"] = -1.0
+    assert "key costs/verify/idle_ms/K3" in _err(_save(tmp_path, doc))
+
+
+def test_zero_verify_cost_refused(tmp_path, doc):
+    doc["costs"]["verify"]["idle_ms"]["K3"] = 0
+    assert "key costs/verify/idle_ms/K3" in _err(_save(tmp_path, doc))
+
+
+def test_ratio_without_idle_width(tmp_path, doc):
+    doc["costs"]["verify"]["concurrent_ratio"]["K30"] = 1.1
+    assert "concurrent_ratio.K30: a ratio for a width with no idle measurement" in _err(_save(tmp_path, doc))
+
+
+def test_bad_width_key(tmp_path, doc):
+    doc["costs"]["verify"]["idle_ms"]["8"] = 1.0
+    assert "costs/verify/idle_ms" in _err(_save(tmp_path, doc))
+
+
+def test_chunked_source_needs_chunk_cost(tmp_path, doc):
+    del doc["costs"]["sources"]["parakeet"]["chunk_ms"]
+    assert "costs/sources/parakeet" in _err(_save(tmp_path, doc))
+
+
+def test_unquoted_timestamp_is_accepted(tmp_path):
+    text = dump_profile(synthetic_profile()).replace("created: '1970-01-01T00:00:00Z'", "created: 2026-11-29T10:00:00Z")
+    p = tmp_path / "p.yaml"
+    p.write_text(text)
+    assert load_profile(p).created.startswith("2026-11-29")
+
+
+def test_damaged_yaml(tmp_path):
+    p = tmp_path / "p.yaml"
+    text = dump_profile(synthetic_profile())
+    p.write_text(text[:400])  # cut mid-file: still YAML, but incomplete
+    assert "'costs' is a required property" in _err(p)
+    p.write_text(text[:400] + "\nbroken: [unclosed\n")
+    m = _err(p)
+    assert "not valid YAML at line" in m and "truncated or damaged" in m
+    with pytest.raises(UserError, match="no such profile file"):
+        load_profile(tmp_path / "missing.yaml")
+
+
+def test_write_validates_first_and_refuses_overwrite(tmp_path):
+    p = synthetic_profile()
+    bad = dataclasses.replace(p, target_step_ms=-1.0)
+    with pytest.raises(FormatError, match="target_step_ms"):
+        write_profile(tmp_path / "bad.yaml", bad)
+    assert not list(tmp_path.iterdir())
+    out = write_profile(tmp_path / "ok.yaml", p)
+    with pytest.raises(UserError, match="never overwritten"):
+        write_profile(out, p)
