@@ -69,3 +69,24 @@ def test_phone_hiding_proc_cpuinfo_is_refused_in_one_line(arm64_phone) -> None: 
         enable_arm64_bundle(arm64_phone.phone)
     msg = str(err.value)
     assert f"{arm64_phone.serial}: /proc/cpuinfo is hidden" in msg and "\n" not in msg
+
+
+def test_cli_deploy_is_skipped_when_held_and_remove_cleans_up(arm64_phone) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    device = arm64_phone.device()
+    archive = shared_build().archive
+    deploy(device, archive)
+    base = [sys.executable, "-m", "as2d_cli.cli.main", "bundle"]
+    where = ["--phone", arm64_phone.serial, "--adb-port", str(arm64_phone.adb_port)]
+    proc = subprocess.run([*base, "deploy", *where, "--archive", str(archive)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "already there (same manifest hash), not pushed" in proc.stdout
+    assert "env -u LD_PRELOAD" in proc.stdout and "native.runner" in proc.stdout
+    proc = subprocess.run([*base, "remove", *where], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"removed {bundle_area(device)}" in proc.stdout
+    assert device.list_dir(bundle_area(device)) == []
+    proc = subprocess.run([*base, "remove", *where], capture_output=True, text=True, timeout=120)
+    assert "nothing to remove" in proc.stdout

@@ -98,3 +98,20 @@ def _smoke(device: Device, deployed: DeployedBundle, area: str) -> DeployedBundl
         f"{device.serial}: the bundle's Python does not start (exit {result.exit_code}: "
         f"{detail[-1] if detail else 'no output'}); see docs/phones.md, 'Known risks'"
     )
+
+
+def remove(device: Device) -> bool:
+    """Delete every bundle the toolkit put on ``device``; True if there was one."""
+    area = bundle_area(device)
+    present = bool(device.list_dir(area))
+    device.shell(["rm", "-rf", area], deadline_s=120).check(f"removing {area}")
+    return present
+
+
+def ensure_deployed(device: Device, archive: Path | None = None) -> DeployedBundle:
+    """The bundle on ``device``: ``archive`` if given, else this checkout's (built or cached)."""
+    if archive is None:
+        from as2d_cli.bundle.build import build_bundle
+
+        archive = build_bundle().archive
+    return deploy(device, archive)

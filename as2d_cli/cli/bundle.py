@@ -64,6 +64,51 @@ def register(app: typer.Typer) -> None:
         typer.echo("wheels: " + ", ".join(f"{k} {v}" for k, v in summary["wheels"].items()))
 
 
+    @sub.command("deploy")
+    def deploy_cmd(
+        phone: str = typer.Option(..., "--phone", help="Phone name (k70, mi14, …) or adb serial."),
+        archive: Path | None = typer.Option(None, "--archive", help="Bundle archive (default: build or reuse this checkout's)."),
+        adb_port: int | None = typer.Option(None, "--adb-port", help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)."),
+    ) -> None:
+        """Push the bundle to a phone (skipped when it already holds it), check it starts, print how to run it."""
+        from as2d_cli.bundle.deploy import ensure_deployed
+        from device_agents.registry import resolve_phone
+
+        device = resolve_phone(phone, adb_port)
+        if device.kind != "adb":
+            raise UserError(f"--phone {phone} is the local host; the bundle is for arm64 phones (the host runs the runner directly)")
+        d = ensure_deployed(device, archive)
+        state = f"pushed in {d.push_seconds:.1f} s" if d.pushed else "already there (same manifest hash), not pushed"
+        typer.echo(f"{device.serial}: bundle {d.manifest_hash[:16]} at {d.path} — {state}")
+        typer.echo(f"preflight: {d.preflight.cpuinfo_processors} processors in /proc/cpuinfo, "
+                   f"{d.preflight.sysfs_cpus} cpus in sysfs, {d.preflight.machine}"
+                   + ("; glibc rseq disabled (seccomp)" if d.rseq_off else ""))
+        run = f"{device.run_root()}/as2d-manual"
+        typer.echo("start the runner by hand with:")
+        typer.echo(f"  adb -s {device.serial} shell {_sh_quote(d.command(['-m', 'native.runner'], run))}")
+
+    @sub.command("remove")
+    def remove_cmd(
+        phone: str = typer.Option(..., "--phone", help="Phone name (k70, mi14, …) or adb serial."),
+        adb_port: int | None = typer.Option(None, "--adb-port", help="adb server port."),
+    ) -> None:
+        """Delete the bundle from a phone (everything under /data/local/tmp/as2d-bundle)."""
+        from as2d_cli.bundle.deploy import bundle_area, remove
+        from device_agents.registry import resolve_phone
+
+        device = resolve_phone(phone, adb_port)
+        if device.kind != "adb":
+            raise UserError(f"--phone {phone} is the local host; there is no bundle to remove there")
+        had = remove(device)
+        typer.echo(f"{device.serial}: {'removed' if had else 'nothing to remove in'} {bundle_area(device)}")
+
+
+def _sh_quote(line: str) -> str:
+    import shlex
+
+    return shlex.quote(line)
+
+
 def _copy_out(archive: Path, out: Path) -> Path:
     """Copy the archive to ``out`` (a file or a directory); never overwrite a different file."""
     dest = out / archive.name if out.is_dir() else out
