@@ -21,11 +21,14 @@ COMMANDS: list[str] = [
     "version",
     "decode",
     "calibrate",
+    "eval",
     "energy",
     "devices",
     "emulator",
     "bundle",
     "corpus",
+    "replay",
+    "select_budget",
 ]
 
 app = typer.Typer(

@@ -110,6 +110,7 @@ class Prepared:
         """Verification costs for target calls next to ``source`` (its own ratios if any)."""
         t = self._tables.get(source)
         if t is None:
+            self.profile.source(source)  # refuses a source the profile has no costs for
             t = WidthTable(self.profile, source, concurrent=True)
             t.require(self.spec.max_width, concurrent=True)
             self._tables[source] = t

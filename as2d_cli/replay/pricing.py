@@ -52,11 +52,19 @@ class WidthTable:
 
     def require(self, max_width: int, concurrent: bool = False) -> None:
         """Refuse now if any width 1..max_width is missing (a method could ask for it)."""
-        for k in range(1, max_width + 1):
-            if k not in self.idle:
-                self.profile.verify_ms(k)  # raises the profile's one-line error naming K
-            if concurrent and k not in self.conc:
-                self.profile.verify_ms(k, True, self.source)
+        missing = [k for k in range(1, max_width + 1) if k not in self.idle or (concurrent and k not in self.conc)]
+        if not missing:
+            return
+        top = 0
+        while top + 1 in self.idle and (not concurrent or top + 1 in self.conc):
+            top += 1
+        what = "concurrent verification (idle cost or concurrent/idle ratio)" if concurrent else "verification"
+        span = f"K{missing[0]}" if len(missing) == 1 else f"K{missing[0]}–K{missing[-1]}"
+        raise FormatError(
+            f"{self.profile.path}: this configuration can ask for physical width K{max_width}, but {what} "
+            f"{span} was not measured (measured up to K{top}); lower the budget/width to at most "
+            f"{max(top - 1, 0)} proposals (K{top}) or recalibrate with `as2d calibrate` to cover K{max_width}"
+        )
 
     def cost(self, k: int, concurrent: bool) -> int:
         table = self.conc if concurrent else self.idle

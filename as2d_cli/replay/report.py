@@ -1,0 +1,138 @@
+"""File-level entry points for the CLI: load inputs, replay, build JSON-ready reports.
+
+Nothing here prints or exits; errors are one-line :class:`~as2d_cli.errors.As2dError`s.
+The report of ``as2d replay`` (``as2d.replay-report`` v1, printed by ``--json`` and
+stored as the payload of an ``as2d.results`` file with ``--out``) is documented in
+``docs/replay.md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from as2d_cli.errors import UserError
+from as2d_cli.formats.common import sha256_file
+from as2d_cli.formats.deployment import Deployment
+from as2d_cli.formats.deployment_io import load_deployment, make_deployment, write_deployment
+from as2d_cli.formats.profile import CostProfile
+from as2d_cli.formats.profile_io import load_profile
+from as2d_cli.formats.trace import TraceSet
+from as2d_cli.formats.trace_io import load_traces
+from as2d_cli.replay.run import run_method, slowdowns
+from as2d_cli.replay.selection import Selection, select_budget, windows_of
+from as2d_cli.replay.sweep import DEFAULT_BUDGETS
+
+REPORT_SCHEMA = "as2d.replay-report"
+REPORT_VERSION = 1
+SELECTION_SCHEMA = "as2d.selection-report"
+SELECTION_VERSION = 1
+
+
+def _ref(path: str | Path) -> dict:
+    return {"path": str(path), "sha256": sha256_file(path)}
+
+
+def load_inputs(profile_path: str | Path, traces_path: str | Path) -> tuple[CostProfile, TraceSet]:
+    """Load and validate both files (the profile first: it is the cheaper to refuse)."""
+    return load_profile(profile_path), load_traces(traces_path)
+
+
+def replay_report(
+    profile_path: str | Path,
+    traces_path: str | Path,
+    method: str,
+    *,
+    budget: int | None = None,
+    source: str | None = None,
+    k: int | None = None,
+    split: str | None = None,
+    deployment_path: str | Path | None = None,
+    spans: bool = True,
+) -> dict:
+    """Replay one method over the traces (optionally one split) and report every window,
+    the pooled summary per dataset and overall, and slowdowns versus target-only."""
+    profile, traces = load_inputs(profile_path, traces_path)
+    windows = windows_of(traces, split)
+    dep: Deployment | None = None
+    if deployment_path is not None:
+        dep = load_deployment(deployment_path, profile=profile_path)
+    default_budget = dep.budget if dep is not None else 7
+    default_source = dep.source if dep is not None else traces.default_source
+    run = run_method(windows, profile, method, budget=budget, source=source, k=k,
+                     default_source=default_source, default_budget=default_budget)
+    summary = run.summary()
+    if method != "target-only":
+        base = run_method(windows, profile, "target-only", detail=False)
+        summary["vs_target_only"] = {
+            "tps": base.pooled_tps(),
+            "speedup": (summary["tps"] / base.pooled_tps()) if summary["tps"] and base.pooled_tps() else None,
+            "windows": slowdowns(run.window_tps(), base.window_tps()),
+        }
+    per_window = []
+    wtps = run.window_tps()
+    for i, w in enumerate(windows):
+        entry = {"window": w.id, "dataset": w.dataset, "split": w.split, "tps": wtps[i],
+                 "configs": [rows[i].to_json(spans=spans) for rows in run.runs]}
+        per_window.append(entry)
+    inputs = {"profile": _ref(profile_path), "traces": _ref(traces_path)}
+    if deployment_path is not None:
+        inputs["deployment"] = _ref(deployment_path)
+    return {
+        "schema": REPORT_SCHEMA,
+        "version": REPORT_VERSION,
+        "method": method,
+        "configs": [s.label for s in run.specs],
+        "split": split,
+        "profile": {"device": profile.device.get("name", ""), "synthetic": profile.synthetic},
+        "inputs": inputs,
+        "summary": summary,
+        "windows": per_window,
+    }
+
+
+def select_report(
+    profile_path: str | Path,
+    traces_path: str | Path,
+    *,
+    sources: Sequence[str] | None = None,
+    budgets: Sequence[int] = DEFAULT_BUDGETS,
+    tolerance: float = 0.01,
+    processes: int | None = None,
+) -> tuple[Selection, dict]:
+    """Run the selection on the traces' dev and val splits; return it and its report."""
+    profile, traces = load_inputs(profile_path, traces_path)
+    sel = select_budget(traces, profile, sources=sources, budgets=budgets, tolerance=tolerance, processes=processes)
+    report = {
+        "schema": SELECTION_SCHEMA,
+        "version": SELECTION_VERSION,
+        "profile": {"device": profile.device.get("name", ""), "synthetic": profile.synthetic},
+        "inputs": {"profile": _ref(profile_path), "traces": _ref(traces_path)},
+        **sel.to_json(),
+    }
+    return sel, report
+
+
+def default_deployment_path(profile: CostProfile, root: str | Path = "calibrations") -> Path:
+    """calibrations/<device>/deployment.yaml (the caller picks a free name, never overwrites)."""
+    device = str(profile.device.get("name") or "device").replace("/", "_") or "device"
+    return Path(root) / device / "deployment.yaml"
+
+
+def write_selection(sel: Selection, report: dict, profile_path: str | Path, out: str | Path) -> Path:
+    """Write the chosen fixed configuration as an ``as2d.deployment`` file (never overwrites)."""
+    profile = load_profile(profile_path)
+    selection = {
+        "method": "pooled-TPS ranking of the source × budget catalog on the development split",
+        "catalog": report["catalog"],
+        "dev": {k: report["dev"][k] for k in ("split", "windows", "tokens", "tps")},
+        "dev_oracle_gap_percent": report["dev"]["oracle"]["gap_percent"],
+        "val": report["val"],
+        "retained": sel.retained,
+        "traces": report["inputs"]["traces"],
+        "ranking_top": report["ranking"][:5],
+    }
+    if Path(out).exists():
+        raise UserError(f"{out}: already exists and is never overwritten; pass another --out")
+    dep = make_deployment(sel.source, sel.budget, 0.4, 8, profile_path, str(profile.device.get("name", "")), selection)
+    return write_deployment(out, dep)
