@@ -21,7 +21,6 @@ COMMANDS: list[str] = [
     "version",
     "decode",
     "calibrate",
-    "eval",
     "energy",
     "devices",
     "emulator",
