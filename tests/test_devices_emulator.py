@@ -156,3 +156,15 @@ def test_interactive_adb_shell_keeps_its_directory_and_exit_status(emulated_phon
     r = adb(emulated_phone, "shell", input=b"cd /data/local/tmp\necho here\nexit 4\n")
     assert r.returncode == 4
     assert b"manet:/data/local/tmp $ echo here\r\nhere\r\n" in r.stdout
+
+
+def test_legacy_shell_exec_out_and_sync_listing_through_adbutils(emulated_phone) -> None:
+    d = adbutils.AdbClient(host="127.0.0.1", port=emulated_phone.adb_port).device(emulated_phone.serial)
+    assert d.shell("echo legacy; echo err >&2") == "legacy\nerr"  # shell: merges the streams
+    assert adb(emulated_phone, "exec-out", "getprop ro.build.version.sdk").stdout == b"36\n"
+    d.sync.push(b"abc", "/data/local/tmp/emu-ls/f.txt")
+    names = {f.path: f.size for f in d.sync.list("/data/local/tmp/emu-ls")}
+    assert names == {"f.txt": 3}
+    assert d.sync.stat("/data/local/tmp/emu-ls/f.txt").size == 3
+    assert not d.sync.exists("/data/local/tmp/emu-ls/missing")
+    d.shell("rm -rf /data/local/tmp/emu-ls")

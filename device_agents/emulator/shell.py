@@ -57,7 +57,7 @@ Handler = Callable[[CommandContext], int]
 # A word is a list of parts: ("lit", text) quoted literal, ("raw", text) unquoted literal
 # (globbing applies), ("var", name) expanded at run time.
 Part = tuple[str, str]
-OPS = ("&&", "||", ";", "|", ">>", ">", "<", "2>&1", "2>", ">&2", "&")
+OPS = ("2>&1", ">&2", "&&", "||", ">>", "2>", ";", "|", ">", "<", "&")  # longest first
 
 
 @dataclass
