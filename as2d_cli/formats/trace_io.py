@@ -113,7 +113,8 @@ def load_traces(path: str | Path, *, split: str | None = None, strict: bool = Fa
         try:
             w = _window(doc, eos_id, vocab, declared, default_source)
         except _Bad as b:
-            raise FormatError(f"{wwhere}: key {b.key}: {b.msg}; {_FIX}") from None
+            fix = "" if ";" in b.msg else f"; {_FIX}"  # the message may carry its own remedy
+            raise FormatError(f"{wwhere}: key {b.key}: {b.msg}{fix}") from None
         if w.id in seen:
             raise FormatError(f"{wwhere}: window id {w.id!r} appears twice; remove the duplicate record")
         seen.add(w.id)
