@@ -63,7 +63,8 @@ def register(app: typer.Typer) -> None:
                     raise UserError(f"--method-cmd {item!r} must be METHOD=COMMAND")
                 cmds.append((name.strip(), cmd))
             names = tuple(m.strip() for m in methods.split(",") if m.strip())
-            missing = [m for m in names if not request_cmd and m not in dict(cmds)]
+            missing = [m for m in names
+                       if not request_cmd and bundle is None and m not in dict(cmds)]
             if missing:
                 raise UserError(f"no request command for {', '.join(missing)}; pass --request-cmd "
                                 "or --method-cmd METHOD=COMMAND for each")
