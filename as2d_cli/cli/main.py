@@ -21,6 +21,8 @@ COMMANDS: list[str] = [
     "version",
     "decode",
     "calibrate",
+    "eval",
+    "traces",
     "energy",
     "devices",
     "emulator",

@@ -1,0 +1,49 @@
+"""`as2d eval`: fixed-configuration evaluation of every method on the test split."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("eval")
+    def eval_(
+        phone: str = typer.Option("k70", "--phone", help="Device whose cost profile prices the replay (k70, local, a serial…)."),
+        profile: Optional[Path] = typer.Option(None, "--profile", help="Cost profile (default: found for --phone in calibrations/)."),
+        traces: Optional[Path] = typer.Option(None, "--traces", help="Trace file or folder (default: the bundled traces)."),
+        deployment: Optional[Path] = typer.Option(None, "--deployment", help="Fixed configuration (default: the one chosen on this profile; selected now if none)."),
+        split: str = typer.Option("test", "--split", help="Split to evaluate."),
+        calibrations: Path = typer.Option(Path("calibrations"), "--calibrations", help="Where profiles and deployments live."),
+        results: Path = typer.Option(Path("results"), "--results", help="Folder for the results (a new subfolder per run)."),
+        native: bool = typer.Option(False, "--native", help="Also run the methods natively on the device and check replay agreement."),
+        windows: int = typer.Option(20, "--windows", help="Native: test windows to run."),
+        repeats: int = typer.Option(1, "--repeats", help="Native: interleaved repetitions per window and method."),
+        as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+    ) -> None:
+        """Replay every method with one fixed configuration; optionally run them natively too."""
+        from as2d_cli.evaluate.run import run_eval
+
+        err = Console(stderr=True)
+        out = run_eval(phone, profile=profile, traces=traces, deployment=deployment, split=split,
+                       calibrations=calibrations, results=results, say=lambda s: err.print(s))
+        native_out = None
+        if native:
+            from as2d_cli.evaluate.native import run_native_eval
+
+            native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, say=lambda s: err.print(s))
+        if as_json:
+            doc = json.loads(out.results.read_text())
+            if native_out is not None:
+                doc["native"] = json.loads(native_out.results.read_text())["results"]
+            typer.echo(json.dumps(doc))
+            return
+        typer.echo(out.table, nl=False)
+        if native_out is not None:
+            typer.echo("")
+            typer.echo(native_out.table, nl=False)
+        typer.echo(f"\nresults in {out.folder}/ (results.json, table.txt, cdf.png)")

@@ -1,0 +1,38 @@
+"""`as2d traces build`: real-model traces of the corpus for replay, selection and evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+
+def register(app: typer.Typer) -> None:
+    sub = typer.Typer(help="Build and inspect as2d.trace files.", no_args_is_help=True)
+    app.add_typer(sub, name="traces")
+
+    @sub.command("build")
+    def build(
+        split: str = typer.Option(..., "--split", help="dev, val or test."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Output file (default: the bundled traces folder)."),
+        processes: Optional[int] = typer.Option(None, "--processes", help="Worker processes (default: one per CPU)."),
+        limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N windows (a quick look)."),
+        force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
+    ) -> None:
+        """Run the target, the sources and the drafter over a corpus split (resumable)."""
+        from as2d_cli.evaluate.inputs import ASSET_TRACES
+        from as2d_cli.tracegen.build import build_traces
+
+        path = out or ASSET_TRACES / f"{split}.jsonl.gz"
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task(f"tracing {split}", total=None)
+
+            def progress(n: int, total: int, wid: str) -> None:
+                bar.update(task, completed=n, total=total, description=f"tracing {split}: {wid}")
+
+            written = build_traces(split, path, processes=processes, limit=limit, progress=progress, force=force)
+        typer.echo(f"wrote {written}")

@@ -1,0 +1,1 @@
+"""`as2d eval`: fixed-configuration evaluation (replay) and native runs with agreement."""

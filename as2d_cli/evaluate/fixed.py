@@ -1,0 +1,162 @@
+"""Fixed-configuration evaluation on the test split (paper 5.2, 5.3, D.4).
+
+One deployment (source, budget) chosen before testing; every method replayed over the same
+windows with the same profile: target-only, standard SD (mean of K5–8), SpecASR-ASP,
+As²d, and the ablations without TD and without BC. Reports pooled TPS per dataset and
+overall, speedups and slower-window counts versus target-only, the hindsight oracle gap
+over the source × budget catalog, and per-window CDF data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from as2d_cli.formats.deployment import Deployment
+from as2d_cli.formats.profile import CostProfile
+from as2d_cli.formats.trace import TraceSet
+from as2d_cli.replay.run import MethodRun, run_method, slowdowns
+from as2d_cli.replay.selection import catalog_sources, oracle, windows_of
+from as2d_cli.replay.sweep import DEFAULT_BUDGETS, sweep
+
+LABELS = {
+    "target-only": "Target-only",
+    "sd": "Standard SD (K5–8 mean)",
+    "asp": "SpecASR-ASP",
+    "as2d-no-td": "As²d w/o TD",
+    "as2d-no-bc": "As²d w/o BC",
+    "as2d": "As²d",
+}
+ORDER = ("target-only", "sd", "asp", "as2d-no-td", "as2d-no-bc", "as2d")
+
+
+@dataclass
+class FixedEval:
+    split: str
+    deployment: Deployment
+    runs: dict[str, MethodRun]
+    datasets: list[str]
+    oracle: dict[str, Any]
+    window_ids: list[str]
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        base = self.runs["target-only"]
+        b_tps = base.pooled_tps()
+        rows = []
+        for m in ORDER:
+            run = self.runs[m]
+            tps = run.pooled_tps()
+            slow = slowdowns(run.window_tps(), base.window_tps()) if m != "target-only" else None
+            rows.append({
+                "method": m,
+                "label": LABELS[m],
+                "configs": [s.label for s in run.specs],
+                "tps": tps,
+                "tps_by_dataset": {d: run.pooled_tps(d) for d in self.datasets},
+                "speedup": tps / b_tps if tps and b_tps else None,
+                "slower": slow,
+            })
+        return rows
+
+    def cdf(self) -> dict[str, list[float]]:
+        return {m: sorted(v for v in self.runs[m].window_tps() if v is not None) for m in ORDER}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "split": self.split,
+            "windows": len(self.window_ids),
+            "tokens": sum(r.tokens for r in self.runs["target-only"].windows),
+            "deployment": {"source": self.deployment.source, "budget": self.deployment.budget,
+                           "threshold": self.deployment.threshold, "batch": self.deployment.batch},
+            "datasets": self.datasets,
+            "methods": self.table_rows(),
+            "oracle": self.oracle,
+            "per_window": [
+                {"window": wid, **{m: self.runs[m].window_tps()[i] for m in ORDER}}
+                for i, wid in enumerate(self.window_ids)
+            ],
+        }
+
+
+def evaluate_fixed(
+    traces: TraceSet,
+    profile: CostProfile,
+    deployment: Deployment,
+    *,
+    split: str = "test",
+    budgets: Sequence[int] = DEFAULT_BUDGETS,
+    processes: int | None = None,
+) -> FixedEval:
+    windows = windows_of(traces, split)
+    src, b = deployment.source, deployment.budget
+    runs = {
+        "target-only": run_method(windows, profile, "target-only", detail=False),
+        "sd": run_method(windows, profile, "sd", detail=False),
+        "asp": run_method(windows, profile, "asp", detail=False),
+        "as2d-no-td": run_method(windows, profile, "as2d-no-td", budget=b, detail=False),
+        "as2d-no-bc": run_method(windows, profile, "as2d-no-bc", source=src, detail=False),
+        "as2d": run_method(windows, profile, "as2d", budget=b, source=src, detail=False),
+    }
+    usable = [x for x in sorted(set(budgets)) if profile.has_width(x + 1)]
+    if b not in usable:
+        usable = sorted(set(usable) | {b})
+    sources, _ = catalog_sources(traces, profile, None)
+    if src not in sources:
+        sources = [src, *sources]
+    cat = sweep(windows, profile, sources, usable, processes=processes)
+    orc = oracle(cat, src, b).to_json()
+    orc["catalog"] = {"sources": sources, "budgets": usable}
+    datasets = list(dict.fromkeys(w.dataset for w in windows))
+    return FixedEval(split, deployment, runs, datasets, orc, [w.id for w in windows])
+
+
+def render_table(ev: FixedEval) -> str:
+    """The summary table as plain text (golden-tested)."""
+    rows = ev.table_rows()
+    ds = ev.datasets
+    head = ["method", *ds, "all", "×TO", "slower"]
+    body = []
+    for r in rows:
+        s = r["slower"]
+        slower = "—" if s is None else f"{s['slower']}/{s['slower'] + s['faster'] + s['ties']}"
+        body.append([r["label"], *[_f(r["tps_by_dataset"][d]) for d in ds], _f(r["tps"]),
+                     _f(r["speedup"], 3), slower])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    out = [line(head), line(["-" * w for w in widths]), *(line(b) for b in body)]
+    o = ev.oracle
+    out.append("")
+    out.append(f"pooled TPS on {len(ev.window_ids)} {ev.split} windows; fixed configuration "
+               f"{ev.deployment.source}/budget {ev.deployment.budget} (physical K ≤ {ev.deployment.budget + 1})")
+    out.append(f"oracle (per-window source × budget, hindsight): {o['tps_oracle']:.2f} TPS; selected "
+               f"{o['tps_selected']:.2f}; gap {o['gap_percent']:.2f}%")
+    return "\n".join(out) + "\n"
+
+
+def _f(x: float | None, nd: int = 2) -> str:
+    return "—" if x is None else f"{x:.{nd}f}"
+
+
+def plot_cdf(ev: FixedEval, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+    for m, vals in ev.cdf().items():
+        if not vals:
+            continue
+        n = len(vals)
+        ax.step(vals, [(i + 1) / n for i in range(n)], where="post", label=LABELS[m],
+                linewidth=2.0 if m == "as2d" else 1.2)
+    ax.set_xlabel("tokens per second (per window)")
+    ax.set_ylabel("fraction of windows")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,87 @@
+"""Find the inputs of an evaluation for ``--phone``: profile, traces, deployment.
+
+* Profile: ``--profile``, else ``calibrations/<phone>.profile.yaml`` (shipped for the
+  paper's phones), else the newest ``calibrations/*.profile.yaml`` whose device name or
+  serial is the phone (``as2d calibrate`` writes those).
+* Traces: ``--traces`` (one file or a folder of ``*.jsonl[.gz]``), else the traces that ship
+  with the toolkit (``as2d_cli/assets/traces``).
+* Deployment: ``--deployment``, else the newest ``calibrations/<device>/deployment*.yaml``
+  chosen on this very profile (same sha256); else none (the caller runs the selection).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from as2d_cli.errors import UserError
+from as2d_cli.formats.common import sha256_file
+from as2d_cli.formats.trace import TraceSet
+
+ASSET_TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
+
+
+def find_profile(phone: str, calibrations: Path) -> Path:
+    shipped = calibrations / f"{phone}.profile.yaml"
+    if shipped.is_file():
+        return shipped
+    import yaml
+
+    found = []
+    for p in sorted(calibrations.glob("*.profile.yaml")):
+        try:
+            dev = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}).get("device", {})
+        except (OSError, yaml.YAMLError):
+            continue
+        if phone in (dev.get("name"), dev.get("serial")):
+            found.append(p)
+    if not found:
+        raise UserError(f"no cost profile for --phone {phone} in {calibrations}/: run `as2d calibrate --phone {phone}` "
+                        "first, or pass --profile FILE")
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def find_deployment(profile_path: Path, device: str, calibrations: Path) -> Path | None:
+    digest = sha256_file(profile_path)
+    import yaml
+
+    cands = []
+    for p in sorted((calibrations / device).glob("deployment*.yaml")) if (calibrations / device).is_dir() else []:
+        try:
+            doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        if (doc.get("profile") or {}).get("sha256") == digest:
+            cands.append(p)
+    return max(cands, key=lambda p: p.stat().st_mtime) if cands else None
+
+
+def trace_files(traces: Path | None) -> list[Path]:
+    root = traces if traces is not None else ASSET_TRACES
+    if root.is_file():
+        return [root]
+    files = sorted([*root.glob("*.jsonl"), *root.glob("*.jsonl.gz")]) if root.is_dir() else []
+    if not files:
+        where = f"{root}" if traces is not None else "the toolkit's bundled traces"
+        raise UserError(f"no trace files in {where}: pass --traces FILE, or build them with `as2d traces build`")
+    return files
+
+
+def load_trace_files(files: list[Path]) -> TraceSet:
+    """Load one or more trace files (e.g. one per split) as one set; they must agree."""
+    from as2d_cli.formats.trace_io import load_traces
+
+    sets = [load_traces(f) for f in files]
+    first = sets[0]
+    seen: set[str] = set()
+    windows = []
+    for f, ts in zip(files, sets):
+        if ts.eos_id != first.eos_id or set(ts.sources) != set(first.sources):
+            raise UserError(f"{f}: its EOS id or sources differ from {files[0]}; traces of one evaluation must come "
+                            "from the same models")
+        for w in ts.windows:
+            if w.id in seen:
+                raise UserError(f"{f}: window {w.id} appears in more than one trace file")
+            seen.add(w.id)
+            windows.append(w)
+    return replace(first, windows=tuple(windows))

@@ -1,0 +1,218 @@
+"""`as2d eval --native`: the methods natively on the device, exactness, replay agreement.
+
+Methods run window by window with a rotating order (and interleaved repetitions) so they
+share machine conditions. Every output is compared with target-only on the same window: a
+difference is reported with its first divergent position and both top-2 logit margins
+(Appendix F.6), never hidden. Agreement follows D.3: the native-produced token
+trajectories (target tokens, the source's published candidates, the serial drafts) are
+replayed with the frozen profile, and the signed TPS error 100·(TPS_replay/TPS_native − 1)
+is reported per window, with its mean absolute value and the pooled error.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from as2d_cli.formats.profile import CostProfile
+from as2d_cli.formats.profile_io import load_profile
+from as2d_cli.formats.results import make_results, write_results
+from as2d_cli.formats.trace import AUTOREGRESSIVE, CHUNKED, Chunk, DrafterTrace, SourceTrace, WindowTrace
+from as2d_cli.replay.driver import Prepared, replay_window
+from as2d_cli.replay.methods import MethodSpec, asp_cap
+
+Say = Callable[[str], None]
+METHODS = ("target-only", "sd", "asp", "as2d")
+
+
+@dataclass
+class NativeEvalOutput:
+    results: Path
+    table: str
+    summary: dict[str, Any]
+
+
+def pick_windows(ids: list[str], datasets: dict[str, str], n: int) -> list[str]:
+    """``n`` windows spread round-robin over the datasets, in trace order."""
+    by: dict[str, list[str]] = defaultdict(list)
+    for i in ids:
+        by[datasets[i]].append(i)
+    out: list[str] = []
+    while len(out) < min(n, len(ids)):
+        for d in sorted(by):
+            if by[d] and len(out) < n:
+                out.append(by[d].pop(0))
+    return out
+
+
+def divergence(ref: dict, res: dict) -> dict | None:
+    """First position where ``res`` departs from the target-only ``ref``, with margins."""
+    a, b = ref["tokens"], res["tokens"]
+    if a == b:
+        return None
+    i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    ma, mb = ref.get("margins") or [], res.get("margins") or []
+    return {"position": i, "target_only": a[i] if i < len(a) else None, "method": b[i] if i < len(b) else None,
+            "margin_target_only": ma[i] if i < len(ma) else None, "margin_method": mb[i] if i < len(mb) else None}
+
+
+def native_trace(window: str, dataset: str, res: dict, eos_id: int) -> WindowTrace:
+    """The trajectory a native run produced, as a one-window trace for replay."""
+    ref = tuple(res["tokens"])
+    sources = {}
+    if res.get("source_tokens") is not None:
+        toks = tuple(res["source_tokens"])
+        confs = res.get("source_confidences")
+        conf = None if confs is None or any(c is None for c in confs) else tuple(confs)
+        if res["source"] == "ctc":
+            chunks = tuple(Chunk(toks[off:off + n], 2.56 * (i + 1)) for i, (_, off, n) in enumerate(res["publications_ms"]))
+            sources[res["source"]] = SourceTrace(CHUNKED, toks, None, chunks, eos=True, eligible=True)
+        else:
+            sources[res["source"]] = SourceTrace(AUTOREGRESSIVE, toks, conf, None, eos=bool(toks) and toks[-1] == eos_id)
+    drafter = None
+    if res.get("drafts"):
+        longest: dict[int, dict] = {}
+        for d in res["drafts"]:
+            p = d["position"]
+            if p not in longest or len(d["tokens"]) > len(longest[p]["tokens"]):
+                longest[p] = d
+        cap = max(len(d["tokens"]) for d in longest.values())
+        conts = tuple(tuple(longest[p]["tokens"]) if p in longest else () for p in range(len(ref)))
+        confs_ = tuple(tuple(longest[p]["confidences"] or ()) if p in longest else () for p in range(len(ref)))
+        drafter = DrafterTrace(cap, conts, confs_)
+    return WindowTrace(window, dataset, "test", 0.0, "asr", "", ref, bool(res["eos"]), bool(res["capped"]),
+                       int(res["max_tokens"]), eos_id, sources, drafter, None)
+
+
+def replay_native(profile: CostProfile, w: WindowTrace, res: dict) -> float | None:
+    m = res["method"]
+    if m == "target-only":
+        spec = MethodSpec("target-only")
+    elif m == "sd":
+        spec = MethodSpec("sd", k=res["k"])
+    elif m == "asp":
+        spec = MethodSpec("asp", budget=res["cap"])
+    else:
+        spec = MethodSpec("as2d", budget=res["budget"], source=res["source"])
+    r = replay_window(w, Prepared(profile, spec), detail=False)
+    return r.tps
+
+
+def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1, say: Say = lambda s: None) -> NativeEvalOutput:
+    from device_agents.registry import resolve_phone
+    from native.host import default_cores, open_runner
+
+    device = resolve_phone(phone)
+    profile = load_profile(out.profile_path)
+    ev = out.evaluation
+    dep = ev.deployment
+    ds = {wid: r.dataset for wid, r in zip(ev.window_ids, ev.runs["target-only"].windows)}
+    picks = pick_windows(ev.window_ids, ds, windows)
+    cap = asp_cap(profile.max_width)
+    cmds = {
+        "target-only": {},
+        "sd": {"k": 8},
+        "asp": {"cap": cap},
+        "as2d": {"budget": dep.budget, "source": dep.source},
+    }
+    tc, pc = default_cores() if device.kind == "local" else (None, None)
+    rows: list[dict] = []
+    say(f"native runs on {device.serial}: {len(picks)} windows × {len(METHODS)} methods × {repeats} repeats")
+    with open_runner(device, target_cores=tc, producer_cores=pc) as runner:
+        loaded = runner.call({"op": "hello"})
+        eos_id = None
+        n = 0
+        for rep in range(repeats):
+            for i, wid in enumerate(picks):
+                k = (i + rep) % len(METHODS)
+                order = METHODS[k:] + METHODS[:k]
+                got = {}
+                for m in order:
+                    got[m] = runner.call({"op": "decode", "window": wid, "method": m, "events": False, **cmds[m]})
+                    got[m]["cap"] = cmds[m].get("cap")
+                n += 1
+                say(f"[{n}/{len(picks) * repeats}] {wid}: " + "  ".join(f"{m} {got[m]['tps']:.1f}" for m in METHODS))
+                for m in METHODS:
+                    rows.append({"window": wid, "dataset": ds[wid], "rep": rep, "method": m, "res": got[m],
+                                 "divergence": divergence(got["target-only"], got[m])})
+        del loaded
+    eos_id = _eos(rows)
+    for r in rows:
+        res = r["res"]
+        w = native_trace(r["window"], r["dataset"], res, eos_id)
+        r["tps_native"] = res["tps"]
+        r["tps_replay"] = replay_native(profile, w, res)
+        r["error_percent"] = (100.0 * (r["tps_replay"] / r["tps_native"] - 1.0)
+                              if r["tps_replay"] and r["tps_native"] else None)
+    summary = summarize(rows)
+    table = render_native(summary)
+    doc = make_results("eval-native", {
+        "device": device.serial, "profile": str(out.profile_path), "windows": picks, "repeats": repeats,
+        "summary": summary,
+        "rows": [{k: v for k, v in r.items() if k != "res"} | {
+            "tokens": r["res"]["n_tokens"], "time_ms": r["res"]["time_ms"], "eos": r["res"]["eos"],
+            "accounting_ms": r["res"]["accounting_ms"], "config": {kk: r["res"].get(kk) for kk in ("k", "budget", "source", "cap")},
+        } for r in rows],
+    }, inputs={"profile": out.profile_path}, device=dict(profile.device))
+    path = write_results(out.folder / "native.json", doc)
+    (out.folder / "native.txt").write_text(table, encoding="utf-8")
+    return NativeEvalOutput(path, table, summary)
+
+
+def _eos(rows: list[dict]) -> int:
+    for r in rows:
+        if r["res"]["eos"]:
+            return int(r["res"]["tokens"][-1])
+    return -1
+
+
+def summarize(rows: list[dict]) -> dict[str, Any]:
+    out: dict[str, Any] = {"methods": {}}
+    for m in METHODS:
+        sel = [r for r in rows if r["method"] == m]
+        tok = sum(r["res"]["n_tokens"] for r in sel)
+        t_nat = sum(r["res"]["time_ms"] for r in sel) / 1e3
+        t_rep = sum(r["res"]["n_tokens"] / r["tps_replay"] for r in sel if r["tps_replay"]) if sel else 0.0
+        errs = [r["error_percent"] for r in sel if r["error_percent"] is not None]
+        inexact = [r for r in sel if r["divergence"] is not None]
+        out["methods"][m] = {
+            "runs": len(sel),
+            "pooled_tps_native": tok / t_nat if t_nat else None,
+            "pooled_tps_replay": tok / t_rep if t_rep else None,
+            "mae_percent": sum(abs(e) for e in errs) / len(errs) if errs else None,
+            "pooled_error_percent": (100.0 * ((tok / t_rep) / (tok / t_nat) - 1.0)) if t_rep and t_nat else None,
+            "exact": len(sel) - len(inexact),
+            "divergences": [{"window": r["window"], "rep": r["rep"], **r["divergence"]} for r in inexact],
+        }
+    to = out["methods"]["target-only"]["pooled_tps_native"]
+    a = out["methods"]["as2d"]["pooled_tps_native"]
+    out["as2d_over_target_only_native"] = a / to if a and to else None
+    return out
+
+
+def render_native(summary: dict[str, Any]) -> str:
+    head = ["method", "runs", "native TPS", "replay TPS", "MAE %", "pooled err %", "exact"]
+    body = []
+    for m, s in summary["methods"].items():
+        body.append([m, str(s["runs"]), _f(s["pooled_tps_native"]), _f(s["pooled_tps_replay"]), _f(s["mae_percent"]),
+                     _f(s["pooled_error_percent"], signed=True), f"{s['exact']}/{s['runs']}"])
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    line = lambda c: "  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(c, widths)))
+    lines = [line(head), line(["-" * w for w in widths]), *(line(b) for b in body)]
+    r = summary.get("as2d_over_target_only_native")
+    lines.append("")
+    lines.append("native As²d / target-only pooled: " + ("—" if r is None else f"{r:.3f}×"))
+    for m, s in summary["methods"].items():
+        for d in s["divergences"]:
+            lines.append(f"DIVERGENCE {m} on {d['window']} (rep {d['rep']}): position {d['position']}, target-only "
+                         f"{d['target_only']} (top-2 margin {d['margin_target_only']}) vs {d['method']} "
+                         f"(margin {d['margin_method']})")
+    return "\n".join(lines) + "\n"
+
+
+def _f(x: float | None, signed: bool = False) -> str:
+    if x is None:
+        return "—"
+    return f"{x:+.2f}" if signed else f"{x:.2f}"

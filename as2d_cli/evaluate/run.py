@@ -1,0 +1,94 @@
+"""Run `as2d eval` (replay part): inputs → deployment (selected if missing) → results folder.
+
+Writes ``results/<device>-<split>-<time>/`` with ``results.json`` (``as2d.results``, kind
+``eval``), ``table.txt`` and ``cdf.png``; an existing folder is never reused.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from as2d_cli.errors import UserError
+from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
+from as2d_cli.evaluate.inputs import find_deployment, find_profile, load_trace_files, trace_files
+from as2d_cli.formats.deployment_io import load_deployment
+from as2d_cli.formats.profile_io import load_profile
+from as2d_cli.formats.results import input_ref, make_results, write_results
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class EvalOutput:
+    folder: Path
+    results: Path
+    table: str
+    plot: Path
+    evaluation: FixedEval
+    deployment_path: Path
+    selected_now: bool
+    profile_path: Path
+
+
+def _safe(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in s) or "device"
+
+
+def run_eval(
+    phone: str,
+    *,
+    profile: Path | None = None,
+    traces: Path | None = None,
+    deployment: Path | None = None,
+    split: str = "test",
+    calibrations: Path = Path("calibrations"),
+    results: Path = Path("results"),
+    say: Say = lambda s: None,
+) -> EvalOutput:
+    profile_path = profile or find_profile(phone, calibrations)
+    prof = load_profile(profile_path)
+    files = trace_files(traces)
+    ts = load_trace_files(files)
+    device = _safe(str(prof.device.get("name") or phone))
+    dep_path = deployment or find_deployment(profile_path, device, calibrations)
+    selected_now = False
+    if dep_path is None:
+        from as2d_cli.replay.report import write_selection
+        from as2d_cli.replay.selection import select_budget
+
+        say(f"no deployment chosen on {profile_path} yet: selecting one on the dev/val splits first")
+        sel = select_budget(ts, prof)
+        report = {"catalog": sel.catalog, "dev": sel.dev, "val": sel.val,
+                  "ranking": [r.to_json() for r in sel.ranking[:10]],
+                  "inputs": {"traces": [input_ref(f) for f in files]}}
+        out = calibrations / device / "deployment.yaml"
+        n = 2
+        while out.exists():
+            out = calibrations / device / f"deployment-{n}.yaml"
+            n += 1
+        out.parent.mkdir(parents=True, exist_ok=True)
+        dep_path = write_selection(sel, report, profile_path, out)
+        selected_now = True
+        say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
+    dep = load_deployment(dep_path, profile=profile_path)
+    if not any(w.split == split for w in ts.windows):
+        raise UserError(f"the traces hold no {split!r} windows; pass traces with that split")
+    say(f"replaying every method over the {split} split with {profile_path}")
+    ev = evaluate_fixed(ts, prof, dep, split=split)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    folder = results / f"{device}-{split}-{stamp}"
+    n = 2
+    while folder.exists():
+        folder = results / f"{device}-{split}-{stamp}-{n}"
+        n += 1
+    folder.mkdir(parents=True)
+    table = render_table(ev)
+    inputs = {"profile": profile_path, "deployment": dep_path, **{f"traces{i}": f for i, f in enumerate(files)}}
+    doc = make_results("eval", ev.to_json(), inputs=inputs, device=dict(prof.device))
+    res_path = write_results(folder / "results.json", doc)
+    (folder / "table.txt").write_text(table, encoding="utf-8")
+    plot = plot_cdf(ev, folder / "cdf.png")
+    return EvalOutput(folder, res_path, table, plot, ev, Path(dep_path), selected_now, Path(profile_path))

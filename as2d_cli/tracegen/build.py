@@ -1,0 +1,192 @@
+"""Trace generation: the target's greedy reference, each source's own output, and the
+prefix-conditioned drafter's continuation at every target-path position, per window.
+
+Work fans out over processes (each with single-threaded ONNX Runtime sessions). Finished
+windows are appended to ``<out>.partial.jsonl`` as they complete, so an interrupted build
+resumes where it stopped; the final file is written only when every window is done.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from as2d_cli import __version__
+from as2d_cli.errors import UserError
+
+DRAFTER_CAP = 24  # ASP's largest cap: SD and ASP never ask for more
+SOURCE_SLACK = 8  # a source may run a little past the target's cap
+
+_MODELS: Any = None
+
+
+def _models(directory: str | None) -> Any:
+    global _MODELS
+    if _MODELS is None:
+        from native.request import load_models
+
+        _MODELS = load_models(directory, threads=1)
+    return _MODELS
+
+
+def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP) -> dict:
+    """One window's trace record (the ``as2d.trace`` window record as a dict)."""
+    from as2d_cli.models.sources import CtcSource, DrafterSource  # noqa: F401
+
+    audio = window.load_audio()
+    target = models.target
+    first = target.start(audio)
+    ref = [first]
+    max_tokens = target.max_length
+    while ref[-1] != target.eos_id and len(ref) < max_tokens:
+        ref.append(int(target.verify([ref[-1]])[0]))
+    eos = ref[-1] == target.eos_id
+    # The drafter running on its own history (As²d's autoregressive source).
+    src = models.source("drafter", audio, max_tokens + SOURCE_SLACK)
+    src.start()
+    toks: list[int] = []
+    confs: list[float] = []
+    while (unit := src.step()) is not None:
+        for t, c in unit:
+            toks.append(int(t))
+            confs.append(round(float(c), 6))
+    sources: dict[str, Any] = {"drafter": {"tokens": toks, "confidences": confs,
+                                           "eos": bool(toks) and toks[-1] == target.eos_id, "eligible": True}}
+    # The chunked CTC recognizer (English only; others fall back, D.4.3).
+    if models.ctc_eligible(window.language):
+        ctc = models.source("ctc", audio, max_tokens + SOURCE_SLACK)
+        ctc.start()
+        chunks = []
+        i = 0
+        while (unit := ctc.step()) is not None:
+            i += 1
+            chunks.append({"tokens": [int(t) for t, _ in unit], "audio_end_s": round(min(2.56 * i, window.seconds), 3)})
+        sources["ctc"] = {"chunks": chunks, "eos": True, "eligible": True}
+    else:
+        sources["ctc"] = {"chunks": [], "eos": True, "eligible": False}
+    # The prefix-conditioned drafter from every target-path position (SD and ASP).
+    drafter = models.drafter
+    drafter.start(audio)
+    conts, dconfs = [], []
+    for n in range(len(ref)):
+        d = drafter.draft(ref[: n + 1], cap)
+        t = list(d.tokens) + [target.eos_id] * (cap - len(d.tokens))  # the cache limit can end a draft early
+        c = [round(float(x), 6) for x in (d.confidences or ())] + [0.0] * (cap - len(d.tokens))
+        conts.append(t)
+        dconfs.append(c)
+    return {
+        "id": window.id, "dataset": window.setting, "split": window.split, "audio_seconds": window.seconds,
+        "task": "asr", "language": window.language, "reference": ref, "eos": eos, "capped": not eos,
+        "max_tokens": max_tokens, "sources": sources,
+        "drafter": {"cap": cap, "continuations": conts, "confidences": dconfs},
+    }
+
+
+def _job(args: tuple[str, str | None]) -> tuple[str, dict | str]:
+    wid, models_dir = args
+    try:
+        from as2d_cli.corpus.manifest import load_corpus
+
+        w = load_corpus().get(wid)
+        return wid, trace_window(w, _models(models_dir))
+    except Exception as exc:  # reported per window by the parent
+        return wid, f"{type(exc).__name__}: {exc}"
+
+
+def provenance(models: Any) -> dict:
+    from as2d_cli.formats.common import git_commit
+
+    b = models.bundle
+    return {
+        # Each model named by its kind and the SHA-256 of its files (from models.json).
+        "models": {name: f"{info.get('kind')} " + ",".join(f"{k}:{v[:16]}" for k, v in sorted(info.get("sha256", {}).items()))
+                   for name, info in b.manifest["models"].items()},
+        "tokenizer": {"name": str(b.manifest["tokenizer"]), "vocab_size": b.vocab.size},
+        "toolkit_version": __version__,
+        "git_commit": git_commit(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "generator": "as2d traces build",
+    }
+
+
+def build_traces(
+    split: str,
+    out: Path,
+    *,
+    models_dir: str | None = None,
+    processes: int | None = None,
+    limit: int | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    force: bool = False,
+) -> Path:
+    from as2d_cli.corpus.manifest import load_corpus
+    from as2d_cli.formats.trace_io import load_traces, write_traces
+
+    if out.exists() and not force:
+        raise UserError(f"{out} already exists and is never overwritten; pass --force or another --out")
+    windows = load_corpus().split(split)
+    if limit is not None:
+        windows = windows[:limit]
+    if not windows:
+        raise UserError(f"the corpus has no {split!r} windows")
+    partial = out.with_name(out.name + ".partial.jsonl")
+    done: dict[str, dict] = {}
+    if partial.exists():
+        for line in partial.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by the interruption: that window runs again
+            done[rec["id"]] = rec
+    todo = [w.id for w in windows if w.id not in done]
+    procs = processes or max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2, len(todo) or 1))
+    failures: list[str] = []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(partial, "a", encoding="utf-8") as f:
+        n = len(done)
+        if progress:
+            progress(n, len(windows), "resumed" if n else "starting")
+        it: Iterator[tuple[str, dict | str]]
+        if procs > 1 and len(todo) > 1:
+            pool = mp.get_context("spawn").Pool(procs)
+            it = pool.imap_unordered(_job, [(w, models_dir) for w in todo])
+        else:
+            pool = None
+            it = (_job((w, models_dir)) for w in todo)
+        try:
+            for wid, rec in it:
+                n += 1
+                if isinstance(rec, str):
+                    failures.append(f"{wid}: {rec}")
+                else:
+                    done[wid] = rec
+                    f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+                    f.flush()
+                if progress:
+                    progress(n, len(windows), wid)
+        finally:
+            if pool is not None:
+                pool.terminate()
+    if failures:
+        raise UserError(f"{len(failures)} window(s) failed (first: {failures[0]}); finished windows are kept in "
+                        f"{partial} and the next run resumes")
+    models = _models(models_dir)
+    header = {"schema": "as2d.trace", "version": 1, "provenance": provenance(models), "eos_id": models.target.eos_id,
+              "sources": {"drafter": {"kind": "autoregressive", "model": "drafter"},
+                          "ctc": {"kind": "chunked", "model": "ctc"}},
+              "default_source": "drafter", "split": split, "windows": len(windows),
+              "vocab_size": models.bundle.vocab.size}
+    tmp = out.with_name(out.name + ".tmp.jsonl")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(header, separators=(",", ":")) + "\n")
+        for w in windows:
+            f.write(json.dumps(done[w.id], separators=(",", ":")) + "\n")
+    ts = load_traces(tmp)  # validate what we made before it becomes the result
+    path = write_traces(out, ts, split=split, force=force)
+    tmp.unlink()
+    partial.unlink()
+    return path
