@@ -392,12 +392,17 @@ class EmulatedPower:
     def install(self) -> "EmulatedPower":
         from device_agents.emulator.shell import CommandContext  # noqa: F401 (typing only)
 
+        previous = getattr(self.phone, "as2d_power", None)
+        if previous is not None:  # installing again replaces the old model, never stacks
+            previous.stop_all()
+            self.phone.launcher = previous._inner_launcher
         self.model.set_plugged(bool(getattr(self.phone.battery, "usb_powered", True)))
         self.phone.battery = EmulatedBattery(self.model)
         self.phone.register_command("perfetto", self._perfetto)
         self.phone.register_command("nohup", self._nohup)
         self.phone.fs.add_dynamic("/proc/uptime", self._uptime)
-        inner = self.phone.launcher
+        inner = self._inner_launcher = self.phone.launcher
+        self.phone.as2d_power = self
 
         def launcher(ctx, host_path: str) -> int:  # type: ignore[no-untyped-def]
             with self.busy():

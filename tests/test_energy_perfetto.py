@@ -57,3 +57,11 @@ def test_bad_config_is_refused_by_perfetto(emulated_phone) -> None:
         assert res.exit_code == 0
         with pytest.raises(DeviceError, match="perfetto did not start"):
             start_background(dev, f"{rd}/x.pb", trace_path_for(rd))
+
+
+def test_installing_twice_replaces_the_model(emulated_phone) -> None:
+    phone = emulated_phone.phone
+    first = EmulatedPower(phone).install()
+    second = EmulatedPower(phone).install()
+    assert phone.as2d_power is second and phone.battery.model is second.model
+    assert second._inner_launcher is first._inner_launcher  # not wrapped twice
