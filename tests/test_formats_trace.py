@@ -229,3 +229,12 @@ def test_header_schema_error_names_key(tmp_path, small):
     recs[0]["sources"]["qwen"]["kind"] = "tree"
     m = _err(_write(tmp_path, recs))
     assert "key sources/qwen/kind" in m and "line 1" in m
+
+
+def test_paper_size_round_trip_through_gzip(tmp_path):
+    """688 windows with 24-token drafter continuations survive write/load unchanged (the
+    whole-matrix fast path of the validator must agree with the objects written)."""
+    ts = synthetic_traces()
+    p = write_traces(tmp_path / "all.jsonl.gz", ts)
+    back = load_traces(p, split="test")
+    assert back.windows == ts.windows and back.n_tokens == 94_511
