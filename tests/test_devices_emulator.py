@@ -168,3 +168,12 @@ def test_legacy_shell_exec_out_and_sync_listing_through_adbutils(emulated_phone)
     assert d.sync.stat("/data/local/tmp/emu-ls/f.txt").size == 3
     assert not d.sync.exists("/data/local/tmp/emu-ls/missing")
     d.shell("rm -rf /data/local/tmp/emu-ls")
+
+
+def test_push_to_a_read_only_place_fails_cleanly(emulated_phone, tmp_path: Path) -> None:
+    src = tmp_path / "x.bin"
+    src.write_bytes(os.urandom(300_000))
+    r = adb(emulated_phone, "push", str(src), "/system/bin/x.bin")
+    assert r.returncode != 0 and b"Read-only file system" in r.stderr
+    assert emulated_phone.phone.fs.stat("/system/bin/x.bin") is None
+    assert adb(emulated_phone, "shell", "echo still-fine").stdout == b"still-fine\n"

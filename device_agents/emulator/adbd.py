@@ -350,41 +350,50 @@ def _sync_fail(stream: Stream, message: str) -> None:
 
 
 def _sync_send(phone: ScriptedPhone, stream: Stream, arg: str) -> None:
+    """Stream DATA blocks straight into the file (bundles are hundreds of MB)."""
     path, _, mode_text = arg.rpartition(",")
     if not path:
         path, mode_text = arg, "33188"
     mode = int(mode_text) if mode_text.isdigit() else 0o100644
-    chunks: list[bytes] = []
+    fh, error = phone.fs.open_write(path)
     mtime = 0
-    while True:
-        head = stream.read_exact(8)
-        kind, value = head[:4], struct.unpack("<I", head[4:])[0]
-        if kind == b"DATA":
-            chunks.append(stream.read_exact(value))
-        elif kind == b"DONE":
-            mtime = value
-            break
-        else:
-            _sync_fail(stream, f"unexpected {kind!r} during SEND")
-            return
-    error = phone.fs.write_file(path, b"".join(chunks), stat_mod.S_IMODE(mode), mtime)
+    try:
+        while True:
+            head = stream.read_exact(8)
+            kind, value = head[:4], struct.unpack("<I", head[4:])[0]
+            if kind == b"DATA":
+                data = stream.read_exact(value)
+                if fh is not None:
+                    fh.write(data)
+            elif kind == b"DONE":
+                mtime = value
+                break
+            else:
+                error = error or f"unexpected {kind!r} during SEND"
+                break
+    finally:
+        if fh is not None:
+            fh.close()
     if error:
         _sync_fail(stream, error)
-    else:
-        stream.write(b"OKAY" + struct.pack("<I", 0))
+        return
+    phone.fs.finish_write(path, stat_mod.S_IMODE(mode), mtime)
+    stream.write(b"OKAY" + struct.pack("<I", 0))
 
 
 def _sync_recv(phone: ScriptedPhone, stream: Stream, path: str) -> None:
     try:
-        data = phone.fs.read_file(path)
+        src = phone.fs.open_read(path)
     except OSError as exc:
         _sync_fail(stream, f"remote object '{path}' does not exist" if isinstance(exc, FileNotFoundError) else str(exc))
         return
-    limit = 64 * 1024
     out = bytearray()
-    for start in range(0, len(data), limit):
-        chunk = data[start : start + limit]
-        out += b"DATA" + struct.pack("<I", len(chunk)) + chunk
+    with src:
+        while chunk := src.read(64 * 1024):  # SYNC.TXT: DATA blocks of at most 64 KiB
+            out += b"DATA" + struct.pack("<I", len(chunk)) + chunk
+            if len(out) >= wire.MAX_PAYLOAD:
+                stream.write(bytes(out))
+                out.clear()
     out += b"DONE" + struct.pack("<I", 0)
     stream.write(bytes(out))
 

@@ -11,7 +11,7 @@ import shutil
 import stat
 import time
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 WRITABLE = ("/data/local/tmp", "/sdcard")
 
@@ -143,6 +143,37 @@ class VirtualFS:
             if mtime:
                 os.utime(hp, (mtime, mtime))
         return None
+
+    def open_write(self, vpath: str) -> "tuple[BinaryIO | None, str | None]":
+        """(file, None) to stream a new file into a writable area, or (None, error)."""
+        err = self._deny(vpath)
+        if err:
+            return None, err
+        hp = self.host_path(vpath)
+        if hp.is_dir():
+            return None, f"{normalize(vpath)}: Is a directory"
+        hp.parent.mkdir(parents=True, exist_ok=True)  # fixed_push_mkdir semantics
+        return open(hp, "wb"), None
+
+    def finish_write(self, vpath: str, mode: int, mtime: int) -> None:
+        hp = self.host_path(vpath)
+        os.chmod(hp, mode & 0o7777 or 0o644)
+        if mtime:
+            os.utime(hp, (mtime, mtime))
+
+    def open_read(self, vpath: str) -> BinaryIO:
+        """A file to stream from (dynamic files are materialised in memory)."""
+        v = normalize(vpath)
+        if v in self._dynamic:
+            import io
+
+            return io.BytesIO(self._dynamic[v]().encode())
+        hp = self.host_path(v)
+        if hp.is_dir() or self._dynamic_dir(v):
+            raise IsADirectoryError(f"{v}: Is a directory")
+        if not hp.exists():
+            raise FileNotFoundError(f"{v}: No such file or directory")
+        return open(hp, "rb")
 
     def mkdir(self, vpath: str, parents: bool) -> str | None:
         err = self._deny(vpath)
