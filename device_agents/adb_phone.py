@@ -4,7 +4,6 @@ way: it is just another serial on the adb server."""
 from __future__ import annotations
 
 import os
-import posixpath
 import socket
 import struct
 import time
