@@ -126,6 +126,21 @@ def catalog_sources(traces: TraceSet, profile: CostProfile, requested: Sequence[
     return usable, excluded
 
 
+def _feasible(profile: CostProfile, sources: Sequence[str], budget: int) -> bool:
+    """A budget b can ask for any width 1..b+1 next to a busy or idle producer: every one
+    must be measured, idle and concurrent (D.2.1); otherwise it leaves the catalog."""
+    from as2d_cli.errors import FormatError
+    from as2d_cli.replay.driver import Prepared
+    from as2d_cli.replay.methods import MethodSpec
+
+    try:
+        for s in sources:
+            Prepared(profile, MethodSpec("as2d", budget=budget, source=s)).table(s)
+    except FormatError:
+        return False
+    return True
+
+
 def select_budget(
     traces: TraceSet,
     profile: CostProfile,
@@ -144,11 +159,11 @@ def select_budget(
         have = sorted({w.split for w in traces.windows})
         raise UserError(f"the traces hold no {dev_split!r} windows (splits: {', '.join(have) or 'none'}); pass development traces")
     budgets = sorted(set(int(b) for b in budgets))
-    usable_budgets = [b for b in budgets if profile.has_width(b + 1)]
+    srcs, excluded = catalog_sources(traces, profile, sources)
+    usable_budgets = [b for b in budgets if _feasible(profile, srcs, b)]
     if not usable_budgets:
         raise UserError(f"{profile.path}: none of budgets {budgets[0]}–{budgets[-1]} has its width measured (profile max K{profile.max_width}); lower --budgets")
     dropped = [b for b in budgets if b not in usable_budgets]
-    srcs, excluded = catalog_sources(traces, profile, sources)
     cat = sweep(dev, profile, srcs, usable_budgets, processes=processes)
     ranking = rank(cat)
     best = ranking[0]
