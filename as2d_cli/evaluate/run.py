@@ -52,6 +52,8 @@ def run_eval(
     prof = load_profile(profile_path)
     files = trace_files(traces)
     ts = load_trace_files(files)
+    if not any(w.split == split for w in ts.windows):
+        raise UserError(f"the traces hold no {split!r} windows; pass traces with that split")
     device = _safe(str(prof.device.get("name") or phone))
     dep_path = deployment or find_deployment(profile_path, device, calibrations)
     selected_now = False
@@ -74,8 +76,6 @@ def run_eval(
         selected_now = True
         say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
     dep = load_deployment(dep_path, profile=profile_path)
-    if not any(w.split == split for w in ts.windows):
-        raise UserError(f"the traces hold no {split!r} windows; pass traces with that split")
     say(f"replaying every method over the {split} split with {profile_path}")
     ev = evaluate_fixed(ts, prof, dep, split=split)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())

@@ -1,0 +1,71 @@
+"""`as2d eval` on the committed example traces: selection when no deployment exists, the
+summary table (golden), results never overwritten, JSON output, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from as2d_cli.cli.main import main
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture()
+def setup(tmp_path: Path) -> dict:
+    tr = tmp_path / "traces"
+    tr.mkdir()
+    for split in ("dev", "val", "test"):
+        shutil.copy(DATA / f"example-{split}.jsonl", tr)
+    return {"traces": tr, "cal": tmp_path / "cal", "res": tmp_path / "res",
+            "args": ["eval", "--phone", "k70", "--profile", str(DATA / "example-profile.yaml"), "--traces", str(tr),
+                     "--calibrations", str(tmp_path / "cal"), "--results", str(tmp_path / "res")]}
+
+
+def _run(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    out = capsys.readouterr()
+    return int(e.value.code or 0), out.out, out.err
+
+
+def test_eval_table_golden_and_results(setup, capsys) -> None:
+    code, out, err = _run(setup["args"], capsys)
+    assert code == 0, err
+    assert "selecting one on the dev/val splits" in err
+    golden = (DATA / "eval" / "table.golden.txt").read_text()
+    assert out.startswith(golden)
+    folders = list(setup["res"].iterdir())
+    assert len(folders) == 1
+    doc = json.loads((folders[0] / "results.json").read_text())
+    assert doc["schema"] == "as2d.results" and doc["kind"] == "eval"
+    res = doc["results"]
+    methods = {m["method"]: m for m in res["methods"]}
+    assert set(methods) == {"target-only", "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc"}
+    assert methods["sd"]["configs"] == ["sd-k5", "sd-k6", "sd-k7", "sd-k8"]
+    # The oracle is at least as fast as the fixed configuration it is compared with.
+    assert res["oracle"]["tps_oracle"] >= res["oracle"]["tps_selected"] > 0
+    assert res["oracle"]["tps_selected"] == pytest.approx(methods["as2d"]["tps"])
+    assert (folders[0] / "cdf.png").read_bytes()[:4] == b"\x89PNG"
+    deps = list((setup["cal"]).rglob("deployment*.yaml"))
+    assert len(deps) == 1
+
+    # Second run: reuses the deployment chosen on this profile, writes a new folder.
+    code, out2, err2 = _run(setup["args"] + ["--json"], capsys)
+    assert code == 0 and "selecting" not in err2
+    assert len(list(setup["res"].iterdir())) == 2
+    assert json.loads(out2)["results"]["methods"][0]["tps"] == methods["target-only"]["tps"]
+    assert len(list((setup["cal"]).rglob("deployment*.yaml"))) == 1
+
+
+def test_eval_errors_are_one_line(setup, capsys) -> None:
+    args = setup["args"]
+    code, out, err = _run(["eval", "--phone", "nowhere", "--traces", str(setup["traces"]),
+                           "--calibrations", str(setup["cal"])], capsys)
+    assert code == 2 and "as2d calibrate --phone nowhere" in err and "Traceback" not in err
+    code, out, err = _run(args + ["--split", "calib"], capsys)
+    assert code == 2 and "no 'calib' windows" in err
+    assert not setup["res"].exists() and not setup["cal"].exists()  # nothing written on failure
