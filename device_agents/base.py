@@ -95,6 +95,10 @@ class Facts:
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {k: {"value": v.value, "source": v.source} for k, v in self.values.items()}
 
+    def updated(self, **facts: Fact) -> "Facts":
+        """A copy with facts another component measured (e.g. the runner's OpenCL version)."""
+        return Facts({**self.values, **facts})
+
 
 @dataclass(frozen=True)
 class CoreState:

@@ -144,9 +144,13 @@ class CeilingAtLeast(Operation):
                                f"cannot read CPU{self.core}'s frequency ceiling ({self._path()}) on {device.serial}; "
                                f"pick a core that exists with --gate-core", {"core": self.core})
         ok = core.online and ceiling >= self.min_khz
-        msg = (f"CPU{self.core} ceiling {ceiling / 1e6:.4f} GHz >= {self.min_khz / 1e6:.4f} GHz" if ok else
-               f"CPU{self.core} frequency ceiling {ceiling / 1e6:.4f} GHz is below {self.min_khz / 1e6:.4f} GHz "
-               f"on {device.serial} (thermal throttling); let the phone cool down and retry")
+        if not core.online:
+            msg = f"CPU{self.core} is offline on {device.serial}; let the phone idle and cool down, then retry"
+        elif ok:
+            msg = f"CPU{self.core} ceiling {ceiling / 1e6:.4f} GHz >= {self.min_khz / 1e6:.4f} GHz"
+        else:
+            msg = (f"CPU{self.core} frequency ceiling {ceiling / 1e6:.4f} GHz is below {self.min_khz / 1e6:.4f} GHz "
+                   f"on {device.serial} (thermal throttling); let the phone cool down and retry")
         return Observation(self.name, state.wall_time, ok, msg,
                            {"core": self.core, "ceiling_khz": ceiling, "min_khz": self.min_khz,
                             "online": core.online})

@@ -174,3 +174,12 @@ def test_an_episode_error_stops_the_batch_with_its_message(emulated_phone) -> No
         run_batch(emulated_phone.device(), [fails], FAST, monitor_interval_s=0.05, sleep=lambda s: None)
     assert err.value.failure is not None and err.value.failure.kind == "episode_error"
     assert err.value.interrupted is not None and err.value.interrupted.samples
+
+
+def test_ceiling_check_on_an_offline_core_says_so(make_emulated_phone) -> None:
+    from device_agents.gating import CeilingAtLeast
+
+    session = make_emulated_phone()
+    session.phone.set_core_online(4, False)
+    obs = CeilingAtLeast(4, 1881600, 1, 0).show(session.device())
+    assert obs.ok is False and obs.message.startswith("CPU4 is offline")

@@ -160,3 +160,12 @@ def test_shell_deadline_is_total_not_per_read(make_emulated_phone) -> None:
     partial = err.value.partial
     assert partial is not None and partial.exit_code is None and partial.stdout.count("tick") >= 3
     assert session.device().shell(["echo", "still here"]).stdout == "still here\n"
+
+
+def test_runner_measured_facts_can_be_added(emulated_phone) -> None:
+    from device_agents.base import Fact
+
+    f = emulated_phone.device().facts()
+    g = f.updated(opencl=Fact("3.0", "native runner CL_DEVICE_VERSION"))
+    assert g.get("opencl") == "3.0" and f.get("opencl") is None
+    assert g.get("model_id") == f.get("model_id")
