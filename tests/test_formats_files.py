@@ -20,10 +20,13 @@ PROFILE = DATA / "example-profile.yaml"
 
 
 def test_deployment_round_trip(tmp_path):
-    d = make_deployment("qwen", 7, 0.4, 8, PROFILE, "k70-synthetic", {"split": "dev", "tps": 27.92})
+    d = make_deployment("qwen", 7, 0.4, 8, PROFILE, "k70-synthetic", {"split": "dev", "tps": 27.92, "ranking": ((7, 27.9),)},
+                        device_facts={"name": "k70-synthetic", "soc": "SM8650"})
     out = write_deployment(tmp_path / "k70.deployment.yaml", d)
     back = load_deployment(out, profile=PROFILE)
-    assert back == d and back.max_width == 8
+    assert back.max_width == 8 and back.selection["ranking"] == [[7, 27.9]]
+    assert back.environment["device"] == {"name": "k70-synthetic", "soc": "SM8650"}
+    assert (back.source, back.budget, back.threshold, back.batch, back.profile) == (d.source, 7, 0.4, 8, d.profile)
     assert back.environment["toolkit_version"] and back.environment["created"].endswith("Z")
 
 

@@ -166,3 +166,14 @@ def test_write_validates_first_and_refuses_overwrite(tmp_path):
     out = write_profile(tmp_path / "ok.yaml", p)
     with pytest.raises(UserError, match="never overwritten"):
         write_profile(out, p)
+
+
+def test_numpy_and_tuple_values_are_written_as_plain_yaml(tmp_path):
+    import numpy as np
+
+    p = synthetic_profile()
+    q = dataclasses.replace(p, target_step_ms=np.float64(59.391),
+                            device={**p.device, "clusters": ((0, 1), (2, 4)), "ram_gib": np.float32(10.5)})
+    back = load_profile(write_profile(tmp_path / "np.yaml", q))
+    assert back.target_step_ms == 59.391 and back.device["clusters"] == [[0, 1], [2, 4]]
+    assert back.device["ram_gib"] == 10.5

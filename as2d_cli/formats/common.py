@@ -93,6 +93,18 @@ def validate_schema(doc: Any, name: str, where: str) -> None:
         raise FormatError(f"{where}: key {key}: {e.message}; fix the file or regenerate it")
 
 
+def plain(x: Any) -> Any:
+    """Plain YAML/JSON data: mappings → dicts, tuples → lists, numpy scalars → Python
+    numbers (safe_dump cannot represent tuples or numpy types)."""
+    if isinstance(x, Mapping):
+        return {(k if isinstance(k, (str, int)) else str(k)): plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [plain(v) for v in x]
+    if hasattr(x, "item") and callable(x.item) and not isinstance(x, (str, bytes)):
+        return x.item()
+    return x
+
+
 def git_commit() -> str:
     """The project's git commit (``unknown`` outside a checkout)."""
     try:

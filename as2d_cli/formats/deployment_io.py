@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from as2d_cli.errors import FormatError
-from as2d_cli.formats.common import check_version, environment, sha256_file, validate_schema, write_atomic
+from as2d_cli.formats.common import check_version, environment, plain, sha256_file, validate_schema, write_atomic
 from as2d_cli.formats.deployment import SCHEMA, VERSION, Deployment, ProfileRef
 from as2d_cli.formats.profile_io import iso_dates, read_yaml
 
@@ -45,10 +45,11 @@ def load_deployment(path: str | Path, *, profile: str | Path | None = None) -> D
 
 
 def make_deployment(source: str, budget: int, threshold: float | None, batch: int, profile_path: str | Path,
-                    device: str, selection: dict[str, Any]) -> Deployment:
-    """A new deployment for ``profile_path`` (hashed now) with fresh environment metadata."""
+                    device: str, selection: dict[str, Any], device_facts: dict[str, Any] | None = None) -> Deployment:
+    """A new deployment for ``profile_path`` (hashed now) with fresh environment metadata
+    (``device_facts``, e.g. the profile's ``device`` section, go into the environment)."""
     return Deployment(source, budget, threshold, batch, ProfileRef(str(profile_path), sha256_file(profile_path), device),
-                      selection, environment())
+                      selection, environment(device_facts))
 
 
 def deployment_to_doc(d: Deployment) -> dict:
@@ -63,7 +64,7 @@ def deployment_to_doc(d: Deployment) -> dict:
 
 
 def write_deployment(path: str | Path, d: Deployment, *, force: bool = False) -> Path:
-    doc = deployment_to_doc(d)
+    doc = plain(deployment_to_doc(d))
     text = ("# as2d.deployment v1 — the fixed configuration chosen before test evaluation.\n"
             "# Field reference: docs/formats.md.\n" + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100))
     deployment_from_doc(yaml.safe_load(text), str(path))  # never write an invalid file

@@ -12,7 +12,7 @@ import yaml
 
 from as2d_cli import __version__
 from as2d_cli.errors import FormatError, UserError
-from as2d_cli.formats.common import check_version, git_commit, validate_schema, write_atomic
+from as2d_cli.formats.common import check_version, git_commit, plain, validate_schema, write_atomic
 from as2d_cli.formats.profile import SCHEMA, VERSION, CostProfile, DrafterCosts, Fit, SourceCosts
 
 _K = re.compile(r"^K([1-9][0-9]*)$")
@@ -138,7 +138,7 @@ _HEAD = """# as2d.profile v1 — device cost profile (all costs in ms; widths K 
 
 
 def dump_profile(p: CostProfile) -> str:
-    doc = profile_to_doc(p)
+    doc = plain(profile_to_doc(p))
     return _HEAD + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
 
 
