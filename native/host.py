@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from as2d_cli.errors import DeviceError, UserError
+from as2d_cli.errors import DeviceError
 
 TERMINAL = ("hello", "loaded", "result", "calibrated", "error", "bye")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -163,14 +163,11 @@ def open_runner(device: Any, models: str | None = None, *, target_cores: list[in
 
 
 def device_launcher(device: Any) -> Callable[[list[str], str], str]:
-    """How to start Python on ``device``: the deployed bundle (built by `as2d bundle build`)."""
-    try:
-        from as2d_cli.bundle.build import build_bundle
-        from as2d_cli.bundle.deploy import deploy
-    except ImportError as exc:  # pragma: no cover - the bundle package ships with as2d
-        raise UserError(f"the arm64 bundle support is missing ({exc})") from None
-    built = build_bundle()
-    deployed = deploy(device, built.archive)
+    """How to start Python on ``device``: the arm64 bundle (`as2d bundle build`), pushed
+    once per phone and started with its loader invoked explicitly."""
+    from as2d_cli.bundle.deploy import ensure_deployed
+
+    deployed = ensure_deployed(device)
     return lambda args, run_dir: deployed.command(args, run_dir)
 
 
