@@ -238,3 +238,25 @@ def test_paper_size_round_trip_through_gzip(tmp_path):
     p = write_traces(tmp_path / "all.jsonl.gz", ts)
     back = load_traces(p, split="test")
     assert back.windows == ts.windows and back.n_tokens == 94_511
+
+
+def test_default_source_must_serve_the_window(small):
+    import dataclasses
+
+    w = next(w for w in small.windows if not w.sources["parakeet"].eligible)
+    dead = dataclasses.replace(w, sources={**w.sources, "qwen": dataclasses.replace(w.sources["qwen"], eligible=False)})
+    with pytest.raises(UserError, match="neither 'parakeet' nor the default source 'qwen'"):
+        dead.source_for("parakeet")
+    orphan = dataclasses.replace(w, default_source=None)
+    with pytest.raises(UserError, match="no default source"):
+        orphan.source_for("parakeet")
+
+
+def test_vocab_from_tokenizer_and_disagreement(tmp_path, small):
+    recs = _lines(small)
+    del recs[0]["vocab_size"]
+    recs[1]["reference"][0] = 151_936  # == vocab size: out of range via provenance.tokenizer
+    assert "outside the vocabulary (size 151936)" in _err(_write(tmp_path, recs))
+    recs = _lines(small)
+    recs[0]["vocab_size"] = 1000
+    assert "key vocab_size: 1000 disagrees with provenance.tokenizer.vocab_size 151936" in _err(_write(tmp_path, recs, "b.jsonl"))

@@ -123,7 +123,9 @@ class WindowTrace:
             return name, src
         fb = self.default_source
         if fb is None or fb == name or fb not in self.sources:
-            raise UserError(f"window {self.id}: source {name!r} cannot serve language {self.language!r} and the trace declares no default source to fall back to")
+            raise UserError(f"window {self.id}: source {name!r} cannot serve language {self.language!r} and the trace declares no default source to fall back to; add default_source to the trace header")
+        if not self.sources[fb].eligible:
+            raise UserError(f"window {self.id}: neither {name!r} nor the default source {fb!r} can serve language {self.language!r}; drop the window or regenerate it with a source that can")
         return fb, self.sources[fb]
 
 

@@ -98,6 +98,10 @@ def load_traces(path: str | Path, *, split: str | None = None, strict: bool = Fa
             validate_schema(header, HEADER_SCHEMA, where)
             eos_id = header["eos_id"]
             vocab = header.get("vocab_size")
+            tok_vocab = header["provenance"]["tokenizer"].get("vocab_size")
+            if vocab is not None and tok_vocab is not None and vocab != tok_vocab:
+                raise FormatError(f"{where}: key vocab_size: {vocab} disagrees with provenance.tokenizer.vocab_size {tok_vocab}; fix the header")
+            vocab = vocab if vocab is not None else tok_vocab
             declared = {n: SourceInfo(n, s["kind"], s.get("model", "")) for n, s in header["sources"].items()}
             default_source = header.get("default_source")
             if default_source is not None and declared.get(default_source, SourceInfo("", "")).kind != AUTOREGRESSIVE:

@@ -1,0 +1,1 @@
+"""JSON Schemas of the stored formats (package data; see docs/formats.md)."""
