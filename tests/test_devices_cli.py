@@ -129,3 +129,13 @@ def test_devices_without_an_adb_server_lists_the_local_host(capsys, monkeypatch)
     assert code == 0
     assert "local" in out and "no phone attached" in out
     assert not _listening(port)
+
+
+def test_watch_stops_with_the_monitor_error(make_emulated_phone, capsys, monkeypatch) -> None:
+    session = make_emulated_phone()
+    session.phone.schedule(0.25, lambda: session.phone.set_core_online(2, False))
+    code, out, err = run_cli(["devices", "watch", "--phone", session.serial, "--seconds", "5", "--interval", "0.05"],
+                             capsys, monkeypatch, session.adb_port)
+    assert code == 3
+    assert "online 0,1,2,3,4,5,6,7" in out and "4:3.15" in out
+    assert err.startswith("error: CPU2 went offline") and err.count("\n") == 1

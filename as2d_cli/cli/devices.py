@@ -109,3 +109,35 @@ def register(app: typer.Typer) -> None:
             from device_agents.gating import GateFailed
 
             raise GateFailed(result)
+
+    @sub.command("watch")
+    def watch(
+        phone: str = typer.Option(..., "--phone", help="local, a known phone (k70, 11pro, 14, note9pro) or a serial."),
+        seconds: float = typer.Option(10.0, "--seconds", help="How long to watch."),
+        interval: float = typer.Option(1.0, "--interval", help="Seconds between samples (the episode monitor uses 1)."),
+        adb_port: Optional[int] = typer.Option(None, "--adb-port", help="adb server port."),
+    ) -> None:
+        """Sample cores online and frequency ceilings as the episode monitor does; stop
+        with the monitor's error if a core goes offline."""
+        import time
+
+        from device_agents.monitor import CoreMonitor
+        from device_agents.registry import resolve_phone
+
+        if seconds <= 0 or interval <= 0:
+            raise UserError("--seconds and --interval must be positive")
+        device = resolve_phone(phone, adb_port)
+        console = Console(highlight=False, soft_wrap=True)
+        mon = CoreMonitor(device, interval).start()
+        shown = 0
+        end = time.monotonic() + seconds
+        try:
+            while time.monotonic() < end and not mon.tripped.is_set():
+                time.sleep(min(0.1, interval))
+                for s in mon.samples[shown:]:
+                    ceilings = " ".join(f"{c}:{'-' if k is None else f'{k / 1e6:.2f}'}" for c, k in s.ceiling_khz.items())
+                    console.print(f"{s.t_s:7.1f} s  online {','.join(map(str, s.online))}  ceiling GHz {ceilings}")
+                shown = len(mon.samples)
+        finally:
+            mon.stop()
+        mon.check()
