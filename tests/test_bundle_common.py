@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import tempfile
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import numpy as np
 import pytest
 
 from as2d_cli.bundle import qemu
-from as2d_cli.bundle.build import BuildResult, build_bundle, default_project_root, project_files
+from as2d_cli.bundle.build import BuildResult, build_bundle, default_project_root, snapshot_project
 from as2d_cli.bundle.pack import unpack
 from as2d_cli.bundle.recipe import Recipe
 
@@ -70,15 +69,7 @@ print(json.dumps({"results": results, "sha": hashlib.sha256(b"as2d").hexdigest()
 def project_snapshot() -> Path:
     """A frozen copy of the checkout's bundled packages, so files others edit while the
     tests run cannot change the inputs between two builds (same content, same cache key)."""
-    dest = Path(tempfile.mkdtemp(prefix="as2d-bundle-project-"))
-    src = default_project_root()
-    recipe = Recipe()
-    for rel, _ in project_files(recipe, src):
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / rel, dest / rel)
-    for pkg in recipe.project_packages:  # packages whose __init__ is excluded still need one
-        (dest / pkg / "__init__.py").touch()
-    return dest
+    return snapshot_project(Recipe(), default_project_root(), Path(tempfile.mkdtemp(prefix="as2d-bundle-project-")))
 
 
 @functools.lru_cache(maxsize=1)

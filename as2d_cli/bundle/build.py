@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ from as2d_cli.errors import FormatError
 ARCHIVE_NAME = "as2d-bundle-{arch}.tar.gz"
 BUILD_INFO = "build.json"
 KEEP_BUNDLES = 3  # finished bundles kept in the cache (newest first); each is ~100 MB
+TRIM_AFTER_S = 3600.0
 
 Progress = Callable[[str], None]
 
@@ -62,6 +64,18 @@ def project_files(recipe: Recipe, project_root: Path) -> list[tuple[str, str]]:
             if path.is_file() and not _excluded(rel, recipe.project_excludes):
                 out.append((rel, sha256_file(path)))
     return out
+
+
+def snapshot_project(recipe: Recipe, src: Path, dest: Path) -> Path:
+    """Copy the files the bundle carries from checkout ``src`` to ``dest``: a frozen input
+    while others keep editing the checkout (same content gives the same cache key)."""
+    for rel, _ in project_files(recipe, src):
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, dest / rel)
+    for pkg in recipe.project_packages:
+        (dest / pkg).mkdir(parents=True, exist_ok=True)
+        (dest / pkg / "__init__.py").touch(exist_ok=True)
+    return dest
 
 
 @contextmanager
@@ -110,7 +124,7 @@ def build_bundle(
         archive = out_dir / ARCHIVE_NAME.format(arch=recipe.arch)
         hit = _cached(out_dir, archive)
         if hit is not None:
-            out_dir.touch()  # most recently used: kept longest by _trim
+            os.utime(out_dir)  # most recently used: kept longest by _trim
             say("cache hit")
             return _result(archive, hit, key, True, start)
 
@@ -172,10 +186,20 @@ def build_bundle(
 
 
 def _trim(bundles: Path, keep: Path) -> None:
-    """Drop all but the newest KEEP_BUNDLES finished bundles (never ``keep``)."""
-    dirs = sorted((d for d in bundles.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
-    for old in [d for d in dirs if d != keep][KEEP_BUNDLES - 1 :]:
-        shutil.rmtree(old, ignore_errors=True)
+    """Drop finished bundles beyond the newest KEEP_BUNDLES that no build returned for an
+    hour (another process may still be pushing a recent one); never ``keep``."""
+    now = time.time()
+    dirs = []
+    for d in bundles.iterdir():
+        try:
+            if d.is_dir() and d != keep:
+                dirs.append((d.stat().st_mtime, d))
+        except FileNotFoundError:
+            continue
+    dirs.sort(reverse=True)
+    for mtime, old in dirs[KEEP_BUNDLES - 1 :]:
+        if now - mtime > TRIM_AFTER_S:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _cached(out_dir: Path, archive: Path) -> dict | None:
