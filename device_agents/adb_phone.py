@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 import adbutils
 from adbutils.errors import AdbError
 
-from as2d_cli.errors import DeviceError
+from as2d_cli.errors import DeviceError, UserError
 from device_agents.base import (
     CPU_DIR, RUN_ROOT, Device, DeviceDisconnected, DeviceTimeout, DeviceUnavailable, Fact, Facts,
     ShellResult, mask_hex, quote_command,
@@ -27,7 +27,10 @@ DEFAULT_ADB_PORT = 5037
 
 
 def adb_port() -> int:
-    return int(os.environ.get("ANDROID_ADB_SERVER_PORT", DEFAULT_ADB_PORT))
+    text = os.environ.get("ANDROID_ADB_SERVER_PORT", str(DEFAULT_ADB_PORT))
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise UserError(f"ANDROID_ADB_SERVER_PORT={text!r} is not a TCP port; unset it or set a number like 5037")
+    return int(text)
 
 
 def adb_client(port: int | None = None) -> adbutils.AdbClient:

@@ -139,3 +139,12 @@ def test_watch_stops_with_the_monitor_error(make_emulated_phone, capsys, monkeyp
     assert code == 3
     assert "online 0,1,2,3,4,5,6,7" in out and "4:3.15" in out
     assert err.startswith("error: CPU2 went offline") and err.count("\n") == 1
+
+
+def test_a_bad_adb_port_variable_is_one_line(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", "five")
+    with pytest.raises(SystemExit) as exc:
+        main(["devices"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ANDROID_ADB_SERVER_PORT='five' is not a TCP port") and err.count("\n") == 1
