@@ -17,13 +17,22 @@ from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.replay.driver import Prepared, WindowReplay, replay_window
 from as2d_cli.replay.methods import MethodSpec, expand
+from as2d_cli.stats.compare import TIE, sd_summary, sd_window_tps, slowdown
+from as2d_cli.stats.pooled import Outcome, pooled_tps
 
-TIE = 1e-9  # a TPS ratio within 1e-9 of 1 is a tie (D.4.5)
+__all__ = ["TIE", "MethodRun", "outcomes", "pooled", "run_method", "slowdowns"]
+
+
+def outcomes(rows: Sequence[WindowReplay]) -> list[Outcome]:
+    """The statistics module's view of replayed windows (tokens, time)."""
+    return [Outcome.from_ns(r.window, r.dataset, r.tokens, r.time_ns) for r in rows]
 
 
 def pooled(rows: Sequence[WindowReplay]) -> float | None:
-    t = sum(r.time_ns for r in rows)
-    return sum(r.tokens for r in rows) / (t / 1e9) if t > 0 else None
+    """Pooled TPS of ``rows`` (None when they hold no decode time at all)."""
+    if not rows or sum(r.time_ns for r in rows) <= 0:
+        return None
+    return pooled_tps(outcomes(rows))
 
 
 @dataclass
@@ -38,24 +47,35 @@ class MethodRun:
     def windows(self) -> list[WindowReplay]:
         return self.runs[0]
 
+    @property
+    def is_sd(self) -> bool:
+        return self.method == "sd"
+
+    def _by_k(self, dataset: str | None = None) -> dict[int, list[Outcome]]:
+        return {spec.k: outcomes([r for r in rows if dataset is None or r.dataset == dataset])  # type: ignore[misc]
+                for spec, rows in zip(self.specs, self.runs)}
+
     def pooled_tps(self, dataset: str | None = None) -> float | None:
-        """Pooled TPS (SD: the mean of the per-K pooled TPS)."""
-        vals = []
-        for rows in self.runs:
-            sel = [r for r in rows if dataset is None or r.dataset == dataset]
-            v = pooled(sel)
-            if v is None:
-                return None
-            vals.append(v)
-        return sum(vals) / len(vals)
+        """Pooled TPS (SD: the mean over K of the per-K pooled TPS, D.1.3)."""
+        rows = [r for r in self.runs[0] if dataset is None or r.dataset == dataset]
+        if not rows or sum(r.time_ns for r in rows) <= 0:
+            return None
+        if self.is_sd:
+            ks = [s.k for s in self.specs]
+            return sd_summary(self._by_k(dataset), ks)["all"]  # type: ignore[arg-type]
+        return pooled_tps(outcomes(rows))
 
     def window_tps(self) -> list[float | None]:
-        """Per-window TPS (SD: the mean of that window's per-K TPS)."""
-        out: list[float | None] = []
-        for i in range(len(self.runs[0])):
-            vals = [rows[i].tps for rows in self.runs]
-            out.append(None if any(v is None for v in vals) else sum(vals) / len(vals))  # type: ignore[misc]
-        return out
+        """Per-window TPS (SD: the mean of that window's per-K TPS). None for a window with
+        no decode time (its only token came from prefill): tokens/s is undefined there."""
+        timed = [all(rows[i].time_ns > 0 for rows in self.runs) for i in range(len(self.runs[0]))]
+        if self.is_sd:
+            ks = [s.k for s in self.specs]
+            by_k = {s.k: outcomes([r for r, ok in zip(rows, timed) if ok]) for s, rows in zip(self.specs, self.runs)}
+            vals = sd_window_tps(by_k, ks) if any(timed) else {}  # type: ignore[arg-type]
+        else:
+            vals = {o.window: o.tps for o, ok in zip(outcomes(self.runs[0]), timed) if ok}
+        return [vals[r.window] if ok else None for r, ok in zip(self.runs[0], timed)]
 
     def datasets(self) -> list[str]:
         return list(dict.fromkeys(r.dataset for r in self.runs[0]))
@@ -118,26 +138,13 @@ def run_method(
 
 def slowdowns(method_tps: Sequence[float | None], base_tps: Sequence[float | None]) -> dict:
     """Windows faster/slower than the baseline (ties within 1e-9), with the median and
-    maximum TPS loss (percent) among the slower ones (D.4.5). Windows without a TPS
-    (a one-token output) are counted apart."""
-    faster = slower = ties = undefined = 0
-    losses: list[float] = []
-    for m, b in zip(method_tps, base_tps):
-        if m is None or b is None:
-            undefined += 1
-            continue
-        r = m / b
-        if abs(r - 1.0) <= TIE:
-            ties += 1
-        elif r < 1.0:
-            slower += 1
-            losses.append(100.0 * (1.0 - r))
-        else:
-            faster += 1
-    losses.sort()
-    med = None
-    if losses:
-        n = len(losses)
-        med = losses[n // 2] if n % 2 else (losses[n // 2 - 1] + losses[n // 2]) / 2
-    return {"faster": faster, "slower": slower, "ties": ties, "undefined": undefined,
-            "median_loss_percent": med, "max_loss_percent": losses[-1] if losses else None}
+    maximum TPS loss (percent) among the slower ones (D.4.5), via the statistics module.
+    Windows without a TPS (a one-token output) are counted apart as ``undefined``."""
+    keep = [i for i, (m, b) in enumerate(zip(method_tps, base_tps)) if m is not None and b is not None]
+    undefined = len(method_tps) - len(keep)
+    if not keep:
+        return {"faster": 0, "slower": 0, "ties": 0, "undefined": undefined,
+                "median_loss_percent": None, "max_loss_percent": None}
+    sl = slowdown({str(i): method_tps[i] for i in keep}, {str(i): base_tps[i] for i in keep})  # type: ignore[misc]
+    return {"faster": sl.faster, "slower": sl.slower, "ties": sl.ties, "undefined": undefined,
+            "median_loss_percent": sl.median_loss_pct, "max_loss_percent": sl.max_loss_pct}

@@ -22,6 +22,7 @@ from as2d_cli.errors import UserError
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet, WindowTrace
 from as2d_cli.replay.sweep import DEFAULT_BUDGETS, CatalogTimes, sweep
+from as2d_cli.stats.compare import oracle_gap
 
 DEFAULT_TOLERANCE = 0.01
 
@@ -79,7 +80,7 @@ def oracle(cat: CatalogTimes, source: str, budget: int) -> OracleResult:
     B = len(cat.budgets)
     choices = [(cat.window_ids[i], cat.used[i][best[i] // B], cat.budgets[best[i] % B]) for i in range(W)]
     same = int(np.sum(t_oracle == t_sel))
-    return OracleResult(tps_sel, tps_or, 100.0 * (1.0 - tps_sel / tps_or), choices, same)
+    return OracleResult(tps_sel, tps_or, oracle_gap(tps_sel, tps_or), choices, same)
 
 
 @dataclass
