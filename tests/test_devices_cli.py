@@ -148,3 +148,10 @@ def test_a_bad_adb_port_variable_is_one_line(capsys, monkeypatch) -> None:
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ANDROID_ADB_SERVER_PORT='five' is not a TCP port") and err.count("\n") == 1
+
+
+def test_emulator_rejects_an_unknown_profile_in_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["emulator", "start", "--private-server", "--profile", "pixel"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.startswith("error: unknown --profile 'pixel'; choose one of k70, mi14")

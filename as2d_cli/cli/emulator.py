@@ -29,11 +29,14 @@ def register(app: typer.Typer) -> None:
         """Run an emulated phone until Ctrl-C and print how to reach it."""
         from device_agents.adb_phone import adb_port as default_adb_port
         from device_agents.emulator.faults import apply_fault
-        from device_agents.emulator.profiles import PROFILES
+        from device_agents.emulator.profiles import PROFILES, profile_named
         from device_agents.emulator.session import EmulatorSession
 
-        if profile not in PROFILES:
-            raise UserError(f"unknown --profile {profile!r}; choose one of {', '.join(PROFILES)}")
+        chosen = profile_named(profile)
+        if chosen is None:
+            raise UserError(f"unknown --profile {profile!r}; choose one of {', '.join(PROFILES)} "
+                            f"(or the --phone names 14, 11pro)")
+        profile = chosen.name
         if connection not in ("usb", "wireless"):
             raise UserError("--connection must be usb or wireless")
         if auth not in ("device", "unauthorized", "offline"):

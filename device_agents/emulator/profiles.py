@@ -101,3 +101,10 @@ PROFILES: dict[str, PhoneProfile] = {
         clusters=(Cluster((0, 1, 2, 3, 4, 5), 1804800), Cluster((6, 7), 2208000)),
     ),
 }
+
+# The --phone registry's names (device_agents.registry) for the same phones.
+PROFILE_ALIASES = {"14": "mi14", "11pro": "mi11pro"}
+
+
+def profile_named(name: str) -> PhoneProfile | None:
+    return PROFILES.get(PROFILE_ALIASES.get(name, name))
