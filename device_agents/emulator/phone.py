@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from device_agents.emulator.pipes import Pipe, StreamClosed
-from device_agents.emulator.profiles import PROFILES, PhoneProfile
+from device_agents.emulator.profiles import PROFILES, PhoneProfile, profile_named
 from device_agents.emulator.shell import CommandContext, Handler, Interpreter, Writer, run_host_program
 from device_agents.emulator.vfs import VirtualFS
 
@@ -81,7 +81,12 @@ def _ranges(cpus: list[int]) -> str:
 class ScriptedPhone:
     def __init__(self, profile: str | PhoneProfile = "k70", root: Path | None = None,
                  serial: str = "as2demu0001", connection: str = "usb") -> None:
-        self.profile = PROFILES[profile] if isinstance(profile, str) else profile
+        if isinstance(profile, str):
+            found = profile_named(profile)
+            if found is None:
+                raise ValueError(f"unknown phone profile {profile!r}; known: {', '.join(PROFILES)}")
+            profile = found
+        self.profile = profile
         if connection not in ("usb", "wireless"):
             raise ValueError("connection must be 'usb' or 'wireless'")
         self.connection = connection
