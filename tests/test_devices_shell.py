@@ -74,3 +74,13 @@ def test_getprop_dumpsys_and_sysfs(phone: ScriptedPhone) -> None:
     assert "level: 82" in sh(phone, "dumpsys battery")[1]
     assert sh(phone, "cat /sys/devices/system/cpu/cpu7/cpufreq/cpuinfo_max_freq")[1] == "3302400\n"
     assert sh(phone, "cat /sys/devices/system/cpu/cpu3/cpufreq/related_cpus")[1] == "2 3 4\n"
+
+
+def test_running_files_needs_the_exec_bit(phone: ScriptedPhone) -> None:
+    d = "/data/local/tmp/shexec"
+    sh(phone, f"mkdir -p {d} && echo data > {d}/plain")
+    code, _, err = sh(phone, f"{d}/plain")
+    assert code == 126 and "can't execute: Permission denied" in err
+    code, _, err = sh(phone, f"{d}/missing")
+    assert code == 127 and "inaccessible or not found" in err
+    sh(phone, f"rm -r {d}")

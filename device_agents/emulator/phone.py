@@ -204,8 +204,11 @@ class ScriptedPhone:
                 st = self.fs.stat(ctx.path(name))
                 if st is not None and stat.S_ISREG(st[0]) and st[0] & 0o111:
                     return self.launcher(ctx, str(self.fs.host_path(ctx.path(name))))
-                ctx.err(f"/system/bin/sh: {name}: {'can' + chr(39) + 't execute: Permission denied' if st else 'inaccessible or not found'}\n")
-                return 126 if st else 127
+                if st is not None:
+                    ctx.err(f"/system/bin/sh: {name}: can't execute: Permission denied\n")
+                    return 126
+                ctx.err(f"/system/bin/sh: {name}: inaccessible or not found\n")
+                return 127
         if handler is None:
             ctx.err(f"/system/bin/sh: {name}: inaccessible or not found\n")
             return 127
