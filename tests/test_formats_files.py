@@ -41,9 +41,9 @@ def test_deployment_profile_mismatch(tmp_path):
 
 
 @pytest.mark.parametrize("edit,key", [
-    (lambda d: d["config"].update(budget=0), "config/budget"),
-    (lambda d: d["config"].update(threshold=1.5), "config/threshold"),
-    (lambda d: d["profile"].update(sha256="abc"), "profile/sha256"),
+    (lambda d: d["config"].update(budget=0), "config.budget"),
+    (lambda d: d["config"].update(threshold=1.5), "config.threshold"),
+    (lambda d: d["profile"].update(sha256="abc"), "profile.sha256"),
     (lambda d: d.update(version=3), "version 3 is newer"),
 ])
 def test_deployment_bad_input(tmp_path, edit, key):
@@ -58,7 +58,7 @@ def test_deployment_bad_input(tmp_path, edit, key):
 
 def test_deployment_write_refuses_invalid(tmp_path):
     d = make_deployment("qwen", 0, 0.4, 8, PROFILE, "k70", {})
-    with pytest.raises(FormatError, match="config/budget"):
+    with pytest.raises(FormatError, match="config.budget"):
         write_deployment(tmp_path / "d.yaml", d)
     assert not list(tmp_path.iterdir())
 

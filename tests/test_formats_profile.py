@@ -115,12 +115,12 @@ def test_old_and_future_versions(tmp_path, doc, version, words):
 
 def test_negative_cost_refused(tmp_path, doc):
     doc["costs"]["verify"]["idle_ms"]["K3"] = -1.0
-    assert "key costs/verify/idle_ms/K3" in _err(_save(tmp_path, doc))
+    assert "key costs.verify.idle_ms.K3" in _err(_save(tmp_path, doc))
 
 
 def test_zero_verify_cost_refused(tmp_path, doc):
     doc["costs"]["verify"]["idle_ms"]["K3"] = 0
-    assert "key costs/verify/idle_ms/K3" in _err(_save(tmp_path, doc))
+    assert "key costs.verify.idle_ms.K3" in _err(_save(tmp_path, doc))
 
 
 def test_ratio_without_idle_width(tmp_path, doc):
@@ -130,12 +130,12 @@ def test_ratio_without_idle_width(tmp_path, doc):
 
 def test_bad_width_key(tmp_path, doc):
     doc["costs"]["verify"]["idle_ms"]["8"] = 1.0
-    assert "costs/verify/idle_ms" in _err(_save(tmp_path, doc))
+    assert "costs.verify.idle_ms" in _err(_save(tmp_path, doc))
 
 
 def test_chunked_source_needs_chunk_cost(tmp_path, doc):
     del doc["costs"]["sources"]["parakeet"]["chunk_ms"]
-    assert "costs/sources/parakeet" in _err(_save(tmp_path, doc))
+    assert "costs.sources.parakeet" in _err(_save(tmp_path, doc))
 
 
 def test_unquoted_timestamp_is_accepted(tmp_path):

@@ -228,7 +228,7 @@ def test_header_schema_error_names_key(tmp_path, small):
     recs = _lines(small)
     recs[0]["sources"]["qwen"]["kind"] = "tree"
     m = _err(_write(tmp_path, recs))
-    assert "key sources/qwen/kind" in m and "line 1" in m
+    assert "key sources.qwen.kind" in m and "line 1" in m
 
 
 def test_paper_size_round_trip_through_gzip(tmp_path):

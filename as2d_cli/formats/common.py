@@ -83,13 +83,22 @@ def _validator(name: str):
     return cls(json_schema(name))
 
 
+def _dotted(path: Any) -> str:
+    """JSON path → ``costs.verify.idle_ms.K3`` / ``sources.qwen.tokens[3]`` (as the trace
+    record checks spell keys)."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
 def validate_schema(doc: Any, name: str, where: str) -> None:
     """Validate ``doc`` against a shipped JSON Schema; the first error becomes one line."""
     v = _validator(name)
     errors = sorted(v.iter_errors(doc), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         e = errors[0]
-        key = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        key = _dotted(e.absolute_path) or "(top level)"
         raise FormatError(f"{where}: key {key}: {e.message}; fix the file or regenerate it")
 
 

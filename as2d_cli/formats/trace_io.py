@@ -69,6 +69,8 @@ def _open_lines(path: Path) -> Iterator[tuple[int, str]]:
         raise UserError(f"{path}: is a folder, not a trace file; pass a .jsonl or .jsonl.gz file") from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise FormatError(f"{path}: gzip data is truncated or corrupt ({e}); copy the file again or regenerate it") from None
+    except PermissionError:
+        raise UserError(f"{path}: not readable (permission denied); fix its permissions or copy it") from None
     except UnicodeDecodeError:
         raise FormatError(f"{path}: not UTF-8 text (a .gz file without the .gz extension?); name gzip files *.jsonl.gz") from None
 
