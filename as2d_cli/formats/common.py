@@ -99,7 +99,8 @@ def validate_schema(doc: Any, name: str, where: str) -> None:
     if errors:
         e = errors[0]
         key = _dotted(e.absolute_path) or "(top level)"
-        raise FormatError(f"{where}: key {key}: {e.message}; fix the file or regenerate it")
+        msg = e.message if len(e.message) <= 200 else e.message[:160] + " … " + e.message[-30:]
+        raise FormatError(f"{where}: key {key}: {msg}; fix the file or regenerate it")
 
 
 def plain(x: Any) -> Any:
