@@ -10,6 +10,7 @@ switches on the model so refusals can be tested end to end.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ class BatteryParams:
     charge_ma: float = 2000.0  # charger input while plugged
     gauge_update_ms: int = 1000
     initial_percent: float = 78.0
+    current_noise: float = 0.01  # relative jitter of each reported current reading
+    seed: int = 6
 
 
 @dataclass
@@ -85,6 +88,7 @@ class BatteryModel:
         self._t_ns = self.clock_ns()
         self._gauge: GaugeReading | None = None
         self._avg_window: list[float] = []
+        self._rng = random.Random(self.params.seed)  # reproducible gauge jitter
 
     # -- state driven by the emulated phone -------------------------------------------
     @property
@@ -148,7 +152,9 @@ class BatteryModel:
             ):
                 return GaugeReading(now, g.current_ua, g.current_avg_ua, g.voltage_uv,
                                     g.charge_uah, g.capacity_percent)
+            # Readings jitter like a real gauge's; the charge counter integrates the true load.
             current_ma = self._current_ma(self._activity_now())
+            current_ma *= 1.0 + self.params.current_noise * (2.0 * self._rng.random() - 1.0)
             self._avg_window = (self._avg_window + [current_ma])[-10:]
             scale = 1000.0 * self.faults.current_scale
             volt = round(self._voltage_v(current_ma) * 1e6) if self.faults.report_voltage else None

@@ -45,7 +45,9 @@ def test_background_capture_round_trip(emulated_phone, tmp_path: Path) -> None:
     assert not s.has("current_avg_ua")  # not requested, not written
     # Samples sit on the phone's boot clock, the clock /proc/uptime reports.
     assert abs(int(s.t_ns[0]) - started) < 2_000_000_000
-    assert (s.current_ua == -1_570_000).all()  # idle 420 mA + one worker 1150 mA, discharging
+    # idle 420 mA + one worker 1150 mA, discharging, with the gauge's 1 % jitter
+    assert (abs(s.current_ua + 1_570_000) <= 0.0101 * 1_570_000).all()
+    assert len(set(s.current_ua.tolist())) > 1
     power.stop_all()
 
 

@@ -119,3 +119,18 @@ def test_refuses_charge_counter_off_by_1000(tmp_path: Path) -> None:
     s = _series(tmp_path, faults=GaugeFaults(charge_scale=1e-3), duration_ms=60_000)
     with pytest.raises(MeasurementRefused, match="factor of .* units off by 1000"):
         analyse_episode(s, EPISODE)
+
+
+def test_steady_load_is_not_mistaken_for_a_stale_gauge(tmp_path: Path) -> None:
+    # A noiseless gauge under a constant load repeats the same current for the whole
+    # window; the charge counter still falls, so this is a measurement, not a frozen gauge.
+    rs = simulate_readings(BatteryParams(current_noise=0.0), GaugeFaults(), T0, 250, 26_000,
+                           lambda t: 1.0)
+    path = tmp_path / "steady.perfetto-trace"
+    path.write_bytes(encode_trace(rs, None, COUNTERS))
+    s = read_battery_series(path)
+    assert len(set(s.current_ua.tolist())) == 1  # the case in question
+    a = analyse_episode(s, EPISODE)
+    assert all(r.status == "ok" for r in a.requests)
+    assert a.requests[0].mean_power_w == pytest.approx(
+        1.570 * float(s.voltage_uv[16:57].mean()) * 1e-6, rel=0.01)

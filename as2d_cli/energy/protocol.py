@@ -204,12 +204,18 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
 
         wait_trace_end(dev, parse_uptime_ns(started.stdout, "t_trace_started"),
                        spec.duration_ms, deadline_s=spec.duration_ms / 1000 + 60)
+        skipped: list[str] = []
         for name in dev.list_dir(rd):
             pushed = {"episode.sh", posixpath.basename(cfg_remote)}
             pushed |= {Path(f).name for f in run.push_files}
             if name in pushed or "/" in name:
                 continue
-            dev.pull(f"{rd}/{name}", raw / name)
+            try:
+                dev.pull(f"{rd}/{name}", raw / name)
+            except DeviceError as exc:  # a directory (e.g. a runtime's HOME) or unreadable
+                skipped.append(f"{name}: {exc}")
+        if skipped:
+            (out_dir / "pull_skipped.txt").write_text("\n".join(skipped) + "\n")
         dev.pull(trace_remote, out_dir / TRACE_NAME)
         remove_trace(dev, trace_remote)
         th.join(timeout=5)

@@ -57,6 +57,11 @@ def window_indices(series: BatterySeries, t0: int, t1: int) -> tuple[int, int]:
     return lo, hi
 
 
+def _frozen(a: np.ndarray) -> bool:
+    finite = a[np.isfinite(a)]
+    return finite.size < 2 or float(np.ptp(finite)) == 0.0
+
+
 def check_window(series: BatterySeries, t0: int, t1: int, label: str,
                  limits: RefusalLimits = RefusalLimits()) -> tuple[int, int]:
     """Run every refusal for one request window; returns its bracketing indices."""
@@ -125,13 +130,17 @@ def check_window(series: BatterySeries, t0: int, t1: int, label: str,
             "2.5–5.5 V — units off by 1000 (mV or nV in the µV field)"
         )
 
-    whole_stale = series.t_ns.size > 2 and (
-        np.ptp(series.current_ua[np.isfinite(series.current_ua)]) == 0
-        and (series.t_ns[-1] - series.t_ns[0]) / 1e9 >= limits.stale_min_window_s
-    )
-    if whole_stale or (window_s >= limits.stale_min_window_s and np.ptp(cur) == 0):
+    # A frozen gauge repeats every counter; a steady load can repeat the current, but the
+    # charge counter (and usually the voltage) still moves. Missing counters prove nothing.
+    whole_s = (series.t_ns[-1] - series.t_ns[0]) / 1e9
+    whole_stale = series.t_ns.size > 2 and whole_s >= limits.stale_min_window_s and all(
+        _frozen(a) for a in (series.current_ua, series.voltage_uv, series.charge_uah))
+    window_stale = window_s >= limits.stale_min_window_s and all(
+        _frozen(a) for a in (cur, volt, series.charge_uah[lo:hi + 1]))
+    if whole_stale or window_stale:
         raise MeasurementRefused(
-            f"{label}: stale gauge — battery current stays at {cur[0]:.0f} µA for the whole "
+            f"{label}: stale gauge — current, voltage and charge counter stay at "
+            f"{cur[0]:.0f} µA, {volt[0]:.0f} µV for the whole "
             f"{'capture' if whole_stale else f'{window_s:.1f} s window'}; the fuel gauge is "
             "not updating (reboot the phone or check `dumpsys battery` changes under load)"
         )
