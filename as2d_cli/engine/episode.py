@@ -23,6 +23,14 @@ from as2d_cli.errors import EngineError
 
 _LOOP = Op("loop")
 _ALIGN = Op("align")
+_OPS: dict[tuple[str, int], Op] = {}  # Op is frozen: one instance per (kind, width) suffices
+
+
+def _op(kind: str, width: int) -> Op:
+    op = _OPS.get((kind, width))
+    if op is None:
+        op = _OPS[(kind, width)] = Op(kind, width=width)
+    return op
 
 
 def _noop() -> None:
@@ -237,42 +245,46 @@ class Episode:
         next root, stop at EOS or the cap, and roll the target back to the committed prefix."""
         root = self.tokens[-1]
         inputs = [root, *chain]
-        state = {}
+        width = len(inputs)
+        n_chain = width - 1
+        target = self.target
+        state = [0, 0, 0]  # accepted, next root, committed
 
         def work() -> None:
-            decisions = self.target.verify(inputs)
-            if len(decisions) != len(inputs):
-                raise EngineError(f"target returned {len(decisions)} decisions for width {len(inputs)}")
+            decisions = target.verify(inputs)
+            if len(decisions) != width:
+                raise EngineError(f"target returned {len(decisions)} decisions for width {width}")
             a = 0
-            while a < len(chain) and chain[a] == decisions[a]:
+            while a < n_chain and chain[a] == decisions[a]:
                 a += 1
-            state["a"] = a
-            state["next"] = int(decisions[a])
-            committed = self._commit(chain[:a], int(decisions[a]))
-            state["committed"] = committed
+            nxt = int(decisions[a])
+            state[0] = a
+            state[1] = nxt
+            state[2] = self._commit(chain[:a], nxt)
             # State repair: keep exactly the committed prefix minus the pending root.
-            self.target.rollback(len(self.tokens) - 1)
+            target.rollback(len(self.tokens) - 1)
 
-        self.clock.run(work, Op(kind, width=len(inputs)))
-        end = self.clock.now()
-        a = state["a"]
+        clock = self.clock
+        clock.run(work, _op(kind, width))
+        end = clock.now()
+        a, nxt, committed = state
         res = self.result
         res.n_rounds += 1
-        res.proposed += len(chain)
-        res.accepted += min(a, state["committed"])
-        res.width_histogram[len(inputs)] += 1
+        res.proposed += n_chain
+        res.accepted += min(a, committed)
+        res.width_histogram[width] += 1
         res.end = end
         rec = RoundRecord(
             index=res.n_rounds - 1,
             kind=kind,
-            width=len(inputs),
+            width=width,
             ready=ready,
-            offered=len(chain),
+            offered=n_chain,
             accepted=a,
             root=root,
-            new_root=state["next"],
-            corrected=a < len(chain),
-            committed=state["committed"],
+            new_root=nxt,
+            corrected=a < n_chain,
+            committed=committed,
             align_action=action,
             align_offset=0,
             cursor=cursor,
