@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import ClassVar, Union
 
 DEFAULT_THRESHOLD = 0.4
 DEFAULT_ASP_CAP = 24
@@ -24,14 +24,8 @@ DEFAULT_ALIGN_WINDOW = 8
 @dataclass(frozen=True, slots=True)
 class TargetOnly:
     name: str = "target-only"
-
-    @property
-    def serial(self) -> bool:
-        return False
-
-    @property
-    def decoupled(self) -> bool:
-        return False
+    serial: ClassVar[bool] = False
+    decoupled: ClassVar[bool] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,18 +34,12 @@ class StandardSD:
 
     k: int
     name: str = "sd"
+    serial: ClassVar[bool] = True
+    decoupled: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if self.k < 1:
             raise ValueError("standard SD needs a physical width k >= 1")
-
-    @property
-    def serial(self) -> bool:
-        return True
-
-    @property
-    def decoupled(self) -> bool:
-        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,18 +50,12 @@ class ASP:
     cap: int = DEFAULT_ASP_CAP
     recycle: bool = True
     name: str = "asp"
+    serial: ClassVar[bool] = True
+    decoupled: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if self.cap < 1:
             raise ValueError("ASP needs a cap >= 1")
-
-    @property
-    def serial(self) -> bool:
-        return True
-
-    @property
-    def decoupled(self) -> bool:
-        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +67,8 @@ class As2d:
     batch: int = DEFAULT_BATCH
     window: int = DEFAULT_ALIGN_WINDOW
     name: str = "as2d"
+    serial: ClassVar[bool] = False
+    decoupled: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if self.budget < 1:
@@ -93,14 +77,6 @@ class As2d:
             raise ValueError("publication batch must be >= 1")
         if self.window < 0:
             raise ValueError("alignment window must be >= 0")
-
-    @property
-    def serial(self) -> bool:
-        return False
-
-    @property
-    def decoupled(self) -> bool:
-        return True
 
 
 Policy = Union[TargetOnly, StandardSD, ASP, As2d]
