@@ -6,9 +6,11 @@ only the first run on a machine downloads (~50 MB: 12 Debian packages, two wheel
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
+import shutil
 import tempfile
 import subprocess
 import sys
@@ -69,7 +71,9 @@ print(json.dumps({"results": results, "sha": hashlib.sha256(b"as2d").hexdigest()
 def project_snapshot() -> Path:
     """A frozen copy of the checkout's bundled packages, so files others edit while the
     tests run cannot change the inputs between two builds (same content, same cache key)."""
-    return snapshot_project(Recipe(), default_project_root(), Path(tempfile.mkdtemp(prefix="as2d-bundle-project-")))
+    dest = Path(tempfile.mkdtemp(prefix="as2d-bundle-project-"))
+    atexit.register(shutil.rmtree, dest, True)
+    return snapshot_project(Recipe(), default_project_root(), dest)
 
 
 @functools.lru_cache(maxsize=1)

@@ -182,3 +182,22 @@ def test_cli_bad_arch_is_one_line() -> None:
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: unsupported bundle architecture 'riscv64'; use one of arm64"
+
+
+def test_load_built_reads_the_manifest_from_the_archive_head(tmp_path: Path) -> None:
+    from as2d_cli.bundle.build import load_built
+
+    m = _manifest()
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "python3.11").write_bytes(b"\0" * 10)
+    (tmp_path / "t" / mf.MANIFEST).write_text(json.dumps(m))
+    (tmp_path / "t" / mf.MANIFEST_HASH).write_text(mf.manifest_hash(m) + "\n")
+    names = ["python3.11", mf.MANIFEST, mf.MANIFEST_HASH]
+    pack(tmp_path / "t", names, tmp_path / "a.tar.gz", lead=(mf.MANIFEST, mf.MANIFEST_HASH))
+    assert load_built(tmp_path / "a.tar.gz") == (m, mf.manifest_hash(m))
+    (tmp_path / "t" / mf.MANIFEST_HASH).write_text("0" * 64 + "\n")
+    pack(tmp_path / "t", names, tmp_path / "b.tar.gz", lead=(mf.MANIFEST, mf.MANIFEST_HASH))
+    with pytest.raises(FormatError, match="does not match its manifest"):
+        load_built(tmp_path / "b.tar.gz")
+    with pytest.raises(FormatError, match="no such bundle archive"):
+        load_built(tmp_path / "missing.tar.gz")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
-from as2d_cli.bundle.cache import sha256_file
+from as2d_cli.bundle.cache import HashMemo
 from as2d_cli.bundle.recipe import Recipe
 from as2d_cli.bundle.tools import require_tool, run_tool
 from as2d_cli.errors import UserError
@@ -161,10 +161,11 @@ class PrivateApt:
             raise UserError(f"apt could not resolve {', '.join(missing)} for {self.recipe.arch}; {_APT_HINT}")
         return sorted(found, key=lambda p: p.name)
 
-    def fetch(self, packages: list[DebPackage], into: Path) -> list[Path]:
+    def fetch(self, packages: list[DebPackage], into: Path, memo: HashMemo | None = None) -> list[Path]:
         """Download the packages not yet in ``into`` (verifying each SHA-256); return their paths."""
         into.mkdir(parents=True, exist_ok=True)
-        todo = [p for p in packages if not _good(into / p.filename, p.sha256)]
+        memo = memo or HashMemo()
+        todo = [p for p in packages if not _good(into / p.filename, p.sha256, memo)]
         if todo:
             run_tool(
                 [self.apt_get, *self._options(), "-qq", "download", *[f"{p.name}={p.version}" for p in todo]],
@@ -175,7 +176,7 @@ class PrivateApt:
         paths = []
         for p in packages:
             path = into / p.filename
-            if not _good(path, p.sha256):
+            if not _good(path, p.sha256, memo):
                 raise UserError(
                     f"downloaded {p.filename} does not match the SHA-256 the package lists give; "
                     f"delete {path} and build again with --refresh"
@@ -184,5 +185,5 @@ class PrivateApt:
         return paths
 
 
-def _good(path: Path, sha256: str) -> bool:
-    return path.is_file() and sha256_file(path) == sha256
+def _good(path: Path, sha256: str, memo: HashMemo) -> bool:
+    return path.is_file() and memo.sha256(path) == sha256

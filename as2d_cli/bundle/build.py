@@ -23,8 +23,8 @@ import as2d_cli
 from as2d_cli.bundle import manifest as mf
 from as2d_cli.bundle.apt import PrivateApt
 from as2d_cli.bundle.assemble import STDLIB, _excluded, assemble, unpack_debs
-from as2d_cli.bundle.cache import cache_root, sha256_file, sha256_text
-from as2d_cli.bundle.pack import pack
+from as2d_cli.bundle.cache import HashMemo, cache_root, sha256_text
+from as2d_cli.bundle.pack import pack, read_member
 from as2d_cli.bundle.recipe import Recipe
 from as2d_cli.bundle.wheels import fetch_wheels
 from as2d_cli.errors import FormatError
@@ -55,14 +55,15 @@ def default_project_root() -> Path:
     return Path(as2d_cli.__file__).resolve().parent.parent
 
 
-def project_files(recipe: Recipe, project_root: Path) -> list[tuple[str, str]]:
+def project_files(recipe: Recipe, project_root: Path, memo: HashMemo | None = None) -> list[tuple[str, str]]:
     """(relative path, SHA-256) of every project file the bundle will carry."""
+    memo = memo or HashMemo()
     out = []
     for pkg in recipe.project_packages:
         for path in sorted((project_root / pkg).rglob("*")):
             rel = path.relative_to(project_root).as_posix()
             if path.is_file() and not _excluded(rel, recipe.project_excludes):
-                out.append((rel, sha256_file(path)))
+                out.append((rel, memo.sha256(path)))
     return out
 
 
@@ -105,84 +106,94 @@ def build_bundle(
     root = cache_root(cache)
     say = progress or (lambda _msg: None)
     with _locked(root / "build.lock"):
-        apt_dir = root / "apt" / f"{recipe.arch}-{recipe.debian_suite}-{sha256_text(recipe.debian_mirror + recipe.debian_security_mirror)[:8]}"
-        apt = PrivateApt(recipe, apt_dir)
-        say("checking the Debian package lists")
-        if apt.update(force=refresh):
-            say("fetched the Debian arm64 package lists")
-        debs = apt.resolve(recipe.debian_packages)
-        say("fetching wheels")
-        wheels = fetch_wheels(recipe, root / "wheels" / f"cp{recipe.python_version.replace('.', '')}-{recipe.arch}")
-        files = project_files(recipe, project_root)
-        key = sha256_text(json.dumps({
-            "recipe": recipe.to_json(),
-            "debs": [p.to_json() for p in debs],
-            "wheels": [w.to_json() for w, _ in wheels],
-            "project": files,
-        }, sort_keys=True))
-        out_dir = root / "bundles" / key[:16]
-        archive = out_dir / ARCHIVE_NAME.format(arch=recipe.arch)
-        hit = _cached(out_dir, archive)
-        if hit is not None:
-            os.utime(out_dir)  # most recently used: kept longest by _trim
-            say("cache hit")
-            return _result(archive, hit, key, True, start)
+        memo = HashMemo(root / "hashes.json")
+        try:
+            return _build_locked(recipe, project_root, root, refresh, say, start, memo)
+        finally:
+            memo.save()
 
-        say(f"downloading {len(debs)} Debian packages")
-        deb_paths = apt.fetch(debs, root / "debs" / recipe.arch)
-        work = root / "work" / key[:16]
-        if work.exists():
-            shutil.rmtree(work)
-        say("unpacking and assembling")
-        roots = unpack_debs(list(zip(debs, deb_paths)), work / "debs")
-        tree = assemble(recipe, roots, wheels, project_root, work / "tree")
-        manifest = {
-            "schema": mf.SCHEMA,
-            "version": mf.VERSION,
-            "arch": recipe.arch,
-            "recipe": recipe.to_json(),
-            "launch": {
-                "loader": recipe.loader,
-                "library_path": "lib",
-                "python": "python3.11",
-                "pythonhome": "python",
-                "pythonpath": ["app", "site"],
-            },
-            "debian_packages": [p.to_json() for p in debs],
-            "wheels": [w.to_json() for w, _ in wheels],
-            "project": {
-                "packages": list(recipe.project_packages),
-                "excludes": list(recipe.project_excludes),
-                "files": sum(1 for c in tree.origin.values() if c in ("project", "assets")),
-                "assets": sorted(r for r, c in tree.origin.items() if c == "assets"),
-            },
-            "files": mf.describe_files(tree.root, tree.origin),
-            "dropped": sorted(tree.dropped, key=lambda d: d["path"]),
-        }
-        manifest["totals"] = {
-            "files": len(manifest["files"]),
-            "bytes": sum(f["size"] for f in manifest["files"]),
-        }
-        mf.validate(manifest, "the manifest being built")
-        digest = mf.manifest_hash(manifest)
-        (tree.root / mf.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-        (tree.root / mf.MANIFEST_HASH).write_text(digest + "\n")
-        say("packing")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        pack(tree.root, [*tree.origin, mf.MANIFEST, mf.MANIFEST_HASH], archive)
-        shutil.copyfile(tree.root / mf.MANIFEST, out_dir / mf.MANIFEST)
-        info = {
-            "manifest_sha256": digest,
-            "archive_sha256": sha256_file(archive),
-            "key": key,
-            "toolkit_version": as2d_cli.__version__,
-            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "stdlib": STDLIB,
-        }
-        (out_dir / BUILD_INFO).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+
+def _build_locked(
+    recipe: Recipe, project_root: Path, root: Path, refresh: bool, say: Progress, start: float, memo: HashMemo
+) -> BuildResult:
+    apt_dir = root / "apt" / f"{recipe.arch}-{recipe.debian_suite}-{sha256_text(recipe.debian_mirror + recipe.debian_security_mirror)[:8]}"
+    apt = PrivateApt(recipe, apt_dir)
+    say("checking the Debian package lists")
+    if apt.update(force=refresh):
+        say("fetched the Debian arm64 package lists")
+    debs = apt.resolve(recipe.debian_packages)
+    say("fetching wheels")
+    wheels = fetch_wheels(recipe, root / "wheels" / f"cp{recipe.python_version.replace('.', '')}-{recipe.arch}", memo)
+    files = project_files(recipe, project_root, memo)
+    key = sha256_text(json.dumps({
+        "recipe": recipe.to_json(),
+        "debs": [p.to_json() for p in debs],
+        "wheels": [w.to_json() for w, _ in wheels],
+        "project": files,
+    }, sort_keys=True))
+    out_dir = root / "bundles" / key[:16]
+    archive = out_dir / ARCHIVE_NAME.format(arch=recipe.arch)
+    hit = _cached(out_dir, archive, memo)
+    if hit is not None:
+        os.utime(out_dir)  # most recently used: kept longest by _trim
+        say("cache hit")
+        return _result(archive, hit, key, True, start)
+
+    say(f"downloading {len(debs)} Debian packages")
+    deb_paths = apt.fetch(debs, root / "debs" / recipe.arch, memo)
+    work = root / "work" / key[:16]
+    if work.exists():
         shutil.rmtree(work)
-        _trim(root / "bundles", keep=out_dir)
-        return _result(archive, manifest, key, False, start)
+    say("unpacking and assembling")
+    roots = unpack_debs(list(zip(debs, deb_paths)), work / "debs")
+    tree = assemble(recipe, roots, wheels, project_root, work / "tree")
+    manifest = {
+        "schema": mf.SCHEMA,
+        "version": mf.VERSION,
+        "arch": recipe.arch,
+        "recipe": recipe.to_json(),
+        "launch": {
+            "loader": recipe.loader,
+            "library_path": "lib",
+            "python": "python3.11",
+            "pythonhome": "python",
+            "pythonpath": ["app", "site"],
+        },
+        "debian_packages": [p.to_json() for p in debs],
+        "wheels": [w.to_json() for w, _ in wheels],
+        "project": {
+            "packages": list(recipe.project_packages),
+            "excludes": list(recipe.project_excludes),
+            "files": sum(1 for c in tree.origin.values() if c in ("project", "assets")),
+            "assets": sorted(r for r, c in tree.origin.items() if c == "assets"),
+        },
+        "files": mf.describe_files(tree.root, tree.origin),
+        "dropped": sorted(tree.dropped, key=lambda d: d["path"]),
+    }
+    manifest["totals"] = {
+        "files": len(manifest["files"]),
+        "bytes": sum(f["size"] for f in manifest["files"]),
+    }
+    mf.validate(manifest, "the manifest being built")
+    digest = mf.manifest_hash(manifest)
+    (tree.root / mf.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    (tree.root / mf.MANIFEST_HASH).write_text(digest + "\n")
+    say("packing")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pack(tree.root, [*tree.origin, mf.MANIFEST, mf.MANIFEST_HASH], archive, lead=(mf.MANIFEST, mf.MANIFEST_HASH))
+    shutil.copyfile(tree.root / mf.MANIFEST, out_dir / mf.MANIFEST)
+    info = {
+        "manifest_sha256": digest,
+        "archive_sha256": memo.sha256(archive),
+        "key": key,
+        "toolkit_version": as2d_cli.__version__,
+        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "stdlib": STDLIB,
+    }
+    (out_dir / BUILD_INFO).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+    shutil.rmtree(work)
+    _trim(root / "bundles", keep=out_dir)
+    return _result(archive, manifest, key, False, start)
 
 
 def _trim(bundles: Path, keep: Path) -> None:
@@ -202,7 +213,7 @@ def _trim(bundles: Path, keep: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _cached(out_dir: Path, archive: Path) -> dict | None:
+def _cached(out_dir: Path, archive: Path, memo: HashMemo) -> dict | None:
     """The cached manifest if the archive there is complete and unchanged, else None."""
     info_path = out_dir / BUILD_INFO
     if not (info_path.is_file() and archive.is_file()):
@@ -212,7 +223,7 @@ def _cached(out_dir: Path, archive: Path) -> dict | None:
         manifest = mf.load(out_dir / mf.MANIFEST)
     except (json.JSONDecodeError, FormatError):
         return None
-    if sha256_file(archive) != info.get("archive_sha256") or mf.manifest_hash(manifest) != info.get("manifest_sha256"):
+    if memo.sha256(archive) != info.get("archive_sha256") or mf.manifest_hash(manifest) != info.get("manifest_sha256"):
         return None
     return manifest
 
@@ -231,6 +242,13 @@ def _result(archive: Path, manifest: dict, key: str, hit: bool, start: float) ->
 
 
 def load_built(archive: Path) -> tuple[dict, str]:
-    """The manifest and its hash for a built archive (its sibling manifest.json)."""
-    manifest = mf.load(archive.with_name(mf.MANIFEST))
-    return manifest, mf.manifest_hash(manifest)
+    """The manifest and its hash, read from the archive itself (so any copy of it works)."""
+    raw = read_member(archive, mf.MANIFEST)
+    try:
+        manifest = mf.validate(json.loads(raw), f"{archive}:{mf.MANIFEST}")
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"{archive}: its {mf.MANIFEST} is not valid JSON ({exc.msg}); rebuild with `as2d bundle build`") from None
+    digest = mf.manifest_hash(manifest)
+    if read_member(archive, mf.MANIFEST_HASH).decode().strip() != digest:
+        raise FormatError(f"{archive}: {mf.MANIFEST_HASH} does not match its manifest; rebuild with `as2d bundle build`")
+    return manifest, digest

@@ -14,11 +14,12 @@ from as2d_cli.errors import FormatError
 FIXED_MTIME = 1577836800
 
 
-def pack(root: Path, paths: list[str], out: Path, level: int = 1) -> None:
+def pack(root: Path, paths: list[str], out: Path, level: int = 1, lead: tuple[str, ...] = ()) -> None:
     """Write ``paths`` (relative to ``root``) into a reproducible .tar.gz at ``out``.
 
     Level 1: the ONNX weights and shared libraries barely compress (level 6 saves ~4%
-    for 1.5x the time)."""
+    for 1.5x the time). ``lead`` files (top-level) come first, so readers find them
+    without decompressing the rest; everything else follows in sorted order."""
     tmp = out.with_name(out.name + ".partial")
     dirs: set[str] = set()
     for rel in paths:
@@ -28,7 +29,7 @@ def pack(root: Path, paths: list[str], out: Path, level: int = 1) -> None:
     with open(tmp, "wb") as raw:
         with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=level, mtime=0) as gz:
             with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
-                for rel in sorted(dirs | set(paths)):
+                for rel in [*lead, *sorted((dirs | set(paths)) - set(lead))]:
                     path = root / rel
                     info = tarfile.TarInfo(rel)
                     info.mtime = FIXED_MTIME
@@ -63,11 +64,19 @@ def unpack(archive: Path, into: Path) -> None:
 
 
 def read_member(archive: Path, name: str) -> bytes:
-    with tarfile.open(archive, "r:gz") as tar:
-        f = tar.extractfile(name)
-        if f is None:
-            raise FormatError(f"{archive}: no {name} inside; rebuild with `as2d bundle build`")
-        return f.read()
+    """One file's bytes, reading the archive only up to it (streaming, no index)."""
+    try:
+        with tarfile.open(archive, "r|gz") as tar:
+            for member in tar:
+                if member.name == name and member.isfile():
+                    f = tar.extractfile(member)
+                    assert f is not None
+                    return f.read()
+    except FileNotFoundError:
+        raise FormatError(f"{archive}: no such bundle archive; build one with `as2d bundle build`") from None
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise FormatError(f"{archive}: not a readable bundle archive ({exc}); rebuild with `as2d bundle build`") from None
+    raise FormatError(f"{archive}: no {name} inside; rebuild with `as2d bundle build`")
 
 
 

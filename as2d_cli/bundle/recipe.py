@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from as2d_cli.errors import UserError
 
 # Bumped when the builder's output for the same inputs changes (layout, pruning, packing).
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 
 SUPPORTED_ARCHES = ("arm64",)
 

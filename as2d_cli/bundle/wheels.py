@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from as2d_cli.bundle.cache import sha256_file
+from as2d_cli.bundle.cache import HashMemo
 from as2d_cli.bundle.recipe import Recipe
 from as2d_cli.bundle.tools import run_tool
 from as2d_cli.errors import UserError
@@ -43,21 +43,22 @@ class Wheel:
                 "sha256": self.sha256, "size": self.size}
 
 
-def fetch_wheels(recipe: Recipe, into: Path) -> list[tuple[Wheel, Path]]:
+def fetch_wheels(recipe: Recipe, into: Path, memo: HashMemo | None = None) -> list[tuple[Wheel, Path]]:
     """Each pinned wheel of the recipe, from the cache or downloaded into it."""
     into.mkdir(parents=True, exist_ok=True)
+    memo = memo or HashMemo()
     lock_path = into / "resolved.json"
     lock: dict[str, dict] = json.loads(lock_path.read_text()) if lock_path.is_file() else {}
     out: list[tuple[Wheel, Path]] = []
     for spec in recipe.wheels:
         entry = lock.get(spec)
-        if entry and (into / entry["filename"]).is_file() and sha256_file(into / entry["filename"]) == entry["sha256"]:
+        if entry and (into / entry["filename"]).is_file() and memo.sha256(into / entry["filename"]) == entry["sha256"]:
             path = into / entry["filename"]
         else:
             path = _download(recipe, spec, into)
-            lock[spec] = {"filename": path.name, "sha256": sha256_file(path)}
+            lock[spec] = {"filename": path.name, "sha256": memo.sha256(path)}
             lock_path.write_text(json.dumps(lock, indent=1, sort_keys=True))
-        out.append((Wheel(spec, path.name, sha256_file(path), path.stat().st_size), path))
+        out.append((Wheel(spec, path.name, memo.sha256(path), path.stat().st_size), path))
     return out
 
 
