@@ -45,6 +45,14 @@ def test_parallel_sweep_equals_in_process_and_detailed_replay(data, cat) -> None
                 assert r.source == cat.used[i][j]
 
 
+def test_saturated_budgets_reuse_is_exact(data, cat) -> None:
+    ts, prof = data
+    full = sweep(ts.windows, prof, SOURCES, range(1, 13), processes=1, reuse=False)
+    assert np.array_equal(full.times, cat.times) and np.array_equal(full.rounds, cat.rounds)
+    assert full.simulated_rounds == full.n_rounds
+    assert cat.simulated_rounds < cat.n_rounds  # some budgets never bound and were reused
+
+
 def test_ineligible_windows_use_the_default_source_at_the_same_budget(data, cat) -> None:
     ts, _ = data
     fell_back = 0

@@ -40,6 +40,7 @@ class CatalogTimes:
     times: np.ndarray  # int64 [W, S, B]
     rounds: np.ndarray  # int64 [W, S, B]
     used: list[list[str]]
+    simulated_rounds: int = 0  # rounds actually simulated (saturated budgets reuse a run)
 
     def pooled_tps(self) -> np.ndarray:
         """Pooled TPS of every (source, budget): Σ tokens / Σ time over the windows."""
@@ -55,21 +56,31 @@ class CatalogTimes:
 _STATE: dict = {}
 
 
-def _chunk_job(args: tuple[int, int]) -> tuple[int, np.ndarray, np.ndarray, list[list[str]]]:
+def _chunk_job(args: tuple[int, int]) -> tuple:
     lo, hi = args
     windows: Sequence[WindowTrace] = _STATE["windows"]
-    return (lo, *_run_chunk(windows[lo:hi], _STATE["profile"], _STATE["sources"], _STATE["budgets"], _STATE["threshold"], _STATE["batch"]))
+    return (lo, *_run_chunk(windows[lo:hi], _STATE["profile"], _STATE["sources"], _STATE["budgets"], _STATE["threshold"],
+                            _STATE["batch"], _STATE["reuse"]))
 
 
-def _chunk_job_pickled(args: tuple) -> tuple[int, np.ndarray, np.ndarray, list[list[str]]]:
-    lo, windows, profile, sources, budgets, threshold, batch = args
-    return (lo, *_run_chunk(windows, profile, sources, budgets, threshold, batch))
+def _chunk_job_pickled(args: tuple) -> tuple:
+    lo, windows, profile, sources, budgets, threshold, batch, reuse = args
+    return (lo, *_run_chunk(windows, profile, sources, budgets, threshold, batch, reuse))
 
 
-def _run_chunk(windows, profile, sources, budgets, threshold, batch):
+def _run_chunk(windows, profile, sources, budgets, threshold, batch, reuse=True):
+    """Times, rounds and used sources for ``windows``; budgets ascending.
+
+    Budget saturation (exact, not an approximation): a budget b only ever cuts a round's
+    chain at b candidates. If no round of the b-run offered b candidates, every chain was
+    cut by readiness, confidence, or the output budget instead, so any larger budget makes
+    the same chains, the same target calls at the same widths and the same times: the
+    larger budgets reuse that run (``tests/test_replay_sweep.py`` checks it against
+    replaying every budget)."""
     S, B = len(sources), len(budgets)
     times = np.zeros((len(windows), S, B), dtype=np.int64)
     rounds = np.zeros((len(windows), S, B), dtype=np.int64)
+    simulated = 0
     used: list[list[str]] = []
     preps = [[Prepared(profile, MethodSpec("as2d", budget=b, source=s, threshold=threshold, batch=batch)) for b in budgets] for s in sources]
     for i, w in enumerate(windows):
@@ -77,12 +88,20 @@ def _run_chunk(windows, profile, sources, budgets, threshold, batch):
         for j, s in enumerate(sources):
             tl = timeline_for(w, preps[j][0], s)
             row.append(tl[0])
+            saturated = False
             for k in range(B):
+                if saturated:
+                    times[i, j, k] = times[i, j, k - 1]
+                    rounds[i, j, k] = rounds[i, j, k - 1]
+                    continue
                 r = replay_window(w, preps[j][k], detail=False, timeline=tl)
                 times[i, j, k] = r.time_ns
                 rounds[i, j, k] = r.rounds
+                simulated += r.rounds
+                widest = max(r.width_histogram, default=1)
+                saturated = reuse and widest - 1 < budgets[k]
         used.append(row)
-    return times, rounds, used
+    return times, rounds, used, simulated
 
 
 def default_processes() -> int:
@@ -101,6 +120,7 @@ def sweep(
     threshold: float | None = 0.4,
     batch: int = 8,
     processes: int | None = None,
+    reuse: bool = True,
 ) -> CatalogTimes:
     """Replay As²d for every window × source × budget; ``processes`` defaults to the CPUs
     this process may use (1 runs in-process)."""
@@ -125,27 +145,30 @@ def sweep(
     times = np.zeros((W, S, B), dtype=np.int64)
     rounds = np.zeros((W, S, B), dtype=np.int64)
     used: list[list[str]] = [[] for _ in range(W)]
+    simulated = [0]
 
-    def collect(lo: int, t: np.ndarray, r: np.ndarray, u: list[list[str]]) -> None:
+    def collect(lo: int, t: np.ndarray, r: np.ndarray, u: list[list[str]], n: int) -> None:
         times[lo : lo + len(t)] = t
         rounds[lo : lo + len(r)] = r
         used[lo : lo + len(u)] = u
+        simulated[0] += n
 
     if procs <= 1 or len(bounds) == 1:
-        collect(0, *_run_chunk(list(windows), profile, list(sources), budgets, threshold, batch))
+        collect(0, *_run_chunk(list(windows), profile, list(sources), budgets, threshold, batch, reuse))
     elif "fork" in mp.get_all_start_methods():
-        _STATE.update(windows=list(windows), profile=profile, sources=list(sources), budgets=budgets, threshold=threshold, batch=batch)
+        _STATE.update(windows=list(windows), profile=profile, sources=list(sources), budgets=budgets, threshold=threshold,
+                      batch=batch, reuse=reuse)
         try:
             with mp.get_context("fork").Pool(procs) as pool:
-                for lo, t, r, u in pool.imap_unordered(_chunk_job, bounds):
-                    collect(lo, t, r, u)
+                for lo, *rest in pool.imap_unordered(_chunk_job, bounds):
+                    collect(lo, *rest)
         finally:
             _STATE.clear()
     else:  # pragma: no cover - platforms without fork
-        jobs = [(lo, list(windows[lo:hi]), profile, list(sources), budgets, threshold, batch) for lo, hi in bounds]
+        jobs = [(lo, list(windows[lo:hi]), profile, list(sources), budgets, threshold, batch, reuse) for lo, hi in bounds]
         with mp.get_context("spawn").Pool(procs) as pool:
-            for lo, t, r, u in pool.imap_unordered(_chunk_job_pickled, jobs):
-                collect(lo, t, r, u)
+            for lo, *rest in pool.imap_unordered(_chunk_job_pickled, jobs):
+                collect(lo, *rest)
     return CatalogTimes(
         window_ids=[w.id for w in windows],
         datasets=[w.dataset for w in windows],
@@ -155,4 +178,5 @@ def sweep(
         times=times,
         rounds=rounds,
         used=used,
+        simulated_rounds=simulated[0],
     )
