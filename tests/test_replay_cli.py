@@ -176,6 +176,13 @@ def test_unknown_method_and_missing_file(work: Path) -> None:
     _one_line_error(proc, "nope.yaml")
 
 
+def test_options_that_do_not_apply_are_refused(work: Path) -> None:
+    _one_line_error(_run_bad(work, "--method", "sd", "--source", "qwen"), "--source")
+    _one_line_error(_run_bad(work, "--method", "asp", "--k", "5"), "--k")
+    _one_line_error(_run_bad(work, "--method", "target-only", "--budget", "3"), "--budget")
+    _one_line_error(_run_bad(work, "--split", "test"), "no 'test' windows")
+
+
 def test_select_budget_writes_a_versioned_deployment_and_never_overwrites(work: Path) -> None:
     proc = as2d("select-budget", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--budgets", "1-12",
                 "--processes", "1", "--json", cwd=work)

@@ -109,13 +109,23 @@ def expand(
     default_source: str | None,
     default_budget: int = DEFAULT_BUDGET,
     batch: int = DEFAULT_BATCH,
+    threshold: float | None = DEFAULT_THRESHOLD,
 ) -> list[MethodSpec]:
+    """``threshold``/``batch`` configure As²d's confidence stop and publication batch (a
+    deployment's values); the ablations keep ASP's threshold."""
     """The configurations one method name stands for (SD: one per K in 5..8 unless ``k``)."""
     if method not in METHODS:
         raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     for name, v in (("--budget", budget), ("--k", k)):
         if v is not None and v < 1:
             raise UserError(f"{name} must be at least 1, got {v}")
+    # Options that do not apply to a method are refused, not silently ignored.
+    if k is not None and method != "sd":
+        raise UserError(f"--k sets standard SD's physical width; method {method} has none — drop --k or use --method sd")
+    if budget is not None and method in ("target-only", "sd"):
+        raise UserError(f"method {method} takes no --budget" + (" (use --k for SD's physical width)" if method == "sd" else ""))
+    if source is not None and method not in ("as2d", "as2d-no-bc"):
+        raise UserError(f"--source picks a target-decoupled source; method {method} has none — use --method as2d or as2d-no-bc")
     if method == "target-only":
         return [MethodSpec("target-only")]
     if method == "sd":
@@ -131,4 +141,5 @@ def expand(
     if method == "as2d-no-bc":
         b = budget if budget is not None else asp_cap(profile_max_width)
         return [MethodSpec("as2d-no-bc", budget=b, source=src, batch=batch)]
-    return [MethodSpec("as2d", budget=budget if budget is not None else default_budget, source=src, batch=batch)]
+    return [MethodSpec("as2d", budget=budget if budget is not None else default_budget, source=src, batch=batch,
+                       threshold=threshold)]

@@ -22,6 +22,7 @@ from as2d_cli.formats.trace_io import load_traces
 from as2d_cli.replay.run import run_method, slowdowns
 from as2d_cli.replay.selection import Selection, select_budget, windows_of
 from as2d_cli.replay.sweep import DEFAULT_BUDGETS
+from as2d_cli.stats.compare import cdf
 
 REPORT_SCHEMA = "as2d.replay-report"
 REPORT_VERSION = 1
@@ -59,8 +60,9 @@ def replay_report(
         dep = load_deployment(deployment_path, profile=profile_path)
     default_budget = dep.budget if dep is not None else 7
     default_source = dep.source if dep is not None else traces.default_source
+    extra = {"batch": dep.batch, "threshold": dep.threshold} if dep is not None else {}
     run = run_method(windows, profile, method, budget=budget, source=source, k=k,
-                     default_source=default_source, default_budget=default_budget)
+                     default_source=default_source, default_budget=default_budget, **extra)
     summary = run.summary()
     if method != "target-only":
         base = run_method(windows, profile, "target-only", detail=False)
@@ -69,8 +71,10 @@ def replay_report(
             "speedup": (summary["tps"] / base.pooled_tps()) if summary["tps"] and base.pooled_tps() else None,
             "windows": slowdowns(run.window_tps(), base.window_tps()),
         }
-    per_window = []
     wtps = run.window_tps()
+    timed = [v for v in wtps if v is not None]
+    summary["cdf"] = [list(p) for p in cdf(timed)] if timed else []
+    per_window = []
     for i, w in enumerate(windows):
         entry = {"window": w.id, "dataset": w.dataset, "split": w.split, "tps": wtps[i],
                  "configs": [rows[i].to_json(spans=spans) for rows in run.runs]}
@@ -101,6 +105,10 @@ def select_report(
     processes: int | None = None,
 ) -> tuple[Selection, dict]:
     """Run the selection on the traces' dev and val splits; return it and its report."""
+    if not 0.0 <= tolerance < 1.0:
+        raise UserError(f"--tolerance {tolerance}: give a fraction in [0, 1), e.g. 0.01 for 1 %")
+    if processes is not None and processes < 1:
+        raise UserError(f"--processes {processes}: give at least 1")
     profile, traces = load_inputs(profile_path, traces_path)
     sel = select_budget(traces, profile, sources=sources, budgets=budgets, tolerance=tolerance, processes=processes)
     report = {

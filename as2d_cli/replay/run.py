@@ -123,11 +123,13 @@ def run_method(
     default_source: str | None = None,
     default_budget: int = 7,
     detail: bool = True,
+    batch: int = 8,
+    threshold: float | None = 0.4,
 ) -> MethodRun:
     if not windows:
         raise UserError("no windows to replay; check the trace file and the split")
     specs = expand(method, budget=budget, source=source, k=k, profile_max_width=profile.max_width,
-                   default_source=default_source, default_budget=default_budget)
+                   default_source=default_source, default_budget=default_budget, batch=batch, threshold=threshold)
     preps = [Prepared(profile, s) for s in specs]  # widths/sources/costs checked before any window
     for prep in preps:
         if prep.spec.decoupled:
