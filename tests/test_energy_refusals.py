@@ -95,7 +95,7 @@ def test_refuses_too_few_samples_sparse_polls(tmp_path: Path) -> None:
 
 def test_refuses_window_outside_capture(tmp_path: Path) -> None:
     s = _series(tmp_path, duration_ms=18_000)  # trace ended before the as2d request did
-    with pytest.raises(MeasurementRefused, match="as2d/formal.*too few samples.*lengthen"):
+    with pytest.raises(MeasurementRefused, match="as2d/formal.*too few samples.*raise the request budget"):
         analyse_episode(s, EPISODE)
 
 

@@ -51,8 +51,8 @@ def window_indices(series: BatterySeries, t0: int, t1: int) -> tuple[int, int]:
     if lo < 0 or hi >= t.size:
         raise MeasurementRefused(
             f"too few samples: the trace covers boot time {t[0] / 1e9:.3f}–{t[-1] / 1e9:.3f} s "
-            f"but the window is {t0 / 1e9:.3f}–{t1 / 1e9:.3f} s; lengthen the trace duration "
-            "or start the capture earlier"
+            f"but the window is {t0 / 1e9:.3f}–{t1 / 1e9:.3f} s; the request outlasted the "
+            "bounded trace — raise the request budget (--request-budget-s), which sizes it"
         )
     return lo, hi
 
