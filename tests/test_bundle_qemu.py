@@ -109,3 +109,47 @@ def test_bundle_reads_corpus_audio_and_vocabulary_like_the_host(bundle_dir: Path
     arm, ref = np.load(tmp_path / "arm.npy"), np.load(tmp_path / "host.npy")
     assert arm.shape == ref.shape and arm.size > 16000
     np.testing.assert_allclose(arm, ref, rtol=0, atol=1e-6)
+
+
+def test_native_runner_from_the_bundle_gives_the_host_runners_tokens(bundle_dir: Path, tmp_path: Path) -> None:
+    """`python -m native.runner` from the bundle (JSON lines on stdin, as over adb) decodes
+    the shortest bundled window with As²d (producer thread + target) and commits exactly
+    the tokens the host runner commits, with As²d and with target-only."""
+    import os
+    import subprocess
+    import sys
+
+    from test_bundle_common import project_snapshot
+
+    project = project_snapshot()
+    models = project / "as2d_cli" / "assets" / "models" / "models.json"
+    corpus = project / "as2d_cli" / "assets" / "corpus" / "manifest.json"
+    if not (models.is_file() and corpus.is_file()):
+        pytest.skip("the shipped models or corpus are not in as2d_cli/assets yet")
+    window = min(json.loads(corpus.read_text())["windows"], key=lambda w: (w["seconds"], w["id"]))["id"]
+
+    def cmds(*methods: str) -> str:
+        lines = [{"op": "hello"}, {"op": "load"}]
+        lines += [{"op": "decode", "window": window, "method": m, "max_tokens": 12, "events": False, "id": m}
+                  for m in methods]
+        return "".join(json.dumps(x) + "\n" for x in [*lines, {"op": "quit"}])
+
+    def results(stdout: str) -> dict[str, list[int]]:
+        events = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+        errors = [e for e in events if e.get("event") == "error"]
+        assert not errors, errors
+        return {e["id"]: e["tokens"] for e in events if e.get("event") == "result"}
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(qemu.arm64_cpuinfo())
+    start = launch.launch(shared_build().manifest, str(bundle_dir), ["-m", "native.runner"],
+                          home=str(tmp_path), tmpdir=str(tmp_path))
+    guest = qemu.run(bundle_dir, start.argv, start.env, cpuinfo=cpuinfo, input=cmds("as2d"), timeout=400)
+    assert guest.returncode == 0, guest.stderr[-3000:]
+    env = {**os.environ, "PYTHONPATH": str(project)}  # the host runs the same frozen code and models
+    host = subprocess.run([sys.executable, "-m", "native.runner"], input=cmds("as2d", "target-only"),
+                          capture_output=True, text=True, env=env, cwd=project, timeout=300)
+    assert host.returncode == 0, host.stderr[-3000:]
+    got, want = results(guest.stdout), results(host.stdout)
+    assert len(want["target-only"]) >= 2
+    assert got["as2d"] == want["as2d"] == want["target-only"]
