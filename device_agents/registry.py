@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from as2d_cli.errors import DeviceError, UserError
-from device_agents.adb_phone import STATE_ADVICE, AdbPhone, _state_error, list_attached
+from device_agents.adb_phone import STATE_ADVICE, AdbPhone, _server_up, _state_error, adb_port, list_attached
 from device_agents.base import Device, Facts
 from device_agents.local import LocalHost
 
@@ -37,6 +37,10 @@ def resolve_phone(name: str, port: int | None = None) -> Device:
     """The device for a ``--phone`` value, or one clear error line."""
     if name == "local":
         return LocalHost()
+    port = port or adb_port()
+    if not _server_up(port):
+        raise UserError(f"--phone {name}: no adb server runs on port {port}; start it with `adb start-server` "
+                        f"(or set ANDROID_ADB_SERVER_PORT), attach the phone, and check `as2d devices`")
     attached = list_attached(port)
     key = ALIASES.get(name, name)
     if key in KNOWN_PHONES:

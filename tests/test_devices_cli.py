@@ -155,3 +155,13 @@ def test_emulator_rejects_an_unknown_profile_in_one_line(capsys) -> None:
         main(["emulator", "start", "--private-server", "--profile", "pixel"])
     assert exc.value.code == 2
     assert capsys.readouterr().err.startswith("error: unknown --profile 'pixel'; choose one of k70, mi14")
+
+
+def test_phone_without_an_adb_server_says_how_to_start_one(capsys, monkeypatch) -> None:
+    from device_agents.adbserver import free_port
+
+    port = free_port()
+    code, _, err = run_cli(["devices", "gate", "--phone", "k70"], capsys, monkeypatch, port)
+    assert code == 2
+    assert err.startswith(f"error: --phone k70: no adb server runs on port {port}; start it with `adb start-server`")
+    assert not _listening(port)
