@@ -393,6 +393,7 @@ class EmulatedPower:
         self.phone = phone
         self.model = model or BatteryModel()
         self.recorders: list[BatteryRecorder] = []
+        self.traced_enabled = True  # fault: False makes perfetto fail as with traced off
         self._pids = iter(range(31_000, 10**9))
 
     def install(self) -> "EmulatedPower":
@@ -483,6 +484,10 @@ class EmulatedPower:
                 return 1
         if cfg_src is None or out is None:
             ctx.err("perfetto: needs -c CONFIG and -o OUT\n")
+            return 1
+        if not self.traced_enabled:
+            ctx.err("[perfetto] Could not connect to the traced socket "
+                    "/dev/socket/traced_consumer\n")
             return 1
         try:
             raw = ctx.stdin.read() if cfg_src == "-" else self.phone.fs.read_file(ctx.path(cfg_src))

@@ -206,3 +206,18 @@ def test_native_requests_through_the_runner_path(make_emulated_phone, tmp_path: 
         assert r["window_s"] * 1e3 >= res["prefill_ms"] + res["time_ms"] - 1.0
         assert r["response_s"] <= r["window_s"]
         assert r["energy_j"] > 0 and r["samples_in_window"] >= 2
+
+
+def test_perfetto_failure_is_one_line_and_records_are_kept(make_emulated_phone, tmp_path: Path,
+                                                           capsys) -> None:
+    s = make_emulated_phone(connection="wireless")
+    power = _power(s)
+    power.traced_enabled = False  # traced is off on this phone
+    s.phone.schedule(0.3, s.phone.unplug)
+    code, out, err = _run(_args(s, tmp_path / "res", "--connection", "wireless"), capsys)
+    power.stop_all()
+    assert code == 3
+    (line,) = [ln for ln in err.splitlines() if not ln.startswith(">>> ")]
+    assert "perfetto failed" in line and "traced_consumer" in line and "persist.traced" in line
+    raw = _run_dir(tmp_path / "res") / "raw"
+    assert (raw / "perfetto.rc").read_text().strip() == "1" and (raw / "req003.out").exists()

@@ -196,26 +196,23 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
             say(f"Wireless adb: keep the phone off any charger; measuring for about "
                 f"{trace_s:.0f} s.")
         _wait_episode_done(dev, rd, budget)
+        exclude = {"episode.sh", posixpath.basename(cfg_remote)}
+        exclude |= {Path(f).name for f in run.push_files}
+        rc = dev.shell(["cat", f"{rd}/perfetto.rc"], deadline_s=10).stdout.strip()
+        if rc != "0":
+            _collect_raw(dev, rd, raw, exclude)
+            err = (raw / "perfetto.err").read_text().strip().splitlines() if (
+                raw / "perfetto.err").exists() else []
+            raise DeviceError(f"perfetto failed on {dev.serial} (exit {rc or 'unknown'}: "
+                              f"{err[-1] if err else 'no output'}); the phone's records are in "
+                              f"{raw} — check that traced runs (setprop persist.traced.enable 1)")
         started = dev.shell(["cat", f"{rd}/t_trace_started"], deadline_s=10)
-        if started.exit_code != 0:
-            raise DeviceError(f"the episode on {dev.serial} never started Perfetto; see "
-                              f"{rd}/episode.log (pulled into {raw})")
+        started.check(f"reading {rd}/t_trace_started")
         from as2d_cli.energy.episode_script import parse_uptime_ns
 
         wait_trace_end(dev, parse_uptime_ns(started.stdout, "t_trace_started"),
                        spec.duration_ms, deadline_s=spec.duration_ms / 1000 + 60)
-        skipped: list[str] = []
-        for name in dev.list_dir(rd):
-            pushed = {"episode.sh", posixpath.basename(cfg_remote)}
-            pushed |= {Path(f).name for f in run.push_files}
-            if name in pushed or "/" in name:
-                continue
-            try:
-                dev.pull(f"{rd}/{name}", raw / name)
-            except DeviceError as exc:  # a directory (e.g. a runtime's HOME) or unreadable
-                skipped.append(f"{name}: {exc}")
-        if skipped:
-            (out_dir / "pull_skipped.txt").write_text("\n".join(skipped) + "\n")
+        _collect_raw(dev, rd, raw, exclude)
         dev.pull(trace_remote, out_dir / TRACE_NAME)
         remove_trace(dev, trace_remote)
         th.join(timeout=5)
@@ -223,6 +220,20 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
     facts.setdefault("serial", dev.serial)
     facts.setdefault("connection", run.connection)
     return analyse_run_folder(out_dir, plan, spec, run.baseline, facts)
+
+
+def _collect_raw(dev: Device, rd: str, raw: Path, exclude: set[str]) -> None:
+    """Pull every file the episode wrote; what cannot be pulled is listed, not fatal."""
+    skipped: list[str] = []
+    for name in dev.list_dir(rd):
+        if name in exclude or "/" in name:
+            continue
+        try:
+            dev.pull(f"{rd}/{name}", raw / name)
+        except DeviceError as exc:  # a directory (e.g. a runtime's HOME) or unreadable
+            skipped.append(f"{name}: {exc}")
+    if skipped:
+        (raw.parent / "pull_skipped.txt").write_text("\n".join(skipped) + "\n")
 
 
 def _wait_episode_done(dev: Device, rd: str, budget_s: float) -> None:
