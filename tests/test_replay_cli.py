@@ -212,3 +212,14 @@ def test_select_budget_writes_a_versioned_deployment_and_never_overwrites(work: 
     r = as2d("replay", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--deployment", str(dest), "--json", cwd=work)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["configs"] == [f"as2d({rep['source']}/b{rep['budget']})"]
+
+
+def test_deployment_from_another_profile_is_refused(work: Path) -> None:
+    from as2d_cli.formats.deployment_io import make_deployment, write_deployment
+
+    write_deployment(work / "dep.yaml", make_deployment("qwen", 5, 0.4, 8, work / "profile.yaml", "k70", {}))
+    ok = as2d("replay", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--deployment", "dep.yaml", "--json", cwd=work)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["configs"] == ["as2d(qwen/b5)"]
+    (work / "profile.yaml").write_text((work / "profile.yaml").read_text() + "\n# edited\n")
+    _one_line_error(_run_bad(work, "--deployment", "dep.yaml"), "dep.yaml", "profile")

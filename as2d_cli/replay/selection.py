@@ -142,6 +142,12 @@ def _feasible(profile: CostProfile, sources: Sequence[str], budget: int) -> bool
     return True
 
 
+def feasible_budgets(profile: CostProfile, sources: Sequence[str], budgets: Sequence[int]) -> list[int]:
+    """The budgets (ascending) whose every width 1..b+1 the profile measured, idle and
+    concurrent next to each source: the catalog's budget axis."""
+    return [b for b in sorted(set(int(x) for x in budgets)) if _feasible(profile, sources, b)]
+
+
 def select_budget(
     traces: TraceSet,
     profile: CostProfile,
@@ -161,7 +167,7 @@ def select_budget(
         raise UserError(f"the traces hold no {dev_split!r} windows (splits: {', '.join(have) or 'none'}); pass development traces")
     budgets = sorted(set(int(b) for b in budgets))
     srcs, excluded = catalog_sources(traces, profile, sources)
-    usable_budgets = [b for b in budgets if _feasible(profile, srcs, b)]
+    usable_budgets = feasible_budgets(profile, srcs, budgets)
     if not usable_budgets:
         raise UserError(f"{profile.path}: none of budgets {budgets[0]}–{budgets[-1]} has its width measured (profile max K{profile.max_width}); lower --budgets")
     dropped = [b for b in budgets if b not in usable_budgets]
