@@ -152,3 +152,25 @@ def test_anchor_target_only_paper_table8() -> None:
     total = sum(r.time_ns for r in run.windows)
     assert total == (94_511 - 688) * 59_391_000  # the first token of each window is free
     assert round(run.pooled_tps(), 2) == 16.96
+
+
+def test_prices_agree_with_the_profiles_own_op_pricing() -> None:
+    from as2d_cli.engine.clock import Op
+    from as2d_cli.formats.profile import ms_to_ns
+    from as2d_cli.replay.driver import decoupled_price
+    from as2d_cli.replay.pricing import serial_price
+    from as2d_cli.synthetic import synthetic_profile
+
+    prof = synthetic_profile()
+    price = serial_price(prof, 25)
+    ops = [Op("verify", width=k) for k in range(1, 26)] + [
+        Op("draft", count=c, catch_up=u, rows=r) for c in (0, 1, 7, 24) for u in (0, 1) for r in (0, 3)
+    ] + [Op("paired", rows=1), Op("loop")] + [Op("refresh", width=w) for w in range(1, 25)]
+    for op in ops:
+        assert price(op, 0) == ms_to_ns(prof.op_ms(op)), op
+    prep = Prepared(prof, as2d(budget=24, source="parakeet"))
+    dp = decoupled_price(prep.table("parakeet"), prep.align_ns, finish=10)
+    for k in range(1, 26):
+        assert dp(Op("verify", width=k), 9) == ms_to_ns(prof.op_ms(Op("verify", width=k), True, "parakeet"))
+        assert dp(Op("verify", width=k), 10) == ms_to_ns(prof.op_ms(Op("verify", width=k)))
+    assert dp(Op("align"), 0) == ms_to_ns(prof.align_ms)
