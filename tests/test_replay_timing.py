@@ -174,3 +174,17 @@ def test_prices_agree_with_the_profiles_own_op_pricing() -> None:
         assert dp(Op("verify", width=k), 9) == ms_to_ns(prof.op_ms(Op("verify", width=k), True, "parakeet"))
         assert dp(Op("verify", width=k), 10) == ms_to_ns(prof.op_ms(Op("verify", width=k)))
     assert dp(Op("align"), 0) == ms_to_ns(prof.align_ms)
+
+
+def test_missing_drafter_and_source_kind_mismatch_are_clear_errors() -> None:
+    import dataclasses
+
+    from as2d_cli.formats.profile import SourceCosts
+
+    p = hand_profile()
+    w = dataclasses.replace(hand_window([5, 1, 2, 3, EOS]), drafter=None)
+    with pytest.raises(FormatError, match="window w0: no drafter continuations"):
+        replay_window(w, Prepared(p, MethodSpec("asp", budget=4)))
+    chunked_qwen = dataclasses.replace(p, sources={**p.sources, "qwen": SourceCosts("qwen", "chunked", chunk_ms_idle=5.0)})
+    with pytest.raises(FormatError, match="autoregressive in the trace but chunked in the profile"):
+        replay_window(hand_window([5, 1, EOS]), Prepared(chunked_qwen, as2d()))
