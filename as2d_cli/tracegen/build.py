@@ -33,7 +33,7 @@ def _models(directory: str | None) -> Any:
     return _MODELS
 
 
-def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP) -> dict:
+def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: int | None = None) -> dict:
     """One window's trace record (the ``as2d.trace`` window record as a dict)."""
     from as2d_cli.models.sources import CtcSource, DrafterSource  # noqa: F401
 
@@ -41,7 +41,7 @@ def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP) -> dict:
     target = models.target
     first = target.start(audio)
     ref = [first]
-    max_tokens = target.max_length
+    max_tokens = min(max_tokens or target.max_length, target.max_length)
     while ref[-1] != target.eos_id and len(ref) < max_tokens:
         ref.append(int(target.verify([ref[-1]])[0]))
     eos = ref[-1] == target.eos_id
@@ -69,15 +69,7 @@ def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP) -> dict:
     else:
         sources["ctc"] = {"chunks": [], "eos": True, "eligible": False}
     # The prefix-conditioned drafter from every target-path position (SD and ASP).
-    drafter = models.drafter
-    drafter.start(audio)
-    conts, dconfs = [], []
-    for n in range(len(ref)):
-        d = drafter.draft(ref[: n + 1], cap)
-        t = list(d.tokens) + [target.eos_id] * (cap - len(d.tokens))  # the cache limit can end a draft early
-        c = [round(float(x), 6) for x in (d.confidences or ())] + [0.0] * (cap - len(d.tokens))
-        conts.append(t)
-        dconfs.append(c)
+    conts, dconfs = drafter_continuations(models.drafter.model, audio, ref, cap, target.eos_id)
     return {
         "id": window.id, "dataset": window.setting, "split": window.split, "audio_seconds": window.seconds,
         "task": "asr", "language": window.language, "reference": ref, "eos": eos, "capped": not eos,
@@ -86,13 +78,74 @@ def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP) -> dict:
     }
 
 
-def _job(args: tuple[str, str | None]) -> tuple[str, dict | str]:
-    wid, models_dir = args
+def drafter_continuations(model: Any, audio: Any, ref: list[int], cap: int, eos_id: int
+                          ) -> tuple[list[list[int]], list[list[float]]]:
+    """The drafter's greedy ``cap``-token continuation after every reference prefix.
+
+    Greedy decoding is deterministic, so when the continuation after ``ref[:n+1]`` starts
+    with ``ref[n+1]``, the one after ``ref[:n+2]`` is the same tokens shifted by one plus
+    one new token: a single decoder call instead of ``cap``. Only where the drafter
+    disagrees with the target is the cache rolled back and ``cap`` tokens generated."""
+    from as2d_cli.models.session import softmax_max
+
+    cross = model.encode(audio)
+    limit = model.max_positions
+    base = [model.vocab.sot]
+    conts: list[list[int]] = []
+    confs: list[list[float]] = []
+    cache = model.empty_cache()
+    seq: list[int] = []  # tokens in the cache
+    cur: list[int] = []
+    cur_c: list[float] = []
+
+    def feed(tokens: list[int]) -> tuple[int, float]:
+        nonlocal cache, seq
+        logits = None
+        for i in range(0, len(tokens), 16):
+            logits, cache = model.decode(tokens[i:i + 16], cache, cross)
+        seq = seq + tokens
+        last = logits[-1]
+        return int(last.argmax()), round(float(softmax_max(last[None])[0]), 6)
+
+    for n in range(len(ref)):
+        prefix = base + ref[: n + 1]
+        want = min(cap, max(0, limit - len(prefix)))
+        if want == cap and len(cur) == cap and n > 0 and cur[0] == ref[n]:
+            # Invariant: the cache holds the previous prefix + cur[:-1] = prefix + cur[1:-1].
+            cur, cur_c = cur[1:], cur_c[1:]
+            t, c = feed([cur[-1]])
+            cur.append(t)
+            cur_c.append(c)
+        else:
+            common = 0
+            for a, b in zip(seq, prefix):
+                if a != b:
+                    break
+                common += 1
+            common = min(common, len(prefix) - 1)  # at least one token to feed
+            cache = (cache[0][:, :, :, :common], cache[1][:, :, :, :common])
+            seq = seq[:common]
+            cur, cur_c = [], []
+            if want > 0:
+                t, c = feed(prefix[common:])
+                cur, cur_c = [t], [c]
+                while len(cur) < want:
+                    t, c = feed([cur[-1]])
+                    cur.append(t)
+                    cur_c.append(c)
+        pad = cap - len(cur)  # the decoder's position limit can end a continuation early
+        conts.append(cur + [eos_id] * pad)
+        confs.append(cur_c + [0.0] * pad)
+    return conts, confs
+
+
+def _job(args: tuple[str, str | None, int | None]) -> tuple[str, dict | str]:
+    wid, models_dir, max_tokens = args
     try:
         from as2d_cli.corpus.manifest import load_corpus
 
         w = load_corpus().get(wid)
-        return wid, trace_window(w, _models(models_dir))
+        return wid, trace_window(w, _models(models_dir), max_tokens=max_tokens)
     except Exception as exc:  # reported per window by the parent
         return wid, f"{type(exc).__name__}: {exc}"
 
@@ -122,6 +175,7 @@ def build_traces(
     limit: int | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     force: bool = False,
+    max_tokens: int | None = None,
 ) -> Path:
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.formats.trace_io import load_traces, write_traces
@@ -153,10 +207,10 @@ def build_traces(
         it: Iterator[tuple[str, dict | str]]
         if procs > 1 and len(todo) > 1:
             pool = mp.get_context("spawn").Pool(procs)
-            it = pool.imap_unordered(_job, [(w, models_dir) for w in todo])
+            it = pool.imap_unordered(_job, [(w, models_dir, max_tokens) for w in todo])
         else:
             pool = None
-            it = (_job((w, models_dir)) for w in todo)
+            it = (_job((w, models_dir, max_tokens)) for w in todo)
         try:
             for wid, rec in it:
                 n += 1
