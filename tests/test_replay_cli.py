@@ -80,6 +80,39 @@ def test_replay_json_matches_golden(name: str) -> None:
             assert a["T"] == a["D"] + a["V"] - a["O"] + a["H"] == c["time_ns"]
 
 
+SHARED = DATA.parent  # the formats engineer's committed example (dev/val/test files, synthetic K70 profile)
+
+
+@pytest.mark.parametrize("method,extra", [("as2d", []), ("sd", ["--no-spans"]), ("asp", ["--no-spans"])])
+def test_replay_json_on_the_shared_example_matches_golden(method: str, extra: list[str]) -> None:
+    proc = as2d("replay", "--profile", "example-profile.yaml", "--traces", "example-test.jsonl", "--method", method,
+                *extra, "--json", cwd=SHARED)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    path = GOLDEN / f"example-test-{method}.json"
+    if UPDATE:
+        path.write_text(json.dumps(got, indent=1) + "\n")
+    same(got, json.loads(path.read_text()))
+    assert {w["split"] for w in got["windows"]} == {"test"}
+
+
+def test_select_budget_over_separate_dev_and_val_files(tmp_path: Path) -> None:
+    for name in ("example-profile.yaml", "example-dev.jsonl", "example-val.jsonl"):
+        shutil.copy(SHARED / name, tmp_path / name)
+    proc = as2d("select-budget", "--profile", "example-profile.yaml", "--traces", "example-dev.jsonl",
+                "--traces", "example-val.jsonl", "--budgets", "1-10", "--processes", "2", "--out", "dep.yaml", "--json",
+                cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["dev"]["windows"] > 0 and rep["val"]["windows"] > 0
+    assert [r["path"] for r in rep["inputs"]["traces"]] == ["example-dev.jsonl", "example-val.jsonl"]
+    assert (tmp_path / "dep.yaml").exists()
+    dup = as2d("select-budget", "--profile", "example-profile.yaml", "--traces", "example-dev.jsonl",
+               "--traces", "example-dev.jsonl", "--out", "dep2.yaml", cwd=tmp_path)
+    _one_line_error(dup, "appears in")
+    assert not (tmp_path / "dep2.yaml").exists()
+
+
 def test_sd_summary_is_mean_of_per_k_pooled_tps_and_window_mean() -> None:
     rep = json.loads((GOLDEN / "replay-sd.json").read_text())
     per_k = [c["tps"] for c in rep["summary"]["configs"]]

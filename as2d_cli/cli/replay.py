@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
     @app.command("replay")
     def replay(
         profile: Path = typer.Option(..., "--profile", help="Device cost profile (as2d.profile YAML)."),
-        traces: Path = typer.Option(..., "--traces", help="Trace file (as2d.trace JSON Lines, .jsonl or .jsonl.gz)."),
+        traces: list[Path] = typer.Option(..., "--traces", help="Trace file (as2d.trace JSON Lines, .jsonl or .jsonl.gz); repeat to merge files."),
         method: str = typer.Option("as2d", "--method", help=f"One of: {', '.join(METHODS)}."),
         budget: Optional[int] = typer.Option(None, "--budget", help="As²d/w-o-TD budget (default: deployment's, else 7); ASP/w-o-BC cap (default 24 or the profile's largest width − 1)."),
         source: Optional[str] = typer.Option(None, "--source", help="Target-decoupled source (default: deployment's, else the traces' default)."),
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
                             deployment_path=deployment, spans=spans)
         written = None
         if out is not None:
-            inputs = {"profile": profile, "traces": traces}
+            inputs = {"profile": profile, **{f"traces{i or ''}": t for i, t in enumerate(traces)}}
             if deployment is not None:
                 inputs["deployment"] = deployment
             written = write_results(out, make_results("replay", rep, inputs=inputs))

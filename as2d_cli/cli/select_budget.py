@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
     @app.command("select-budget")
     def select_budget(
         profile: Path = typer.Option(..., "--profile", help="Device cost profile (as2d.profile YAML)."),
-        traces: Path = typer.Option(..., "--traces", help="Trace file holding the dev (and val) windows."),
+        traces: list[Path] = typer.Option(..., "--traces", help="Trace file(s) holding the dev and val windows; repeat to merge files (e.g. a dev and a val file)."),
         sources: Optional[str] = typer.Option(None, "--sources", help="Comma-separated sources to search (default: every trace source the profile has costs for)."),
         budgets: str = typer.Option("1-24", "--budgets", help="Budgets to search, e.g. 1-24 or 1-8,12."),
         tolerance: float = typer.Option(0.01, "--tolerance", help="Validation retention: chosen TPS within this fraction of the val best."),

@@ -34,14 +34,55 @@ def _ref(path: str | Path) -> dict:
     return {"path": str(path), "sha256": sha256_file(path)}
 
 
-def load_inputs(profile_path: str | Path, traces_path: str | Path) -> tuple[CostProfile, TraceSet]:
-    """Load and validate both files (the profile first: it is the cheaper to refuse)."""
-    return load_profile(profile_path), load_traces(traces_path)
+def merge_traces(sets: Sequence[tuple[str, TraceSet]]) -> TraceSet:
+    """One trace set from several files (e.g. a dev file and a val file): they must agree
+    on EOS and on every declared source, and no window id may repeat."""
+    (first_path, base), *rest = sets
+    windows = list(base.windows)
+    seen = {w.id: first_path for w in windows}
+    sources = dict(base.sources)
+    for path, ts in rest:
+        if ts.eos_id != base.eos_id:
+            raise UserError(f"{path}: EOS id {ts.eos_id} differs from {first_path}'s {base.eos_id}; pass traces of one target model")
+        if ts.default_source != base.default_source:
+            raise UserError(f"{path}: default source {ts.default_source!r} differs from {first_path}'s {base.default_source!r}; pass traces made together")
+        for name, info in ts.sources.items():
+            if name in sources and sources[name].kind != info.kind:
+                raise UserError(f"{path}: source {name!r} is {info.kind} but {sources[name].kind} in {first_path}; pass traces made together")
+            sources.setdefault(name, info)
+        for w in ts.windows:
+            if w.id in seen:
+                raise UserError(f"{path}: window {w.id} also appears in {seen[w.id]}; pass each window once")
+            seen[w.id] = path
+            windows.append(w)
+    return TraceSet(base.provenance, base.eos_id, sources, base.default_source, tuple(windows))
+
+
+def _paths(traces_path: str | Path | Sequence[str | Path]) -> list[Path]:
+    if isinstance(traces_path, (str, Path)):
+        return [Path(traces_path)]
+    paths = [Path(p) for p in traces_path]
+    if not paths:
+        raise UserError("no trace file given; pass --traces")
+    return paths
+
+
+def load_inputs(profile_path: str | Path, traces_path: str | Path | Sequence[str | Path]) -> tuple[CostProfile, TraceSet]:
+    """Load and validate the profile and one or more trace files (merged)."""
+    profile = load_profile(profile_path)
+    paths = _paths(traces_path)
+    sets = [(str(p), load_traces(p)) for p in paths]
+    return profile, sets[0][1] if len(sets) == 1 else merge_traces(sets)
+
+
+def _trace_refs(traces_path: str | Path | Sequence[str | Path]) -> dict | list[dict]:
+    paths = _paths(traces_path)
+    return _ref(paths[0]) if len(paths) == 1 else [_ref(p) for p in paths]
 
 
 def replay_report(
     profile_path: str | Path,
-    traces_path: str | Path,
+    traces_path: str | Path | Sequence[str | Path],
     method: str,
     *,
     budget: int | None = None,
@@ -79,7 +120,7 @@ def replay_report(
         entry = {"window": w.id, "dataset": w.dataset, "split": w.split, "tps": wtps[i],
                  "configs": [rows[i].to_json(spans=spans) for rows in run.runs]}
         per_window.append(entry)
-    inputs = {"profile": _ref(profile_path), "traces": _ref(traces_path)}
+    inputs = {"profile": _ref(profile_path), "traces": _trace_refs(traces_path)}
     if deployment_path is not None:
         inputs["deployment"] = _ref(deployment_path)
     return {
@@ -97,7 +138,7 @@ def replay_report(
 
 def select_report(
     profile_path: str | Path,
-    traces_path: str | Path,
+    traces_path: str | Path | Sequence[str | Path],
     *,
     sources: Sequence[str] | None = None,
     budgets: Sequence[int] = DEFAULT_BUDGETS,
@@ -115,7 +156,7 @@ def select_report(
         "schema": SELECTION_SCHEMA,
         "version": SELECTION_VERSION,
         "profile": {"device": profile.device.get("name", ""), "synthetic": profile.synthetic},
-        "inputs": {"profile": _ref(profile_path), "traces": _ref(traces_path)},
+        "inputs": {"profile": _ref(profile_path), "traces": _trace_refs(traces_path)},
         **sel.to_json(),
     }
     return sel, report
