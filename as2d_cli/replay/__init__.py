@@ -7,4 +7,7 @@
 * :mod:`~as2d_cli.replay.run`       — method runners, pooled TPS, slowdown counts.
 * :mod:`~as2d_cli.replay.sweep`     — source × budget catalog sweeps over processes.
 * :mod:`~as2d_cli.replay.selection` — fixed-configuration selection and the oracle.
+* :mod:`~as2d_cli.replay.report`    — file-level entry points and JSON reports for the CLI.
+
+See ``docs/replay.md``.
 """
