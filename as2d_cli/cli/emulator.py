@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
         connection: str = typer.Option("usb", "--connection", help="usb (unplug removes the phone) or wireless (it stays)."),
         auth: str = typer.Option("device", "--auth", help="device, unauthorized (key never accepted) or offline (no handshake)."),
         fault: List[str] = typer.Option([], "--fault", help="Fault to inject (repeatable): core-offline:CPU@T, ceiling:CPU=GHZ@T, stall:CMD, vanish:CMD, vanish@T, unplug@T[+D]."),
+        arm64_bundle: bool = typer.Option(False, "--arm64-bundle", help="Run arm64 programs pushed to the phone (the runtime bundle) under qemu-aarch64-static, so commands take the real-phone path (docs/phones.md)."),
     ) -> None:
         """Run an emulated phone until Ctrl-C and print how to reach it."""
         from device_agents.adb_phone import adb_port as default_adb_port
@@ -48,6 +49,10 @@ def register(app: typer.Typer) -> None:
         try:
             for spec in fault:
                 armed.append(apply_fault(session.phone, spec))
+            if arm64_bundle:
+                from as2d_cli.bundle.emulated import enable_arm64_bundle
+
+                enable_arm64_bundle(session.phone)
         except UserError:
             session.phone.close()
             raise
@@ -61,6 +66,8 @@ def register(app: typer.Typer) -> None:
                    + (" (private, stops with the emulator)" if session.server else ""))
         for a in armed:
             typer.echo(f"fault: {a}")
+        if arm64_bundle:
+            typer.echo("arm64 programs pushed to the phone (the runtime bundle) run under qemu-aarch64-static")
         typer.echo(f"try: ANDROID_ADB_SERVER_PORT={session.adb_port} as2d devices   "
                    f"(or: adb -P {session.adb_port} -s {session.serial} shell getprop ro.product.model)")
         typer.echo("press Ctrl-C to stop", nl=True)
