@@ -3,9 +3,10 @@
 * :class:`LocalRunner` keeps one ``python -m native.runner`` process with models loaded and
   exchanges JSON lines over its stdin/stdout.
 * :class:`DeviceRunner` runs a batch of commands on a :class:`device_agents.base.Device`:
-  it pushes the commands file into a per-run directory, starts the runner there (through
-  the deployed arm64 bundle on a phone), and pulls the events file back — so the same
-  protocol works over ``adb shell`` and survives a slow or unplugged link.
+  it pushes the commands file (and the corpus windows the batch reads) into a per-run
+  directory, starts the runner there with a :mod:`native.launch` strategy (the arm64
+  bundle, or the runner payload on a device with Python), and pulls the events file back
+  — so the same protocol works over ``adb shell`` and survives a slow or unplugged link.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from as2d_cli.errors import DeviceError
+from native.launch import Launcher, choose_launcher, push_windows, windows_in
 
 TERMINAL = ("hello", "loaded", "result", "calibrated", "error", "bye")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -104,9 +106,9 @@ class LocalRunner(RunnerHandle):
 class DeviceRunner(RunnerHandle):
     """Runs command batches on a device in file mode (push commands, run, pull events)."""
 
-    def __init__(self, device: Any, launch: Callable[[list[str], str], str], deadline_s: float = 1800.0) -> None:
+    def __init__(self, device: Any, launcher: "Launcher", deadline_s: float = 1800.0) -> None:
         self.device = device
-        self.launch = launch  # (runner args, run_dir) -> one shell command line
+        self.launcher = launcher  # native.launch: how python starts on this device
         self.deadline_s = deadline_s
         self._prelude: list[dict[str, Any]] = []
 
@@ -124,7 +126,11 @@ class DeviceRunner(RunnerHandle):
             local_in.write_text("".join(json.dumps(c) + "\n" for c in all_cmds), encoding="utf-8")
             remote_in, remote_out = f"{rd}/commands.jsonl", f"{rd}/events.jsonl"
             self.device.push(local_in, remote_in)
-            line = self.launch(["-m", "native.runner", "--commands", remote_in, "--out", remote_out], rd)
+            env: dict[str, str] = {}
+            windows = windows_in(all_cmds)
+            if windows:  # only the windows this batch reads
+                env["AS2D_CORPUS"] = push_windows(self.device, rd, windows)
+            line = self.launcher.command(["-m", "native.runner", "--commands", remote_in, "--out", remote_out], rd, env)
             res = self.device.shell(line, deadline_s=self.deadline_s)
             local_out = Path(tmp) / "events.jsonl"
             try:
@@ -148,27 +154,21 @@ class DeviceRunner(RunnerHandle):
 
 
 def open_runner(device: Any, models: str | None = None, *, target_cores: list[int] | None = None,
-                producer_cores: list[int] | None = None) -> RunnerHandle:
-    """A runner for ``device`` with models loaded: pipes locally, the arm64 bundle on a phone."""
+                producer_cores: list[int] | None = None, launcher: "Launcher | None" = None) -> RunnerHandle:
+    """A runner for ``device`` with models loaded: pipes locally; on a phone, file-mode
+    batches started by ``launcher`` (default: :func:`native.launch.choose_launcher`)."""
     load = {"op": "load", "models": models, "target_cores": target_cores, "producer_cores": producer_cores}
     if getattr(device, "kind", "local") == "local":
         r = LocalRunner()
         r.call({"op": "hello"})
         r.call(load)
         return r
-    launch = device_launcher(device)
-    r = DeviceRunner(device, launch)
+    launcher = launcher or choose_launcher(device)
+    if models is None:
+        load["models"] = launcher.models  # the device's copy of the models
+    r = DeviceRunner(device, launcher)
     r.set_prelude([{"op": "hello"}, load])
     return r
-
-
-def device_launcher(device: Any) -> Callable[[list[str], str], str]:
-    """How to start Python on ``device``: the arm64 bundle (`as2d bundle build`), pushed
-    once per phone and started with its loader invoked explicitly."""
-    from as2d_cli.bundle.deploy import ensure_deployed
-
-    deployed = ensure_deployed(device)
-    return lambda args, run_dir: deployed.command(args, run_dir)
 
 
 def default_cores() -> tuple[list[int] | None, list[int] | None]:

@@ -1,0 +1,300 @@
+"""How the host starts the native runner on a device (docs/runner-protocol.md, "Running on
+a device").
+
+Two launch strategies, chosen per device:
+
+* ``bundle`` -- an arm64 phone without Python: the arm64 bundle (`as2d bundle build`),
+  which brings its own interpreter, libraries, runner code and models.
+* ``python`` -- a device whose ``python3`` already has the runner's libraries (numpy,
+  onnxruntime, tokenizers, soundfile), such as the emulated phone (its ``python3`` is this
+  host's interpreter) or a phone with a Python installation: a *payload* -- the project's
+  runner code and the models, ~50 MB -- is pushed once into
+  ``/data/local/tmp/as2d-runtime/<hash>/`` (skipped when the phone already holds the same
+  hash) and the runner is started there with ``PYTHONPATH`` pointing only at that copy and
+  the ``load`` command reading the models from it.
+
+Either way the corpus windows a batch needs (only those) are pushed into the batch's
+per-run directory and named by ``AS2D_CORPUS``; the per-run directory goes afterwards.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import posixpath
+import shlex
+import tarfile
+import tempfile
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from as2d_cli import __version__
+from as2d_cli.errors import DeviceError, UserError
+
+PAYLOAD_SCHEMA = "as2d.payload"
+PAYLOAD_VERSION = 1
+RUNTIME_AREA = "as2d-runtime"
+MARKER = "payload.sha256"  # written only after a complete unpack: proves a whole payload
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# The runner's code: these packages minus the host-only parts (CLI, bundle builder, assets).
+PACKAGES = ("as2d_cli", "native")
+EXCLUDED = ("as2d_cli/cli", "as2d_cli/bundle", "as2d_cli/assets")
+RUNTIMES = ("auto", "python", "bundle")
+RUNTIME_ENV = "AS2D_PHONE_RUNTIME"
+FIXED_MTIME = 1577836800  # reproducible archives: same files, same bytes
+# One round trip: does the device's python3 have what the runner imports?
+PROBE = ("python3 -c 'import sys, numpy, onnxruntime, tokenizers, soundfile; "
+         "print(\"as2d-python\", sys.version_info[0], sys.version_info[1])'")
+
+
+# ---------------------------------------------------------------------------- launchers
+class Launcher(ABC):
+    """Starts ``python ARGS`` on a device from a per-run directory."""
+
+    name: str
+    models: str | None  # the ``load`` command's ``models`` value on the device (None: bundled)
+
+    @abstractmethod
+    def command(self, args: Sequence[str], run_dir: str, env: Mapping[str, str]) -> str:
+        """One shell line that starts the runner with ``env`` set."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line for logs: what runs where."""
+
+
+def _exports(env: Mapping[str, str]) -> str:
+    return "export " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())) if env else "true"
+
+
+@dataclass(frozen=True)
+class PythonPayloadLauncher(Launcher):
+    """The payload unpacked at ``path`` on the device, started with the device's python3."""
+
+    serial: str
+    path: str
+    digest: str
+    pushed: bool
+    push_seconds: float
+    name: str = "python"
+    models: str | None = "models"  # relative to ``path``, the runner's working directory
+
+    def command(self, args: Sequence[str], run_dir: str, env: Mapping[str, str]) -> str:
+        full = {"PYTHONPATH": posixpath.join(self.path, "app"), "HOME": run_dir, "TMPDIR": run_dir,
+                "PYTHONNOUSERSITE": "1", **env}
+        return f"cd {shlex.quote(self.path)} && {_exports(full)} && python3 {shlex.join(list(args))}"
+
+    def describe(self) -> str:
+        how = f"pushed in {self.push_seconds:.1f} s" if self.pushed else "already there"
+        return f"{self.serial}: python3 on the runner payload {self.path} ({how})"
+
+
+@dataclass(frozen=True)
+class BundleLauncher(Launcher):
+    """The arm64 bundle (as2d_cli.bundle.deploy.DeployedBundle) on the device."""
+
+    deployed: Any
+    name: str = "bundle"
+    models: str | None = None  # the bundle carries the models
+
+    def command(self, args: Sequence[str], run_dir: str, env: Mapping[str, str]) -> str:
+        return f"{_exports(env)} && {self.deployed.command(list(args), run_dir)}"
+
+    def describe(self) -> str:
+        how = f"pushed in {self.deployed.push_seconds:.1f} s" if self.deployed.pushed else "already there"
+        return f"{self.deployed.serial}: arm64 bundle {self.deployed.path} ({how})"
+
+
+def choose_launcher(device: Any, runtime: str | None = None, models_dir: Path | None = None) -> Launcher:
+    """The launch strategy for ``device``: ``runtime`` (or $AS2D_PHONE_RUNTIME) ``python``,
+    ``bundle`` or ``auto`` (python when the device's python3 can run the runner, else the bundle)."""
+    runtime = runtime or os.environ.get(RUNTIME_ENV) or "auto"
+    if runtime not in RUNTIMES:
+        raise UserError(f"{RUNTIME_ENV}={runtime!r} is not a runtime; use one of {', '.join(RUNTIMES)}")
+    if runtime in ("auto", "python"):
+        usable, why = probe_python(device)
+        if usable:
+            return deploy_payload(device, build_payload(models_dir))
+        if runtime == "python":
+            raise DeviceError(f"{device.serial}: no usable python3 on the device ({why}); "
+                              f"unset {RUNTIME_ENV} to use the arm64 bundle")
+    from as2d_cli.bundle.deploy import ensure_deployed
+
+    return BundleLauncher(ensure_deployed(device))
+
+
+def probe_python(device: Any) -> tuple[bool, str]:
+    """Whether ``device`` has a python3 >= 3.11 that imports the runner's libraries."""
+    res = device.shell(PROBE, deadline_s=120)
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "as2d-python" and parts[1].isdigit() and parts[2].isdigit():
+            if (int(parts[1]), int(parts[2])) >= (3, 11):
+                return True, f"python {parts[1]}.{parts[2]}"
+            return False, f"python3 is {parts[1]}.{parts[2]}, the runner needs 3.11 or newer"
+    detail = (res.stderr or res.stdout).strip().splitlines()
+    return False, detail[-1] if detail else f"exit {res.exit_code}"
+
+
+# ---------------------------------------------------------------------------- payload
+@dataclass(frozen=True)
+class Payload:
+    archive: Path
+    digest: str  # SHA-256 of the canonical manifest (which lists every file's SHA-256)
+    manifest: dict
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def payload_files(models_dir: Path | None = None) -> list[tuple[str, Path]]:
+    """(name in the payload, host file): ``app/<package>/...`` and ``models/<file>``."""
+    from as2d_cli.models.bundle import load_bundle
+
+    bundle = load_bundle(models_dir)  # checks every model file against models.json
+    out: list[tuple[str, Path]] = []
+    for pkg in PACKAGES:
+        for f in sorted((PROJECT_ROOT / pkg).rglob("*")):
+            rel = f.relative_to(PROJECT_ROOT).as_posix()
+            if (not f.is_file() or "__pycache__" in f.parts or f.suffix == ".pyc"
+                    or any(rel == e or rel.startswith(e + "/") for e in EXCLUDED)):
+                continue
+            out.append((f"app/{rel}", f))
+    for f in sorted(bundle.directory.iterdir()):  # models.json, tokenizer, CTC table, ONNX files
+        if f.is_file():
+            out.append((f"models/{f.name}", f))
+    return out
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("AS2D_PAYLOAD_CACHE")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "as2d" / "payload"
+
+
+def build_payload(models_dir: Path | None = None, cache: Path | None = None) -> Payload:
+    """The payload for this checkout's runner code and ``models_dir`` (default: the bundled
+    models), packed once per content hash into the payload cache."""
+    files = payload_files(models_dir)
+    manifest = {"schema": PAYLOAD_SCHEMA, "version": PAYLOAD_VERSION, "toolkit": __version__,
+                "python": ">=3.11", "app": "app", "models": "models",
+                "files": {name: _sha256(path) for name, path in files}}
+    canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.sha256(canonical).hexdigest()
+    root = cache or cache_dir()
+    archive = root / f"{digest[:32]}.tar.gz"
+    if not archive.is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        _pack(archive, canonical, files, manifest["files"])
+    return Payload(archive, digest, manifest)
+
+
+def _pack(out: Path, manifest: bytes, files: list[tuple[str, Path]], hashes: dict[str, str]) -> None:
+    """A reproducible .tar.gz: payload.json first, then the files in order (level 1:
+    ONNX weights barely compress). Written aside and renamed, so a crash leaves no archive."""
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.partial")
+    try:
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=1, mtime=0) as gz, \
+                tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            def add(name: str, data: io.BufferedIOBase | io.BytesIO, size: int) -> None:
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime, info.mode = size, FIXED_MTIME, 0o644
+                tar.addfile(info, data)
+
+            add("payload.json", io.BytesIO(manifest), len(manifest))
+            for name, path in files:
+                data = path.read_bytes()
+                if hashlib.sha256(data).hexdigest() != hashes[name]:
+                    raise UserError(f"{path} changed while the runner payload was being packed "
+                                    "(models being retrained?); retry when it is stable")
+                add(name, io.BytesIO(data), len(data))
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def runtime_area(device: Any) -> str:
+    return posixpath.join(device.run_root(), RUNTIME_AREA)
+
+
+def deploy_payload(device: Any, payload: Payload, deadline_s: float = 900.0) -> PythonPayloadLauncher:
+    """Make sure ``device`` holds ``payload`` unpacked (pushing it only when its hash is
+    not there already); older payloads are removed first (phones have little storage)."""
+    import time
+
+    area = runtime_area(device)
+    target = posixpath.join(area, payload.digest[:16])
+    marker = posixpath.join(target, MARKER)
+    if (device.read_files([marker]).get(marker) or "").strip() == payload.digest:
+        return PythonPayloadLauncher(device.serial, target, payload.digest, False, 0.0)
+    start = time.monotonic()
+    remote = posixpath.join(area, "payload.tar.gz")
+    q = shlex.quote
+    device.shell(["rm", "-rf", area], deadline_s=120).check(f"removing the old runner payload in {area}")
+    device.shell(["mkdir", "-p", target], deadline_s=30).check(f"creating {target}")
+    device.push(payload.archive, remote, deadline_s=deadline_s)
+    # The marker is written only when the unpack succeeded, so its presence proves a whole payload.
+    device.shell(f"python3 -m tarfile -e {q(remote)} {q(target)} && rm -f {q(remote)} && "
+                 f"echo {q(payload.digest)} > {q(marker)}", deadline_s=deadline_s
+                 ).check(f"unpacking the runner payload into {target} (needs ~{_mib(payload)} MiB free under {area})")
+    if (device.read_files([marker]).get(marker) or "").strip() != payload.digest:
+        raise DeviceError(f"{device.serial}: the runner payload in {target} is incomplete after unpacking; "
+                          f"check free space under {device.run_root()} and retry")
+    return PythonPayloadLauncher(device.serial, target, payload.digest, True, time.monotonic() - start)
+
+
+def _mib(payload: Payload) -> int:
+    return payload.archive.stat().st_size * 2 // 2**20 + 10
+
+
+def remove_payload(device: Any) -> bool:
+    """Delete every runner payload the toolkit put on ``device``; True if there was one."""
+    area = runtime_area(device)
+    present = bool(device.list_dir(area))
+    device.shell(["rm", "-rf", area], deadline_s=120).check(f"removing {area}")
+    return present
+
+
+# ---------------------------------------------------------------------------- corpus windows
+def windows_in(cmds: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Corpus window ids the commands read, in first-use order."""
+    out: list[str] = []
+    for c in cmds:
+        w = c.get("window")
+        if isinstance(w, str) and w not in out:
+            out.append(w)
+    return out
+
+
+def push_windows(device: Any, run_dir: str, ids: Sequence[str], corpus_dir: Path | None = None) -> str:
+    """Push a corpus holding only ``ids`` (manifest + their audio) into ``run_dir/corpus``;
+    return that directory (the value for AS2D_CORPUS). Unknown ids are left out: the runner
+    then names them in its error."""
+    from as2d_cli.corpus.manifest import load_corpus
+
+    corpus = load_corpus(corpus_dir)
+    data = json.loads(corpus.path.read_text(encoding="utf-8"))
+    keep = [w for w in data["windows"] if w.get("id") in set(ids)]
+    data["windows"] = keep
+    remote = posixpath.join(run_dir, "corpus")
+    dirs = sorted({posixpath.dirname(posixpath.join(remote, w["audio"])) for w in keep} | {remote})
+    device.shell(["mkdir", "-p", *dirs], deadline_s=30).check(f"creating {remote}")
+    with tempfile.TemporaryDirectory() as tmp:
+        manifest = Path(tmp) / "manifest.json"
+        manifest.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        device.push(manifest, posixpath.join(remote, "manifest.json"))
+    base = corpus.path.parent
+    for w in keep:
+        device.push(base / w["audio"], posixpath.join(remote, w["audio"]))
+    return remote
