@@ -256,3 +256,23 @@ def test_deployment_from_another_profile_is_refused(work: Path) -> None:
     assert json.loads(ok.stdout)["configs"] == ["as2d(qwen/b5)"]
     (work / "profile.yaml").write_text((work / "profile.yaml").read_text() + "\n# edited\n")
     _one_line_error(_run_bad(work, "--deployment", "dep.yaml"), "dep.yaml", "profile")
+
+
+@pytest.mark.parametrize("method", ["as2d", "sd"])
+def test_replay_table_matches_golden(method: str) -> None:
+    proc = as2d("replay", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--method", method, cwd=DATA)
+    assert proc.returncode == 0, proc.stderr
+    path = GOLDEN / f"replay-{method}.table.txt"
+    if UPDATE:
+        path.write_text(proc.stdout)
+    assert proc.stdout == path.read_text()
+
+
+def test_select_budget_text_matches_golden(work: Path) -> None:
+    proc = as2d("select-budget", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--budgets", "1-12",
+                "--processes", "1", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    path = GOLDEN / "select-budget.txt"
+    if UPDATE:
+        path.write_text(proc.stdout)
+    assert proc.stdout == path.read_text()
