@@ -183,7 +183,9 @@ def test_native_requests_through_the_runner_path(make_emulated_phone, tmp_path: 
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m as2d_cli.energy.native_request "$@"\n')
     wrapper.chmod(0o755)
     s = make_emulated_phone(connection="wireless")
-    power = _power(s)
+    # Poll at the fastest rate the config allows: a short request on small models still
+    # gets several gauge readings inside its window.
+    power = EmulatedPower(s.phone, BatteryModel(BatteryParams(gauge_update_ms=100))).install()
     s.phone.schedule(0.3, s.phone.unplug)
     cmd = ("{run_dir}/native_request.sh --window dev-sung-004 --method {method} "
            "--result {run_dir}/result-{index}.json")
@@ -191,7 +193,7 @@ def test_native_requests_through_the_runner_path(make_emulated_phone, tmp_path: 
             "wireless", "--methods", "as2d,target-only", "--request-cmd", cmd, "--warmups", "0",
             "--push", str(wrapper), "--out", str(tmp_path / "res"), "--settle-s", "0.5",
             "--gap-s", "0.3", "--tail-s", "0.5", "--request-budget-s", "3",
-            "--discharge-wait-s", "10"]
+            "--discharge-wait-s", "10", "--poll-ms", "100"]
     code, out, err = _run(argv, capsys)
     power.stop_all()
     assert code == 0, err
