@@ -63,3 +63,20 @@ def test_identity_and_exactness_on_every_window(data, method, kw) -> None:
                 assert r.time_ns == max(r.target_end_ns, r.producer_spans[-1][1])
                 assert r.H == 0 and r.O == min(r.D, r.V)
     assert n == len(ts.windows) * len(run.specs)
+
+
+def test_sd_time_is_forwards_times_step_plus_verification_plus_loop(data) -> None:
+    # The paper's K70 SD accounting (D.4.2): drafting = forwards × 23.347 ms, verification =
+    # rounds × the width-K cost, plus one loop residual per round — nothing else.
+    ts, prof = data
+    run = run_method(ts.windows, prof, "sd", k=8)
+    step, k8, loop = (ms_to_ns(x) for x in (prof.drafter.step_ms, prof.verify_ms(8), prof.loop_ms))
+    assert step == 23_347_000 and k8 == 112_656_000
+    for r in run.windows:
+        assert r.D == r.draft_forwards * step
+        n8 = r.width_histogram.get(8, 0)
+        assert r.V == sum(n * ms_to_ns(prof.verify_ms(k)) for k, n in r.width_histogram.items())
+        assert r.time_ns == r.D + r.V + r.rounds * loop
+        # K−1 = 7 forwards per full-width round (+1 catch-up after full acceptance).
+        assert 7 * n8 <= r.draft_forwards <= 8 * r.rounds
+    assert sum(r.draft_forwards for r in run.windows) > 0

@@ -49,6 +49,8 @@ class WindowReplay:
     O: int = 0
     H: int = 0
     committed: list[int] | None = None  # the committed tokens (detail runs only)
+    draft_forwards: int = 0  # serial drafter forwards incl. catch-up (detail runs only)
+    paired_forwards: int = 0  # ASP paired-branch forwards (detail runs only)
 
     @property
     def tps(self) -> float | None:
@@ -78,6 +80,8 @@ class WindowReplay:
             "accepted": self.accepted,
             "coverage": self.coverage,
             "target_end_ns": self.target_end_ns,
+            "draft_forwards": self.draft_forwards,
+            "paired_forwards": self.paired_forwards,
             "accounting_ns": {"T": self.time_ns, "D": self.D, "V": self.V, "O": self.O, "H": self.H},
         }
         if spans:
@@ -202,6 +206,11 @@ def replay_window(w: WindowTrace, prep: Prepared, *, detail: bool = True, timeli
         out.verifier_spans = merge(ver, 0, T)
         out.D, out.V, out.O, out.H = dec.D, dec.V, dec.O, dec.H
         out.committed = list(res.tokens)
+        for iv in clock.intervals:
+            if iv.op.kind == "draft":
+                out.draft_forwards += iv.op.count + iv.op.catch_up
+            elif iv.op.kind == "paired":
+                out.paired_forwards += 1
     return out
 
 

@@ -97,6 +97,8 @@ class MethodRun:
                 "time_ms": sum(r.time_ns for r in rows) / 1e6,
                 "tps": pooled(rows),
                 "rounds": sum(r.rounds for r in rows),
+                "draft_forwards": sum(r.draft_forwards for r in rows),
+                "paired_forwards": sum(r.paired_forwards for r in rows),
                 "proposed": prop,
                 "accepted": acc,
                 "acceptance": acc / prop if prop else 0.0,
