@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
         auth: str = typer.Option("device", "--auth", help="device, unauthorized (key never accepted) or offline (no handshake)."),
         fault: List[str] = typer.Option([], "--fault", help="Fault to inject (repeatable): core-offline:CPU@T, ceiling:CPU=GHZ@T, stall:CMD, vanish:CMD, vanish@T, unplug@T[+D]."),
         arm64_bundle: bool = typer.Option(False, "--arm64-bundle", help="Run arm64 programs pushed to the phone (the runtime bundle) under qemu-aarch64-static, so commands take the real-phone path (docs/phones.md)."),
+        python: bool = typer.Option(False, "--python", help="Give the phone a python3 (this host's interpreter, without the project): the native runner is pushed to it as a payload and runs at host speed (docs/runner-protocol.md)."),
     ) -> None:
         """Run an emulated phone until Ctrl-C and print how to reach it."""
         from device_agents.adb_phone import adb_port as default_adb_port
@@ -53,6 +54,10 @@ def register(app: typer.Typer) -> None:
                 from as2d_cli.bundle.emulated import enable_arm64_bundle
 
                 enable_arm64_bundle(session.phone)
+            if python:
+                from device_agents.emulator.python import enable_python
+
+                enable_python(session.phone)
         except UserError:
             session.phone.close()
             raise
@@ -68,6 +73,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"fault: {a}")
         if arm64_bundle:
             typer.echo("arm64 programs pushed to the phone (the runtime bundle) run under qemu-aarch64-static")
+        if python:
+            typer.echo("python3 on the phone runs this host's interpreter; the native runner is pushed to it as a payload")
         typer.echo(f"try: ANDROID_ADB_SERVER_PORT={session.adb_port} as2d devices   "
                    f"(or: adb -P {session.adb_port} -s {session.serial} shell getprop ro.product.model)")
         typer.echo("press Ctrl-C to stop", nl=True)

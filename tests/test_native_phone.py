@@ -1,0 +1,186 @@
+"""The native runner's phone path through the real adb server and the emulated phone: the
+runner payload (code + models) is pushed once per hash and started by the phone's python3
+with only the pushed copy on PYTHONPATH; a decode there gives the local runner's tokens;
+a small calibration gates on the phone's sysfs, runs there and writes a valid profile; a
+core going offline stops it with one DeviceError line, keeps the samples, and a rerun
+resumes.
+
+The models are the bundled ones (as2d_cli/assets/models); while they are being
+regenerated, ``AS2D_TEST_MODELS=DIR`` points these tests at another model directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import posixpath
+from pathlib import Path
+
+import pytest
+
+from as2d_cli.calibration.plan import Step
+from as2d_cli.calibration.run import calibrate, calibration_windows
+from as2d_cli.errors import DeviceError
+from as2d_cli.formats.profile_io import load_profile
+from device_agents.emulator.python import enable_python
+from device_agents.gating import GateConfig
+from native.host import DeviceRunner, LocalRunner, RunnerError, open_runner
+from native.launch import (MARKER, RUNTIME_AREA, BundleLauncher, PythonPayloadLauncher, build_payload,
+                           choose_launcher, probe_python, push_windows)
+
+MODELS = Path(os.environ["AS2D_TEST_MODELS"]) if os.environ.get("AS2D_TEST_MODELS") else None
+MAX = 40
+
+
+def _shortest_test_window() -> str:
+    from as2d_cli.corpus.manifest import load_corpus
+
+    return min(load_corpus().split("test"), key=lambda w: w.seconds).id
+
+
+def _fast_gate(device) -> GateConfig:  # type: ignore[no-untyped-def]
+    """The phone's gate (all cores online, CPU4 ceiling), without the 15 s rest and 5 s wait."""
+    return dataclasses.replace(GateConfig.for_device(device), rest_s=0.0, interval_s=0.05)
+
+
+@pytest.fixture(scope="module")
+def py_phone(emulated_phone):  # type: ignore[no-untyped-def]
+    enable_python(emulated_phone.phone)
+    return emulated_phone
+
+
+@pytest.fixture(scope="module")
+def launcher(py_phone) -> PythonPayloadLauncher:  # type: ignore[no-untyped-def]
+    got = choose_launcher(py_phone.device(), models_dir=MODELS)
+    assert isinstance(got, PythonPayloadLauncher) and got.pushed
+    return got
+
+
+def test_payload_is_pushed_once_and_the_code_runs_from_the_pushed_copy(py_phone, launcher) -> None:
+    dev = py_phone.device()
+    again = choose_launcher(dev, models_dir=MODELS)
+    assert isinstance(again, PythonPayloadLauncher) and not again.pushed and again.path == launcher.path
+    marker = posixpath.join(launcher.path, MARKER)
+    assert dev.read_files([marker])[marker].strip() == launcher.digest == build_payload(MODELS).digest
+    host_copy = str(py_phone.phone.fs.host_path(launcher.path))
+    probe = "import as2d_cli, native.runner, numpy; print(as2d_cli.__file__); print(native.runner.__file__)"
+    with dev.run_dir("probe") as rd:
+        res = dev.shell(launcher.command(["-c", probe], rd, {}), deadline_s=60)
+    assert res.exit_code == 0, res.stderr
+    code_files = res.stdout.split()
+    assert len(code_files) == 2 and all(f.startswith(host_copy + "/app/") for f in code_files), code_files
+    # Nothing but the payload area is left under /data/local/tmp once runs are over.
+    assert dev.list_dir("/data/local/tmp") == [RUNTIME_AREA]
+
+
+def test_a_phone_without_python_gets_the_bundle_strategy(make_emulated_phone) -> None:
+    dev = make_emulated_phone().device()
+    usable, why = probe_python(dev)
+    assert not usable and "python3" in why
+    with pytest.raises(DeviceError, match="no usable python3"):
+        choose_launcher(dev, runtime="python")
+    assert BundleLauncher.name == "bundle"  # auto would deploy the arm64 bundle (tests/test_bundle_phone.py)
+
+
+def test_only_the_needed_windows_are_pushed(py_phone) -> None:
+    from as2d_cli.corpus.manifest import load_corpus
+
+    dev = py_phone.device()
+    wid = _shortest_test_window()
+    with dev.run_dir("corpus") as rd:
+        remote = push_windows(dev, rd, [wid, "no-such-window"])
+        assert remote == posixpath.join(rd, "corpus")
+        assert dev.list_dir(posixpath.join(remote, "audio")) == [f"{wid}.ogg"]
+        pushed = load_corpus(py_phone.phone.fs.host_path(remote))
+        assert [w.id for w in pushed.windows] == [wid]
+        assert pushed.get(wid).load_audio().shape == load_corpus().get(wid).load_audio().shape
+
+
+def test_decode_on_the_phone_gives_the_local_runners_tokens(py_phone, launcher) -> None:
+    wid = _shortest_test_window()
+    local = LocalRunner()
+    try:
+        local.call({"op": "hello"})
+        local.call({"op": "load", "models": str(MODELS) if MODELS else None})
+        ref = local.call({"op": "decode", "window": wid, "method": "target-only", "max_tokens": MAX, "events": False})
+    finally:
+        local.close()
+    runner = open_runner(py_phone.device(), launcher=launcher)
+    assert isinstance(runner, DeviceRunner)
+    hello, got, tgt = runner.batch([
+        {"op": "hello"},
+        {"op": "decode", "window": wid, "method": "as2d", "max_tokens": MAX, "events": False},
+        {"op": "decode", "window": wid, "method": "target-only", "max_tokens": MAX, "events": False},
+    ])
+    assert hello["protocol"] == "as2d.runner" and hello["pid"] > 0
+    assert got["tokens"] == ref["tokens"] == tgt["tokens"] and len(ref["tokens"]) >= 2
+    assert got["method"] == "as2d" and got["time_ms"] > 0
+    acc = got["accounting_ns"]
+    assert acc["T"] == acc["D"] + acc["V"] - acc["O"] + acc["H"]
+
+
+def test_the_runner_reads_the_models_from_the_pushed_copy(make_emulated_phone) -> None:
+    session = make_emulated_phone()
+    enable_python(session.phone)
+    dev = session.device()
+    launcher = choose_launcher(dev, models_dir=MODELS)
+    assert isinstance(launcher, PythonPayloadLauncher) and launcher.pushed
+    dev.shell(["rm", posixpath.join(launcher.path, "models", "target_decoder.onnx")]).check("removing a model")
+    runner = open_runner(dev, launcher=launcher)
+    with pytest.raises(RunnerError, match="target_decoder.onnx is missing"):
+        runner.call({"op": "hello"})
+
+
+def _plan(window: str) -> list[Step]:
+    """Calibration's structure at test size (idle and concurrent verify, every probe kind)."""
+    c = {"op": "calibrate", "window": window}
+    return [
+        Step("verify-idle", "verify", {**c, "what": "verify", "widths": [1, 2, 4], "offsets": [0], "warmup": 1, "reps": 2, "producer": False}, 1),
+        Step("verify-busy", "verify+producer", {**c, "what": "verify", "widths": [1, 2, 4], "offsets": [0], "warmup": 1, "reps": 2, "producer": True}, 1),
+        Step("target-step", "target", {**c, "what": "target_step", "reps": 4}, 1),
+        Step("source-drafter", "src", {**c, "what": "source", "source": "drafter", "limit": 16}, 1),
+        Step("source-ctc", "ctc", {**c, "what": "source", "source": "ctc"}, 1),
+        Step("drafter", "drafter", {**c, "what": "drafter", "reps": 1, "widths": [1, 2]}, 1),
+        Step("loop", "loop", {**c, "what": "loop", "reps": 1, "max_tokens": 16}, 1),
+    ]
+
+
+def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(make_emulated_phone, tmp_path) -> None:
+    session = make_emulated_phone()
+    enable_python(session.phone)
+    dev = session.device()
+    window, _ = calibration_windows()
+    plan = _plan(window)
+    launcher = choose_launcher(dev, models_dir=MODELS)
+    opener = lambda device, **kw: open_runner(device, launcher=launcher, **kw)  # noqa: E731
+    calls: list[str] = []
+
+    def core_goes_offline(label: str, done: float, total: float) -> None:
+        calls.append(label)
+        if len(calls) == 3:  # after two steps: the gate before the third sees it
+            session.phone.set_core_online(6, False)
+
+    with pytest.raises(DeviceError, match=r"gate failed before target: .*CPU6.*samples so far are kept") as err:
+        calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener,
+                  progress=core_goes_offline)
+    assert "\n" not in str(err.value)
+    partial = next((tmp_path / ".partial").iterdir())
+    kept = [json.loads(x) for x in (partial / "samples.jsonl").read_text().splitlines()]
+    assert {s["step"] for s in kept} == {"verify-idle", "verify-busy"}
+    gates = [json.loads(x) for x in (partial / "gates.jsonl").read_text().splitlines()]
+    assert [g["passed"] for g in gates] == [True, True, False]
+
+    session.phone.set_core_online(6, True)
+    res = calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener)
+    assert res.resumed_steps == 2 and res.steps == len(plan)
+    prof = load_profile(res.profile_path)
+    assert prof.widths == (1, 2, 4) and prof.target_step_ms > 0
+    assert set(prof.sources) == {"drafter", "ctc"} and prof.drafter is not None
+    assert prof.device["serial"] == session.serial and prof.device["kind"] == "adb"
+    # The gate read the phone's sysfs: its CPU4 ceiling, as the emulated K70 reports it.
+    ceiling = str(session.phone.ceiling_khz[session.phone._policy(4)])
+    assert any(ceiling in json.dumps(g["observations"]) for g in prof.device["gates"])
+    samples = [json.loads(x) for x in res.samples_path.read_text().splitlines()]
+    assert sum(1 for s in samples if s["figure"] == "verify.K4" and not s["concurrent"]) == 2
+    assert dev.list_dir("/data/local/tmp") == [RUNTIME_AREA]
