@@ -30,7 +30,7 @@ class Dims:
     dec_layers: int = 4
     ffn: int = 1024
     vocab: int = 1024
-    max_tokens: int = 256
+    max_tokens: int = 320
 
     def to_dict(self) -> dict:
         return asdict(self)

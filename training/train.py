@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -54,7 +55,7 @@ def char_table() -> dict[str, int]:
 class Data:
     """Training items bucketed into padded batches of at most `batch_frames` mel frames."""
 
-    def __init__(self, kind: str, batch_frames: int, max_items: int):
+    def __init__(self, kind: str, batch_frames: int, max_items: int, short_frames: int = 1000):
         idx = json.loads((WORK / "train" / "index.json").read_text())["items"]
         self.feats = np.load(WORK / "train" / "features.npy", mmap_mode="r")
         if kind == "ctc":
@@ -76,9 +77,15 @@ class Data:
             cur.append(i)
         if cur:
             self.batches.append(cur)
+        # Curriculum: the first epoch uses only batches of short utterances (cheap steps
+        # while the model learns to listen); later epochs use everything.
+        self.short = [b for b, ids in enumerate(self.batches) if max(idx[i]["frames"] for i in ids) <= short_frames]
 
     def epoch_order(self, epoch: int) -> list[int]:
-        return list(np.random.default_rng(1000 + epoch).permutation(len(self.batches)))
+        rng = np.random.default_rng(1000 + epoch)
+        if epoch == 0:
+            return [self.short[i] for i in rng.permutation(len(self.short))]
+        return list(rng.permutation(len(self.batches)))
 
     def batch(self, b: int, kind: str):
         ids = self.batches[b]
@@ -110,7 +117,7 @@ def ctc_loss(logits: torch.Tensor, mel_lengths: torch.Tensor, labs: list[list[in
 
 
 @torch.no_grad()
-def greedy(model: Seq2Seq, mel: torch.Tensor, limit: int = 200) -> list[int]:
+def greedy(model: Seq2Seq, mel: torch.Tensor, limit: int = 150) -> list[int]:
     enc, _ = model.encoder(mel[None])
     ck, cv = model.decoder.cross_kv(enc)
     pk, pv = model.decoder.empty_past(1)
@@ -158,7 +165,7 @@ def main() -> None:
     ap.add_argument("--model", choices=["target", "drafter", "ctc"], required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-steps", type=int, default=100000)
-    ap.add_argument("--batch-frames", type=int, default=6000)
+    ap.add_argument("--batch-frames", type=int, default=4000)
     ap.add_argument("--max-items", type=int, default=48)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--warmup", type=int, default=300)
@@ -194,12 +201,12 @@ def main() -> None:
         print(f"resumed at step {state['step']}", flush=True)
 
     dev = load_corpus().split("dev")
-    dev = [w for w in dev][::3][:16]
+    dev = dev[::6][:8]
     dev_feats = [torch.from_numpy(log_mel(w.load_audio())) for w in dev]
     log = open(out / "log.jsonl", "a")
     n_params = sum(p.numel() for p in model.parameters())
     log.write(json.dumps({"event": "start", "step": state["step"], "params": n_params, "dims": dims.to_dict(),
-                          "batches_per_epoch": len(data.batches), "args": vars(args)}) + "\n")
+                          "batches_per_epoch": len(data.batches), "short_batches": len(data.short), "args": vars(args)}) + "\n")
     log.flush()
 
     def save() -> None:
@@ -208,12 +215,18 @@ def main() -> None:
                     "torch_rng": torch.get_rng_state()}, tmp)
         os.replace(tmp, ckpt)
 
+    stop = {"now": False}
+
+    def on_term(signum, frame) -> None:  # finish the current step, checkpoint, exit
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
     model.train()
     t_last_ckpt = time.time()
     t0 = time.time() - state["wall"]
     acc = {"loss": 0.0, "ce": 0.0, "ctc": 0.0, "n": 0}
     order = data.epoch_order(state["epoch"])
-    while state["step"] < args.max_steps:
+    while state["step"] < args.max_steps and not stop["now"]:
         if state["pos"] >= len(order):
             state["epoch"] += 1
             state["pos"] = 0
@@ -241,9 +254,9 @@ def main() -> None:
         state["step"] = step
         state["pos"] += 1
         state["wall"] = time.time() - t0
-        acc["loss"] += float(loss)
-        acc["ce"] += float(ce)
-        acc["ctc"] += float(cl)
+        acc["loss"] += loss.item()
+        acc["ce"] += ce.item()
+        acc["ctc"] += cl.item()
         acc["n"] += 1
         if step % 25 == 0:
             rec = {"step": step, "epoch": state["epoch"], "lr": round(lr, 6), "wall_s": round(state["wall"], 1)}
@@ -254,7 +267,7 @@ def main() -> None:
             acc = {"loss": 0.0, "ce": 0.0, "ctc": 0.0, "n": 0}
         if step % args.eval_every == 0:
             w = dev_wer(model, kind, dev, dev_feats)
-            rec = {"step": step, "dev_wer_16": round(w, 4), "wall_s": round(time.time() - t0, 1)}
+            rec = {"step": step, "dev_wer_8": round(w, 4), "wall_s": round(time.time() - t0, 1)}
             log.write(json.dumps(rec) + "\n")
             log.flush()
             print(rec, flush=True)
@@ -262,6 +275,9 @@ def main() -> None:
             save()
             t_last_ckpt = time.time()
     save()
+    log.write(json.dumps({"event": "stop", "step": state["step"], "wall_s": round(state["wall"], 1),
+                          "reason": "signal" if stop["now"] else "max_steps"}) + "\n")
+    log.flush()
 
 
 if __name__ == "__main__":

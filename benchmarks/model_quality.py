@@ -1,0 +1,202 @@
+"""Quality and cost of the bundled models on this CPU (ONNX Runtime, 1 intra-op thread each).
+
+Usage: python benchmarks/model_quality.py [--split test] [--limit N] [--json out.json] [--sd-windows N]
+
+Reports, per setting:
+- WER of the target (greedy), the drafter run on its own history (the As²d source) and the
+  CTC source by 2.56 s chunks (English windows only: the other languages are ineligible);
+- each source's agreement with the target's tokens: acceptance = matched source tokens /
+  source tokens, coverage = matched target tokens / target tokens (difflib alignment);
+- prefix-conditioned drafter (SD): mean tokens accepted per 8-token draft along the target
+  path (on --sd-windows windows per setting);
+- batched (K=8 chunks along the reference) vs sequential (K=1) target decisions: every
+  disagreement with its first divergent position and top-2 logit margin (paper F.6);
+and per-call costs (median ms, one thread): encoders on 10 s of audio, target decoder
+K=1/2/4/8/16, drafter K=1, CTC per chunk. All figures come from this one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from as2d_cli.corpus.manifest import SETTINGS, load_corpus  # noqa: E402
+from as2d_cli.corpus.text import word_errors  # noqa: E402
+from as2d_cli.models.bundle import load_bundle  # noqa: E402
+from as2d_cli.models.drafter import OrtDrafter  # noqa: E402
+from as2d_cli.models.session import Seq2SeqModel  # noqa: E402
+from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource  # noqa: E402
+from as2d_cli.models.target import OrtTarget, greedy_decode  # noqa: E402
+
+
+def matched(a: list[int], b: list[int]) -> int:
+    return sum(m.size for m in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks())
+
+
+def drain(src) -> list[int]:
+    src.start()
+    out: list[int] = []
+    while (step := src.step()) is not None:
+        out += [t for t, _ in step]
+    return out
+
+
+def median_ms(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times) * 1e3)
+
+
+def costs(bundle, reps: int = 40) -> dict:
+    rng = np.random.default_rng(0)
+    audio = (rng.standard_normal(16000 * 10) * 0.05).astype(np.float32)
+    out: dict[str, float] = {}
+    for name in ("target", "drafter"):
+        m = Seq2SeqModel(bundle, name, 1)
+        out[f"{name}_encoder_10s_ms"] = median_ms(lambda: m.encode(audio), 7)
+        cross = m.encode(audio)
+        _, past = m.decode(list(range(4, 44)), m.empty_cache(), cross)  # 40 tokens of context
+        for k in ((1, 2, 4, 8, 16) if name == "target" else (1, 8)):
+            toks = list(range(5, 5 + k))
+            out[f"{name}_K{k}_ms"] = median_ms(lambda: m.decode(toks, past, cross), reps)
+    rec = CtcRecognizer(bundle, 1)
+    out["ctc_chunk_2.56s_ms"] = median_ms(lambda: rec.transcribe(audio[:40960]), 15)
+    out["drafter_over_target_K1"] = out["drafter_K1_ms"] / out["target_K1_ms"]
+    out["target_K8_over_K1"] = out["target_K8_ms"] / out["target_K1_ms"]
+    out["target_K16_over_K1"] = out["target_K16_ms"] / out["target_K1_ms"]
+    return out
+
+
+def batched_check(target: OrtTarget, audio: np.ndarray, ref: list[int], width: int = 8) -> dict | None:
+    """Verify the reference in chunks of ``width``; the first decision differing from K=1."""
+    target.start(audio)
+    pos = 0
+    while pos < len(ref) - 1:
+        chunk = ref[pos : pos + width]
+        dec = target.verify(chunk)
+        for i in range(min(len(chunk), len(ref) - pos - 1)):
+            if dec[i] != ref[pos + 1 + i]:
+                return {"position": pos + 1 + i, "sequential": ref[pos + 1 + i], "batched": dec[i],
+                        "top2_margin": float(target.last_margins[i])}
+        pos += len(chunk)
+    return None
+
+
+def sd_accept(drafter: OrtDrafter, audio: np.ndarray, ref: list[int], k: int = 8) -> tuple[int, int]:
+    """Tokens accepted over drafts of k at every target-path position (standard SD view)."""
+    drafter.start(audio)
+    accepted = drafts = 0
+    for n in range(len(ref) - 1):
+        d = drafter.draft(ref[: n + 1], k).tokens
+        a = 0
+        while a < len(d) and n + 1 + a < len(ref) and d[a] == ref[n + 1 + a]:
+            a += 1
+        accepted += a
+        drafts += 1
+    return accepted, drafts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--limit", type=int, default=None, help="windows per setting (default: all)")
+    ap.add_argument("--sd-windows", type=int, default=8, help="windows per setting for the SD acceptance")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+
+    bundle = load_bundle()
+    vocab = bundle.vocab
+    target, drafter = OrtTarget(bundle), OrtDrafter(bundle)
+    dsrc_model = Seq2SeqModel(bundle, "drafter", 1)
+    ctc = CtcRecognizer(bundle, 1)
+    windows = load_corpus().split(args.split)
+    per: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    disagreements = []
+    n_tokens = 0
+    seen: dict[str, int] = defaultdict(int)
+    t_start = time.time()
+    for w in windows:
+        if args.limit is not None and seen[w.setting] >= args.limit:
+            continue
+        seen[w.setting] += 1
+        audio = w.load_audio()
+        ref = greedy_decode(target, audio)
+        n_tokens += len(ref) - (ref[-1] == vocab.eot)
+        body = [t for t in ref if t != vocab.eot]
+        s = per[w.setting]
+        e, n = word_errors(w.text, vocab.decode(ref))
+        s["target_wer"][0] += e
+        s["target_wer"][1] += n
+        dtoks = drain(DrafterSource(dsrc_model, audio))
+        e, n = word_errors(w.text, vocab.decode(dtoks))
+        s["drafter_wer"][0] += e
+        s["drafter_wer"][1] += n
+        dbody = [t for t in dtoks if t != vocab.eot]
+        m = matched(dbody, body)
+        s["drafter_accept"][0] += m
+        s["drafter_accept"][1] += len(dbody)
+        s["drafter_cover"][0] += m
+        s["drafter_cover"][1] += len(body)
+        if ctc.eligible(w.language):
+            src = CtcSource(ctc, audio)
+            ctoks = [t for t in drain(src) if t != vocab.eot]
+            e, n = word_errors(w.text, " ".join(src.texts))
+            s["ctc_wer"][0] += e
+            s["ctc_wer"][1] += n
+            m = matched(ctoks, body)
+            s["ctc_accept"][0] += m
+            s["ctc_accept"][1] += len(ctoks)
+            s["ctc_cover"][0] += m
+            s["ctc_cover"][1] += len(body)
+        if seen[w.setting] <= args.sd_windows:
+            a, d = sd_accept(drafter, audio, ref)
+            s["sd_accepted_per_draft8"][0] += a
+            s["sd_accepted_per_draft8"][1] += d
+        dis = batched_check(target, audio, ref)
+        if dis is not None:
+            disagreements.append({"window": w.id, **dis})
+        print(f"{w.id}: {len(ref)} tokens", file=sys.stderr, flush=True)
+
+    table = {}
+    for setting in [x for x in SETTINGS if x in per]:
+        table[setting] = {k: (v[0] / v[1] if v[1] else None) for k, v in per[setting].items()}
+    pooled = defaultdict(lambda: [0, 0])
+    for s in per.values():
+        for k, v in s.items():
+            pooled[k][0] += v[0]
+            pooled[k][1] += v[1]
+    table["all"] = {k: (v[0] / v[1] if v[1] else None) for k, v in pooled.items()}
+    result = {"split": args.split, "windows": sum(seen.values()), "target_tokens_excl_eos": n_tokens,
+              "quality": table, "batched_vs_sequential_K8_disagreements": disagreements,
+              "costs_ms_one_thread": costs(bundle), "wall_seconds": round(time.time() - t_start, 1)}
+    cols = ["target_wer", "drafter_wer", "ctc_wer", "drafter_accept", "drafter_cover", "ctc_accept", "ctc_cover",
+            "sd_accepted_per_draft8"]
+    print(f"{args.split}: {result['windows']} windows, {n_tokens} target tokens (excl. EOS)")
+    print(f"{'setting':<13}" + "".join(f"{c:>24}" for c in cols))
+    for setting, row in table.items():
+        cells = "".join(f"{'-' if row.get(c) is None else format(row[c], '.3f'):>24}" for c in cols)
+        print(f"{setting:<13}{cells}")
+    print(f"batched K=8 vs sequential disagreements: {len(disagreements)}")
+    for d in disagreements:
+        print(f"  {d}")
+    for k, v in result["costs_ms_one_thread"].items():
+        print(f"{k:>28}: {v:.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
