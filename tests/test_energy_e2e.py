@@ -104,7 +104,7 @@ def test_unplugged_usb_run_writes_versioned_results(make_emulated_phone, tmp_pat
     assert m["as2d"]["energy_j"] < m["target-only"]["energy_j"]
     assert m["as2d"]["energy_vs_baseline_percent"] < 0
     # Responses hold at least the requested work (no own stamps: response = window).
-    assert m["as2d"]["response_s"] >= 0.5 and m["target-only"]["response_s"] >= 0.9
+    assert m["as2d"]["response_s"] >= 0.49 and m["target-only"]["response_s"] >= 0.89  # 10 ms ticks
     # The raw trace sits beside the table and reads back to the same figures' inputs.
     assert series.poll_ms == 250 and (series.current_ua < 0).all()
     c = doc["cross_check"]
