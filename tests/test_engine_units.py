@@ -96,6 +96,7 @@ def test_sd_charges_catch_up_after_full_acceptance() -> None:
     assert [r.accepted for r in res.rounds] == [3, 3, 2]
     assert [r.catch_up for r in res.rounds] == [0, 1, 1]
     assert all(r.drafted == 3 for r in res.rounds)  # K−1 forwards, even past drafter EOS
+    assert res.drafted == 3 * 3 + 2  # plus two catch-up forwards
     assert res.rounds[-1].committed == 2 and res.eos
 
 

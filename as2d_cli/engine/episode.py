@@ -200,6 +200,7 @@ class Episode:
     def _after_serial(self, chain: list[int], confs: tuple[float, ...] | None, rec: RoundRecord) -> None:
         self.clock.run(_noop, _LOOP)
         rec.end = self.result.end = self.clock.now()
+        self.result.drafted += rec.drafted + rec.catch_up
         if chain and rec.accepted == len(chain):
             self._behind = 1  # the last draft was never forwarded by the drafter
             self._rejected = None

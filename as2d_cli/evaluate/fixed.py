@@ -17,7 +17,7 @@ from as2d_cli.formats.deployment import Deployment
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet
 from as2d_cli.replay.run import MethodRun, run_method, slowdowns
-from as2d_cli.replay.selection import catalog_sources, oracle, windows_of
+from as2d_cli.replay.selection import catalog_sources, feasible_budgets, oracle, windows_of
 from as2d_cli.replay.sweep import DEFAULT_BUDGETS, sweep
 
 LABELS = {
@@ -98,12 +98,10 @@ def evaluate_fixed(
         "as2d-no-bc": run_method(windows, profile, "as2d-no-bc", source=src, detail=False),
         "as2d": run_method(windows, profile, "as2d", budget=b, source=src, detail=False),
     }
-    usable = [x for x in sorted(set(budgets)) if profile.has_width(x + 1)]
-    if b not in usable:
-        usable = sorted(set(usable) | {b})
     sources, _ = catalog_sources(traces, profile, None)
     if src not in sources:
         sources = [src, *sources]
+    usable = sorted(set(feasible_budgets(profile, sources, budgets)) | {b})
     cat = sweep(windows, profile, sources, usable, processes=processes)
     orc = oracle(cat, src, b).to_json()
     orc["catalog"] = {"sources": sources, "budgets": usable}
