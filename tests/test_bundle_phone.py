@@ -90,3 +90,20 @@ def test_cli_deploy_is_skipped_when_held_and_remove_cleans_up(arm64_phone) -> No
     assert device.list_dir(bundle_area(device)) == []
     proc = subprocess.run([*base, "remove", *where], capture_output=True, text=True, timeout=120)
     assert "nothing to remove" in proc.stdout
+
+
+@pytest.mark.slow  # ~7 min under qemu; benchmarks/bundle_phone_calibrate.py runs the same path
+def test_calibrate_quick_end_to_end_through_the_bundle(arm64_phone, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, **arm64_phone.env, "AS2D_PHONE_RUNTIME": "bundle"}  # native/launch.py: the real-phone runtime
+    before = len(arm64_phone.phone.history)
+    proc = subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", "calibrate", "--phone", arm64_phone.serial,
+                           "--quick", "--rest", "0", "--interval", "0", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list(tmp_path.glob("*.profile.yaml")) and list(tmp_path.glob("*.savings.png"))
+    starts = [s for s in arm64_phone.phone.history[before:] if "ld-linux-aarch64.so.1" in s and "native.runner" in s]
+    assert starts, "the runner was not started from the bundle"
