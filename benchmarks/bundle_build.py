@@ -85,7 +85,7 @@ def main() -> int:
 
         guest("import numpy, onnxruntime")  # first start writes __pycache__, as on a phone
         for label, code in (("python start", "pass"), ("import numpy, onnxruntime", "import numpy, onnxruntime")):
-            g, h = _median_seconds(lambda: guest(code)), _median_seconds(lambda: host(code))
+            g, h = _median_seconds(lambda c=code: guest(c)), _median_seconds(lambda c=code: host(c))
             print(f"{label}: qemu {g:.2f} s, host {h:.2f} s, ratio {g / h:.1f}x")
     shutil.rmtree(project, ignore_errors=True)
     return 0 if ok else 1

@@ -97,8 +97,6 @@ def test_elf_reader_agrees_with_readelf() -> None:
     readelf = shutil.which("readelf")
     if readelf is None:
         pytest.skip("readelf (binutils) not installed")
-    import ctypes.util  # noqa: F401 - only to find a real shared library on this host
-
     lib = Path(subprocess.run([sys.executable, "-c", "import _ctypes; print(_ctypes.__file__)"],
                               capture_output=True, text=True, check=True).stdout.strip())
     dyn = subprocess.run([readelf, "-d", str(lib)], capture_output=True, text=True, check=True).stdout

@@ -213,13 +213,13 @@ def _add_project(tree: Tree, recipe: Recipe, project_root: Path) -> None:
             raise UserError(f"project package {base} is missing; build the bundle from a checkout of the project")
         for path in sorted(base.rglob("*")):
             rel_src = path.relative_to(project_root).as_posix()
-            if not path.is_file() or _excluded(rel_src, recipe.project_excludes):
+            if not path.is_file() or excluded(rel_src, recipe.project_excludes):
                 continue
             comp = "assets" if rel_src.startswith("as2d_cli/assets/") else "project"
             tree.add(f"app/{rel_src}", path, comp, 0o644)
 
 
-def _excluded(rel: str, patterns: tuple[str, ...]) -> bool:
+def excluded(rel: str, patterns: tuple[str, ...]) -> bool:
     return any(rel == p or rel.startswith(p + "/") or fnmatch.fnmatch(rel, p) for p in patterns)
 
 

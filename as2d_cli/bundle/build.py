@@ -22,7 +22,7 @@ from pathlib import Path
 import as2d_cli
 from as2d_cli.bundle import manifest as mf
 from as2d_cli.bundle.apt import PrivateApt
-from as2d_cli.bundle.assemble import STDLIB, _excluded, assemble, unpack_debs
+from as2d_cli.bundle.assemble import STDLIB, excluded, assemble, unpack_debs
 from as2d_cli.bundle.cache import HashMemo, cache_root, sha256_text
 from as2d_cli.bundle.pack import pack, read_member
 from as2d_cli.bundle.recipe import Recipe
@@ -62,7 +62,7 @@ def project_files(recipe: Recipe, project_root: Path, memo: HashMemo | None = No
     for pkg in recipe.project_packages:
         for path in sorted((project_root / pkg).rglob("*")):
             rel = path.relative_to(project_root).as_posix()
-            if path.is_file() and not _excluded(rel, recipe.project_excludes):
+            if path.is_file() and not excluded(rel, recipe.project_excludes):
                 out.append((rel, memo.sha256(path)))
     return out
 
@@ -145,7 +145,7 @@ def _build_locked(
     if work.exists():
         shutil.rmtree(work)
     say("unpacking and assembling")
-    roots = unpack_debs(list(zip(debs, deb_paths)), work / "debs")
+    roots = unpack_debs(list(zip(debs, deb_paths, strict=True)), work / "debs")
     tree = assemble(recipe, roots, wheels, project_root, work / "tree")
     manifest = {
         "schema": mf.SCHEMA,
