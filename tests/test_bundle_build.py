@@ -134,3 +134,18 @@ def test_cli_build_json_and_out(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "already exists and differs" in proc.stderr and "Traceback" not in proc.stderr
     assert other.read_bytes() == b"mine"
+
+
+def test_build_leaves_the_hosts_package_state_alone() -> None:
+    """apt runs with private lists/status/sources: no foreign architecture is enabled and
+    the host's dpkg status and apt lists are not touched."""
+    if shutil.which("dpkg") is None:
+        pytest.skip("not a Debian-family host")
+
+    def state() -> tuple[str, float, float]:
+        foreign = subprocess.run(["dpkg", "--print-foreign-architectures"], capture_output=True, text=True).stdout
+        return foreign, Path("/var/lib/dpkg/status").stat().st_mtime, Path("/var/lib/apt/lists").stat().st_mtime
+
+    before = state()
+    build_bundle(project_root=project_snapshot(), refresh=True)  # forces a private `apt-get update` too
+    assert state() == before
