@@ -184,3 +184,66 @@ def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(make_emul
     samples = [json.loads(x) for x in res.samples_path.read_text().splitlines()]
     assert sum(1 for s in samples if s["figure"] == "verify.K4" and not s["concurrent"]) == 2
     assert dev.list_dir("/data/local/tmp") == [RUNTIME_AREA]
+
+
+def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone, tmp_path) -> None:
+    session = make_emulated_phone()
+    enable_python(session.phone)
+    dev = session.device()
+    window, _ = calibration_windows()
+    plan = _plan(window)[:3] + _plan(window)[-1:]
+    launcher = choose_launcher(dev, models_dir=MODELS)
+    opener = lambda device, **kw: open_runner(device, launcher=launcher, **kw)  # noqa: E731
+    calls: list[str] = []
+
+    def unplug_during_third(label: str, done: float, total: float) -> None:
+        calls.append(label)
+        if len(calls) == 3:  # the phone leaves while the third step's runner runs
+            session.phone.vanish_on_command("python3")
+
+    with pytest.raises(DeviceError, match=r"^target: phone .* disconnected .*samples of the finished steps are kept") as err:
+        calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener,
+                  progress=unplug_during_third)
+    assert "\n" not in str(err.value)
+    partial = next((tmp_path / ".partial").iterdir())
+    assert json.loads((partial / "done.json").read_text()) == ["verify-idle", "verify-busy"]
+
+    session.phone.vanish_on.clear()
+    session.phone.replug()  # back: adbd accepts again
+    session.connect(timeout=20)  # and the adb server lists it as a device again
+    dev = session.device()
+    res = calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener)
+    assert res.resumed_steps == 2 and load_profile(res.profile_path).target_step_ms > 0
+
+
+@pytest.mark.slow
+def test_arm64_phone_runs_the_runner_from_the_bundle(adb_server) -> None:  # type: ignore[no-untyped-def]
+    """Smoke (slow: the bundle is built if needed and inference runs under qemu): on an
+    arm64 phone without python3 the auto strategy is the bundle; hello, load and a short
+    decode through it give the local runner's tokens. benchmarks/bundle_phone_calibrate.py
+    covers the same path with a whole calibration."""
+    from test_bundle_common import need_qemu
+
+    from as2d_cli.bundle.emulated import enable_arm64_bundle
+    from device_agents.emulator.session import EmulatorSession
+
+    need_qemu()
+    session = EmulatorSession(private_server=False, adb_port=adb_server.port).start()
+    try:
+        enable_arm64_bundle(session.phone)
+        launcher = choose_launcher(session.device())
+        assert isinstance(launcher, BundleLauncher)
+        wid = _shortest_test_window()
+        cmd = {"op": "decode", "window": wid, "method": "as2d", "max_tokens": 8, "events": False}
+        hello, got = open_runner(session.device(), launcher=launcher).batch([{"op": "hello"}, cmd])
+        assert hello["protocol"] == "as2d.runner"
+        assert any("ld-linux-aarch64.so.1" in s and "AS2D_CORPUS" in s for s in session.phone.history)
+    finally:
+        session.stop()
+    local = LocalRunner()
+    try:
+        local.call({"op": "load"})
+        ref = local.call({**cmd, "method": "target-only"})
+    finally:
+        local.close()
+    assert got["tokens"] == ref["tokens"]

@@ -105,7 +105,11 @@ def calibrate(
                     ev.pop("event")
                     got.append(ev)
 
-            runner.call(step.command, on_event=collect)
+            try:
+                runner.call(step.command, on_event=collect)
+            except DeviceError as exc:  # the device failed mid-step: say what is kept and how to go on
+                raise DeviceError(f"{step.label}: {exc}; samples of the finished steps are kept in {partial} "
+                                  "and the next `as2d calibrate` resumes from there") from None
             for s in got:
                 s["step"] = step.key
             _append(samples_file, got)
