@@ -7,11 +7,12 @@ Two launch strategies, chosen per device:
   which brings its own interpreter, libraries, runner code and models.
 * ``python`` -- a device whose ``python3`` already has the runner's libraries (numpy,
   onnxruntime, tokenizers, soundfile), such as the emulated phone (its ``python3`` is this
-  host's interpreter) or a phone with a Python installation: a *payload* -- the project's
-  runner code and the models, ~50 MB -- is pushed once into
-  ``/data/local/tmp/as2d-runtime/<hash>/`` (skipped when the phone already holds the same
-  hash) and the runner is started there with ``PYTHONPATH`` pointing only at that copy and
-  the ``load`` command reading the models from it.
+  host's interpreter) or a phone with a Python installation: a *payload* in two parts --
+  the project's runner code (``app-<hash>``, ~1 MB) and the models (``models-<hash>``,
+  ~50 MB) -- is pushed into ``/data/local/tmp/as2d-runtime/``, each part only when the
+  phone does not hold its hash already, and the runner is started there with
+  ``PYTHONPATH`` pointing only at that copy and the ``load`` command reading the models
+  from it.
 
 Either way the corpus windows a batch needs (only those) are pushed into the batch's
 per-run directory and named by ``AS2D_CORPUS``; the per-run directory goes afterwards.
@@ -74,24 +75,31 @@ def _exports(env: Mapping[str, str]) -> str:
 
 @dataclass(frozen=True)
 class PythonPayloadLauncher(Launcher):
-    """The payload unpacked at ``path`` on the device, started with the device's python3."""
+    """The runner payload on the device (code and models unpacked under ``area``), started
+    with the device's python3 from ``area``."""
 
     serial: str
-    path: str
-    digest: str
-    pushed: bool
+    area: str
+    app: str  # <area>/app-<hash>: holds app/as2d_cli, app/native
+    models_dir: str  # <area>/models-<hash>: holds models/
+    pushed: tuple[str, ...]  # the parts pushed this time ("app", "models"); () when all were there
     push_seconds: float
     name: str = "python"
-    models: str | None = "models"  # relative to ``path``, the runner's working directory
+
+    @property
+    def models(self) -> str:  # type: ignore[override]
+        # Relative to the runner's working directory (the area): a phone path would not
+        # name the same file for a host process standing in for the phone's Python.
+        return posixpath.join(posixpath.relpath(self.models_dir, self.area), "models")
 
     def command(self, args: Sequence[str], run_dir: str, env: Mapping[str, str]) -> str:
-        full = {"PYTHONPATH": posixpath.join(self.path, "app"), "HOME": run_dir, "TMPDIR": run_dir,
+        full = {"PYTHONPATH": posixpath.join(self.app, "app"), "HOME": run_dir, "TMPDIR": run_dir,
                 "PYTHONNOUSERSITE": "1", **env}
-        return f"cd {shlex.quote(self.path)} && {_exports(full)} && python3 {shlex.join(list(args))}"
+        return f"cd {shlex.quote(self.area)} && {_exports(full)} && python3 {shlex.join(list(args))}"
 
     def describe(self) -> str:
-        how = f"pushed in {self.push_seconds:.1f} s" if self.pushed else "already there"
-        return f"{self.serial}: python3 on the runner payload {self.path} ({how})"
+        how = f"pushed {' and '.join(self.pushed)} in {self.push_seconds:.1f} s" if self.pushed else "already there"
+        return f"{self.serial}: python3 on the runner payload in {self.area} ({how})"
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,7 @@ def choose_launcher(device: Any, runtime: str | None = None, models_dir: Path | 
     if runtime in ("auto", "python"):
         usable, why = probe_python(device)
         if usable:
-            return deploy_payload(device, build_payload(models_dir))
+            return deploy_payload(device, *build_payload(models_dir))
         if runtime == "python":
             raise DeviceError(f"{device.serial}: no usable python3 on the device ({why}); "
                               f"unset {RUNTIME_ENV} to use the arm64 bundle")
@@ -144,6 +152,9 @@ def probe_python(device: Any) -> tuple[bool, str]:
 # ---------------------------------------------------------------------------- payload
 @dataclass(frozen=True)
 class Payload:
+    """One part of the runner payload: ``app`` (code) or ``models``."""
+
+    kind: str
     archive: Path
     digest: str  # SHA-256 of the canonical manifest (which lists every file's SHA-256)
     manifest: dict
@@ -157,23 +168,26 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def payload_files(models_dir: Path | None = None) -> list[tuple[str, Path]]:
-    """(name in the payload, host file): ``app/<package>/...`` and ``models/<file>``."""
-    from as2d_cli.models.bundle import load_bundle
-
-    bundle = load_bundle(models_dir)  # checks every model file against models.json
+def app_files(root: Path = PROJECT_ROOT) -> list[tuple[str, Path]]:
+    """(name in the payload, host file) for the runner's code: ``app/<package>/...``."""
     out: list[tuple[str, Path]] = []
     for pkg in PACKAGES:
-        for f in sorted((PROJECT_ROOT / pkg).rglob("*")):
-            rel = f.relative_to(PROJECT_ROOT).as_posix()
+        for f in sorted((root / pkg).rglob("*")):
+            rel = f.relative_to(root).as_posix()
             if (not f.is_file() or "__pycache__" in f.parts or f.suffix == ".pyc"
                     or any(rel == e or rel.startswith(e + "/") for e in EXCLUDED)):
                 continue
             out.append((f"app/{rel}", f))
-    for f in sorted(bundle.directory.iterdir()):  # models.json, tokenizer, CTC table, ONNX files
-        if f.is_file():
-            out.append((f"models/{f.name}", f))
     return out
+
+
+def model_files(models_dir: Path | None = None) -> list[tuple[str, Path]]:
+    """``models/<file>`` for the model bundle (default: as2d_cli/assets/models), after
+    checking every file against models.json."""
+    from as2d_cli.models.bundle import load_bundle
+
+    bundle = load_bundle(models_dir)
+    return [(f"models/{f.name}", f) for f in sorted(bundle.directory.iterdir()) if f.is_file()]
 
 
 def cache_dir() -> Path:
@@ -183,21 +197,46 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "as2d" / "payload"
 
 
-def build_payload(models_dir: Path | None = None, cache: Path | None = None) -> Payload:
-    """The payload for this checkout's runner code and ``models_dir`` (default: the bundled
-    models), packed once per content hash into the payload cache."""
-    files = payload_files(models_dir)
-    manifest = {"schema": PAYLOAD_SCHEMA, "version": PAYLOAD_VERSION, "toolkit": __version__,
-                "python": ">=3.11", "app": "app", "models": "models",
-                "files": {name: _sha256(path) for name, path in files}}
+KEEP_ARCHIVES = 2  # per part: the current one and the one before (switching back is cheap)
+
+
+def pack_part(kind: str, files: list[tuple[str, Path]], cache: Path | None = None) -> Payload:
+    """One payload part, packed once per content hash into the payload cache (older
+    archives of the same part beyond the last KEEP_ARCHIVES are deleted)."""
+    manifest = {"schema": PAYLOAD_SCHEMA, "version": PAYLOAD_VERSION, "kind": kind, "toolkit": __version__,
+                "python": ">=3.11", "files": {name: _sha256(path) for name, path in files}}
     canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
     digest = hashlib.sha256(canonical).hexdigest()
     root = cache or cache_dir()
-    archive = root / f"{digest[:32]}.tar.gz"
-    if not archive.is_file():
+    archive = root / f"{kind}-{digest[:32]}.tar.gz"
+    if archive.is_file() and _lead_member(archive) == canonical:
+        os.utime(archive)  # recently used: kept by the pruning below
+    else:  # missing, or not the archive its name promises (truncated, foreign): pack it again
         root.mkdir(parents=True, exist_ok=True)
         _pack(archive, canonical, files, manifest["files"])
-    return Payload(archive, digest, manifest)
+        old = sorted(root.glob(f"{kind}-*.tar.gz"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for stale in old[KEEP_ARCHIVES:]:
+            stale.unlink(missing_ok=True)
+    return Payload(kind, archive, digest, manifest)
+
+
+def _lead_member(archive: Path) -> bytes | None:
+    """The archive's first member (payload.json) read by streaming; None if unreadable."""
+    try:
+        with tarfile.open(archive, "r|gz") as tar:
+            for member in tar:
+                f = tar.extractfile(member) if member.name == "payload.json" else None
+                return f.read() if f is not None else None
+    except (OSError, EOFError, tarfile.TarError):
+        return None
+    return None
+
+
+def build_payload(models_dir: Path | None = None, cache: Path | None = None,
+                  root: Path = PROJECT_ROOT) -> tuple[Payload, Payload]:
+    """The runner payload for this checkout: (code, models). Two parts, so a code change
+    pushes ~1 MB and the ~50 MB of models go to a phone once per model version."""
+    return pack_part("app", app_files(root), cache), pack_part("models", model_files(models_dir), cache)
 
 
 def _pack(out: Path, manifest: bytes, files: list[tuple[str, Path]], hashes: dict[str, str]) -> None:
@@ -207,7 +246,7 @@ def _pack(out: Path, manifest: bytes, files: list[tuple[str, Path]], hashes: dic
     try:
         with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=1, mtime=0) as gz, \
                 tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
-            def add(name: str, data: io.BufferedIOBase | io.BytesIO, size: int) -> None:
+            def add(name: str, data: io.BytesIO, size: int) -> None:
                 info = tarfile.TarInfo(name)
                 info.size, info.mtime, info.mode = size, FIXED_MTIME, 0o644
                 tar.addfile(info, data)
@@ -228,34 +267,46 @@ def runtime_area(device: Any) -> str:
     return posixpath.join(device.run_root(), RUNTIME_AREA)
 
 
-def deploy_payload(device: Any, payload: Payload, deadline_s: float = 900.0) -> PythonPayloadLauncher:
-    """Make sure ``device`` holds ``payload`` unpacked (pushing it only when its hash is
-    not there already); older payloads are removed first (phones have little storage)."""
+def deploy_part(device: Any, part: Payload, deadline_s: float = 900.0) -> tuple[str, bool]:
+    """Make sure ``device`` holds ``part`` unpacked at ``<area>/<kind>-<hash[:16]>``
+    (pushing it only when that hash is not there); other versions of the same part are
+    removed first (phones have little storage). Returns (path, pushed)."""
+    area = runtime_area(device)
+    target = posixpath.join(area, f"{part.kind}-{part.digest[:16]}")
+    marker = posixpath.join(target, MARKER)
+    if (device.read_files([marker]).get(marker) or "").strip() == part.digest:
+        return target, False
+    remote = posixpath.join(area, f"{part.kind}.tar.gz")
+    q = shlex.quote
+    stale = [posixpath.join(area, n) for n in device.list_dir(area) if n.startswith(f"{part.kind}-")]
+    if stale:
+        device.shell(["rm", "-rf", *stale], deadline_s=120).check(f"removing the old runner {part.kind} in {area}")
+    device.shell(["mkdir", "-p", target], deadline_s=30).check(f"creating {target}")
+    device.push(part.archive, remote, deadline_s=deadline_s)
+    # The marker is written only when the unpack succeeded, so its presence proves a whole part.
+    device.shell(f"python3 -m tarfile -e {q(remote)} {q(target)} && rm -f {q(remote)} && "
+                 f"echo {q(part.digest)} > {q(marker)}", deadline_s=deadline_s
+                 ).check(f"unpacking the runner {part.kind} into {target} (needs ~{_mib(part)} MiB free under {area})")
+    if (device.read_files([marker]).get(marker) or "").strip() != part.digest:
+        raise DeviceError(f"{device.serial}: the runner {part.kind} in {target} is incomplete after unpacking; "
+                          f"check free space under {device.run_root()} and retry")
+    return target, True
+
+
+def deploy_payload(device: Any, app: Payload, models: Payload) -> PythonPayloadLauncher:
+    """Both payload parts on ``device``; the launcher that starts the runner from them."""
     import time
 
-    area = runtime_area(device)
-    target = posixpath.join(area, payload.digest[:16])
-    marker = posixpath.join(target, MARKER)
-    if (device.read_files([marker]).get(marker) or "").strip() == payload.digest:
-        return PythonPayloadLauncher(device.serial, target, payload.digest, False, 0.0)
     start = time.monotonic()
-    remote = posixpath.join(area, "payload.tar.gz")
-    q = shlex.quote
-    device.shell(["rm", "-rf", area], deadline_s=120).check(f"removing the old runner payload in {area}")
-    device.shell(["mkdir", "-p", target], deadline_s=30).check(f"creating {target}")
-    device.push(payload.archive, remote, deadline_s=deadline_s)
-    # The marker is written only when the unpack succeeded, so its presence proves a whole payload.
-    device.shell(f"python3 -m tarfile -e {q(remote)} {q(target)} && rm -f {q(remote)} && "
-                 f"echo {q(payload.digest)} > {q(marker)}", deadline_s=deadline_s
-                 ).check(f"unpacking the runner payload into {target} (needs ~{_mib(payload)} MiB free under {area})")
-    if (device.read_files([marker]).get(marker) or "").strip() != payload.digest:
-        raise DeviceError(f"{device.serial}: the runner payload in {target} is incomplete after unpacking; "
-                          f"check free space under {device.run_root()} and retry")
-    return PythonPayloadLauncher(device.serial, target, payload.digest, True, time.monotonic() - start)
+    app_path, app_pushed = deploy_part(device, app)
+    models_path, models_pushed = deploy_part(device, models)
+    pushed = tuple(k for k, p in (("app", app_pushed), ("models", models_pushed)) if p)
+    return PythonPayloadLauncher(device.serial, runtime_area(device), app_path, models_path, pushed,
+                                 time.monotonic() - start if pushed else 0.0)
 
 
-def _mib(payload: Payload) -> int:
-    return payload.archive.stat().st_size * 2 // 2**20 + 10
+def _mib(part: Payload) -> int:
+    return part.archive.stat().st_size * 2 // 2**20 + 10
 
 
 def remove_payload(device: Any) -> bool:

@@ -53,17 +53,21 @@ def py_phone(emulated_phone):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def launcher(py_phone) -> PythonPayloadLauncher:  # type: ignore[no-untyped-def]
     got = choose_launcher(py_phone.device(), models_dir=MODELS)
-    assert isinstance(got, PythonPayloadLauncher) and got.pushed
+    assert isinstance(got, PythonPayloadLauncher) and got.pushed == ("app", "models")
     return got
 
 
 def test_payload_is_pushed_once_and_the_code_runs_from_the_pushed_copy(py_phone, launcher) -> None:
     dev = py_phone.device()
     again = choose_launcher(dev, models_dir=MODELS)
-    assert isinstance(again, PythonPayloadLauncher) and not again.pushed and again.path == launcher.path
-    marker = posixpath.join(launcher.path, MARKER)
-    assert dev.read_files([marker])[marker].strip() == launcher.digest == build_payload(MODELS).digest
-    host_copy = str(py_phone.phone.fs.host_path(launcher.path))
+    assert isinstance(again, PythonPayloadLauncher) and again.pushed == ()
+    assert (again.app, again.models_dir) == (launcher.app, launcher.models_dir)
+    for path, part in zip((launcher.app, launcher.models_dir), build_payload(MODELS)):
+        marker = posixpath.join(path, MARKER)
+        assert dev.read_files([marker])[marker].strip() == part.digest and part.digest[:16] in path
+    area = posixpath.join("/data/local/tmp", RUNTIME_AREA)
+    assert sorted(dev.list_dir(area)) == sorted(posixpath.basename(p) for p in (launcher.app, launcher.models_dir))
+    host_copy = str(py_phone.phone.fs.host_path(launcher.app))
     probe = "import as2d_cli, native.runner, numpy; print(as2d_cli.__file__); print(native.runner.__file__)"
     with dev.run_dir("probe") as rd:
         res = dev.shell(launcher.command(["-c", probe], rd, {}), deadline_s=60)
@@ -72,6 +76,21 @@ def test_payload_is_pushed_once_and_the_code_runs_from_the_pushed_copy(py_phone,
     assert len(code_files) == 2 and all(f.startswith(host_copy + "/app/") for f in code_files), code_files
     # Nothing but the payload area is left under /data/local/tmp once runs are over.
     assert dev.list_dir("/data/local/tmp") == [RUNTIME_AREA]
+
+
+def test_payload_archives_are_reproducible_and_a_damaged_cache_entry_is_repacked(tmp_path) -> None:
+    from native.launch import app_files, pack_part
+
+    one = pack_part("app", app_files(), cache=tmp_path / "a")
+    two = pack_part("app", app_files(), cache=tmp_path / "b")
+    assert one.digest == two.digest and one.archive.read_bytes() == two.archive.read_bytes()
+    names = set(one.manifest["files"])
+    assert "app/native/runner.py" in names and not any(n.startswith(("app/as2d_cli/cli/", "app/as2d_cli/assets/"))
+                                                       for n in names)
+    whole = one.archive.read_bytes()
+    one.archive.write_bytes(whole[:200])  # a truncated cache entry
+    again = pack_part("app", app_files(), cache=tmp_path / "a")
+    assert again.archive == one.archive and again.archive.read_bytes() == whole
 
 
 def test_a_phone_without_python_gets_the_bundle_strategy(make_emulated_phone) -> None:
@@ -120,16 +139,29 @@ def test_decode_on_the_phone_gives_the_local_runners_tokens(py_phone, launcher) 
     assert acc["T"] == acc["D"] + acc["V"] - acc["O"] + acc["H"]
 
 
-def test_the_runner_reads_the_models_from_the_pushed_copy(make_emulated_phone) -> None:
+def test_a_code_change_pushes_only_the_code_and_models_come_from_the_pushed_copy(make_emulated_phone, tmp_path) -> None:
+    import shutil
+
+    from native.launch import PACKAGES, PROJECT_ROOT, app_files, deploy_payload, pack_part
+
     session = make_emulated_phone()
     enable_python(session.phone)
     dev = session.device()
-    launcher = choose_launcher(dev, models_dir=MODELS)
-    assert isinstance(launcher, PythonPayloadLauncher) and launcher.pushed
-    dev.shell(["rm", posixpath.join(launcher.path, "models", "target_decoder.onnx")]).check("removing a model")
-    runner = open_runner(dev, launcher=launcher)
+    first = choose_launcher(dev, models_dir=MODELS)
+    assert isinstance(first, PythonPayloadLauncher) and first.pushed == ("app", "models")
+    # The same models with edited code: only the code part goes to the phone again.
+    for pkg in PACKAGES:
+        shutil.copytree(PROJECT_ROOT / pkg, tmp_path / "src" / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "src" / "native" / "runner.py", "a") as f:
+        f.write("\n# edited\n")
+    edited = pack_part("app", app_files(tmp_path / "src"), cache=tmp_path / "cache")
+    second = deploy_payload(dev, edited, build_payload(MODELS)[1])
+    assert second.pushed == ("app",) and second.models_dir == first.models_dir and second.app != first.app
+    assert sorted(dev.list_dir(second.area)) == sorted(posixpath.basename(p) for p in (second.app, second.models_dir))
+    # The runner loads the models from the pushed copy: remove one file there and load fails.
+    dev.shell(["rm", posixpath.join(second.models_dir, "models", "target_decoder.onnx")]).check("removing a model")
     with pytest.raises(RunnerError, match="target_decoder.onnx is missing"):
-        runner.call({"op": "hello"})
+        open_runner(dev, launcher=second).call({"op": "hello"})
 
 
 def _plan(window: str) -> list[Step]:
