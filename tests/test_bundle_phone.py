@@ -92,6 +92,38 @@ def test_cli_deploy_is_skipped_when_held_and_remove_cleans_up(arm64_phone) -> No
     assert "nothing to remove" in proc.stdout
 
 
+def test_runner_on_the_arm64_phone_through_the_runner_host_gives_host_tokens(arm64_phone) -> None:  # type: ignore[no-untyped-def]
+    """The real-phone path of `as2d decode/calibrate/eval --native`: native.host's file-mode
+    runner (push commands and corpus window, start from the bundle, pull events) on the
+    emulated arm64 phone, against the host runner on the same frozen code and models."""
+    import os
+    import subprocess
+    import sys
+
+    from test_bundle_common import project_snapshot
+
+    from native.host import open_runner
+    from native.launch import BundleLauncher
+
+    project = project_snapshot()
+    corpus = project / "as2d_cli" / "assets" / "corpus" / "manifest.json"
+    if not ((project / "as2d_cli" / "assets" / "models" / "models.json").is_file() and corpus.is_file()):
+        pytest.skip("the shipped models or corpus are not in as2d_cli/assets yet")
+    window = min(json.loads(corpus.read_text())["windows"], key=lambda w: (w["seconds"], w["id"]))["id"]
+    cmd = {"op": "decode", "window": window, "method": "as2d", "max_tokens": 12, "events": True}
+    device = arm64_phone.device()
+    runner = open_runner(device, launcher=BundleLauncher(deploy(device, shared_build().archive)))
+    got = runner.call(cmd)
+    assert got["event"] == "result" and got["rounds"] and got["events"]
+    assert any("ld-linux-aarch64.so.1" in s and "native.runner" in s for s in arm64_phone.phone.history)
+    lines = [{"op": "hello"}, {"op": "load"}, {**cmd, "method": "target-only"}, {"op": "quit"}]
+    host = subprocess.run([sys.executable, "-m", "native.runner"], input="".join(json.dumps(x) + "\n" for x in lines),
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(project)},
+                          cwd=project, timeout=300)
+    want = [json.loads(x) for x in host.stdout.splitlines() if '"result"' in x]
+    assert want and got["tokens"] == want[0]["tokens"]
+
+
 @pytest.mark.slow  # ~7 min under qemu; benchmarks/bundle_phone_calibrate.py runs the same path
 def test_calibrate_quick_end_to_end_through_the_bundle(arm64_phone, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import os
