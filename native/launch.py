@@ -330,11 +330,13 @@ def windows_in(cmds: Iterable[Mapping[str, Any]]) -> list[str]:
 
 def push_windows(device: Any, run_dir: str, ids: Sequence[str], corpus_dir: Path | None = None) -> str:
     """Push a corpus holding only ``ids`` (manifest + their audio) into ``run_dir/corpus``;
-    return that directory (the value for AS2D_CORPUS). Unknown ids are left out: the runner
-    then names them in its error."""
+    return that directory (the value for AS2D_CORPUS). An unknown id is one UserError
+    naming it, before anything is pushed."""
     from as2d_cli.corpus.manifest import load_corpus
 
     corpus = load_corpus(corpus_dir)
+    for i in ids:
+        corpus.get(i)  # raises: no window 'X' in <manifest>; `as2d corpus list` shows the ids
     data = json.loads(corpus.path.read_text(encoding="utf-8"))
     keep = [w for w in data["windows"] if w.get("id") in set(ids)]
     data["windows"] = keep

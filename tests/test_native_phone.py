@@ -21,7 +21,7 @@ import pytest
 
 from as2d_cli.calibration.plan import Step
 from as2d_cli.calibration.run import calibrate, calibration_windows
-from as2d_cli.errors import DeviceError
+from as2d_cli.errors import DeviceError, UserError
 from as2d_cli.formats.profile_io import load_profile
 from device_agents.emulator.python import enable_python
 from device_agents.gating import GateConfig
@@ -108,7 +108,10 @@ def test_only_the_needed_windows_are_pushed(py_phone) -> None:
     dev = py_phone.device()
     wid = _shortest_test_window()
     with dev.run_dir("corpus") as rd:
-        remote = push_windows(dev, rd, [wid, "no-such-window"])
+        with pytest.raises(UserError, match="no window 'no-such-window'"):
+            push_windows(dev, rd, [wid, "no-such-window"])
+        assert dev.list_dir(rd) == []
+        remote = push_windows(dev, rd, [wid])
         assert remote == posixpath.join(rd, "corpus")
         assert dev.list_dir(posixpath.join(remote, "audio")) == [f"{wid}.ogg"]
         pushed = load_corpus(py_phone.phone.fs.host_path(remote))
@@ -246,6 +249,34 @@ def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone
     dev = session.device()
     res = calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener)
     assert res.resumed_steps == 2 and load_profile(res.profile_path).target_step_ms > 0
+
+
+
+def test_cli_calibrate_quick_and_decode_on_the_emulated_phone(py_phone, tmp_path) -> None:
+    """The commands a person types, as subprocesses through the real adb server (the
+    bundled models: this pushes them unless the phone already holds them)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, **py_phone.env}
+    base = [sys.executable, "-m", "as2d_cli.cli.main"]
+    cal = subprocess.run([*base, "calibrate", "--phone", py_phone.serial, "--quick", "--rest", "0",
+                          "--interval", "0.05", "--out", str(tmp_path)], env=env, text=True, capture_output=True,
+                         timeout=300)
+    assert cal.returncode == 0, cal.stderr[-2000:]
+    profile = next(tmp_path.glob("*.profile.yaml"))
+    prof = load_profile(profile)
+    assert prof.widths == (1, 2, 4, 8, 12, 16) and prof.device["kind"] == "adb"
+    assert len(prof.device["gates"]) == 9 and all(g["passed"] for g in prof.device["gates"])
+    wid = _shortest_test_window()
+    dec = subprocess.run([*base, "decode", "--phone", py_phone.serial, "--window", wid, "--method", "as2d",
+                          "--max-tokens", str(MAX), "--json"], env=env, text=True, capture_output=True, timeout=300)
+    assert dec.returncode == 0, dec.stderr[-2000:]
+    got = json.loads(dec.stdout)
+    assert got["method"] == "as2d" and got["n_tokens"] == len(got["tokens"]) >= 2
+    bad = subprocess.run([*base, "decode", "--phone", py_phone.serial, "--window", "no-such-window", "--method",
+                          "as2d"], env=env, text=True, capture_output=True, timeout=300)
+    assert bad.returncode != 0 and "no-such-window" in bad.stderr and "Traceback" not in bad.stderr
 
 
 @pytest.mark.slow
