@@ -7,7 +7,7 @@ change to it gives a new bundle.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from as2d_cli.errors import UserError
 
@@ -72,7 +72,6 @@ class Recipe:
     project_packages: tuple[str, ...] = PROJECT_PACKAGES
     project_excludes: tuple[str, ...] = PROJECT_EXCLUDES
     builder_version: int = BUILDER_VERSION
-    extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.arch not in SUPPORTED_ARCHES:
