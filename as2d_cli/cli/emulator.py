@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
         fault: List[str] = typer.Option([], "--fault", help="Fault to inject (repeatable): core-offline:CPU@T, ceiling:CPU=GHZ@T, stall:CMD, vanish:CMD, vanish@T, unplug@T[+D]."),
         arm64_bundle: bool = typer.Option(False, "--arm64-bundle", help="Run arm64 programs pushed to the phone (the runtime bundle) under qemu-aarch64-static, so commands take the real-phone path (docs/phones.md)."),
         python: bool = typer.Option(False, "--python", help="Give the phone a python3 (this host's interpreter, without the project): the native runner is pushed to it as a payload and runs at host speed (docs/runner-protocol.md)."),
+        battery: bool = typer.Option(False, "--battery", help="Install the battery model and a perfetto that writes real traces, so `as2d energy` can measure (docs/energy.md)."),
     ) -> None:
         """Run an emulated phone until Ctrl-C and print how to reach it."""
         from device_agents.adb_phone import adb_port as default_adb_port
@@ -58,6 +59,10 @@ def register(app: typer.Typer) -> None:
                 from device_agents.emulator.python import enable_python
 
                 enable_python(session.phone)
+            if battery:
+                from device_agents.battery_model import EmulatedPower
+
+                EmulatedPower(session.phone).install()
         except UserError:
             session.phone.close()
             raise
@@ -75,6 +80,8 @@ def register(app: typer.Typer) -> None:
             typer.echo("arm64 programs pushed to the phone (the runtime bundle) run under qemu-aarch64-static")
         if python:
             typer.echo("python3 on the phone runs this host's interpreter; the native runner is pushed to it as a payload")
+        if battery:
+            typer.echo("battery model installed: `as2d energy` measures it through perfetto")
         typer.echo(f"try: ANDROID_ADB_SERVER_PORT={session.adb_port} as2d devices   "
                    f"(or: adb -P {session.adb_port} -s {session.serial} shell getprop ro.product.model)")
         typer.echo("press Ctrl-C to stop", nl=True)
