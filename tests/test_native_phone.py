@@ -279,6 +279,35 @@ def test_cli_calibrate_quick_and_decode_on_the_emulated_phone(py_phone, tmp_path
     assert bad.returncode != 0 and "no-such-window" in bad.stderr and "Traceback" not in bad.stderr
 
 
+
+def test_eval_native_gates_each_window_on_the_phone(make_emulated_phone, tmp_path, monkeypatch, capsys) -> None:
+    """`as2d eval --native` reads the phone's sysfs before each window: an offline core
+    stops it before any native run, in one line (the replay results are already written)."""
+    import shutil
+
+    from as2d_cli.cli.main import main
+
+    data = Path(__file__).parent / "data"
+    session = make_emulated_phone()
+    enable_python(session.phone)
+    session.phone.set_core_online(3, False)
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(session.adb_port))
+    tr = tmp_path / "traces"
+    tr.mkdir()
+    for split in ("dev", "val", "test"):
+        shutil.copy(data / f"example-{split}.jsonl", tr)
+    with pytest.raises(SystemExit) as e:
+        main(["eval", "--phone", session.serial, "--profile", str(data / "example-profile.yaml"), "--traces", str(tr),
+              "--calibrations", str(tmp_path / "cal"), "--results", str(tmp_path / "res"), "--native",
+              "--windows", "1", "--rest", "0", "--interval", "0.05"])
+    err = capsys.readouterr().err
+    assert e.value.code == 3, err
+    assert "native window 1/1" in err and "not started: gate failed: CPU3 offline" in err and "Traceback" not in err
+    # The runner started once (hello, load); no window was decoded.
+    assert sum("native.runner" in s for s in session.phone.history) == 1
+    assert list((tmp_path / "res").glob("*/results.json")) and not list((tmp_path / "res").glob("*/native.json"))
+
+
 @pytest.mark.slow
 def test_arm64_phone_runs_the_runner_from_the_bundle(adb_server) -> None:  # type: ignore[no-untyped-def]
     """Smoke (slow: the bundle is built if needed and inference runs under qemu): on an

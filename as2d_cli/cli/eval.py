@@ -24,6 +24,8 @@ def register(app: typer.Typer) -> None:
         windows: int = typer.Option(20, "--windows", help="Native: test windows to run."),
         repeats: int = typer.Option(1, "--repeats", help="Native: interleaved repetitions per window and method."),
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+        rest: Optional[float] = typer.Option(None, "--rest", help="Native: gate rest in seconds before each window (default: the device's)."),
+        interval: Optional[float] = typer.Option(None, "--interval", help="Native: seconds between the gate's checks (default: the device's)."),
     ) -> None:
         """Replay every method with one fixed configuration; optionally run them natively too."""
         from as2d_cli.evaluate.run import run_eval
@@ -33,9 +35,15 @@ def register(app: typer.Typer) -> None:
                        calibrations=calibrations, results=results, say=lambda s: err.print(s))
         native_out = None
         if native:
-            from as2d_cli.evaluate.native import run_native_eval
+            import dataclasses
 
-            native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, say=lambda s: err.print(s))
+            from as2d_cli.evaluate.native import run_native_eval
+            from device_agents.gating import GateConfig
+            from device_agents.registry import resolve_phone
+
+            gate = GateConfig.for_device(resolve_phone(phone))
+            gate = dataclasses.replace(gate, **{k: v for k, v in (("rest_s", rest), ("interval_s", interval)) if v is not None})
+            native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, say=lambda s: err.print(s), gate=gate)
         if as_json:
             doc = json.loads(out.results.read_text())
             if native_out is not None:

@@ -100,11 +100,17 @@ def replay_native(profile: CostProfile, w: WindowTrace, res: dict) -> float | No
     return r.tps
 
 
-def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1, say: Say = lambda s: None) -> NativeEvalOutput:
+def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1, say: Say = lambda s: None,
+                    gate: Any = None) -> NativeEvalOutput:
+    """``gate``: a device_agents GateConfig checked before every window (None: the device's default)."""
+    from as2d_cli.errors import DeviceError
+    from device_agents.gating import GateConfig, run_gate
     from device_agents.registry import resolve_phone
     from native.host import default_cores, open_runner
 
     device = resolve_phone(phone)
+    gate_cfg = gate or GateConfig.for_device(device)
+    gates: list[dict] = []
     profile = load_profile(out.profile_path)
     ev = out.evaluation
     dep = ev.deployment
@@ -126,6 +132,11 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
         n = 0
         for rep in range(repeats):
             for i, wid in enumerate(picks):
+                g = run_gate(device, gate_cfg)  # the device's sysfs, before every measured window
+                gates.append({**g.to_dict(), "window": wid, "rep": rep})
+                if not g.passed:
+                    raise DeviceError(f"native window {n + 1}/{len(picks) * repeats} ({wid}) not started: {g.failure}; "
+                                      "no native results were written")
                 k = (i + rep) % len(METHODS)
                 order = METHODS[k:] + METHODS[:k]
                 got = {}
@@ -150,7 +161,7 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     table = render_native(summary)
     doc = make_results("eval-native", {
         "device": device.serial, "profile": str(out.profile_path), "windows": picks, "repeats": repeats,
-        "summary": summary,
+        "summary": summary, "gates": gates,
         "rows": [{k: v for k, v in r.items() if k != "res"} | {
             "tokens": r["res"]["n_tokens"], "time_ms": r["res"]["time_ms"], "eos": r["res"]["eos"],
             "accounting_ms": r["res"]["accounting_ms"], "config": {kk: r["res"].get(kk) for kk in ("k", "budget", "source", "cap")},
