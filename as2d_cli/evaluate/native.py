@@ -78,7 +78,9 @@ def native_trace(window: str, dataset: str, res: dict, eos_id: int) -> WindowTra
             p = d["position"]
             if p not in longest or len(d["tokens"]) > len(longest[p]["tokens"]):
                 longest[p] = d
-        cap = max(len(d["tokens"]) for d in longest.values())
+        # ASP's drafts end at its confidence stop, which the replay's drafter reproduces from
+        # the recorded confidences; the trace's cap is the method's, not the longest draft.
+        cap = max([len(d["tokens"]) for d in longest.values()] + [int(res.get("cap") or 0)])
         conts = tuple(tuple(longest[p]["tokens"]) if p in longest else () for p in range(len(ref)))
         confs_ = tuple(tuple(longest[p]["confidences"] or ()) if p in longest else () for p in range(len(ref)))
         drafter = DrafterTrace(cap, conts, confs_)
