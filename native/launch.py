@@ -8,7 +8,7 @@ Two launch strategies, chosen per device:
 * ``python`` -- a device whose ``python3`` already has the runner's libraries (numpy,
   onnxruntime, tokenizers, soundfile), such as the emulated phone (its ``python3`` is this
   host's interpreter) or a phone with a Python installation: a *payload* in two parts --
-  the project's runner code (``app-<hash>``, ~1 MB) and the models (``models-<hash>``,
+  the project's runner code (``app-<hash>``, ~0.2 MB) and the models (``models-<hash>``,
   ~50 MB) -- is pushed into ``/data/local/tmp/as2d-runtime/``, each part only when the
   phone does not hold its hash already, and the runner is started there with
   ``PYTHONPATH`` pointing only at that copy and the ``load`` command reading the models
@@ -235,7 +235,7 @@ def _lead_member(archive: Path) -> bytes | None:
 def build_payload(models_dir: Path | None = None, cache: Path | None = None,
                   root: Path = PROJECT_ROOT) -> tuple[Payload, Payload]:
     """The runner payload for this checkout: (code, models). Two parts, so a code change
-    pushes ~1 MB and the ~50 MB of models go to a phone once per model version."""
+    pushes ~0.2 MB and the ~50 MB of models go to a phone once per model version."""
     return pack_part("app", app_files(root), cache), pack_part("models", model_files(models_dir), cache)
 
 

@@ -99,6 +99,8 @@ def test_a_phone_without_python_gets_the_bundle_strategy(make_emulated_phone) ->
     assert not usable and "python3" in why
     with pytest.raises(DeviceError, match="no usable python3"):
         choose_launcher(dev, runtime="python")
+    with pytest.raises(UserError, match="AS2D_PHONE_RUNTIME='arm32' is not a runtime"):
+        choose_launcher(dev, runtime="arm32")
     assert BundleLauncher.name == "bundle"  # auto would deploy the arm64 bundle (tests/test_bundle_phone.py)
 
 
