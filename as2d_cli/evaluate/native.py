@@ -11,6 +11,7 @@ is reported per window, with its mean absolute value and the pooled error.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,7 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     }
     tc, pc = default_cores() if device.kind == "local" else (None, None)
     rows: list[dict] = []
+    raw_path = out.folder / "native.runs.jsonl"  # every finished window, written as it finishes
     say(f"native runs on {device.serial}: {len(picks)} windows × {len(METHODS)} methods × {repeats} repeats")
     with open_runner(device, target_cores=tc, producer_cores=pc) as runner:
         loaded = runner.call({"op": "hello"})
@@ -137,8 +139,9 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
                 g = run_gate(device, gate_cfg)  # the device's sysfs, before every measured window
                 gates.append({**g.to_dict(), "window": wid, "rep": rep})
                 if not g.passed:
+                    kept = f"the {n} finished window(s) are kept in {raw_path}" if n else "no native window had run"
                     raise DeviceError(f"native window {n + 1}/{len(picks) * repeats} ({wid}) not started: {g.failure}; "
-                                      "no native results were written")
+                                      f"{kept}")
                 k = (i + rep) % len(METHODS)
                 order = METHODS[k:] + METHODS[:k]
                 got = {}
@@ -149,6 +152,8 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
                     got[m] = res
                     got[m]["cap"] = cmds[m].get("cap")
                 n += 1
+                with open(raw_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"window": wid, "rep": rep, "gate": gates[-1], "runs": got}) + "\n")
                 say(f"[{n}/{len(picks) * repeats}] {wid}: " + "  ".join(f"{m} {got[m]['tps']:.1f}" for m in METHODS))
                 for m in METHODS:
                     rows.append({"window": wid, "dataset": ds[wid], "rep": rep, "method": m, "res": got[m],
