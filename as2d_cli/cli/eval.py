@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 
 def register(app: typer.Typer) -> None:
@@ -30,9 +29,8 @@ def register(app: typer.Typer) -> None:
         """Replay every method with one fixed configuration; optionally run them natively too."""
         from as2d_cli.evaluate.run import run_eval
 
-        err = Console(stderr=True)
         out = run_eval(phone, profile=profile, traces=traces, deployment=deployment, split=split,
-                       calibrations=calibrations, results=results, say=lambda s: err.print(s))
+                       calibrations=calibrations, results=results, say=lambda s: typer.echo(s, err=True))
         native_out = None
         if native:
             import dataclasses
@@ -43,7 +41,7 @@ def register(app: typer.Typer) -> None:
 
             gate = GateConfig.for_device(resolve_phone(phone))
             gate = dataclasses.replace(gate, **{k: v for k, v in (("rest_s", rest), ("interval_s", interval)) if v is not None})
-            native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, say=lambda s: err.print(s), gate=gate)
+            native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, say=lambda s: typer.echo(s, err=True), gate=gate)
         if as_json:
             doc = json.loads(out.results.read_text())
             if native_out is not None:
