@@ -36,6 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from as2d_cli import __version__
 from as2d_cli.errors import DeviceError, UserError
+from as2d_cli.formats.common import sha256_file
 
 PAYLOAD_SCHEMA = "as2d.payload"
 PAYLOAD_VERSION = 1
@@ -160,14 +161,6 @@ class Payload:
     manifest: dict
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def app_files(root: Path = PROJECT_ROOT) -> list[tuple[str, Path]]:
     """(name in the payload, host file) for the runner's code: ``app/<package>/...``."""
     out: list[tuple[str, Path]] = []
@@ -204,7 +197,7 @@ def pack_part(kind: str, files: list[tuple[str, Path]], cache: Path | None = Non
     """One payload part, packed once per content hash into the payload cache (older
     archives of the same part beyond the last KEEP_ARCHIVES are deleted)."""
     manifest = {"schema": PAYLOAD_SCHEMA, "version": PAYLOAD_VERSION, "kind": kind, "toolkit": __version__,
-                "python": ">=3.11", "files": {name: _sha256(path) for name, path in files}}
+                "python": ">=3.11", "files": {name: sha256_file(path) for name, path in files}}
     canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
     digest = hashlib.sha256(canonical).hexdigest()
     root = cache or cache_dir()

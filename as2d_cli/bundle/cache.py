@@ -7,6 +7,10 @@ import json
 import os
 from pathlib import Path
 
+from as2d_cli.formats.common import sha256_file  # one implementation; re-exported for the bundle modules
+
+__all__ = ["cache_root", "sha256_file", "sha256_text"]
+
 
 def cache_root(override: Path | None = None) -> Path:
     """The bundle cache: an explicit path, else $AS2D_BUNDLE_CACHE, else $XDG_CACHE_HOME/as2d/bundle."""
@@ -19,15 +23,7 @@ def cache_root(override: Path | None = None) -> Path:
     return Path(base) / "as2d" / "bundle"
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(chunk)
-            if not block:
-                break
-            h.update(block)
-    return h.hexdigest()
+
 
 
 def sha256_text(text: str) -> str:
