@@ -31,6 +31,7 @@ class Dims:
     ffn: int = 1024
     vocab: int = 1024
     max_tokens: int = 320
+    conv_kernel: int = 0  # >0: a depthwise convolution module in every encoder layer
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -85,9 +86,19 @@ class EncLayer(nn.Module):
         self.qkv = nn.Linear(dm.d, 3 * dm.d)
         self.o = nn.Linear(dm.d, dm.d)
         self.mlp = nn.Sequential(nn.Linear(dm.d, dm.ffn), nn.GELU(), nn.Linear(dm.ffn, dm.d))
+        self.conv = dm.conv_kernel > 0
+        if self.conv:  # conformer-style local context: learns alignments far sooner
+            self.ln_c = nn.LayerNorm(dm.d)
+            self.dw = nn.Conv1d(dm.d, dm.d, dm.conv_kernel, padding=dm.conv_kernel // 2, groups=dm.d)
+            self.pw = nn.Linear(dm.d, dm.d)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, s, _ = x.shape
+        if self.conv:
+            h = self.ln_c(x)
+            if mask is not None:  # keep padding out of the valid frames' convolution
+                h = h * mask[:, 0, 0, :, None].to(h.dtype)
+            x = x + self.pw(F.gelu(self.dw(h.transpose(1, 2)).transpose(1, 2)))
         q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
         a = attention(q, k, v, mask).transpose(1, 2).reshape(b, s, -1)
         x = x + self.o(a)

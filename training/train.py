@@ -169,6 +169,7 @@ def main() -> None:
     ap.add_argument("--max-items", type=int, default=48)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--ctc-weight", type=float, default=0.3)
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
     args = ap.parse_args()
@@ -183,6 +184,9 @@ def main() -> None:
     np.random.seed(seed)
 
     dims: Dims = {"target": TARGET, "drafter": DRAFTER, "ctc": CTC}[kind]
+    ckpt = out / "ckpt.pt"
+    if ckpt.exists():  # a resumed run keeps the dimensions it was started with
+        dims = Dims(**torch.load(ckpt, weights_only=False)["dims"])
     data = Data(kind, args.batch_frames, args.max_items)
     if kind == "ctc":
         model = CtcModel(dims, len(char_table()) + 1)
@@ -191,7 +195,6 @@ def main() -> None:
         model = Seq2Seq(dims)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     state = {"step": 0, "epoch": 0, "pos": 0, "wall": 0.0}
-    ckpt = out / "ckpt.pt"
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         model.load_state_dict(saved["model"])
@@ -246,7 +249,7 @@ def main() -> None:
             logits, ctc_logits = model(mel, lengths, inp)
             ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
             cl = ctc_loss(ctc_logits, lengths, labs)
-            loss = ce + 0.3 * cl
+            loss = ce + args.ctc_weight * cl
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

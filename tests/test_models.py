@@ -1,0 +1,183 @@
+"""The bundled ONNX models through the ONNX Runtime backend: loading checks, exact batched
+verification against sequential decoding, rollback, prefix-conditioned drafting, sources."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from as2d_cli.corpus.manifest import load_corpus
+from as2d_cli.errors import FormatError, UserError
+from as2d_cli.models.bundle import DEFAULT_DIR, load_bundle
+from as2d_cli.models.drafter import OrtDrafter
+from as2d_cli.engine.interfaces import Source
+from as2d_cli.models.session import Seq2SeqModel
+from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource
+from as2d_cli.models.target import OrtTarget, greedy_decode
+
+BUNDLE = load_bundle()
+DEV = load_corpus().split("dev")
+READ = [w for w in DEV if w.setting == "read"]
+WINDOW = min(READ, key=lambda w: w.seconds)
+AUDIO = WINDOW.load_audio()
+
+
+@pytest.fixture(scope="module")
+def target() -> OrtTarget:
+    return OrtTarget(BUNDLE)
+
+
+@pytest.fixture(scope="module")
+def reference(target: OrtTarget) -> list[int]:
+    return greedy_decode(target, AUDIO)
+
+
+def test_sessions_are_pinned_to_one_thread(target: OrtTarget) -> None:
+    for sess in (target.model.encoder, target.model.decoder):
+        assert sess.get_session_options().intra_op_num_threads == 1
+
+
+def test_target_listens(target: OrtTarget, reference: list[int]) -> None:
+    """The target's output depends on the audio (not a constant language-model sentence),
+    and stays within the cache capacity. Quality (WER) is measured by
+    benchmarks/model_quality.py, not asserted here."""
+    other = max(READ, key=lambda w: w.seconds)
+    assert greedy_decode(target, other.load_audio())[:10] != reference[:10]
+    assert 1 <= len(reference) <= target.max_length
+    assert reference[-1] == BUNDLE.vocab.eot or len(reference) == target.max_length
+    assert BUNDLE.vocab.decode(reference).strip()
+
+
+@pytest.mark.parametrize("width", [2, 8, 16])
+def test_batched_verification_equals_sequential(target: OrtTarget, reference: list[int], width: int) -> None:
+    """Root + (width-1) correct candidates per call: every decision equals the reference."""
+    assert target.start(AUDIO) == reference[0]
+    pos = 0
+    while pos < len(reference) - 1:
+        chunk = reference[pos : pos + width]
+        decisions = target.verify(chunk)
+        m = min(len(chunk), len(reference) - pos - 1)  # no reference decision after EOS
+        assert len(decisions) == len(chunk)
+        assert decisions[:m] == reference[pos + 1 : pos + 1 + m], f"diverged in the call at {pos}"
+        pos += len(chunk)
+    assert target.length == pos
+
+
+def test_rejected_candidates_roll_back_exactly(target: OrtTarget, reference: list[int]) -> None:
+    """Wrong candidates after the root: commit the root's decision, roll back, carry on."""
+    eot = BUNDLE.vocab.eot
+    out = [target.start(AUDIO)]
+    rng = np.random.default_rng(0)
+    while out[-1] != eot and len(out) < len(reference):
+        room = min(5, target.max_length - target.length - 1)
+        wrong = [int(t) for t in rng.integers(4, BUNDLE.vocab.size, room)]
+        committed = target.length
+        decisions = target.verify([out[-1]] + wrong)
+        target.rollback(committed + 1)  # keep only the root
+        out.append(decisions[0])
+    assert out == reference
+
+
+def test_drafter_follows_prefix_with_cache_reuse(reference: list[int]) -> None:
+    fresh, reused = OrtDrafter(BUNDLE), OrtDrafter(BUNDLE)
+    fresh.start(AUDIO)
+    reused.start(AUDIO)
+    reused.draft(reference[:3], 6)  # leaves its own tokens in the cache
+    for n in (1, 4, 2, min(len(reference) - 1, 30)):
+        a = fresh.draft(reference[:n], 6)
+        fresh.start(AUDIO)
+        b = reused.draft(reference[:n], 6)
+        assert a.tokens == b.tokens and np.allclose(a.confidences, b.confidences, atol=1e-5)
+        assert len(a.tokens) == 6 and all(0.0 < c <= 1.0 for c in a.confidences)
+
+
+def test_drafter_stop_below_includes_the_low_token() -> None:
+    d = OrtDrafter(BUNDLE)
+    d.start(AUDIO)
+    free = d.draft([BUNDLE.vocab.sot + 10], 12)
+    stopped = d.draft([BUNDLE.vocab.sot + 10], 12, stop_below=1.01)
+    assert stopped.tokens == free.tokens[:1]
+
+
+def _drain(src: Source) -> list[list[tuple[int, float | None]]]:
+    src.start()
+    steps = []
+    while (step := src.step()) is not None:
+        steps.append(list(step))
+    return steps
+
+
+def test_drafter_source_is_the_drafters_own_history() -> None:
+    src = DrafterSource(Seq2SeqModel(BUNDLE, "drafter"), AUDIO)
+    assert isinstance(src, Source) and src.kind == "autoregressive"
+    steps = _drain(src)
+    tokens = [s[0][0] for s in steps]
+    assert all(len(s) == 1 and 0.0 < s[0][1] <= 1.0 for s in steps)
+    assert tokens[-1] == BUNDLE.vocab.eot or len(tokens) == src.limit
+    d = OrtDrafter(BUNDLE)
+    d.start(AUDIO)
+    cont = d.draft(tokens[:1], len(tokens) - 1)
+    assert list(cont.tokens) == tokens[1:]
+
+
+def test_ctc_source_chunks() -> None:
+    rec = CtcRecognizer(BUNDLE)
+    src = CtcSource(rec, AUDIO)
+    assert isinstance(src, Source) and src.kind == "chunked"
+    steps = _drain(src)
+    assert len(steps) == int(np.ceil(len(AUDIO) / (2.56 * 16000)))
+    assert all(c is None for s in steps for _, c in s)
+    assert steps[-1][-1][0] == BUNDLE.vocab.eot
+    assert rec.eligible("en") and not rec.eligible("de")
+    for s, text in zip(steps, src.texts):
+        toks = [t for t, _ in s if t != BUNDLE.vocab.eot]
+        assert toks == BUNDLE.vocab.encode(text)
+    assert any(src.texts)  # it publishes text; its accuracy is in benchmarks/model_quality.py
+
+
+def _copy_bundle(tmp_path: Path) -> Path:
+    dst = tmp_path / "models"
+    shutil.copytree(DEFAULT_DIR, dst)
+    return dst
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    d = _copy_bundle(tmp_path)
+    (d / "drafter_decoder.onnx").unlink()
+    with pytest.raises(UserError, match="drafter_decoder.onnx is missing"):
+        load_bundle(d)
+
+
+def test_changed_file_is_named(tmp_path: Path) -> None:
+    d = _copy_bundle(tmp_path)
+    with open(d / "ctc.onnx", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(UserError, match="ctc.onnx does not match its SHA-256"):
+        load_bundle(d)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda m: m.update(version=99), "upgrade as2d"),
+    (lambda m: m.update(schema="x"), "schema"),
+    (lambda m: m["models"]["target"].pop("files"), "models.target has no 'files'"),
+])
+def test_bad_manifest_is_refused(tmp_path: Path, edit, message: str) -> None:
+    d = _copy_bundle(tmp_path)
+    m = json.loads((d / "models.json").read_text())
+    edit(m)
+    (d / "models.json").write_text(json.dumps(m))
+    with pytest.raises(FormatError, match=message):
+        load_bundle(d)
+
+
+def test_mismatched_vocabulary_is_refused(tmp_path: Path) -> None:
+    d = _copy_bundle(tmp_path)
+    m = json.loads((d / "models.json").read_text())
+    m["models"]["drafter"]["dims"]["vocab"] = 999
+    (d / "models.json").write_text(json.dumps(m))
+    with pytest.raises(UserError, match="bundle is mixed"):
+        OrtDrafter(load_bundle(d))
