@@ -23,7 +23,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from as2d_cli.engine import CandidateBuffer, Episode, StandardSD, WallClock
+from as2d_cli.engine import CandidateBuffer, Episode, StandardSD, TargetOnly, WallClock
 from native.producer import Producer, pin_current_thread, source_units
 from native.protocol import ProtocolError
 
@@ -128,17 +128,22 @@ def probe_verify(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
 
 
 def probe_target_step(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
+    """Target-only rounds as the decode clock charges them: the engine's scalar step
+    (the target call plus its commit/rollback bookkeeping), along a whole greedy decode so
+    long contexts are sampled too; a new decode starts at EOS."""
     target = runner.models.target
     reps = int(cmd.get("reps", 64))
-    first = target.start(audio)
-    tok = first
-    for i in range(reps):
-        t0 = time.perf_counter_ns()
-        tok = target.verify([tok])[0]
-        yield {"figure": "target_step", "ms": _ms(t0), "rep": i, "position": i}
-        if tok == target.eos_id:
-            tok = first
-            target.start(audio)
+    i = 0
+    while i < reps:
+        first = target.start(audio)
+        clock = WallClock()
+        ep = Episode(TargetOnly(), target, first, eos_id=target.eos_id, max_tokens=target.max_length, clock=clock)
+        while not ep.done and i < reps:
+            rec = ep.step()
+            yield {"figure": "target_step", "ms": (rec.end - rec.start) / 1e6, "rep": i, "position": len(ep.tokens) - 2}
+            i += 1
+        if ep.done and len(ep.tokens) <= 1:
+            break
 
 
 def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
@@ -205,7 +210,9 @@ def probe_drafter(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
 
 
 def probe_loop(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
-    """Serial SD K8 episodes: per round, wall time not spent drafting or verifying."""
+    """Serial SD rounds: each round's wall time with its drafter forwards and width; the
+    host subtracts the fitted drafting and verification costs (what remains is the loop
+    residual the replay charges per serial round)."""
     target, drafter = runner.models.target, runner.models.drafter
     reps = int(cmd.get("reps", 2))
     k = int(cmd.get("k", 8))
@@ -216,10 +223,9 @@ def probe_loop(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
         ep = Episode(StandardSD(k), target, first, eos_id=target.eos_id, max_tokens=int(cmd.get("max_tokens", 96)),
                      clock=clock, drafter=drafter)
         while not ep.done:
-            n0 = len(clock.intervals)
             rec = ep.step()
-            work = sum(iv.end - iv.start for iv in clock.intervals[n0:] if iv.op.kind in ("draft", "verify"))
-            yield {"figure": "loop", "ms": (rec.end - rec.start - work) / 1e6, "rep": rep, "round": rec.index}
+            yield {"figure": "loop_round", "ms": (rec.end - rec.start) / 1e6, "rep": rep, "round": rec.index,
+                   "width": rec.width, "forwards": rec.drafted + rec.catch_up}
 
 
 def run_calibration_op(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:

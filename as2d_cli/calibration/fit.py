@@ -17,6 +17,13 @@ from as2d_cli.errors import UserError
 from as2d_cli.formats.profile import CostProfile, DrafterCosts, Fit, SourceCosts
 
 
+def loop_residuals(samples: Iterable[Mapping[str, Any]], verify_ms: Mapping[int, float], draft_ms: float) -> list[float]:
+    """Per serial round: wall time minus its drafter forwards and its verification, each at
+    the fitted (median) cost — the work the profile does not already charge."""
+    return [float(s["ms"]) - s["forwards"] * draft_ms - verify_ms[int(s["width"])]
+            for s in samples if s["figure"] == "loop_round" and int(s["width"]) in verify_ms]
+
+
 def group(samples: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]:
     """Raw samples (ms) by figure name; verification split into idle and concurrent."""
     out: dict[str, list[float]] = defaultdict(list)
@@ -70,6 +77,8 @@ def fit_profile(samples: list[Mapping[str, Any]], device: Mapping[str, Any], *, 
                                      startup_ms=_med(g, "sources.ctc.startup", 0.0),
                                      concurrent_ratio=sources["drafter"].concurrent_ratio if "drafter" in sources else 1.0)
     target_step = _med(g, "target_step")
+    if drafter is not None and g.get("loop_round"):
+        g["loop"] = loop_residuals(samples, idle, drafter.step_ms)
     loop = max(0.0, _med(g, "loop", 0.0))
     fit = Fit(method="median of measured calls per figure (warm-ups excluded); concurrent/idle ratio per width = "
                      "median concurrent / median idle, unclipped; widths without concurrent samples take the median ratio",

@@ -37,7 +37,7 @@ def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("
                                "offsets": [off], "warmup": 1, "reps": reps, "producer": producer},
                               len(widths) * (reps + 1) * 0.2))
     steps.append(Step("target-step", "scalar target steps",
-                      {"op": "calibrate", "what": "target_step", "window": window, "reps": 64 if not quick else 16}, 3))
+                      {"op": "calibrate", "what": "target_step", "window": window, "reps": 256 if not quick else 64}, 3))
     for s in sources:
         w = ctc_window if s == "ctc" and ctc_window else window
         steps.append(Step(f"source-{s}", f"source {s} alone",
@@ -45,7 +45,7 @@ def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("
     steps.append(Step("drafter", "serial drafter probes",
                       {"op": "calibrate", "what": "drafter", "window": window, "reps": reps, "widths": list(range(1, 17)) if not quick else list(range(1, 17))}, 4))
     steps.append(Step("loop", "serial SD rounds (loop residual)",
-                      {"op": "calibrate", "what": "loop", "window": window, "reps": 3 if not quick else 1, "max_tokens": 96}, 4))
+                      {"op": "calibrate", "what": "loop", "window": window, "reps": 3 if not quick else 1, "max_tokens": 200}, 4))
     return steps
 
 
