@@ -47,7 +47,10 @@ def test_every_method_commits_target_only_tokens(runner) -> None:
         assert sum(r["committed"] for r in res["rounds"]) == res["n_tokens"] - 1
         kinds = {e["op"] for e in res["events"]}
         if method in ("as2d", "as2d-no-bc"):
-            assert {"verify", "source_step", "publish"} <= kinds and res["source_tokens"]
+            # The producer may not publish before a fast target ends; what it did publish is logged.
+            assert "verify" in kinds and kinds <= {"verify", "align", "source_step", "publish", "producer_done"}
+            pubs = [e for e in res["events"] if e["op"] == "publish"]
+            assert sum(e["count"] for e in pubs) == len(res["source_tokens"])
             assert max(r["width"] for r in res["rounds"]) <= (8 if method == "as2d" else 25)
         if method in ("sd", "asp", "as2d-no-td"):
             assert "draft" in kinds and res["drafts"]
