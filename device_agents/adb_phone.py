@@ -19,6 +19,7 @@ from device_agents.base import (
     CPU_DIR, RUN_ROOT, Device, DeviceDisconnected, DeviceTimeout, DeviceUnavailable, Fact, Facts,
     ShellResult, mask_hex, quote_command,
 )
+from device_agents.shell_v2 import EXIT, STDERR, STDOUT, take_packets
 
 if TYPE_CHECKING:
     from device_agents.process import AdbProcess
@@ -143,17 +144,12 @@ class AdbPhone(Device):
                         f"after {time.monotonic() - start:.1f} s; output so far is kept -- "
                         f"check the cable and `as2d devices`", partial())
                 buf += chunk
-                while len(buf) >= 5:
-                    kind, length = buf[0], struct.unpack("<I", bytes(buf[1:5]))[0]
-                    if len(buf) < 5 + length:
-                        break
-                    data = bytes(buf[5 : 5 + length])
-                    del buf[: 5 + length]
-                    if kind == 1:
+                for kind, data in take_packets(buf):
+                    if kind == STDOUT:
                         out += data
-                    elif kind == 2:
+                    elif kind == STDERR:
                         err += data
-                    elif kind == 3:
+                    elif kind == EXIT:
                         exit_code = data[0] if data else 255
         except socket.timeout:
             raise DeviceTimeout(f"phone {self.serial}: {cmd[:80]!r} did not finish within {deadline_s:g} s "

@@ -14,6 +14,7 @@ import time
 from typing import IO
 
 from device_agents.base import DeviceDisconnected, DeviceTimeout, ShellResult
+from device_agents.shell_v2 import EXIT, STDERR, STDOUT, take_packets
 
 
 class DeviceProcess:
@@ -170,17 +171,12 @@ class AdbProcess(DeviceProcess):
                                        f"output so far is kept -- check the cable and `as2d devices`")
                     return
                 buf += chunk
-                while len(buf) >= 5:
-                    kind, length = buf[0], struct.unpack("<I", bytes(buf[1:5]))[0]
-                    if len(buf) < 5 + length:
-                        break
-                    data = bytes(buf[5 : 5 + length])
-                    del buf[: 5 + length]
-                    if kind == 1:
+                for kind, data in take_packets(buf):
+                    if kind == STDOUT:
                         self._feed_out(data)
-                    elif kind == 2:
+                    elif kind == STDERR:
                         self._feed_err(data)
-                    elif kind == 3:
+                    elif kind == EXIT:
                         self._finish(data[0] if data else 255)
                         self._on_close()
                         return

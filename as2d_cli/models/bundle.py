@@ -7,12 +7,12 @@ SHA-256, and names the first missing or mismatched file in one UserError.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from as2d_cli.errors import FormatError, UserError
+from as2d_cli.formats.common import sha256_file
 
 SCHEMA = "as2d.models"
 VERSION = 1
@@ -63,14 +63,6 @@ class ModelBundle:
         return list(json.loads(self.path(info["chars"]).read_text(encoding="utf-8"))["chars"])
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def load_bundle(directory: Path | None = None, check_hashes: bool = True) -> ModelBundle:
     """Read models.json in ``directory`` (default: the bundled models) and check its files."""
     directory = Path(directory) if directory is not None else DEFAULT_DIR
@@ -100,7 +92,7 @@ def load_bundle(directory: Path | None = None, check_hashes: bool = True) -> Mod
         f = directory / filename
         if not f.is_file():
             raise UserError(f"model file {f} is missing (listed in {path}); reinstall the package or rerun training/export.py")
-        if check_hashes and _sha256(f) != digest:
+        if check_hashes and sha256_file(f) != digest:
             raise UserError(f"model file {f} does not match its SHA-256 in {path}; it was changed or truncated: "
                             "reinstall the package or rerun training/export.py")
     vocab = Vocabulary(directory / manifest["tokenizer"], manifest["specials"])
