@@ -124,7 +124,3 @@ def external_units(batches: Sequence[tuple[float, list[int]]]) -> tuple[list[lis
     """External candidate batches (``t_ms`` after the request) as units and a schedule in ns."""
     ordered = sorted(batches, key=lambda b: b[0])
     return [[(int(t), None) for t in toks] for _, toks in ordered], [ms * 1e6 for ms, _ in ordered]
-
-
-def wait_ns(ns: int) -> None:
-    time.sleep(max(ns, 0) / 1e9)

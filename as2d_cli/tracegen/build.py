@@ -35,8 +35,6 @@ def _models(directory: str | None) -> Any:
 
 def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: int | None = None) -> dict:
     """One window's trace record (the ``as2d.trace`` window record as a dict)."""
-    from as2d_cli.models.sources import CtcSource, DrafterSource  # noqa: F401
-
     audio = window.load_audio()
     target = models.target
     first = target.start(audio)
