@@ -20,6 +20,7 @@ from as2d_cli.calibration.fit import fit_profile
 from as2d_cli.calibration.plan import Step, make_plan, plan_hash
 from as2d_cli.calibration.plot import plot_savings
 from as2d_cli.errors import DeviceError, UserError
+from as2d_cli.formats.common import safe_name
 
 Progress = Callable[[str, float, float], None]  # (label, done weight, total weight)
 
@@ -47,10 +48,6 @@ def calibration_windows() -> tuple[str, str | None]:
     return best.id, best.id
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-
-
 def calibrate(
     device: Any,
     *,
@@ -70,7 +67,7 @@ def calibrate(
     t_start = time.time()
     win, ctc_win = (window, window) if window else calibration_windows()
     steps = plan if plan is not None else make_plan(win, quick=quick, ctc_window=ctc_win)
-    key = f"{_safe(device.serial)}-{plan_hash(steps)}"
+    key = f"{safe_name(device.serial)}-{plan_hash(steps)}"
     partial = out_dir / ".partial" / key
     partial.mkdir(parents=True, exist_ok=True)
     samples_file, done_file, gates_file = partial / "samples.jsonl", partial / "done.json", partial / "gates.jsonl"
@@ -130,7 +127,7 @@ def calibrate(
                           created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     from as2d_cli.formats.profile_io import write_profile
 
-    stem = f"{_safe(device.serial)}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    stem = f"{safe_name(device.serial)}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     out_dir.mkdir(parents=True, exist_ok=True)
     profile_path = write_profile(out_dir / f"{stem}.profile.yaml", profile)
     stem = profile_path.name.removesuffix(".profile.yaml")

@@ -26,6 +26,7 @@ from as2d_cli.energy.analysis import EnergyAnalysis
 from as2d_cli.energy.capture_config import CaptureSpec
 from as2d_cli.energy.episode_records import Episode, format_episode
 from as2d_cli.errors import FormatError, UserError
+from as2d_cli.formats.common import safe_name
 
 SCHEMA = "as2d.energy-result"
 VERSION = 1
@@ -96,7 +97,7 @@ def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
 def new_run_dir(results_root: Path, phone_name: str, now: datetime | None = None) -> Path:
     """A fresh folder results/energy/<UTC time>-<phone>; never an existing one."""
     now = now or datetime.now(timezone.utc)
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in phone_name) or "phone"
+    safe = safe_name(phone_name, "phone")
     base = Path(results_root) / "energy" / f"{now:%Y%m%dT%H%M%SZ}-{safe}"
     base.parent.mkdir(parents=True, exist_ok=True)
     for k in range(1, 1000):

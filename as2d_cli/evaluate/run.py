@@ -14,6 +14,7 @@ from typing import Callable
 from as2d_cli.errors import UserError
 from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
 from as2d_cli.evaluate.inputs import find_deployment, find_profile, load_trace_files, trace_files
+from as2d_cli.formats.common import next_free, safe_name
 from as2d_cli.formats.deployment_io import load_deployment
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.results import input_ref, make_results, write_results
@@ -33,10 +34,6 @@ class EvalOutput:
     profile_path: Path
 
 
-def _safe(s: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in s) or "device"
-
-
 def run_eval(
     phone: str,
     *,
@@ -54,7 +51,7 @@ def run_eval(
     ts = load_trace_files(files)
     if not any(w.split == split for w in ts.windows):
         raise UserError(f"the traces hold no {split!r} windows; pass traces with that split")
-    device = _safe(str(prof.device.get("name") or phone))
+    device = safe_name(str(prof.device.get("name") or phone), "device")
     dep_path = deployment or find_deployment(profile_path, device, calibrations)
     selected_now = False
     if dep_path is None:
@@ -66,11 +63,7 @@ def run_eval(
         report = {"catalog": sel.catalog, "dev": sel.dev, "val": sel.val,
                   "ranking": [r.to_json() for r in sel.ranking[:10]],
                   "inputs": {"traces": [input_ref(f) for f in files]}}
-        out = calibrations / device / "deployment.yaml"
-        n = 2
-        while out.exists():
-            out = calibrations / device / f"deployment-{n}.yaml"
-            n += 1
+        out = next_free(calibrations / device / "deployment.yaml")
         out.parent.mkdir(parents=True, exist_ok=True)
         dep_path = write_selection(sel, report, profile_path, out)
         selected_now = True

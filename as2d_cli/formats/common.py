@@ -153,6 +153,11 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def safe_name(text: str, default: str = "") -> str:
+    """``text`` usable as one file or folder name: anything but letters, digits and -_. becomes _."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text) or default
+
+
 def next_free(path: str | Path) -> Path:
     """``path`` itself if free, else ``stem-2.ext``, ``stem-3.ext``… (for callers that
     prefer a new name over refusing)."""
