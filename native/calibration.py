@@ -37,10 +37,9 @@ def _ms(t0: int) -> float:
 def greedy_reference(target: Any, audio: np.ndarray, length: int) -> tuple[list[int], bool]:
     """The target's greedy tokens (first included), extended past EOS by repetition so a
     sweep can reach deep offsets; the flag says whether it was extended."""
-    first = target.start(audio)
-    ref = [first]
-    while len(ref) < length and ref[-1] != target.eos_id:
-        ref.append(target.verify([ref[-1]])[0])
+    from as2d_cli.models.target import greedy_decode
+
+    ref = greedy_decode(target, audio, length)
     extended = False
     if len(ref) < length:
         body = ref[:-1] if ref[-1] == target.eos_id and len(ref) > 1 else ref

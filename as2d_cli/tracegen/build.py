@@ -35,13 +35,12 @@ def _models(directory: str | None) -> Any:
 
 def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: int | None = None) -> dict:
     """One window's trace record (the ``as2d.trace`` window record as a dict)."""
+    from as2d_cli.models.target import greedy_decode
+
     audio = window.load_audio()
     target = models.target
-    first = target.start(audio)
-    ref = [first]
     max_tokens = min(max_tokens or target.max_length, target.max_length)
-    while ref[-1] != target.eos_id and len(ref) < max_tokens:
-        ref.append(int(target.verify([ref[-1]])[0]))
+    ref = [int(t) for t in greedy_decode(target, audio, max_tokens)]
     eos = ref[-1] == target.eos_id
     # The drafter running on its own history (As²d's autoregressive source).
     src = models.source("drafter", audio, max_tokens + SOURCE_SLACK)
