@@ -120,9 +120,7 @@ def render_table(ev: FixedEval) -> str:
         slower = "—" if s is None else f"{s['slower']}/{s['slower'] + s['faster'] + s['ties']}"
         body.append([r["label"], *[_f(r["tps_by_dataset"][d]) for d in ds], _f(r["tps"]),
                      _f(r["speedup"], 3), slower])
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-    line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-    out = [line(head), line(["-" * w for w in widths]), *(line(b) for b in body)]
+    out = text_table(head, body)
     o = ev.oracle
     out.append("")
     out.append(f"pooled TPS on {len(ev.window_ids)} {ev.split} windows; fixed configuration "
@@ -130,6 +128,16 @@ def render_table(ev: FixedEval) -> str:
     out.append(f"oracle (per-window source × budget, hindsight): {o['tps_oracle']:.2f} TPS; selected "
                f"{o['tps_selected']:.2f}; gap {o['gap_percent']:.2f}%")
     return "\n".join(out) + "\n"
+
+
+def text_table(head: list[str], body: list[list[str]]) -> list[str]:
+    """Header, rule and rows: the first column left-aligned, the others right-aligned."""
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return [line(head), line(["-" * w for w in widths]), *(line(b) for b in body)]
 
 
 def _f(x: float | None, nd: int = 2) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from as2d_cli.evaluate.fixed import text_table
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.results import make_results, write_results
@@ -219,9 +220,7 @@ def render_native(summary: dict[str, Any]) -> str:
     for m, s in summary["methods"].items():
         body.append([m, str(s["runs"]), _f(s["pooled_tps_native"]), _f(s["pooled_tps_replay"]), _f(s["mae_percent"]),
                      _f(s["pooled_error_percent"], signed=True), f"{s['exact']}/{s['runs']}"])
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    line = lambda c: "  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(c, widths)))
-    lines = [line(head), line(["-" * w for w in widths]), *(line(b) for b in body)]
+    lines = text_table(head, body)
     r = summary.get("as2d_over_target_only_native")
     lines.append("")
     lines.append("native As²d / target-only pooled: " + ("—" if r is None else f"{r:.3f}×"))
