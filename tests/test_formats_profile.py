@@ -107,10 +107,35 @@ def test_unknown_source_and_missing_drafter(tmp_path, doc):
         q.draft_ms(1)
 
 
-@pytest.mark.parametrize("version,words", [(0, "older"), (2, "newer")])
+@pytest.mark.parametrize("version,words", [(0, "older"), (3, "newer")])
 def test_old_and_future_versions(tmp_path, doc, version, words):
     doc["version"] = version
     assert f"version {version} is {words}" in _err(_save(tmp_path, doc))
+
+
+def test_v1_reads_as_v2_without_context(tmp_path, doc):
+    doc["version"] = 1
+    doc["costs"].pop("context", None)
+    p = load_profile(_save(tmp_path, doc))
+    assert p.version == 2 and p.context is None
+    assert p.source("qwen").startup_for(30.0, 10.0) == p.source("qwen").startup_ms  # flat without a slope
+
+
+def test_context_round_trip(tmp_path, doc):
+    doc["costs"]["context"] = {"ref_tokens": 64, "ref_audio_s": 10.0,
+                               "target": {"ms_per_token": 0.01, "ms_per_audio_s": 0.5},
+                               "drafter": {"ms_per_token": 0.002}}
+    doc["costs"]["sources"]["qwen"]["startup_ms_per_audio_s"] = 2.0
+    p = load_profile(_save(tmp_path, doc))
+    c = p.context
+    assert c is not None and c.drafter_ms_per_audio_s == 0.0
+    assert c.target_ms(164, 12.0) == pytest.approx(0.01 * 100 + 0.5 * 2.0)
+    assert c.drafter_ms(0, 10.0) == pytest.approx(-0.128)
+    assert p.source("qwen").startup_for(12.0, c.ref_audio_s) == pytest.approx(p.source("qwen").startup_ms + 4.0)
+    again = load_profile(write_profile(tmp_path / "again.yaml", p))
+    assert again.context == c and again.source("qwen").startup_ms_per_audio_s == 2.0
+    doc["costs"]["context"]["target"]["ms_per_frame"] = 1.0
+    assert "costs.context.target" in _err(_save(tmp_path, doc))
 
 
 def test_negative_cost_refused(tmp_path, doc):

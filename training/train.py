@@ -172,6 +172,9 @@ def main() -> None:
     ap.add_argument("--ctc-weight", type=float, default=0.3)
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="unix time: re-warm to --lr over --warmup steps from the resumed step, then decay "
+                         "linearly in wall time to 0 at the deadline and stop (a time-budgeted anneal)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -229,6 +232,9 @@ def main() -> None:
     t0 = time.time() - state["wall"]
     acc = {"loss": 0.0, "ce": 0.0, "ctc": 0.0, "n": 0}
     order = data.epoch_order(state["epoch"])
+    start_step, start_time = state["step"], time.time()
+    if args.deadline is not None:
+        state.setdefault("anneal", {"from_step": start_step, "from_time": start_time, "deadline": args.deadline})
     while state["step"] < args.max_steps and not stop["now"]:
         if state["pos"] >= len(order):
             state["epoch"] += 1
@@ -236,7 +242,14 @@ def main() -> None:
             order = data.epoch_order(state["epoch"])
         b = order[state["pos"]]
         step = state["step"] + 1
-        lr = args.lr * min(step / args.warmup, (args.warmup / step) ** 0.5)
+        if args.deadline is None:
+            lr = args.lr * min(step / args.warmup, (args.warmup / step) ** 0.5)
+        else:  # resumable: the anneal's origin is kept in the checkpoint state
+            an = state["anneal"]
+            left = (an["deadline"] - time.time()) / max(1.0, an["deadline"] - an["from_time"])
+            if left <= 0:
+                break
+            lr = args.lr * min(1.0, (step - an["from_step"]) / args.warmup, left)
         for g in opt.param_groups:
             g["lr"] = lr
         if kind == "ctc":
@@ -279,7 +292,7 @@ def main() -> None:
             t_last_ckpt = time.time()
     save()
     log.write(json.dumps({"event": "stop", "step": state["step"], "wall_s": round(state["wall"], 1),
-                          "reason": "signal" if stop["now"] else "max_steps"}) + "\n")
+                          "reason": "signal" if stop["now"] else "max_steps" if state["step"] >= args.max_steps else "deadline"}) + "\n")
     log.flush()
 
 

@@ -96,12 +96,16 @@ class WallClock(Clock):
 
 
 class VirtualClock(Clock):
-    """Virtual time advanced by ``price(op, now)`` nanoseconds for every op."""
+    """Virtual time advanced by ``price(op, now)`` (or ``price(op, now, position)``)
+    nanoseconds for every op."""
 
-    def __init__(self, price: Callable[[Op, int], int], start: int = 0) -> None:
+    def __init__(self, price: Callable[..., int], start: int = 0, position: Callable[[], int] | None = None) -> None:
         super().__init__()
         self._now = start
         self._price = price
+        # With ``position`` (read before the work runs: the state the call starts from),
+        # prices are called as price(op, now, position) — context-dependent costs.
+        self.position = position
 
     def now(self) -> int:
         return self._now
@@ -113,10 +117,18 @@ class VirtualClock(Clock):
 
     def run(self, work: Callable[[], T], op: "Op | Callable[[T], Op]") -> T:
         start = self._now
-        result = work()
-        if not isinstance(op, Op):
-            op = op(result)
-        cost = self._price(op, start)
+        position = self.position
+        if position is None:
+            result = work()
+            if not isinstance(op, Op):
+                op = op(result)
+            cost = self._price(op, start)
+        else:
+            at = position()
+            result = work()
+            if not isinstance(op, Op):
+                op = op(result)
+            cost = self._price(op, start, at)
         if cost < 0:
             raise ValueError(f"negative cost {cost} for {op}")
         end = self._now = start + cost

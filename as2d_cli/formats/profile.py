@@ -26,6 +26,9 @@ Methods the replay codes against:
 * ``p.op_ms(op, concurrent=False, source=None)`` — price one engine
   :class:`~as2d_cli.engine.clock.Op` (kinds target_step, verify, draft, paired, refresh,
   loop, align).
+* ``p.context`` — :class:`ContextCosts` or None: linear per-call terms in the decoder
+  cache length and the window's audio length (v2); None charges every call its flat
+  figure, as the paper's profiles do.
 * ``p.fit`` — :class:`Fit` (method, raw ``samples`` by figure name, notes); ``p.device``
   — device facts; ``p.synthetic`` — True for the made-up anchor profile; ``p.path``.
 """
@@ -38,8 +41,10 @@ from typing import Any, Mapping
 from as2d_cli.errors import FormatError
 
 SCHEMA = "as2d.profile"
-VERSION = 1
-# Version history: 1 — first release.
+VERSION = 2
+# Version history: 1 — first release. 2 — optional ``costs.context`` (context-length and
+# audio-length terms) and a source's ``startup_ms_per_audio_s``; a v1 file reads as v2
+# with neither (flat costs).
 
 
 def ms_to_ns(ms: float) -> int:
@@ -81,12 +86,44 @@ class SourceCosts:
     startup_ms: float = 0.0  # before the first step/chunk (on the decode clock)
     concurrent_ratio: float = 1.0  # the producer's own slowdown while the target is busy
     verify_concurrent_ratio: Mapping[int, float] | None = field(default=None, hash=False)
+    startup_ms_per_audio_s: float = 0.0  # startup (audio encoding) grows with the window
+
+    def startup_for(self, audio_s: float | None, ref_audio_s: float | None) -> float:
+        """Startup for a window of ``audio_s`` seconds (flat when either is unknown)."""
+        if audio_s is None or ref_audio_s is None or not self.startup_ms_per_audio_s:
+            return self.startup_ms
+        return max(0.0, self.startup_ms + self.startup_ms_per_audio_s * (audio_s - ref_audio_s))
 
     def step_ms(self, concurrent: bool = False) -> float:
         return self.step_ms_idle * (self.concurrent_ratio if concurrent else 1.0)
 
     def chunk_ms(self, concurrent: bool = False) -> float:
         return self.chunk_ms_idle * (self.concurrent_ratio if concurrent else 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextCosts:
+    """Linear context terms: a call's cost is its flat figure (quoted at the reference
+    point) plus ``ms_per_token`` × (cache length − ``ref_tokens``) plus ``ms_per_audio_s``
+    × (window seconds − ``ref_audio_s``). Small decoders pay visibly for a longer KV cache
+    and longer cross-attention; a phone's 1.7B target mostly does not (the paper fits none).
+    Target terms price target steps and verification; drafter terms price serial drafter
+    forwards and an autoregressive source's steps (its own history is its cache)."""
+
+    ref_tokens: float
+    ref_audio_s: float
+    target_ms_per_token: float = 0.0
+    target_ms_per_audio_s: float = 0.0
+    drafter_ms_per_token: float = 0.0
+    drafter_ms_per_audio_s: float = 0.0
+
+    def target_ms(self, tokens: float, audio_s: float) -> float:
+        """Extra ms (may be negative) for a target call at cache length ``tokens``."""
+        return self.target_ms_per_token * (tokens - self.ref_tokens) + self.target_ms_per_audio_s * (audio_s - self.ref_audio_s)
+
+    def drafter_ms(self, tokens: float, audio_s: float) -> float:
+        """Extra ms (may be negative) for one drafter forward at cache length ``tokens``."""
+        return self.drafter_ms_per_token * (tokens - self.ref_tokens) + self.drafter_ms_per_audio_s * (audio_s - self.ref_audio_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +139,7 @@ class CostProfile:
     fit: Fit
     synthetic: bool = False
     created: str = ""
+    context: ContextCosts | None = None
     path: str = "<profile>"  # where it was loaded from (for messages)
     schema: str = SCHEMA
     version: int = VERSION

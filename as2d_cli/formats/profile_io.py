@@ -1,4 +1,4 @@
-"""Reading and writing ``as2d.profile`` v1 (YAML). See :mod:`as2d_cli.formats.profile`
+"""Reading and writing ``as2d.profile`` v2 (YAML; v1 files are read as v2 without context). See :mod:`as2d_cli.formats.profile`
 for the in-memory model and ``docs/formats.md`` for the file layout."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 from as2d_cli import __version__
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import check_version, git_commit, plain, validate_schema, write_atomic
-from as2d_cli.formats.profile import SCHEMA, VERSION, CostProfile, DrafterCosts, Fit, SourceCosts
+from as2d_cli.formats.profile import SCHEMA, VERSION, ContextCosts, CostProfile, DrafterCosts, Fit, SourceCosts
 
 _K = re.compile(r"^K([1-9][0-9]*)$")
 
@@ -55,7 +55,7 @@ def iso_dates(doc: Any) -> Any:
 
 def profile_from_doc(doc: Any, where: str) -> CostProfile:
     doc = iso_dates(doc)
-    doc = check_version(doc, schema=SCHEMA, version=VERSION, where=where,
+    doc = check_version(doc, schema=SCHEMA, version=VERSION, where=where, upgrades=_UPGRADES,
                         remedy_old="recalibrate the device with `as2d calibrate`")
     validate_schema(doc, "profile.schema.json", where)
     c = doc["costs"]
@@ -79,6 +79,7 @@ def profile_from_doc(doc: Any, where: str) -> CostProfile:
             name=name, kind=s["kind"], step_ms_idle=float(s.get("step_ms", 0.0)), chunk_ms_idle=float(s.get("chunk_ms", 0.0)),
             publish_ms=float(s["publish_ms"]), startup_ms=float(s["startup_ms"]),
             concurrent_ratio=float(s["concurrent_ratio"]), verify_concurrent_ratio=own or None,
+            startup_ms_per_audio_s=float(s.get("startup_ms_per_audio_s", 0.0)),
         )
     f = doc["fit"]
     fit = Fit(method=f["method"], samples={k: tuple(float(x) for x in v) for k, v in f["samples"].items()},
@@ -87,8 +88,27 @@ def profile_from_doc(doc: Any, where: str) -> CostProfile:
         device=dict(doc["device"]), target_step_ms=float(c["target_step_ms"]), verify_idle_ms=idle,
         verify_concurrent_ratio=ratio, loop_ms=float(c["loop_ms"]), align_ms=float(c["align_ms"]),
         drafter=drafter, sources=sources, fit=fit, synthetic=bool(doc.get("synthetic", False)),
-        created=str(doc["created"]), path=where,
+        created=str(doc["created"]), path=where, context=_context(c.get("context")),
     )
+
+
+def _v1_to_v2(doc: dict) -> dict:
+    """v2 only adds optional fields: a v1 profile is a v2 profile without context terms."""
+    return {**doc, "version": 2}
+
+
+_UPGRADES = {1: _v1_to_v2}
+
+
+def _context(d: dict | None) -> ContextCosts | None:
+    if not d:
+        return None
+    t, dr = d.get("target") or {}, d.get("drafter") or {}
+    return ContextCosts(ref_tokens=float(d["ref_tokens"]), ref_audio_s=float(d["ref_audio_s"]),
+                        target_ms_per_token=float(t.get("ms_per_token", 0.0)),
+                        target_ms_per_audio_s=float(t.get("ms_per_audio_s", 0.0)),
+                        drafter_ms_per_token=float(dr.get("ms_per_token", 0.0)),
+                        drafter_ms_per_audio_s=float(dr.get("ms_per_audio_s", 0.0)))
 
 
 def load_profile(path: str | Path) -> CostProfile:
@@ -117,7 +137,16 @@ def profile_to_doc(p: CostProfile) -> dict:
         sd.update(publish_ms=s.publish_ms, startup_ms=s.startup_ms, concurrent_ratio=s.concurrent_ratio)
         if s.verify_concurrent_ratio:
             sd["verify_concurrent_ratio"] = _kkeys(dict(s.verify_concurrent_ratio))
+        if s.startup_ms_per_audio_s:
+            sd["startup_ms_per_audio_s"] = s.startup_ms_per_audio_s
         costs["sources"][name] = sd
+    if p.context is not None:
+        c = p.context
+        costs["context"] = {
+            "ref_tokens": c.ref_tokens, "ref_audio_s": c.ref_audio_s,
+            "target": {"ms_per_token": c.target_ms_per_token, "ms_per_audio_s": c.target_ms_per_audio_s},
+            "drafter": {"ms_per_token": c.drafter_ms_per_token, "ms_per_audio_s": c.drafter_ms_per_audio_s},
+        }
     return {
         "schema": SCHEMA,
         "version": VERSION,
@@ -131,7 +160,7 @@ def profile_to_doc(p: CostProfile) -> dict:
     }
 
 
-_HEAD = """# as2d.profile v1 — device cost profile (all costs in ms; widths K = physical
+_HEAD = """# as2d.profile v2 — device cost profile (all costs in ms; widths K = physical
 # verification width, known root included; only measured widths exist).
 # Field reference: docs/formats.md. Do not hand-edit figures: recalibrate instead.
 """

@@ -7,6 +7,8 @@ time, target calls started while the producer is in service pay the concurrent r
 and after target EOS the producer's in-flight segment is charged (drain):
 T = max(target end, end of that segment). The result carries the producer/verifier
 service spans and D, V, O, H with T = D + V − O + H exactly (integer ns, D.2.7).
+A profile with context terms (v2) prices each call at the window's audio length and the
+cache length the call starts from.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from as2d_cli.errors import EngineError, FormatError
 from as2d_cli.formats.profile import CostProfile, ms_to_ns
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.replay.methods import MethodSpec
-from as2d_cli.replay.pricing import Price, WidthTable, require_refresh, serial_price, target_only_price
+from as2d_cli.replay.pricing import Price, WidthTable, require_refresh, serial_price, target_only_price, with_context
 from as2d_cli.replay.producer import ProducerTimeline, build_timeline
 
 
@@ -169,7 +171,18 @@ def _run(ep: Episode, w: WindowTrace) -> None:
 def timeline_for(w: WindowTrace, prep: Prepared, source: str) -> tuple[str, ProducerTimeline]:
     used, st = w.source_for(source)
     costs = prep.profile.source(used)
-    return used, build_timeline(used, st, costs, prep.spec.batch, where=f"window {w.id}: ")
+    return used, build_timeline(used, st, costs, prep.spec.batch, where=f"window {w.id}: ",
+                                context=prep.profile.context, audio_s=w.audio_seconds)
+
+
+def _ratio(table: WidthTable, finish: int):
+    """A target call's concurrent/idle ratio at its start (1 once the producer finished)."""
+    ratios = {k: table.conc[k] / table.idle[k] for k in table.conc if table.idle.get(k)}
+
+    def ratio(op: Op, now: int) -> float:
+        return ratios.get(op.width, 1.0) if now < finish else 1.0
+
+    return ratio
 
 
 def replay_window(w: WindowTrace, prep: Prepared, *, detail: bool = True, timeline: tuple[str, ProducerTimeline] | None = None) -> WindowReplay:
@@ -180,14 +193,21 @@ def replay_window(w: WindowTrace, prep: Prepared, *, detail: bool = True, timeli
     if spec.decoupled:
         assert spec.source is not None
         used, tl = timeline if timeline is not None else timeline_for(w, prep, spec.source)
-        clock = VirtualClock(decoupled_price(prep.table(used), prep.align_ns, tl.finish))
+        table = prep.table(used)
+        price = decoupled_price(table, prep.align_ns, tl.finish)
+        ratio = _ratio(table, tl.finish) if prep.profile.context is not None else None
         buffer = tl.buffer()
     else:
         assert prep.price is not None
-        clock = VirtualClock(prep.price)
+        price, ratio = prep.price, None
         buffer = None
+    ctx = prep.profile.context
+    clock = VirtualClock(price if ctx is None else with_context(price, ctx, w.audio_seconds, ratio))
     clock.record_intervals = detail
     ep = _episode(w, prep, clock, buffer=buffer, keep_rounds=False)
+    if ctx is not None:
+        tokens = ep.tokens
+        clock.position = lambda: len(tokens) - 1  # the target cache length a call starts from
     _run(ep, w)
     res = ep.result
     t_end = clock.now()

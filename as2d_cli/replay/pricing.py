@@ -8,6 +8,9 @@ Concurrency (D.2.1, SEMANTICS): a target call costs idle × the profile's concur
 ratio for its width while the producer is in service. Whether it is, is decided at the
 call's start (the event-time rule of a discrete-event simulation); the producer's own
 segments likewise use their concurrent cost when the target is in service at their start.
+
+Context (profile v2, :func:`with_context`): when the profile has context terms, each call
+also pays them for the window's audio length and the cache length it starts from.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Callable
 
 from as2d_cli.engine.clock import Op
 from as2d_cli.errors import FormatError
-from as2d_cli.formats.profile import CostProfile, ms_to_ns
+from as2d_cli.formats.profile import ContextCosts, CostProfile, ms_to_ns
 
 Price = Callable[[Op, int], int]
 
@@ -126,3 +129,37 @@ def require_refresh(profile: CostProfile, cap: int) -> None:
     """ASP may refresh any reused suffix up to its cap: all those widths must be measured."""
     for w in range(1, cap + 1):
         profile.refresh_ms(w)
+
+
+def with_context(base: Price, ctx: ContextCosts, audio_s: float,
+                 ratio: Callable[[Op, int], float] | None = None) -> Callable[[Op, int, int], int]:
+    """``base`` plus the profile's context terms for one window of ``audio_s`` seconds.
+
+    Called as price(op, now, cache) with the target's cache length before the call (the
+    virtual clock's ``position``). Target calls add the target terms (scaled by the
+    call's concurrent/idle ratio when ``ratio`` says so); ``draft`` adds the drafter
+    terms for each forward at its own cache length; a paired forward and a batched
+    refresh add them once. A call never costs less than nothing."""
+    t0 = ctx.target_ms(0, audio_s) * 1e6
+    ta = ctx.target_ms_per_token * 1e6
+    d0 = ctx.drafter_ms(0, audio_s) * 1e6
+    da = ctx.drafter_ms_per_token * 1e6
+
+    def price(op: Op, now: int, cache: int) -> int:
+        c = base(op, now)
+        kind = op.kind
+        if kind == "verify" or kind == "target_step":
+            extra = t0 + ta * cache
+            if ratio is not None:
+                extra *= ratio(op, now)
+        elif kind == "draft":
+            n = op.count + op.catch_up
+            extra = n * (d0 + da * cache) + da * n * (n - 1) / 2
+        elif kind == "paired" or kind == "refresh":
+            extra = d0 + da * cache
+        else:
+            return c
+        c += int(round(extra))
+        return c if c > 0 else 0
+
+    return price

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from as2d_cli.engine.buffer import CandidateBuffer
 from as2d_cli.errors import FormatError
-from as2d_cli.formats.profile import SourceCosts, ms_to_ns
+from as2d_cli.formats.profile import ContextCosts, SourceCosts, ms_to_ns
 from as2d_cli.formats.trace import AUTOREGRESSIVE, CHUNKED, SourceTrace
 
 STARTUP = "startup"
@@ -102,8 +102,12 @@ class ProducerTimeline:
         return buf
 
 
-def build_timeline(name: str, trace: SourceTrace, costs: SourceCosts, batch: int, *, where: str = "") -> ProducerTimeline:
-    """The producer's timeline with concurrent costs (the target is in service throughout)."""
+def build_timeline(name: str, trace: SourceTrace, costs: SourceCosts, batch: int, *, where: str = "",
+                   context: ContextCosts | None = None, audio_s: float | None = None) -> ProducerTimeline:
+    """The producer's timeline with concurrent costs (the target is in service throughout).
+
+    With ``context`` and ``audio_s``, the startup follows the window's length and step i of
+    an autoregressive source pays the drafter's context terms at its own cache length i."""
     if batch < 1:
         raise FormatError(f"{where}publication batch must be >= 1, got {batch}")
     if costs.kind != trace.kind:
@@ -111,7 +115,8 @@ def build_timeline(name: str, trace: SourceTrace, costs: SourceCosts, batch: int
             f"{where}source {name!r} is {trace.kind} in the trace but {costs.kind} in the profile; "
             f"use a profile calibrated for this source"
         )
-    startup = ms_to_ns(costs.startup_ms)
+    use_ctx = context is not None and audio_s is not None
+    startup = ms_to_ns(costs.startup_for(audio_s, context.ref_audio_s) if use_ctx else costs.startup_ms)  # type: ignore[union-attr]
     publish = ms_to_ns(costs.publish_ms)
     segments: list[tuple[str, int]] = [(STARTUP, startup)]
     pubs: list[tuple[int, tuple[int, ...], tuple[float, ...] | None]] = []
@@ -123,12 +128,22 @@ def build_timeline(name: str, trace: SourceTrace, costs: SourceCosts, batch: int
         toks = trace.tokens
         conf = trace.confidences
         n = len(toks)
+        d0 = da = 0.0
+        if use_ctx:  # the concurrent ratio scales the whole step, its context terms included
+            d0 = context.drafter_ms(0, audio_s) * 1e6 * costs.concurrent_ratio  # type: ignore[union-attr,arg-type]
+            da = context.drafter_ms_per_token * 1e6 * costs.concurrent_ratio  # type: ignore[union-attr]
         lo = 0
         while lo < n:
             hi = min(n, lo + batch)
-            for _ in range(hi - lo):
-                segments.append((STEP, step))
-            t += step * (hi - lo)
+            if use_ctx:
+                for i in range(lo, hi):
+                    c = max(0, step + int(round(d0 + da * i)))
+                    segments.append((STEP, c))
+                    t += c
+            else:
+                for _ in range(hi - lo):
+                    segments.append((STEP, step))
+                t += step * (hi - lo)
             segments.append((PUBLISH, publish))
             t += publish
             pubs.append((t, tuple(toks[lo:hi]), None if conf is None else tuple(conf[lo:hi])))
