@@ -163,7 +163,7 @@ def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> It
         unit = src.step()
         if unit is None:
             break
-        yield {"figure": f"sources.{name}.{figure}", "ms": _ms(t0), "rep": i, "tokens": len(unit)}
+        yield {"figure": f"sources.{name}.{figure}", "ms": _ms(t0), "rep": i, "tokens": len(unit), "position": i}
         t0 = time.perf_counter_ns()
         buf.publish([t for t, _ in unit], i, None)
         yield {"figure": f"sources.{name}.publish", "ms": _ms(t0), "rep": i}
@@ -222,9 +222,10 @@ def probe_loop(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
         ep = Episode(StandardSD(k), target, first, eos_id=target.eos_id, max_tokens=int(cmd.get("max_tokens", 96)),
                      clock=clock, drafter=drafter)
         while not ep.done:
+            cache = len(ep.tokens) - 1
             rec = ep.step()
             yield {"figure": "loop_round", "ms": (rec.end - rec.start) / 1e6, "rep": rep, "round": rec.index,
-                   "width": rec.width, "forwards": rec.drafted + rec.catch_up}
+                   "width": rec.width, "forwards": rec.drafted + rec.catch_up, "position": cache}
 
 
 def run_calibration_op(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:

@@ -74,3 +74,57 @@ def test_interrupted_calibration_resumes_and_writes_profile(tmp_path) -> None:
     # A second calibration never overwrites the first profile.
     res2 = calibrate(device, out_dir=tmp_path, plan=plan[:1] + plan[2:], cores=default_cores())
     assert res2.profile_path != res.profile_path and res.profile_path.exists()
+
+
+def _synthetic_samples(t_tok=0.004, t_aud=0.05, d_tok=0.001, d_aud=0.01, main=12.0, short=5.0) -> list[dict]:
+    """Samples a device with linear context costs would produce (deterministic jitter)."""
+    out: list[dict] = []
+    jit = [0.0, 0.01, -0.01, 0.005, -0.005]
+    for audio in (main, short):
+        for off in ((0, 64, 128) if audio == main else (0, 64)):
+            for k in (1, 2, 4, 8):
+                for r, j in enumerate(jit):
+                    ms = 0.5 + 0.05 * k + t_tok * off + t_aud * audio + j
+                    out.append({"figure": f"verify.K{k}", "width": k, "offset": off, "ms": ms, "audio_s": audio,
+                                "concurrent": False, "rep": r})
+                    if audio == main:
+                        out.append({"figure": f"verify.K{k}", "width": k, "offset": off, "ms": 1.2 * ms,
+                                    "audio_s": audio, "concurrent": True, "rep": r})
+        for i in range(100):
+            out.append({"figure": "sources.drafter.step", "ms": 0.1 + d_tok * i + d_aud * audio, "position": i,
+                        "rep": i, "audio_s": audio})
+        out.append({"figure": "sources.drafter.startup", "ms": 2.0 * audio, "audio_s": audio, "rep": 0})
+    for p in range(0, 200, 10):
+        out.append({"figure": "target_step", "ms": 0.5 + 0.05 + t_tok * p + t_aud * main, "position": p, "audio_s": main})
+    for fig in ("drafter.step", "drafter.catch_up", "drafter.paired", "drafter.row"):
+        out.append({"figure": fig, "ms": 0.2, "audio_s": main, "rep": 0})
+    return out
+
+
+def test_fit_recovers_context_terms_and_quotes_figures_at_the_reference() -> None:
+    from as2d_cli.calibration.fit import fit_profile
+
+    p = fit_profile(_synthetic_samples(), {"name": "synthetic"}, ref_audio_s=12.0)
+    c = p.context
+    assert c is not None and c.ref_tokens == 64 and c.ref_audio_s == 12.0
+    assert c.target_ms_per_token == pytest.approx(0.004, rel=1e-3)
+    assert c.target_ms_per_audio_s == pytest.approx(0.05, rel=1e-3)
+    assert c.drafter_ms_per_token == pytest.approx(0.001, rel=1e-6)
+    assert c.drafter_ms_per_audio_s == pytest.approx(0.01, rel=1e-6)
+    # K4 at cache 64 on the 12 s window: 0.5 + 0.2 + 0.256 + 0.6.
+    assert p.verify_idle_ms[4] == pytest.approx(1.556, abs=1e-3)
+    assert p.target_step_ms == pytest.approx(0.5 + 0.05 + 0.256 + 0.6, abs=1e-6)
+    assert p.verify_concurrent_ratio[4] == pytest.approx(1.2, rel=1e-3)
+    src = p.source("drafter")
+    assert src.step_ms_idle == pytest.approx(0.1 + 0.064 + 0.12, abs=1e-6)
+    assert src.startup_ms == pytest.approx(24.0) and src.startup_ms_per_audio_s == pytest.approx(2.0)
+    # The serial drafter probe ran at cache 17: its step is moved to the reference cache.
+    assert p.drafter is not None and p.drafter.step_ms == pytest.approx(0.2 + 0.001 * (64 - 17))
+
+
+def test_fit_without_a_span_stays_flat() -> None:
+    from as2d_cli.calibration.fit import fit_profile
+
+    samples = [s for s in _synthetic_samples() if s.get("audio_s") == 12.0 and s.get("offset", 0) == 0]
+    assert fit_profile(samples, {"name": "flat"}, ref_audio_s=12.0).context is None
+    assert fit_profile(_synthetic_samples(), {"name": "no ref"}).context is None

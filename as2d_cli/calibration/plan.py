@@ -3,7 +3,8 @@
 Full plan: verifier widths K1–16 at prefix offsets 0, 64 and 128 with one warm-up and five
 measured calls each, idle and with the producer running; scalar target steps; each
 source's startup/step/chunk/publication; the serial drafter's step, catch-up, paired
-forward, refresh widths and confidence rows; loop residual from serial rounds. ``quick``
+forward, refresh widths and confidence rows; loop residual from serial rounds; idle sweeps
+and the drafter source on a second, shorter window (context terms by audio length). ``quick``
 keeps the structure with fewer widths, offsets and repetitions.
 """
 
@@ -24,7 +25,9 @@ class Step:
 
 
 def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("drafter", "ctc"),
-              ctc_window: str | None = None) -> list[Step]:
+              ctc_window: str | None = None, short_window: str | None = None) -> list[Step]:
+    """``short_window`` (a shorter recording): idle verifier sweeps and the drafter source
+    there too, so the fit can separate cost by audio length from cost by cache length."""
     widths = list(range(1, 17))  # every width: replay refuses a width it lacks
     offsets = [0, 64, 128] if not quick else [0, 64]
     reps = 5 if not quick else 2
@@ -36,6 +39,14 @@ def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("
                               {"op": "calibrate", "what": "verify", "window": window, "widths": widths,
                                "offsets": [off], "warmup": 1, "reps": reps, "producer": producer},
                               len(widths) * (reps + 1) * 0.2))
+    if short_window and short_window != window:
+        steps.append(Step("verify-idle-short", f"verifier sweep K{widths[0]}–{widths[-1]} on a short window (idle)",
+                          {"op": "calibrate", "what": "verify", "window": short_window, "widths": widths,
+                           "offsets": offsets[:2], "warmup": 1, "reps": reps, "producer": False},
+                          len(widths) * (reps + 1) * 0.2))
+        if "drafter" in sources:
+            steps.append(Step("source-drafter-short", "source drafter alone on a short window",
+                              {"op": "calibrate", "what": "source", "source": "drafter", "window": short_window}, 2))
     steps.append(Step("target-step", "scalar target steps",
                       {"op": "calibrate", "what": "target_step", "window": window, "reps": 256 if not quick else 64}, 3))
     for s in sources:

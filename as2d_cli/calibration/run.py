@@ -48,6 +48,32 @@ def calibration_windows() -> tuple[str, str | None]:
     return best.id, best.id
 
 
+def short_calibration_window(main: str) -> str | None:
+    """A second, short English development window: calibrating on two audio lengths lets
+    the fit separate cost by audio length from cost by cache length."""
+    from as2d_cli.corpus.manifest import load_corpus
+
+    corpus = load_corpus()
+    long = corpus.get(main)
+    dev = [w for w in corpus.split("dev") if w.language == "en" and w.id != main and w.seconds < 0.6 * long.seconds]
+    read = [w for w in dev if w.setting == "read"] or dev
+    return min(read, key=lambda w: w.seconds).id if read else None
+
+
+def window_seconds(ids: set[str]) -> dict[str, float]:
+    """Audio seconds of corpus windows (unknown ids are left out)."""
+    from as2d_cli.corpus.manifest import load_corpus
+
+    corpus = load_corpus()
+    out = {}
+    for i in ids:
+        try:
+            out[i] = corpus.get(i).seconds
+        except Exception:  # a window outside the bundled corpus: no audio term for it
+            continue
+    return out
+
+
 def calibrate(
     device: Any,
     *,
@@ -66,7 +92,9 @@ def calibrate(
 
     t_start = time.time()
     win, ctc_win = (window, window) if window else calibration_windows()
-    steps = plan if plan is not None else make_plan(win, quick=quick, ctc_window=ctc_win)
+    steps = plan if plan is not None else make_plan(win, quick=quick, ctc_window=ctc_win,
+                                                    short_window=None if window else short_calibration_window(win))
+    seconds = window_seconds({str(s.command.get("window")) for s in steps})
     key = f"{safe_name(device.serial)}-{plan_hash(steps)}"
     partial = out_dir / ".partial" / key
     partial.mkdir(parents=True, exist_ok=True)
@@ -109,6 +137,8 @@ def calibrate(
                                   "and the next `as2d calibrate` resumes from there") from None
             for s in got:
                 s["step"] = step.key
+                if step.command.get("window") in seconds:
+                    s["audio_s"] = seconds[step.command["window"]]
             _append(samples_file, got)
             done.append(step.key)
             _write(done_file, json.dumps(done))
@@ -124,6 +154,7 @@ def calibrate(
                                     "kind": device.kind, "facts": facts, "gates": gates,
                                     "calibration_window": win, "plan": key},
                           notes=f"{'quick' if quick else 'full'} calibration on {win}",
+                          ref_audio_s=seconds.get(win),
                           created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     from as2d_cli.formats.profile_io import write_profile
 
