@@ -10,8 +10,10 @@ fits the profile and never trusts a figure it did not measure. Probes:
 * ``target_step`` — scalar target-only steps along a greedy decode.
 * ``source`` — a target-decoupled source alone: startup (audio encoding), per-step or
   per-chunk service, publication.
-* ``drafter`` — the prefix-conditioned drafter: a step, a catch-up forward, the paired
-  forward after a correction, batched KV refresh by width, a confidence row.
+* ``drafter`` — the prefix-conditioned drafter: a step, the catch-up (the extra width of
+  feeding a fully accepted draft's last token with the bonus token), the paired forward
+  after a correction (the corrected token's forward), batched KV refresh by width, a
+  confidence row.
 * ``loop`` — serial SD rounds: the round's wall time minus drafting and verification.
 """
 
@@ -184,13 +186,17 @@ def probe_drafter(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
     for rep in range(reps + 1):
         _, cache = model.decode(base, model.empty_cache(), cross)
         t0 = time.perf_counter_ns()
-        logits, cache2 = model.decode([ref[16]], cache, cross)
+        logits, _ = model.decode([ref[16]], cache, cross)
         step = _ms(t0)
+        # Catch-up: this drafter feeds a fully accepted draft's last token together with the
+        # bonus token in one call, so the catch-up is the extra width of a 2-token call.
         t0 = time.perf_counter_ns()
-        model.decode([ref[17]], cache2, cross)
-        catch = _ms(t0)
+        model.decode([ref[16], ref[17]], cache, cross)
+        catch = max(0.0, _ms(t0) - step)
+        # Paired branch: the old branch's next token is known from the rejected draft, so
+        # the pair costs one forward of the corrected token after the truncated cache.
         t0 = time.perf_counter_ns()
-        model.decode([ref[16], ref[17]], cache, cross)  # paired branch: old and corrected rows
+        model.decode([ref[16]], cache, cross)
         paired = _ms(t0)
         row = logits[-1:]
         t0 = time.perf_counter_ns()

@@ -102,6 +102,9 @@ class RecordingDrafter:
                            "confidences": None if d.confidences is None else [round(c, 6) for c in d.confidences]})
         return d
 
+    def refresh(self, prefix: Sequence[int], reused: Sequence[int]) -> None:
+        self.inner.refresh(prefix, reused)
+
 
 class MarginTarget:
     """Records the top-2 logit margin behind every committed decision (Appendix F.6)."""

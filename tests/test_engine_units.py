@@ -117,6 +117,22 @@ def test_asp_confidence_stop_includes_low_token_and_recycles() -> None:
     assert (r3.offered, r3.accepted, r3.recycled) == (1, 1, 0) and res.eos
 
 
+def test_asp_refresh_reaches_a_stateful_drafter_with_the_reused_suffix() -> None:
+    ref = [5, 1, 2, 3, 4, 6, 7, EOS]
+    conts = {0: [1, 9, 3, 4, 6], 2: [3, 4, 6, 7, EOS], 6: [EOS]}
+    confs = {0: [0.9, 0.9, 0.9, 0.9, 0.3], 2: [0.9] * 5, 6: [0.9]}
+    calls: list[tuple[list[int], list[int]]] = []
+
+    class Refreshing(SequenceDrafter):
+        def refresh(self, prefix, reused) -> None:  # a runtime drafter recomputes its cache here
+            calls.append((list(prefix), list(reused)))
+
+    ep = Episode(ASP(threshold=0.4, cap=24), SequenceTarget(ref), ref[0], eos_id=EOS, max_tokens=100,
+                 clock=VirtualClock(zero), drafter=Refreshing(ref, conts, confs, eos_id=EOS))
+    assert ep.run().tokens == ref
+    assert calls == [([5, 1, 2], [3, 4, 6])]  # after the corrected root, the old suffix
+
+
 def test_as2d_falls_back_to_k1_when_nothing_is_ready_and_respects_budget() -> None:
     ref = [5, 1, 2, 3, 4, 6, 7, 8, EOS]
     buf = CandidateBuffer()

@@ -50,12 +50,17 @@ def sinusoids(length: int | torch.Tensor, d: int) -> torch.Tensor:
     return torch.cat([torch.sin(ang), torch.cos(ang)], dim=1)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """q (B,H,Q,dh), k/v (B,H,T,dh), mask broadcastable to (B,H,Q,T), True = may attend."""
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+              keep: list | None = None) -> torch.Tensor:
+    """q (B,H,Q,dh), k/v (B,H,T,dh), mask broadcastable to (B,H,Q,T), True = may attend.
+    ``keep`` (training only) receives the attention weights."""
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(~mask, -1e9)
-    return torch.softmax(scores, dim=-1) @ v
+    w = torch.softmax(scores, dim=-1)
+    if keep is not None:
+        keep.append(w)
+    return w @ v
 
 
 class Front(nn.Module):
@@ -137,6 +142,7 @@ class DecLayer(nn.Module):
         self.cv = nn.Linear(dm.d, dm.d)
         self.co = nn.Linear(dm.d, dm.d)
         self.mlp = nn.Sequential(nn.Linear(dm.d, dm.ffn), nn.GELU(), nn.Linear(dm.ffn, dm.d))
+        self.keep: list | None = None  # training: collects cross-attention weights (guided-attention loss)
 
     def cross_kv(self, enc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b, s, _ = enc.shape
@@ -151,7 +157,7 @@ class DecLayer(nn.Module):
         v = torch.cat([past_v, v], dim=2)
         x = x + self.o(attention(q, k, v, self_mask).transpose(1, 2).reshape(b, n, -1))
         q = self.cq(self.ln2(x)).view(b, n, self.h, self.dh).transpose(1, 2)
-        x = x + self.co(attention(q, cross_k, cross_v, cross_mask).transpose(1, 2).reshape(b, n, -1))
+        x = x + self.co(attention(q, cross_k, cross_v, cross_mask, self.keep).transpose(1, 2).reshape(b, n, -1))
         return x + self.mlp(self.ln3(x)), k, v
 
 

@@ -116,6 +116,24 @@ def ctc_loss(logits: torch.Tensor, mel_lengths: torch.Tensor, labs: list[list[in
     return F.ctc_loss(lp, flat, in_len, tl, blank=0, reduction="mean", zero_infinity=True)
 
 
+def guided_attention_loss(model: Seq2Seq, mel_lengths: torch.Tensor, labs: list[list[int]], g: float = 0.2) -> torch.Tensor:
+    """Penalise cross-attention far from the diagonal token n/N ≈ frame t/T (Tachibana et
+    al., 2017): speech is roughly monotonic and evenly paced, and the decoder otherwise
+    takes thousands of steps to find where it is in long windows."""
+    maps = [w for layer in model.decoder.layers for w in (layer.keep or [])]
+    if not maps:
+        return torch.tensor(0.0)
+    b, _, n, s = maps[0].shape
+    t_len = out_frames(mel_lengths).float()
+    n_len = torch.tensor([len(x) + 1 for x in labs], dtype=torch.float32)
+    tn = torch.arange(n, dtype=torch.float32)[None, :, None] / n_len[:, None, None]
+    ts = torch.arange(s, dtype=torch.float32)[None, None, :] / t_len[:, None, None]
+    penalty = 1.0 - torch.exp(-((tn - ts) ** 2) / (2 * g * g))  # (B,N,S)
+    rows = (torch.arange(n)[None, :] < n_len[:, None]).float()  # (B,N) real token rows
+    total = sum((w * penalty[:, None]).sum(-1).mean(1) for w in maps)  # (B,N)
+    return (total * rows).sum() / (rows.sum() * len(maps))
+
+
 @torch.no_grad()
 def greedy(model: Seq2Seq, mel: torch.Tensor, limit: int = 150) -> list[int]:
     enc, _ = model.encoder(mel[None])
@@ -170,6 +188,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--ctc-weight", type=float, default=0.3)
+    ap.add_argument("--guide-weight", type=float, default=0.0, help="guided cross-attention loss weight (0: off)")
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--deadline", type=float, default=None,
@@ -259,10 +278,19 @@ def main() -> None:
             cl = loss
         else:
             mel, lengths, labs, inp, tgt = data.batch(b, kind)
+            guide = args.guide_weight > 0
+            for layer in model.decoder.layers:
+                layer.keep = [] if guide else None
             logits, ctc_logits = model(mel, lengths, inp)
             ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
             cl = ctc_loss(ctc_logits, lengths, labs)
             loss = ce + args.ctc_weight * cl
+            if guide:
+                ga = guided_attention_loss(model, lengths, labs)
+                loss = loss + args.guide_weight * ga
+                acc["guide"] = acc.get("guide", 0.0) + ga.item()
+                for layer in model.decoder.layers:
+                    layer.keep = None
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -276,7 +304,7 @@ def main() -> None:
         acc["n"] += 1
         if step % 25 == 0:
             rec = {"step": step, "epoch": state["epoch"], "lr": round(lr, 6), "wall_s": round(state["wall"], 1)}
-            rec.update({k: round(acc[k] / acc["n"], 4) for k in ("loss", "ce", "ctc")})
+            rec.update({k: round(acc[k] / acc["n"], 4) for k in ("loss", "ce", "ctc", "guide") if k in acc})
             log.write(json.dumps(rec) + "\n")
             log.flush()
             print(rec, flush=True)

@@ -60,20 +60,6 @@ def short_calibration_window(main: str) -> str | None:
     return min(read, key=lambda w: w.seconds).id if read else None
 
 
-def window_seconds(ids: set[str]) -> dict[str, float]:
-    """Audio seconds of corpus windows (unknown ids are left out)."""
-    from as2d_cli.corpus.manifest import load_corpus
-
-    corpus = load_corpus()
-    out = {}
-    for i in ids:
-        try:
-            out[i] = corpus.get(i).seconds
-        except Exception:  # a window outside the bundled corpus: no audio term for it
-            continue
-    return out
-
-
 def calibrate(
     device: Any,
     *,
@@ -94,7 +80,9 @@ def calibrate(
     win, ctc_win = (window, window) if window else calibration_windows()
     steps = plan if plan is not None else make_plan(win, quick=quick, ctc_window=ctc_win,
                                                     short_window=None if window else short_calibration_window(win))
-    seconds = window_seconds({str(s.command.get("window")) for s in steps})
+    from as2d_cli.corpus.manifest import load_corpus
+
+    seconds = load_corpus().seconds()  # samples carry their window's length (context terms)
     key = f"{safe_name(device.serial)}-{plan_hash(steps)}"
     partial = out_dir / ".partial" / key
     partial.mkdir(parents=True, exist_ok=True)

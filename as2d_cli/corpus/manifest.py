@@ -63,6 +63,10 @@ class Corpus:
             raise UserError(f"unknown split {name!r}; use one of {', '.join(SPLITS)}")
         return [w for w in self.windows if w.split == name]
 
+    def seconds(self) -> dict[str, float]:
+        """Audio seconds by window id."""
+        return {w.id: w.seconds for w in self.windows}
+
     def get(self, window_id: str) -> Window:
         for w in self.windows:
             if w.id == window_id:

@@ -188,7 +188,9 @@ class Episode:
                     suffix = old[j:]
                     sconf = None if old_conf is None else old_conf[j:]
                     chain = confidence_stop(suffix, sconf, limit, policy.threshold)
-                    self.clock.run(_noop, Op("refresh", width=len(chain)))
+                    refresh = getattr(self.drafter, "refresh", None)
+                    work = _noop if refresh is None else (lambda: refresh(self.tokens, chain))
+                    self.clock.run(work, Op("refresh", width=len(chain)))
                     return chain, sconf, len(chain), 0
         d: Draft = self.clock.run(
             lambda: self.drafter.draft(self.tokens, limit, policy.threshold),

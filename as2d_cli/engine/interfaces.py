@@ -57,6 +57,11 @@ class Drafter(Protocol):
         without it, drafts exactly ``count`` tokens, past its own EOS if need be."""
         ...
 
+    # Optional: ``refresh(prefix, reused)`` — SpecASR recycling reuses a rejected draft's
+    # suffix after ``prefix``; a drafter with this method recomputes that suffix's state in
+    # one batched call (the engine charges it as the ``refresh`` op). Without it the
+    # refresh costs nothing at run time (replay drafters hold no state).
+
 
 @runtime_checkable
 class Source(Protocol):

@@ -60,8 +60,9 @@ def divergence(ref: dict, res: dict) -> dict | None:
             "margin_target_only": ma[i] if i < len(ma) else None, "margin_method": mb[i] if i < len(mb) else None}
 
 
-def native_trace(window: str, dataset: str, res: dict, eos_id: int) -> WindowTrace:
-    """The trajectory a native run produced, as a one-window trace for replay."""
+def native_trace(window: str, dataset: str, res: dict, eos_id: int, audio_s: float = 0.0) -> WindowTrace:
+    """The trajectory a native run produced, as a one-window trace for replay (``audio_s``
+    prices the profile's audio-length terms)."""
     ref = tuple(res["tokens"])
     sources = {}
     if res.get("source_tokens") is not None:
@@ -86,7 +87,7 @@ def native_trace(window: str, dataset: str, res: dict, eos_id: int) -> WindowTra
         conts = tuple(tuple(longest[p]["tokens"]) if p in longest else () for p in range(len(ref)))
         confs_ = tuple(tuple(longest[p]["confidences"] or ()) if p in longest else () for p in range(len(ref)))
         drafter = DrafterTrace(cap, conts, confs_)
-    return WindowTrace(window, dataset, "test", 0.0, "asr", "", ref, bool(res["eos"]), bool(res["capped"]),
+    return WindowTrace(window, dataset, "test", audio_s, "asr", "", ref, bool(res["eos"]), bool(res["capped"]),
                        int(res["max_tokens"]), eos_id, sources, drafter, None)
 
 
@@ -119,6 +120,10 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     ev = out.evaluation
     dep = ev.deployment
     ds = {wid: r.dataset for wid, r in zip(ev.window_ids, ev.runs["target-only"].windows)}
+    from as2d_cli.corpus.manifest import load_corpus
+
+    seconds = load_corpus().seconds()
+    ref_s = profile.context.ref_audio_s if profile.context is not None else 0.0  # unknown window: no audio term
     picks = pick_windows(ev.window_ids, ds, windows)
     cap = asp_cap(profile.max_width)
     cmds = {
@@ -163,7 +168,7 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     eos_id = _eos(rows)
     for r in rows:
         res = r["res"]
-        w = native_trace(r["window"], r["dataset"], res, eos_id)
+        w = native_trace(r["window"], r["dataset"], res, eos_id, seconds.get(r["window"], ref_s))
         r["tps_native"] = res["tps"]
         r["tps_replay"] = replay_native(profile, w, res)
         r["error_percent"] = (100.0 * (r["tps_replay"] / r["tps_native"] - 1.0)

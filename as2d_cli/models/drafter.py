@@ -59,6 +59,15 @@ class OrtDrafter:
         self._cache = (self._cache[0][:, :, :, :common], self._cache[1][:, :, :, :common])
         self._feed(context[common:])
 
+    def refresh(self, prefix: Sequence[int], reused: Sequence[int]) -> None:
+        """SpecASR recycling: put a reused draft suffix after the new ``prefix`` into the
+        cache now, in one batched call (the next draft then starts from it)."""
+        if self._cross is None:
+            raise EngineError("drafter.refresh before start(audio)")
+        context = [self.model.vocab.sot] + [int(t) for t in prefix] + [int(t) for t in reused]
+        if len(context) <= self.model.max_positions:
+            self._sync(context)
+
     def draft(self, prefix: Sequence[int], count: int, stop_below: float | None = None) -> Draft:
         if self._cross is None:
             raise EngineError("drafter.draft before start(audio)")
