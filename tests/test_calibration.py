@@ -40,6 +40,21 @@ def test_full_plan_shape() -> None:
                for s in verify)
 
 
+def test_plan_measures_a_second_shorter_window_for_audio_terms() -> None:
+    from as2d_cli.calibration.run import short_calibration_window
+    from as2d_cli.corpus.manifest import load_corpus
+
+    main, _ = calibration_windows()
+    short = short_calibration_window(main)
+    corpus = load_corpus()
+    assert short is not None and short.startswith("dev-")
+    assert corpus.get(short).seconds < 0.6 * corpus.get(main).seconds
+    plan = make_plan(main, short_window=short)
+    extra = [s for s in plan if s.command.get("window") == short]
+    assert [s.key for s in extra] == ["verify-idle-short", "source-drafter-short"]
+    assert extra[0].command["producer"] is False and extra[0].command["offsets"] == [0, 64]
+
+
 def test_interrupted_calibration_resumes_and_writes_profile(tmp_path) -> None:
     window, _ = calibration_windows()
     assert window.startswith("dev-")  # calibration audio is kept apart from the test split

@@ -132,8 +132,10 @@ def split_sentences(sentences: list[str], split: str) -> list[str]:
 class TextSource:
     """Draws segment texts for one split: real sentences or random word sequences."""
 
-    def __init__(self, split: str, rng: np.random.Generator, sentences: list[str], en_words: list[str]):
+    def __init__(self, split: str, rng: np.random.Generator, sentences: list[str], en_words: list[str],
+                 sentence_p: float = 0.6):
         self.rng = rng
+        self.sentence_p = sentence_p
         self.sentences = split_sentences(sentences, split)
         self.en_words = en_words
         self.other = {lang: faker_words(loc) for lang, loc in OTHER_LANGS.items()}
@@ -149,7 +151,7 @@ class TextSource:
         return " ".join(pool[i] for i in self.rng.integers(0, len(pool), n))
 
     def segment(self, lang: str) -> str:
-        if lang == "en" and self.rng.random() < 0.6:
+        if lang == "en" and self.rng.random() < self.sentence_p:
             return self.sentence()
         return self.words(lang, int(self.rng.integers(4, 16)))
 
@@ -296,16 +298,20 @@ def window_spec(idx: str, split: str, setting: str, rng: np.random.Generator, te
     return spec
 
 
-def build_specs(split: str, n: int, seed_offset: int, sentences: list[str], en_words: list[str]) -> list[dict]:
+def build_specs(split: str, n: int, seed_offset: int, sentences: list[str], en_words: list[str],
+                shard: int = 0) -> list[dict]:
     rng = np.random.default_rng(SEED + seed_offset)
-    texts = TextSource(split, rng, sentences, en_words)
+    # Extra training shards draw more random-word segments: the 1,875 training sentences
+    # repeat in every shard, and the models otherwise memorise them.
+    texts = TextSource(split, rng, sentences, en_words, sentence_p=0.6 if shard == 0 else 0.4)
     specs = []
     if split == "train":
+        prefix = "train" if shard == 0 else f"train{shard}"
         for i in range(n):
             setting = SETTINGS[i % len(SETTINGS)]
             long = rng.random() < 0.2
             lo, hi = (6.0, 20.0) if long else (1.0, 9.0)
-            specs.append(window_spec(f"train-{i:06d}", split, setting, rng, texts, lo, hi, single=not long))
+            specs.append(window_spec(f"{prefix}-{i:06d}", split, setting, rng, texts, lo, hi, single=not long))
     else:
         for setting in SETTINGS:
             for i in range(n):
@@ -318,6 +324,9 @@ def main() -> None:
     ap.add_argument("--train-utterances", type=int, default=6000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", choices=["eval", "train"], default=None)
+    ap.add_argument("--shard", type=int, default=0,
+                    help="training shard: 0 is training/work/train; N > 0 writes training/work/train_shards/N "
+                         "from seed offset 100 + N (more data, same sentences, new words, voices and mixes)")
     args = ap.parse_args()
 
     sentences = english_sentences()
@@ -348,8 +357,10 @@ def main() -> None:
             (ASSETS / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
             print(f"eval: {len(windows)} windows, {sum(w['seconds'] for w in windows):.0f} s", flush=True)
         if args.only in (None, "train"):
-            WORK.mkdir(parents=True, exist_ok=True)
-            specs = build_specs("train", args.train_utterances, 0, sentences, en_words)
+            out = WORK if args.shard == 0 else WORK.parent / "train_shards" / str(args.shard)
+            out.mkdir(parents=True, exist_ok=True)
+            specs = build_specs("train", args.train_utterances, 0 if args.shard == 0 else 100 + args.shard,
+                                sentences, en_words, shard=args.shard)
             feats, index = [], []
             offset = 0
             for k, r in enumerate(pool.imap(make_item, specs, chunksize=8)):
@@ -361,8 +372,9 @@ def main() -> None:
                 offset += len(f)
                 if k % 1000 == 0:
                     print(f"train: {k}/{len(specs)}", flush=True)
-            np.save(WORK / "features.npy", np.concatenate(feats))
-            (WORK / "index.json").write_text(json.dumps({"generator": generator, "items": index}, ensure_ascii=False))
+            np.save(out / "features.npy", np.concatenate(feats))
+            (out / "index.json").write_text(json.dumps({"generator": {**generator, "shard": args.shard}, "items": index},
+                                                       ensure_ascii=False))
             print(f"train: {len(index)} utterances, {offset / 100:.0f} s", flush=True)
 
 

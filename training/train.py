@@ -56,8 +56,15 @@ class Data:
     """Training items bucketed into padded batches of at most `batch_frames` mel frames."""
 
     def __init__(self, kind: str, batch_frames: int, max_items: int, short_frames: int = 1000):
-        idx = json.loads((WORK / "train" / "index.json").read_text())["items"]
-        self.feats = np.load(WORK / "train" / "features.npy", mmap_mode="r")
+        # The base set plus any extra shards (training/make_corpus.py --shard N).
+        dirs = [WORK / "train"] + sorted((WORK / "train_shards").glob("*"), key=lambda p: int(p.name)) \
+            if (WORK / "train_shards").exists() else [WORK / "train"]
+        dirs = [d for d in dirs if (d / "index.json").exists()]
+        self.feats = [np.load(d / "features.npy", mmap_mode="r") for d in dirs]
+        idx = []
+        for k, d in enumerate(dirs):
+            idx += [{**it, "shard": k} for it in json.loads((d / "index.json").read_text())["items"]]
+        self.shards = [str(d.relative_to(WORK)) for d in dirs]
         if kind == "ctc":
             table = char_table()
             idx = [it for it in idx if it["language"] == "en"]
@@ -94,7 +101,7 @@ class Data:
         mel = torch.zeros(len(ids), t, 80)
         for k, i in enumerate(ids):
             it = self.items[i]
-            mel[k, : it["frames"]] = torch.from_numpy(np.asarray(self.feats[it["offset"] : it["offset"] + it["frames"]], dtype=np.float32))
+            mel[k, : it["frames"]] = torch.from_numpy(np.asarray(self.feats[it["shard"]][it["offset"] : it["offset"] + it["frames"]], dtype=np.float32))
         lengths = torch.tensor(frames)
         labs = [self.labels[i] for i in ids]
         if kind == "ctc":
@@ -106,6 +113,26 @@ class Data:
             inp[k, : len(x) + 1] = torch.tensor([SOT] + x)
             tgt[k, : len(x) + 1] = torch.tensor(x + [EOT])
         return mel, lengths, labs, inp, tgt
+
+
+def spec_augment(mel: torch.Tensor, lengths: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """SpecAugment (Park et al., 2019), in place: two frequency masks of up to 12 mel
+    bins and one time mask of up to 15 frames per 1.5 s of audio, filled with the mean
+    feature value. Against memorising the small synthetic training set."""
+    fill = -0.09  # the training features' mean
+    b, _, n_mels = mel.shape
+    for i in range(b):
+        t = int(lengths[i])
+        for _ in range(2):
+            w = int(torch.randint(0, 13, (1,), generator=gen))
+            f0 = int(torch.randint(0, n_mels - w + 1, (1,), generator=gen))
+            mel[i, :t, f0 : f0 + w] = fill
+        for _ in range(max(1, t // 150)):
+            w = int(torch.randint(0, 16, (1,), generator=gen))
+            if t > w:
+                s0 = int(torch.randint(0, t - w, (1,), generator=gen))
+                mel[i, s0 : s0 + w] = fill
+    return mel
 
 
 def ctc_loss(logits: torch.Tensor, mel_lengths: torch.Tensor, labs: list[list[int]]) -> torch.Tensor:
@@ -189,8 +216,13 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--ctc-weight", type=float, default=0.3)
     ap.add_argument("--guide-weight", type=float, default=0.0, help="guided cross-attention loss weight (0: off)")
+    ap.add_argument("--specaug", action="store_true", help="SpecAugment the training features")
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--anneal-from", type=int, default=None,
+                    help="with --anneal-steps: the step-based form of --deadline (reproduces a timed run "
+                         "from its log): re-warm to --lr at this step, decay linearly to 0 over --anneal-steps")
+    ap.add_argument("--anneal-steps", type=int, default=None)
     ap.add_argument("--deadline", type=float, default=None,
                     help="unix time: re-warm to --lr over --warmup steps from the resumed step, then decay "
                          "linearly in wall time to 0 at the deadline and stop (a time-budgeted anneal)")
@@ -231,6 +263,7 @@ def main() -> None:
     log = open(out / "log.jsonl", "a")
     n_params = sum(p.numel() for p in model.parameters())
     log.write(json.dumps({"event": "start", "step": state["step"], "params": n_params, "dims": dims.to_dict(),
+                          "shards": data.shards, "items": len(data.items),
                           "batches_per_epoch": len(data.batches), "short_batches": len(data.short), "args": vars(args)}) + "\n")
     log.flush()
 
@@ -250,10 +283,15 @@ def main() -> None:
     t_last_ckpt = time.time()
     t0 = time.time() - state["wall"]
     acc = {"loss": 0.0, "ce": 0.0, "ctc": 0.0, "n": 0}
+    if state.get("items", len(data.items)) != len(data.items):  # shards were added: start a fresh epoch over all
+        state["epoch"] += 1
+        state["pos"] = 0
+    state["items"] = len(data.items)
     order = data.epoch_order(state["epoch"])
     start_step, start_time = state["step"], time.time()
     if args.deadline is not None:
         state.setdefault("anneal", {"from_step": start_step, "from_time": start_time, "deadline": args.deadline})
+        state["anneal"]["deadline"] = args.deadline  # a later command may move the deadline; the origin stays
     while state["step"] < args.max_steps and not stop["now"]:
         if state["pos"] >= len(order):
             state["epoch"] += 1
@@ -261,7 +299,12 @@ def main() -> None:
             order = data.epoch_order(state["epoch"])
         b = order[state["pos"]]
         step = state["step"] + 1
-        if args.deadline is None:
+        if args.anneal_from is not None and step > args.anneal_from:
+            done = step - args.anneal_from
+            if done > (args.anneal_steps or 0):
+                break
+            lr = args.lr * min(1.0, done / args.warmup, 1.0 - done / args.anneal_steps)
+        elif args.deadline is None:
             lr = args.lr * min(step / args.warmup, (args.warmup / step) ** 0.5)
         else:  # resumable: the anneal's origin is kept in the checkpoint state
             an = state["anneal"]
@@ -271,13 +314,18 @@ def main() -> None:
             lr = args.lr * min(1.0, (step - an["from_step"]) / args.warmup, left)
         for g in opt.param_groups:
             g["lr"] = lr
+        aug = torch.Generator().manual_seed(seed * 1_000_003 + step)  # reproducible per step
         if kind == "ctc":
             mel, lengths, labs = data.batch(b, kind)
+            if args.specaug:
+                spec_augment(mel, lengths, aug)
             loss = ctc_loss(model(mel, lengths), lengths, labs)
             ce = torch.tensor(0.0)
             cl = loss
         else:
             mel, lengths, labs, inp, tgt = data.batch(b, kind)
+            if args.specaug:
+                spec_augment(mel, lengths, aug)
             guide = args.guide_weight > 0
             for layer in model.decoder.layers:
                 layer.keep = [] if guide else None
@@ -320,7 +368,8 @@ def main() -> None:
             t_last_ckpt = time.time()
     save()
     log.write(json.dumps({"event": "stop", "step": state["step"], "wall_s": round(state["wall"], 1),
-                          "reason": "signal" if stop["now"] else "max_steps" if state["step"] >= args.max_steps else "deadline"}) + "\n")
+                          "reason": "signal" if stop["now"] else "max_steps" if state["step"] >= args.max_steps else "anneal end",
+                          "anneal": state.get("anneal")}) + "\n")
     log.flush()
 
 
