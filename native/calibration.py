@@ -231,7 +231,8 @@ def probe_loop(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
             cache = len(ep.tokens) - 1
             rec = ep.step()
             yield {"figure": "loop_round", "ms": (rec.end - rec.start) / 1e6, "rep": rep, "round": rec.index,
-                   "width": rec.width, "forwards": rec.drafted + rec.catch_up, "position": cache}
+                   "width": rec.width, "forwards": rec.drafted + rec.catch_up, "drafted": rec.drafted,
+                   "catch_up": rec.catch_up, "position": cache}
 
 
 def run_calibration_op(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:

@@ -42,6 +42,13 @@ DRAFTER = Dims(d=192, heads=3, enc_layers=3, dec_layers=2, ffn=768)
 CTC = Dims(d=192, heads=3, enc_layers=5, dec_layers=0, ffn=768)
 
 
+DROPOUT = 0.0  # residual-branch dropout while training (train.py --dropout); eval/export ignore it
+
+
+def _drop(x: torch.Tensor, training: bool) -> torch.Tensor:
+    return F.dropout(x, DROPOUT, training) if DROPOUT > 0 else x
+
+
 def sinusoids(length: int | torch.Tensor, d: int) -> torch.Tensor:
     """Fixed sinusoidal positions (length, d); computed on the fly so any length works."""
     pos = torch.arange(length, dtype=torch.float32)[:, None]
@@ -106,8 +113,8 @@ class EncLayer(nn.Module):
             x = x + self.pw(F.gelu(self.dw(h.transpose(1, 2)).transpose(1, 2)))
         q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
         a = attention(q, k, v, mask).transpose(1, 2).reshape(b, s, -1)
-        x = x + self.o(a)
-        return x + self.mlp(self.ln2(x))
+        x = x + _drop(self.o(a), self.training)
+        return x + _drop(self.mlp(self.ln2(x)), self.training)
 
 
 class Encoder(nn.Module):
@@ -155,10 +162,10 @@ class DecLayer(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
         k = torch.cat([past_k, k], dim=2)
         v = torch.cat([past_v, v], dim=2)
-        x = x + self.o(attention(q, k, v, self_mask).transpose(1, 2).reshape(b, n, -1))
+        x = x + _drop(self.o(attention(q, k, v, self_mask).transpose(1, 2).reshape(b, n, -1)), self.training)
         q = self.cq(self.ln2(x)).view(b, n, self.h, self.dh).transpose(1, 2)
-        x = x + self.co(attention(q, cross_k, cross_v, cross_mask, self.keep).transpose(1, 2).reshape(b, n, -1))
-        return x + self.mlp(self.ln3(x)), k, v
+        x = x + _drop(self.co(attention(q, cross_k, cross_v, cross_mask, self.keep).transpose(1, 2).reshape(b, n, -1)), self.training)
+        return x + _drop(self.mlp(self.ln3(x)), self.training), k, v
 
 
 class Decoder(nn.Module):

@@ -217,6 +217,7 @@ def main() -> None:
     ap.add_argument("--ctc-weight", type=float, default=0.3)
     ap.add_argument("--guide-weight", type=float, default=0.0, help="guided cross-attention loss weight (0: off)")
     ap.add_argument("--specaug", action="store_true", help="SpecAugment the training features")
+    ap.add_argument("--dropout", type=float, default=0.0, help="residual-branch dropout while training")
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--anneal-from", type=int, default=None,
@@ -227,7 +228,9 @@ def main() -> None:
                     help="unix time: re-warm to --lr over --warmup steps from the resumed step, then decay "
                          "linearly in wall time to 0 at the deadline and stop (a time-budgeted anneal)")
     args = ap.parse_args()
+    import models as model_defs
 
+    model_defs.DROPOUT = args.dropout
     torch.set_num_threads(args.threads)
     kind = args.model
     out = WORK / kind

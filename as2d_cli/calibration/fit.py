@@ -21,10 +21,11 @@ DRAFTER_PROBE_CACHE = 17.0  # the serial drafter probes run after SOT and 16 ref
 
 
 def loop_residuals(samples: Iterable[Mapping[str, Any]], verify_ms: Mapping[int, float], draft_ms: float,
-                   ctx: ContextCosts | None = None) -> list[float]:
-    """Per serial round: wall time minus its drafter forwards and its verification, each at
-    the fitted cost (at the round's cache length when context terms exist) — the work the
-    profile does not already charge."""
+                   ctx: ContextCosts | None = None, catch_up_ms: float | None = None) -> list[float]:
+    """Per serial round: wall time minus its drafter forwards (catch-ups at their own cost
+    when the sample separates them) and its verification, each at the fitted cost (at the
+    round's cache length when context terms exist) — the work the profile does not
+    already charge."""
     out = []
     for s in samples:
         if s["figure"] != "loop_round" or int(s["width"]) not in verify_ms:
@@ -34,7 +35,11 @@ def loop_residuals(samples: Iterable[Mapping[str, Any]], verify_ms: Mapping[int,
             pos = float(s["position"])
             d += ctx.drafter_ms(pos, ctx.ref_audio_s)
             v += ctx.target_ms(pos, ctx.ref_audio_s)
-        out.append(float(s["ms"]) - s["forwards"] * d - v)
+        if catch_up_ms is not None and "catch_up" in s:
+            drafting = s["drafted"] * d + s["catch_up"] * catch_up_ms
+        else:
+            drafting = s["forwards"] * d
+        out.append(float(s["ms"]) - drafting - v)
     return out
 
 
@@ -203,7 +208,7 @@ def fit_profile(samples: list[Mapping[str, Any]], device: Mapping[str, Any], *, 
                                      concurrent_ratio=sources["drafter"].concurrent_ratio if "drafter" in sources else 1.0)
     target_step = _med(g, "target_step")
     if drafter is not None and g.get("loop_round"):
-        g["loop"] = loop_residuals(samples, idle, drafter.step_ms, ctx)
+        g["loop"] = loop_residuals(samples, idle, drafter.step_ms, ctx, drafter.catch_up_ms)
     loop = max(0.0, _med(g, "loop", 0.0))
     fit = Fit(method="median of measured calls per figure (warm-ups excluded); concurrent/idle ratio per width = "
                      "median concurrent / median idle, unclipped; widths without concurrent samples take the median ratio",
