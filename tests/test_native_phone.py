@@ -269,7 +269,13 @@ def test_cli_calibrate_quick_and_decode_on_the_emulated_phone(py_phone, tmp_path
     profile = next(tmp_path.glob("*.profile.yaml"))
     prof = load_profile(profile)
     assert prof.widths == tuple(range(1, 17)) and prof.device["kind"] == "adb"
-    assert len(prof.device["gates"]) == 9 and all(g["passed"] for g in prof.device["gates"])
+    from as2d_cli.calibration.plan import make_plan
+    from as2d_cli.calibration.run import short_calibration_window
+
+    main_window, ctc_window = calibration_windows()
+    steps = make_plan(main_window, quick=True, ctc_window=ctc_window, short_window=short_calibration_window(main_window))
+    assert len(prof.device["gates"]) == len(steps) == 11 and all(g["passed"] for g in prof.device["gates"])
+    assert prof.context is not None and prof.context.ref_audio_s > 0  # two window lengths, offsets 0 and 64
     wid = _shortest_test_window()
     dec = subprocess.run([*base, "decode", "--phone", py_phone.serial, "--window", wid, "--method", "as2d",
                           "--max-tokens", str(MAX), "--json"], env=env, text=True, capture_output=True, timeout=300)
