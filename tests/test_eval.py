@@ -61,6 +61,17 @@ def test_eval_table_golden_and_results(setup, capsys) -> None:
     assert len(list((setup["cal"]).rglob("deployment*.yaml"))) == 1
 
 
+def test_regenerated_traces_get_a_fresh_selection(setup, capsys) -> None:
+    code, _, err = _run(setup["args"], capsys)
+    assert code == 0 and "selecting" in err
+    # The dev traces change (regenerated): the deployment chosen on the old ones is stale.
+    dev = setup["traces"] / "example-dev.jsonl"
+    dev.write_text(dev.read_text() + "\n")
+    code, _, err = _run(setup["args"], capsys)
+    assert code == 0 and "selecting one on the dev/val splits" in err, err
+    assert len(list((setup["cal"]).rglob("deployment*.yaml"))) == 2  # the old one is kept
+
+
 def test_eval_errors_are_one_line(setup, capsys) -> None:
     args = setup["args"]
     code, out, err = _run(["eval", "--phone", "nowhere", "--traces", str(setup["traces"]),

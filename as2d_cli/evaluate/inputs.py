@@ -41,8 +41,13 @@ def find_profile(phone: str, calibrations: Path) -> Path:
     return max(found, key=lambda p: p.stat().st_mtime)
 
 
-def find_deployment(profile_path: Path, device: str, calibrations: Path) -> Path | None:
+def find_deployment(profile_path: Path, device: str, calibrations: Path,
+                    traces: list[Path] | None = None) -> Path | None:
+    """The device's newest deployment chosen on this profile — and, when ``traces`` are
+    given, on these very trace files (a deployment selected on other traces is stale:
+    regenerated traces get a fresh selection rather than an old choice)."""
     digest = sha256_file(profile_path)
+    have = {sha256_file(t) for t in traces} if traces else None
     import yaml
 
     cands = []
@@ -51,9 +56,13 @@ def find_deployment(profile_path: Path, device: str, calibrations: Path) -> Path
             doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError):
             continue
-        if (doc.get("profile") or {}).get("sha256") == digest:
-            cands.append(p)
-    return max(cands, key=lambda p: p.stat().st_mtime) if cands else None
+        if (doc.get("profile") or {}).get("sha256") != digest:
+            continue
+        used = {t.get("sha256") for t in ((doc.get("selection") or {}).get("traces") or []) if isinstance(t, dict)}
+        if have is not None and used and not used <= have:
+            continue
+        cands.append(p)
+    return max(cands, key=lambda p: (p.stat().st_mtime, p.name)) if cands else None
 
 
 def trace_files(traces: Path | None) -> list[Path]:

@@ -52,7 +52,7 @@ def run_eval(
     if not any(w.split == split for w in ts.windows):
         raise UserError(f"the traces hold no {split!r} windows; pass traces with that split")
     device = safe_name(str(prof.device.get("name") or phone), "device")
-    dep_path = deployment or find_deployment(profile_path, device, calibrations)
+    dep_path = deployment or find_deployment(profile_path, device, calibrations, files)
     selected_now = False
     if dep_path is None:
         from as2d_cli.replay.report import write_selection
