@@ -1,6 +1,6 @@
 """Quality and cost of the bundled models on this CPU (ONNX Runtime, 1 intra-op thread each).
 
-Usage: python benchmarks/model_quality.py [--split test] [--limit N] [--json out.json] [--sd-windows N]
+Usage: python benchmarks/model_quality.py [--split test] [--limit N] [--json out.json] [--sd-windows N] [--costs-only]
 
 Reports, per setting:
 - WER of the target (greedy), the drafter run on its own history (the As²d source) and the
@@ -115,9 +115,14 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="windows per setting (default: all)")
     ap.add_argument("--sd-windows", type=int, default=8, help="windows per setting for the SD acceptance")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--costs-only", action="store_true", help="only the per-call costs (run on a quiet machine)")
     args = ap.parse_args()
 
     bundle = load_bundle()
+    if args.costs_only:
+        for k, v in costs(bundle).items():
+            print(f"{k:>28}: {v:.3f}")
+        return
     vocab = bundle.vocab
     target, drafter = OrtTarget(bundle), OrtDrafter(bundle)
     dsrc_model = Seq2SeqModel(bundle, "drafter", 1)
