@@ -55,11 +55,14 @@ def char_table() -> dict[str, int]:
 class Data:
     """Training items bucketed into padded batches of at most `batch_frames` mel frames."""
 
-    def __init__(self, kind: str, batch_frames: int, max_items: int, short_frames: int = 1000):
-        # The base set plus any extra shards (training/make_corpus.py --shard N).
-        dirs = [WORK / "train"] + sorted((WORK / "train_shards").glob("*"), key=lambda p: int(p.name)) \
-            if (WORK / "train_shards").exists() else [WORK / "train"]
-        dirs = [d for d in dirs if (d / "index.json").exists()]
+    def __init__(self, kind: str, batch_frames: int, max_items: int, short_frames: int = 1000,
+                 shards: int | None = None):
+        # The base set plus extra shards 1..``shards`` (training/make_corpus.py --shard N;
+        # None: every shard present).
+        extra = sorted((WORK / "train_shards").glob("*"), key=lambda p: int(p.name)) if (WORK / "train_shards").exists() else []
+        if shards is not None:
+            extra = [d for d in extra if int(d.name) <= shards]
+        dirs = [d for d in [WORK / "train", *extra] if (d / "index.json").exists()]
         self.feats = [np.load(d / "features.npy", mmap_mode="r") for d in dirs]
         idx = []
         for k, d in enumerate(dirs):
@@ -218,6 +221,7 @@ def main() -> None:
     ap.add_argument("--guide-weight", type=float, default=0.0, help="guided cross-attention loss weight (0: off)")
     ap.add_argument("--specaug", action="store_true", help="SpecAugment the training features")
     ap.add_argument("--dropout", type=float, default=0.0, help="residual-branch dropout while training")
+    ap.add_argument("--shards", type=int, default=None, help="extra corpus shards to use (default: all present)")
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--anneal-from", type=int, default=None,
@@ -244,7 +248,7 @@ def main() -> None:
     ckpt = out / "ckpt.pt"
     if ckpt.exists():  # a resumed run keeps the dimensions it was started with
         dims = Dims(**torch.load(ckpt, weights_only=False)["dims"])
-    data = Data(kind, args.batch_frames, args.max_items)
+    data = Data(kind, args.batch_frames, args.max_items, shards=args.shards)
     if kind == "ctc":
         model = CtcModel(dims, len(char_table()) + 1)
     else:
