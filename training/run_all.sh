@@ -1,15 +1,38 @@
 #!/usr/bin/env bash
-# Regenerate everything the models need, from scratch, as the shipped bundle was made.
-# Needs: apt-get install espeak-ng; pip install -e '.[train]'. Takes about 2 hours on 2 cores.
+# Regenerate everything the models need, from scratch, following the shipped models' recipe.
+# Needs: apt-get install espeak-ng; pip install -e '.[train]'. About 4 hours on 2 cores.
+#
+# The shipped models were trained over two sessions; the phases below are that history in
+# steps (training/work/<model>/log.jsonl and the shipped training_logs hold every record).
+# The shipped run annealed by wall clock (`--deadline`), paused while corpus shards were
+# synthesised; this script anneals by steps (`--anneal-from/--anneal-steps`), so its
+# learning rate per step — and therefore the weights — match the shipped ones only
+# approximately. Each phase resumes from training/work/<model>/ckpt.pt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
 $PY training/make_corpus.py                      # shipped eval windows + training set (training/work/train)
 $PY training/make_tokenizer.py                   # as2d_cli/assets/models/tokenizer.json, ctc_chars.json
-# The shipped models were trained with these step counts (see docs/models.md); each run
-# resumes from training/work/<model>/ckpt.pt if interrupted.
-$PY training/train.py --model target  --threads 1 --max-steps "${TARGET_STEPS:-4571}" --batch-frames 4000 &
-$PY training/train.py --model drafter --threads 1 --max-steps "${DRAFTER_STEPS:-10078}" --batch-frames 4000
-$PY training/train.py --model ctc     --threads 1 --max-steps "${CTC_STEPS:-1017}" --batch-frames 4000
+
+train() {  # model, phase end step, anneal start, anneal steps, extra flags...
+  local m=$1 end=$2 from=$3 n=$4; shift 4
+  $PY training/train.py --model "$m" --threads 1 --max-steps "$end" --batch-frames 4000 \
+    ${from:+--anneal-from "$from" --anneal-steps "$n" --warmup 150} "$@"
+}
+phases() {  # model, lr, inverse-sqrt end, guide start, specaug start, dropout+shard1 start, shard2 start, end
+  local m=$1 lr=$2 a=$3 g=$4 s=$5 d=$6 s2=$7 e=$8 n=$(( $8 - $3 ))
+  train "$m" "$a" "" "" --shards 0
+  train "$m" "$g" "$a" "$n" --lr "$lr" --shards 0
+  train "$m" "$s" "$a" "$n" --lr "$lr" --shards 0 --guide-weight 2
+  train "$m" "$d" "$a" "$n" --lr "$lr" --shards 0 --guide-weight 2 --specaug
+  train "$m" "$s2" "$a" "$n" --lr "$lr" --shards 1 --guide-weight 2 --specaug --dropout 0.1
+  train "$m" "$e" "$a" "$n" --lr "$lr" --shards 2 --guide-weight 2 --specaug --dropout 0.1
+}
+$PY training/make_corpus.py --only train --shard 1   # training/work/train_shards/1
+$PY training/make_corpus.py --only train --shard 2   # training/work/train_shards/2
+phases target  8e-4 4949  5847  8801  10215 13384 16929 &
+phases drafter 6e-4 10890 12852 19050 19050 25896 33514
 wait
+# The CTC source: 1,017 steps of the first schedule (not continued in the second session).
+$PY training/train.py --model ctc --threads 1 --max-steps 1017 --batch-frames 4000
 $PY training/export.py                           # ONNX files + models.json + training logs
