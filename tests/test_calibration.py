@@ -137,6 +137,20 @@ def test_fit_recovers_context_terms_and_quotes_figures_at_the_reference() -> Non
     assert p.drafter is not None and p.drafter.step_ms == pytest.approx(0.2 + 0.001 * (64 - 17))
 
 
+def test_fit_recovers_slopes_that_grow_with_the_width() -> None:
+    from as2d_cli.calibration.fit import fit_profile
+
+    samples = _synthetic_samples(t_aud=0.0)
+    for s in samples:  # the audio slope grows by 0.01 ms/s per extra query token
+        if s["figure"].startswith("verify.K"):
+            s["ms"] += (0.02 + 0.01 * (s["width"] - 1)) * s["audio_s"] * (1.2 if s["concurrent"] else 1.0)
+    c = fit_profile(samples, {"name": "w"}, ref_audio_s=12.0).context
+    assert c is not None
+    assert c.target_ms_per_audio_s == pytest.approx(0.02, abs=1e-3)
+    assert c.target_ms_per_audio_s_per_width == pytest.approx(0.01, abs=1e-4)
+    assert c.target_ms(64, 5.0, 8) == pytest.approx(-(0.02 + 0.07) * 7, rel=1e-2)
+
+
 def test_fit_without_a_span_stays_flat() -> None:
     from as2d_cli.calibration.fit import fit_profile
 

@@ -34,7 +34,7 @@ def loop_residuals(samples: Iterable[Mapping[str, Any]], verify_ms: Mapping[int,
         if ctx is not None and "position" in s:
             pos = float(s["position"])
             d += ctx.drafter_ms(pos, ctx.ref_audio_s)
-            v += ctx.target_ms(pos, ctx.ref_audio_s)
+            v += ctx.target_ms(pos, ctx.ref_audio_s, int(s["width"]))
         if catch_up_ms is not None and "catch_up" in s:
             drafting = s["drafted"] * d + s["catch_up"] * catch_up_ms
         else:
@@ -105,20 +105,27 @@ def fit_context(samples: list[Mapping[str, Any]], ref_audio_s: float | None) -> 
     # second of audio would turn noise into a slope).
     vary_t = max(offsets) - min(offsets) >= MIN_TOKEN_SPAN
     vary_a = max(audios) - min(audios) >= MIN_AUDIO_SPAN_S
+    many = len(widths) > 2  # slopes that grow with the width need several widths
     rows, y = [], []
     for (k, o, a), v in sorted(cells.items()):
         row = [1.0 if k == w else 0.0 for w in widths]
         if vary_t:
-            row.append(o - REF_TOKENS)
+            row += [o - REF_TOKENS] + ([(o - REF_TOKENS) * (k - 1)] if many else [])
         if vary_a:
-            row.append(a - ref_audio_s)
+            row += [a - ref_audio_s] + ([(a - ref_audio_s) * (k - 1)] if many else [])
         rows.append(row)
         y.append(float(median(v)))
     coef = _lstsq(rows, y)[len(widths):]
     t_tok = coef.pop(0) if vary_t else 0.0
+    t_tok_w = coef.pop(0) if vary_t and many else 0.0
     t_aud = coef.pop(0) if vary_a else 0.0
+    t_aud_w = coef.pop(0) if vary_a and many else 0.0
     if not (vary_t or vary_a):
         return None
+    top = max(widths) - 1  # no width may get a negative slope
+    t_tok, t_aud = max(0.0, t_tok), max(0.0, t_aud)
+    t_tok_w = max(t_tok_w, -t_tok / top) if top else 0.0
+    t_aud_w = max(t_aud_w, -t_aud / top) if top else 0.0
     steps = _trim([s for s in samples if s["figure"] == "sources.drafter.step" and "audio_s" in s and "position" in s])
     d_tok = d_aud = 0.0
     positions = [int(s["position"]) for s in steps]
@@ -129,9 +136,10 @@ def fit_context(samples: list[Mapping[str, Any]], ref_audio_s: float | None) -> 
         c = _lstsq(rows, [float(s["ms"]) for s in steps])
         d_tok, d_aud = c[1], (c[2] if two else 0.0)
     # Longer caches and longer audio never make a call cheaper: a negative fit is noise.
-    return ContextCosts(ref_tokens=REF_TOKENS, ref_audio_s=ref_audio_s, target_ms_per_token=max(0.0, t_tok),
-                        target_ms_per_audio_s=max(0.0, t_aud), drafter_ms_per_token=max(0.0, d_tok),
-                        drafter_ms_per_audio_s=max(0.0, d_aud))
+    return ContextCosts(ref_tokens=REF_TOKENS, ref_audio_s=ref_audio_s, target_ms_per_token=t_tok,
+                        target_ms_per_audio_s=t_aud, drafter_ms_per_token=max(0.0, d_tok),
+                        drafter_ms_per_audio_s=max(0.0, d_aud), target_ms_per_token_per_width=t_tok_w,
+                        target_ms_per_audio_s_per_width=t_aud_w)
 
 
 def _at_ref(samples: list[Mapping[str, Any]], ctx: ContextCosts | None, *, figure: str, drafter: bool = False,
@@ -170,7 +178,8 @@ def fit_profile(samples: list[Mapping[str, Any]], device: Mapping[str, Any], *, 
         moved: dict[int, list[float]] = defaultdict(list)
         for s in samples:
             if s["figure"].startswith("verify.K") and not s.get("concurrent"):
-                moved[int(s["width"])].append(float(s["ms"]) - ctx.target_ms(float(s.get("offset", ctx.ref_tokens)), ctx.ref_audio_s))
+                moved[int(s["width"])].append(float(s["ms"]) - ctx.target_ms(float(s.get("offset", ctx.ref_tokens)),
+                                                                              ctx.ref_audio_s, int(s["width"])))
         idle = {k: float(median(v)) for k, v in moved.items()}
     if ratios and len(ratios) < len(idle):
         # Widths measured idle but not concurrently take the median measured ratio (D.2.4).

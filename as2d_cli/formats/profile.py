@@ -116,10 +116,16 @@ class ContextCosts:
     target_ms_per_audio_s: float = 0.0
     drafter_ms_per_token: float = 0.0
     drafter_ms_per_audio_s: float = 0.0
+    # Each width beyond 1 adds this much to the slopes: a K-token call attends over the
+    # cache and the audio with K queries.
+    target_ms_per_token_per_width: float = 0.0
+    target_ms_per_audio_s_per_width: float = 0.0
 
-    def target_ms(self, tokens: float, audio_s: float) -> float:
-        """Extra ms (may be negative) for a target call at cache length ``tokens``."""
-        return self.target_ms_per_token * (tokens - self.ref_tokens) + self.target_ms_per_audio_s * (audio_s - self.ref_audio_s)
+    def target_ms(self, tokens: float, audio_s: float, width: int = 1) -> float:
+        """Extra ms (may be negative) for a width-``width`` target call at cache length ``tokens``."""
+        w = width - 1
+        return ((self.target_ms_per_token + w * self.target_ms_per_token_per_width) * (tokens - self.ref_tokens)
+                + (self.target_ms_per_audio_s + w * self.target_ms_per_audio_s_per_width) * (audio_s - self.ref_audio_s))
 
     def drafter_ms(self, tokens: float, audio_s: float) -> float:
         """Extra ms (may be negative) for one drafter forward at cache length ``tokens``."""

@@ -107,6 +107,8 @@ def _context(d: dict | None) -> ContextCosts | None:
     return ContextCosts(ref_tokens=float(d["ref_tokens"]), ref_audio_s=float(d["ref_audio_s"]),
                         target_ms_per_token=float(t.get("ms_per_token", 0.0)),
                         target_ms_per_audio_s=float(t.get("ms_per_audio_s", 0.0)),
+                        target_ms_per_token_per_width=float(t.get("ms_per_token_per_width", 0.0)),
+                        target_ms_per_audio_s_per_width=float(t.get("ms_per_audio_s_per_width", 0.0)),
                         drafter_ms_per_token=float(dr.get("ms_per_token", 0.0)),
                         drafter_ms_per_audio_s=float(dr.get("ms_per_audio_s", 0.0)))
 
@@ -144,7 +146,9 @@ def profile_to_doc(p: CostProfile) -> dict:
         c = p.context
         costs["context"] = {
             "ref_tokens": c.ref_tokens, "ref_audio_s": c.ref_audio_s,
-            "target": {"ms_per_token": c.target_ms_per_token, "ms_per_audio_s": c.target_ms_per_audio_s},
+            "target": {"ms_per_token": c.target_ms_per_token, "ms_per_audio_s": c.target_ms_per_audio_s,
+                       "ms_per_token_per_width": c.target_ms_per_token_per_width,
+                       "ms_per_audio_s_per_width": c.target_ms_per_audio_s_per_width},
             "drafter": {"ms_per_token": c.drafter_ms_per_token, "ms_per_audio_s": c.drafter_ms_per_audio_s},
         }
     return {

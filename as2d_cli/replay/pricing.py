@@ -140,8 +140,9 @@ def with_context(base: Price, ctx: ContextCosts, audio_s: float,
     call's concurrent/idle ratio when ``ratio`` says so); ``draft`` adds the drafter
     terms for each forward at its own cache length; a paired forward and a batched
     refresh add them once. A call never costs less than nothing."""
-    t0 = ctx.target_ms(0, audio_s) * 1e6
-    ta = ctx.target_ms_per_token * 1e6
+    # Per width: the extra at cache 0 and the slope per cached token (ns).
+    t0 = {k: ctx.target_ms(0, audio_s, k) * 1e6 for k in range(1, 65)}
+    ta = {k: (ctx.target_ms_per_token + (k - 1) * ctx.target_ms_per_token_per_width) * 1e6 for k in range(1, 65)}
     d0 = ctx.drafter_ms(0, audio_s) * 1e6
     da = ctx.drafter_ms_per_token * 1e6
 
@@ -149,7 +150,11 @@ def with_context(base: Price, ctx: ContextCosts, audio_s: float,
         c = base(op, now)
         kind = op.kind
         if kind == "verify" or kind == "target_step":
-            extra = t0 + ta * cache
+            k = op.width if op.width > 0 else 1
+            if k not in t0:
+                t0[k] = ctx.target_ms(0, audio_s, k) * 1e6
+                ta[k] = (ctx.target_ms_per_token + (k - 1) * ctx.target_ms_per_token_per_width) * 1e6
+            extra = t0[k] + ta[k] * cache
             if ratio is not None:
                 extra *= ratio(op, now)
         elif kind == "draft":
