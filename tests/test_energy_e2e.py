@@ -195,7 +195,9 @@ def test_native_requests_through_the_runner_path(make_emulated_phone, tmp_path: 
     # gets several gauge readings inside its window.
     power = EmulatedPower(s.phone, BatteryModel(BatteryParams(gauge_update_ms=100))).install()
     s.phone.schedule(0.3, s.phone.unplug)
-    cmd = ("{run_dir}/native_request.sh --window dev-sung-004 --method {method} "
+    # A window whose output runs to the cap (319 tokens): the longest request the dev split
+    # offers, so the 100 ms gauge polls land several times inside each request.
+    cmd = ("{run_dir}/native_request.sh --window dev-multilingual-000 --method {method} "
            "--result {run_dir}/result-{index}.json")
     argv = ["energy", "--phone", s.serial, "--adb-port", str(s.adb_port), "--connection",
             "wireless", "--methods", "as2d,target-only", "--request-cmd", cmd, "--warmups", "0",
