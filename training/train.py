@@ -322,17 +322,16 @@ def main() -> None:
         for g in opt.param_groups:
             g["lr"] = lr
         aug = torch.Generator().manual_seed(seed * 1_000_003 + step)  # reproducible per step
+        batch = data.batch(b, kind)
+        if args.specaug:
+            spec_augment(batch[0], batch[1], aug)  # in place: (mel, lengths, ...)
         if kind == "ctc":
-            mel, lengths, labs = data.batch(b, kind)
-            if args.specaug:
-                spec_augment(mel, lengths, aug)
+            mel, lengths, labs = batch
             loss = ctc_loss(model(mel, lengths), lengths, labs)
             ce = torch.tensor(0.0)
             cl = loss
         else:
-            mel, lengths, labs, inp, tgt = data.batch(b, kind)
-            if args.specaug:
-                spec_augment(mel, lengths, aug)
+            mel, lengths, labs, inp, tgt = batch
             guide = args.guide_weight > 0
             for layer in model.decoder.layers:
                 layer.keep = [] if guide else None

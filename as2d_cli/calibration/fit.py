@@ -87,7 +87,8 @@ def fit_context(samples: list[Mapping[str, Any]], ref_audio_s: float | None) -> 
     """Linear context terms from the sweeps (None when the samples cannot separate them).
 
     Target: idle verification medians per (width, offset, audio length) fitted as a
-    per-width constant plus one slope per cached token and one per audio second.
+    per-width constant plus a slope per cached token and one per audio second, each
+    growing linearly with the width.
     Drafter: the drafter source's steps (position = its own cache length) on both windows.
     A term whose variable was never varied stays 0."""
     if ref_audio_s is None:
@@ -144,16 +145,15 @@ def fit_context(samples: list[Mapping[str, Any]], ref_audio_s: float | None) -> 
 
 def _at_ref(samples: list[Mapping[str, Any]], ctx: ContextCosts | None, *, figure: str, drafter: bool = False,
             position: float | None = None) -> list[float]:
-    """A figure's samples on the reference window, each moved to the reference cache
-    length with the fitted slope (its own ``position``, or the probe's fixed one)."""
+    """A figure's samples (already only the reference window's), each moved to the
+    reference cache length with the fitted slope (its own ``position``, or the probe's
+    fixed one)."""
     out = []
     for s in samples:
         if s["figure"] != figure:
             continue
         ms = float(s["ms"])
         if ctx is not None:
-            if "audio_s" in s and float(s["audio_s"]) != ctx.ref_audio_s:
-                continue
             pos = float(s.get("position", position if position is not None else ctx.ref_tokens))
             ms -= (ctx.drafter_ms(pos, ctx.ref_audio_s) if drafter else ctx.target_ms(pos, ctx.ref_audio_s))
         out.append(ms)
@@ -187,6 +187,7 @@ def fit_profile(samples: list[Mapping[str, Any]], device: Mapping[str, Any], *, 
         ratios = {k: ratios.get(k, fill) for k in idle}
     elif not ratios:
         ratios = {k: 1.0 for k in idle}
+    flat_step = _med(g, "sources.drafter.step", 0.0)  # over all positions: the concurrent ratio's baseline
     if ctx is not None:  # figures probed at a fixed or recorded cache length, moved to the reference
         for fig in ("drafter.step", "drafter.catch_up", "drafter.paired", *[k for k in g if k.startswith("drafter.refresh.K")]):
             if g.get(fig):
@@ -202,7 +203,6 @@ def fit_profile(samples: list[Mapping[str, Any]], device: Mapping[str, Any], *, 
     sources: dict[str, SourceCosts] = {}
     if g.get("sources.drafter.step"):
         step = _med(g, "sources.drafter.step")
-        flat_step = float(median(float(s["ms"]) for s in samples if s["figure"] == "sources.drafter.step"))
         step_c = _med(g, "sources.drafter.step_concurrent", flat_step)
         startup, startup_slope = _startup(all_samples, "drafter", ref_audio_s) if ctx is not None else (None, 0.0)
         sources["drafter"] = SourceCosts("drafter", "autoregressive", step_ms_idle=step,

@@ -48,12 +48,12 @@ def calibration_windows() -> tuple[str, str | None]:
     return best.id, best.id
 
 
-def short_calibration_window(main: str) -> str | None:
+def short_calibration_window(main: str, corpus: Any = None) -> str | None:
     """A second, short English development window: calibrating on two audio lengths lets
     the fit separate cost by audio length from cost by cache length."""
     from as2d_cli.corpus.manifest import load_corpus
 
-    corpus = load_corpus()
+    corpus = corpus or load_corpus()
     long = corpus.get(main)
     dev = [w for w in corpus.split("dev") if w.language == "en" and w.id != main and w.seconds < 0.6 * long.seconds]
     read = [w for w in dev if w.setting == "read"] or dev
@@ -78,11 +78,12 @@ def calibrate(
 
     t_start = time.time()
     win, ctc_win = (window, window) if window else calibration_windows()
-    steps = plan if plan is not None else make_plan(win, quick=quick, ctc_window=ctc_win,
-                                                    short_window=None if window else short_calibration_window(win))
     from as2d_cli.corpus.manifest import load_corpus
 
-    seconds = load_corpus().seconds()  # samples carry their window's length (context terms)
+    corpus = load_corpus()
+    steps = plan if plan is not None else make_plan(win, quick=quick, ctc_window=ctc_win,
+                                                    short_window=None if window else short_calibration_window(win, corpus))
+    seconds = corpus.seconds()  # samples carry their window's length (context terms)
     key = f"{safe_name(device.serial)}-{plan_hash(steps)}"
     partial = out_dir / ".partial" / key
     partial.mkdir(parents=True, exist_ok=True)

@@ -118,17 +118,11 @@ class VirtualClock(Clock):
     def run(self, work: Callable[[], T], op: "Op | Callable[[T], Op]") -> T:
         start = self._now
         position = self.position
-        if position is None:
-            result = work()
-            if not isinstance(op, Op):
-                op = op(result)
-            cost = self._price(op, start)
-        else:
-            at = position()
-            result = work()
-            if not isinstance(op, Op):
-                op = op(result)
-            cost = self._price(op, start, at)
+        at = position() if position is not None else None  # before the work: the state it starts from
+        result = work()
+        if not isinstance(op, Op):
+            op = op(result)
+        cost = self._price(op, start) if at is None else self._price(op, start, at)
         if cost < 0:
             raise ValueError(f"negative cost {cost} for {op}")
         end = self._now = start + cost

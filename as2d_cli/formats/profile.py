@@ -121,11 +121,14 @@ class ContextCosts:
     target_ms_per_token_per_width: float = 0.0
     target_ms_per_audio_s_per_width: float = 0.0
 
+    def target_token_slope(self, width: int = 1) -> float:
+        """ms per cached token for a width-``width`` target call."""
+        return self.target_ms_per_token + (width - 1) * self.target_ms_per_token_per_width
+
     def target_ms(self, tokens: float, audio_s: float, width: int = 1) -> float:
         """Extra ms (may be negative) for a width-``width`` target call at cache length ``tokens``."""
-        w = width - 1
-        return ((self.target_ms_per_token + w * self.target_ms_per_token_per_width) * (tokens - self.ref_tokens)
-                + (self.target_ms_per_audio_s + w * self.target_ms_per_audio_s_per_width) * (audio_s - self.ref_audio_s))
+        audio_slope = self.target_ms_per_audio_s + (width - 1) * self.target_ms_per_audio_s_per_width
+        return self.target_token_slope(width) * (tokens - self.ref_tokens) + audio_slope * (audio_s - self.ref_audio_s)
 
     def drafter_ms(self, tokens: float, audio_s: float) -> float:
         """Extra ms (may be negative) for one drafter forward at cache length ``tokens``."""

@@ -177,7 +177,7 @@ def timeline_for(w: WindowTrace, prep: Prepared, source: str) -> tuple[str, Prod
 
 def _ratio(table: WidthTable, finish: int):
     """A target call's concurrent/idle ratio at its start (1 once the producer finished)."""
-    ratios = {k: table.conc[k] / table.idle[k] for k in table.conc if table.idle.get(k)}
+    ratios = table.ratio
 
     def ratio(op: Op, now: int) -> float:
         return ratios.get(op.width, 1.0) if now < finish else 1.0

@@ -38,7 +38,7 @@ class WidthTable:
     charged zero. ``limit`` is checked up front so a method that could ask for a width the
     profile lacks fails before any window runs."""
 
-    __slots__ = ("idle", "conc", "profile", "source")
+    __slots__ = ("idle", "conc", "ratio", "profile", "source")
 
     def __init__(self, profile: CostProfile, source: str | None, concurrent: bool) -> None:
         self.profile = profile
@@ -52,6 +52,7 @@ class WidthTable:
                     self.conc[k] = _ns(profile.verify_ms(k, True, source), f"concurrent verification K{k}", profile)
                 except FormatError:
                     pass  # no ratio for this width: refused only if a concurrent K-call happens
+        self.ratio = {k: self.conc[k] / self.idle[k] for k in self.conc if self.idle.get(k)}  # concurrent/idle
 
     def require(self, max_width: int, concurrent: bool = False) -> None:
         """Refuse now if any width 1..max_width is missing (a method could ask for it)."""
@@ -140,9 +141,9 @@ def with_context(base: Price, ctx: ContextCosts, audio_s: float,
     call's concurrent/idle ratio when ``ratio`` says so); ``draft`` adds the drafter
     terms for each forward at its own cache length; a paired forward and a batched
     refresh add them once. A call never costs less than nothing."""
-    # Per width: the extra at cache 0 and the slope per cached token (ns).
-    t0 = {k: ctx.target_ms(0, audio_s, k) * 1e6 for k in range(1, 65)}
-    ta = {k: (ctx.target_ms_per_token + (k - 1) * ctx.target_ms_per_token_per_width) * 1e6 for k in range(1, 65)}
+    # Per width, filled as widths occur: the extra at cache 0 and the slope per cached token (ns).
+    t0: dict[int, float] = {}
+    ta: dict[int, float] = {}
     d0 = ctx.drafter_ms(0, audio_s) * 1e6
     da = ctx.drafter_ms_per_token * 1e6
 
@@ -153,7 +154,7 @@ def with_context(base: Price, ctx: ContextCosts, audio_s: float,
             k = op.width if op.width > 0 else 1
             if k not in t0:
                 t0[k] = ctx.target_ms(0, audio_s, k) * 1e6
-                ta[k] = (ctx.target_ms_per_token + (k - 1) * ctx.target_ms_per_token_per_width) * 1e6
+                ta[k] = ctx.target_token_slope(k) * 1e6
             extra = t0[k] + ta[k] * cache
             if ratio is not None:
                 extra *= ratio(op, now)

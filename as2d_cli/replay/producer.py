@@ -135,15 +135,10 @@ def build_timeline(name: str, trace: SourceTrace, costs: SourceCosts, batch: int
         lo = 0
         while lo < n:
             hi = min(n, lo + batch)
-            if use_ctx:
-                for i in range(lo, hi):
-                    c = max(0, step + int(round(d0 + da * i)))
-                    segments.append((STEP, c))
-                    t += c
-            else:
-                for _ in range(hi - lo):
-                    segments.append((STEP, step))
-                t += step * (hi - lo)
+            for i in range(lo, hi):
+                c = max(0, step + int(round(d0 + da * i))) if use_ctx else step
+                segments.append((STEP, c))
+                t += c
             segments.append((PUBLISH, publish))
             t += publish
             pubs.append((t, tuple(toks[lo:hi]), None if conf is None else tuple(conf[lo:hi])))
