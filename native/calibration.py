@@ -15,6 +15,11 @@ fits the profile and never trusts a figure it did not measure. Probes:
   after a correction (the corrected token's forward), batched KV refresh by width, a
   confidence row.
 * ``loop`` — serial SD rounds: the round's wall time minus drafting and verification.
+* ``episodes`` — whole native requests of each method (the runner's own decode path), every
+  charged op's interval with its width, counts and the cache length it started from, the
+  source's steps, and each episode's unaccounted time: the host fits what a call costs
+  inside each method's loop (cold caches after drafting, a producer on the other core)
+  relative to the hot sweeps.
 """
 
 from __future__ import annotations
@@ -235,6 +240,66 @@ def probe_loop(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
                    "catch_up": rec.catch_up, "position": cache}
 
 
+EPISODE_METHODS = (
+    {"method": "target-only"},
+    {"method": "sd", "k": 8},
+    {"method": "asp", "cap": 15},
+    {"method": "as2d", "source": "drafter", "budget": 4},
+    {"method": "as2d", "source": "ctc", "budget": 4},
+)
+
+
+def episode_tag(spec: dict) -> str:
+    m = spec["method"]
+    return f"{m}:{spec.get('source', 'drafter')}" if m == "as2d" else m
+
+
+def episode_samples(tag: str, res: dict, rep: int) -> Iterator[dict]:
+    """One native request's events as calibration samples (figures ``loop.<tag>.<op>``)."""
+    rounds = res["rounds"]
+    starts, pos = [], 0
+    for r in rounds:  # the target's cache length at each round's start
+        starts.append((r["start_ns"], r["end_ns"], pos))
+        pos += r["committed"]
+    fin = res.get("producer_finished_ms")
+    finished = fin * 1e6 if fin is not None else float("inf")
+    ops = [e for e in res["events"] if "end_ns" in e and e["op"] != "source_step"]
+    target_end = max((e["end_ns"] for e in ops if e["stage"] == "verifier"), default=0)
+    j = 0
+    for e in ops:
+        while j + 1 < len(starts) and starts[j + 1][0] <= e["t_ns"]:
+            j += 1
+        yield {"figure": f"loop.{tag}.{e['op']}", "ms": (e["end_ns"] - e["t_ns"]) / 1e6, "rep": rep,
+               "width": e.get("width", 0), "count": e.get("count", 0), "catch_up": e.get("catch_up", 0),
+               "rows": e.get("rows", 0), "position": starts[j][2] if starts else 0,
+               "concurrent": e["t_ns"] < finished}
+    steps = [e for e in res["events"] if e["op"] == "source_step"]
+    for i, e in enumerate(steps):
+        yield {"figure": f"loop.{tag}.source_step", "ms": (e["end_ns"] - e["t_ns"]) / 1e6, "rep": rep,
+               "index": i, "tokens": e.get("tokens", 0), "concurrent": e["t_ns"] < target_end}
+    # The target's time no op accounts for (the decode loop between and around calls).
+    busy = sum(e["end_ns"] - e["t_ns"] for e in ops if e["t_ns"] < target_end)
+    yield {"figure": f"loop.{tag}.episode", "ms": target_end / 1e6, "rep": rep, "rounds": len(rounds),
+           "unaccounted_ms": (target_end - busy) / 1e6, "tokens": res["n_tokens"]}
+
+
+def probe_episodes(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
+    from native.protocol import decode_settings
+    from native.request import run_request
+
+    specs = [s for s in (cmd.get("methods") or list(EPISODE_METHODS))
+             if s.get("source") != "ctc" or runner.models.ctc_eligible(language)]
+    reps = int(cmd.get("reps", 2))
+    for rep in range(-1, reps):  # rep −1: an unrecorded warm-up of every method on this window
+        k = (rep + 1) % len(specs)  # a rotating order, as native evaluation runs them
+        for spec in specs[k:] + specs[:k]:
+            s = decode_settings({**spec, "window": cmd.get("window"), "events": True})
+            res = run_request(runner.models, audio, s, language=language,
+                              target_cores=runner.target_cores, producer_cores=runner.producer_cores)
+            if rep >= 0:
+                yield from episode_samples(episode_tag(spec), res, rep)
+
+
 def run_calibration_op(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
     what = cmd.get("what")
     if what == "verify":
@@ -247,4 +312,6 @@ def run_calibration_op(runner: Any, cmd: dict, audio: np.ndarray, language: str)
         return probe_drafter(runner, cmd, audio)
     if what == "loop":
         return probe_loop(runner, cmd, audio)
-    raise ProtocolError(f"unknown calibration probe {what!r}; use verify, target_step, source, drafter or loop")
+    if what == "episodes":
+        return probe_episodes(runner, cmd, audio, language)
+    raise ProtocolError(f"unknown calibration probe {what!r}; use verify, target_step, source, drafter, loop or episodes")

@@ -253,7 +253,7 @@ def _events(clock: WallClock, producer: Producer | None) -> list[dict[str, Any]]
     ev: list[dict[str, Any]] = []
     for iv in clock.intervals:
         ev.append({"t_ns": iv.start, "end_ns": iv.end, "stage": iv.stage, "op": iv.op.kind, "width": iv.op.width,
-                   "count": iv.op.count})
+                   "count": iv.op.count, "catch_up": iv.op.catch_up, "rows": iv.op.rows})
     if producer is not None:
         for a, b, n in producer.steps:
             ev.append({"t_ns": a, "end_ns": b, "stage": "producer", "op": "source_step", "tokens": n})

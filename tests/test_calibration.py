@@ -4,6 +4,7 @@ resumes from its saved samples, and the fitted profile loads back with only meas
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -28,6 +29,10 @@ def mini_plan(window: str) -> list[Step]:
         Step("source-ctc", "ctc", {"op": "calibrate", "what": "source", "source": "ctc", "window": window}, 1),
         Step("drafter", "drafter", {"op": "calibrate", "what": "drafter", "window": window, "reps": 1, "widths": [1, 2, 3]}, 1),
         Step("loop", "loop", {"op": "calibrate", "what": "loop", "window": window, "reps": 1, "max_tokens": 24}, 1),
+        Step("episodes", "episodes", {"op": "calibrate", "what": "episodes", "window": window, "reps": 1, "methods": [
+            {"method": "target-only", "max_tokens": 24}, {"method": "sd", "k": 2, "max_tokens": 24},
+            {"method": "asp", "cap": 1, "max_tokens": 24},
+            {"method": "as2d", "source": "drafter", "budget": 1, "max_tokens": 24}]}, 1),
     ]
     return steps
 
@@ -84,6 +89,17 @@ def test_interrupted_calibration_resumes_and_writes_profile(tmp_path) -> None:
         prof.verify_ms(8)
     samples = [json.loads(x) for x in res.samples_path.read_text().splitlines()]
     assert sum(1 for s in samples if s["figure"] == "verify.K4" and not s["concurrent"]) == 4  # 2 offsets × 2 reps
+    # Native episodes: every charged op of each method, with the cache length it started from.
+    figs = {s["figure"] for s in samples if s["figure"].startswith("loop.")}
+    assert {"loop.target-only.target_step", "loop.sd.verify", "loop.sd.draft", "loop.asp.verify",
+            "loop.as2d:drafter.verify", "loop.as2d:drafter.source_step", "loop.as2d:drafter.episode"} <= figs
+    steps = [s for s in samples if s["figure"] == "loop.target-only.target_step"]
+    assert [s["position"] for s in steps] == list(range(len(steps))) and 10 <= len(steps) <= 23
+    # (Their size depends on the machine's load; the fit itself is checked on known costs in
+    # test_calibration_in_loop.py.)
+    assert prof.in_loop and {"sd", "asp"} <= set(prof.in_loop) and all(
+        math.isfinite(r) and r > 0 for fam in prof.in_loop.values() for r in fam.values())
+    assert prof.source("drafter").verify_concurrent_ratio
     assert res.plot_path.stat().st_size > 1000 and res.plot_path.read_bytes()[:4] == b"\x89PNG"
     assert set(savings(prof)) == {1, 2, 4} and savings(prof)[1] == pytest.approx(0.0)
     # A second calibration never overwrites the first profile.

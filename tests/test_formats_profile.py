@@ -10,6 +10,8 @@ import yaml
 
 from as2d_cli.engine.clock import Op
 from as2d_cli.errors import FormatError, UserError
+from as2d_cli.formats.common import json_schema
+from as2d_cli.formats.profile import IN_LOOP_KINDS
 from as2d_cli.formats.profile_io import dump_profile, load_profile, write_profile
 from as2d_cli.synthetic import K70, k70_verify_curve, synthetic_profile
 
@@ -202,3 +204,81 @@ def test_numpy_and_tuple_values_are_written_as_plain_yaml(tmp_path):
     back = load_profile(write_profile(tmp_path / "np.yaml", q))
     assert back.target_step_ms == 59.391 and back.device["clusters"] == [[0, 1], [2, 4]]
     assert back.device["ram_gib"] == 10.5
+
+
+# ------------------------------------------------------------------ costs.in_loop
+
+IN_LOOP = {"sd": {"verify": 1.21, "draft": 1.04}, "asp": {"refresh": 1.02, "verify": 1.18},
+           "as2d": {"verify": 1.06}}
+
+
+def test_in_loop_round_trip(tmp_path, doc):
+    doc["costs"]["in_loop"] = IN_LOOP
+    doc["costs"]["context"] = {"ref_tokens": 64, "ref_audio_s": 10.0, "target": {"ms_per_token": 0.01}}
+    p = load_profile(_save(tmp_path, doc))
+    assert p.version == 2
+    assert p.in_loop == IN_LOOP and list(p.in_loop) == ["as2d", "asp", "sd"]
+    assert list(p.in_loop["asp"]) == ["refresh", "verify"]
+    assert p.in_loop_ratio("sd", "verify") == 1.21 and p.in_loop_ratio("as2d", "verify") == 1.06
+    assert p.in_loop_ratio("asp", "draft") == 1.0 and p.in_loop_ratio("asp", "paired") == 1.0  # absent kind
+    out = write_profile(tmp_path / "again.yaml", p)
+    written = yaml.safe_load(out.read_text())["costs"]
+    assert list(written)[list(written).index("in_loop") - 1] == "context"  # written right after context
+    assert list(written["in_loop"]) == ["as2d", "asp", "sd"]
+    again = load_profile(out)
+    assert dataclasses.replace(again, path=p.path) == p
+
+
+def test_in_loop_absent_is_one(tmp_path, doc):
+    p = synthetic_profile()
+    assert p.in_loop is None
+    assert "in_loop" not in yaml.safe_load(dump_profile(p))["costs"]
+    for fam, kinds in IN_LOOP_KINDS.items():
+        for kind in kinds:
+            assert p.in_loop_ratio(fam, kind) == 1.0
+    doc["costs"]["in_loop"] = {"sd": {"draft": 1.1}}
+    q = load_profile(_save(tmp_path, doc))
+    assert q.in_loop_ratio("asp", "verify") == 1.0 and q.in_loop_ratio("sd", "verify") == 1.0  # absent family / kind
+    assert q.in_loop_ratio("sd", "draft") == 1.1
+
+
+@pytest.mark.parametrize("block,key,words", [
+    ({"medusa": {"verify": 1.1}}, "costs.in_loop.medusa", "unknown method family"),
+    ({"as2d": {"draft": 1.1}}, "costs.in_loop.as2d.draft", "unknown op kind"),
+    ({"sd": {"loop": 1.1}}, "costs.in_loop.sd.loop", "unknown op kind"),
+    ({"sd": {"verify": 0}}, "costs.in_loop.sd.verify", "finite number > 0"),
+    ({"sd": {"verify": -1.2}}, "costs.in_loop.sd.verify", "finite number > 0"),
+    ({"asp": {"paired": "1.2"}}, "costs.in_loop.asp.paired", "finite number > 0"),
+    ({"asp": {"refresh": True}}, "costs.in_loop.asp.refresh", "finite number > 0"),
+    ({"sd": {"verify": float("inf")}}, "costs.in_loop.sd.verify", "finite number > 0"),
+    ({"sd": {"verify": float("nan")}}, "costs.in_loop.sd.verify", "finite number > 0"),
+    ({"sd": {"verify": None}}, "costs.in_loop.sd.verify", "finite number > 0"),
+    ({"sd": [1.2]}, "costs.in_loop.sd", "expected a mapping"),
+    ([1.2], "costs.in_loop", "expected a mapping"),
+])
+def test_in_loop_bad_entries_refused(tmp_path, doc, block, key, words):
+    doc["costs"]["in_loop"] = block
+    msg = _err(_save(tmp_path, doc))
+    assert f"key {key}:" in msg and words in msg and "as2d calibrate" in msg
+
+
+def test_in_loop_bad_value_never_written(tmp_path):
+    bad = dataclasses.replace(synthetic_profile(), in_loop={"sd": {"verify": -1.0}})
+    with pytest.raises(FormatError, match="costs.in_loop.sd.verify"):
+        write_profile(tmp_path / "bad.yaml", bad)
+    assert not list(tmp_path.iterdir())
+
+
+def test_in_loop_schema_matches_the_reader(doc):
+    import jsonschema
+
+    schema = json_schema("profile.schema.json")
+    block = schema["properties"]["costs"]["properties"]["in_loop"]
+    assert {f: tuple(block["properties"][f]["properties"]) for f in block["properties"]} == IN_LOOP_KINDS
+    doc["costs"]["in_loop"] = IN_LOOP
+    jsonschema.validate(doc, schema)
+    for bad in ({"medusa": {"verify": 1.1}}, {"as2d": {"draft": 1.1}}, {"sd": {"verify": 0}},
+                {"sd": {"verify": -1.0}}, {"sd": {"verify": "1.2"}}):
+        doc["costs"]["in_loop"] = bad
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(doc, schema)

@@ -13,6 +13,7 @@ from collections import defaultdict
 from statistics import median
 from typing import Any, Iterable, Mapping
 
+from as2d_cli.calibration.in_loop import apply_in_loop
 from as2d_cli.errors import UserError
 from as2d_cli.formats.profile import ContextCosts, CostProfile, DrafterCosts, Fit, SourceCosts
 
@@ -219,12 +220,15 @@ def fit_profile(samples: list[Mapping[str, Any]], device: Mapping[str, Any], *, 
     if drafter is not None and g.get("loop_round"):
         g["loop"] = loop_residuals(samples, idle, drafter.step_ms, ctx, drafter.catch_up_ms)
     loop = max(0.0, _med(g, "loop", 0.0))
+    episodes = any(s["figure"].startswith("loop.") for s in all_samples)
     fit = Fit(method="median of measured calls per figure (warm-ups excluded); concurrent/idle ratio per width = "
-                     "median concurrent / median idle, unclipped; widths without concurrent samples take the median ratio",
-              samples={k: tuple(v) for k, v in sorted(g.items())}, notes=notes)
-    return CostProfile(device=dict(device), target_step_ms=target_step, verify_idle_ms=idle,
-                       verify_concurrent_ratio=ratios, loop_ms=loop, align_ms=0.0, drafter=drafter,
-                       sources=sources, fit=fit, created=created, context=ctx)
+                     "median concurrent / median idle, unclipped; widths without concurrent samples take the median ratio"
+                     + ("; then corrected by native episodes (in-loop costs: as2d_cli.calibration.in_loop)" if episodes else ""),
+              samples={k: tuple(v) for k, v in sorted(g.items()) if not k.startswith("loop.")}, notes=notes)
+    profile = CostProfile(device=dict(device), target_step_ms=target_step, verify_idle_ms=idle,
+                          verify_concurrent_ratio=ratios, loop_ms=loop, align_ms=0.0, drafter=drafter,
+                          sources=sources, fit=fit, created=created, context=ctx)
+    return apply_in_loop(profile, all_samples)
 
 
 def _startup(samples: list[Mapping[str, Any]], source: str, ref_audio_s: float | None) -> tuple[float | None, float]:

@@ -4,8 +4,10 @@ Full plan: verifier widths K1–16 at prefix offsets 0, 64 and 128 with one warm
 measured calls each, idle and with the producer running; scalar target steps; each
 source's startup/step/chunk/publication; the serial drafter's step, catch-up, paired
 forward, refresh widths and confidence rows; loop residual from serial rounds; idle sweeps
-and the drafter source on a second, shorter window (context terms by audio length). ``quick``
-keeps the structure with fewer widths, offsets and repetitions.
+and the drafter source on a second, shorter window (context terms by audio length); whole
+native episodes of every method on development windows of several lengths (what a call
+costs inside each method's loop, and the target's step by cache and audio length).
+``quick`` keeps the structure with fewer widths, offsets and repetitions.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ class Step:
 
 
 def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("drafter", "ctc"),
-              ctc_window: str | None = None, short_window: str | None = None) -> list[Step]:
+              ctc_window: str | None = None, short_window: str | None = None,
+              episode_windows: tuple[str, ...] = ()) -> list[Step]:
     """``short_window`` (a shorter recording): idle verifier sweeps and the drafter source
-    there too, so the fit can separate cost by audio length from cost by cache length."""
+    there too, so the fit can separate cost by audio length from cost by cache length.
+    ``episode_windows``: native episodes of every method on each (in-loop costs)."""
     widths = list(range(1, 17))  # every width: replay refuses a width it lacks
     offsets = [0, 64, 128] if not quick else [0, 64]
     reps = 5 if not quick else 2
@@ -57,6 +61,9 @@ def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("
                       {"op": "calibrate", "what": "drafter", "window": window, "reps": reps, "widths": list(range(1, 17)) if not quick else list(range(1, 17))}, 4))
     steps.append(Step("loop", "serial SD rounds (loop residual)",
                       {"op": "calibrate", "what": "loop", "window": window, "reps": 3 if not quick else 1, "max_tokens": 200}, 4))
+    for w in episode_windows:
+        steps.append(Step(f"episodes-{w}", f"native episodes of every method on {w}",
+                          {"op": "calibrate", "what": "episodes", "window": w, "reps": 3 if not quick else 1}, 3))
     return steps
 
 

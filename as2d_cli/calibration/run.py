@@ -60,6 +60,18 @@ def short_calibration_window(main: str, corpus: Any = None) -> str | None:
     return min(read, key=lambda w: w.seconds).id if read else None
 
 
+def episode_windows(main: str, corpus: Any = None, n: int = 6) -> tuple[str, ...]:
+    """English development windows spread over the lengths up to the main window's: the
+    in-loop fit separates the target's step cost by audio length and by cache length."""
+    from as2d_cli.corpus.manifest import load_corpus
+
+    corpus = corpus or load_corpus()
+    dev = sorted((w for w in corpus.split("dev") if w.language == "en"), key=lambda w: (w.seconds, w.id))
+    if len(dev) <= n:
+        return tuple(w.id for w in dev)
+    return tuple(dict.fromkeys(dev[round(i * (len(dev) - 1) / (n - 1))].id for i in range(n)))
+
+
 def calibrate(
     device: Any,
     *,
@@ -81,8 +93,9 @@ def calibrate(
     from as2d_cli.corpus.manifest import load_corpus
 
     corpus = load_corpus()
-    steps = plan if plan is not None else make_plan(win, quick=quick, ctc_window=ctc_win,
-                                                    short_window=None if window else short_calibration_window(win, corpus))
+    steps = plan if plan is not None else make_plan(
+        win, quick=quick, ctc_window=ctc_win, short_window=None if window else short_calibration_window(win, corpus),
+        episode_windows=(win,) if window else episode_windows(win, corpus))
     seconds = corpus.seconds()  # samples carry their window's length (context terms)
     key = f"{safe_name(device.serial)}-{plan_hash(steps)}"
     partial = out_dir / ".partial" / key

@@ -29,6 +29,8 @@ Methods the replay codes against:
 * ``p.context`` — :class:`ContextCosts` or None: linear per-call terms in the decoder
   cache length and the window's audio length (v2); None charges every call its flat
   figure, as the paper's profiles do.
+* ``p.in_loop_ratio(family, kind)`` — in-loop/sweep cost ratio for one method family's op
+  kind (``costs.in_loop``, see :data:`IN_LOOP_KINDS`); 1.0 when the profile has none.
 * ``p.fit`` — :class:`Fit` (method, raw ``samples`` by figure name, notes); ``p.device``
   — device facts; ``p.synthetic`` — True for the made-up anchor profile; ``p.path``.
 """
@@ -44,7 +46,17 @@ SCHEMA = "as2d.profile"
 VERSION = 2
 # Version history: 1 — first release. 2 — optional ``costs.context`` (context-length and
 # audio-length terms) and a source's ``startup_ms_per_audio_s``; a v1 file reads as v2
-# with neither (flat costs).
+# with neither (flat costs). Still 2: optional ``costs.in_loop`` (in-loop/sweep cost ratios
+# per method family and op kind); a file without it prices every op at its sweep figure.
+
+# Method family → op kinds an ``in_loop`` ratio may be given for. For "as2d", "verify" is
+# target verification after the producer finished (calls while the producer runs use the
+# per-source concurrent ratios).
+IN_LOOP_KINDS: dict[str, tuple[str, ...]] = {
+    "sd": ("verify", "draft"),
+    "asp": ("verify", "draft", "paired", "refresh"),
+    "as2d": ("verify",),
+}
 
 
 def ms_to_ns(ms: float) -> int:
@@ -149,6 +161,8 @@ class CostProfile:
     synthetic: bool = False
     created: str = ""
     context: ContextCosts | None = None
+    # family → op kind → in-loop cost ÷ sweep-priced cost (``costs.in_loop``); None = all 1.0
+    in_loop: Mapping[str, Mapping[str, float]] | None = None
     path: str = "<profile>"  # where it was loaded from (for messages)
     schema: str = SCHEMA
     version: int = VERSION
@@ -225,6 +239,13 @@ class CostProfile:
                 f"pick a calibrated source or recalibrate with it"
             )
         return s
+
+    # -------------------------------------------------------------- in loop
+    def in_loop_ratio(self, family: str, kind: str) -> float:
+        """In-loop/sweep cost ratio for op ``kind`` in method ``family`` (1.0 when absent)."""
+        if not self.in_loop:
+            return 1.0
+        return float((self.in_loop.get(family) or {}).get(kind, 1.0))
 
     # ------------------------------------------------------------ engine ops
     def op_ms(self, op: Any, concurrent: bool = False, source: str | None = None) -> float:

@@ -3,6 +3,7 @@ for the in-memory model and ``docs/formats.md`` for the file layout."""
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import date, datetime
 from pathlib import Path
@@ -13,7 +14,7 @@ import yaml
 from as2d_cli import __version__
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import check_version, git_commit, plain, validate_schema, write_atomic
-from as2d_cli.formats.profile import SCHEMA, VERSION, ContextCosts, CostProfile, DrafterCosts, Fit, SourceCosts
+from as2d_cli.formats.profile import IN_LOOP_KINDS, SCHEMA, VERSION, ContextCosts, CostProfile, DrafterCosts, Fit, SourceCosts
 
 _K = re.compile(r"^K([1-9][0-9]*)$")
 
@@ -57,6 +58,7 @@ def profile_from_doc(doc: Any, where: str) -> CostProfile:
     doc = iso_dates(doc)
     doc = check_version(doc, schema=SCHEMA, version=VERSION, where=where, upgrades=_UPGRADES,
                         remedy_old="recalibrate the device with `as2d calibrate`")
+    _check_in_loop(doc, where)  # before the schema: its messages name the exact family/kind
     validate_schema(doc, "profile.schema.json", where)
     c = doc["costs"]
     idle = _widths(c["verify"]["idle_ms"])
@@ -89,6 +91,7 @@ def profile_from_doc(doc: Any, where: str) -> CostProfile:
         verify_concurrent_ratio=ratio, loop_ms=float(c["loop_ms"]), align_ms=float(c["align_ms"]),
         drafter=drafter, sources=sources, fit=fit, synthetic=bool(doc.get("synthetic", False)),
         created=str(doc["created"]), path=where, context=_context(c.get("context")),
+        in_loop=_in_loop(c.get("in_loop")),
     )
 
 
@@ -111,6 +114,41 @@ def _context(d: dict | None) -> ContextCosts | None:
                         target_ms_per_audio_s_per_width=float(t.get("ms_per_audio_s_per_width", 0.0)),
                         drafter_ms_per_token=float(dr.get("ms_per_token", 0.0)),
                         drafter_ms_per_audio_s=float(dr.get("ms_per_audio_s", 0.0)))
+
+
+_IN_LOOP_FIX = "recalibrate with `as2d calibrate` (or drop the entry: an absent ratio is 1.0)"
+
+
+def _check_in_loop(doc: dict, where: str) -> None:
+    """``costs.in_loop``: known families and op kinds, finite ratios > 0 (one-line errors)."""
+    c = doc.get("costs")
+    if not isinstance(c, dict) or "in_loop" not in c:
+        return
+    d = c["in_loop"]
+    if not isinstance(d, dict):
+        raise FormatError(f"{where}: key costs.in_loop: expected a mapping of method family to {{op kind: ratio}}, "
+                          f"got {type(d).__name__}; {_IN_LOOP_FIX}")
+    for fam, kinds in d.items():
+        allowed = IN_LOOP_KINDS.get(fam) if isinstance(fam, str) else None
+        if allowed is None:
+            raise FormatError(f"{where}: key costs.in_loop.{fam}: unknown method family {fam!r} "
+                              f"(known: {', '.join(sorted(IN_LOOP_KINDS))}); {_IN_LOOP_FIX}")
+        if not isinstance(kinds, dict):
+            raise FormatError(f"{where}: key costs.in_loop.{fam}: expected a mapping of op kind to ratio, "
+                              f"got {type(kinds).__name__}; {_IN_LOOP_FIX}")
+        for kind, r in kinds.items():
+            if kind not in allowed:
+                raise FormatError(f"{where}: key costs.in_loop.{fam}.{kind}: unknown op kind {kind!r} for family {fam!r} "
+                                  f"(allowed: {', '.join(allowed)}); {_IN_LOOP_FIX}")
+            if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+                raise FormatError(f"{where}: key costs.in_loop.{fam}.{kind}: ratio must be a finite number > 0, got {r!r}; "
+                                  f"{_IN_LOOP_FIX}")
+
+
+def _in_loop(d: dict | None) -> dict[str, dict[str, float]] | None:
+    if d is None:
+        return None
+    return {fam: {k: float(r) for k, r in sorted(kinds.items())} for fam, kinds in sorted(d.items())}
 
 
 def load_profile(path: str | Path) -> CostProfile:
@@ -151,6 +189,8 @@ def profile_to_doc(p: CostProfile) -> dict:
                        "ms_per_audio_s_per_width": c.target_ms_per_audio_s_per_width},
             "drafter": {"ms_per_token": c.drafter_ms_per_token, "ms_per_audio_s": c.drafter_ms_per_audio_s},
         }
+    if p.in_loop is not None:
+        costs["in_loop"] = {fam: dict(sorted(kinds.items())) for fam, kinds in sorted(p.in_loop.items())}
     return {
         "schema": SCHEMA,
         "version": VERSION,

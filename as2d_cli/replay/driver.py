@@ -23,7 +23,8 @@ from as2d_cli.errors import EngineError, FormatError
 from as2d_cli.formats.profile import CostProfile, ms_to_ns
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.replay.methods import MethodSpec
-from as2d_cli.replay.pricing import Price, WidthTable, require_refresh, serial_price, target_only_price, with_context
+from as2d_cli.replay.pricing import (Price, WidthTable, in_loop, in_loop_ratios, require_refresh, serial_price,
+                                     target_only_price, with_context)
 from as2d_cli.replay.producer import ProducerTimeline, build_timeline
 
 
@@ -111,6 +112,7 @@ class Prepared:
         else:
             self.align_ns = ms_to_ns(profile.align_ms)
         self._tables: dict[str, WidthTable] = {}
+        self.in_loop = in_loop_ratios(profile, spec.method)
 
     def table(self, source: str) -> WidthTable:
         """Verification costs for target calls next to ``source`` (its own ratios if any)."""
@@ -202,7 +204,10 @@ def replay_window(w: WindowTrace, prep: Prepared, *, detail: bool = True, timeli
         price, ratio = prep.price, None
         buffer = None
     ctx = prep.profile.context
-    clock = VirtualClock(price if ctx is None else with_context(price, ctx, w.audio_seconds, ratio))
+    priced = price if ctx is None else with_context(price, ctx, w.audio_seconds, ratio)
+    if prep.in_loop:
+        priced = in_loop(priced, prep.in_loop, tl.finish if tl is not None else None)
+    clock = VirtualClock(priced)
     clock.record_intervals = detail
     ep = _episode(w, prep, clock, buffer=buffer, keep_rounds=False)
     if ctx is not None:

@@ -11,6 +11,10 @@ segments likewise use their concurrent cost when the target is in service at the
 
 Context (profile v2, :func:`with_context`): when the profile has context terms, each call
 also pays them for the window's audio length and the cache length it starts from.
+
+In-loop ratios (profile v2 ``in_loop``, :func:`in_loop`): a call inside a method's decode
+loop costs its priced figure times the ratio its calibration measured for that method
+family and op kind (the sweeps time calls hot; a loop's calls are not).
 """
 
 from __future__ import annotations
@@ -169,3 +173,33 @@ def with_context(base: Price, ctx: ContextCosts, audio_s: float,
         return c if c > 0 else 0
 
     return price
+
+
+FAMILY = {"sd": "sd", "asp": "asp", "as2d-no-td": "asp", "as2d": "as2d", "as2d-no-bc": "as2d"}
+
+
+def in_loop_ratios(profile: CostProfile, method: str) -> dict[str, float]:
+    """The op kinds whose in-loop ratio for ``method``'s family differs from 1."""
+    family = FAMILY.get(method)
+    if family is None or not profile.in_loop:
+        return {}
+    return {k: r for k, r in (profile.in_loop.get(family) or {}).items() if r != 1.0}
+
+
+def in_loop(price: Callable[..., int], ratios: dict[str, float], finish: int | None = None) -> Callable[..., int]:
+    """``price`` with each op scaled by its kind's in-loop ratio. With ``finish`` (a
+    target-decoupled method), the ratio applies only once the producer has finished: calls
+    before that pay the source's concurrent ratios instead."""
+    if not ratios:
+        return price
+    if finish is None:
+        def scaled(op: Op, now: int, *cache: int) -> int:
+            r = ratios.get(op.kind)
+            c = price(op, now, *cache)
+            return c if r is None else int(round(c * r))
+    else:
+        def scaled(op: Op, now: int, *cache: int) -> int:
+            c = price(op, now, *cache)
+            r = ratios.get(op.kind) if now >= finish else None
+            return c if r is None else int(round(c * r))
+    return scaled

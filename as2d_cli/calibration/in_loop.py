@@ -1,0 +1,241 @@
+"""In-loop costs: what a call costs inside each method's native decode loop.
+
+The sweeps time each call hot, repeated after a rollback. Inside a decode loop the same
+call costs more or less: the target's weights are colder after eight drafter forwards,
+the producer on the other core competes for memory and the interpreter, and the loop
+itself has bookkeeping between calls. The calibration's ``episodes`` steps run whole
+native requests of every method on development windows of several lengths and record
+every charged op (``loop.<method>.<op>`` samples). From them this module fits:
+
+* the target-only step by cache and audio length (least squares over every step), plus
+  the loop's unaccounted time per round;
+* per method family, the ratio of measured in-loop time to the sweep-priced time for each
+  op kind (a ratio of sums, so pooled time is right) — ``costs.in_loop``;
+* per source, the target's verification while the producer runs, and the producer's own
+  steps and startup while the target runs;
+* the serial loop residual and As²d's queue/alignment work per round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from statistics import median
+from typing import Any, Mapping, Sequence
+
+from as2d_cli.errors import FormatError
+from as2d_cli.formats.profile import CostProfile, SourceCosts
+
+MIN_SAMPLES = 5  # fewer in-loop samples of an op than this: keep the sweep's figure
+MIN_AUDIO_SPAN_S = 2.0
+
+
+def _lstsq(rows: list[list[float]], y: list[float]) -> list[float]:
+    import numpy as np
+
+    coef, *_ = np.linalg.lstsq(np.asarray(rows, dtype=float), np.asarray(y, dtype=float), rcond=None)
+    return [float(c) for c in coef]
+
+
+def _tag(figure: str) -> tuple[str, str]:
+    _, tag, op = figure.split(".", 2)
+    return tag, op
+
+
+def _by_tag(samples: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[Mapping[str, Any]]]]:
+    out: dict[str, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for s in samples:
+        if s["figure"].startswith("loop.") and s["figure"].count(".") >= 2:
+            tag, op = _tag(s["figure"])
+            out[tag][op].append(s)
+    return out
+
+
+class _Pricer:
+    """The replay's price for a sampled op under ``profile`` (sweep figures + context)."""
+
+    def __init__(self, profile: CostProfile) -> None:
+        self.p = profile
+        self.ctx = profile.context
+
+    def _audio(self, s: Mapping[str, Any]) -> float:
+        return float(s.get("audio_s", self.ctx.ref_audio_s if self.ctx else 0.0))
+
+    def target(self, s: Mapping[str, Any], width: int) -> float:
+        ms = self.p.verify_ms(width)
+        if self.ctx is not None:
+            ms += self.ctx.target_ms(float(s.get("position", 0)), self._audio(s), width)
+        return ms
+
+    def drafter_extra(self, s: Mapping[str, Any], n: int) -> float:
+        if self.ctx is None or n <= 0:
+            return 0.0
+        pos = float(s.get("position", 0))
+        return n * self.ctx.drafter_ms(pos, self._audio(s)) + self.ctx.drafter_ms_per_token * n * (n - 1) / 2
+
+    def op(self, s: Mapping[str, Any], op: str) -> float | None:
+        p = self.p
+        try:
+            if op == "verify":
+                return self.target(s, int(s["width"]))
+            if op == "draft":
+                n = int(s.get("count", 0)) + int(s.get("catch_up", 0))
+                return p.draft_ms(int(s.get("count", 0)), int(s.get("catch_up", 0)), int(s.get("rows", 0))) + self.drafter_extra(s, n)
+            if op == "paired":
+                return p.paired_ms(int(s.get("rows", 0))) + self.drafter_extra(s, 1)
+            if op == "refresh":
+                return p.refresh_ms(int(s["width"])) + self.drafter_extra(s, 1)
+        except FormatError:  # a width or figure the sweeps lack: this sample cannot be priced
+            return None
+        return None
+
+
+def _ratio(samples: Sequence[Mapping[str, Any]], pricer: _Pricer, op: str) -> float | None:
+    obs = pred = 0.0
+    n = 0
+    for s in samples:
+        p = pricer.op(s, op)
+        if p is None or p <= 0:
+            continue
+        obs += float(s["ms"])
+        pred += p
+        n += 1
+    return obs / pred if n >= MIN_SAMPLES and pred > 0 else None
+
+
+def _target_step(profile: CostProfile, ops: Mapping[str, list[Mapping[str, Any]]]) -> CostProfile:
+    """Target-only: step = a + b·(cache − ref) + c·(audio − ref) over every in-loop step,
+    plus the loop's unaccounted time per round; the K1 slopes replace the sweeps' (the
+    per-width increments stay)."""
+    steps = ops.get("target_step", [])
+    ctx = profile.context
+    if len(steps) < MIN_SAMPLES:
+        return profile
+    eps = ops.get("episode", [])
+    rounds = sum(int(e["rounds"]) for e in eps)
+    extra = sum(float(e["unaccounted_ms"]) for e in eps) / rounds if rounds else 0.0
+    if ctx is None:
+        a = sum(float(s["ms"]) for s in steps) / len(steps)
+        return dataclasses.replace(profile, target_step_ms=a + extra)
+    auds = [float(s.get("audio_s", ctx.ref_audio_s)) for s in steps]
+    two = max(auds) - min(auds) >= MIN_AUDIO_SPAN_S
+
+    def row(s: Mapping[str, Any], a: float) -> list[float]:
+        return [1.0, float(s.get("position", 0)) - ctx.ref_tokens] + ([a - ctx.ref_audio_s] if two else [])
+
+    # Slopes from the steps without preemptions (over 3× their window's median), then the
+    # intercept moved so the fit's total equals every measured step's (preemptions happen
+    # natively too; the replay spreads them over all steps).
+    med: dict[float, float] = {}
+    for a in set(auds):
+        med[a] = median(float(s["ms"]) for s, x in zip(steps, auds) if x == a)
+    keep = [(s, a) for s, a in zip(steps, auds) if float(s["ms"]) <= 3 * med[a]]
+    coef = _lstsq([row(s, a) for s, a in keep], [float(s["ms"]) for s, _ in keep])
+    coef[0] += sum(float(s["ms"]) - sum(c * x for c, x in zip(coef, row(s, a))) for s, a in zip(steps, auds)) / len(steps)
+    a, b = coef[0], max(0.0, coef[1])
+    c = max(0.0, coef[2]) if two else ctx.target_ms_per_audio_s
+    # Keep every width's slopes ≥ 0 with the new K1 slopes.
+    top = max(profile.widths) - 1
+    tw = max(ctx.target_ms_per_token_per_width, -b / top) if top else 0.0
+    aw = max(ctx.target_ms_per_audio_s_per_width, -c / top) if top else 0.0
+    new_ctx = dataclasses.replace(ctx, target_ms_per_token=b, target_ms_per_audio_s=c,
+                                  target_ms_per_token_per_width=tw, target_ms_per_audio_s_per_width=aw)
+    return dataclasses.replace(profile, target_step_ms=a + extra, context=new_ctx)
+
+
+def _startup(steps: Sequence[Mapping[str, Any]], ref_audio_s: float | None) -> tuple[float, float] | None:
+    first = [s for s in steps if int(s.get("index", -1)) == 0]
+    if not first:
+        return None
+    auds = [float(s.get("audio_s", ref_audio_s or 0.0)) for s in first]
+    if ref_audio_s is not None and max(auds) - min(auds) >= MIN_AUDIO_SPAN_S:
+        a, b = _lstsq([[1.0, x - ref_audio_s] for x in auds], [float(s["ms"]) for s in first])
+        return max(0.0, a), max(0.0, b)
+    return sum(float(s["ms"]) for s in first) / len(first), 0.0
+
+
+def _source(profile: CostProfile, name: str, ops: Mapping[str, list[Mapping[str, Any]]],
+            pricer: _Pricer) -> SourceCosts | None:
+    """The source's costs as measured next to a running target."""
+    if name not in profile.sources:
+        return None
+    src = profile.sources[name]
+    ctx = profile.context
+    conc_verify = [s for s in ops.get("verify", []) if s.get("concurrent")]
+    r_verify = _ratio(conc_verify, pricer, "verify")
+    obs = pred = 0.0
+    n = 0
+    for s in ops.get("source_step", []):
+        if int(s.get("index", 0)) == 0 or not s.get("concurrent") or int(s.get("tokens", 0)) == 0:
+            continue  # startup, or after the target's end, or the final partial publication
+        if src.kind == "autoregressive":
+            p = src.step_ms_idle + (ctx.drafter_ms(int(s["index"]) - 1, float(s.get("audio_s", ctx.ref_audio_s)))
+                                    if ctx is not None else 0.0)
+        else:
+            p = src.chunk_ms_idle
+        obs += float(s["ms"])
+        pred += max(p, 1e-6)
+        n += 1
+    changes: dict[str, Any] = {}
+    if n >= MIN_SAMPLES and pred > 0:
+        changes["concurrent_ratio"] = obs / pred
+    if r_verify is not None:
+        changes["verify_concurrent_ratio"] = {k: r_verify for k in profile.widths}
+    st = _startup(ops.get("source_step", []), ctx.ref_audio_s if ctx is not None else None)
+    if st is not None:
+        changes["startup_ms"], slope = st
+        if ctx is not None:
+            changes["startup_ms_per_audio_s"] = slope
+    return dataclasses.replace(src, **changes) if changes else src
+
+
+def apply_in_loop(profile: CostProfile, samples: Sequence[Mapping[str, Any]]) -> CostProfile:
+    """``profile`` (fitted from the sweeps) corrected by the calibration's native episodes;
+    unchanged when there are none."""
+    by = _by_tag(samples)
+    if not by:
+        return profile
+    if "target-only" in by:
+        profile = _target_step(profile, by["target-only"])
+    pricer = _Pricer(profile)
+    in_loop: dict[str, dict[str, float]] = {}
+    for family, kinds in (("sd", ("verify", "draft")), ("asp", ("verify", "draft", "paired", "refresh"))):
+        ops = by.get(family)
+        if not ops or profile.drafter is None:
+            continue
+        for kind in kinds:
+            r = _ratio(ops.get(kind, []), pricer, kind)
+            if r is not None:
+                in_loop.setdefault(family, {})[kind] = r
+    # The serial loop residual: each round's time no op accounts for, plus the loop op.
+    rounds = unacc = 0.0
+    for family in ("sd", "asp"):
+        ops = by.get(family, {})
+        rounds += sum(int(e["rounds"]) for e in ops.get("episode", []))
+        unacc += sum(float(e["unaccounted_ms"]) for e in ops.get("episode", []))
+        unacc += sum(float(s["ms"]) for s in ops.get("loop", []))
+    changes: dict[str, Any] = {}
+    if rounds:
+        changes["loop_ms"] = max(0.0, unacc / rounds)
+    # As²d: calls after the producer finished, per source the concurrent figures, and the
+    # loop's queue/alignment work (with its unaccounted time) per alignment.
+    idle_after: list[Mapping[str, Any]] = []
+    sources = dict(profile.sources)
+    align_n = 0
+    align_ms = 0.0
+    for tag, ops in by.items():
+        if not tag.startswith("as2d:"):
+            continue
+        idle_after += [s for s in ops.get("verify", []) if not s.get("concurrent")]
+        updated = _source(profile, tag.split(":", 1)[1], ops, pricer)
+        if updated is not None:
+            sources[updated.name] = updated
+        align_n += len(ops.get("align", []))
+        align_ms += sum(float(s["ms"]) for s in ops.get("align", []))
+        align_ms += sum(float(e["unaccounted_ms"]) for e in ops.get("episode", []))
+    r = _ratio(idle_after, pricer, "verify")
+    if r is not None:
+        in_loop["as2d"] = {"verify": r}
+    if align_n:
+        changes["align_ms"] = align_ms / align_n
+    return dataclasses.replace(profile, sources=sources, in_loop=in_loop or None, **changes)

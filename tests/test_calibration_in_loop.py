@@ -1,0 +1,114 @@
+"""In-loop costs: the fit recovers what calls cost inside each method's loop from native
+episode samples, and the replay charges those ratios (hand-computed checks)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from as2d_cli.calibration.fit import fit_profile
+from as2d_cli.calibration.in_loop import _Pricer, apply_in_loop
+from as2d_cli.replay.driver import Prepared, replay_window
+from as2d_cli.replay.methods import MethodSpec
+from replay_helpers import EOS, hand_profile, hand_window
+from test_calibration import _synthetic_samples
+
+AUDIO = (5.0, 8.0, 12.0)
+
+
+def _target_only_samples() -> list[dict]:
+    """A device whose in-loop K1 step is 0.4 + 0.003·(cache − 64) + 0.02·(audio − 12) ms,
+    with 0.05 ms of loop bookkeeping per round outside the calls."""
+    out = []
+    for a in AUDIO:
+        for p in range(0, 100, 3):
+            out.append({"figure": "loop.target-only.target_step", "ms": 0.4 + 0.003 * (p - 64) + 0.02 * (a - 12),
+                        "position": p, "audio_s": a, "width": 0})
+        out.append({"figure": "loop.target-only.episode", "ms": 10.0, "rounds": 34, "unaccounted_ms": 34 * 0.05,
+                    "audio_s": a})
+    return out
+
+
+def _method_samples(pricer: _Pricer) -> list[dict]:
+    """SD, ASP and As²d ops costing known multiples of what the profile prices them at."""
+    out = []
+    for a in AUDIO:
+        for p in range(0, 60, 6):
+            base = {"position": p, "audio_s": a}
+            v = {**base, "width": 4}
+            out.append({**v, "figure": "loop.sd.verify", "ms": 1.3 * pricer.op(v, "verify")})
+            d = {**base, "count": 3, "catch_up": 1, "rows": 0}
+            out.append({**d, "figure": "loop.sd.draft", "ms": 1.1 * pricer.op(d, "draft")})
+            out.append({**base, "figure": "loop.sd.loop", "ms": 0.02, "width": 0})
+            out.append({**v, "figure": "loop.asp.verify", "ms": 1.05 * pricer.op(v, "verify")})
+            out.append({**v, "figure": "loop.as2d:drafter.verify", "ms": 1.25 * pricer.op(v, "verify"),
+                        "concurrent": True})
+            out.append({**v, "figure": "loop.as2d:drafter.verify", "ms": 0.9 * pricer.op(v, "verify"),
+                        "concurrent": False})
+            out.append({**base, "figure": "loop.as2d:drafter.align", "ms": 0.01, "width": 0})
+        out.append({"figure": "loop.sd.episode", "ms": 50.0, "rounds": 10, "unaccounted_ms": 0.3, "audio_s": a})
+        out.append({"figure": "loop.as2d:drafter.episode", "ms": 50.0, "rounds": 10, "unaccounted_ms": 0.1,
+                    "audio_s": a})
+        out.append({"figure": "loop.as2d:drafter.source_step", "ms": 3.0 * a, "index": 0, "tokens": 0,
+                    "concurrent": True, "audio_s": a})
+        src = pricer.p.source("drafter")
+        for i in range(1, 30):
+            pred = src.step_ms_idle + pricer.ctx.drafter_ms(i - 1, a)
+            out.append({"figure": "loop.as2d:drafter.source_step", "ms": 1.5 * pred, "index": i, "tokens": 1,
+                        "concurrent": True, "audio_s": a})
+        out.append({"figure": "loop.as2d:drafter.source_step", "ms": 99.0, "index": 30, "tokens": 1,
+                    "concurrent": False, "audio_s": a})  # after the target's end: not a concurrent step
+    return out
+
+
+def test_fit_recovers_in_loop_costs() -> None:
+    sweeps = _synthetic_samples()
+    only_step = fit_profile(sweeps + _target_only_samples(), {"name": "s"}, ref_audio_s=12.0)
+    c = only_step.context
+    assert only_step.target_step_ms == pytest.approx(0.4 + 0.05, abs=1e-9)
+    assert c.target_ms_per_token == pytest.approx(0.003) and c.target_ms_per_audio_s == pytest.approx(0.02)
+    # The sweeps' per-width growth stays: K4's slope is the new K1 slope plus 3 increments.
+    sweep_ctx = fit_profile(sweeps, {"name": "s"}, ref_audio_s=12.0).context
+    assert c.target_ms_per_token_per_width == pytest.approx(sweep_ctx.target_ms_per_token_per_width)
+
+    p = fit_profile(sweeps + _target_only_samples() + _method_samples(_Pricer(only_step)), {"name": "s"},
+                    ref_audio_s=12.0)
+    assert p.in_loop == {"sd": {"verify": pytest.approx(1.3), "draft": pytest.approx(1.1)},
+                         "asp": {"verify": pytest.approx(1.05)}, "as2d": {"verify": pytest.approx(0.9)}}
+    assert p.loop_ms == pytest.approx((3 * 0.3 + 30 * 0.02) / 30)
+    assert p.align_ms == pytest.approx((30 * 0.01 + 3 * 0.1) / 30)
+    src = p.source("drafter")
+    assert all(r == pytest.approx(1.25) for r in src.verify_concurrent_ratio.values())
+    assert set(src.verify_concurrent_ratio) == set(p.widths)
+    assert src.concurrent_ratio == pytest.approx(1.5)
+    assert src.startup_ms == pytest.approx(36.0) and src.startup_ms_per_audio_s == pytest.approx(3.0)
+
+
+def test_no_episodes_leaves_the_sweep_profile() -> None:
+    p = fit_profile(_synthetic_samples(), {"name": "s"}, ref_audio_s=12.0)
+    assert p.in_loop is None and apply_in_loop(p, []) is p
+
+
+def test_replay_scales_each_op_by_its_family_ratio() -> None:
+    w = hand_window([5, 1, 2, 3, EOS], chunks=[[1, 2], [3]])
+    flat = hand_profile()
+    scaled = dataclasses.replace(flat, in_loop={"sd": {"verify": 2.0, "draft": 1.5}})
+    a = replay_window(w, Prepared(flat, MethodSpec("sd", k=3)))
+    b = replay_window(w, Prepared(scaled, MethodSpec("sd", k=3)))
+    assert b.V == 2 * a.V and b.D == int(1.5 * a.D) and b.H == a.H
+    for spec in (MethodSpec("target-only"), MethodSpec("asp", budget=3)):  # other families: unchanged
+        assert replay_window(w, Prepared(scaled, spec)).time_ns == replay_window(w, Prepared(flat, spec)).time_ns
+
+
+def test_as2d_ratio_applies_only_after_the_producer_finished() -> None:
+    w = hand_window([5, 1, 2, 3, 4, 6, 8, 9, EOS], qwen=[5, 1, 2])  # the producer ends early
+    flat = hand_profile()
+    spec = MethodSpec("as2d", budget=2, source="qwen")
+    t = [replay_window(w, Prepared(dataclasses.replace(flat, in_loop={"as2d": {"verify": r}}), spec)).time_ns
+         for r in (1.0, 2.0, 3.0)]
+    assert t[0] == replay_window(w, Prepared(flat, spec)).time_ns
+    after = t[1] - t[0]  # the idle calls after the producer's end, each charged once more
+    assert after > 0 and t[2] - t[1] == after
+    assert after % (10 * 1_000_000) == 0  # a sum of idle figures (50 + 10·(K − 1) ms)
+    assert after < t[0] - 101 * 1_000_000  # the calls during the producer's 101 ms are not scaled
