@@ -297,6 +297,10 @@ def main() -> None:
     order = data.epoch_order(state["epoch"])
     start_step, start_time = state["step"], time.time()
     if args.deadline is not None:
+        old = state.get("anneal")
+        if old is not None and old["deadline"] <= start_time:  # that anneal ended: a new one starts here
+            state.setdefault("anneals_done", []).append(old)
+            state.pop("anneal")
         state.setdefault("anneal", {"from_step": start_step, "from_time": start_time, "deadline": args.deadline})
         state["anneal"]["deadline"] = args.deadline  # a later command may move the deadline; the origin stays
     while state["step"] < args.max_steps and not stop["now"]:
@@ -375,7 +379,8 @@ def main() -> None:
     save()
     log.write(json.dumps({"event": "stop", "step": state["step"], "wall_s": round(state["wall"], 1),
                           "reason": "signal" if stop["now"] else "max_steps" if state["step"] >= args.max_steps else "anneal end",
-                          "anneal": state.get("anneal")}) + "\n")
+                          "anneal": state.get("anneal"),
+                          "anneals_done": state.get("anneals_done", [])}) + "\n")
     log.flush()
 
 
