@@ -284,20 +284,30 @@ def episode_samples(tag: str, res: dict, rep: int) -> Iterator[dict]:
 
 
 def probe_episodes(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
+    """Every method on ``window`` and on each of ``windows``, repetitions outermost so a
+    drift of the machine's speed spreads over all windows instead of tracking their
+    lengths; each sample names its window."""
     from native.protocol import decode_settings
     from native.request import run_request
 
-    specs = [s for s in (cmd.get("methods") or list(EPISODE_METHODS))
-             if s.get("source") != "ctc" or runner.models.ctc_eligible(language)]
+    specs_all = cmd.get("methods") or list(EPISODE_METHODS)
+    windows = [cmd.get("window"), *[w for w in cmd.get("windows", []) if w != cmd.get("window")]]
+    loaded = [(w, audio, language) if i == 0 else (w, *runner._audio({"window": w})) for i, w in enumerate(windows)]
     reps = int(cmd.get("reps", 2))
-    for rep in range(-1, reps):  # rep −1: an unrecorded warm-up of every method on this window
-        k = (rep + 1) % len(specs)  # a rotating order, as native evaluation runs them
-        for spec in specs[k:] + specs[:k]:
-            s = decode_settings({**spec, "window": cmd.get("window"), "events": True})
-            res = run_request(runner.models, audio, s, language=language,
-                              target_cores=runner.target_cores, producer_cores=runner.producer_cores)
-            if rep >= 0:
-                yield from episode_samples(episode_tag(spec), res, rep)
+    n = 0
+    for rep in range(-1, reps):  # rep −1: an unrecorded warm-up of every method on every window
+        for w, au, lang in loaded:
+            specs = [s for s in specs_all if s.get("source") != "ctc" or runner.models.ctc_eligible(lang)]
+            k = n % len(specs)  # a rotating order, as native evaluation runs them
+            n += 1
+            for spec in specs[k:] + specs[:k]:
+                s = decode_settings({**spec, "window": w, "events": True})
+                res = run_request(runner.models, au, s, language=lang,
+                                  target_cores=runner.target_cores, producer_cores=runner.producer_cores)
+                if rep >= 0:
+                    for sample in episode_samples(episode_tag(spec), res, rep):
+                        sample["window"] = w
+                        yield sample
 
 
 def run_calibration_op(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:

@@ -31,6 +31,7 @@ from as2d_cli.engine import (
 from as2d_cli.engine.accounting import decompose, split_intervals
 from as2d_cli.errors import UserError
 from native.producer import Producer, external_units, pin_current_thread, source_units
+from native.producer_process import ProcessProducer
 
 
 @dataclass
@@ -43,6 +44,8 @@ class Models:
     threads: int = 1
     load_ms: float = 0.0
     _ctc: Any = None
+    _worker: Any = None
+    _worker_failed: str | None = None
 
     def source(self, name: str, audio: np.ndarray, limit: int) -> Any:
         """A fresh per-request target-decoupled source over ``audio``."""
@@ -53,6 +56,27 @@ class Models:
                 self._ctc = CtcRecognizer(self.bundle, threads=self.threads)
             return CtcSource(self._ctc, audio)
         return DrafterSource(self.drafter.model, audio, limit)
+
+    def producer_worker(self, cores: Sequence[int] | None) -> Any:
+        """The producer process (started on first use; None when ``AS2D_PRODUCER=thread``
+        or when it cannot start — the producer then runs as a thread, recorded in the
+        result's ``producer_mode``)."""
+        if os.environ.get("AS2D_PRODUCER", "process") == "thread" or self._worker_failed:
+            return None
+        if self._worker is None:
+            from native.producer_process import ProducerWorker
+
+            try:
+                self._worker = ProducerWorker(str(self.bundle.directory), self.threads, cores)
+            except (UserError, OSError) as exc:
+                self._worker_failed = str(exc)
+                return None
+        return self._worker
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
 
     def ctc_eligible(self, language: str) -> bool:
         from as2d_cli.models.sources import CtcRecognizer
@@ -154,7 +178,7 @@ def run_request(
         max_tokens = min(s["max_tokens"] or cap, cap)
 
         buffer = producer = None
-        source_used = None
+        source_used = producer_mode = None
         clock = WallClock()
         if policy.decoupled:
             source_used = s["source"]
@@ -167,11 +191,20 @@ def run_request(
                     buffer.publish([t for t, _ in units.pop(0)], 0)
                     schedule.pop(0)
                 producer = Producer(units, buffer, clock, kind="external", cores=producer_cores, schedule=schedule)
+                producer_mode = "thread"  # no computation: its batches only wait for their times
             else:
-                src = models.source(source_used, audio, max_tokens + 8)
                 kind = "chunked" if source_used == "ctc" else "autoregressive"
-                producer = Producer(source_units(src), buffer, clock, kind=kind,
-                                    batch=s["batch"], cores=producer_cores)
+                worker = models.producer_worker(producer_cores)
+                if worker is not None:  # the source in its own process (no shared interpreter lock)
+                    worker.arm(source_used, audio, max_tokens + 8, kind, s["batch"])
+                    clock = WallClock()  # the decode clock starts after the hand-over
+                    buffer = CandidateBuffer(source_used, "producer-0")
+                    producer = ProcessProducer(worker, buffer, clock)
+                else:
+                    src = models.source(source_used, audio, max_tokens + 8)
+                    producer = Producer(source_units(src), buffer, clock, kind=kind,
+                                        batch=s["batch"], cores=producer_cores)
+                producer_mode = "process" if worker is not None else "thread"
             producer.start()
 
         mt = MarginTarget(target)
@@ -222,6 +255,7 @@ def run_request(
             "margins": margins,
             "pinned": bool(pinned),
             "producer_pinned": bool(producer.pinned) if producer is not None else None,
+            "producer_mode": producer_mode,
             "producer_finished_ms": (producer.finished_at / 1e6) if producer is not None and producer.finished_at else None,
         }
         if buffer is not None:

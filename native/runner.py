@@ -93,6 +93,8 @@ class Runner:
             cmd = parse_command(line)
             op = cmd["op"]
             if op == "quit":
+                if self.models is not None:
+                    self.models.close()  # the producer process
                 self.emit("bye")
                 return False
             fn = getattr(self, f"op_{op}", None)

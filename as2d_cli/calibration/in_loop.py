@@ -143,6 +143,48 @@ def _target_step(profile: CostProfile, ops: Mapping[str, list[Mapping[str, Any]]
     return dataclasses.replace(profile, target_step_ms=a + extra, context=new_ctx)
 
 
+def _slopes(ops: Sequence[Mapping[str, Any]], ctx: Any, forwards: bool) -> tuple[float, float] | None:
+    """Least-squares slopes per cached token and per audio second of in-loop calls (for
+    drafting ops, per forward: each forward at its own cache length); None without a
+    span of audio lengths."""
+    pts = []
+    for s in ops:
+        n = int(s.get("count", 0)) + int(s.get("catch_up", 0)) if forwards else 1
+        if n <= 0:
+            continue
+        pos = float(s.get("position", 0)) - ctx.ref_tokens + (n - 1) / 2
+        pts.append((n, pos, float(s.get("audio_s", ctx.ref_audio_s)) - ctx.ref_audio_s, float(s["ms"])))
+    if len(pts) < MIN_SAMPLES or max(p[2] for p in pts) - min(p[2] for p in pts) < MIN_AUDIO_SPAN_S:
+        return None
+    coef = _lstsq([[n, n * pos, n * a] for n, pos, a, _ in pts], [ms for *_, ms in pts])
+    return max(0.0, coef[1]), max(0.0, coef[2])
+
+
+def _serial_slopes(profile: CostProfile, by: Mapping[str, Mapping[str, list[Mapping[str, Any]]]]) -> CostProfile:
+    """The drafter's slopes from every in-loop drafting op of SD and ASP; the target's
+    per-width growth from SD's verification (one wide width) against the target-only K1
+    slopes. The sweeps and the source's hot steps gave these before; inside the loop the
+    calls' dependence on the window differs."""
+    ctx = profile.context
+    if ctx is None:
+        return profile
+    drafts = [s for f in ("sd", "asp") for s in by.get(f, {}).get("draft", [])]
+    got = _slopes(drafts, ctx, forwards=True)
+    if got is not None:
+        ctx = dataclasses.replace(ctx, drafter_ms_per_token=got[0], drafter_ms_per_audio_s=got[1])
+    verify = by.get("sd", {}).get("verify", [])
+    if verify:
+        widths = [int(s["width"]) for s in verify]
+        k = max(set(widths), key=widths.count)
+        got = _slopes([s for s in verify if int(s["width"]) == k], ctx, forwards=False)
+        top = max(profile.widths) - 1  # no width may get a negative slope
+        if got is not None and k > 1 and top > 0:
+            ctx = dataclasses.replace(
+                ctx, target_ms_per_token_per_width=max((got[0] - ctx.target_ms_per_token) / (k - 1), -ctx.target_ms_per_token / top),
+                target_ms_per_audio_s_per_width=max((got[1] - ctx.target_ms_per_audio_s) / (k - 1), -ctx.target_ms_per_audio_s / top))
+    return dataclasses.replace(profile, context=ctx)
+
+
 def _startup(steps: Sequence[Mapping[str, Any]], ref_audio_s: float | None) -> tuple[float, float] | None:
     first = [s for s in steps if int(s.get("index", -1)) == 0]
     if not first:
@@ -197,6 +239,7 @@ def apply_in_loop(profile: CostProfile, samples: Sequence[Mapping[str, Any]]) ->
         return profile
     if "target-only" in by:
         profile = _target_step(profile, by["target-only"])
+    profile = _serial_slopes(profile, by)
     pricer = _Pricer(profile)
     in_loop: dict[str, dict[str, float]] = {}
     for family, kinds in (("sd", ("verify", "draft")), ("asp", ("verify", "draft", "paired", "refresh"))):

@@ -61,9 +61,11 @@ def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("
                       {"op": "calibrate", "what": "drafter", "window": window, "reps": reps, "widths": list(range(1, 17)) if not quick else list(range(1, 17))}, 4))
     steps.append(Step("loop", "serial SD rounds (loop residual)",
                       {"op": "calibrate", "what": "loop", "window": window, "reps": 3 if not quick else 1, "max_tokens": 200}, 4))
-    for w in episode_windows:
-        steps.append(Step(f"episodes-{w}", f"native episodes of every method on {w}",
-                          {"op": "calibrate", "what": "episodes", "window": w, "reps": 3 if not quick else 1}, 3))
+    if episode_windows:
+        steps.append(Step("episodes", f"native episodes of every method on {len(episode_windows)} windows",
+                          {"op": "calibrate", "what": "episodes", "window": episode_windows[0],
+                           "windows": list(episode_windows[1:]), "reps": 3 if not quick else 1},
+                          3 * len(episode_windows)))
     return steps
 
 

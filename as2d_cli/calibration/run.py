@@ -139,8 +139,9 @@ def calibrate(
                                   "and the next `as2d calibrate` resumes from there") from None
             for s in got:
                 s["step"] = step.key
-                if step.command.get("window") in seconds:
-                    s["audio_s"] = seconds[step.command["window"]]
+                w = s.get("window", step.command.get("window"))  # a probe over several windows names each
+                if w in seconds:
+                    s["audio_s"] = seconds[w]
             _append(samples_file, got)
             done.append(step.key)
             _write(done_file, json.dumps(done))

@@ -1,0 +1,231 @@
+"""The target-decoupled producer in its own process.
+
+In one Python process the producer thread and the target share one interpreter lock:
+both models run in ONNX Runtime with the lock released, but every step's Python work
+(sampling, confidences, publication, the engine's bookkeeping) waits for it, so which side
+runs at full speed varied from window to window (measured: a drafter source's 106 tokens
+took 17 ms next to a slowed target in one request, twice as long next to a fast one in
+another). The paper's drafter and verifier run on different processors; here the source
+runs in a worker process pinned to the producer cores, and only its publications cross
+to the runner: a receiver thread that sleeps in ``recv`` inserts each one into the
+candidate buffer with the worker's own timestamp (``time.perf_counter_ns`` is one
+system-wide monotonic clock on Linux, so both processes share the decode clock).
+
+The worker is started once per runner (outside any decode clock) and serves one request
+at a time: the audio is handed over before the clock starts, the source's audio encoding
+and steps run inside it, and after the target's EOS the step in flight finishes (drain).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any, Sequence
+
+import numpy as np
+
+from as2d_cli.engine import CandidateBuffer, WallClock
+from as2d_cli.errors import UserError
+
+
+BLAS_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _worker(cmds: Connection, events: Connection, models_dir: str | None, threads: int,
+            cores: Sequence[int] | None) -> None:
+    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.session import Seq2SeqModel
+    from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource
+    from native.producer import pin_current_thread, source_units
+
+    pinned = pin_current_thread(cores)
+    try:
+        bundle = load_bundle(models_dir)
+        drafter = Seq2SeqModel(bundle, "drafter", threads)
+        ctc: CtcRecognizer | None = None
+    except BaseException as exc:  # reported to the runner, which falls back to a thread
+        events.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    events.send(("ready", pinned))
+    while True:
+        msg = cmds.recv()
+        if msg[0] == "quit":
+            return
+        if msg[0] != "request":  # a stop that arrived after the source had already ended
+            continue
+        _, name, audio, limit, kind, batch = msg
+        try:
+            if name == "ctc":
+                ctc = ctc or CtcRecognizer(bundle, threads=threads)
+                units = source_units(CtcSource(ctc, audio))
+            else:
+                units = source_units(DrafterSource(drafter, audio, limit))
+        except BaseException as exc:
+            events.send(("failed", f"{type(exc).__name__}: {exc}"))
+            continue
+        events.send(("armed",))
+        go = cmds.recv()
+        if go[0] != "go":
+            continue
+        _serve(units, kind, batch, int(go[1]), cmds, events)
+
+
+def _serve(units: Any, kind: str, batch: int, origin: int, cmds: Connection, events: Connection) -> None:
+    """Producer.run's loop with times on the runner's decode clock; stops after the unit in
+    flight when the runner says so."""
+    steps: list[tuple[int, int, int]] = []
+    pend_t: list[int] = []
+    pend_c: list[float | None] = []
+    count = 0
+    finished = None
+    error = None
+
+    def now() -> int:
+        return time.perf_counter_ns() - origin
+
+    def publish(tokens: list[int], confs: list[float | None]) -> None:
+        nonlocal count
+        use = None if any(c is None for c in confs) else confs
+        events.send(("pub", now(), count, tokens, use))
+        count += len(tokens)
+
+    try:
+        while not cmds.poll():
+            start = now()
+            try:
+                unit = next(units)
+            except StopIteration:
+                if pend_t:  # the final partial batch, published at the source's end
+                    s0 = now()
+                    publish(pend_t, pend_c)
+                    steps.append((s0, now(), 0))
+                finished = now()
+                break
+            toks = [int(t) for t, _ in unit]
+            confs = [None if c is None else float(c) for _, c in unit]
+            if kind == "autoregressive":
+                pend_t += toks
+                pend_c += confs
+                if len(pend_t) >= batch:
+                    publish(pend_t, pend_c)
+                    pend_t, pend_c = [], []
+            elif toks:
+                publish(toks, confs)
+            steps.append((start, now(), len(toks)))
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
+    if cmds.poll():
+        cmds.recv()  # the runner's stop
+    events.send(("done", steps, finished, error))
+
+
+class ProducerWorker:
+    """The worker process and its two one-way pipes."""
+
+    def __init__(self, models_dir: str | None, threads: int, cores: Sequence[int] | None) -> None:
+        ctx = mp.get_context("spawn")  # never fork a process holding ONNX Runtime threads
+        cmd_r, self.cmds = ctx.Pipe(duplex=False)
+        self.events, ev_w = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=_worker, args=(cmd_r, ev_w, models_dir, threads, list(cores or []) or None),
+                                   name="as2d-producer", daemon=True)
+        # One BLAS thread in the worker: pinned to the producer core, a BLAS pool would spin
+        # its threads on that one core (the log-mel's matrix product) and slow every step.
+        saved = {k: os.environ.get(k) for k in BLAS_ENV}
+        os.environ.update({k: "1" for k in BLAS_ENV})
+        try:
+            self.process.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        cmd_r.close()
+        ev_w.close()
+        if not self.events.poll(120):
+            self.close()
+            raise UserError("the producer process did not start within 120 s")
+        try:
+            msg = self.events.recv()
+        except EOFError:  # the child died while starting (for example, importing the main module)
+            msg = ("failed", f"exit code {self.process.exitcode}")
+        if msg[0] != "ready":
+            self.close()
+            raise UserError(f"the producer process could not load the models: {msg[1]}")
+        self.pinned = bool(msg[1])
+
+    def arm(self, name: str, audio: np.ndarray, limit: int, kind: str, batch: int) -> None:
+        """Hand one request's audio to the worker (before the decode clock starts)."""
+        self.cmds.send(("request", name, np.ascontiguousarray(audio, dtype=np.float32), limit, kind, batch))
+        msg = self.events.recv()
+        if msg[0] != "armed":
+            raise UserError(f"the {name} source could not start: {msg[1]}")
+
+    def close(self) -> None:
+        try:
+            self.cmds.send(("quit",))
+        except (OSError, ValueError):
+            pass
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+
+
+class _Stop:
+    def __init__(self, send: Any) -> None:
+        self._send = send
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._send()
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+class ProcessProducer:
+    """:class:`native.producer.Producer`'s surface over the worker process."""
+
+    def __init__(self, worker: ProducerWorker, buffer: CandidateBuffer, clock: WallClock) -> None:
+        self.worker = worker
+        self.buffer = buffer
+        self.clock = clock
+        self.steps: list[tuple[int, int, int]] = []
+        self.publications: list[tuple[int, int, int]] = []
+        self.finished_at: int | None = None
+        self.error: str | None = None
+        self.pinned = worker.pinned
+        self.stop = _Stop(lambda: worker.cmds.send(("stop",)))
+        self._thread = threading.Thread(target=self._receive, name="as2d-producer-rx", daemon=True)
+
+    def start(self) -> None:
+        self.worker.cmds.send(("go", self.clock.origin))
+        self._thread.start()
+
+    def _receive(self) -> None:
+        try:
+            while True:
+                msg = self.worker.events.recv()
+                if msg[0] == "pub":
+                    _, t, offset, tokens, confs = msg
+                    self.buffer.publish(tokens, t, confs)
+                    self.publications.append((t, offset, len(tokens)))
+                elif msg[0] == "done":
+                    _, steps, finished, error = msg
+                    self.steps = [tuple(s) for s in steps]
+                    self.finished_at = finished
+                    self.error = error
+                    return
+        except (EOFError, OSError) as exc:
+            self.error = f"the producer process ended unexpectedly ({exc})"
+        finally:
+            self.buffer.close()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
