@@ -315,9 +315,10 @@ def windows_in(cmds: Iterable[Mapping[str, Any]]) -> list[str]:
     """Corpus window ids the commands read, in first-use order."""
     out: list[str] = []
     for c in cmds:
-        w = c.get("window")
-        if isinstance(w, str) and w not in out:
-            out.append(w)
+        more = c.get("windows")  # a probe over several windows (calibration episodes)
+        for w in [c.get("window"), *(more if isinstance(more, list) else [])]:
+            if isinstance(w, str) and w not in out:
+                out.append(w)
     return out
 
 

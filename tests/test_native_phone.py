@@ -270,18 +270,21 @@ def test_cli_calibrate_quick_and_decode_on_the_emulated_phone(py_phone, tmp_path
     prof = load_profile(profile)
     assert prof.widths == tuple(range(1, 17)) and prof.device["kind"] == "adb"
     from as2d_cli.calibration.plan import make_plan
-    from as2d_cli.calibration.run import short_calibration_window
+    from as2d_cli.calibration.run import episode_windows, short_calibration_window
 
     main_window, ctc_window = calibration_windows()
-    steps = make_plan(main_window, quick=True, ctc_window=ctc_window, short_window=short_calibration_window(main_window))
-    assert len(prof.device["gates"]) == len(steps) == 11 and all(g["passed"] for g in prof.device["gates"])
+    steps = make_plan(main_window, quick=True, ctc_window=ctc_window, short_window=short_calibration_window(main_window),
+                      episode_windows=episode_windows(main_window))
+    assert len(prof.device["gates"]) == len(steps) == 12 and all(g["passed"] for g in prof.device["gates"])
     assert prof.context is not None and prof.context.ref_audio_s > 0  # two window lengths, offsets 0 and 64
+    assert prof.in_loop and "sd" in prof.in_loop  # native episodes ran on the phone (windows pushed there)
     wid = _shortest_test_window()
     dec = subprocess.run([*base, "decode", "--phone", py_phone.serial, "--window", wid, "--method", "as2d",
                           "--max-tokens", str(MAX), "--json"], env=env, text=True, capture_output=True, timeout=300)
     assert dec.returncode == 0, dec.stderr[-2000:]
     got = json.loads(dec.stdout)
     assert got["method"] == "as2d" and got["n_tokens"] == len(got["tokens"]) >= 2
+    assert got["producer_mode"] == "process"  # the source's worker process started on the phone too
     bad = subprocess.run([*base, "decode", "--phone", py_phone.serial, "--window", "no-such-window", "--method",
                           "as2d"], env=env, text=True, capture_output=True, timeout=300)
     assert bad.returncode != 0 and "no-such-window" in bad.stderr and "Traceback" not in bad.stderr

@@ -72,6 +72,39 @@ def test_chunked_source_and_perfect_external_candidates(runner) -> None:
     assert ext["summary"]["accepted"] >= decoded - rounds
 
 
+def test_source_runs_in_its_own_process_and_matches_the_thread_producer(runner) -> None:
+    """The decoupled source runs in a worker process (no interpreter lock shared with the
+    target); what it publishes is the same source sequence the in-process thread gives."""
+    import os
+
+    from native.producer_process import ProducerWorker
+
+    res = _decode(runner, "as2d", window=runner.english, source="drafter")
+    assert res["producer_mode"] == "process"
+    assert res["source_tokens"], "the worker published nothing"
+    steps = [e for e in res["events"] if e["op"] == "source_step"]
+    assert steps[0]["tokens"] == 0 and all(e["end_ns"] >= e["t_ns"] >= 0 for e in steps)
+    # The in-process thread producer, over the same audio, publishes the same tokens first.
+    from as2d_cli.corpus.manifest import load_corpus
+    from native.request import load_models, run_request
+
+    os.environ["AS2D_PRODUCER"] = "thread"
+    try:
+        models = load_models()
+        w = load_corpus().get(runner.english)
+        s = {"method": "as2d", "source": "drafter", "budget": 7, "threshold": 0.4, "batch": 8, "window_bound": 8,
+             "max_tokens": MAX, "events": True}
+        thr = run_request(models, w.load_audio(), s, language=w.language)
+    finally:
+        del os.environ["AS2D_PRODUCER"]
+    assert thr["producer_mode"] == "thread" and thr["tokens"] == res["tokens"]
+    n = min(len(thr["source_tokens"]), len(res["source_tokens"]))
+    assert n > 0 and thr["source_tokens"][:n] == res["source_tokens"][:n]
+    # A worker that cannot load its models is one clear error (the runner then uses a thread).
+    with pytest.raises(Exception, match="could not load the models"):
+        ProducerWorker("/nonexistent/models", 1, None)
+
+
 def test_bad_commands_get_one_error_event(runner) -> None:
     with pytest.raises(RunnerError, match="unknown op"):
         runner.call({"op": "fly"})
