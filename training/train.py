@@ -56,7 +56,7 @@ class Data:
     """Training items bucketed into padded batches of at most `batch_frames` mel frames."""
 
     def __init__(self, kind: str, batch_frames: int, max_items: int, short_frames: int = 1000,
-                 shards: int | None = None):
+                 shards: int | None = None, aux: str = "tokens"):
         # The base set plus extra shards 1..``shards`` (training/make_corpus.py --shard N;
         # None: every shard present).
         extra = sorted((WORK / "train_shards").glob("*"), key=lambda p: int(p.name)) if (WORK / "train_shards").exists() else []
@@ -75,6 +75,14 @@ class Data:
         else:
             tok = load_tokenizer()
             self.labels = [tok.encode(it["text"]).ids for it in idx]
+        self.aux = self.labels  # the encoder's auxiliary CTC targets
+        if kind != "ctc" and aux == "phones":
+            import phonemes
+
+            per_dir = [phonemes.transcriptions(d, json.loads((d / "index.json").read_text())["items"]) for d in dirs]
+            table = phonemes.inventory(WORK / "phoneme_inventory.json", per_dir)
+            flat = [ph for group in per_dir for ph in group]
+            self.aux = [[table[c] for c in ph] for ph in flat]
         self.items = idx
         order = sorted(range(len(idx)), key=lambda i: idx[i]["frames"])
         self.batches: list[list[int]] = []
@@ -109,13 +117,14 @@ class Data:
         labs = [self.labels[i] for i in ids]
         if kind == "ctc":
             return mel, lengths, labs
+        aux = [self.aux[i] for i in ids]
         n = max(len(x) for x in labs) + 1
         inp = torch.full((len(ids), n), PAD, dtype=torch.long)
         tgt = torch.full((len(ids), n), -100, dtype=torch.long)
         for k, x in enumerate(labs):
             inp[k, : len(x) + 1] = torch.tensor([SOT] + x)
             tgt[k, : len(x) + 1] = torch.tensor(x + [EOT])
-        return mel, lengths, labs, inp, tgt
+        return mel, lengths, labs, inp, tgt, aux
 
 
 def spec_augment(mel: torch.Tensor, lengths: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -218,6 +227,9 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--ctc-weight", type=float, default=0.3)
+    ap.add_argument("--aux", choices=["tokens", "phones"], default="tokens",
+                    help="the encoder's auxiliary CTC targets: the BPE tokens, or espeak-ng's phonemes of the text "
+                         "(training/phonemes.py; the same head, ids from 4)")
     ap.add_argument("--guide-weight", type=float, default=0.0, help="guided cross-attention loss weight (0: off)")
     ap.add_argument("--specaug", action="store_true", help="SpecAugment the training features")
     ap.add_argument("--dropout", type=float, default=0.0, help="residual-branch dropout while training")
@@ -248,7 +260,7 @@ def main() -> None:
     ckpt = out / "ckpt.pt"
     if ckpt.exists():  # a resumed run keeps the dimensions it was started with
         dims = Dims(**torch.load(ckpt, weights_only=False)["dims"])
-    data = Data(kind, args.batch_frames, args.max_items, shards=args.shards)
+    data = Data(kind, args.batch_frames, args.max_items, shards=args.shards, aux=args.aux)
     if kind == "ctc":
         model = CtcModel(dims, len(char_table()) + 1)
     else:
@@ -335,13 +347,13 @@ def main() -> None:
             ce = torch.tensor(0.0)
             cl = loss
         else:
-            mel, lengths, labs, inp, tgt = batch
+            mel, lengths, labs, inp, tgt, aux = batch
             guide = args.guide_weight > 0
             for layer in model.decoder.layers:
                 layer.keep = [] if guide else None
             logits, ctc_logits = model(mel, lengths, inp)
             ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
-            cl = ctc_loss(ctc_logits, lengths, labs)
+            cl = ctc_loss(ctc_logits, lengths, aux)
             loss = ce + args.ctc_weight * cl
             if guide:
                 ga = guided_attention_loss(model, lengths, labs)
