@@ -75,6 +75,9 @@ class _BackgroundProducer:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        worker = self.models.producer_worker(self.cores) if hasattr(self.models, "producer_worker") else None
+        if worker is not None:  # as native requests run it: in its own process
+            return self._run_process(worker)
         pin_current_thread(self.cores)
         while not self.stop.is_set():
             src = self.models.source("drafter", self.audio, 10_000)
@@ -86,6 +89,20 @@ class _BackgroundProducer:
                 if unit is None:
                     break
                 self.steps.append(_ms(t0))
+
+    def _run_process(self, worker: Any) -> None:
+        from native.producer_process import ProcessProducer
+
+        while not self.stop.is_set():
+            worker.arm("drafter", self.audio, 10_000, "autoregressive", 8)
+            p = ProcessProducer(worker, CandidateBuffer("drafter"), WallClock())
+            p.start()
+            self.busy.set()
+            while not self.stop.is_set() and p.running():
+                self.stop.wait(0.01)  # the source works in the worker; this thread only waits
+            p.stop.set()
+            p.join()
+            self.steps += [(b - a) / 1e6 for a, b, n in p.steps if n > 0]
 
     def __enter__(self) -> "_BackgroundProducer":
         self.thread.start()

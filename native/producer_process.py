@@ -227,5 +227,9 @@ class ProcessProducer:
         finally:
             self.buffer.close()
 
+    def running(self) -> bool:
+        """Until the worker reports the request done."""
+        return self._thread.is_alive()
+
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)

@@ -21,7 +21,8 @@ def register(app: typer.Typer) -> None:
         results: Path = typer.Option(Path("results"), "--results", help="Folder for the results (a new subfolder per run)."),
         native: bool = typer.Option(False, "--native", help="Also run the methods natively on the device and check replay agreement."),
         windows: int = typer.Option(20, "--windows", help="Native: test windows to run."),
-        repeats: int = typer.Option(1, "--repeats", help="Native: interleaved repetitions per window and method."),
+        repeats: int = typer.Option(3, "--repeats", help="Native: interleaved repetitions per window and method "
+                                    "(a window's agreement pools them)."),
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
         rest: Optional[float] = typer.Option(None, "--rest", help="Native: gate rest in seconds before each window (default: the device's)."),
         interval: Optional[float] = typer.Option(None, "--interval", help="Native: seconds between the gate's checks (default: the device's)."),
