@@ -74,14 +74,27 @@ def test_fit_recovers_in_loop_costs() -> None:
 
     p = fit_profile(sweeps + _target_only_samples() + _method_samples(_Pricer(only_step)), {"name": "s"},
                     ref_audio_s=12.0)
-    assert p.in_loop == {"sd": {"verify": pytest.approx(1.3), "draft": pytest.approx(1.1)},
-                         "asp": {"verify": pytest.approx(1.05)}, "as2d": {"verify": pytest.approx(0.9)}}
+    # The in-loop slopes move the prices a little, so the ratios come out near (not at) the
+    # generating multiples; what they must do exactly is reproduce the measured time.
+    expect = {("sd", "verify"): 1.3, ("sd", "draft"): 1.1, ("asp", "verify"): 1.05, ("as2d", "verify"): 0.9}
+    assert {(f, k) for f, d in p.in_loop.items() for k in d} == set(expect)
+    final = _Pricer(p)
+    samples = _method_samples(_Pricer(only_step))
+    for (fam, kind), mult in expect.items():
+        fig = f"loop.{'as2d:drafter' if fam == 'as2d' else fam}.{kind}"
+        ops = [s for s in samples if s["figure"] == fig and (fam != "as2d" or not s["concurrent"])]
+        r = p.in_loop_ratio(fam, kind)
+        assert r == pytest.approx(mult, rel=0.1)
+        assert r * sum(final.op(s, kind) for s in ops) == pytest.approx(sum(s["ms"] for s in ops), rel=1e-9)
     assert p.loop_ms == pytest.approx((3 * 0.3 + 30 * 0.02) / 30)
     assert p.align_ms == pytest.approx((30 * 0.01 + 3 * 0.1) / 30)
     src = p.source("drafter")
-    assert all(r == pytest.approx(1.25) for r in src.verify_concurrent_ratio.values())
-    assert set(src.verify_concurrent_ratio) == set(p.widths)
-    assert src.concurrent_ratio == pytest.approx(1.5)
+    conc = [s for s in samples if s["figure"] == "loop.as2d:drafter.verify" and s["concurrent"]]
+    r = src.verify_concurrent_ratio[4]
+    assert set(src.verify_concurrent_ratio.values()) == {r} and set(src.verify_concurrent_ratio) == set(p.widths)
+    assert r == pytest.approx(1.25, rel=0.1)
+    assert r * sum(final.op(s, "verify") for s in conc) == pytest.approx(sum(s["ms"] for s in conc), rel=1e-9)
+    assert src.concurrent_ratio == pytest.approx(1.5, rel=0.1)
     assert src.startup_ms == pytest.approx(36.0) and src.startup_ms_per_audio_s == pytest.approx(3.0)
 
 
@@ -112,3 +125,18 @@ def test_as2d_ratio_applies_only_after_the_producer_finished() -> None:
     assert after > 0 and t[2] - t[1] == after
     assert after % (10 * 1_000_000) == 0  # a sum of idle figures (50 + 10·(K − 1) ms)
     assert after < t[0] - 101 * 1_000_000  # the calls during the producer's 101 ms are not scaled
+
+
+def test_in_loop_drafting_gives_the_drafter_slopes() -> None:
+    """Serial drafting ops whose forwards cost 0.2 + 0.001·(cache − 64) + 0.01·(audio − 12)
+    ms each (every forward at its own cache length) give exactly those slopes."""
+    base = fit_profile(_synthetic_samples(), {"name": "s"}, ref_audio_s=12.0)
+    ops = []
+    for a in AUDIO:
+        for p in range(0, 90, 7):
+            for n in (1, 3, 7):
+                ms = sum(0.2 + 0.001 * (p + i - 64) + 0.01 * (a - 12) for i in range(n))
+                ops.append({"figure": "loop.sd.draft", "ms": ms, "count": n, "catch_up": 0, "rows": 0,
+                            "position": p, "audio_s": a})
+    c = apply_in_loop(base, ops).context
+    assert c.drafter_ms_per_token == pytest.approx(0.001) and c.drafter_ms_per_audio_s == pytest.approx(0.01)
