@@ -72,34 +72,41 @@ def test_chunked_source_and_perfect_external_candidates(runner) -> None:
     assert ext["summary"]["accepted"] >= decoded - rounds
 
 
-def test_source_runs_in_its_own_process_and_matches_the_thread_producer(runner) -> None:
+def test_source_runs_in_its_own_process_and_publishes_its_own_sequence(runner) -> None:
     """The decoupled source runs in a worker process (no interpreter lock shared with the
-    target); what it publishes is the same source sequence the in-process thread gives."""
-    import os
-
-    from native.producer_process import ProducerWorker
+    target) and publishes exactly the sequence the source produces in-process."""
+    from as2d_cli.corpus.manifest import load_corpus
+    from as2d_cli.engine import CandidateBuffer, WallClock
+    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.session import Seq2SeqModel
+    from as2d_cli.models.sources import DrafterSource
+    from native.producer_process import ProcessProducer, ProducerWorker
 
     res = _decode(runner, "as2d", window=runner.english, source="drafter")
-    assert res["producer_mode"] == "process"
-    assert res["source_tokens"], "the worker published nothing"
+    assert res["producer_mode"] == "process" and res["tokens"] == _decode(runner, "target-only", window=runner.english)["tokens"]
     steps = [e for e in res["events"] if e["op"] == "source_step"]
-    assert steps[0]["tokens"] == 0 and all(e["end_ns"] >= e["t_ns"] >= 0 for e in steps)
-    # The in-process thread producer, over the same audio, publishes the same tokens first.
-    from as2d_cli.corpus.manifest import load_corpus
-    from native.request import load_models, run_request
+    assert steps and steps[0]["tokens"] == 0 and all(e["end_ns"] >= e["t_ns"] >= 0 for e in steps)  # startup first
 
-    os.environ["AS2D_PRODUCER"] = "thread"
+    audio = load_corpus().get(runner.english).load_audio()
+    own = DrafterSource(Seq2SeqModel(load_bundle(), "drafter", 1), audio, 20)
+    own.start()
+    expected = []
+    while (unit := own.step()) is not None:
+        expected += [t for t, _ in unit]
+    worker = ProducerWorker(None, 1, None)
     try:
-        models = load_models()
-        w = load_corpus().get(runner.english)
-        s = {"method": "as2d", "source": "drafter", "budget": 7, "threshold": 0.4, "batch": 8, "window_bound": 8,
-             "max_tokens": MAX, "events": True}
-        thr = run_request(models, w.load_audio(), s, language=w.language)
+        for batch in (1, 8):  # run to the source's own end: nothing races it
+            clock = WallClock()
+            worker.arm("drafter", audio, 20, "autoregressive", batch)
+            p = ProcessProducer(worker, CandidateBuffer("drafter"), clock)
+            p.start()
+            p.join(60)
+            assert p.error is None and p.finished_at is not None
+            assert list(p.buffer.tokens) == expected
+            assert sum(n for _, _, n in p.publications) == len(expected)
+            assert all(n <= batch for _, _, n in p.publications)
     finally:
-        del os.environ["AS2D_PRODUCER"]
-    assert thr["producer_mode"] == "thread" and thr["tokens"] == res["tokens"]
-    n = min(len(thr["source_tokens"]), len(res["source_tokens"]))
-    assert n > 0 and thr["source_tokens"][:n] == res["source_tokens"][:n]
+        worker.close()
     # A worker that cannot load its models is one clear error (the runner then uses a thread).
     with pytest.raises(Exception, match="could not load the models"):
         ProducerWorker("/nonexistent/models", 1, None)
