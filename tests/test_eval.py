@@ -80,3 +80,27 @@ def test_eval_errors_are_one_line(setup, capsys) -> None:
     code, out, err = _run(args + ["--split", "calib"], capsys)
     assert code == 2 and "no 'calib' windows" in err
     assert not setup["res"].exists() and not setup["cal"].exists()  # nothing written on failure
+
+
+def test_native_summary_pools_each_windows_repetitions_and_reports_drift() -> None:
+    """A window's agreement error pools its repetitions (time-weighted), the MAE averages
+    windows, and the device's drift shows as target-only TPS per pass."""
+    from as2d_cli.evaluate.native import METHODS, render_native, summarize
+
+    rows = []
+    # w1: two runs of 100 tokens, natively 0.1 s and 0.3 s (0.4 s), replayed 0.2 s each (0.4 s): runs −50 %
+    # and +50 %, the window 0.
+    # w2: one pass each, natively 0.1 s, replayed 0.125 s: −20 %.
+    for m in METHODS:
+        for rep, (w, nat, rep_s) in enumerate([("w1", 0.1, 0.2), ("w2", 0.1, 0.125)]):
+            rows.append({"window": w, "rep": 0, "method": m, "divergence": None, "res": {"n_tokens": 100, "time_ms": nat * 1e3},
+                         "tps_native": 100 / nat, "tps_replay": 100 / rep_s, "error_percent": 100 * (nat / rep_s - 1)})
+        rows.append({"window": "w1", "rep": 1, "method": m, "divergence": None, "res": {"n_tokens": 100, "time_ms": 300.0},
+                     "tps_native": 100 / 0.3, "tps_replay": 100 / 0.2, "error_percent": 100 * (0.3 / 0.2 - 1)})
+    s = summarize(rows)["methods"]["sd"]
+    assert s["runs"] == 3 and s["windows"] == 2
+    assert s["mae_percent"] == pytest.approx((0 + 20) / 2)
+    assert s["mae_runs_percent"] == pytest.approx((50 + 20 + 50) / 3)
+    summ = summarize(rows)
+    assert summ["target_only_tps_per_pass"] == pytest.approx([200 / 0.2, 100 / 0.3])
+    assert "device drift: target-only TPS per pass 1000.0 / 333.3" in render_native(summ)

@@ -229,6 +229,14 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
     to = out["methods"]["target-only"]["pooled_tps_native"]
     a = out["methods"]["as2d"]["pooled_tps_native"]
     out["as2d_over_target_only_native"] = a / to if a and to else None
+    # The device's own speed over the run: target-only pooled TPS per pass over the windows
+    # (the same requests each pass); the replay's frozen profile cannot follow such drift.
+    passes: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in rows:
+        if r["method"] == "target-only":
+            passes[r["rep"]][0] += r["res"]["n_tokens"]
+            passes[r["rep"]][1] += r["res"]["time_ms"] / 1e3
+    out["target_only_tps_per_pass"] = [n / t if t else None for _, (n, t) in sorted(passes.items())]
     return out
 
 
@@ -242,6 +250,10 @@ def render_native(summary: dict[str, Any]) -> str:
     r = summary.get("as2d_over_target_only_native")
     lines.append("")
     lines.append("native As²d / target-only pooled: " + ("—" if r is None else f"{r:.3f}×"))
+    per = [x for x in summary.get("target_only_tps_per_pass", []) if x]
+    if len(per) > 1:
+        lines.append("device drift: target-only TPS per pass " + " / ".join(f"{x:.1f}" for x in per)
+                     + f" ({100 * (max(per) / min(per) - 1):.1f} % apart)")
     for m, s in summary["methods"].items():
         for d in s["divergences"]:
             lines.append(f"DIVERGENCE {m} on {d['window']} (rep {d['rep']}): position {d['position']}, target-only "
