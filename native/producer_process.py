@@ -52,7 +52,10 @@ def _worker(cmds: Connection, events: Connection, models_dir: str | None, thread
         return
     events.send(("ready", pinned))
     while True:
-        msg = cmds.recv()
+        try:
+            msg = cmds.recv()
+        except (EOFError, OSError):  # the runner is gone
+            return
         if msg[0] == "quit":
             return
         if msg[0] != "request":  # a stop that arrived after the source had already ended
@@ -157,6 +160,9 @@ class ProducerWorker:
             self.close()
             raise UserError(f"the producer process could not load the models: {msg[1]}")
         self.pinned = bool(msg[1])
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
 
     def arm(self, name: str, audio: np.ndarray, limit: int, kind: str, batch: int) -> None:
         """Hand one request's audio to the worker (before the decode clock starts)."""

@@ -63,6 +63,9 @@ class Models:
         result's ``producer_mode``)."""
         if os.environ.get("AS2D_PRODUCER", "process") == "thread" or self._worker_failed:
             return None
+        if self._worker is not None and not self._worker.alive():  # it died with a request: start afresh
+            self._worker.close()
+            self._worker = None
         if self._worker is None:
             from native.producer_process import ProducerWorker
 

@@ -136,3 +136,26 @@ def test_runner_file_mode(tmp_path) -> None:
     events = [json.loads(x) for x in out.read_text().splitlines()]
     assert [e["event"] for e in events] == ["hello", "error", "bye"]
     assert "not JSON" in events[1]["message"]
+
+
+def test_a_dead_producer_process_is_replaced_for_the_next_request() -> None:
+    from as2d_cli.corpus.manifest import load_corpus
+    from as2d_cli.errors import UserError
+    from native.request import load_models, run_request
+
+    w = sorted(load_corpus().split("dev"), key=lambda w: w.seconds)[0]
+    audio = w.load_audio()
+    models = load_models()
+    s = {"method": "as2d", "source": "drafter", "budget": 2, "threshold": 0.4, "batch": 8, "window_bound": 8,
+         "max_tokens": 24, "events": False}
+    try:
+        first = run_request(models, audio, s, language=w.language)
+        assert first["producer_mode"] == "process"
+        models._worker.process.kill()
+        models._worker.process.join(10)
+        again = run_request(models, audio, s, language=w.language)  # a new worker, not a crash
+        assert again["producer_mode"] == "process" and again["tokens"] == first["tokens"]
+    except UserError as exc:  # pragma: no cover - the message must say what failed
+        pytest.fail(f"a dead worker was not replaced: {exc}")
+    finally:
+        models.close()
