@@ -5,7 +5,7 @@ they share machine conditions. Prints pooled TPS per method and per setting, the
 As²d/target-only ratio, the fraction of windows slower than target-only, and the pooled
 D, V, O, H of As²d. Every output is checked against target-only's tokens.
 
-    python benchmarks/native_speedup.py [--windows N] [--split test] [--budget 7] [--json out.json]
+    python benchmarks/native_speedup.py [--windows N] [--split test] [--budget 7] [--source drafter|ctc] [--json out.json]
 
 Goal on a 2-core host: As²d ≥ 1.5× target-only pooled, at most 5% of windows slower.
 """
@@ -30,6 +30,7 @@ def main() -> int:
     ap.add_argument("--split", default="test")
     ap.add_argument("--windows", type=int, default=40, help="windows to run (spread over the settings)")
     ap.add_argument("--budget", type=int, default=7)
+    ap.add_argument("--source", default="drafter", choices=["drafter", "ctc"], help="As²d's source")
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--methods", default="target-only,as2d,sd,asp")
     ap.add_argument("--json", type=Path)
@@ -54,7 +55,8 @@ def main() -> int:
         order = methods[i % len(methods):] + methods[: i % len(methods)]
         res = {}
         for m in order:
-            res[m] = r.call({"op": "decode", "window": w.id, "method": m, "budget": a.budget, "k": a.k, "events": False})
+            res[m] = r.call({"op": "decode", "window": w.id, "method": m, "budget": a.budget, "k": a.k,
+                             "source": a.source, "events": False})
         ref = res["target-only"]["tokens"]
         for m in methods:
             x = res[m]
