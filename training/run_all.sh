@@ -33,6 +33,21 @@ $PY training/make_corpus.py --only train --shard 2   # training/work/train_shard
 phases target  8e-4 4949  5847  8801  10215 13384 16929 &
 phases drafter 6e-4 10890 12852 19050 19050 25896 33514
 wait
+# Third session: a new anneal for each (re-warm over 150 steps, then linear to 0), the
+# phoneme CTC auxiliary (training/phonemes.py, --aux phones) and a fourth shard. The drafter's
+# anneal was shortened by wall clock near its end (a moved --deadline), so its step form is
+# approximate; the target's second core from step 22,636 changes speed, not the schedule.
+$PY training/make_corpus.py --only train --shard 3   # training/work/train_shards/3
+phases3() {  # model, lr, anneal start, phones start, shard-3 start, end
+  local m=$1 lr=$2 a=$3 p=$4 s3=$5 e=$6 n=$(( $6 - $3 ))
+  local base=(--lr "$lr" --guide-weight 2 --specaug --dropout 0.1)
+  if [ "$p" -gt "$a" ]; then train "$m" "$p" "$a" "$n" "${base[@]}" --shards 2; fi
+  if [ "$s3" -gt "$p" ]; then train "$m" "$s3" "$a" "$n" "${base[@]}" --shards 2 --aux phones --ctc-weight 0.5; fi
+  train "$m" "$e" "$a" "$n" "${base[@]}" --shards 3 --aux phones --ctc-weight 0.5
+}
+phases3 target 6e-4 16929 18114 19075 32624 &
+phases3 drafter 5e-4 33514 33514 33514 40848
+wait
 # The CTC source: 1,017 steps of the first schedule (not continued in the second session).
 $PY training/train.py --model ctc --threads 1 --max-steps 1017 --batch-frames 4000
 $PY training/export.py                           # ONNX files + models.json + training logs
