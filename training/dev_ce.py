@@ -1,0 +1,60 @@
+"""Teacher-forced cross-entropy and top-1 accuracy of a checkpoint on the development windows.
+
+Greedy WER on a few windows is too coarse to follow training; this is the per-token view:
+the decoder is fed the reference tokens and scored on predicting the next one.
+
+    python training/dev_ce.py training/work/target/ckpt.pt
+
+Prints CE (nats per BPE token, EOS included) and top-1 per setting and over all windows.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import train  # noqa: E402
+from models import Dims, Seq2Seq  # noqa: E402
+
+from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
+from as2d_cli.models.features import log_mel  # noqa: E402
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[3].strip())
+        return 2
+    torch.set_num_threads(1)
+    ck = torch.load(sys.argv[1], weights_only=False)
+    model = Seq2Seq(Dims(**ck["dims"]))
+    model.load_state_dict(ck["model"])
+    model.eval()
+    tok = train.load_tokenizer()
+    res: dict[str, list[float]] = {}
+    with torch.no_grad():
+        for w in load_corpus().split("dev"):
+            ids = tok.encode(w.text).ids
+            mel = torch.from_numpy(log_mel(w.load_audio()))[None]
+            inp = torch.tensor([[train.SOT] + ids])
+            tgt = torch.tensor([ids + [train.EOT]])
+            logits, _ = model(mel, torch.tensor([mel.shape[1]]), inp)
+            r = res.setdefault(w.setting, [0.0, 0.0, 0.0])
+            r[0] += F.cross_entropy(logits[0], tgt[0], reduction="sum").item()
+            r[1] += (logits[0].argmax(-1) == tgt[0]).sum().item()
+            r[2] += tgt.shape[1]
+    total = [sum(r[i] for r in res.values()) for i in range(3)]
+    print(f"step {ck['state']['step']}")
+    for k, r in sorted(res.items()):
+        print(f"  {k:13s} CE {r[0] / r[2]:.3f}  top-1 {r[1] / r[2]:.3f}")
+    print(f"  {'all':13s} CE {total[0] / total[2]:.3f}  top-1 {total[1] / total[2]:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
