@@ -75,7 +75,7 @@ class _BackgroundProducer:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        worker = self.models.producer_worker(self.cores) if hasattr(self.models, "producer_worker") else None
+        worker = self.models.producer_worker(self.cores)
         if worker is not None:  # as native requests run it: in its own process
             return self._run_process(worker)
         pin_current_thread(self.cores)

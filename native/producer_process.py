@@ -21,8 +21,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import threading
-import time
-import traceback
 from multiprocessing.connection import Connection
 from typing import Any, Sequence
 
@@ -77,53 +75,46 @@ def _worker(cmds: Connection, events: Connection, models_dir: str | None, thread
         _serve(units, kind, batch, int(go[1]), cmds, events)
 
 
+class _PipeBuffer:
+    """The worker's side of the candidate buffer: each publication goes to the runner."""
+
+    def __init__(self, events: Connection) -> None:
+        self.events = events
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def publish(self, tokens: list[int], t: int, confidences: list[float] | None) -> None:
+        self.events.send(("pub", t, self.count, tokens, confidences))
+        self.count += len(tokens)
+
+    def close(self) -> None:  # the runner's receiver closes the real buffer
+        pass
+
+
+class _StopRequested:
+    """The producer's stop flag in the worker: the runner's stop message is waiting."""
+
+    def __init__(self, cmds: Connection) -> None:
+        self.cmds = cmds
+
+    def is_set(self) -> bool:
+        return self.cmds.poll()
+
+
 def _serve(units: Any, kind: str, batch: int, origin: int, cmds: Connection, events: Connection) -> None:
-    """Producer.run's loop with times on the runner's decode clock; stops after the unit in
-    flight when the runner says so."""
-    steps: list[tuple[int, int, int]] = []
-    pend_t: list[int] = []
-    pend_c: list[float | None] = []
-    count = 0
-    finished = None
-    error = None
+    """:class:`native.producer.Producer`'s own loop, run in this process on the runner's
+    decode clock; it stops after the unit in flight when the runner says so."""
+    from native.producer import Producer
 
-    def now() -> int:
-        return time.perf_counter_ns() - origin
-
-    def publish(tokens: list[int], confs: list[float | None]) -> None:
-        nonlocal count
-        use = None if any(c is None for c in confs) else confs
-        events.send(("pub", now(), count, tokens, use))
-        count += len(tokens)
-
-    try:
-        while not cmds.poll():
-            start = now()
-            try:
-                unit = next(units)
-            except StopIteration:
-                if pend_t:  # the final partial batch, published at the source's end
-                    s0 = now()
-                    publish(pend_t, pend_c)
-                    steps.append((s0, now(), 0))
-                finished = now()
-                break
-            toks = [int(t) for t, _ in unit]
-            confs = [None if c is None else float(c) for _, c in unit]
-            if kind == "autoregressive":
-                pend_t += toks
-                pend_c += confs
-                if len(pend_t) >= batch:
-                    publish(pend_t, pend_c)
-                    pend_t, pend_c = [], []
-            elif toks:
-                publish(toks, confs)
-            steps.append((start, now(), len(toks)))
-    except BaseException as exc:
-        error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
+    producer = Producer(units, _PipeBuffer(events), WallClock(origin), kind=kind, batch=batch)  # type: ignore[arg-type]
+    producer.stop = _StopRequested(cmds)  # type: ignore[assignment]
+    producer.run()  # in this thread: the worker process is the producer's processor
     if cmds.poll():
         cmds.recv()  # the runner's stop
-    events.send(("done", steps, finished, error))
+    error = None if producer.error is None else f"{type(producer.error).__name__}: {producer.error}"
+    events.send(("done", producer.steps, producer.finished_at, error))
 
 
 class ProducerWorker:

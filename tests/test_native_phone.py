@@ -275,7 +275,7 @@ def test_cli_calibrate_quick_and_decode_on_the_emulated_phone(py_phone, tmp_path
     main_window, ctc_window = calibration_windows()
     steps = make_plan(main_window, quick=True, ctc_window=ctc_window, short_window=short_calibration_window(main_window),
                       episode_windows=episode_windows(main_window))
-    assert len(prof.device["gates"]) == len(steps) == 12 and all(g["passed"] for g in prof.device["gates"])
+    assert len(prof.device["gates"]) == len(steps) == 11 and all(g["passed"] for g in prof.device["gates"])
     assert prof.context is not None and prof.context.ref_audio_s > 0  # two window lengths, offsets 0 and 64
     assert prof.in_loop and "sd" in prof.in_loop  # native episodes ran on the phone (windows pushed there)
     wid = _shortest_test_window()

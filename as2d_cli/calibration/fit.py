@@ -13,7 +13,6 @@ from collections import defaultdict
 from statistics import median
 from typing import Any, Iterable, Mapping
 
-from as2d_cli.calibration.in_loop import apply_in_loop
 from as2d_cli.errors import UserError
 from as2d_cli.formats.profile import ContextCosts, CostProfile, DrafterCosts, Fit, SourceCosts
 
@@ -228,6 +227,8 @@ def fit_profile(samples: list[Mapping[str, Any]], device: Mapping[str, Any], *, 
     profile = CostProfile(device=dict(device), target_step_ms=target_step, verify_idle_ms=idle,
                           verify_concurrent_ratio=ratios, loop_ms=loop, align_ms=0.0, drafter=drafter,
                           sources=sources, fit=fit, created=created, context=ctx)
+    from as2d_cli.calibration.in_loop import apply_in_loop  # it builds on this module's fit
+
     return apply_in_loop(profile, all_samples)
 
 

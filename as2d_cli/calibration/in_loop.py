@@ -23,18 +23,11 @@ from collections import defaultdict
 from statistics import median
 from typing import Any, Mapping, Sequence
 
+from as2d_cli.calibration.fit import MIN_AUDIO_SPAN_S, _lstsq
 from as2d_cli.errors import FormatError
-from as2d_cli.formats.profile import CostProfile, SourceCosts
+from as2d_cli.formats.profile import IN_LOOP_KINDS, CostProfile, SourceCosts
 
 MIN_SAMPLES = 5  # fewer in-loop samples of an op than this: keep the sweep's figure
-MIN_AUDIO_SPAN_S = 2.0
-
-
-def _lstsq(rows: list[list[float]], y: list[float]) -> list[float]:
-    import numpy as np
-
-    coef, *_ = np.linalg.lstsq(np.asarray(rows, dtype=float), np.asarray(y, dtype=float), rcond=None)
-    return [float(c) for c in coef]
 
 
 def _tag(figure: str) -> tuple[str, str]:
@@ -242,7 +235,8 @@ def apply_in_loop(profile: CostProfile, samples: Sequence[Mapping[str, Any]]) ->
     profile = _serial_slopes(profile, by)
     pricer = _Pricer(profile)
     in_loop: dict[str, dict[str, float]] = {}
-    for family, kinds in (("sd", ("verify", "draft")), ("asp", ("verify", "draft", "paired", "refresh"))):
+    for family in ("sd", "asp"):  # the serial families; As²d's ratio is fitted below
+        kinds = IN_LOOP_KINDS[family]
         ops = by.get(family)
         if not ops or profile.drafter is None:
             continue

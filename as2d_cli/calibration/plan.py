@@ -58,10 +58,12 @@ def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("
         steps.append(Step(f"source-{s}", f"source {s} alone",
                           {"op": "calibrate", "what": "source", "source": s, "window": w}, 4))
     steps.append(Step("drafter", "serial drafter probes",
-                      {"op": "calibrate", "what": "drafter", "window": window, "reps": reps, "widths": list(range(1, 17)) if not quick else list(range(1, 17))}, 4))
-    steps.append(Step("loop", "serial SD rounds (loop residual)",
-                      {"op": "calibrate", "what": "loop", "window": window, "reps": 3 if not quick else 1, "max_tokens": 200}, 4))
-    if episode_windows:
+                      {"op": "calibrate", "what": "drafter", "window": window, "reps": reps, "widths": widths}, 4))
+    if not episode_windows:  # the episodes' serial rounds give the loop residual otherwise
+        steps.append(Step("loop", "serial SD rounds (loop residual)",
+                          {"op": "calibrate", "what": "loop", "window": window, "reps": 3 if not quick else 1,
+                           "max_tokens": 200}, 4))
+    else:
         steps.append(Step("episodes", f"native episodes of every method on {len(episode_windows)} windows",
                           {"op": "calibrate", "what": "episodes", "window": episode_windows[0],
                            "windows": list(episode_windows[1:]), "reps": 3 if not quick else 1},

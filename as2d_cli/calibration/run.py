@@ -61,8 +61,9 @@ def short_calibration_window(main: str, corpus: Any = None) -> str | None:
 
 
 def episode_windows(main: str, corpus: Any = None, n: int = 6) -> tuple[str, ...]:
-    """English development windows spread over the lengths up to the main window's: the
-    in-loop fit separates the target's step cost by audio length and by cache length."""
+    """``n`` English development windows spread evenly over their lengths (the main window
+    is the longest read one): the in-loop fit separates the target's step cost by audio
+    length and by cache length."""
     from as2d_cli.corpus.manifest import load_corpus
 
     corpus = corpus or load_corpus()

@@ -192,14 +192,11 @@ def in_loop(price: Callable[..., int], ratios: dict[str, float], finish: int | N
     before that pay the source's concurrent ratios instead."""
     if not ratios:
         return price
-    if finish is None:
-        def scaled(op: Op, now: int, *cache: int) -> int:
-            r = ratios.get(op.kind)
-            c = price(op, now, *cache)
-            return c if r is None else int(round(c * r))
-    else:
-        def scaled(op: Op, now: int, *cache: int) -> int:
-            c = price(op, now, *cache)
-            r = ratios.get(op.kind) if now >= finish else None
-            return c if r is None else int(round(c * r))
+    start = -1 if finish is None else finish  # serial methods: every call is in the loop
+
+    def scaled(op: Op, now: int, *cache: int) -> int:
+        c = price(op, now, *cache)
+        r = ratios.get(op.kind) if now >= start else None
+        return c if r is None else int(round(c * r))
+
     return scaled
