@@ -62,6 +62,13 @@ def test_refuses_charging(tmp_path: Path) -> None:
         analyse_episode(s, EPISODE)
 
 
+def test_charging_is_named_even_when_polls_are_sparse(tmp_path: Path) -> None:
+    # A loaded phone can miss polls; if it was also charging, charging is the cause to fix.
+    s = _series(tmp_path, poll_ms=10000, plugged=lambda t: True, duration_ms=40_000)  # ≤ 1 poll per window
+    with pytest.raises(MeasurementRefused, match=r"positive .*charging"):
+        analyse_episode(s, EPISODE)
+
+
 def test_refuses_missing_voltage(tmp_path: Path) -> None:
     s = _series(tmp_path, faults=GaugeFaults(report_voltage=False))
     with pytest.raises(MeasurementRefused, match="no battery voltage"):

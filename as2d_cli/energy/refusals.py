@@ -89,6 +89,16 @@ def check_window(series: BatterySeries, t0: int, t1: int, label: str,
             "gauge dropped counters — rerun the measurement"
         )
 
+    # Charging first: it is the cause to fix, and a loaded phone may also miss a poll.
+    pos = np.flatnonzero(cur > 0)
+    if pos.size:
+        k = int(pos[0])
+        raise MeasurementRefused(
+            f"{label}: battery current is positive ({cur[k]:.0f} µA at boot time "
+            f"{ts[k] / 1e9:.3f} s) — the phone was charging; disconnect USB for the whole "
+            "episode (or use wireless adb) and rerun"
+        )
+
     window_s = (t1 - t0) / 1e9
     poll_s = poll_period_s(series)
     inside = int(((series.t_ns >= t0) & (series.t_ns <= t1)).sum())
@@ -100,15 +110,6 @@ def check_window(series: BatterySeries, t0: int, t1: int, label: str,
             f"{label}: too few samples — {inside} battery polls inside a {window_s:.2f} s "
             f"window (need ≥ {need}; largest gap {gap_s:.2f} s, allowed {max_gap:.2f} s); "
             "poll at 250 ms and keep traced running for the whole episode"
-        )
-
-    pos = np.flatnonzero(cur > 0)
-    if pos.size:
-        k = int(pos[0])
-        raise MeasurementRefused(
-            f"{label}: battery current is positive ({cur[k]:.0f} µA at boot time "
-            f"{ts[k] / 1e9:.3f} s) — the phone was charging; disconnect USB for the whole "
-            "episode (or use wireless adb) and rerun"
         )
 
     med_i = float(np.median(np.abs(cur)))
