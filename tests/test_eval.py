@@ -104,3 +104,30 @@ def test_native_summary_pools_each_windows_repetitions_and_reports_drift() -> No
     summ = summarize(rows)
     assert summ["target_only_tps_per_pass"] == pytest.approx([200 / 0.2, 100 / 0.3])
     assert "device drift: target-only TPS per pass 1000.0 / 333.3" in render_native(summ)
+
+
+def test_native_summary_drift_adjusted_agreement_removes_the_devices_common_mode_speed() -> None:
+    """The device runs 1.0× then 1.5× slower than the profile in two passes; target-only's
+    replay misses by the drift alone, SD's replay is also 10 % optimistic of its own. The
+    frozen-profile errors carry the drift; the drift-adjusted ones leave SD's 10 %."""
+    from as2d_cli.evaluate.native import METHODS, render_native, summarize
+
+    rows = []
+    for rep, slow in enumerate([1.0, 1.5]):
+        for w in ("w1", "w2"):
+            for m in METHODS:
+                rep_s = 0.2
+                nat = rep_s * slow * (1.1 if m == "sd" else 1.0)  # SD natively 10 % slower than its replay says
+                rows.append({"window": w, "rep": rep, "method": m, "divergence": None,
+                             "res": {"n_tokens": 100, "time_ms": nat * 1e3},
+                             "tps_native": 100 / nat, "tps_replay": 100 / rep_s, "error_percent": 100 * (nat / rep_s - 1)})
+    summ = summarize(rows)
+    to, sd = summ["methods"]["target-only"], summ["methods"]["sd"]
+    assert summ["drift_factor_per_pass"] == pytest.approx([1.0, 1.5])
+    assert to["pooled_error_percent"] == pytest.approx(100 * (0.5 / 0.4 - 1))  # the drift alone: +25 %
+    assert to["pooled_error_drift_adjusted_percent"] == pytest.approx(0.0)
+    assert to["mae_drift_adjusted_percent"] == pytest.approx(0.0)
+    assert sd["mae_percent"] == pytest.approx(100 * (0.55 / 0.4 - 1))
+    assert sd["mae_drift_adjusted_percent"] == pytest.approx(10.0)
+    assert sd["pooled_error_drift_adjusted_percent"] == pytest.approx(10.0)
+    assert "drift-adj" in render_native(summ) and "1.000 / 1.500" in render_native(summ)

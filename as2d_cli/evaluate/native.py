@@ -196,8 +196,42 @@ def _eos(rows: list[dict]) -> int:
     return -1
 
 
+def _drift_factors(rows: list[dict]) -> dict[int, float]:
+    """Per pass, target-only's pooled native time over its replayed time: how much slower
+    (> 1) or faster the device ran in that pass than the frozen profile says."""
+    acc: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in rows:
+        if r["method"] == "target-only" and r["tps_replay"] and r["tps_native"]:
+            acc[r["rep"]][0] += r["res"]["n_tokens"] / r["tps_native"]
+            acc[r["rep"]][1] += r["res"]["n_tokens"] / r["tps_replay"]
+    return {rep: nat / rep_t for rep, (nat, rep_t) in acc.items() if rep_t > 0}
+
+
+def _agreement(sel: list[dict], scale: Callable[[dict], float | None]) -> tuple[float | None, float | None, int]:
+    """(MAE over windows, pooled error, windows) with each run's replayed time multiplied
+    by ``scale(row)`` (1 for the frozen profile; rows whose scale is None are left out)."""
+    per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    nat_t = rep_t = 0.0
+    for r in sel:
+        f = scale(r)
+        if not (r["tps_replay"] and r["tps_native"]) or f is None:
+            continue
+        n = r["res"]["n_tokens"]
+        per[r["window"]][0] += n / r["tps_native"]
+        per[r["window"]][1] += n / r["tps_replay"] * f
+        nat_t += n / r["tps_native"]
+        rep_t += n / r["tps_replay"] * f
+    # A window's error pools its repetitions (D.3's per-window error; with one repetition
+    # the same as per run): TPS_replay / TPS_native − 1 = native time / replayed time − 1.
+    werrs = [100.0 * (nat / rep - 1.0) for nat, rep in per.values() if rep > 0]
+    mae = sum(abs(e) for e in werrs) / len(werrs) if werrs else None
+    pooled = 100.0 * (nat_t / rep_t - 1.0) if rep_t > 0 else None
+    return mae, pooled, len(per)
+
+
 def summarize(rows: list[dict]) -> dict[str, Any]:
     out: dict[str, Any] = {"methods": {}}
+    drift = _drift_factors(rows)
     for m in METHODS:
         sel = [r for r in rows if r["method"] == m]
         tok = sum(r["res"]["n_tokens"] for r in sel)
@@ -205,27 +239,25 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         t_rep = sum(r["res"]["n_tokens"] / r["tps_replay"] for r in sel if r["tps_replay"]) if sel else 0.0
         errs = [r["error_percent"] for r in sel if r["error_percent"] is not None]
         inexact = [r for r in sel if r["divergence"] is not None]
-        # Per window, its repetitions pooled (D.3's per-window error; with one repetition
-        # the same as per run): a window's TPS over all its runs, native and replayed.
-        per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-        for r in sel:
-            if r["tps_replay"] and r["tps_native"]:
-                acc = per[r["window"]]
-                acc[0] += r["res"]["n_tokens"]
-                acc[1] += r["res"]["n_tokens"] / r["tps_native"]
-                acc[2] += r["res"]["n_tokens"] / r["tps_replay"]
-        werrs = [100.0 * (nat / rep - 1.0) for _, nat, rep in per.values() if rep > 0]
+        mae, pooled, n_windows = _agreement(sel, lambda r: 1.0)
+        # The same with the device's common-mode drift taken out: each pass's replay scaled by
+        # target-only's native/replayed time in that pass (target-only's own pooled error is
+        # then 0 by construction; the other methods' residual is their cost model's error).
+        mae_adj, pooled_adj, _ = _agreement(sel, lambda r: drift.get(r["rep"]))
         out["methods"][m] = {
             "runs": len(sel),
-            "windows": len(per),
+            "windows": n_windows,
             "pooled_tps_native": tok / t_nat if t_nat else None,
             "pooled_tps_replay": tok / t_rep if t_rep else None,
-            "mae_percent": sum(abs(e) for e in werrs) / len(werrs) if werrs else None,
+            "mae_percent": mae,
             "mae_runs_percent": sum(abs(e) for e in errs) / len(errs) if errs else None,
-            "pooled_error_percent": (100.0 * ((tok / t_rep) / (tok / t_nat) - 1.0)) if t_rep and t_nat else None,
+            "pooled_error_percent": pooled,
+            "mae_drift_adjusted_percent": mae_adj,
+            "pooled_error_drift_adjusted_percent": pooled_adj,
             "exact": len(sel) - len(inexact),
             "divergences": [{"window": r["window"], "rep": r["rep"], **r["divergence"]} for r in inexact],
         }
+    out["drift_factor_per_pass"] = [drift[k] for k in sorted(drift)]
     to = out["methods"]["target-only"]["pooled_tps_native"]
     a = out["methods"]["as2d"]["pooled_tps_native"]
     out["as2d_over_target_only_native"] = a / to if a and to else None
@@ -241,11 +273,12 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
 
 
 def render_native(summary: dict[str, Any]) -> str:
-    head = ["method", "runs", "native TPS", "replay TPS", "MAE %", "pooled err %", "exact"]
+    head = ["method", "runs", "native TPS", "replay TPS", "MAE %", "pooled err %", "MAE % drift-adj", "exact"]
     body = []
     for m, s in summary["methods"].items():
         body.append([m, str(s["runs"]), _f(s["pooled_tps_native"]), _f(s["pooled_tps_replay"]), _f(s["mae_percent"]),
-                     _f(s["pooled_error_percent"], signed=True), f"{s['exact']}/{s['runs']}"])
+                     _f(s["pooled_error_percent"], signed=True), _f(s.get("mae_drift_adjusted_percent")),
+                     f"{s['exact']}/{s['runs']}"])
     lines = text_table(head, body)
     r = summary.get("as2d_over_target_only_native")
     lines.append("")
@@ -254,6 +287,9 @@ def render_native(summary: dict[str, Any]) -> str:
     if len(per) > 1:
         lines.append("device drift: target-only TPS per pass " + " / ".join(f"{x:.1f}" for x in per)
                      + f" ({100 * (max(per) / min(per) - 1):.1f} % apart)")
+    if summary.get("drift_factor_per_pass"):
+        lines.append("drift-adj: each pass's replay scaled by target-only's native/replayed time in that pass "
+                     "(" + " / ".join(f"{f:.3f}" for f in summary["drift_factor_per_pass"]) + ")")
     for m, s in summary["methods"].items():
         for d in s["divergences"]:
             lines.append(f"DIVERGENCE {m} on {d['window']} (rep {d['rep']}): position {d['position']}, target-only "
