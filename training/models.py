@@ -32,6 +32,7 @@ class Dims:
     vocab: int = 1024
     max_tokens: int = 320
     conv_kernel: int = 0  # >0: a depthwise convolution module in every encoder layer
+    stride: int = 4  # mel frames per encoder frame: 4 (25 frames/s) or 2 (50 frames/s)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -39,7 +40,10 @@ class Dims:
 
 TARGET = Dims(d=256, heads=4, enc_layers=4, dec_layers=4, ffn=1024)
 DRAFTER = Dims(d=192, heads=3, enc_layers=3, dec_layers=2, ffn=768)
-CTC = Dims(d=192, heads=3, enc_layers=5, dec_layers=0, ffn=768)
+# The character CTC runs at 50 frames/s: espeak speaks ~26 characters/s (median, test
+# split; up to 33), and CTC needs at least one frame per character, so at 25 frames/s most
+# utterances had no valid alignment (their loss was zeroed) and the model barely learned.
+CTC = Dims(d=192, heads=3, enc_layers=5, dec_layers=0, ffn=768, stride=2)
 
 
 DROPOUT = 0.0  # residual-branch dropout while training (train.py --dropout); eval/export ignore it
@@ -71,12 +75,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 
 
 class Front(nn.Module):
-    """Two stride-2 convolutions: 100 mel frames/s -> 25 encoder frames/s."""
+    """Two convolutions: 100 mel frames/s -> 25 (stride 4) or 50 (stride 2) encoder frames/s."""
 
-    def __init__(self, n_mels: int, d: int):
+    def __init__(self, n_mels: int, d: int, stride: int = 4):
         super().__init__()
+        if stride not in (2, 4):
+            raise ValueError(f"front-end stride {stride} is not 2 or 4")
         self.c1 = nn.Conv1d(n_mels, d, 3, stride=2, padding=1)
-        self.c2 = nn.Conv1d(d, d, 3, stride=2, padding=1)
+        self.c2 = nn.Conv1d(d, d, 3, stride=stride // 2, padding=1)
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:  # (B,T,n_mels) -> (B,S,d)
         x = F.gelu(self.c1(mel.transpose(1, 2)))
@@ -84,10 +90,11 @@ class Front(nn.Module):
         return x.transpose(1, 2)
 
 
-def out_frames(mel_frames: torch.Tensor) -> torch.Tensor:
-    """Encoder frames for a number of mel frames (two stride-2, pad-1, kernel-3 convs)."""
+def out_frames(mel_frames: torch.Tensor, stride: int = 4) -> torch.Tensor:
+    """Encoder frames for a number of mel frames (pad-1, kernel-3 convs of stride 2, then
+    2 or 1)."""
     s = (mel_frames - 1) // 2 + 1
-    return (s - 1) // 2 + 1
+    return (s - 1) // 2 + 1 if stride == 4 else s
 
 
 class EncLayer(nn.Module):
@@ -121,7 +128,8 @@ class Encoder(nn.Module):
     def __init__(self, dm: Dims):
         super().__init__()
         self.d = dm.d
-        self.front = Front(dm.n_mels, dm.d)
+        self.stride = dm.stride
+        self.front = Front(dm.n_mels, dm.d, dm.stride)
         self.layers = nn.ModuleList([EncLayer(dm) for _ in range(dm.enc_layers)])
         self.ln = nn.LayerNorm(dm.d)
 
@@ -130,7 +138,7 @@ class Encoder(nn.Module):
         x = x + sinusoids(x.shape[1], self.d).to(x.dtype)
         mask = None
         if lengths is not None:
-            s_len = out_frames(lengths)
+            s_len = out_frames(lengths, self.stride)
             mask = (torch.arange(x.shape[1])[None, :] < s_len[:, None])[:, None, None, :]
         for layer in self.layers:
             x = layer(x, mask)

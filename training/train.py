@@ -147,12 +147,22 @@ def spec_augment(mel: torch.Tensor, lengths: torch.Tensor, gen: torch.Generator)
     return mel
 
 
-def ctc_loss(logits: torch.Tensor, mel_lengths: torch.Tensor, labs: list[list[int]]) -> torch.Tensor:
+def ctc_loss(logits: torch.Tensor, mel_lengths: torch.Tensor, labs: list[list[int]], stride: int = 4) -> torch.Tensor:
     lp = F.log_softmax(logits, dim=-1).transpose(0, 1)  # (S,B,C)
-    in_len = out_frames(mel_lengths)
+    in_len = out_frames(mel_lengths, stride)
     flat = torch.tensor([t for x in labs for t in x], dtype=torch.long)
     tl = torch.tensor([len(x) for x in labs])
     return F.ctc_loss(lp, flat, in_len, tl, blank=0, reduction="mean", zero_infinity=True)
+
+
+def ctc_infeasible(items: list[dict], labels: list[list[int]], stride: int) -> float:
+    """Fraction of utterances whose CTC target cannot be aligned at all (fewer encoder
+    frames than labels plus the blanks between repeats): zero_infinity silently drops them."""
+    bad = 0
+    for it, lab in zip(items, labels):
+        need = len(lab) + sum(1 for a, b in zip(lab, lab[1:]) if a == b)
+        bad += int(out_frames(torch.tensor(it["frames"]), stride)) < need
+    return bad / max(1, len(items))
 
 
 def guided_attention_loss(model: Seq2Seq, mel_lengths: torch.Tensor, labs: list[list[int]], g: float = 0.2) -> torch.Tensor:
@@ -283,7 +293,9 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     log.write(json.dumps({"event": "start", "step": state["step"], "params": n_params, "dims": dims.to_dict(),
                           "shards": data.shards, "items": len(data.items),
-                          "batches_per_epoch": len(data.batches), "short_batches": len(data.short), "args": vars(args)}) + "\n")
+                          "batches_per_epoch": len(data.batches), "short_batches": len(data.short),
+                          "ctc_infeasible": round(ctc_infeasible(data.items, data.aux, dims.stride), 4),
+                          "args": vars(args)}) + "\n")
     log.flush()
 
     def save() -> None:
@@ -343,7 +355,7 @@ def main() -> None:
             spec_augment(batch[0], batch[1], aug)  # in place: (mel, lengths, ...)
         if kind == "ctc":
             mel, lengths, labs = batch
-            loss = ctc_loss(model(mel, lengths), lengths, labs)
+            loss = ctc_loss(model(mel, lengths), lengths, labs, dims.stride)
             ce = torch.tensor(0.0)
             cl = loss
         else:
