@@ -220,12 +220,14 @@ class Seq2Seq(nn.Module):
         self.decoder = Decoder(dm)
         self.ctc_head = nn.Linear(dm.d, dm.vocab)  # blank = pad id 0; training only
 
-    def forward(self, mel, mel_lengths, tokens):
+    def forward(self, mel, mel_lengths, tokens, head_only_aux: bool = False):
+        """``head_only_aux``: the auxiliary CTC trains its head alone (no gradient into the
+        encoder), for a freshly initialised head on a trained encoder."""
         enc, mask = self.encoder(mel, mel_lengths)
         ck, cv = self.decoder.cross_kv(enc)
         pk, pv = self.decoder.empty_past(mel.shape[0])
         logits, _, _ = self.decoder(tokens, pk, pv, ck, cv, mask)
-        return logits, self.ctc_head(enc)
+        return logits, self.ctc_head(enc.detach() if head_only_aux else enc)
 
 
 class CtcModel(nn.Module):

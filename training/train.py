@@ -56,13 +56,17 @@ class Data:
     """Training items bucketed into padded batches of at most `batch_frames` mel frames."""
 
     def __init__(self, kind: str, batch_frames: int, max_items: int, short_frames: int = 1000,
-                 shards: int | None = None, aux: str = "tokens"):
+                 shards: int | None = None, aux: str = "tokens", only: set[int] | None = None):
         # The base set plus extra shards 1..``shards`` (training/make_corpus.py --shard N;
         # None: every shard present).
         extra = sorted((WORK / "train_shards").glob("*"), key=lambda p: int(p.name)) if (WORK / "train_shards").exists() else []
         if shards is not None:
             extra = [d for d in extra if int(d.name) <= shards]
         dirs = [d for d in [WORK / "train", *extra] if (d / "index.json").exists()]
+        if only is not None:  # exactly these sets (0 = the base set)
+            dirs = [d for d in dirs if (0 if d == WORK / "train" else int(d.name)) in only]
+            if not dirs:
+                raise SystemExit(f"none of the training sets {sorted(only)} exist under {WORK}")
         self.feats = [np.load(d / "features.npy", mmap_mode="r") for d in dirs]
         idx = []
         for k, d in enumerate(dirs):
@@ -243,7 +247,13 @@ def main() -> None:
     ap.add_argument("--guide-weight", type=float, default=0.0, help="guided cross-attention loss weight (0: off)")
     ap.add_argument("--specaug", action="store_true", help="SpecAugment the training features")
     ap.add_argument("--dropout", type=float, default=0.0, help="residual-branch dropout while training")
+    ap.add_argument("--aux-head-steps", type=int, default=0,
+                    help="train the auxiliary CTC head alone (encoder detached) for this many steps "
+                         "after the start step: a rebuilt checkpoint (from_onnx.py) has a fresh head whose "
+                         "first gradients would otherwise disturb the trained encoder")
     ap.add_argument("--shards", type=int, default=None, help="extra corpus shards to use (default: all present)")
+    ap.add_argument("--only-sets", default=None,
+                    help="comma-separated training sets to use, exactly (0 = the base set, N = shard N)")
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--anneal-from", type=int, default=None,
@@ -270,7 +280,8 @@ def main() -> None:
     ckpt = out / "ckpt.pt"
     if ckpt.exists():  # a resumed run keeps the dimensions it was started with
         dims = Dims(**torch.load(ckpt, weights_only=False)["dims"])
-    data = Data(kind, args.batch_frames, args.max_items, shards=args.shards, aux=args.aux)
+    only = {int(x) for x in args.only_sets.split(",")} if args.only_sets else None
+    data = Data(kind, args.batch_frames, args.max_items, shards=args.shards, aux=args.aux, only=only)
     if kind == "ctc":
         model = CtcModel(dims, len(char_table()) + 1)
     else:
@@ -320,6 +331,8 @@ def main() -> None:
     state["items"] = len(data.items)
     order = data.epoch_order(state["epoch"])
     start_step, start_time = state["step"], time.time()
+    # Kept in the checkpoint so a resumed run does not restart the head-only phase.
+    aux_head_until = state.setdefault("aux_head_until", start_step + args.aux_head_steps)
     if args.deadline is not None:
         old = state.get("anneal")
         if old is not None and old["deadline"] <= start_time:  # that anneal ended: a new one starts here
@@ -363,7 +376,7 @@ def main() -> None:
             guide = args.guide_weight > 0
             for layer in model.decoder.layers:
                 layer.keep = [] if guide else None
-            logits, ctc_logits = model(mel, lengths, inp)
+            logits, ctc_logits = model(mel, lengths, inp, head_only_aux=step <= aux_head_until)
             ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
             cl = ctc_loss(ctc_logits, lengths, aux)
             loss = ce + args.ctc_weight * cl
