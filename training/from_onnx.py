@@ -39,8 +39,11 @@ SEEDS = {"target": 11, "drafter": 22, "ctc": 33}
 
 def _scope_to_param(scope: str) -> str:
     """'/encoder/layers.0/mlp/mlp.0/MatMul' -> 'encoder.layers.0.mlp.0.weight';
-    '/ck_2/MatMul' (the encoder export's per-layer cross K/V) -> 'decoder.layers.2.ck.weight'."""
+    '/ck_2/MatMul' (the encoder export's per-layer cross K/V) -> 'decoder.layers.2.ck.weight';
+    '/m/head/MatMul' -> 'head.weight'."""
     parts = scope.strip("/").split("/")[:-1]
+    if parts and parts[0] == "m":  # ctc.onnx keeps its export wrapper's scope: '/m/encoder/...'
+        parts = parts[1:]
     m = re.fullmatch(r"(ck|cv)(?:_(\d+))?", parts[0]) if len(parts) == 1 else None
     if m:
         return f"decoder.layers.{int(m.group(2) or 0)}.{m.group(1)}.weight"
@@ -61,7 +64,7 @@ def onnx_params(path: Path) -> dict[str, np.ndarray]:
         for name in node.input:
             if name in inits and name.startswith("onnx::"):
                 key = _scope_to_param(node.name)
-                if key == ".weight" or key == "decoder.weight":  # logits @ emb.T: the tied copy
+                if key == "decoder.weight":  # logits @ emb.T: the tied copy of decoder.emb.weight
                     continue
                 out[key] = inits[name].T.copy()
     return out

@@ -90,7 +90,7 @@ class Front(nn.Module):
         return x.transpose(1, 2)
 
 
-def out_frames(mel_frames: torch.Tensor, stride: int = 4) -> torch.Tensor:
+def out_frames(mel_frames: torch.Tensor, stride: int) -> torch.Tensor:
     """Encoder frames for a number of mel frames (pad-1, kernel-3 convs of stride 2, then
     2 or 1)."""
     s = (mel_frames - 1) // 2 + 1

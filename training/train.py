@@ -151,7 +151,7 @@ def spec_augment(mel: torch.Tensor, lengths: torch.Tensor, gen: torch.Generator)
     return mel
 
 
-def ctc_loss(logits: torch.Tensor, mel_lengths: torch.Tensor, labs: list[list[int]], stride: int = 4) -> torch.Tensor:
+def ctc_loss(logits: torch.Tensor, mel_lengths: torch.Tensor, labs: list[list[int]], stride: int) -> torch.Tensor:
     lp = F.log_softmax(logits, dim=-1).transpose(0, 1)  # (S,B,C)
     in_len = out_frames(mel_lengths, stride)
     flat = torch.tensor([t for x in labs for t in x], dtype=torch.long)
@@ -177,7 +177,7 @@ def guided_attention_loss(model: Seq2Seq, mel_lengths: torch.Tensor, labs: list[
     if not maps:
         return torch.tensor(0.0)
     b, _, n, s = maps[0].shape
-    t_len = out_frames(mel_lengths).float()
+    t_len = out_frames(mel_lengths, model.encoder.stride).float()
     n_len = torch.tensor([len(x) + 1 for x in labs], dtype=torch.float32)
     tn = torch.arange(n, dtype=torch.float32)[None, :, None] / n_len[:, None, None]
     ts = torch.arange(s, dtype=torch.float32)[None, None, :] / t_len[:, None, None]
@@ -378,7 +378,7 @@ def main() -> None:
                 layer.keep = [] if guide else None
             logits, ctc_logits = model(mel, lengths, inp, head_only_aux=step <= aux_head_until)
             ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
-            cl = ctc_loss(ctc_logits, lengths, aux)
+            cl = ctc_loss(ctc_logits, lengths, aux, dims.stride)
             loss = ce + args.ctc_weight * cl
             if guide:
                 ga = guided_attention_loss(model, lengths, labs)
