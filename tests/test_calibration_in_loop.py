@@ -140,3 +140,23 @@ def test_in_loop_drafting_gives_the_drafter_slopes() -> None:
                             "position": p, "audio_s": a})
     c = apply_in_loop(base, ops).context
     assert c.drafter_ms_per_token == pytest.approx(0.001) and c.drafter_ms_per_audio_s == pytest.approx(0.01)
+
+
+def test_a_preempted_repetition_does_not_move_the_fitted_step() -> None:
+    """Three repetitions per window, one of them run by a host that was twice as slow
+    throughout: the fitted step is the typical repetition's (evaluation compares the replay
+    with the median native run), where a plain mean would raise it by a third."""
+    rows = []
+    for a in AUDIO:
+        w = f"w{a}"
+        for rep, slow in enumerate((1.0, 2.0, 1.0)):
+            for s in _target_only_samples():
+                if s.get("audio_s") == a and s["figure"].endswith("target_step"):
+                    rows.append({**s, "ms": s["ms"] * slow, "window": w, "rep": rep})
+            rows.append({"figure": "loop.target-only.episode", "ms": 10.0, "rounds": 34, "unaccounted_ms": 34 * 0.05,
+                         "audio_s": a, "window": w, "rep": rep})
+    p = fit_profile(_synthetic_samples() + rows, {"name": "s"}, ref_audio_s=12.0)
+    assert p.target_step_ms == pytest.approx(0.4 + 0.05, rel=0.02)
+    plain = fit_profile(_synthetic_samples() + [{k: v for k, v in r.items() if k != "rep"} for r in rows],
+                        {"name": "s"}, ref_audio_s=12.0)
+    assert plain.target_step_ms > 0.4 + 0.05 + 0.1

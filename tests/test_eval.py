@@ -106,6 +106,24 @@ def test_native_summary_pools_each_windows_repetitions_and_reports_drift() -> No
     assert "device drift: target-only TPS per pass 1000.0 / 333.3" in render_native(summ)
 
 
+def test_native_summary_median_agreement_ignores_one_preempted_repetition() -> None:
+    """D.3 compares the replay with the median native latency of the repetitions: one run
+    preempted to 3× its time moves the pooled figure, not the median one."""
+    from as2d_cli.evaluate.native import METHODS, render_native, summarize
+
+    rows = []
+    for m in METHODS:
+        for rep, nat in enumerate([0.20, 0.22, 0.60, 0.18, 0.19]):  # replayed 0.2 s each time
+            rows.append({"window": "w1", "rep": rep, "method": m, "divergence": None,
+                         "res": {"n_tokens": 100, "time_ms": nat * 1e3},
+                         "tps_native": 100 / nat, "tps_replay": 100 / 0.2, "error_percent": 100 * (nat / 0.2 - 1)})
+    s = summarize(rows)["methods"]["as2d"]
+    assert s["mae_median_percent"] == pytest.approx(0.0, abs=1e-9)
+    assert s["pooled_error_median_percent"] == pytest.approx(0.0, abs=1e-9)
+    assert s["mae_percent"] == pytest.approx(100 * (1.39 / 1.0 - 1))  # pooled: the preempted run counts
+    assert "MAE % (median)" in render_native(summarize(rows))
+
+
 def test_native_summary_drift_adjusted_agreement_removes_the_devices_common_mode_speed() -> None:
     """The device runs 1.0× then 1.5× slower than the profile in two passes; target-only's
     replay misses by the drift alone, SD's replay is also 10 % optimistic of its own. The

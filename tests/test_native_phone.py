@@ -313,7 +313,7 @@ def test_eval_native_gates_each_window_on_the_phone(make_emulated_phone, tmp_pat
               "--windows", "1", "--rest", "0", "--interval", "0.05"])
     err = capsys.readouterr().err
     assert e.value.code == 3, err
-    assert "native window 1/3" in err and "not started: gate failed: CPU3 offline" in err and "Traceback" not in err
+    assert "native window 1/6" in err  # 1 window × (1 warm-up + 5 measured passes) and "not started: gate failed: CPU3 offline" in err and "Traceback" not in err
     # The runner started once (hello, load); no window was decoded.
     assert sum("native.runner" in s for s in session.phone.history) == 1
     assert list((tmp_path / "res").glob("*/results.json")) and not list((tmp_path / "res").glob("*/native.json"))

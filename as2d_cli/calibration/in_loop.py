@@ -83,17 +83,35 @@ class _Pricer:
         return None
 
 
+MIN_REPS = 3  # repetitions per window needed to take a median over them
+
+
+def typical_sums(rows: Sequence[tuple[Mapping[str, Any], float, float]]) -> tuple[float, float]:
+    """Σ observed and Σ predicted over ``(sample, observed, predicted)`` rows, as a typical
+    repetition sees them: per window, the median over its repetitions of each repetition's
+    sums (a whole run preempted by the host moves a mean, not a median — evaluation compares
+    the replay with the median native run, D.3). Plain sums when the samples do not name
+    their window and repetition, or a window has fewer than MIN_REPS repetitions."""
+    per: dict[Any, dict[Any, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    for s, o, p in rows:
+        acc = per[s.get("window")][s.get("rep")]
+        acc[0] += o
+        acc[1] += p
+    if any(w is None or len(reps) < MIN_REPS or None in reps for w, reps in per.items()):
+        return sum(o for _, o, _ in rows), sum(p for *_, p in rows)
+    return (sum(median(a[0] for a in reps.values()) for reps in per.values()),
+            sum(median(a[1] for a in reps.values()) for reps in per.values()))
+
+
 def _ratio(samples: Sequence[Mapping[str, Any]], pricer: _Pricer, op: str) -> float | None:
-    obs = pred = 0.0
-    n = 0
+    rows = []
     for s in samples:
         p = pricer.op(s, op)
         if p is None or p <= 0:
             continue
-        obs += float(s["ms"])
-        pred += p
-        n += 1
-    return obs / pred if n >= MIN_SAMPLES and pred > 0 else None
+        rows.append((s, float(s["ms"]), p))
+    obs, pred = typical_sums(rows)
+    return obs / pred if len(rows) >= MIN_SAMPLES and pred > 0 else None
 
 
 def _target_step(profile: CostProfile, ops: Mapping[str, list[Mapping[str, Any]]]) -> CostProfile:
@@ -117,14 +135,17 @@ def _target_step(profile: CostProfile, ops: Mapping[str, list[Mapping[str, Any]]
         return [1.0, float(s.get("position", 0)) - ctx.ref_tokens] + ([a - ctx.ref_audio_s] if two else [])
 
     # Slopes from the steps without preemptions (over 3× their window's median), then the
-    # intercept moved so the fit's total equals every measured step's (preemptions happen
-    # natively too; the replay spreads them over all steps).
+    # intercept moved so the fit's total equals a typical repetition's measured total
+    # (preemptions inside a run happen natively too; the replay spreads them over all steps).
     med: dict[float, float] = {}
     for a in set(auds):
         med[a] = median(float(s["ms"]) for s, x in zip(steps, auds) if x == a)
     keep = [(s, a) for s, a in zip(steps, auds) if float(s["ms"]) <= 3 * med[a]]
-    coef = _lstsq([row(s, a) for s, a in keep], [float(s["ms"]) for s, _ in keep])
-    coef[0] += sum(float(s["ms"]) - sum(c * x for c, x in zip(coef, row(s, a))) for s, a in zip(steps, auds)) / len(steps)
+    coef = _lstsq(*_typical_steps(keep, row))
+    fitted = [sum(c * x for c, x in zip(coef, row(s, a))) for s, a in zip(steps, auds)]
+    obs, pred = typical_sums([(s, float(s["ms"]), f) for s, f in zip(steps, fitted)])
+    n_typical, _ = typical_sums([(s, 1.0, 1.0) for s in steps])
+    coef[0] += (obs - pred) / n_typical
     a, b = coef[0], max(0.0, coef[1])
     c = max(0.0, coef[2]) if two else ctx.target_ms_per_audio_s
     # Keep every width's slopes ≥ 0 with the new K1 slopes.
@@ -134,6 +155,24 @@ def _target_step(profile: CostProfile, ops: Mapping[str, list[Mapping[str, Any]]
     new_ctx = dataclasses.replace(ctx, target_ms_per_token=b, target_ms_per_audio_s=c,
                                   target_ms_per_token_per_width=tw, target_ms_per_audio_s_per_width=aw)
     return dataclasses.replace(profile, target_step_ms=a + extra, context=new_ctx)
+
+
+def _typical_steps(keep: Sequence[tuple[Mapping[str, Any], float]], row: Any) -> tuple[list[list[float]], list[float]]:
+    """Least-squares rows and values: one per step, or — when every sample names its window
+    and repetition and each window has MIN_REPS of them — one per (window, position) with
+    the median over the repetitions, so a repetition the host slowed throughout does not
+    tilt the slopes."""
+    groups: dict[tuple[Any, Any], list[float]] = defaultdict(list)
+    reps: dict[Any, set] = defaultdict(set)
+    first: dict[tuple[Any, Any], tuple[Mapping[str, Any], float]] = {}
+    for s, a in keep:
+        key = (s.get("window"), s.get("position", 0))
+        groups[key].append(float(s["ms"]))
+        reps[key[0]].add(s.get("rep"))
+        first.setdefault(key, (s, a))
+    if any(w is None or None in r or len(r) < MIN_REPS for w, r in reps.items()):
+        return [row(s, a) for s, a in keep], [float(s["ms"]) for s, _ in keep]
+    return [row(*first[k]) for k in groups], [median(v) for v in groups.values()]
 
 
 def _slopes(ops: Sequence[Mapping[str, Any]], ctx: Any, forwards: bool) -> tuple[float, float] | None:
@@ -198,8 +237,7 @@ def _source(profile: CostProfile, name: str, ops: Mapping[str, list[Mapping[str,
     ctx = profile.context
     conc_verify = [s for s in ops.get("verify", []) if s.get("concurrent")]
     r_verify = _ratio(conc_verify, pricer, "verify")
-    obs = pred = 0.0
-    n = 0
+    rows = []
     for s in ops.get("source_step", []):
         if int(s.get("index", 0)) == 0 or not s.get("concurrent") or int(s.get("tokens", 0)) == 0:
             continue  # startup, or after the target's end, or the final partial publication
@@ -208,11 +246,10 @@ def _source(profile: CostProfile, name: str, ops: Mapping[str, list[Mapping[str,
                                     if ctx is not None else 0.0)
         else:
             p = src.chunk_ms_idle
-        obs += float(s["ms"])
-        pred += max(p, 1e-6)
-        n += 1
+        rows.append((s, float(s["ms"]), max(p, 1e-6)))
+    obs, pred = typical_sums(rows)
     changes: dict[str, Any] = {}
-    if n >= MIN_SAMPLES and pred > 0:
+    if len(rows) >= MIN_SAMPLES and pred > 0:
         changes["concurrent_ratio"] = obs / pred
     if r_verify is not None:
         changes["verify_concurrent_ratio"] = {k: r_verify for k in profile.widths}

@@ -66,8 +66,8 @@ def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("
     else:
         steps.append(Step("episodes", f"native episodes of every method on {len(episode_windows)} windows",
                           {"op": "calibrate", "what": "episodes", "window": episode_windows[0],
-                           "windows": list(episode_windows[1:]), "reps": 3 if not quick else 1},
-                          3 * len(episode_windows)))
+                           "windows": list(episode_windows[1:]), "reps": 5 if not quick else 1},
+                          5 * len(episode_windows)))
     return steps
 
 

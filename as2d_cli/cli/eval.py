@@ -21,15 +21,19 @@ def register(app: typer.Typer) -> None:
         results: Path = typer.Option(Path("results"), "--results", help="Folder for the results (a new subfolder per run)."),
         native: bool = typer.Option(False, "--native", help="Also run the methods natively on the device and check replay agreement."),
         windows: int = typer.Option(20, "--windows", help="Native: test windows to run."),
-        repeats: int = typer.Option(3, "--repeats", help="Native: interleaved repetitions per window and method "
-                                    "(a window's agreement pools them)."),
+        repeats: int = typer.Option(5, "--repeats", help="Native: measured interleaved repetitions per window and "
+                                    "method (a window's agreement takes their median, D.3)."),
+        warmup: int = typer.Option(1, "--warmup", help="Native: unmeasured warm-up passes over the windows first."),
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
         rest: Optional[float] = typer.Option(None, "--rest", help="Native: gate rest in seconds before each window (default: the device's)."),
         interval: Optional[float] = typer.Option(None, "--interval", help="Native: seconds between the gate's checks (default: the device's)."),
     ) -> None:
         """Replay every method with one fixed configuration; optionally run them natively too."""
+        from as2d_cli.errors import UserError
         from as2d_cli.evaluate.run import run_eval
 
+        if native and (repeats < 1 or warmup < 0):
+            raise UserError(f"--repeats must be at least 1 and --warmup at least 0 (got {repeats} and {warmup})")
         out = run_eval(phone, profile=profile, traces=traces, deployment=deployment, split=split,
                        calibrations=calibrations, results=results, say=lambda s: typer.echo(s, err=True))
         native_out = None
@@ -42,7 +46,7 @@ def register(app: typer.Typer) -> None:
 
             gate = GateConfig.for_device(resolve_phone(phone))
             gate = dataclasses.replace(gate, **{k: v for k, v in (("rest_s", rest), ("interval_s", interval)) if v is not None})
-            native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, say=lambda s: typer.echo(s, err=True), gate=gate)
+            native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, warmup=warmup, say=lambda s: typer.echo(s, err=True), gate=gate)
         if as_json:
             doc = json.loads(out.results.read_text())
             if native_out is not None:

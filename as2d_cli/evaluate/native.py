@@ -16,6 +16,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 from typing import Any, Callable
 
 from as2d_cli.evaluate.fixed import text_table
@@ -106,9 +107,12 @@ def replay_native(profile: CostProfile, w: WindowTrace, res: dict) -> float | No
     return r.tps
 
 
-def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1, say: Say = lambda s: None,
-                    gate: Any = None) -> NativeEvalOutput:
-    """``gate``: a device_agents GateConfig checked before every window (None: the device's default)."""
+def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1, warmup: int = 1,
+                    say: Say = lambda s: None, gate: Any = None) -> NativeEvalOutput:
+    """``gate``: a device_agents GateConfig checked before every window (None: the device's default).
+
+    ``warmup`` passes over the windows run first and are not measured (D.3: one warm-up
+    repetition before the measured ones); their outputs are still checked for exactness."""
     from as2d_cli.errors import DeviceError
     from device_agents.gating import GateConfig, run_gate
     from device_agents.registry import resolve_phone
@@ -136,18 +140,21 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     tc, pc = default_cores() if device.kind == "local" else (None, None)
     rows: list[dict] = []
     raw_path = out.folder / "native.runs.jsonl"  # every finished window, written as it finishes
-    say(f"native runs on {device.serial}: {len(picks)} windows × {len(METHODS)} methods × {repeats} repeats")
+    say(f"native runs on {device.serial}: {len(picks)} windows × {len(METHODS)} methods × {repeats} repeats"
+        + (f" after {warmup} warm-up pass(es)" if warmup else ""))
+    total = len(picks) * (repeats + warmup)
+    warm_inexact: list[dict] = []
     with open_runner(device, target_cores=tc, producer_cores=pc) as runner:
         loaded = runner.call({"op": "hello"})
         eos_id = None
         n = 0
-        for rep in range(repeats):
+        for rep in range(-warmup, repeats):  # rep < 0: an unmeasured warm-up pass
             for i, wid in enumerate(picks):
-                g = run_gate(device, gate_cfg)  # the device's sysfs, before every measured window
+                g = run_gate(device, gate_cfg)  # the device's sysfs, before every window
                 gates.append({**g.to_dict(), "window": wid, "rep": rep})
                 if not g.passed:
                     kept = f"the {n} finished window(s) are kept in {raw_path}" if n else "no native window had run"
-                    raise DeviceError(f"native window {n + 1}/{len(picks) * repeats} ({wid}) not started: {g.failure}; "
+                    raise DeviceError(f"native window {n + 1}/{total} ({wid}) not started: {g.failure}; "
                                       f"{kept}")
                 k = (i + rep) % len(METHODS)
                 order = METHODS[k:] + METHODS[:k]
@@ -160,8 +167,14 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
                     got[m]["cap"] = cmds[m].get("cap")
                 n += 1
                 with open(raw_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps({"window": wid, "rep": rep, "gate": gates[-1], "runs": got}) + "\n")
-                say(f"[{n}/{len(picks) * repeats}] {wid}: " + "  ".join(f"{m} {got[m]['tps']:.1f}" for m in METHODS))
+                    f.write(json.dumps({"window": wid, "rep": rep, "warmup": rep < 0, "gate": gates[-1],
+                                        "runs": got}) + "\n")
+                say(f"[{n}/{total}] {'warm-up ' if rep < 0 else ''}{wid}: "
+                    + "  ".join(f"{m} {got[m]['tps']:.1f}" for m in METHODS))
+                if rep < 0:
+                    warm_inexact += [{"window": wid, "method": m, **d} for m in METHODS
+                                     if (d := divergence(got["target-only"], got[m])) is not None]
+                    continue
                 for m in METHODS:
                     rows.append({"window": wid, "dataset": ds[wid], "rep": rep, "method": m, "res": got[m],
                                  "divergence": divergence(got["target-only"], got[m])})
@@ -175,9 +188,11 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
         r["error_percent"] = (100.0 * (r["tps_replay"] / r["tps_native"] - 1.0)
                               if r["tps_replay"] and r["tps_native"] else None)
     summary = summarize(rows)
+    summary["warmup_divergences"] = warm_inexact
     table = render_native(summary)
     doc = make_results("eval-native", {
         "device": device.serial, "profile": str(out.profile_path), "windows": picks, "repeats": repeats,
+        "warmup": warmup,
         "summary": summary, "gates": gates,
         "rows": [{k: v for k, v in r.items() if k != "res"} | {
             "tokens": r["res"]["n_tokens"], "time_ms": r["res"]["time_ms"], "eos": r["res"]["eos"],
@@ -207,24 +222,29 @@ def _drift_factors(rows: list[dict]) -> dict[int, float]:
     return {rep: nat / rep_t for rep, (nat, rep_t) in acc.items() if rep_t > 0}
 
 
-def _agreement(sel: list[dict], scale: Callable[[dict], float | None]) -> tuple[float | None, float | None, int]:
+def _agreement(sel: list[dict], scale: Callable[[dict], float | None], how: str = "pool"
+               ) -> tuple[float | None, float | None, int]:
     """(MAE over windows, pooled error, windows) with each run's replayed time multiplied
-    by ``scale(row)`` (1 for the frozen profile; rows whose scale is None are left out)."""
-    per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    nat_t = rep_t = 0.0
+    by ``scale(row)`` (1 for the frozen profile; rows whose scale is None are left out).
+
+    ``how``: a window's native and replayed times are the sums over its repetitions
+    ("pool"), or their medians ("median": D.3 compares the replay with the *median* native
+    latency of the measured repetitions, which a single preempted run cannot move)."""
+    per: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for r in sel:
         f = scale(r)
         if not (r["tps_replay"] and r["tps_native"]) or f is None:
             continue
         n = r["res"]["n_tokens"]
-        per[r["window"]][0] += n / r["tps_native"]
-        per[r["window"]][1] += n / r["tps_replay"] * f
-        nat_t += n / r["tps_native"]
-        rep_t += n / r["tps_replay"] * f
-    # A window's error pools its repetitions (D.3's per-window error; with one repetition
-    # the same as per run): TPS_replay / TPS_native − 1 = native time / replayed time − 1.
-    werrs = [100.0 * (nat / rep - 1.0) for nat, rep in per.values() if rep > 0]
+        per[r["window"]][0].append(n / r["tps_native"])
+        per[r["window"]][1].append(n / r["tps_replay"] * f)
+    agg = median if how == "median" else sum
+    times = [(agg(nat), agg(rep)) for nat, rep in per.values()]
+    # TPS_replay / TPS_native − 1 = native time / replayed time − 1 (with one repetition the
+    # same for both ways and per run).
+    werrs = [100.0 * (nat / rep - 1.0) for nat, rep in times if rep > 0]
     mae = sum(abs(e) for e in werrs) / len(werrs) if werrs else None
+    nat_t, rep_t = sum(t[0] for t in times), sum(t[1] for t in times)
     pooled = 100.0 * (nat_t / rep_t - 1.0) if rep_t > 0 else None
     return mae, pooled, len(per)
 
@@ -244,6 +264,7 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         # target-only's native/replayed time in that pass (target-only's own pooled error is
         # then 0 by construction; the other methods' residual is their cost model's error).
         mae_adj, pooled_adj, _ = _agreement(sel, lambda r: drift.get(r["rep"]))
+        mae_med, pooled_med, _ = _agreement(sel, lambda r: 1.0, how="median")
         out["methods"][m] = {
             "runs": len(sel),
             "windows": n_windows,
@@ -252,6 +273,8 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
             "mae_percent": mae,
             "mae_runs_percent": sum(abs(e) for e in errs) / len(errs) if errs else None,
             "pooled_error_percent": pooled,
+            "mae_median_percent": mae_med,
+            "pooled_error_median_percent": pooled_med,
             "mae_drift_adjusted_percent": mae_adj,
             "pooled_error_drift_adjusted_percent": pooled_adj,
             "exact": len(sel) - len(inexact),
@@ -273,15 +296,18 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
 
 
 def render_native(summary: dict[str, Any]) -> str:
-    head = ["method", "runs", "native TPS", "replay TPS", "MAE %", "pooled err %", "MAE % drift-adj", "exact"]
+    head = ["method", "runs", "native TPS", "replay TPS", "MAE % (median)", "pooled err % (median)", "MAE % (pooled)",
+            "pooled err % (pooled)", "MAE % drift-adj", "exact"]
     body = []
     for m, s in summary["methods"].items():
-        body.append([m, str(s["runs"]), _f(s["pooled_tps_native"]), _f(s["pooled_tps_replay"]), _f(s["mae_percent"]),
-                     _f(s["pooled_error_percent"], signed=True), _f(s.get("mae_drift_adjusted_percent")),
-                     f"{s['exact']}/{s['runs']}"])
+        body.append([m, str(s["runs"]), _f(s["pooled_tps_native"]), _f(s["pooled_tps_replay"]),
+                     _f(s.get("mae_median_percent")), _f(s.get("pooled_error_median_percent"), signed=True),
+                     _f(s["mae_percent"]), _f(s["pooled_error_percent"], signed=True),
+                     _f(s.get("mae_drift_adjusted_percent")), f"{s['exact']}/{s['runs']}"])
     lines = text_table(head, body)
     r = summary.get("as2d_over_target_only_native")
     lines.append("")
+    lines.append("agreement per window: replay vs the median native time of its repetitions (D.3), and vs their pooled time")
     lines.append("native As²d / target-only pooled: " + ("—" if r is None else f"{r:.3f}×"))
     per = [x for x in summary.get("target_only_tps_per_pass", []) if x]
     if len(per) > 1:
@@ -290,6 +316,10 @@ def render_native(summary: dict[str, Any]) -> str:
     if summary.get("drift_factor_per_pass"):
         lines.append("drift-adj: each pass's replay scaled by target-only's native/replayed time in that pass "
                      "(" + " / ".join(f"{f:.3f}" for f in summary["drift_factor_per_pass"]) + ")")
+    for d in summary.get("warmup_divergences", []):
+        lines.append(f"DIVERGENCE {d['method']} on {d['window']} (warm-up): position {d['position']}, target-only "
+                     f"{d['target_only']} (top-2 margin {d['margin_target_only']}) vs {d['method']} "
+                     f"(margin {d['margin_method']})")
     for m, s in summary["methods"].items():
         for d in s["divergences"]:
             lines.append(f"DIVERGENCE {m} on {d['window']} (rep {d['rep']}): position {d['position']}, target-only "
