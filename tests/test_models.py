@@ -181,3 +181,21 @@ def test_mismatched_vocabulary_is_refused(tmp_path: Path) -> None:
     (d / "models.json").write_text(json.dumps(m))
     with pytest.raises(UserError, match="bundle is mixed"):
         OrtDrafter(load_bundle(d))
+
+
+def test_distillation_transcripts_are_the_targets_greedy_output(reference: list[int]) -> None:
+    """training/distill.py decodes from precomputed training features; on the same
+    features it must give target-only's tokens (those are what the drafter and the CTC
+    source are trained to propose), EOS dropped; a generation limit it reaches gives None."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+    from distill import greedy_from_mel
+
+    from as2d_cli.models.features import log_mel
+
+    model = Seq2SeqModel(BUNDLE, "target")
+    mel = log_mel(AUDIO)
+    assert reference[-1] == BUNDLE.vocab.eot
+    assert greedy_from_mel(model, mel, 255) == reference[:-1]
+    assert greedy_from_mel(model, mel, len(reference) - 2) is None

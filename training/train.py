@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "training"))
 from models import CTC, DRAFTER, TARGET, CtcModel, Dims, Seq2Seq, out_frames  # noqa: E402
 
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
-from as2d_cli.corpus.text import wer  # noqa: E402
+from as2d_cli.corpus.text import normalize_text, wer  # noqa: E402
 from as2d_cli.models.features import log_mel  # noqa: E402
 
 WORK = ROOT / "training" / "work"
@@ -56,7 +56,8 @@ class Data:
     """Training items bucketed into padded batches of at most `batch_frames` mel frames."""
 
     def __init__(self, kind: str, batch_frames: int, max_items: int, short_frames: int = 1000,
-                 shards: int | None = None, aux: str = "tokens", only: set[int] | None = None):
+                 shards: int | None = None, aux: str = "tokens", only: set[int] | None = None,
+                 labels: str = "reference"):
         # The base set plus extra shards 1..``shards`` (training/make_corpus.py --shard N;
         # None: every shard present).
         extra = sorted((WORK / "train_shards").glob("*"), key=lambda p: int(p.name)) if (WORK / "train_shards").exists() else []
@@ -72,21 +73,42 @@ class Data:
         for k, d in enumerate(dirs):
             idx += [{**it, "shard": k} for it in json.loads((d / "index.json").read_text())["items"]]
         self.shards = [str(d.relative_to(WORK)) for d in dirs]
+        distilled = None
+        if labels == "target":  # the target's greedy transcripts (training/distill.py)
+            distilled = {}
+            for d in dirs:
+                path = d / "target_tokens.json"
+                if not path.exists():
+                    raise SystemExit(f"{path} is missing: run training/distill.py --set "
+                                     f"{0 if d == WORK / 'train' else d.name} first")
+                distilled.update(json.loads(path.read_text())["items"])
+            missing = [it["id"] for it in idx if it["id"] not in distilled]
+            if missing:
+                raise SystemExit(f"{len(missing)} utterances (first {missing[0]}) have no target transcript: "
+                                 "finish training/distill.py on their set")
+            idx = [it for it in idx if distilled[it["id"]] is not None]  # no repetition loops
         if kind == "ctc":
             table = char_table()
             idx = [it for it in idx if it["language"] == "en"]
-            self.labels = [[table[c] for c in it["text"] if c in table] for it in idx]
+            if distilled is not None:
+                tok = load_tokenizer()
+                texts = [normalize_text(tok.decode(distilled[it["id"]])) for it in idx]
+            else:
+                texts = [it["text"] for it in idx]
+            self.labels = [[table[c] for c in text if c in table] for text in texts]
         else:
             tok = load_tokenizer()
-            self.labels = [tok.encode(it["text"]).ids for it in idx]
+            self.labels = ([list(distilled[it["id"]]) for it in idx] if distilled is not None
+                           else [tok.encode(it["text"]).ids for it in idx])
         self.aux = self.labels  # the encoder's auxiliary CTC targets
         if kind != "ctc" and aux == "phones":
             import phonemes
 
             per_dir = [phonemes.transcriptions(d, json.loads((d / "index.json").read_text())["items"]) for d in dirs]
             table = phonemes.inventory(WORK / "phoneme_inventory.json", per_dir)
-            flat = [ph for group in per_dir for ph in group]
-            self.aux = [[table[c] for c in ph] for ph in flat]
+            all_items = [it for d in dirs for it in json.loads((d / "index.json").read_text())["items"]]
+            by_id = dict(zip((it["id"] for it in all_items), (ph for group in per_dir for ph in group)))
+            self.aux = [[table[c] for c in by_id[it["id"]]] for it in idx]
         self.items = idx
         order = sorted(range(len(idx)), key=lambda i: idx[i]["frames"])
         self.batches: list[list[int]] = []
@@ -254,6 +276,10 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=None, help="extra corpus shards to use (default: all present)")
     ap.add_argument("--only-sets", default=None,
                     help="comma-separated training sets to use, exactly (0 = the base set, N = shard N)")
+    ap.add_argument("--labels", choices=["reference", "target"], default="reference",
+                    help="decoder/CTC targets: the reference text, or the bundled target's greedy transcripts "
+                         "(training/distill.py; sequence-level distillation for the drafter and the CTC source; "
+                         "the auxiliary phoneme targets stay the reference's)")
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--anneal-from", type=int, default=None,
@@ -281,7 +307,8 @@ def main() -> None:
     if ckpt.exists():  # a resumed run keeps the dimensions it was started with
         dims = Dims(**torch.load(ckpt, weights_only=False)["dims"])
     only = {int(x) for x in args.only_sets.split(",")} if args.only_sets else None
-    data = Data(kind, args.batch_frames, args.max_items, shards=args.shards, aux=args.aux, only=only)
+    data = Data(kind, args.batch_frames, args.max_items, shards=args.shards, aux=args.aux, only=only,
+                labels=args.labels)
     if kind == "ctc":
         model = CtcModel(dims, len(char_table()) + 1)
     else:
