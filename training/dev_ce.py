@@ -3,9 +3,12 @@
 Greedy WER on a few windows is too coarse to follow training; this is the per-token view:
 the decoder is fed the reference tokens and scored on predicting the next one.
 
-    python training/dev_ce.py training/work/target/ckpt.pt
+    python training/dev_ce.py training/work/target/ckpt.pt [--labels target]
 
 Prints CE (nats per BPE token, EOS included) and top-1 per setting and over all windows.
+``--labels target`` scores against the shipped target's greedy tokens (the dev traces'
+references) instead of the reference text: for a distilled drafter, top-1 is then the
+chance it proposes the target's next token after a correct prefix.
 """
 
 from __future__ import annotations
@@ -26,10 +29,32 @@ from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.models.features import log_mel  # noqa: E402
 
 
+def _target_tokens() -> dict[str, list[int]]:
+    """The shipped target's greedy tokens (EOS dropped) per dev window, from the dev traces."""
+    import gzip
+    import json
+
+    path = Path(__file__).resolve().parents[1] / "as2d_cli" / "assets" / "traces" / "dev.jsonl.gz"
+    out = {}
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        eos = json.loads(next(f))["eos_id"]
+        for line in f:
+            w = json.loads(line)
+            out[w["id"]] = [t for t in w["reference"] if t != eos]
+    return out
+
+
 def main() -> int:
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    labels = "reference"
+    if len(args) == 3 and args[1] == "--labels" and args[2] in ("reference", "target"):
+        labels = args[2]
+        args = args[:1]
+    if len(args) != 1:
         print(__doc__.strip().splitlines()[3].strip())
         return 2
+    sys.argv[1:] = args
+    targets = _target_tokens() if labels == "target" else {}
     torch.set_num_threads(1)
     ck = torch.load(sys.argv[1], weights_only=False)
     model = Seq2Seq(Dims(**ck["dims"]))
@@ -39,7 +64,7 @@ def main() -> int:
     res: dict[str, list[float]] = {}
     with torch.no_grad():
         for w in load_corpus().split("dev"):
-            ids = tok.encode(w.text).ids
+            ids = targets[w.id] if labels == "target" else tok.encode(w.text).ids
             mel = torch.from_numpy(log_mel(w.load_audio()))[None]
             inp = torch.tensor([[train.SOT] + ids])
             tgt = torch.tensor([ids + [train.EOT]])
