@@ -149,3 +149,19 @@ def test_native_summary_drift_adjusted_agreement_removes_the_devices_common_mode
     assert sd["mae_drift_adjusted_percent"] == pytest.approx(10.0)
     assert sd["pooled_error_drift_adjusted_percent"] == pytest.approx(10.0)
     assert "drift-adj" in render_native(summ) and "1.000 / 1.500" in render_native(summ)
+
+
+def test_a_warm_up_divergence_is_reported_with_its_method() -> None:
+    """Warm-up passes are not measured but their outputs are still checked: a difference
+    there is listed, naming the method (not the divergent token, which the divergence
+    record also calls ``method``)."""
+    from as2d_cli.evaluate.native import METHODS, divergence, render_native, summarize
+
+    ref = {"tokens": [5, 6, 7], "margins": [1.0, 0.5, 2.0]}
+    d = divergence(ref, {"tokens": [5, 9, 7], "margins": [1.0, 0.4, 2.0]})
+    rows = [{"window": "w1", "rep": 0, "method": m, "divergence": None, "res": {"n_tokens": 3, "time_ms": 3.0},
+             "tps_native": 1000.0, "tps_replay": 1000.0, "error_percent": 0.0} for m in METHODS]
+    summ = summarize(rows)
+    summ["warmup_divergences"] = [{"window": "w1", "run": "sd", **d}]
+    text = render_native(summ)
+    assert "DIVERGENCE sd on w1 (warm-up): position 1, target-only 6 (top-2 margin 0.5) vs 9 (margin 0.4)" in text

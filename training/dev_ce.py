@@ -31,17 +31,11 @@ from as2d_cli.models.features import log_mel  # noqa: E402
 
 def _target_tokens() -> dict[str, list[int]]:
     """The shipped target's greedy tokens (EOS dropped) per dev window, from the dev traces."""
-    import gzip
-    import json
+    from as2d_cli.evaluate.inputs import ASSET_TRACES
+    from as2d_cli.formats.trace_io import load_traces
 
-    path = Path(__file__).resolve().parents[1] / "as2d_cli" / "assets" / "traces" / "dev.jsonl.gz"
-    out = {}
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        eos = json.loads(next(f))["eos_id"]
-        for line in f:
-            w = json.loads(line)
-            out[w["id"]] = [t for t in w["reference"] if t != eos]
-    return out
+    ts = load_traces(ASSET_TRACES / "dev.jsonl.gz")
+    return {w.id: [t for t in w.reference if t != ts.eos_id] for w in ts.windows}
 
 
 def main() -> int:
@@ -51,7 +45,7 @@ def main() -> int:
         labels = args[2]
         args = args[:1]
     if len(args) != 1:
-        print(__doc__.strip().splitlines()[3].strip())
+        print("usage: " + next(line.strip() for line in __doc__.splitlines() if "training/dev_ce.py" in line))
         return 2
     sys.argv[1:] = args
     targets = _target_tokens() if labels == "target" else {}

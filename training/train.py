@@ -69,9 +69,10 @@ class Data:
             if not dirs:
                 raise SystemExit(f"none of the training sets {sorted(only)} exist under {WORK}")
         self.feats = [np.load(d / "features.npy", mmap_mode="r") for d in dirs]
+        raw = [json.loads((d / "index.json").read_text())["items"] for d in dirs]
         idx = []
-        for k, d in enumerate(dirs):
-            idx += [{**it, "shard": k} for it in json.loads((d / "index.json").read_text())["items"]]
+        for k, items in enumerate(raw):
+            idx += [{**it, "shard": k} for it in items]
         self.shards = [str(d.relative_to(WORK)) for d in dirs]
         distilled = None
         if labels == "target":  # the target's greedy transcripts (training/distill.py)
@@ -104,10 +105,9 @@ class Data:
         if kind != "ctc" and aux == "phones":
             import phonemes
 
-            per_dir = [phonemes.transcriptions(d, json.loads((d / "index.json").read_text())["items"]) for d in dirs]
+            per_dir = [phonemes.transcriptions(d, items) for d, items in zip(dirs, raw)]
             table = phonemes.inventory(WORK / "phoneme_inventory.json", per_dir)
-            all_items = [it for d in dirs for it in json.loads((d / "index.json").read_text())["items"]]
-            by_id = dict(zip((it["id"] for it in all_items), (ph for group in per_dir for ph in group)))
+            by_id = {it["id"]: ph for items, group in zip(raw, per_dir) for it, ph in zip(items, group)}
             self.aux = [[table[c] for c in by_id[it["id"]]] for it in idx]
         self.items = idx
         order = sorted(range(len(idx)), key=lambda i: idx[i]["frames"])

@@ -86,19 +86,28 @@ class _Pricer:
 MIN_REPS = 3  # repetitions per window needed to take a median over them
 
 
+def _reps_per_window(samples: Any) -> bool:
+    """Whether every sample names its window and repetition and each window has at least
+    MIN_REPS repetitions (a median over them is then meaningful)."""
+    reps: dict[Any, set] = defaultdict(set)
+    for s in samples:
+        reps[s.get("window")].add(s.get("rep"))
+    return all(w is not None and None not in r and len(r) >= MIN_REPS for w, r in reps.items())
+
+
 def typical_sums(rows: Sequence[tuple[Mapping[str, Any], float, float]]) -> tuple[float, float]:
     """Σ observed and Σ predicted over ``(sample, observed, predicted)`` rows, as a typical
     repetition sees them: per window, the median over its repetitions of each repetition's
     sums (a whole run preempted by the host moves a mean, not a median — evaluation compares
     the replay with the median native run, D.3). Plain sums when the samples do not name
     their window and repetition, or a window has fewer than MIN_REPS repetitions."""
+    if not _reps_per_window(s for s, _, _ in rows):
+        return sum(o for _, o, _ in rows), sum(p for *_, p in rows)
     per: dict[Any, dict[Any, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     for s, o, p in rows:
-        acc = per[s.get("window")][s.get("rep")]
+        acc = per[s["window"]][s["rep"]]
         acc[0] += o
         acc[1] += p
-    if any(w is None or len(reps) < MIN_REPS or None in reps for w, reps in per.items()):
-        return sum(o for _, o, _ in rows), sum(p for *_, p in rows)
     return (sum(median(a[0] for a in reps.values()) for reps in per.values()),
             sum(median(a[1] for a in reps.values()) for reps in per.values()))
 
@@ -162,16 +171,14 @@ def _typical_steps(keep: Sequence[tuple[Mapping[str, Any], float]], row: Any) ->
     and repetition and each window has MIN_REPS of them — one per (window, position) with
     the median over the repetitions, so a repetition the host slowed throughout does not
     tilt the slopes."""
+    if not _reps_per_window(s for s, _ in keep):
+        return [row(s, a) for s, a in keep], [float(s["ms"]) for s, _ in keep]
     groups: dict[tuple[Any, Any], list[float]] = defaultdict(list)
-    reps: dict[Any, set] = defaultdict(set)
     first: dict[tuple[Any, Any], tuple[Mapping[str, Any], float]] = {}
     for s, a in keep:
-        key = (s.get("window"), s.get("position", 0))
+        key = (s["window"], s.get("position", 0))
         groups[key].append(float(s["ms"]))
-        reps[key[0]].add(s.get("rep"))
         first.setdefault(key, (s, a))
-    if any(w is None or None in r or len(r) < MIN_REPS for w, r in reps.items()):
-        return [row(s, a) for s, a in keep], [float(s["ms"]) for s, _ in keep]
     return [row(*first[k]) for k in groups], [median(v) for v in groups.values()]
 
 

@@ -172,7 +172,8 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
                 say(f"[{n}/{total}] {'warm-up ' if rep < 0 else ''}{wid}: "
                     + "  ".join(f"{m} {got[m]['tps']:.1f}" for m in METHODS))
                 if rep < 0:
-                    warm_inexact += [{"window": wid, "method": m, **d} for m in METHODS
+                    # (``d["method"]`` is the method's token there; the run is named apart)
+                    warm_inexact += [{"window": wid, "run": m, **d} for m in METHODS
                                      if (d := divergence(got["target-only"], got[m])) is not None]
                     continue
                 for m in METHODS:
@@ -317,15 +318,17 @@ def render_native(summary: dict[str, Any]) -> str:
         lines.append("drift-adj: each pass's replay scaled by target-only's native/replayed time in that pass "
                      "(" + " / ".join(f"{f:.3f}" for f in summary["drift_factor_per_pass"]) + ")")
     for d in summary.get("warmup_divergences", []):
-        lines.append(f"DIVERGENCE {d['method']} on {d['window']} (warm-up): position {d['position']}, target-only "
-                     f"{d['target_only']} (top-2 margin {d['margin_target_only']}) vs {d['method']} "
-                     f"(margin {d['margin_method']})")
+        lines.append(_divergence_line(d["run"], d, "warm-up"))
     for m, s in summary["methods"].items():
         for d in s["divergences"]:
-            lines.append(f"DIVERGENCE {m} on {d['window']} (rep {d['rep']}): position {d['position']}, target-only "
-                         f"{d['target_only']} (top-2 margin {d['margin_target_only']}) vs {d['method']} "
-                         f"(margin {d['margin_method']})")
+            lines.append(_divergence_line(m, d, f"rep {d['rep']}"))
     return "\n".join(lines) + "\n"
+
+
+def _divergence_line(method: str, d: dict, when: str) -> str:
+    return (f"DIVERGENCE {method} on {d['window']} ({when}): position {d['position']}, target-only "
+            f"{d['target_only']} (top-2 margin {d['margin_target_only']}) vs {d['method']} "
+            f"(margin {d['margin_method']})")
 
 
 def _f(x: float | None, signed: bool = False) -> str:
