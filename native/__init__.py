@@ -3,3 +3,14 @@
 ``python -m native.runner`` speaks JSON lines (commands in, events out); see
 docs/runner-protocol.md. :mod:`native.host` launches it locally or on a device.
 """
+
+import os
+
+# One BLAS thread, set before anything imports numpy. numpy's OpenBLAS otherwise starts a
+# worker per core, and after each BLAS call (the log-mel of every request and every CTC
+# chunk) the worker busy-waits on whichever core is free: with the other core busy (the
+# producer) it time-shares a core with the target — measured 1.9x slower target steps,
+# and 1.10x with this setting. ONNX Runtime sets its own thread counts per session.
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+for _var in BLAS_THREAD_VARS:
+    os.environ.setdefault(_var, "1")

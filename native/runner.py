@@ -37,7 +37,8 @@ class Runner:
     def op_hello(self, cmd: dict) -> None:
         self.emit("hello", protocol=PROTOCOL, version=PROTOCOL_VERSION, runner="as2d-python",
                   toolkit=__version__, pid=os.getpid(), cpus=os.cpu_count(),
-                  affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None)
+                  affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                  blas_threads=os.environ.get("OPENBLAS_NUM_THREADS"))
 
     def op_load(self, cmd: dict) -> None:
         from native.request import load_models

@@ -159,3 +159,35 @@ def test_a_dead_producer_process_is_replaced_for_the_next_request() -> None:
         pytest.fail(f"a dead worker was not replaced: {exc}")
     finally:
         models.close()
+
+
+def _thread_ticks(pid: int) -> dict[str, int]:
+    """CPU ticks (user + system) of every thread of ``pid``."""
+    import os
+
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+        out[tid] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def test_no_second_thread_of_the_runner_spins_while_the_target_decodes(runner) -> None:
+    """Target-only keeps one core busy, not two: numpy's OpenBLAS, left to start a worker per
+    core, busy-waits after every log-mel on the core the producer (or the target) needs."""
+    import os
+
+    hello = runner.call({"op": "hello"})
+    assert hello["blas_threads"] == "1"
+    if not os.path.isdir(f"/proc/{hello['pid']}/task"):
+        pytest.skip("needs /proc")
+    window = max((w for w in __import__("as2d_cli.corpus.manifest", fromlist=["x"]).load_corpus().split("dev")),
+                 key=lambda w: w.seconds).id
+    before = _thread_ticks(hello["pid"])
+    for _ in range(8):
+        _decode(runner, "target-only", window=window)
+    after = _thread_ticks(hello["pid"])
+    used = sorted((after[t] - before.get(t, 0) for t in after), reverse=True)
+    assert used[0] >= 20, f"the decodes took too little CPU to tell ({used})"
+    assert sum(used[1:]) <= 0.2 * used[0], f"threads other than the decoding one used {used[1:]} ticks vs {used[0]}"
