@@ -165,3 +165,39 @@ def test_a_warm_up_divergence_is_reported_with_its_method() -> None:
     summ["warmup_divergences"] = [{"window": "w1", "run": "sd", **d}]
     text = render_native(summ)
     assert "DIVERGENCE sd on w1 (warm-up): position 1, target-only 6 (top-2 margin 0.5) vs 9 (margin 0.4)" in text
+
+
+def test_native_summary_reports_the_devices_repeatability_and_the_oracle_fit_floor() -> None:
+    """Two figures tell device noise from calibration error: the split-half repeatability
+    (even vs odd repetitions of the same requests) and the MAE of the target-only cost form
+    fitted in hindsight to the native medians. Windows whose time is exactly linear in that
+    form fit to 0; one window natively 20 % off the form shows in the floor; repetitions
+    alternating 0.9× / 1.1× give a split-half of |0.9/1.1 − 1|."""
+    from as2d_cli.evaluate.native import METHODS, render_native, summarize
+
+    a, b, c = 0.7, 0.01, 0.03  # ms per step, per cached token, per audio second
+    shapes = [(40, 5.0), (90, 6.0), (60, 11.0), (120, 14.0), (100, 19.0), (70, 8.0)]
+
+    def rows_for(off: dict[int, float], wiggle: bool) -> list[dict]:
+        rows = []
+        for i, (n, audio) in enumerate(shapes):
+            t = (a * n + b * n * (n - 1) / 2 + c * n * audio) * off.get(i, 1.0)
+            for rep in range(4):
+                f = (0.9 if rep % 2 == 0 else 1.1) if wiggle else 1.0
+                for m in METHODS:
+                    rows.append({"window": f"w{i}", "rep": rep, "method": m, "divergence": None, "audio_s": audio,
+                                 "res": {"n_tokens": n, "time_ms": t * f}, "tps_native": n / (t * f / 1e3),
+                                 "tps_replay": n / (t / 1e3), "error_percent": 0.0})
+        return rows
+
+    exact = summarize(rows_for({}, wiggle=False))
+    fit = exact["target_only_oracle_fit"]
+    assert fit["windows"] == 6 and fit["mae_percent"] == pytest.approx(0.0, abs=1e-6)
+    assert (fit["step_ms"], fit["per_cached_token_ms"], fit["per_audio_s_ms"]) == pytest.approx((a, b, c))
+    assert exact["methods"]["sd"]["split_half_percent"] == pytest.approx(0.0)
+    off = summarize(rows_for({2: 1.2}, wiggle=False))["target_only_oracle_fit"]
+    assert off["mae_percent"] > 2.0  # one window the form cannot follow
+    noisy = summarize(rows_for({}, wiggle=True))
+    assert noisy["methods"]["as2d"]["split_half_percent"] == pytest.approx(100 * abs(0.9 / 1.1 - 1))
+    text = render_native(noisy)
+    assert "split-half %" in text and "target-only oracle fit" in text

@@ -184,6 +184,7 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     for r in rows:
         res = r["res"]
         w = native_trace(r["window"], r["dataset"], res, eos_id, seconds.get(r["window"], ref_s))
+        r["audio_s"] = seconds.get(r["window"], ref_s)
         r["tps_native"] = res["tps"]
         r["tps_replay"] = replay_native(profile, w, res)
         r["error_percent"] = (100.0 * (r["tps_replay"] / r["tps_native"] - 1.0)
@@ -250,6 +251,42 @@ def _agreement(sel: list[dict], scale: Callable[[dict], float | None], how: str 
     return mae, pooled, len(per)
 
 
+def _split_half(sel: list[dict]) -> float | None:
+    """The native runs' own repeatability: per window, the median time of its even-numbered
+    repetitions against that of its odd-numbered ones (|ratio − 1|, %), averaged over the
+    windows that have both. Two halves of the same requests differ only by the device's
+    noise, so when this is as large as the MAE, the device — not the profile — limits the
+    agreement (the median of all repetitions is about half as noisy as one half)."""
+    halves: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for r in sel:
+        halves[r["window"]][r["rep"] % 2].append(float(r["res"]["time_ms"]))
+    errs = [100.0 * abs(median(a) / median(b) - 1.0) for a, b in halves.values() if a and b and median(b) > 0]
+    return sum(errs) / len(errs) if errs else None
+
+
+def target_only_oracle_fit(rows: list[dict]) -> dict[str, Any] | None:
+    """How well the replay's target-only cost form — per step a + b·(cache length) +
+    c·(audio seconds) — can fit these native runs at best: least squares on the windows'
+    median native times themselves (a hindsight fit, not a profile). Its MAE is a floor for
+    any frozen profile's target-only MAE on the same runs; the rest is calibration error."""
+    import numpy as np
+
+    per: dict[str, list[float]] = defaultdict(list)
+    shape: dict[str, tuple[int, float]] = {}
+    for r in rows:
+        if r["method"] == "target-only" and r.get("audio_s") is not None:
+            per[r["window"]].append(float(r["res"]["time_ms"]))
+            shape[r["window"]] = (int(r["res"]["n_tokens"]), float(r["audio_s"]))
+    if len(per) < 4:  # three coefficients: fewer windows fit exactly and say nothing
+        return None
+    x = np.array([[n, n * (n - 1) / 2, n * a] for n, a in (shape[w] for w in per)], dtype=float)
+    y = np.array([median(v) for v in per.values()])
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    err = 100.0 * (x @ coef / y - 1.0)
+    return {"windows": len(per), "mae_percent": float(np.mean(np.abs(err))),
+            "step_ms": float(coef[0]), "per_cached_token_ms": float(coef[1]), "per_audio_s_ms": float(coef[2])}
+
+
 def summarize(rows: list[dict]) -> dict[str, Any]:
     out: dict[str, Any] = {"methods": {}}
     drift = _drift_factors(rows)
@@ -278,10 +315,12 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
             "pooled_error_median_percent": pooled_med,
             "mae_drift_adjusted_percent": mae_adj,
             "pooled_error_drift_adjusted_percent": pooled_adj,
+            "split_half_percent": _split_half(sel),
             "exact": len(sel) - len(inexact),
             "divergences": [{"window": r["window"], "rep": r["rep"], **r["divergence"]} for r in inexact],
         }
     out["drift_factor_per_pass"] = [drift[k] for k in sorted(drift)]
+    out["target_only_oracle_fit"] = target_only_oracle_fit(rows)
     to = out["methods"]["target-only"]["pooled_tps_native"]
     a = out["methods"]["as2d"]["pooled_tps_native"]
     out["as2d_over_target_only_native"] = a / to if a and to else None
@@ -298,18 +337,27 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
 
 def render_native(summary: dict[str, Any]) -> str:
     head = ["method", "runs", "native TPS", "replay TPS", "MAE % (median)", "pooled err % (median)", "MAE % (pooled)",
-            "pooled err % (pooled)", "MAE % drift-adj", "exact"]
+            "pooled err % (pooled)", "MAE % drift-adj", "split-half %", "exact"]
     body = []
     for m, s in summary["methods"].items():
         body.append([m, str(s["runs"]), _f(s["pooled_tps_native"]), _f(s["pooled_tps_replay"]),
                      _f(s.get("mae_median_percent")), _f(s.get("pooled_error_median_percent"), signed=True),
                      _f(s["mae_percent"]), _f(s["pooled_error_percent"], signed=True),
-                     _f(s.get("mae_drift_adjusted_percent")), f"{s['exact']}/{s['runs']}"])
+                     _f(s.get("mae_drift_adjusted_percent")), _f(s.get("split_half_percent")),
+                     f"{s['exact']}/{s['runs']}"])
     lines = text_table(head, body)
     r = summary.get("as2d_over_target_only_native")
     lines.append("")
     lines.append("agreement per window: replay vs the median native time of its repetitions (D.3), and vs their pooled time")
     lines.append("native As²d / target-only pooled: " + ("—" if r is None else f"{r:.3f}×"))
+    lines.append("split-half: per window, the median native time of the even repetitions vs the odd ones "
+                 "(the device's own repeatability)")
+    fit = summary.get("target_only_oracle_fit")
+    if fit:
+        lines.append(f"target-only oracle fit (per step a + b·cache + c·audio, fitted to these native medians): "
+                     f"MAE {fit['mae_percent']:.2f} % on {fit['windows']} windows — no profile of that form agrees "
+                     f"better with these runs (a {fit['step_ms']:.3f} ms, b {fit['per_cached_token_ms']:.4f} ms/token, "
+                     f"c {fit['per_audio_s_ms']:.4f} ms/s)")
     per = [x for x in summary.get("target_only_tps_per_pass", []) if x]
     if len(per) > 1:
         lines.append("device drift: target-only TPS per pass " + " / ".join(f"{x:.1f}" for x in per)
