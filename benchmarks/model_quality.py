@@ -11,6 +11,7 @@ Reports, per setting:
   path (on --sd-windows windows per setting);
 - batched (K=8 chunks along the reference) vs sequential (K=1) target decisions: every
   disagreement with its first divergent position and top-2 logit margin (paper F.6);
+- the target's reference words recognised by quarter of the window (word position);
 and per-call costs (median ms, one thread): encoders on 10 s of audio, target decoder
 K=1/2/4/8/16, drafter K=1, CTC per chunk. All figures come from this one run.
 """
@@ -41,6 +42,22 @@ from as2d_cli.models.target import OrtTarget, greedy_decode  # noqa: E402
 
 def matched(a: list[int], b: list[int]) -> int:
     return sum(m.size for m in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks())
+
+
+def words_right_by_quarter(ref_text: str, hyp_text: str) -> list[tuple[int, int]]:
+    """Per quarter of the reference (by word position): (words the hypothesis has in an
+    aligned matching block, words). A decoder that loses its place late in long windows
+    shows as a falling profile."""
+    ref, hyp = ref_text.split(), hyp_text.split()
+    ok: set[int] = set()
+    for a, _, n in difflib.SequenceMatcher(a=ref, b=hyp, autojunk=False).get_matching_blocks():
+        ok.update(range(a, a + n))
+    out = [[0, 0] for _ in range(4)]
+    for i in range(len(ref)):
+        q = 4 * i // len(ref)
+        out[q][0] += i in ok
+        out[q][1] += 1
+    return [(a, b) for a, b in out]
 
 
 def drain(src) -> list[int]:
@@ -145,6 +162,9 @@ def main() -> None:
         e, n = word_errors(w.text, vocab.decode(ref))
         s["target_wer"][0] += e
         s["target_wer"][1] += n
+        for q, (right, words) in enumerate(words_right_by_quarter(w.text, vocab.decode(ref))):
+            s[f"target_words_right_q{q + 1}"][0] += right
+            s[f"target_words_right_q{q + 1}"][1] += words
         dtoks = drain(DrafterSource(dsrc_model, audio))
         e, n = word_errors(w.text, vocab.decode(dtoks))
         s["drafter_wer"][0] += e
@@ -194,6 +214,10 @@ def main() -> None:
     for setting, row in table.items():
         cells = "".join(f"{'-' if row.get(c) is None else format(row[c], '.3f'):>24}" for c in cols)
         print(f"{setting:<13}{cells}")
+    quarters = [table["all"].get(f"target_words_right_q{q}") for q in range(1, 5)]
+    if all(x is not None for x in quarters):
+        print("target: reference words recognised by quarter of the window: "
+              + " / ".join(f"{x:.3f}" for x in quarters))
     print(f"batched K=8 vs sequential disagreements: {len(disagreements)}")
     for d in disagreements:
         print(f"  {d}")
