@@ -199,3 +199,56 @@ def test_distillation_transcripts_are_the_targets_greedy_output(reference: list[
     assert reference[-1] == BUNDLE.vocab.eot
     assert greedy_from_mel(model, mel, 255) == reference[:-1]
     assert greedy_from_mel(model, mel, len(reference) - 2) is None
+
+
+def test_training_composites_join_same_setting_utterances_end_to_end(tmp_path: Path, monkeypatch) -> None:
+    """train.py --concat: long training items are short utterances of one language and
+    setting joined end to end — the features piece by piece, the labels (and auxiliary
+    targets) concatenated — each used once more, at most 20 s, the originals kept."""
+    import json
+    import sys
+
+    import numpy as np
+
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+    import train
+
+    rng = np.random.default_rng(0)
+    words = "the quick brown fox jumps over a lazy dog".split()
+    items, feats, off = [], [], 0
+    for i in range(60):
+        frames = int(rng.integers(100, 900))
+        text = " ".join(rng.choice(words, size=int(rng.integers(2, 8))))
+        items.append({"id": f"u{i}", "setting": ["read", "sung"][i % 2], "language": ["en", "de"][i % 3 == 0],
+                      "text": text, "offset": off, "frames": frames})
+        feats.append(np.full((frames, 80), i, dtype=np.float32))  # each utterance's frames hold its number
+        off += frames
+    shard = tmp_path / "train_shards" / "1"
+    shard.mkdir(parents=True)
+    np.save(shard / "features.npy", np.concatenate(feats))
+    (shard / "index.json").write_text(json.dumps({"items": items}))
+    monkeypatch.setattr(train, "WORK", tmp_path)
+
+    data = train.Data("target", 4000, 48, concat=1.0)
+    tok = train.load_tokenizer()
+    made = [k for k, it in enumerate(data.items) if "+" in it["id"]]
+    assert len(data.items) == 60 + len(made) and data.composites == len(made) > 0
+    used = [p for k in made for p in data.items[k]["id"].split("+")]
+    assert len(used) == len(set(used))  # each short utterance in at most one composite
+    by_id = {it["id"]: it for it in items}
+    for k in made:
+        it = data.items[k]
+        parts = [by_id[p] for p in it["id"].split("+")]
+        assert len(parts) >= 2 and it["frames"] == sum(p["frames"] for p in parts) <= 2000
+        assert {(p["setting"], p["language"]) for p in parts} == {(it["setting"], it["language"])}
+        assert data.labels[k] == [t for p in parts for t in tok.encode(p["text"]).ids]
+        assert data.labels[k] == tok.encode(it["text"]).ids  # joining texts = joining token ids
+    k = made[0]
+    b = next(b for b, ids in enumerate(data.batches) if k in ids)
+    mel = data.batch(b, "target")[0][data.batches[b].index(k)]
+    at = 0
+    for p in data.items[k]["id"].split("+"):
+        n = by_id[p]["frames"]
+        assert (mel[at: at + n] == int(p[1:])).all()
+        at += n

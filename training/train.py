@@ -188,7 +188,7 @@ class Data:
         for k, i in enumerate(ids):
             at = 0
             for shard, offset, n in self.items[i]["pieces"]:
-                mel[k, at : at + n] = torch.from_numpy(np.asarray(self.feats[shard][offset : offset + n], dtype=np.float32))
+                mel[k, at : at + n] = torch.from_numpy(np.array(self.feats[shard][offset : offset + n], dtype=np.float32))
                 at += n
         lengths = torch.tensor(frames)
         labs = [self.labels[i] for i in ids]
