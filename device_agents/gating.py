@@ -18,6 +18,9 @@ Sleep = Callable[[float], None]
 
 PHONE_CORE = 4
 PHONE_MIN_CEILING_KHZ = 1881600  # 1.8816 GHz, the paper's CPU4 threshold
+LOCAL_SETTLE_S = 20.0
+QUIET_LOAD = 0.3  # a one-minute load average below this: the host was already idle
+QUIET_BUSY = 0.10  # a second counts as quiet when the cores were busy at most this fraction of it
 
 
 @dataclass(frozen=True)
@@ -36,13 +39,15 @@ class GateConfig:
     checks: int = 2
     core: int = PHONE_CORE
     min_ceiling_khz: int | None = PHONE_MIN_CEILING_KHZ  # None: no ceiling check
+    settle_s: float = 0.0  # once, before the first measurement: seconds of quiet host (0: skip)
 
     @classmethod
     def for_device(cls, device: Device) -> "GateConfig":
         """Phone defaults are the paper's; the local host checks only that cores are online
-        (many hosts, VMs in particular, expose no cpufreq)."""
+        (many hosts, VMs in particular, expose no cpufreq) and, once before measuring, that
+        it has been quiet for a while (see :func:`settle`)."""
         if device.kind == "local":
-            return cls(rest_s=0.0, interval_s=0.0, checks=1, core=0, min_ceiling_khz=None)
+            return cls(rest_s=0.0, interval_s=0.0, checks=1, core=0, min_ceiling_khz=None, settle_s=LOCAL_SETTLE_S)
         return cls()
 
 
@@ -166,6 +171,60 @@ class CeilingAtLeast(Operation):
             if not obs.ok:
                 break
         return out
+
+
+def _busy_idle(stat: str) -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs from /proc/stat's first line."""
+    fields = [int(x) for x in stat.splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def settle(device: Device, quiet_s: float, max_wait_s: float = 300.0, sleep: Sleep = time.sleep) -> Observation:
+    """Wait, once before measuring, until the device has been quiet: a one-minute load
+    average under QUIET_LOAD and a quiet first second, or ``quiet_s`` consecutive seconds with the cores busy at most
+    QUIET_BUSY of the time. A host goes on running slower for tens of seconds after heavy
+    work ends (2-core VM: target steps 1.30 ms right after a training run was stopped, 0.78 ms
+    40 s later), so a calibration started at once prices the slow state and every later run
+    looks faster than its replay. Never fails: after ``max_wait_s`` it says the host is still
+    busy and measuring goes on (the observation records it)."""
+    files = device.read_files(["/proc/loadavg", "/proc/stat"])
+    load_text, stat = files.get("/proc/loadavg"), files.get("/proc/stat")
+    if quiet_s <= 0 or not load_text or not stat:
+        return Observation("settle", time.time(), None, "settle skipped" if quiet_s <= 0 else
+                           "settle skipped: the device exposes no /proc/loadavg or /proc/stat", {"quiet_s": quiet_s})
+    load1 = float(load_text.split()[0])
+    start = time.monotonic()
+    prev = _busy_idle(stat)
+    quiet = seconds = 0
+    busiest = 0.0
+    while time.monotonic() - start < max_wait_s:
+        sleep(1.0)
+        now_stat = device.read_files(["/proc/stat"]).get("/proc/stat")
+        if not now_stat:
+            break
+        cur = _busy_idle(now_stat)
+        d_busy, d_total = cur[0] - prev[0], cur[1] - prev[1]
+        prev = cur
+        frac = d_busy / d_total if d_total > 0 else 0.0
+        busiest = max(busiest, frac)
+        quiet = quiet + 1 if frac <= QUIET_BUSY else 0
+        seconds += 1
+        # The load average lags a load that has just started: it may end the wait only
+        # after a quiet first second.
+        if seconds == 1 and quiet == 1 and load1 < QUIET_LOAD:
+            return Observation("settle", time.time(), True, f"host idle (1-minute load {load1:.2f})",
+                               {"load1": load1, "waited_s": round(time.monotonic() - start, 1), "quiet_s": quiet_s})
+        if quiet >= quiet_s:
+            waited = time.monotonic() - start
+            return Observation("settle", time.time(), True,
+                               f"waited {waited:.0f} s for a quiet host (1-minute load was {load1:.2f})",
+                               {"load1": load1, "waited_s": round(waited, 1), "quiet_s": quiet_s})
+    waited = time.monotonic() - start
+    return Observation("settle", time.time(), None,
+                       f"host still busy after {waited:.0f} s (1-minute load was {load1:.2f}); measuring anyway — "
+                       f"stop other work on this machine for steadier figures",
+                       {"load1": load1, "waited_s": round(waited, 1), "quiet_s": quiet_s, "busiest": round(busiest, 3)})
 
 
 def operations(config: GateConfig) -> list[Operation]:

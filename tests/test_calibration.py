@@ -13,8 +13,12 @@ from as2d_cli.calibration.plan import Step, make_plan
 from as2d_cli.calibration.run import calibrate, calibration_windows
 from as2d_cli.errors import FormatError
 from as2d_cli.formats.profile_io import load_profile
+from device_agents.gating import GateConfig
 from device_agents.local import LocalHost
 from native.host import default_cores
+
+# The local gate without its once-per-run wait for a quiet host (tested in test_devices_gating).
+NO_SETTLE = GateConfig(rest_s=0.0, interval_s=0.0, checks=1, core=0, min_ceiling_khz=None, settle_s=0.0)
 
 
 def mini_plan(window: str) -> list[Step]:
@@ -73,12 +77,12 @@ def test_interrupted_calibration_resumes_and_writes_profile(tmp_path) -> None:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        calibrate(device, out_dir=tmp_path, plan=plan, progress=stop_at_third, cores=default_cores())
+        calibrate(device, out_dir=tmp_path, plan=plan, progress=stop_at_third, cores=default_cores(), gate=NO_SETTLE)
     partial = next((tmp_path / ".partial").iterdir())
     kept = [json.loads(x) for x in (partial / "samples.jsonl").read_text().splitlines()]
     assert {s["step"] for s in kept} == {"verify-False", "verify-True"}
 
-    res = calibrate(device, out_dir=tmp_path, plan=plan, cores=default_cores())
+    res = calibrate(device, out_dir=tmp_path, plan=plan, cores=default_cores(), gate=NO_SETTLE)
     assert res.resumed_steps == 2 and res.steps == len(plan)
     assert not (tmp_path / ".partial" / partial.name).exists()
     prof = load_profile(res.profile_path)
@@ -103,7 +107,7 @@ def test_interrupted_calibration_resumes_and_writes_profile(tmp_path) -> None:
     assert res.plot_path.stat().st_size > 1000 and res.plot_path.read_bytes()[:4] == b"\x89PNG"
     assert set(savings(prof)) == {1, 2, 4} and savings(prof)[1] == pytest.approx(0.0)
     # A second calibration never overwrites the first profile.
-    res2 = calibrate(device, out_dir=tmp_path, plan=plan[:1] + plan[2:], cores=default_cores())
+    res2 = calibrate(device, out_dir=tmp_path, plan=plan[:1] + plan[2:], cores=default_cores(), gate=NO_SETTLE)
     assert res2.profile_path != res.profile_path and res.profile_path.exists()
 
 

@@ -183,3 +183,30 @@ def test_ceiling_check_on_an_offline_core_says_so(make_emulated_phone) -> None:
     session.phone.set_core_online(4, False)
     obs = CeilingAtLeast(4, 1881600, 1, 0).show(session.device())
     assert obs.ok is False and obs.message.startswith("CPU4 is offline")
+
+
+def test_settle_waits_until_a_busy_host_is_quiet_and_records_it() -> None:
+    """Once before measuring on the local host: a process spinning on a core keeps the
+    settle waiting (the load average lags a load that just started, so it is not trusted
+    alone); once quiet for the asked seconds it goes on, and its observation fits the gate
+    record's schema."""
+    import subprocess
+    import sys
+
+    from device_agents.gating import settle
+
+    host = LocalHost()
+    assert settle(host, 0).message == "settle skipped"
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"])
+    try:
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        obs = settle(host, quiet_s=1, max_wait_s=60)
+        waited = time.monotonic() - t0
+    finally:
+        busy.wait()
+    assert obs.check == "settle" and obs.ok is True, obs.message
+    assert waited >= 2.0 and obs.detail["waited_s"] >= 2.0  # not while the other process spun
+    record = run_gate(host, replace(GateConfig.for_device(host), settle_s=1.0), sleep=lambda s: None).to_dict()
+    record["observations"].insert(0, json.loads(json.dumps(obs.__dict__)))
+    jsonschema.validate(record, GATE_SCHEMA)

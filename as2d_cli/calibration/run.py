@@ -8,6 +8,8 @@ R(K) plot, never over an earlier profile.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import shutil
@@ -86,7 +88,7 @@ def calibrate(
     plan: list[Step] | None = None,
 ) -> CalibrationResult:
     """Calibrate ``device``; ``gate`` is a device_agents GateConfig (None: the device's default)."""
-    from device_agents.gating import GateConfig, run_gate
+    from device_agents.gating import GateConfig, run_gate, settle
     from native.host import open_runner as default_open
 
     t_start = time.time()
@@ -113,10 +115,17 @@ def calibrate(
             finished = sum(s.weight for s in steps if s.key in done)
             if step.key in done:
                 continue
+            settled = None
+            if not gates and gate_cfg.settle_s > 0:  # once, before the first measurement
+                if progress:
+                    progress("waiting for a quiet host", finished, total)
+                settled = settle(device, gate_cfg.settle_s)
             if progress:
                 progress(step.label, finished, total)
             result = run_gate(device, gate_cfg)
             rec = result.to_dict()
+            if settled is not None:
+                rec["observations"].insert(0, dataclasses.asdict(settled))
             rec["step"] = step.key
             gates.append(rec)
             _append(gates_file, [rec])

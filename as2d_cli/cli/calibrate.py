@@ -19,11 +19,13 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("calibrations"), "--out", help="Folder for the profile, samples and plot."),
         rest: Optional[float] = typer.Option(None, "--rest", help="Gate: seconds of rest before the checks."),
         interval: Optional[float] = typer.Option(None, "--interval", help="Gate: seconds between the two checks."),
+        settle: Optional[float] = typer.Option(None, "--settle", help="Once before measuring: seconds the host must have been quiet (local default 20; 0 skips)."),
     ) -> None:
         """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
         import dataclasses
 
         from as2d_cli.calibration.run import calibrate as run
+        from as2d_cli.errors import UserError
         from device_agents.gating import GateConfig
         from device_agents.registry import resolve_phone
         from native.host import default_cores
@@ -34,6 +36,10 @@ def register(app: typer.Typer) -> None:
             gate = dataclasses.replace(gate, rest_s=rest)
         if interval is not None:
             gate = dataclasses.replace(gate, interval_s=interval)
+        if settle is not None:
+            if settle < 0:
+                raise UserError(f"--settle must be at least 0 seconds (got {settle:g})")
+            gate = dataclasses.replace(gate, settle_s=settle)
         cores = default_cores() if device.kind == "local" else (None, None)
         con = Console(stderr=True)
         with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),

@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
         rest: Optional[float] = typer.Option(None, "--rest", help="Native: gate rest in seconds before each window (default: the device's)."),
         interval: Optional[float] = typer.Option(None, "--interval", help="Native: seconds between the gate's checks (default: the device's)."),
+        settle: Optional[float] = typer.Option(None, "--settle", help="Native: once before measuring, seconds the host must have been quiet (local default 20; 0 skips)."),
     ) -> None:
         """Replay every method with one fixed configuration; optionally run them natively too."""
         from as2d_cli.errors import UserError
@@ -34,6 +35,8 @@ def register(app: typer.Typer) -> None:
 
         if native and (repeats < 1 or warmup < 0):
             raise UserError(f"--repeats must be at least 1 and --warmup at least 0 (got {repeats} and {warmup})")
+        if settle is not None and settle < 0:
+            raise UserError(f"--settle must be at least 0 seconds (got {settle:g})")
         out = run_eval(phone, profile=profile, traces=traces, deployment=deployment, split=split,
                        calibrations=calibrations, results=results, say=lambda s: typer.echo(s, err=True))
         native_out = None
@@ -45,7 +48,7 @@ def register(app: typer.Typer) -> None:
             from device_agents.registry import resolve_phone
 
             gate = GateConfig.for_device(resolve_phone(phone))
-            gate = dataclasses.replace(gate, **{k: v for k, v in (("rest_s", rest), ("interval_s", interval)) if v is not None})
+            gate = dataclasses.replace(gate, **{k: v for k, v in (("rest_s", rest), ("interval_s", interval), ("settle_s", settle)) if v is not None})
             native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, warmup=warmup, say=lambda s: typer.echo(s, err=True), gate=gate)
         if as_json:
             doc = json.loads(out.results.read_text())

@@ -12,6 +12,8 @@ the table gives the mean absolute per-window error and the pooled error.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -114,7 +116,7 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     ``warmup`` passes over the windows run first and are not measured (D.3: one warm-up
     repetition before the measured ones); their outputs are still checked for exactness."""
     from as2d_cli.errors import DeviceError
-    from device_agents.gating import GateConfig, run_gate
+    from device_agents.gating import GateConfig, run_gate, settle
     from device_agents.registry import resolve_phone
     from native.host import default_cores, open_runner
 
@@ -146,12 +148,19 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     warm_inexact: list[dict] = []
     with open_runner(device, target_cores=tc, producer_cores=pc) as runner:
         loaded = runner.call({"op": "hello"})
+        settled = None
+        if gate_cfg.settle_s > 0:  # once, with the models loaded, before the first measured window
+            say(f"waiting until the host has been quiet for {gate_cfg.settle_s:g} s (--settle 0 skips)")
+            settled = settle(device, gate_cfg.settle_s)
+            say(settled.message)
         eos_id = None
         n = 0
         for rep in range(-warmup, repeats):  # rep < 0: an unmeasured warm-up pass
             for i, wid in enumerate(picks):
                 g = run_gate(device, gate_cfg)  # the device's sysfs, before every window
                 gates.append({**g.to_dict(), "window": wid, "rep": rep})
+                if settled is not None and len(gates) == 1:
+                    gates[0]["observations"].insert(0, dataclasses.asdict(settled))
                 if not g.passed:
                     kept = f"the {n} finished window(s) are kept in {raw_path}" if n else "no native window had run"
                     raise DeviceError(f"native window {n + 1}/{total} ({wid}) not started: {g.failure}; "
