@@ -56,4 +56,7 @@ def register(app: typer.Typer) -> None:
         c.print(f"profile  {res.profile_path}")
         c.print(f"samples  {res.samples_path}")
         c.print(f"R(K)     {res.plot_path}")
+        first = res.gates[0]["observations"][0] if res.gates and res.gates[0]["observations"] else None
+        if first is not None and first["check"] == "settle":
+            c.print(f"settle   {first['message']}")
         c.print(f"took {res.seconds:.0f} s")
