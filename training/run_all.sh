@@ -69,4 +69,10 @@ train target 44220 38339 5881 --lr 2e-4 --warmup 200 --aux-head-steps 300 --guid
   --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7 &
 train ctc 13571 7700 5871 --lr 5e-4 --warmup 200 --specaug --only-sets 6,7
 wait
+# Sixth session (checkpoints and shards 6-7 kept on the same machine): the target annealed
+# on shards 6-7 plus long composites of their short utterances (train.py --concat 1.0) on
+# both threads (train() uses one: the same steps, other rounding); the run was restarted
+# once with an earlier deadline, so its decay was not quite one straight line.
+train target 55716 44220 11496 --lr 2e-4 --warmup 200 --guide-weight 2 --specaug \
+  --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7 --concat 1.0
 $PY training/export.py                           # ONNX files + models.json + training logs
