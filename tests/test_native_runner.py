@@ -178,12 +178,13 @@ def test_no_second_thread_of_the_runner_spins_while_the_target_decodes(runner) -
     core, busy-waits after every log-mel on the core the producer (or the target) needs."""
     import os
 
+    from as2d_cli.corpus.manifest import load_corpus
+
     hello = runner.call({"op": "hello"})
     assert hello["blas_threads"] == "1"
     if not os.path.isdir(f"/proc/{hello['pid']}/task"):
         pytest.skip("needs /proc")
-    window = max((w for w in __import__("as2d_cli.corpus.manifest", fromlist=["x"]).load_corpus().split("dev")),
-                 key=lambda w: w.seconds).id
+    window = max(load_corpus().split("dev"), key=lambda w: w.seconds).id
     before = _thread_ticks(hello["pid"])
     for _ in range(8):
         _decode(runner, "target-only", window=window)

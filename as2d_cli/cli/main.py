@@ -7,13 +7,10 @@ imports this package.
 
 from __future__ import annotations
 
-import os
-
-# The host process shares the machine with the local runner it measures: an OpenBLAS worker
-# busy-waiting after a numpy call would take the core the runner's producer or target needs
-# (see native/__init__.py). Set before numpy is first imported.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+# The host process shares the machine with the local runner it measures: importing the
+# runner's package first keeps numpy's OpenBLAS to one thread here too (native/__init__.py),
+# so no worker busy-waits on the core the runner's producer or target needs.
+import native  # noqa: F401  (before anything imports numpy)
 
 import importlib
 import sys
