@@ -252,3 +252,18 @@ def test_training_composites_join_same_setting_utterances_end_to_end(tmp_path: P
         n = by_id[p]["frames"]
         assert (mel[at: at + n] == int(p[1:])).all()
         at += n
+
+    # --fresh-concat: every epoch its own grouping of the same utterances; an epoch's batches
+    # are the same whenever it is built (a resumed run), and the single utterances stay.
+    fresh = train.Data("target", 4000, 48, concat=1.0, fresh_concat=True)
+    def groups(d: "train.Data", epoch: int) -> tuple[set[str], list[list[str]]]:
+        d.epoch_order(epoch)
+        return ({it["id"] for it in d.items if "+" in it["id"]},
+                [sorted(d.items[i]["id"] for i in ids) for ids in d.batches])
+    first, later = groups(fresh, 1), groups(fresh, 2)
+    assert first[0] != later[0] and groups(fresh, 1) == first
+    assert [it["id"] for it in fresh.items[:60]] == [it["id"] for it in items]
+    made2 = groups(fresh, 2)[0]
+    assert len(fresh.labels) == len(fresh.items) == 60 + len(made2) == 60 + fresh.composites
+    assert {i for ids in fresh.batches for i in ids} == set(range(len(fresh.items)))
+    assert groups(data, 1)[0] == groups(data, 2)[0]  # without it: one fixed set

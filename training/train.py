@@ -57,7 +57,8 @@ class Data:
 
     def __init__(self, kind: str, batch_frames: int, max_items: int, short_frames: int = 1000,
                  shards: int | None = None, aux: str = "tokens", only: set[int] | None = None,
-                 labels: str = "reference", concat: float = 0.0, max_tokens: int = 240):
+                 labels: str = "reference", concat: float = 0.0, max_tokens: int = 240,
+                 fresh_concat: bool = False):
         # The base set plus extra shards 1..``shards`` (training/make_corpus.py --shard N;
         # None: every shard present).
         extra = sorted((WORK / "train_shards").glob("*"), key=lambda p: int(p.name)) if (WORK / "train_shards").exists() else []
@@ -111,9 +112,25 @@ class Data:
             self.aux = [[table[c] for c in by_id[it["id"]]] for it in idx]
         for it in idx:
             it["pieces"] = [(it["shard"], it["offset"], it["frames"])]
-        if concat > 0:
-            self._add_composites(idx, kind, concat, max_tokens)
         self.items = idx
+        self.base_items = len(idx)  # the single utterances; composites follow them
+        self._concat = (kind, concat, max_tokens)
+        self._limits = (batch_frames, max_items, short_frames)
+        self.fresh_concat = fresh_concat and concat > 0
+        self.built_for: int | None = None
+        self._build(0)
+
+    def _build(self, epoch: int) -> None:
+        """Composites (seed 4242, or 4242 + epoch with ``fresh_concat``) and the batches."""
+        kind, concat, max_tokens = self._concat
+        batch_frames, max_items, short_frames = self._limits
+        idx = self.items
+        del idx[self.base_items:], self.labels[self.base_items:]
+        if self.aux is not self.labels:
+            del self.aux[self.base_items:]
+        if concat > 0:
+            self._add_composites(idx, kind, concat, max_tokens, 4242 + (epoch if self.fresh_concat else 0))
+        self.built_for = epoch
         order = sorted(range(len(idx)), key=lambda i: idx[i]["frames"])
         self.batches: list[list[int]] = []
         cur: list[int] = []
@@ -129,7 +146,7 @@ class Data:
         # while the model learns to listen); later epochs use everything.
         self.short = [b for b, ids in enumerate(self.batches) if max(idx[i]["frames"] for i in ids) <= short_frames]
 
-    def _add_composites(self, idx: list[dict], kind: str, fraction: float, max_tokens: int) -> None:
+    def _add_composites(self, idx: list[dict], kind: str, fraction: float, max_tokens: int, seed: int) -> None:
         """Packs a fraction of the short single utterances, each used once more, into long
         items of 6-20 s (same language and setting, features and labels joined end to end).
 
@@ -139,7 +156,7 @@ class Data:
         26 % in the last. The features are fixed-normalised log-mels, so joining two
         utterances' features equals (up to one boundary frame) the features of the joined audio.
         """
-        rng = np.random.default_rng(4242)
+        rng = np.random.default_rng(seed)
         space = [char_table()[" "]] if kind == "ctc" else []
         groups: dict[tuple[str, str], list[int]] = {}
         for i, it in enumerate(idx):
@@ -175,6 +192,10 @@ class Data:
         self.composites = sum(len(g) >= 2 for g in made)
 
     def epoch_order(self, epoch: int) -> list[int]:
+        """The batch order of an epoch (with ``fresh_concat``: that epoch's own composites,
+        so the same epoch always gets the same batches, also after a resume)."""
+        if self.fresh_concat and self.built_for != epoch:
+            self._build(epoch)
         rng = np.random.default_rng(1000 + epoch)
         if epoch == 0:
             return [self.short[i] for i in rng.permutation(len(self.short))]
@@ -334,6 +355,9 @@ def main() -> None:
     ap.add_argument("--concat", type=float, default=0.0,
                     help="also pack this fraction of the short single utterances into long 6-20 s items "
                          "(same language and setting, joined end to end): evaluation windows are long")
+    ap.add_argument("--fresh-concat", action="store_true",
+                    help="with --concat: new composites every epoch (another grouping of the same "
+                         "utterances), not one fixed set")
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--anneal-from", type=int, default=None,
@@ -362,7 +386,7 @@ def main() -> None:
         dims = Dims(**torch.load(ckpt, weights_only=False)["dims"])
     only = {int(x) for x in args.only_sets.split(",")} if args.only_sets else None
     data = Data(kind, args.batch_frames, args.max_items, shards=args.shards, aux=args.aux, only=only,
-                labels=args.labels, concat=args.concat)
+                labels=args.labels, concat=args.concat, fresh_concat=args.fresh_concat)
     if kind == "ctc":
         model = CtcModel(dims, len(char_table()) + 1)
     else:
@@ -406,10 +430,13 @@ def main() -> None:
     t_last_ckpt = time.time()
     t0 = time.time() - state["wall"]
     acc = {"loss": 0.0, "ce": 0.0, "ctc": 0.0, "n": 0}
-    if state.get("items", len(data.items)) != len(data.items):  # shards were added: start a fresh epoch over all
+    # Shards were added (or composites changed): start a fresh epoch over all. Fresh
+    # composites vary in number by epoch, so those runs compare the single utterances.
+    count = data.base_items if data.fresh_concat else len(data.items)
+    if state.get("base_items" if data.fresh_concat else "items", count) != count:
         state["epoch"] += 1
         state["pos"] = 0
-    state["items"] = len(data.items)
+    state["base_items" if data.fresh_concat else "items"] = count
     order = data.epoch_order(state["epoch"])
     start_step, start_time = state["step"], time.time()
     # Kept in the checkpoint so a resumed run does not restart the head-only phase.
