@@ -432,11 +432,12 @@ def main() -> None:
     acc = {"loss": 0.0, "ce": 0.0, "ctc": 0.0, "n": 0}
     # Shards were added (or composites changed): start a fresh epoch over all. Fresh
     # composites vary in number by epoch, so those runs compare the single utterances.
-    count = data.base_items if data.fresh_concat else len(data.items)
-    if state.get("base_items" if data.fresh_concat else "items", count) != count:
+    key, count = ("base_items", data.base_items) if data.fresh_concat else ("items", len(data.items))
+    seen = state.get(key, -1 if "items" in state else count)  # -1: the last run counted otherwise
+    if seen != count:
         state["epoch"] += 1
         state["pos"] = 0
-    state["base_items" if data.fresh_concat else "items"] = count
+    state[key] = count
     order = data.epoch_order(state["epoch"])
     start_step, start_time = state["step"], time.time()
     # Kept in the checkpoint so a resumed run does not restart the head-only phase.
