@@ -3,7 +3,7 @@
 Usage: python benchmarks/model_quality.py [--split test] [--limit N] [--json out.json] [--sd-windows N] [--costs-only]
 
 Reports, per setting:
-- WER of the target (greedy), the drafter run on its own history (the As²d source) and the
+- WER of the target (greedy; also its character error rate), the drafter run on its own history (the As²d source) and the
   CTC source by 2.56 s chunks (English windows only: the other languages are ineligible);
 - each source's agreement with the target's tokens: acceptance = matched source tokens /
   source tokens, coverage = matched target tokens / target tokens (difflib alignment);
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from as2d_cli.corpus.manifest import SETTINGS, load_corpus  # noqa: E402
-from as2d_cli.corpus.text import word_errors  # noqa: E402
+from as2d_cli.corpus.text import char_errors, word_errors  # noqa: E402
 from as2d_cli.models.bundle import load_bundle  # noqa: E402
 from as2d_cli.models.drafter import OrtDrafter  # noqa: E402
 from as2d_cli.models.session import Seq2SeqModel  # noqa: E402
@@ -162,6 +162,9 @@ def main() -> None:
         e, n = word_errors(w.text, vocab.decode(ref))
         s["target_wer"][0] += e
         s["target_wer"][1] += n
+        e, n = char_errors(w.text, vocab.decode(ref))
+        s["target_cer"][0] += e
+        s["target_cer"][1] += n
         for q, (right, words) in enumerate(words_right_by_quarter(w.text, vocab.decode(ref))):
             s[f"target_words_right_q{q + 1}"][0] += right
             s[f"target_words_right_q{q + 1}"][1] += words
@@ -207,7 +210,7 @@ def main() -> None:
     result = {"split": args.split, "windows": sum(seen.values()), "target_tokens_excl_eos": n_tokens,
               "quality": table, "batched_vs_sequential_K8_disagreements": disagreements,
               "costs_ms_one_thread": costs(bundle), "wall_seconds": round(time.time() - t_start, 1)}
-    cols = ["target_wer", "drafter_wer", "ctc_wer", "drafter_accept", "drafter_cover", "ctc_accept", "ctc_cover",
+    cols = ["target_wer", "target_cer", "drafter_wer", "ctc_wer", "drafter_accept", "drafter_cover", "ctc_accept", "ctc_cover",
             "sd_accepted_per_draft8"]
     print(f"{args.split}: {result['windows']} windows, {n_tokens} target tokens (excl. EOS)")
     print(f"{'setting':<13}" + "".join(f"{c:>24}" for c in cols))

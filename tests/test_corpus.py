@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from as2d_cli.corpus.manifest import SETTINGS, load_corpus
-from as2d_cli.corpus.text import normalize_text, wer, word_errors
+from as2d_cli.corpus.text import char_errors, normalize_text, wer, word_errors
 from as2d_cli.errors import FormatError, UserError
 
 CORPUS = load_corpus()
@@ -65,6 +65,9 @@ def test_text_is_varied_and_normalised() -> None:
 def test_wer() -> None:
     assert word_errors("the cat sat", "the cat sat") == (0, 3)
     assert word_errors("the cat sat", "a cat sat down") == (2, 3)
+    assert char_errors("the cat sat", "the cat sat") == (0, 11)
+    assert char_errors("The office", "the officer!") == (1, 10)  # normalised, one insertion
+    assert char_errors("abc", "") == (3, 3)
     assert wer(["a b", "c d e f"], ["a", "c d e f"]) == pytest.approx(1 / 6)
 
 

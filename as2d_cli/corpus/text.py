@@ -15,17 +15,28 @@ def normalize_text(text: str) -> str:
     return " ".join(t.split())
 
 
-def word_errors(ref: str, hyp: str) -> tuple[int, int]:
-    """(edit distance in words, reference word count) after normalisation."""
-    r = normalize_text(ref).split()
-    h = normalize_text(hyp).split()
+def _edits(r: list[str] | str, h: list[str] | str) -> int:
+    """Levenshtein distance between two sequences (words or characters)."""
     prev = list(range(len(h) + 1))
     for i, rw in enumerate(r, 1):
         cur = [i] + [0] * len(h)
         for j, hw in enumerate(h, 1):
             cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (rw != hw))
         prev = cur
-    return prev[-1], len(r)
+    return prev[-1]
+
+
+def word_errors(ref: str, hyp: str) -> tuple[int, int]:
+    """(edit distance in words, reference word count) after normalisation."""
+    r = normalize_text(ref).split()
+    return _edits(r, normalize_text(hyp).split()), len(r)
+
+
+def char_errors(ref: str, hyp: str) -> tuple[int, int]:
+    """(edit distance in characters, reference characters, spaces included) after
+    normalisation: a near miss ("officer" for "office") costs one edit, not one word."""
+    r = normalize_text(ref)
+    return _edits(r, normalize_text(hyp)), len(r)
 
 
 def wer(refs: list[str], hyps: list[str]) -> float:
