@@ -126,3 +126,10 @@ def test_cli_list_table_and_errors(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text("{not json")
     bad = _as2d("corpus", "list", "--corpus", str(tmp_path))
     assert bad.returncode == 2 and "not valid JSON" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_traces_build_unknown_split_is_one_line(tmp_path: Path) -> None:
+    """An unknown split is refused before the progress bar starts: one line, nothing written."""
+    bad = _as2d("traces", "build", "--split", "train", "--out", str(tmp_path / "t.jsonl.gz"))
+    assert bad.returncode == 2 and bad.stderr.splitlines() == [bad.stderr.strip()]
+    assert bad.stderr.startswith("error: unknown split 'train'") and not list(tmp_path.iterdir())

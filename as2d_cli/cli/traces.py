@@ -26,6 +26,9 @@ def register(app: typer.Typer) -> None:
         from as2d_cli.evaluate.inputs import ASSET_TRACES
         from as2d_cli.tracegen.build import build_traces
 
+        from as2d_cli.corpus.manifest import load_corpus
+
+        load_corpus().split(split)  # an unknown split: its one-line error before the progress bar starts
         path = out or ASSET_TRACES / f"{split}.jsonl.gz"
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=Console(stderr=True), transient=True) as bar:
