@@ -11,7 +11,8 @@ import pytest
 from as2d_cli.calibration.fit import savings
 from as2d_cli.calibration.plan import Step, make_plan
 from as2d_cli.calibration.run import calibrate, calibration_windows
-from as2d_cli.errors import FormatError
+from as2d_cli.corpus.manifest import load_corpus
+from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.profile_io import load_profile
 from device_agents.gating import GateConfig
 from device_agents.local import LocalHost
@@ -62,6 +63,16 @@ def test_plan_measures_a_second_shorter_window_for_audio_terms() -> None:
     extra = [s for s in plan if s.command.get("window") == short]
     assert [s.key for s in extra] == ["verify-idle-short", "source-drafter-short"]
     assert extra[0].command["producer"] is False and extra[0].command["offsets"] == [0, 64]
+
+
+def test_a_bad_window_is_refused_before_anything_runs(tmp_path) -> None:
+    """--window: an unknown id or a test window is one clear error; no run starts, nothing is written."""
+    test_id = load_corpus().split("test")[0].id
+    for window, says in [("nosuch", "no window 'nosuch'"), (test_id, "is a test window")]:
+        with pytest.raises(UserError, match=says):
+            calibrate(LocalHost(), out_dir=tmp_path, window=window, gate=NO_SETTLE,
+                      open_runner=lambda *a, **k: pytest.fail("a runner was started"))
+    assert not list(tmp_path.iterdir())
 
 
 def test_interrupted_calibration_resumes_and_writes_profile(tmp_path) -> None:

@@ -96,6 +96,9 @@ def calibrate(
     from as2d_cli.corpus.manifest import load_corpus
 
     corpus = load_corpus()
+    if window is not None and corpus.get(window).split == "test":  # an unknown id: one line from get()
+        raise UserError(f"--window {window} is a test window; calibrate on dev or val audio "
+                        "(calibration is kept apart from the test split), or leave --window out")
     steps = plan if plan is not None else make_plan(
         win, quick=quick, ctc_window=ctc_win, short_window=None if window else short_calibration_window(win, corpus),
         episode_windows=(win,) if window else episode_windows(win, corpus))

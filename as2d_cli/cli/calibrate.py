@@ -7,7 +7,9 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from as2d_cli.cli.progress import progress_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -41,9 +43,8 @@ def register(app: typer.Typer) -> None:
                 raise UserError(f"--settle must be at least 0 seconds (got {settle:g})")
             gate = dataclasses.replace(gate, settle_s=settle)
         cores = default_cores() if device.kind == "local" else (None, None)
-        con = Console(stderr=True)
-        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=con, transient=True) as bar:
+        with progress_bar(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                          TimeRemainingColumn()) as bar:
             task = bar.add_task("starting", total=1.0)
 
             def progress(label: str, done: float, total: float) -> None:

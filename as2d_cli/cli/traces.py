@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+
+from as2d_cli.cli.progress import progress_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -30,8 +31,8 @@ def register(app: typer.Typer) -> None:
 
         load_corpus().split(split)  # an unknown split: its one-line error before the progress bar starts
         path = out or ASSET_TRACES / f"{split}.jsonl.gz"
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                      console=Console(stderr=True), transient=True) as bar:
+        with progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TimeRemainingColumn()) as bar:
             task = bar.add_task(f"tracing {split}", total=None)
 
             def progress(n: int, total: int, wid: str) -> None:
