@@ -75,4 +75,12 @@ wait
 # once with an earlier deadline, so its decay was not quite one straight line.
 train target 55716 44220 11496 --lr 2e-4 --warmup 200 --guide-weight 2 --specaug \
   --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7 --concat 1.0
+# Seventh session (same machine): two more new shards; the target annealed on shards 6-9
+# plus composites drawn afresh every epoch (--fresh-concat), both threads. That run resumed
+# inside session 6's epoch 34 (a bug since fixed made it skip that epoch's first ~890
+# batches instead of starting a fresh one), which this step-based replay does not reproduce.
+$PY training/make_corpus.py --only train --shard 8   # training/work/train_shards/8
+$PY training/make_corpus.py --only train --shard 9   # training/work/train_shards/9
+train target 66651 55716 10935 --lr 2e-4 --warmup 200 --guide-weight 2 --specaug \
+  --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7,8,9 --concat 1.0 --fresh-concat
 $PY training/export.py                           # ONNX files + models.json + training logs
