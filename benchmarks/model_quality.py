@@ -159,13 +159,14 @@ def main() -> None:
         n_tokens += len(ref) - (ref[-1] == vocab.eot)
         body = [t for t in ref if t != vocab.eot]
         s = per[w.setting]
-        e, n = word_errors(w.text, vocab.decode(ref))
+        text = vocab.decode(ref)
+        e, n = word_errors(w.text, text)
         s["target_wer"][0] += e
         s["target_wer"][1] += n
-        e, n = char_errors(w.text, vocab.decode(ref))
+        e, n = char_errors(w.text, text)
         s["target_cer"][0] += e
         s["target_cer"][1] += n
-        for q, (right, words) in enumerate(words_right_by_quarter(w.text, vocab.decode(ref))):
+        for q, (right, words) in enumerate(words_right_by_quarter(w.text, text)):
             s[f"target_words_right_q{q + 1}"][0] += right
             s[f"target_words_right_q{q + 1}"][1] += words
         dtoks = drain(DrafterSource(dsrc_model, audio))

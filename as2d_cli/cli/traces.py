@@ -24,10 +24,9 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
     ) -> None:
         """Run the target, the sources and the drafter over a corpus split (resumable)."""
+        from as2d_cli.corpus.manifest import load_corpus
         from as2d_cli.evaluate.inputs import ASSET_TRACES
         from as2d_cli.tracegen.build import build_traces
-
-        from as2d_cli.corpus.manifest import load_corpus
 
         load_corpus().split(split)  # an unknown split: its one-line error before the progress bar starts
         path = out or ASSET_TRACES / f"{split}.jsonl.gz"
