@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate everything the models need, from scratch, following the shipped models' recipe.
-# Needs: apt-get install espeak-ng; pip install -e '.[train]'. About 7 hours on 2 cores.
+# Needs: apt-get install espeak-ng; pip install -e '.[train]'. About 16 hours on 2 cores.
 #
 # The shipped models were trained over two sessions; the phases below are that history in
 # steps (training/work/<model>/log.jsonl and the shipped training_logs hold every record).
@@ -83,4 +83,15 @@ $PY training/make_corpus.py --only train --shard 8   # training/work/train_shard
 $PY training/make_corpus.py --only train --shard 9   # training/work/train_shards/9
 train target 66651 55716 10935 --lr 2e-4 --warmup 200 --guide-weight 2 --specaug \
   --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7,8,9 --concat 1.0 --fresh-concat
+# Eighth session (same machine, no new shards): the drafter, untrained since session 3, got
+# the target's recipe (shards 6-9, composites drawn afresh every epoch; its checkpoint was
+# rebuilt from the ONNX files, the one on disk being session 5's abandoned distillation
+# run, hence --aux-head-steps) on one thread for 60 minutes while the target annealed on
+# shards 6-9 again on the other for 120; then the CTC source continued on shards 6-9 for 60.
+{ train drafter 52276 40848 11428 --lr 3e-4 --warmup 200 --aux-head-steps 300 --guide-weight 2 --specaug \
+    --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7,8,9 --concat 1.0 --fresh-concat
+  train ctc 18083 13571 4512 --lr 5e-4 --warmup 200 --specaug --only-sets 6,7,8,9; } &
+train target 76554 66651 9903 --lr 2e-4 --warmup 200 --guide-weight 2 --specaug \
+  --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7,8,9 --concat 1.0 --fresh-concat
+wait
 $PY training/export.py                           # ONNX files + models.json + training logs
