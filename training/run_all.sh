@@ -2,7 +2,7 @@
 # Regenerate everything the models need, from scratch, following the shipped models' recipe.
 # Needs: apt-get install espeak-ng; pip install -e '.[train]'. About 16 hours on 2 cores.
 #
-# The shipped models were trained over two sessions; the phases below are that history in
+# The shipped models were trained over eight sessions; the phases below are that history in
 # steps (training/work/<model>/log.jsonl and the shipped training_logs hold every record).
 # The shipped run annealed by wall clock (`--deadline`), paused while corpus shards were
 # synthesised; this script anneals by steps (`--anneal-from/--anneal-steps`), so its
