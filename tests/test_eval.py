@@ -201,3 +201,37 @@ def test_native_summary_reports_the_devices_repeatability_and_the_oracle_fit_flo
     assert noisy["methods"]["as2d"]["split_half_percent"] == pytest.approx(100 * abs(0.9 / 1.1 - 1))
     text = render_native(noisy)
     assert "split-half %" in text and "target-only oracle fit" in text
+
+
+def test_replay_gap_pools_each_figure_and_measures_publication_lags() -> None:
+    """replay ÷ native per pooled figure; publication lags pair the i-th publications."""
+    from as2d_cli.evaluate.replay_gap import gap_summary, render_gap
+
+    def facts(t, v, rounds, acc, pubs, fin):
+        return {"time_ms": t, "verifier_ms": v, "idle_ms": t - v, "rounds": rounds, "accepted": acc, "proposed": acc + 2,
+                "publications_ms": pubs, "producer_finished_ms": fin}
+
+    rows = [
+        {"method": "as2d", "native_facts": facts(100.0, 90.0, 10, 20, [10.0, 30.0, 60.0], 70.0),
+         "replay_facts": facts(80.0, 72.0, 8, 24, [5.0, 20.0], 50.0)},
+        {"method": "as2d", "native_facts": facts(300.0, 270.0, 30, 40, [40.0], 90.0),
+         "replay_facts": facts(300.0, 270.0, 30, 40, [40.0, 80.0], 90.0)},
+        {"method": "target-only", "native_facts": facts(50.0, 50.0, 9, 0, [], None),
+         "replay_facts": facts(55.0, 55.0, 9, 0, [], None)},
+        {"method": "sd", "native_facts": None, "replay_facts": None},  # a row without figures: skipped
+    ]
+    g = gap_summary(rows)
+    assert set(g) == {"as2d", "target-only"}
+    a = g["as2d"]
+    assert a["runs"] == 2 and a["time_ms"]["ratio"] == pytest.approx(380 / 400)
+    assert a["verifier_ms"]["ratio"] == pytest.approx(342 / 360) and a["idle_ms"]["ratio"] == pytest.approx(38 / 40)
+    assert a["rounds"]["ratio"] == pytest.approx(38 / 40) and a["accepted"]["ratio"] == pytest.approx(64 / 60)
+    assert a["publications"] == 3  # matched pairs only: 2 + 1
+    assert a["publication_lag_ms"] == pytest.approx(5.0)  # lags 5, 10, 0
+    assert a["first_publication_lag_ms"] == pytest.approx(2.5)  # 5 and 0
+    assert a["producer_finish_lag_ms"] == pytest.approx(10.0)  # 20 and 0
+    t = g["target-only"]
+    assert t["time_ms"]["ratio"] == pytest.approx(1.1) and t["publications"] == 0 and t["publication_lag_ms"] is None
+    text = "\n".join(render_gap(g))
+    assert "as2d" in text and "+5.0, +2.5, +10.0 (3 publications)" in text and "1.100" in text
+    assert render_gap({}) == []

@@ -192,3 +192,29 @@ def test_no_second_thread_of_the_runner_spins_while_the_target_decodes(runner) -
     used = sorted((after[t] - before.get(t, 0) for t in after), reverse=True)
     assert used[0] >= 20, f"the decodes took too little CPU to tell ({used})"
     assert sum(used[1:]) <= 0.2 * used[0], f"threads other than the decoding one used {used[1:]} ticks vs {used[0]}"
+
+
+def test_a_native_runs_replay_keeps_its_publications_and_prices_the_same_work(runner) -> None:
+    """The agreement's op-by-op comparison: a native As²d run with the CTC source, replayed
+    with the K70 profile, has one replayed publication per native one, the same tokens, and
+    its figures line up for the report."""
+    from as2d_cli.evaluate.native import native_trace, replay_native
+    from as2d_cli.evaluate.replay_gap import gap_summary, native_facts
+    from as2d_cli.formats.profile_io import load_profile
+
+    from pathlib import Path
+
+    res = _decode(runner, "as2d", window=runner.english, source="ctc", budget=3, events=False)
+    assert res["source"] == "ctc" and res["publications_ms"]
+    profile = load_profile(Path(__file__).resolve().parents[1] / "calibrations" / "k70.profile.yaml")
+    w = native_trace(runner.english, "read", res, eos_id=int(res["tokens"][-1]) if res["eos"] else -1, audio_s=5.0)
+    tps, rep = replay_native(profile, w, res)
+    nat = native_facts(res)
+    assert tps and tps > 0
+    assert len(rep["publications_ms"]) == len(nat["publications_ms"])
+    assert rep["publications_ms"] == sorted(rep["publications_ms"]) and rep["producer_finished_ms"] > 0
+    assert 0 < rep["verifier_ms"] <= rep["time_ms"] and rep["rounds"] >= 1
+    assert nat["verifier_ms"] == pytest.approx(res["accounting_ms"]["V"])
+    g = gap_summary([{"method": "as2d", "native_facts": nat, "replay_facts": rep}])["as2d"]
+    assert g["publications"] == len(nat["publications_ms"]) and g["time_ms"]["ratio"] == pytest.approx(
+        rep["time_ms"] / nat["time_ms"])

@@ -26,7 +26,8 @@ from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.results import make_results, write_results
 from as2d_cli.formats.trace import AUTOREGRESSIVE, CHUNKED, Chunk, DrafterTrace, SourceTrace, WindowTrace
-from as2d_cli.replay.driver import Prepared, replay_window
+from as2d_cli.evaluate.replay_gap import gap_summary, native_facts, render_gap, replay_facts
+from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
 from as2d_cli.replay.methods import MethodSpec, asp_cap
 
 Say = Callable[[str], None]
@@ -95,7 +96,9 @@ def native_trace(window: str, dataset: str, res: dict, eos_id: int, audio_s: flo
                        int(res["max_tokens"]), eos_id, sources, drafter, None)
 
 
-def replay_native(profile: CostProfile, w: WindowTrace, res: dict) -> float | None:
+def replay_native(profile: CostProfile, w: WindowTrace, res: dict) -> tuple[float | None, dict[str, Any]]:
+    """The replayed TPS of a native run's trajectory, and the replay's figures for the
+    op-by-op comparison (``replay_gap``)."""
     m = res["method"]
     if m == "target-only":
         spec = MethodSpec("target-only")
@@ -105,8 +108,10 @@ def replay_native(profile: CostProfile, w: WindowTrace, res: dict) -> float | No
         spec = MethodSpec("asp", budget=res["cap"])
     else:
         spec = MethodSpec("as2d", budget=res["budget"], source=res["source"])
-    r = replay_window(w, Prepared(profile, spec), detail=False)
-    return r.tps
+    prep = Prepared(profile, spec)
+    tl = timeline_for(w, prep, spec.source) if spec.decoupled and spec.source is not None else None
+    r = replay_window(w, prep, detail=True, timeline=tl)
+    return r.tps, replay_facts(r, tl[1] if tl is not None else None)
 
 
 def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1, warmup: int = 1,
@@ -195,7 +200,8 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
         w = native_trace(r["window"], r["dataset"], res, eos_id, seconds.get(r["window"], ref_s))
         r["audio_s"] = seconds.get(r["window"], ref_s)
         r["tps_native"] = res["tps"]
-        r["tps_replay"] = replay_native(profile, w, res)
+        r["tps_replay"], r["replay_facts"] = replay_native(profile, w, res)
+        r["native_facts"] = native_facts(res)
         r["error_percent"] = (100.0 * (r["tps_replay"] / r["tps_native"] - 1.0)
                               if r["tps_replay"] and r["tps_native"] else None)
     summary = summarize(rows)
@@ -329,6 +335,7 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
             "divergences": [{"window": r["window"], "rep": r["rep"], **r["divergence"]} for r in inexact],
         }
     out["drift_factor_per_pass"] = [drift[k] for k in sorted(drift)]
+    out["replay_gap"] = gap_summary(rows)
     out["target_only_oracle_fit"] = target_only_oracle_fit(rows)
     to = out["methods"]["target-only"]["pooled_tps_native"]
     a = out["methods"]["as2d"]["pooled_tps_native"]
@@ -374,6 +381,7 @@ def render_native(summary: dict[str, Any]) -> str:
     if summary.get("drift_factor_per_pass"):
         lines.append("drift-adj: each pass's replay scaled by target-only's native/replayed time in that pass "
                      "(" + " / ".join(f"{f:.3f}" for f in summary["drift_factor_per_pass"]) + ")")
+    lines += render_gap(summary.get("replay_gap") or {})
     for d in summary.get("warmup_divergences", []):
         lines.append(_divergence_line(d["run"], d, "warm-up"))
     for m, s in summary["methods"].items():

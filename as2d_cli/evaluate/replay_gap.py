@@ -1,0 +1,108 @@
+"""Where a native run and its replay part ways, op by op.
+
+The agreement error (D.3) says how far the replayed TPS is from the native one; it does not
+say why. Replaying a native run's own trajectory with the frozen profile keeps the tokens
+and the source's candidates, so what can differ is (a) the price of the work — the
+verifier's busy time V, and the time it is not busy, T − V — and (b) the work itself: the
+rounds the target took and the tokens it accepted, which follow from *when* the source's
+batches were ready. For a target-decoupled source the publication times are compared
+directly: native (the runner's clock) against the replay's producer timeline.
+
+Every figure pools the runs of one method (sums, then a ratio replay/native), so a long
+window weighs as much as its time; the publication lag is the median over all matched
+publications (native − replay, ms; > 0: the native source was later than the profile says).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import median
+from typing import Any, Iterable, Mapping, Sequence
+
+from as2d_cli.replay.driver import WindowReplay
+from as2d_cli.replay.producer import ProducerTimeline
+
+POOLED = ("time_ms", "verifier_ms", "idle_ms", "rounds", "accepted", "proposed")
+
+
+def native_facts(res: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures of one native run (a runner ``decode`` result)."""
+    acc = res.get("accounting_ms") or {}
+    summ = res.get("summary") or {}
+    t = float(res["time_ms"])
+    v = float(acc.get("V", 0.0))
+    return {"time_ms": t, "verifier_ms": v, "idle_ms": t - v, "rounds": int(summ.get("rounds", 0)),
+            "accepted": int(summ.get("accepted", 0)), "proposed": int(summ.get("proposed", 0)),
+            "publications_ms": [float(p[0]) for p in res.get("publications_ms") or []],
+            "producer_finished_ms": res.get("producer_finished_ms")}
+
+
+def replay_facts(rep: WindowReplay, timeline: ProducerTimeline | None) -> dict[str, Any]:
+    """The same figures of its replay (``rep`` from a ``detail`` run)."""
+    t = rep.time_ns / 1e6
+    v = rep.V / 1e6
+    return {"time_ms": t, "verifier_ms": v, "idle_ms": t - v, "rounds": rep.rounds, "accepted": rep.accepted,
+            "proposed": rep.proposed,
+            "publications_ms": [p.at / 1e6 for p in timeline.publications] if timeline is not None else [],
+            "producer_finished_ms": timeline.finish / 1e6 if timeline is not None else None}
+
+
+def _lags(pairs: Iterable[tuple[Sequence[float], Sequence[float]]], first: bool) -> list[float]:
+    out: list[float] = []
+    for nat, rep in pairs:
+        n = min(len(nat), len(rep))
+        out += [nat[i] - rep[i] for i in range(min(n, 1) if first else n)]
+    return out
+
+
+def gap_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per method: pooled native and replayed figures and their ratio, and the source's
+    publication lags. Rows without both ``native_facts`` and ``replay_facts`` are skipped."""
+    by: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get("native_facts") and r.get("replay_facts"):
+            by[r["method"]].append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for m, sel in by.items():
+        d: dict[str, Any] = {"runs": len(sel)}
+        for k in POOLED:
+            nat = sum(r["native_facts"][k] for r in sel)
+            rep = sum(r["replay_facts"][k] for r in sel)
+            d[k] = {"native": nat, "replay": rep, "ratio": rep / nat if nat else None}
+        pairs = [(r["native_facts"]["publications_ms"], r["replay_facts"]["publications_ms"]) for r in sel]
+        lags, first = _lags(pairs, first=False), _lags(pairs, first=True)
+        fin = [r["native_facts"]["producer_finished_ms"] - r["replay_facts"]["producer_finished_ms"] for r in sel
+               if r["native_facts"]["producer_finished_ms"] is not None
+               and r["replay_facts"]["producer_finished_ms"] is not None]
+        d["publications"] = sum(min(len(a), len(b)) for a, b in pairs)
+        d["publication_lag_ms"] = median(lags) if lags else None
+        d["first_publication_lag_ms"] = median(first) if first else None
+        d["producer_finish_lag_ms"] = median(fin) if fin else None
+        out[m] = d
+    return out
+
+
+def render_gap(gap: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Lines for the native table: replay ÷ native per pooled figure, and the lags."""
+    if not gap:
+        return []
+
+    def ratio(d: Mapping[str, Any], k: str) -> str:
+        x = d[k]["ratio"]
+        return "—" if x is None else f"{x:.3f}"
+
+    def ms(x: float | None) -> str:
+        return "—" if x is None else f"{x:+.1f}"
+
+    lines = ["", "replay ÷ native, pooled over each method's runs (the same trajectories; T − V: time the "
+             "verifier is not busy):",
+             f"{'method':<12} {'T':>7} {'V':>7} {'T − V':>7} {'rounds':>7} {'accepted':>8}   publication lag ms "
+             "(native − replay: median, first, producer end)"]
+    for m, d in gap.items():
+        lag = ""
+        if d["publications"]:
+            lag = (f"   {ms(d['publication_lag_ms'])}, {ms(d['first_publication_lag_ms'])}, "
+                   f"{ms(d['producer_finish_lag_ms'])} ({d['publications']} publications)")
+        lines.append(f"{m:<12} {ratio(d, 'time_ms'):>7} {ratio(d, 'verifier_ms'):>7} {ratio(d, 'idle_ms'):>7} "
+                     f"{ratio(d, 'rounds'):>7} {ratio(d, 'accepted'):>8}{lag}")
+    return lines
