@@ -160,3 +160,19 @@ def test_a_preempted_repetition_does_not_move_the_fitted_step() -> None:
     plain = fit_profile(_synthetic_samples() + [{k: v for k, v in r.items() if k != "rep"} for r in rows],
                         {"name": "s"}, ref_audio_s=12.0)
     assert plain.target_step_ms > 0.4 + 0.05 + 0.1
+
+
+def test_startup_is_what_the_first_publication_waits_for() -> None:
+    """With decode-clock end times, the startup is the first step's end (a chunked source:
+    the first chunk's end less the steady chunk), so the hand-over's wake-up and a cold
+    first chunk are charged; older samples keep the first step's own duration."""
+    from as2d_cli.calibration.in_loop import _startup
+
+    ctc = [{"index": 0, "ms": 0.006, "end_ms": 1.5, "tokens": 0}, {"index": 1, "ms": 9.0, "end_ms": 12.0, "tokens": 5},
+           {"index": 2, "ms": 8.0, "end_ms": 20.0, "tokens": 4}] * 2
+    assert _startup(ctc, None, chunk_ms=8.0) == pytest.approx((4.0, 0.0))
+    old = [{k: v for k, v in s.items() if k != "end_ms"} for s in ctc]
+    assert _startup(old, None, chunk_ms=8.0) == pytest.approx((0.006, 0.0))
+    drafter = [{"index": 0, "ms": 20.0, "end_ms": 23.0, "tokens": 0}, {"index": 1, "ms": 0.6, "end_ms": 23.6, "tokens": 1}]
+    assert _startup(drafter, None) == pytest.approx((23.0, 0.0))
+    assert _startup([], None) is None

@@ -224,15 +224,30 @@ def _serial_slopes(profile: CostProfile, by: Mapping[str, Mapping[str, list[Mapp
     return dataclasses.replace(profile, context=ctx)
 
 
-def _startup(steps: Sequence[Mapping[str, Any]], ref_audio_s: float | None) -> tuple[float, float] | None:
-    first = [s for s in steps if int(s.get("index", -1)) == 0]
+def _startup(steps: Sequence[Mapping[str, Any]], ref_audio_s: float | None, chunk_ms: float | None = None
+             ) -> tuple[float, float] | None:
+    """The producer's startup (ms, ms per audio second) from the episodes' source steps.
+
+    With the steps' decode-clock end times (``end_ms``) it is what the first publication
+    waits for: the first step's end — for a chunked source, whose first step is an empty
+    ``start()``, the first chunk's end less the steady chunk price ``chunk_ms`` — so the
+    hand-over's wake-up and a cold first chunk are charged, as natively. Older samples
+    without ``end_ms``: the first step's own duration."""
+    chunked = chunk_ms is not None
+    first = [s for s in steps if int(s.get("index", -1)) == (1 if chunked else 0)] if any(
+        "end_ms" in s for s in steps) else []
+    if first:
+        vals = [float(s["end_ms"]) - (chunk_ms or 0.0) for s in first]
+    else:
+        first = [s for s in steps if int(s.get("index", -1)) == 0]
+        vals = [float(s["ms"]) for s in first]
     if not first:
         return None
     auds = [float(s.get("audio_s", ref_audio_s or 0.0)) for s in first]
     if ref_audio_s is not None and max(auds) - min(auds) >= MIN_AUDIO_SPAN_S:
-        a, b = _lstsq([[1.0, x - ref_audio_s] for x in auds], [float(s["ms"]) for s in first])
+        a, b = _lstsq([[1.0, x - ref_audio_s] for x in auds], vals)
         return max(0.0, a), max(0.0, b)
-    return sum(float(s["ms"]) for s in first) / len(first), 0.0
+    return max(0.0, sum(vals) / len(vals)), 0.0
 
 
 def _source(profile: CostProfile, name: str, ops: Mapping[str, list[Mapping[str, Any]]],
@@ -260,7 +275,10 @@ def _source(profile: CostProfile, name: str, ops: Mapping[str, list[Mapping[str,
         changes["concurrent_ratio"] = obs / pred
     if r_verify is not None:
         changes["verify_concurrent_ratio"] = {k: r_verify for k in profile.widths}
-    st = _startup(ops.get("source_step", []), ctx.ref_audio_s if ctx is not None else None)
+    chunk = None
+    if src.kind != "autoregressive":  # the steady concurrent chunk the first publication also pays
+        chunk = src.chunk_ms_idle * float(changes.get("concurrent_ratio", src.concurrent_ratio))
+    st = _startup(ops.get("source_step", []), ctx.ref_audio_s if ctx is not None else None, chunk)
     if st is not None:
         changes["startup_ms"], slope = st
         if ctx is not None:
