@@ -208,7 +208,7 @@ def test_replay_gap_pools_each_figure_and_measures_publication_lags() -> None:
     from as2d_cli.evaluate.replay_gap import gap_summary, render_gap
 
     def facts(t, v, rounds, acc, pubs, fin):
-        return {"time_ms": t, "verifier_ms": v, "idle_ms": t - v, "rounds": rounds, "accepted": acc, "proposed": acc + 2,
+        return {"time_ms": t, "verifier_ms": v, "not_verifying_ms": t - v, "rounds": rounds, "accepted": acc, "proposed": acc + 2,
                 "publications_ms": pubs, "producer_finished_ms": fin}
 
     rows = [
@@ -224,7 +224,7 @@ def test_replay_gap_pools_each_figure_and_measures_publication_lags() -> None:
     assert set(g) == {"as2d", "target-only"}
     a = g["as2d"]
     assert a["runs"] == 2 and a["time_ms"]["ratio"] == pytest.approx(380 / 400)
-    assert a["verifier_ms"]["ratio"] == pytest.approx(342 / 360) and a["idle_ms"]["ratio"] == pytest.approx(38 / 40)
+    assert a["verifier_ms"]["ratio"] == pytest.approx(342 / 360) and a["not_verifying_ms"]["ratio"] == pytest.approx(38 / 40)
     assert a["rounds"]["ratio"] == pytest.approx(38 / 40) and a["accepted"]["ratio"] == pytest.approx(64 / 60)
     assert a["publications"] == 3  # matched pairs only: 2 + 1
     assert a["publication_lag_ms"] == pytest.approx(5.0)  # lags 5, 10, 0

@@ -4,6 +4,7 @@ bad commands get one error event, external candidates work (runner conformance).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -201,8 +202,6 @@ def test_a_native_runs_replay_keeps_its_publications_and_prices_the_same_work(ru
     from as2d_cli.evaluate.native import native_trace, replay_native
     from as2d_cli.evaluate.replay_gap import gap_summary, native_facts
     from as2d_cli.formats.profile_io import load_profile
-
-    from pathlib import Path
 
     res = _decode(runner, "as2d", window=runner.english, source="ctc", budget=3, events=False)
     assert res["source"] == "ctc" and res["publications_ms"]

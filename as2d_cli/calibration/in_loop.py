@@ -233,12 +233,12 @@ def _startup(steps: Sequence[Mapping[str, Any]], ref_audio_s: float | None, chun
     ``start()``, the first chunk's end less the steady chunk price ``chunk_ms`` — so the
     hand-over's wake-up and a cold first chunk are charged, as natively. Older samples
     without ``end_ms``: the first step's own duration."""
-    chunked = chunk_ms is not None
-    first = [s for s in steps if int(s.get("index", -1)) == (1 if chunked else 0)] if any(
-        "end_ms" in s for s in steps) else []
-    if first:
+    on_clock = any("end_ms" in s for s in steps)
+    index = 1 if on_clock and chunk_ms is not None else 0  # a chunked source's first chunk
+    first = [s for s in steps if int(s.get("index", -1)) == index and (not on_clock or "end_ms" in s)]
+    if on_clock and first:
         vals = [float(s["end_ms"]) - (chunk_ms or 0.0) for s in first]
-    else:
+    else:  # older samples, or no publishing step recorded: the first step's own duration
         first = [s for s in steps if int(s.get("index", -1)) == 0]
         vals = [float(s["ms"]) for s in first]
     if not first:

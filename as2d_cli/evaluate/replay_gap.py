@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from as2d_cli.replay.driver import WindowReplay
 from as2d_cli.replay.producer import ProducerTimeline
 
-POOLED = ("time_ms", "verifier_ms", "idle_ms", "rounds", "accepted", "proposed")
+POOLED = ("time_ms", "verifier_ms", "not_verifying_ms", "rounds", "accepted", "proposed")
 
 
 def native_facts(res: Mapping[str, Any]) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def native_facts(res: Mapping[str, Any]) -> dict[str, Any]:
     summ = res.get("summary") or {}
     t = float(res["time_ms"])
     v = float(acc.get("V", 0.0))
-    return {"time_ms": t, "verifier_ms": v, "idle_ms": t - v, "rounds": int(summ.get("rounds", 0)),
+    return {"time_ms": t, "verifier_ms": v, "not_verifying_ms": t - v, "rounds": int(summ.get("rounds", 0)),
             "accepted": int(summ.get("accepted", 0)), "proposed": int(summ.get("proposed", 0)),
             "publications_ms": [float(p[0]) for p in res.get("publications_ms") or []],
             "producer_finished_ms": res.get("producer_finished_ms")}
@@ -41,18 +41,15 @@ def replay_facts(rep: WindowReplay, timeline: ProducerTimeline | None) -> dict[s
     """The same figures of its replay (``rep`` from a ``detail`` run)."""
     t = rep.time_ns / 1e6
     v = rep.V / 1e6
-    return {"time_ms": t, "verifier_ms": v, "idle_ms": t - v, "rounds": rep.rounds, "accepted": rep.accepted,
+    return {"time_ms": t, "verifier_ms": v, "not_verifying_ms": t - v, "rounds": rep.rounds, "accepted": rep.accepted,
             "proposed": rep.proposed,
             "publications_ms": [p.at / 1e6 for p in timeline.publications] if timeline is not None else [],
             "producer_finished_ms": timeline.finish / 1e6 if timeline is not None else None}
 
 
-def _lags(pairs: Iterable[tuple[Sequence[float], Sequence[float]]], first: bool) -> list[float]:
-    out: list[float] = []
-    for nat, rep in pairs:
-        n = min(len(nat), len(rep))
-        out += [nat[i] - rep[i] for i in range(min(n, 1) if first else n)]
-    return out
+def _lags(pairs: Iterable[tuple[Sequence[float], Sequence[float]]]) -> list[float]:
+    """native − replay for each matched (i-th with i-th) publication."""
+    return [a - b for nat, rep in pairs for a, b in zip(nat, rep)]
 
 
 def gap_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -70,7 +67,7 @@ def gap_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
             rep = sum(r["replay_facts"][k] for r in sel)
             d[k] = {"native": nat, "replay": rep, "ratio": rep / nat if nat else None}
         pairs = [(r["native_facts"]["publications_ms"], r["replay_facts"]["publications_ms"]) for r in sel]
-        lags, first = _lags(pairs, first=False), _lags(pairs, first=True)
+        lags, first = _lags(pairs), _lags((nat[:1], rep[:1]) for nat, rep in pairs)
         fin = [r["native_facts"]["producer_finished_ms"] - r["replay_facts"]["producer_finished_ms"] for r in sel
                if r["native_facts"]["producer_finished_ms"] is not None
                and r["replay_facts"]["producer_finished_ms"] is not None]
@@ -103,6 +100,6 @@ def render_gap(gap: Mapping[str, Mapping[str, Any]]) -> list[str]:
         if d["publications"]:
             lag = (f"   {ms(d['publication_lag_ms'])}, {ms(d['first_publication_lag_ms'])}, "
                    f"{ms(d['producer_finish_lag_ms'])} ({d['publications']} publications)")
-        lines.append(f"{m:<12} {ratio(d, 'time_ms'):>7} {ratio(d, 'verifier_ms'):>7} {ratio(d, 'idle_ms'):>7} "
+        lines.append(f"{m:<12} {ratio(d, 'time_ms'):>7} {ratio(d, 'verifier_ms'):>7} {ratio(d, 'not_verifying_ms'):>7} "
                      f"{ratio(d, 'rounds'):>7} {ratio(d, 'accepted'):>8}{lag}")
     return lines
