@@ -77,6 +77,7 @@ def decode_settings(cmd: dict) -> dict[str, Any]:
         "cap": _int(cmd, "cap", 24, 1),
         "batch": _int(cmd, "batch", 8, 1),
         "window_bound": _int(cmd, "align_window", 8, 0),
+        "lookback": _int(cmd, "align_lookback", 8, 0),
         "max_tokens": _int(cmd, "max_tokens", None, 1),
         "candidates": candidates,
         "events": bool(cmd.get("events", True)),

@@ -29,6 +29,7 @@ from as2d_cli.engine import (
     without_td,
 )
 from as2d_cli.engine.accounting import decompose, split_intervals
+from as2d_cli.engine.policies import DEFAULT_ALIGN_LOOKBACK
 from as2d_cli.errors import UserError
 from native.producer import Producer, external_units, pin_current_thread, source_units
 from native.producer_process import ProcessProducer
@@ -110,7 +111,8 @@ def policy_for(s: dict[str, Any]) -> Policy:
     if m == "asp":
         return ASP(threshold=s["threshold"], cap=s["cap"])
     if m == "as2d":
-        return As2d(budget=s["budget"], threshold=s["threshold"], batch=s["batch"], window=s["window_bound"])
+        return As2d(budget=s["budget"], threshold=s["threshold"], batch=s["batch"], window=s["window_bound"],
+                    lookback=s.get("lookback", DEFAULT_ALIGN_LOOKBACK))
     if m == "as2d-no-td":
         return without_td(s["budget"], threshold=s["threshold"])
     return without_bc(threshold=s["threshold"], cap=s["cap"])

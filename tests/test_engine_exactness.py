@@ -105,11 +105,12 @@ def _buffer(sc, mode, conf) -> CandidateBuffer:
 
 
 @EXAMPLES
-@given(**common, budget=st.integers(1, 16), window=st.integers(0, 10),
+@given(**common, budget=st.integers(1, 16), window=st.integers(0, 10), lookback=st.integers(0, 10),
        threshold=st.sampled_from([None, 0.4, 0.9]), mode=st.sampled_from(SOURCE_MODES), conf=st.booleans())
-def test_as2d_exact(seed, length, cap_slack, eos_end, budget, window, threshold, mode, conf):
+def test_as2d_exact(seed, length, cap_slack, eos_end, budget, window, lookback, threshold, mode, conf):
     sc = make_scenario(seed, length, cap_slack, eos_end)
-    run_checked(As2d(budget=budget, threshold=threshold, window=window), sc, buffer=_buffer(sc, mode, conf))
+    run_checked(As2d(budget=budget, threshold=threshold, window=window, lookback=lookback), sc,
+                buffer=_buffer(sc, mode, conf))
 
 
 @EXAMPLES

@@ -59,6 +59,53 @@ def test_alignment_window_bounds_the_search() -> None:
     assert al.last_action == "retire"
 
 
+def _source_deletion(lookback: int) -> Aligner:
+    # Source: R A D E F G; target: R A B C D E F G (the source missed B C, so the target
+    # says two tokens the source lacks before their continuation D at position 2).
+    src = [9, 1, 4, 5, 6, 7]
+    al = Aligner(window=8, lookback=lookback)
+    assert al.usable_start(src, 6, 9) == 1
+    al.after_call(src, 6, offered=3, accepted=1, root=2, anchor_round=False)  # A ok, D != B
+    al.after_call(src, 6, offered=0, accepted=0, root=3, anchor_round=True)  # y = C: nowhere
+    assert (al.last_action, al.pos) == ("retire", 3)  # position 2 (D) retired
+    al.after_call(src, 6, offered=0, accepted=0, root=4, anchor_round=True)  # y = D
+    return al
+
+
+def test_alignment_looks_back_over_positions_the_mismatch_retired() -> None:
+    al = _source_deletion(lookback=8)
+    assert (al.last_action, al.pos, al.last_offset, al.cursor) == ("back", 2, -1, 3)
+    assert not al.awaiting_anchor  # E F G are offered next
+
+
+def test_alignment_strict_reading_loses_a_multi_token_insertion() -> None:
+    al = _source_deletion(lookback=0)  # C.3 read strictly: D stays retired
+    assert al.last_action == "retire" and al.awaiting_anchor and al.pos == 4
+
+
+def test_alignment_never_looks_back_before_the_mismatch() -> None:
+    # Source: R A B C X; target: R A B C Y A ...: A (position 1) was accepted before the
+    # mismatch at 4, so the target's later A is not matched there.
+    src = [9, 1, 2, 3, 8]
+    al = Aligner(window=8, lookback=8)
+    al.after_call(src, 5, offered=4, accepted=3, root=7, anchor_round=False)  # X != Y at 4
+    al.after_call(src, 5, offered=0, accepted=0, root=1, anchor_round=True)  # y = A
+    assert al.last_action == "retire" and al.pos == 5
+
+
+def test_alignment_look_back_is_bounded() -> None:
+    # The continuation lies three retired positions back; a look-back of 2 does not reach it.
+    src = [9, 1, 4, 5, 6, 7, 8, 20, 21]
+    for lookback, found in ((2, False), (3, True)):
+        al = Aligner(window=1, lookback=lookback)
+        al.after_call(src, 9, offered=1, accepted=1, root=30, anchor_round=False)  # pos 2: 4 != 30
+        for y in (31, 32, 33):
+            al.after_call(src, 9, offered=0, accepted=0, root=y, anchor_round=True)
+        assert al.pos == 5 and al.last_action == "retire"
+        al.after_call(src, 9, offered=0, accepted=0, root=4, anchor_round=True)
+        assert (al.last_action == "back") is found and (al.pos == 2) is found
+
+
 def test_buffer_snapshot_by_time_and_threaded_publication() -> None:
     buf = CandidateBuffer("s", "p")
     buf.publish([1, 2], 10, [0.9, 0.8])

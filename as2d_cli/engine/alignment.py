@@ -16,11 +16,22 @@ Rules, after each verification call that committed ``accepted`` candidates and a
   1. ``buffer[p] == y``: position ``p`` stays eligible (the target inserted ``x``);
   2. local search for ``y`` in ``buffer[p+1 : p+1+window]`` (published part), nearest first;
   3. search for the correction ``x`` in the same window followed by ``y`` (its continuation);
-  4. otherwise position ``p`` is retired (the search window moves on by one position) and
+  4. look back over the positions this mismatch has already retired (at most
+     ``lookback`` of them, nearest first): the target has inserted several tokens, or
+     said in more tokens what the source said in fewer, and the source's continuation
+     sits behind the slid position;
+  5. otherwise position ``p`` is retired (the search window moves on by one position) and
      the target continues alone, searching again after each further token.
-* The search is bounded by ``window`` positions (default 8, one publication batch), so
-  each round's alignment work is O(window). Published tokens never change; only the
-  cursor moves.
+* The search is bounded by ``window`` positions ahead and ``lookback`` behind (defaults
+  8 and 8), so each round's alignment work is O(window + lookback). Published tokens
+  never change; only the cursor moves.
+
+Rule 4 is the toolkit's reading of C.3's "unmatched positions are retired": a retired
+position leaves the cursor but stays within the bounded local search until the mismatch
+is resolved. Without it (``lookback=0``, the strict reading) one multi-token target
+insertion loses the source for the rest of the window: the cursor slides one position
+per target token and the forward search never returns to the continuation (docs/engine.md
+gives the measured effect).
 """
 
 from __future__ import annotations
@@ -33,14 +44,16 @@ UNKNOWN = -1
 
 
 class Aligner:
-    __slots__ = ("pos", "status", "window", "correction", "last_action", "last_offset")
+    __slots__ = ("pos", "status", "window", "lookback", "origin", "correction", "last_action", "last_offset")
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, lookback: int = 0) -> None:
         # The first token (selected during prefill) sits at position 0 of the source's
         # sequence: a source transcribes the same output from its start.
         self.pos = 0
         self.status = UNKNOWN
         self.window = window
+        self.lookback = lookback
+        self.origin = 0  # the position where the current mismatch began (rule 4's floor)
         self.correction: int | None = None  # x, while waiting for the anchor y
         self.last_action = "start"
         self.last_offset = 0
@@ -58,8 +71,7 @@ class Aligner:
             if tokens[self.pos] == root:
                 self.status = MATCHED
             else:
-                self.status = MISMATCH
-                self.correction = root
+                self._mismatch(root)
         if self.status == MISMATCH:
             return None
         return self.pos + 1
@@ -81,8 +93,7 @@ class Aligner:
         self.pos += accepted + 1
         if accepted < offered:
             # Rejection: the candidate at pos was offered and differs from the correction.
-            self.status = MISMATCH
-            self.correction = root
+            self._mismatch(root)
             self.last_action = "reject"
             self.last_offset = 0
             return
@@ -92,8 +103,7 @@ class Aligner:
             if tokens[self.pos] == root:
                 self.status = MATCHED
             else:
-                self.status = MISMATCH
-                self.correction = root
+                self._mismatch(root)
         else:
             self.status = UNKNOWN
 
@@ -117,12 +127,24 @@ class Aligner:
                     # 3. the correction token and its continuation.
                     self._found(j + 1, "correction", j + 1 - p)
                     return
-        # 4. retire position p; the target continues alone and the anchor moves on.
+        for j in range(min(p, ready) - 1, max(self.origin, p - self.lookback) - 1, -1):
+            if tokens[j] == y:
+                # 4. the next target token among the positions this mismatch retired.
+                self._found(j, "back", j - p)
+                return
+        # 5. retire position p; the target continues alone and the anchor moves on.
         self.pos = p + 1
         self.status = MISMATCH
         self.correction = y
         self.last_action = "retire"
         self.last_offset = 0
+
+    def _mismatch(self, correction: int) -> None:
+        """The candidate at ``pos`` differs from the target's token there: a new mismatch
+        starts, and only positions from here on may be looked back to."""
+        self.status = MISMATCH
+        self.correction = correction
+        self.origin = self.pos
 
     def _found(self, j: int, action: str, offset: int) -> None:
         self.pos = j

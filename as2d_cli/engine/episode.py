@@ -92,7 +92,7 @@ class Episode:
         self.eos = first_token == eos_id
         self.capped = not self.eos and max_tokens <= 1
         self.done = self.eos or self.capped
-        self.aligner = Aligner(policy.window) if isinstance(policy, As2d) else None
+        self.aligner = Aligner(policy.window, policy.lookback) if isinstance(policy, As2d) else None
         # Serial drafter state: forwards owed for a fully accepted last draft, and the
         # last rejected draft kept for ASP recycling (tokens, confidences, accepted).
         self._behind = 0

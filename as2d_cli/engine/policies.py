@@ -19,6 +19,7 @@ DEFAULT_THRESHOLD = 0.4
 DEFAULT_ASP_CAP = 24
 DEFAULT_BATCH = 8
 DEFAULT_ALIGN_WINDOW = 8
+DEFAULT_ALIGN_LOOKBACK = 8  # retired positions the alignment may return to (alignment.py, rule 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class As2d:
     threshold: float | None = DEFAULT_THRESHOLD
     batch: int = DEFAULT_BATCH
     window: int = DEFAULT_ALIGN_WINDOW
+    lookback: int = DEFAULT_ALIGN_LOOKBACK
     name: str = "as2d"
     serial: ClassVar[bool] = False
     decoupled: ClassVar[bool] = True
@@ -77,6 +79,8 @@ class As2d:
             raise ValueError("publication batch must be >= 1")
         if self.window < 0:
             raise ValueError("alignment window must be >= 0")
+        if self.lookback < 0:
+            raise ValueError("alignment look-back must be >= 0")
 
 
 Policy = Union[TargetOnly, StandardSD, ASP, As2d]

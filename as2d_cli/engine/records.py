@@ -26,7 +26,7 @@ class RoundRecord:
     new_root: int
     corrected: bool
     committed: int  # tokens committed by this round (accepted + 1, fewer at EOS)
-    align_action: str  # start/advance/alone/reject/insert/search/correction/retire/-
+    align_action: str  # start/advance/alone/reject/insert/search/correction/back/retire/-
     align_offset: int
     cursor: int  # buffer cursor after the round (-1 for serial policies)
     drafted: int = 0  # drafter forwards charged this round (serial policies)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from as2d_cli.engine.policies import (
     ASP,
+    DEFAULT_ALIGN_LOOKBACK,
     DEFAULT_ASP_CAP,
     DEFAULT_BATCH,
     DEFAULT_THRESHOLD,
@@ -46,6 +47,7 @@ class MethodSpec:
     source: str | None = None  # decoupled methods: the requested source
     threshold: float | None = DEFAULT_THRESHOLD
     batch: int = DEFAULT_BATCH
+    lookback: int = DEFAULT_ALIGN_LOOKBACK  # alignment rule 4 (docs/engine.md)
 
     @property
     def decoupled(self) -> bool:
@@ -75,12 +77,13 @@ class MethodSpec:
         if m == "asp":
             return ASP(threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD, cap=self.budget)
         if m == "as2d":
-            return As2d(budget=self.budget, threshold=self.threshold, batch=self.batch)
+            return As2d(budget=self.budget, threshold=self.threshold, batch=self.batch, lookback=self.lookback)
         if m == "as2d-no-td":
             return without_td(self.budget, threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD)
         if m == "as2d-no-bc":
             p = without_bc(threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD, cap=self.budget)
-            return As2d(budget=p.budget, threshold=p.threshold, batch=self.batch, window=p.window, name=p.name)
+            return As2d(budget=p.budget, threshold=p.threshold, batch=self.batch, window=p.window,
+                        lookback=self.lookback, name=p.name)
         raise UserError(f"unknown method {m!r}; choose one of {', '.join(METHODS)}")
 
     @property
