@@ -176,3 +176,31 @@ def test_startup_is_what_the_first_publication_waits_for() -> None:
     drafter = [{"index": 0, "ms": 20.0, "end_ms": 23.0, "tokens": 0}, {"index": 1, "ms": 0.6, "end_ms": 23.6, "tokens": 1}]
     assert _startup(drafter, None) == pytest.approx((23.0, 0.0))
     assert _startup([], None) is None
+
+
+def test_a_cold_first_chunk_is_charged_once() -> None:
+    """A chunked source whose first chunk costs 20 ms and every later one 8 ms: on the
+    decode clock the first chunk's excess is startup, and the steady ratio sees only the
+    later chunks (8 ms against the profile's idle chunk); older samples keep it in both."""
+    from as2d_cli.formats.profile import SourceCosts
+
+    fitted = fit_profile(_synthetic_samples(), {"name": "s"}, ref_audio_s=12.0)
+    idle = 6.0
+    chunked = SourceCosts(name="parakeet", kind="chunked", step_ms_idle=0.0, chunk_ms_idle=idle, publish_ms=0.0,
+                          startup_ms=1.0, concurrent_ratio=1.0)
+    base = dataclasses.replace(fitted, sources={**fitted.sources, "parakeet": chunked})
+    steps = []
+    for rep in range(3):
+        end = 0.5
+        steps.append({"figure": "loop.as2d:parakeet.source_step", "ms": 0.01, "index": 0, "tokens": 0,
+                      "concurrent": True, "end_ms": end})
+        for i in range(1, 7):
+            ms = 20.0 if i == 1 else 8.0
+            end += ms
+            steps.append({"figure": "loop.as2d:parakeet.source_step", "ms": ms, "index": i, "tokens": 4,
+                          "concurrent": True, "end_ms": end})
+    src = apply_in_loop(base, steps).source("parakeet")
+    assert src.concurrent_ratio == pytest.approx(8.0 / idle)
+    assert src.startup_ms == pytest.approx(20.5 - 8.0)
+    old = apply_in_loop(base, [{k: v for k, v in s.items() if k != "end_ms"} for s in steps]).source("parakeet")
+    assert old.concurrent_ratio == pytest.approx((20.0 + 5 * 8.0) / (6 * idle))

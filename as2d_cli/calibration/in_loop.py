@@ -260,8 +260,13 @@ def _source(profile: CostProfile, name: str, ops: Mapping[str, list[Mapping[str,
     conc_verify = [s for s in ops.get("verify", []) if s.get("concurrent")]
     r_verify = _ratio(conc_verify, pricer, "verify")
     rows = []
+    # A chunked source's first step is an empty start(); on the decode clock its first
+    # chunk's excess over the steady chunk is charged as startup (_startup), so that chunk
+    # stays out of the steady ratio too (older samples without ``end_ms`` keep it).
+    first_chunk = src.kind != "autoregressive" and any("end_ms" in s for s in ops.get("source_step", []))
     for s in ops.get("source_step", []):
-        if int(s.get("index", 0)) == 0 or not s.get("concurrent") or int(s.get("tokens", 0)) == 0:
+        i = int(s.get("index", 0))
+        if i == 0 or (first_chunk and i == 1) or not s.get("concurrent") or int(s.get("tokens", 0)) == 0:
             continue  # startup, or after the target's end, or the final partial publication
         if src.kind == "autoregressive":
             p = src.step_ms_idle + (ctx.drafter_ms(int(s["index"]) - 1, float(s.get("audio_s", ctx.ref_audio_s)))
