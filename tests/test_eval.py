@@ -234,4 +234,5 @@ def test_replay_gap_pools_each_figure_and_measures_publication_lags() -> None:
     assert t["time_ms"]["ratio"] == pytest.approx(1.1) and t["publications"] == 0 and t["publication_lag_ms"] is None
     text = "\n".join(render_gap(g))
     assert "as2d" in text and "+5.0, +2.5, +10.0 (3 publications)" in text and "1.100" in text
+    assert "20.0/19.0" in text and "0.0/0.0" in text  # T − V per run: as2d (40 vs 38 over 2), target-only
     assert render_gap({}) == []

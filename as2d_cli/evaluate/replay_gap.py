@@ -91,15 +91,21 @@ def render_gap(gap: Mapping[str, Mapping[str, Any]]) -> list[str]:
     def ms(x: float | None) -> str:
         return "—" if x is None else f"{x:+.1f}"
 
+    def idle(d: Mapping[str, Any]) -> str:
+        # T − V is often near zero on one side (a replay whose verifier never waits), where a
+        # ratio says nothing: both sides in ms per run instead.
+        x, n = d["not_verifying_ms"], d["runs"]
+        return f"{x['native'] / n:.1f}/{x['replay'] / n:.1f}"
+
     lines = ["", "replay ÷ native, pooled over each method's runs (the same trajectories; T − V: time the "
-             "verifier is not busy):",
-             f"{'method':<12} {'T':>7} {'V':>7} {'T − V':>7} {'rounds':>7} {'accepted':>8}   publication lag ms "
+             "verifier is not busy, ms per run, native/replay):",
+             f"{'method':<12} {'T':>7} {'V':>7} {'T − V':>11} {'rounds':>7} {'accepted':>8}   publication lag ms "
              "(native − replay: median, first, producer end)"]
     for m, d in gap.items():
         lag = ""
         if d["publications"]:
             lag = (f"   {ms(d['publication_lag_ms'])}, {ms(d['first_publication_lag_ms'])}, "
                    f"{ms(d['producer_finish_lag_ms'])} ({d['publications']} publications)")
-        lines.append(f"{m:<12} {ratio(d, 'time_ms'):>7} {ratio(d, 'verifier_ms'):>7} {ratio(d, 'not_verifying_ms'):>7} "
+        lines.append(f"{m:<12} {ratio(d, 'time_ms'):>7} {ratio(d, 'verifier_ms'):>7} {idle(d):>11} "
                      f"{ratio(d, 'rounds'):>7} {ratio(d, 'accepted'):>8}{lag}")
     return lines
