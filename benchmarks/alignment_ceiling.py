@@ -28,18 +28,12 @@ from pathlib import Path
 from as2d_cli.engine.policies import DEFAULT_ALIGN_LOOKBACK
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
-from as2d_cli.formats.trace import SourceTrace
 from as2d_cli.formats.trace_io import load_traces
 from as2d_cli.replay.driver import Prepared, replay_window
 from as2d_cli.replay.methods import MethodSpec
+from as2d_cli.replay.run import pooled
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def source_tokens(s: SourceTrace) -> list[int]:
-    if s.chunks is not None:
-        return [t for c in s.chunks for t in c.tokens]
-    return list(s.tokens)
 
 
 def ceiling(windows, source: str) -> tuple[int, float, float]:
@@ -51,7 +45,7 @@ def ceiling(windows, source: str) -> tuple[int, float, float]:
             continue
         served += 1
         ref = list(w.reference)
-        sm = difflib.SequenceMatcher(None, ref, source_tokens(s), autojunk=False)
+        sm = difflib.SequenceMatcher(None, ref, list(s.tokens), autojunk=False)  # chunks joined by the loader
         acc += sum(b.size - 1 for b in sm.get_matching_blocks() if b.size)
         n += len(ref) - 1  # the first token comes from prefill
     return served, acc / n if n else 0.0, n / (n - acc) if n > acc else float("inf")
@@ -72,9 +66,7 @@ def replay(windows, prof: CostProfile, spec: MethodSpec) -> tuple[float, float]:
     """(pooled TPS, accepted share of the decoded tokens)."""
     prep = Prepared(prof, spec)
     rows = [replay_window(w, prep, detail=False) for w in windows]
-    toks = sum(r.tokens for r in rows)
-    decoded = sum(r.tokens - 1 for r in rows)
-    return toks / (sum(r.time_ns for r in rows) / 1e9), sum(r.accepted for r in rows) / decoded
+    return pooled(rows), sum(r.accepted for r in rows) / sum(r.tokens - 1 for r in rows)
 
 
 def main() -> None:

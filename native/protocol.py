@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from as2d_cli.engine.policies import DEFAULT_ALIGN_LOOKBACK, DEFAULT_ALIGN_WINDOW
 from as2d_cli.errors import UserError
 
 PROTOCOL = "as2d.runner"
@@ -76,8 +77,8 @@ def decode_settings(cmd: dict) -> dict[str, Any]:
         "threshold": _num(cmd, "threshold", 0.4),
         "cap": _int(cmd, "cap", 24, 1),
         "batch": _int(cmd, "batch", 8, 1),
-        "window_bound": _int(cmd, "align_window", 8, 0),
-        "lookback": _int(cmd, "align_lookback", 8, 0),
+        "window_bound": _int(cmd, "align_window", DEFAULT_ALIGN_WINDOW, 0),
+        "lookback": _int(cmd, "align_lookback", DEFAULT_ALIGN_LOOKBACK, 0),
         "max_tokens": _int(cmd, "max_tokens", None, 1),
         "candidates": candidates,
         "events": bool(cmd.get("events", True)),

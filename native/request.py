@@ -29,7 +29,6 @@ from as2d_cli.engine import (
     without_td,
 )
 from as2d_cli.engine.accounting import decompose, split_intervals
-from as2d_cli.engine.policies import DEFAULT_ALIGN_LOOKBACK
 from as2d_cli.errors import UserError
 from native.producer import Producer, external_units, pin_current_thread, source_units
 from native.producer_process import ProcessProducer
@@ -112,7 +111,7 @@ def policy_for(s: dict[str, Any]) -> Policy:
         return ASP(threshold=s["threshold"], cap=s["cap"])
     if m == "as2d":
         return As2d(budget=s["budget"], threshold=s["threshold"], batch=s["batch"], window=s["window_bound"],
-                    lookback=s.get("lookback", DEFAULT_ALIGN_LOOKBACK))
+                    lookback=s["lookback"])
     if m == "as2d-no-td":
         return without_td(s["budget"], threshold=s["threshold"])
     return without_bc(threshold=s["threshold"], cap=s["cap"])

@@ -147,7 +147,7 @@ def test_a_dead_producer_process_is_replaced_for_the_next_request() -> None:
     w = sorted(load_corpus().split("dev"), key=lambda w: w.seconds)[0]
     audio = w.load_audio()
     models = load_models()
-    s = {"method": "as2d", "source": "drafter", "budget": 2, "threshold": 0.4, "batch": 8, "window_bound": 8,
+    s = {"method": "as2d", "source": "drafter", "budget": 2, "threshold": 0.4, "batch": 8, "window_bound": 8, "lookback": 8,
          "max_tokens": 24, "events": False}
     try:
         first = run_request(models, audio, s, language=w.language)
