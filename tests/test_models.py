@@ -267,3 +267,48 @@ def test_training_composites_join_same_setting_utterances_end_to_end(tmp_path: P
     assert len(fresh.labels) == len(fresh.items) == 60 + len(made2) == 60 + fresh.composites
     assert {i for ids in fresh.batches for i in ids} == set(range(len(fresh.items)))
     assert groups(data, 1)[0] == groups(data, 2)[0]  # without it: one fixed set
+
+
+def test_shared_encoder_drafter_exports_its_frozen_encoder_losslessly_in_float16(tmp_path: Path) -> None:
+    """train.py --shared-encoder: the drafter's decoder on a copy of the target's encoder,
+    rounded to float16 once and frozen; export.py then stores those weights as float16 (half
+    the bytes) with no loss, and from_onnx.py reads them back exactly."""
+    import sys
+
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+    import export
+    import from_onnx
+    import train
+    from models import DRAFTER, SHARED_DRAFTER, TARGET, Seq2Seq
+
+    torch.manual_seed(0)
+    tgt, old = Seq2Seq(TARGET), Seq2Seq(DRAFTER)
+    with torch.no_grad():  # trained-like weights: the exporter shares identical fresh LayerNorm tensors
+        for p in [*tgt.parameters(), *old.parameters()]:
+            p.normal_(0.0, 0.05)
+    torch.save({"model": tgt.state_dict()}, tmp_path / "t.pt")
+    torch.save({"model": old.state_dict()}, tmp_path / "d.pt")
+    m = Seq2Seq(SHARED_DRAFTER)
+    train.init_shared(m, tmp_path / "t.pt", tmp_path / "d.pt")
+    sd = m.state_dict()
+    w = tgt.state_dict()["encoder.layers.0.qkv.weight"]
+    assert torch.equal(sd["encoder.layers.0.qkv.weight"], w.half().float())
+    assert not torch.equal(sd["encoder.layers.0.qkv.weight"], w)  # rounded, so not the original
+    assert torch.equal(sd["decoder.layers.1.mlp.0.weight"], old.state_dict()["decoder.layers.1.mlp.0.weight"])
+    assert sd["decoder.layers.0.ck.weight"].shape == (192, 256)  # fresh: 256-wide encoder in, 192 out
+
+    m.eval()
+    path = tmp_path / "enc.onnx"
+    mel = torch.randn(1, 123, 80) * 0.3
+    with torch.no_grad():
+        export._export(export.EncoderExport(m), (mel,), path, ["mel"], ["cross_k", "cross_v"],
+                       {"mel": {1: "frames"}, "cross_k": {3: "s"}, "cross_v": {3: "s"}})
+        before = path.stat().st_size
+        saved = export.store_exact_fp16(path)
+        want = export.EncoderExport(m)(mel)
+    assert saved > 0.45 * before and path.stat().st_size < before - saved * 0.9
+    assert export._check(path, {"mel": mel.numpy()}, [x.numpy() for x in want]) < 1e-4
+    found = from_onnx.onnx_params(path)
+    assert {k for k in sd if k.startswith("encoder.")} <= set(found)
+    assert all(np.array_equal(v, sd[k].numpy()) for k, v in found.items())

@@ -86,6 +86,38 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outpu
                       dynamic_axes=axes, opset_version=OPSET, dynamo=False)
 
 
+def store_exact_fp16(path: Path, min_size: int = 256) -> int:
+    """Store every float32 initializer whose values are all exactly float16 as float16 behind a
+    Cast node (ONNX Runtime folds the casts when the session loads): lossless, and it halves the
+    shared-encoder drafter's frozen copy of the target's encoder, whose weights were rounded to
+    float16 before the drafter trained on them (train.py ``init_shared``). Returns the number
+    of bytes saved."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    g = model.graph
+    saved, keep, casts = 0, [], []
+    for init in g.initializer:
+        arr = numpy_helper.to_array(init)
+        if arr.dtype != np.float32 or arr.size < min_size or not np.array_equal(arr.astype(np.float16).astype(np.float32), arr):
+            keep.append(init)
+            continue
+        half = numpy_helper.from_array(arr.astype(np.float16), init.name + "__fp16")
+        keep.append(half)
+        casts.append(helper.make_node("Cast", [half.name], [init.name], to=onnx.TensorProto.FLOAT,
+                                      name=init.name + "__cast"))
+        saved += arr.size * 2
+    if casts:
+        del g.initializer[:]
+        g.initializer.extend(keep)
+        nodes = list(g.node)
+        del g.node[:]
+        g.node.extend(casts + nodes)
+        onnx.save(model, str(path))
+    return saved
+
+
 def _check(path: Path, feeds: dict, expected: list[np.ndarray]) -> float:
     import onnxruntime as ort
 
@@ -102,6 +134,9 @@ def export_seq2seq(kind: str) -> dict:
     with torch.no_grad():
         _export(EncoderExport(model), (mel,), enc_path, ["mel"], ["cross_k", "cross_v"],
                 {"mel": {1: "frames"}, "cross_k": {3: "enc_frames"}, "cross_v": {3: "enc_frames"}})
+        halved = store_exact_fp16(enc_path)
+        if halved:
+            print(f"{kind}: {halved / 1e6:.1f} MB of exactly-float16 encoder weights stored as float16", flush=True)
         ck, cv = EncoderExport(model)(mel)
         err_enc = _check(enc_path, {"mel": mel.numpy()}, [ck.numpy(), cv.numpy()])
         tokens = torch.randint(3, dims.vocab, (1, 3))

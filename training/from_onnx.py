@@ -57,6 +57,9 @@ def onnx_params(path: Path) -> dict[str, np.ndarray]:
     """Torch-named parameters found in one exported file."""
     g = onnx_load(str(path)).graph
     inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    for node in g.node:  # export.store_exact_fp16: a float16 initializer behind a Cast
+        if node.op_type == "Cast" and node.input[0] in inits:
+            inits[node.output[0]] = inits.pop(node.input[0]).astype(np.float32)
     out = {k[2:]: v for k, v in inits.items() if k.startswith("m.")}
     for node in g.node:
         if node.op_type != "MatMul":
@@ -137,14 +140,18 @@ def main() -> None:
     if err > 1e-3:
         raise SystemExit(f"{args.model}: rebuilt model differs from the ONNX files by {err:.2e}")
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01)
+    # A shared-encoder drafter (dims.enc_d) trains its decoder only: its encoder is a frozen
+    # copy of the target's, and the optimiser must hold the same parameters train.py gives it.
+    frozen = args.model == "drafter" and dims.enc_d > 0
+    params = [p for n, p in model.named_parameters() if not (frozen and n.startswith(("encoder.", "ctc_head.")))]
+    opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01)
     tr = entry["trained"]
     state = {"step": tr["steps"], "epoch": tr["epochs"] + 1, "pos": 0, "wall": float(tr["wall_seconds"]),
              "restored_from_onnx": True}
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "ckpt.tmp"
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state, "dims": dims.to_dict(),
-                "torch_rng": torch.get_rng_state()}, tmp)
+                "frozen_encoder": frozen, "torch_rng": torch.get_rng_state()}, tmp)
     tmp.replace(ckpt)
     log = ASSETS / "training_logs" / f"{args.model}.jsonl"
     if log.exists() and not (out / "log.jsonl").exists():  # the continued run appends to the shipped history

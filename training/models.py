@@ -33,6 +33,16 @@ class Dims:
     max_tokens: int = 320
     conv_kernel: int = 0  # >0: a depthwise convolution module in every encoder layer
     stride: int = 4  # mel frames per encoder frame: 4 (25 frames/s) or 2 (50 frames/s)
+    # An encoder of another shape than the decoder (0: the decoder's): the shared-encoder
+    # drafter listens through a copy of the target's encoder (d 256) with a 192-wide decoder.
+    enc_d: int = 0
+    enc_heads: int = 0
+    enc_ffn: int = 0
+
+    def encoder_dims(self) -> "Dims":
+        """The dimensions the encoder (and the encoder's CTC head) are built with."""
+        return Dims(**{**asdict(self), "d": self.enc_d or self.d, "heads": self.enc_heads or self.heads,
+                       "ffn": self.enc_ffn or self.ffn, "enc_d": 0, "enc_heads": 0, "enc_ffn": 0})
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -40,6 +50,9 @@ class Dims:
 
 TARGET = Dims(d=256, heads=4, enc_layers=4, dec_layers=4, ffn=1024)
 DRAFTER = Dims(d=192, heads=3, enc_layers=3, dec_layers=2, ffn=768)
+# The drafter's decoder on a frozen copy of the target's encoder (train.py --shared-encoder):
+# both models then hear the same acoustic evidence, so the drafter errs where the target does.
+SHARED_DRAFTER = Dims(d=192, heads=3, enc_layers=4, dec_layers=2, ffn=768, enc_d=256, enc_heads=4, enc_ffn=1024)
 # The character CTC runs at 50 frames/s: espeak speaks ~26 characters/s (median, test
 # split; up to 33), and CTC needs at least one frame per character, so at 25 frames/s most
 # utterances had no valid alignment (their loss was zeroed) and the model barely learned.
@@ -153,8 +166,8 @@ class DecLayer(nn.Module):
         self.qkv = nn.Linear(dm.d, 3 * dm.d)
         self.o = nn.Linear(dm.d, dm.d)
         self.cq = nn.Linear(dm.d, dm.d)
-        self.ck = nn.Linear(dm.d, dm.d)
-        self.cv = nn.Linear(dm.d, dm.d)
+        self.ck = nn.Linear(dm.enc_d or dm.d, dm.d)
+        self.cv = nn.Linear(dm.enc_d or dm.d, dm.d)
         self.co = nn.Linear(dm.d, dm.d)
         self.mlp = nn.Sequential(nn.Linear(dm.d, dm.ffn), nn.GELU(), nn.Linear(dm.ffn, dm.d))
         self.keep: list | None = None  # training: collects cross-attention weights (guided-attention loss)
@@ -216,14 +229,20 @@ class Seq2Seq(nn.Module):
     def __init__(self, dm: Dims):
         super().__init__()
         self.dm = dm
-        self.encoder = Encoder(dm)
+        self.encoder = Encoder(dm.encoder_dims())
         self.decoder = Decoder(dm)
-        self.ctc_head = nn.Linear(dm.d, dm.vocab)  # blank = pad id 0; training only
+        self.ctc_head = nn.Linear(dm.enc_d or dm.d, dm.vocab)  # blank = pad id 0; training only
+        self.frozen_encoder = False  # the shared-encoder drafter: the target's encoder, not trained
 
     def forward(self, mel, mel_lengths, tokens, head_only_aux: bool = False):
         """``head_only_aux``: the auxiliary CTC trains its head alone (no gradient into the
         encoder), for a freshly initialised head on a trained encoder."""
-        enc, mask = self.encoder(mel, mel_lengths)
+        if self.frozen_encoder:
+            self.encoder.eval()  # no dropout: the same encoder output the target computes
+            with torch.no_grad():
+                enc, mask = self.encoder(mel, mel_lengths)
+        else:
+            enc, mask = self.encoder(mel, mel_lengths)
         ck, cv = self.decoder.cross_kv(enc)
         pk, pv = self.decoder.empty_past(mel.shape[0])
         logits, _, _ = self.decoder(tokens, pk, pv, ck, cv, mask)

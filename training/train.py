@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "training"))
 
-from models import CTC, DRAFTER, TARGET, CtcModel, Dims, Seq2Seq, out_frames  # noqa: E402
+from models import CTC, DRAFTER, SHARED_DRAFTER, TARGET, CtcModel, Dims, Seq2Seq, out_frames  # noqa: E402
 
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.corpus.text import normalize_text, wer  # noqa: E402
@@ -325,6 +325,29 @@ def dev_wer(model, kind: str, windows, feats) -> float:
     return wer(refs, hyps)
 
 
+def init_shared(model: Seq2Seq, target_ckpt: Path, drafter_ckpt: Path | None) -> None:
+    """A shared-encoder drafter's starting weights: the target checkpoint's encoder (and CTC
+    head, unused) exactly; the decoder from ``drafter_ckpt`` except the cross-attention K/V
+    projections, whose input width changed (they start fresh)."""
+    own = model.state_dict()
+    tgt = torch.load(target_ckpt, weights_only=False)["model"]
+    enc = {k: v for k, v in tgt.items() if k.startswith(("encoder.", "ctc_head."))}
+    if any(own[k].shape != v.shape for k, v in enc.items()) or len(enc) != sum(
+            k.startswith(("encoder.", "ctc_head.")) for k in own):
+        raise SystemExit(f"{target_ckpt}: its encoder does not have the shared drafter's encoder shape")
+    dec = {}
+    if drafter_ckpt is not None:
+        src = torch.load(drafter_ckpt, weights_only=False)["model"]
+        dec = {k: v for k, v in src.items() if k.startswith("decoder.") and k in own and own[k].shape == v.shape
+               and not any(f".{n}." in k for n in ("ck", "cv"))}
+    # Rounded to float16 once (the encoder never trains again), so export.py can ship the copy
+    # at half the size losslessly; the rounding moves its outputs by ~1e-3 relative.
+    enc = {k: v.half().float() if v.is_floating_point() else v for k, v in enc.items()}
+    model.load_state_dict({**own, **enc, **dec})
+    print(f"shared encoder from {target_ckpt} ({len(enc)} tensors); decoder: {len(dec)} tensors from "
+          f"{drafter_ckpt}, the rest fresh", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=["target", "drafter", "ctc"], required=True)
@@ -358,6 +381,16 @@ def main() -> None:
     ap.add_argument("--fresh-concat", action="store_true",
                     help="with --concat: new composites every epoch (another grouping of the same "
                          "utterances), not one fixed set")
+    ap.add_argument("--bf16", action="store_true",
+                    help="bfloat16 autocast for the forward pass (weights, optimiser and losses stay float32); "
+                         "about twice the steps per second on CPUs with AVX512-BF16 or AMX")
+    ap.add_argument("--shared-encoder", type=Path, default=None, metavar="TARGET_CKPT",
+                    help="drafter only, on a fresh start: the drafter's decoder on a frozen copy of this target "
+                         "checkpoint's encoder (models.SHARED_DRAFTER); its self-attention, MLP and embedding "
+                         "start from --init-decoder, its cross-attention K/V projections fresh")
+    ap.add_argument("--init-decoder", type=Path, default=None, metavar="DRAFTER_CKPT",
+                    help="with --shared-encoder: the checkpoint whose decoder starts the new one")
+    ap.add_argument("--out", default=None, help="work folder under training/work (default: the model's name)")
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--anneal-from", type=int, default=None,
@@ -373,7 +406,9 @@ def main() -> None:
     model_defs.DROPOUT = args.dropout
     torch.set_num_threads(args.threads)
     kind = args.model
-    out = WORK / kind
+    if args.shared_encoder is not None and kind != "drafter":
+        raise SystemExit("--shared-encoder is for --model drafter")
+    out = WORK / (args.out or kind)
     out.mkdir(parents=True, exist_ok=True)
     seed = SEEDS[kind]
     torch.manual_seed(seed)
@@ -382,8 +417,13 @@ def main() -> None:
 
     dims: Dims = {"target": TARGET, "drafter": DRAFTER, "ctc": CTC}[kind]
     ckpt = out / "ckpt.pt"
-    if ckpt.exists():  # a resumed run keeps the dimensions it was started with
-        dims = Dims(**torch.load(ckpt, weights_only=False)["dims"])
+    frozen = args.shared_encoder is not None
+    if ckpt.exists():  # a resumed run keeps the dimensions (and frozen encoder) it was started with
+        head = torch.load(ckpt, weights_only=False)
+        dims, frozen = Dims(**head["dims"]), bool(head.get("frozen_encoder", False))
+        del head
+    elif frozen:
+        dims = SHARED_DRAFTER
     only = {int(x) for x in args.only_sets.split(",")} if args.only_sets else None
     data = Data(kind, args.batch_frames, args.max_items, shards=args.shards, aux=args.aux, only=only,
                 labels=args.labels, concat=args.concat, fresh_concat=args.fresh_concat)
@@ -392,7 +432,14 @@ def main() -> None:
     else:
         dims.vocab = load_tokenizer().get_vocab_size()
         model = Seq2Seq(dims)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+        if frozen:
+            model.frozen_encoder = True
+            for p in [*model.encoder.parameters(), *model.ctc_head.parameters()]:
+                p.requires_grad_(False)
+            if not ckpt.exists():
+                init_shared(model, args.shared_encoder, args.init_decoder)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr,
+                            betas=(0.9, 0.98), weight_decay=0.01)
     state = {"step": 0, "epoch": 0, "pos": 0, "wall": 0.0}
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
@@ -410,14 +457,14 @@ def main() -> None:
     log.write(json.dumps({"event": "start", "step": state["step"], "params": n_params, "dims": dims.to_dict(),
                           "shards": data.shards, "items": len(data.items),
                           "batches_per_epoch": len(data.batches), "short_batches": len(data.short), "composites": getattr(data, "composites", 0),
-                          "ctc_infeasible": round(ctc_infeasible(data.items, data.aux, dims.stride), 4),
+                          "ctc_infeasible": round(ctc_infeasible(data.items, data.aux, dims.stride), 4), "frozen_encoder": frozen,
                           "args": vars(args)}) + "\n")
     log.flush()
 
     def save() -> None:
         tmp = out / "ckpt.tmp"
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state, "dims": dims.to_dict(),
-                    "torch_rng": torch.get_rng_state()}, tmp)
+                    "frozen_encoder": frozen, "torch_rng": torch.get_rng_state()}, tmp)
         os.replace(tmp, ckpt)
 
     stop = {"now": False}
@@ -449,6 +496,8 @@ def main() -> None:
             state.pop("anneal")
         state.setdefault("anneal", {"from_step": start_step, "from_time": start_time, "deadline": args.deadline})
         state["anneal"]["deadline"] = args.deadline  # a later command may move the deadline; the origin stays
+    # The losses (and the guided-attention penalty, which promotes the kept maps) run in float32.
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)
     while state["step"] < args.max_steps and not stop["now"]:
         if state["pos"] >= len(order):
             state["epoch"] += 1
@@ -477,7 +526,9 @@ def main() -> None:
             spec_augment(batch[0], batch[1], aug)  # in place: (mel, lengths, ...)
         if kind == "ctc":
             mel, lengths, labs = batch
-            loss = ctc_loss(model(mel, lengths), lengths, labs, dims.stride)
+            with autocast:
+                out = model(mel, lengths)
+            loss = ctc_loss(out.float(), lengths, labs, dims.stride)
             ce = torch.tensor(0.0)
             cl = loss
         else:
@@ -485,9 +536,11 @@ def main() -> None:
             guide = args.guide_weight > 0
             for layer in model.decoder.layers:
                 layer.keep = [] if guide else None
-            logits, ctc_logits = model(mel, lengths, inp, head_only_aux=step <= aux_head_until)
+            with autocast:
+                logits, ctc_logits = model(mel, lengths, inp, head_only_aux=step <= aux_head_until)
+            logits, ctc_logits = logits.float(), ctc_logits.float()
             ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
-            cl = ctc_loss(ctc_logits, lengths, aux, dims.stride)
+            cl = torch.tensor(0.0) if frozen else ctc_loss(ctc_logits, lengths, aux, dims.stride)
             loss = ce + args.ctc_weight * cl
             if guide:
                 ga = guided_attention_loss(model, lengths, labs)
