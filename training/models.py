@@ -241,6 +241,7 @@ class Seq2Seq(nn.Module):
             self.encoder.eval()  # no dropout: the same encoder output the target computes
             with torch.no_grad():
                 enc, mask = self.encoder(mel, mel_lengths)
+            self.last_enc = (enc, mask)  # train.py --teacher: the target's decoder reads the same encoding
         else:
             enc, mask = self.encoder(mel, mel_lengths)
         ck, cv = self.decoder.cross_kv(enc)

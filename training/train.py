@@ -390,6 +390,10 @@ def main() -> None:
                          "start from --init-decoder, its cross-attention K/V projections fresh")
     ap.add_argument("--init-decoder", type=Path, default=None, metavar="DRAFTER_CKPT",
                     help="with --shared-encoder: the checkpoint whose decoder starts the new one")
+    ap.add_argument("--teacher", type=Path, default=None, metavar="TARGET_CKPT",
+                    help="also match this target checkpoint's next-token distributions (KL, weight --kd-weight) "
+                         "at every teacher-forced position: word-level distillation beside --labels target")
+    ap.add_argument("--kd-weight", type=float, default=0.5, help="with --teacher: the KL term's share of the loss")
     ap.add_argument("--out", default=None, help="work folder under training/work (default: the model's name)")
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
@@ -438,6 +442,17 @@ def main() -> None:
                 p.requires_grad_(False)
             if not ckpt.exists():
                 init_shared(model, args.shared_encoder, args.init_decoder)
+    teacher = None
+    if args.teacher is not None:
+        if kind == "ctc":
+            raise SystemExit("--teacher is for the encoder-decoders")
+        t_saved = torch.load(args.teacher, weights_only=False)
+        teacher = Seq2Seq(Dims(**t_saved["dims"]))
+        teacher.load_state_dict(t_saved["model"])
+        teacher.eval()
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+        del t_saved
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr,
                             betas=(0.9, 0.98), weight_decay=0.01)
     state = {"step": 0, "epoch": 0, "pos": 0, "wall": 0.0}
@@ -458,7 +473,7 @@ def main() -> None:
                           "shards": data.shards, "items": len(data.items),
                           "batches_per_epoch": len(data.batches), "short_batches": len(data.short), "composites": getattr(data, "composites", 0),
                           "ctc_infeasible": round(ctc_infeasible(data.items, data.aux, dims.stride), 4), "frozen_encoder": frozen,
-                          "args": vars(args)}) + "\n")
+                          "args": vars(args)}, default=str) + "\n")
     log.flush()
 
     def save() -> None:
@@ -540,8 +555,25 @@ def main() -> None:
                 logits, ctc_logits = model(mel, lengths, inp, head_only_aux=step <= aux_head_until)
             logits, ctc_logits = logits.float(), ctc_logits.float()
             ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
+            if teacher is not None:
+                with torch.no_grad(), autocast:
+                    if frozen:  # the drafter's frozen encoder is the teacher's (float16-rounded): reuse it
+                        enc, enc_mask = model.last_enc
+                        ck, cv = teacher.decoder.cross_kv(enc)
+                        pk, pv = teacher.decoder.empty_past(enc.shape[0])
+                        t_logits = teacher.decoder(inp, pk, pv, ck, cv, enc_mask)[0]
+                    else:
+                        t_logits, _ = teacher(mel, lengths, inp)
+                valid = (tgt != -100).float()
+                t_lp = F.log_softmax(t_logits.float(), -1)
+                kl = (t_lp.exp() * (t_lp - F.log_softmax(logits, -1))).sum(-1)
+                kd = (kl * valid).sum() / valid.sum()
+                acc["kd"] = acc.get("kd", 0.0) + kd.item()
+                ce_term = (1.0 - args.kd_weight) * ce + args.kd_weight * kd
+            else:
+                ce_term = ce
             cl = torch.tensor(0.0) if frozen else ctc_loss(ctc_logits, lengths, aux, dims.stride)
-            loss = ce + args.ctc_weight * cl
+            loss = ce_term + args.ctc_weight * cl
             if guide:
                 ga = guided_attention_loss(model, lengths, labs)
                 loss = loss + args.guide_weight * ga
@@ -561,7 +593,7 @@ def main() -> None:
         acc["n"] += 1
         if step % 25 == 0:
             rec = {"step": step, "epoch": state["epoch"], "lr": round(lr, 6), "wall_s": round(state["wall"], 1)}
-            rec.update({k: round(acc[k] / acc["n"], 4) for k in ("loss", "ce", "ctc", "guide") if k in acc})
+            rec.update({k: round(acc[k] / acc["n"], 4) for k in ("loss", "ce", "ctc", "guide", "kd") if k in acc})
             log.write(json.dumps(rec) + "\n")
             log.flush()
             print(rec, flush=True)
