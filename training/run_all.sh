@@ -2,7 +2,7 @@
 # Regenerate everything the models need, from scratch, following the shipped models' recipe.
 # Needs: apt-get install espeak-ng; pip install -e '.[train]'. About 17 hours on 2 cores.
 #
-# The shipped models were trained over ten sessions; the phases below are that history in
+# The shipped models were trained over eleven sessions; the phases below are that history in
 # steps (training/work/<model>/log.jsonl and the shipped training_logs hold every record).
 # The shipped run annealed by wall clock (`--deadline`), paused while corpus shards were
 # synthesised; this script anneals by steps (`--anneal-from/--anneal-steps`), so its
@@ -118,4 +118,26 @@ $PY training/make_corpus.py --only train --shard 13  # training/work/train_shard
 $PY training/make_corpus.py --only train --shard 14 --train-utterances 3000
 train drafter 63737 60101 3636 --lr 3e-4 --warmup 200 --aux-head-steps 300 --guide-weight 2 --specaug \
   --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 13,14 --concat 1.0 --fresh-concat
+# Eleventh session (fresh machine: checkpoints rebuilt from the ONNX files; shards 13-14
+# gone): shard 15, then with bfloat16 autocast (--bf16, ~3x the steps per second on the
+# EPYC) the target on it alone (session 9's flags), one thread, while the drafter became a
+# shared-encoder drafter: its 192-wide decoder (warm-started from the session-10 drafter,
+# fresh cross-attention K/V) on a frozen float16-rounded copy of the target's encoder,
+# trained on the target's greedy transcripts of shard 15 (training/distill.py) plus a KL
+# term to the target's next-token distributions, one thread; both anneals by wall clock,
+# the drafter's deadline moved once (05:12 -> 05:35) at step 7,821.
+$PY training/make_corpus.py --only train --shard 15  # training/work/train_shards/15
+$PY training/distill.py --set 15                     # the step-83,012 target's transcripts
+cp training/work/target/ckpt.pt training/work/target_83012.pt
+cp training/work/drafter/ckpt.pt training/work/drafter_63737.pt
+{ $PY training/train.py --model drafter --out drafter_shared --threads 1 --bf16 --max-steps 18000 \
+    --shared-encoder training/work/target_83012.pt --init-decoder training/work/drafter_63737.pt \
+    --teacher training/work/target_83012.pt --kd-weight 0.5 --labels target --lr 5e-4 --warmup 200 \
+    --guide-weight 2 --dropout 0.1 --only-sets 15 --concat 1.0 --fresh-concat \
+    --anneal-from 0 --anneal-steps 18000; } &
+train target 93243 83012 10231 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
+  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 15 --concat 1.0 --fresh-concat
+wait
+# export.py reads training/work/<model>: the shared-encoder drafter replaces the separate one
+mv training/work/drafter training/work/drafter_separate && mv training/work/drafter_shared training/work/drafter
 $PY training/export.py                           # ONNX files + models.json + training logs
