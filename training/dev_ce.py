@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import train  # noqa: E402
-from models import Dims, Seq2Seq  # noqa: E402
+from models import Seq2Seq  # noqa: E402
 
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.models.features import log_mel  # noqa: E402
@@ -50,10 +50,9 @@ def main() -> int:
     sys.argv[1:] = args
     targets = _target_tokens() if labels == "target" else {}
     torch.set_num_threads(1)
-    ck = torch.load(sys.argv[1], weights_only=False)
-    model = Seq2Seq(Dims(**ck["dims"]))
-    model.load_state_dict(ck["model"])
-    model.eval()
+    saved = torch.load(sys.argv[1], weights_only=False)
+    model, step = Seq2Seq.from_saved(saved), saved["state"]["step"]
+    del saved
     tok = train.load_tokenizer()
     res: dict[str, list[float]] = {}
     with torch.no_grad():
@@ -68,7 +67,7 @@ def main() -> int:
             r[1] += (logits[0].argmax(-1) == tgt[0]).sum().item()
             r[2] += tgt.shape[1]
     total = [sum(r[i] for r in res.values()) for i in range(3)]
-    print(f"step {ck['state']['step']}")
+    print(f"step {step}")
     for k, r in sorted(res.items()):
         print(f"  {k:13s} CE {r[0] / r[2]:.3f}  top-1 {r[1] / r[2]:.3f}")
     print(f"  {'all':13s} CE {total[0] / total[2]:.3f}  top-1 {total[1] / total[2]:.3f}")

@@ -142,9 +142,11 @@ def main() -> None:
     model.train()
     # A shared-encoder drafter (dims.enc_d) trains its decoder only: its encoder is a frozen
     # copy of the target's, and the optimiser must hold the same parameters train.py gives it.
-    frozen = args.model == "drafter" and dims.enc_d > 0
-    params = [p for n, p in model.named_parameters() if not (frozen and n.startswith(("encoder.", "ctc_head.")))]
-    opt = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01)
+    frozen = dims.enc_d > 0
+    if frozen:
+        model.freeze_encoder()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, betas=(0.9, 0.98),
+                            weight_decay=0.01)
     tr = entry["trained"]
     state = {"step": tr["steps"], "epoch": tr["epochs"] + 1, "pos": 0, "wall": float(tr["wall_seconds"]),
              "restored_from_onnx": True}

@@ -233,6 +233,21 @@ class Seq2Seq(nn.Module):
         self.decoder = Decoder(dm)
         self.ctc_head = nn.Linear(dm.enc_d or dm.d, dm.vocab)  # blank = pad id 0; training only
         self.frozen_encoder = False  # the shared-encoder drafter: the target's encoder, not trained
+        self.last_enc: tuple[torch.Tensor, torch.Tensor | None] | None = None  # set when frozen
+
+    def freeze_encoder(self) -> None:
+        """The shared-encoder drafter's encoder (and its unused CTC head) never train: no
+        gradient, no dropout; the optimiser holds only ``requires_grad`` parameters."""
+        self.frozen_encoder = True
+        for p in [*self.encoder.parameters(), *self.ctc_head.parameters()]:
+            p.requires_grad_(False)
+
+    @classmethod
+    def from_saved(cls, saved: dict) -> "Seq2Seq":
+        """The model of a loaded training checkpoint (``torch.load`` of ckpt.pt), in eval mode."""
+        model = cls(Dims(**saved["dims"]))
+        model.load_state_dict(saved["model"])
+        return model.eval()
 
     def forward(self, mel, mel_lengths, tokens, head_only_aux: bool = False):
         """``head_only_aux``: the auxiliary CTC trains its head alone (no gradient into the

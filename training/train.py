@@ -437,22 +437,14 @@ def main() -> None:
         dims.vocab = load_tokenizer().get_vocab_size()
         model = Seq2Seq(dims)
         if frozen:
-            model.frozen_encoder = True
-            for p in [*model.encoder.parameters(), *model.ctc_head.parameters()]:
-                p.requires_grad_(False)
+            model.freeze_encoder()
             if not ckpt.exists():
                 init_shared(model, args.shared_encoder, args.init_decoder)
     teacher = None
     if args.teacher is not None:
         if kind == "ctc":
             raise SystemExit("--teacher is for the encoder-decoders")
-        t_saved = torch.load(args.teacher, weights_only=False)
-        teacher = Seq2Seq(Dims(**t_saved["dims"]))
-        teacher.load_state_dict(t_saved["model"])
-        teacher.eval()
-        for p in teacher.parameters():
-            p.requires_grad_(False)
-        del t_saved
+        teacher = Seq2Seq.from_saved(torch.load(args.teacher, weights_only=False)).requires_grad_(False)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr,
                             betas=(0.9, 0.98), weight_decay=0.01)
     state = {"step": 0, "epoch": 0, "pos": 0, "wall": 0.0}
@@ -542,8 +534,8 @@ def main() -> None:
         if kind == "ctc":
             mel, lengths, labs = batch
             with autocast:
-                out = model(mel, lengths)
-            loss = ctc_loss(out.float(), lengths, labs, dims.stride)
+                char_logits = model(mel, lengths)
+            loss = ctc_loss(char_logits.float(), lengths, labs, dims.stride)
             ce = torch.tensor(0.0)
             cl = loss
         else:
