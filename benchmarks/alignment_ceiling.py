@@ -10,6 +10,10 @@ Three figures per source, all from the same trace file in this one run:
   path (difflib, no junk heuristic) accepted, less its first token, which the anchor call
   after a mismatch produces; speedup = tokens / (tokens − accepted), i.e. one target step
   per round. Only windows the source serves.
+* instant source: free widths, and the source's whole sequence published at time zero
+  (no startup, step or publication cost) — what the aligner recovers when the source is
+  never behind the target; the gap to the ceiling is the aligner's, the gap to free widths
+  the source's speed.
 * free widths: the replay with every verification width priced like one target step and
   no concurrency slowdown, loop or alignment cost — what the sources and the alignment
   allow when wide calls are free. Source timing (publication) stays the profile's.
@@ -62,6 +66,16 @@ def free_widths(p: CostProfile) -> CostProfile:
                                loop_ms=0.0, align_ms=0.0, context=None, in_loop=None)
 
 
+def instant_sources(p: CostProfile) -> CostProfile:
+    """``p`` with every source publishing its whole sequence at time zero (its start, steps,
+    chunks and publications cost nothing)."""
+    tiny = 1e-6  # the profile requires a positive step/chunk cost
+    sources = {name: dataclasses.replace(s, startup_ms=0.0, startup_ms_per_audio_s=0.0, publish_ms=0.0,
+                                         **({"step_ms_idle": tiny} if s.kind == "autoregressive" else {"chunk_ms_idle": tiny}))
+               for name, s in p.sources.items()}
+    return dataclasses.replace(p, sources=sources)
+
+
 def replay(windows, prof: CostProfile, spec: MethodSpec) -> tuple[float, float]:
     """(pooled TPS, accepted share of the decoded tokens)."""
     prep = Prepared(prof, spec)
@@ -80,22 +94,25 @@ def main() -> None:
     windows = list(ts.windows)
     prof = load_profile(args.profile)
     free = free_widths(prof)
+    instant = instant_sources(free)
     sources = sorted({s for w in windows for s in w.sources})
     print(f"{args.traces}: {len(windows)} windows, {sum(w.n_tokens for w in windows)} tokens; "
           f"profile {args.profile}; budget {args.budget}")
     base = {name: replay(windows, p, MethodSpec("target-only"))[0] for name, p in (("free", free), ("profile", prof))}
-    print(f"{'source':<9} {'ceiling acc':>11} {'×':>6}  " + "  ".join(
+    print(f"{'source':<9} {'ceiling acc':>11} {'×':>6}  {'instant acc':>11} {'×':>6}  " + "  ".join(
         f"{'lookback ' + str(lb):>26}" for lb in (0, DEFAULT_ALIGN_LOOKBACK)))
-    print(f"{'':<9} {'':>11} {'':>6}  " + "  ".join(f"{'acc   free ×  profile ×':>26}" for _ in range(2)))
+    print(f"{'':<9} {'':>11} {'':>6}  {'':>11} {'':>6}  " + "  ".join(f"{'acc   free ×  profile ×':>26}" for _ in range(2)))
     for src in sources:
         served, c_acc, c_x = ceiling(windows, src)
         cells = []
+        i_tps, i_acc = replay(windows, instant, MethodSpec("as2d", budget=args.budget, source=src))
         for lb in (0, DEFAULT_ALIGN_LOOKBACK):
             spec = MethodSpec("as2d", budget=args.budget, source=src, lookback=lb)
             f_tps, acc = replay(windows, free, spec)
             p_tps, _ = replay(windows, prof, spec)
             cells.append(f"{acc:5.3f}  {f_tps / base['free']:7.3f}  {p_tps / base['profile']:9.3f}")
-        print(f"{src:<9} {c_acc:>11.3f} {c_x:>6.3f}  " + "  ".join(f"{c:>26}" for c in cells)
+        print(f"{src:<9} {c_acc:>11.3f} {c_x:>6.3f}  {i_acc:>11.3f} {i_tps / base['free']:>6.3f}  "
+              + "  ".join(f"{c:>26}" for c in cells)
               + f"   (ceiling over {served} windows)")
 
 

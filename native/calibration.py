@@ -94,7 +94,7 @@ class _BackgroundProducer:
         from native.producer_process import ProcessProducer
 
         while not self.stop.is_set():
-            worker.arm("drafter", self.audio, 10_000, "autoregressive", 8)
+            worker.arm("drafter", self.audio, 10_000, "autoregressive", 8, self.models.shared_hidden())
             p = ProcessProducer(worker, CandidateBuffer("drafter"), WallClock())
             p.start()
             self.busy.set()
@@ -175,6 +175,10 @@ def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> It
         raise ProtocolError("source must be 'drafter' or 'ctc'")
     if name == "ctc" and not runner.models.ctc_eligible(language):
         raise ProtocolError(f"the ctc source does not serve language {language!r}; calibrate it on an English window")
+    if name == "drafter" and runner.models.shared_hidden() is not None:
+        # As in a request: the target's prefill (outside any clock) encodes the audio whose
+        # states a drafter sharing the target's encoder reads; its startup is the projection.
+        runner.models.target.start(audio)
     src = runner.models.source(name, audio, int(cmd.get("limit", 10_000)))
     figure = "step" if name == "drafter" else "chunk"
     buf = CandidateBuffer(name)

@@ -12,8 +12,9 @@ candidate buffer with the worker's own timestamp (``time.perf_counter_ns`` is on
 system-wide monotonic clock on Linux, so both processes share the decode clock).
 
 The worker is started once per runner (outside any decode clock) and serves one request
-at a time: the audio is handed over before the clock starts, the source's audio encoding
-and steps run inside it, and after the target's EOS the step in flight finishes (drain).
+at a time: the audio (and the target's encoder states, for a drafter sharing the target's
+encoder) is handed over before the clock starts, the source's start (its audio encoding, or
+the projection of those states) and steps run inside it, and after the target's EOS the step in flight finishes (drain).
 """
 
 from __future__ import annotations
@@ -58,13 +59,13 @@ def _worker(cmds: Connection, events: Connection, models_dir: str | None, thread
             return
         if msg[0] != "request":  # a stop that arrived after the source had already ended
             continue
-        _, name, audio, limit, kind, batch = msg
+        _, name, audio, limit, kind, batch, hidden = msg
         try:
             if name == "ctc":
                 ctc = ctc or CtcRecognizer(bundle, threads=threads)
                 units = source_units(CtcSource(ctc, audio))
             else:
-                units = source_units(DrafterSource(drafter, audio, limit))
+                units = source_units(DrafterSource(drafter, audio, limit, hidden=hidden))
         except BaseException as exc:
             events.send(("failed", f"{type(exc).__name__}: {exc}"))
             continue
@@ -155,9 +156,12 @@ class ProducerWorker:
     def alive(self) -> bool:
         return self.process.is_alive()
 
-    def arm(self, name: str, audio: np.ndarray, limit: int, kind: str, batch: int) -> None:
-        """Hand one request's audio to the worker (before the decode clock starts)."""
-        self.cmds.send(("request", name, np.ascontiguousarray(audio, dtype=np.float32), limit, kind, batch))
+    def arm(self, name: str, audio: np.ndarray, limit: int, kind: str, batch: int,
+            hidden: np.ndarray | None = None) -> None:
+        """Hand one request's audio (and, for a drafter sharing the target's encoder, the
+        target's encoder states for it) to the worker, before the decode clock starts."""
+        self.cmds.send(("request", name, np.ascontiguousarray(audio, dtype=np.float32), limit, kind, batch,
+                        None if hidden is None else np.ascontiguousarray(hidden, dtype=np.float32)))
         msg = self.events.recv()
         if msg[0] != "armed":
             raise UserError(f"the {name} source could not start: {msg[1]}")

@@ -48,14 +48,22 @@ class Models:
     _worker_failed: str | None = None
 
     def source(self, name: str, audio: np.ndarray, limit: int) -> Any:
-        """A fresh per-request target-decoupled source over ``audio``."""
+        """A fresh per-request target-decoupled source over ``audio`` (the target must have
+        started on the same audio: a drafter sharing its encoder reads its states)."""
         from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource
 
         if name == "ctc":
             if self._ctc is None:
                 self._ctc = CtcRecognizer(self.bundle, threads=self.threads)
             return CtcSource(self._ctc, audio)
-        return DrafterSource(self.drafter.model, audio, limit)
+        return DrafterSource(self.drafter.model, audio, limit, hidden=self.shared_hidden())
+
+    def shared_hidden(self) -> np.ndarray | None:
+        """The target's encoder states for the current request when the drafter shares the
+        target's encoder (computed in the target's prefill, before the decode clock), else None."""
+        if self.drafter.model.shares_encoder_of(self.target.model):
+            return self.target.hidden
+        return None
 
     def producer_worker(self, cores: Sequence[int] | None) -> Any:
         """The producer process (started on first use; None when ``AS2D_PRODUCER=thread``
@@ -175,7 +183,7 @@ def run_request(
         first_margin = float(target.last_margins[-1]) if target.last_margins is not None else None
         drafter = None
         if policy.serial:
-            models.drafter.start(audio)
+            models.drafter.start(audio, models.shared_hidden())
             drafter = RecordingDrafter(models.drafter)
         prefill_ns = time.perf_counter_ns() - t0
         cap = target.max_length
@@ -200,7 +208,7 @@ def run_request(
                 kind = "chunked" if source_used == "ctc" else "autoregressive"
                 worker = models.producer_worker(producer_cores)
                 if worker is not None:  # the source in its own process (no shared interpreter lock)
-                    worker.arm(source_used, audio, max_tokens + 8, kind, s["batch"])
+                    worker.arm(source_used, audio, max_tokens + 8, kind, s["batch"], models.shared_hidden())
                     clock = WallClock()  # the decode clock starts after the hand-over
                     buffer = CandidateBuffer(source_used, "producer-0")
                     producer = ProcessProducer(worker, buffer, clock)

@@ -124,6 +124,34 @@ def test_drafter_source_is_the_drafters_own_history() -> None:
     assert list(cont.tokens) == tokens[1:]
 
 
+def test_drafter_source_reads_the_targets_encoder_states(target: OrtTarget) -> None:
+    """The shipped drafter has no encoder of its own: handed the target's encoder states for
+    the request (computed in the target's prefill) it starts with only its cross-attention
+    projection, and decodes exactly what it decodes when it encodes the audio itself."""
+    model = Seq2SeqModel(BUNDLE, "drafter")
+    assert model.encoder_from == "target" and model.shares_encoder_of(target.model)
+    assert "encoder" not in BUNDLE.model("drafter")["files"]
+    target.start(AUDIO)
+    assert target.hidden is not None and target.hidden.shape[2] == int(model.dims["enc_d"])
+    own, shared = DrafterSource(model, AUDIO), DrafterSource(model, AUDIO, hidden=target.hidden)
+    shared.start()  # the projection alone
+    own.start()
+    assert np.array_equal(own._cross.k, shared._cross.k) and np.array_equal(own._cross.v, shared._cross.v)
+    assert [s[0][0] for s in _drain(own)] == [s[0][0] for s in _drain(shared)]
+    d = OrtDrafter(BUNDLE)
+    d.start(AUDIO, target.hidden)
+    assert list(d.draft([], 5).tokens) == [s[0][0] for s in _drain(DrafterSource(model, AUDIO))][:5]
+
+
+def test_shared_encoder_of_another_width_is_refused(tmp_path: Path) -> None:
+    d = _copy_bundle(tmp_path)
+    m = json.loads((d / "models.json").read_text())
+    m["models"]["drafter"]["dims"]["enc_d"] = 128
+    (d / "models.json").write_text(json.dumps(m))
+    with pytest.raises(UserError, match="reads 'target'.s encoder states of width 256, but was built for 128"):
+        Seq2SeqModel(load_bundle(d), "drafter")
+
+
 def test_ctc_source_chunks() -> None:
     rec = CtcRecognizer(BUNDLE)
     src = CtcSource(rec, AUDIO)
@@ -269,10 +297,11 @@ def test_training_composites_join_same_setting_utterances_end_to_end(tmp_path: P
     assert groups(data, 1)[0] == groups(data, 2)[0]  # without it: one fixed set
 
 
-def test_shared_encoder_drafter_exports_its_frozen_encoder_losslessly_in_float16(tmp_path: Path) -> None:
-    """train.py --shared-encoder: the drafter's decoder on a copy of the target's encoder,
-    rounded to float16 once and frozen; export.py then stores those weights as float16 (half
-    the bytes) with no loss, and from_onnx.py reads them back exactly."""
+def test_shared_encoder_drafter_reads_the_targets_exported_encoder_states(tmp_path: Path) -> None:
+    """train.py --shared-encoder: the drafter's decoder on the target's encoder, copied exactly
+    and frozen; export.py then ships only its cross-attention projection, which on the target's
+    exported ``hidden`` output gives the drafter's own cross K/V; from_onnx.py reads the
+    weights back; float16-exact initializers are stored as float16 without loss."""
     import sys
 
     torch = pytest.importorskip("torch")
@@ -292,23 +321,40 @@ def test_shared_encoder_drafter_exports_its_frozen_encoder_losslessly_in_float16
     m = Seq2Seq(SHARED_DRAFTER)
     train.init_shared(m, tmp_path / "t.pt", tmp_path / "d.pt")
     sd = m.state_dict()
-    w = tgt.state_dict()["encoder.layers.0.qkv.weight"]
-    assert torch.equal(sd["encoder.layers.0.qkv.weight"], w.half().float())
-    assert not torch.equal(sd["encoder.layers.0.qkv.weight"], w)  # rounded, so not the original
+    assert all(torch.equal(v, tgt.state_dict()[k]) for k, v in sd.items() if k.startswith("encoder."))
     assert torch.equal(sd["decoder.layers.1.mlp.0.weight"], old.state_dict()["decoder.layers.1.mlp.0.weight"])
     assert sd["decoder.layers.0.ck.weight"].shape == (192, 256)  # fresh: 256-wide encoder in, 192 out
 
+    tgt.eval()
     m.eval()
-    path = tmp_path / "enc.onnx"
+    enc_path, cross_path = tmp_path / "enc.onnx", tmp_path / "cross.onnx"
     mel = torch.randn(1, 123, 80) * 0.3
     with torch.no_grad():
-        export._export(export.EncoderExport(m), (mel,), path, ["mel"], ["cross_k", "cross_v"],
-                       {"mel": {1: "frames"}, "cross_k": {3: "s"}, "cross_v": {3: "s"}})
-        before = path.stat().st_size
-        saved = export.store_exact_fp16(path)
-        want = export.EncoderExport(m)(mel)
-    assert saved > 0.45 * before and path.stat().st_size < before - saved * 0.9
-    assert export._check(path, {"mel": mel.numpy()}, [x.numpy() for x in want]) < 1e-4
-    found = from_onnx.onnx_params(path)
-    assert {k for k in sd if k.startswith("encoder.")} <= set(found)
+        export._export(export.EncoderExport(tgt), (mel,), enc_path, ["mel"], ["cross_k", "cross_v", "hidden"],
+                       {"mel": {1: "frames"}, "cross_k": {3: "s"}, "cross_v": {3: "s"}, "hidden": {1: "s"}})
+        hidden = export.EncoderExport(tgt)(mel)[2]
+        export._export(export.CrossExport(m), (hidden,), cross_path, ["hidden"], ["cross_k", "cross_v"],
+                       {"hidden": {1: "s"}, "cross_k": {3: "s"}, "cross_v": {3: "s"}})
+        want = export.EncoderExport(m)(mel)  # the drafter encoding the audio itself
+    import onnxruntime as ort
+
+    (h,) = ort.InferenceSession(str(enc_path), providers=["CPUExecutionProvider"]).run(["hidden"], {"mel": mel.numpy()})
+    got = ort.InferenceSession(str(cross_path), providers=["CPUExecutionProvider"]).run(None, {"hidden": h})
+    assert max(float(np.abs(g - w.numpy()).max()) for g, w in zip(got, want[:2])) < 1e-4
+    found = {**{k: v for k, v in from_onnx.onnx_params(enc_path).items() if k.startswith("encoder.")},
+             **from_onnx.onnx_params(cross_path)}
+    assert {k for k in sd if k.startswith("encoder.") or ".ck." in k or ".cv." in k} <= set(found)
     assert all(np.array_equal(v, sd[k].numpy()) for k, v in found.items())
+
+    with torch.no_grad():  # weights that are exactly float16 are stored as float16, losslessly
+        for p in tgt.encoder.parameters():
+            p.copy_(p.half().float())
+        export._export(export.EncoderExport(tgt), (mel,), enc_path, ["mel"], ["cross_k", "cross_v", "hidden"],
+                       {"mel": {1: "frames"}, "cross_k": {3: "s"}, "cross_v": {3: "s"}, "hidden": {1: "s"}})
+        before = enc_path.stat().st_size
+        saved = export.store_exact_fp16(enc_path)
+        want = export.EncoderExport(tgt)(mel)
+    assert saved > 0.3 * before and enc_path.stat().st_size < before - saved * 0.9
+    assert export._check(enc_path, {"mel": mel.numpy()}, [x.numpy() for x in want]) < 1e-4
+    assert all(np.array_equal(v, tgt.state_dict()[k].numpy()) for k, v in from_onnx.onnx_params(enc_path).items()
+               if k.startswith("encoder."))

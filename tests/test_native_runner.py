@@ -81,6 +81,7 @@ def test_source_runs_in_its_own_process_and_publishes_its_own_sequence(runner) -
     from as2d_cli.models.bundle import load_bundle
     from as2d_cli.models.session import Seq2SeqModel
     from as2d_cli.models.sources import DrafterSource
+    from as2d_cli.models.target import OrtTarget
     from native.producer_process import ProcessProducer, ProducerWorker
 
     res = _decode(runner, "as2d", window=runner.english, source="drafter")
@@ -94,11 +95,14 @@ def test_source_runs_in_its_own_process_and_publishes_its_own_sequence(runner) -
     expected = []
     while (unit := own.step()) is not None:
         expected += [t for t, _ in unit]
+    target = OrtTarget(load_bundle())
+    target.start(audio)  # the target's encoder states, which the shipped drafter reads
     worker = ProducerWorker(None, 1, None)
     try:
-        for batch in (1, 8):  # run to the source's own end: nothing races it
+        # run to the source's own end (nothing races it); handed the target's states or not
+        for batch, hidden in ((1, None), (8, target.hidden)):
             clock = WallClock()
-            worker.arm("drafter", audio, 20, "autoregressive", batch)
+            worker.arm("drafter", audio, 20, "autoregressive", batch, hidden)
             p = ProcessProducer(worker, CandidateBuffer("drafter"), clock)
             p.start()
             p.join(60)

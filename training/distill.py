@@ -45,7 +45,7 @@ def set_dir(name: int) -> Path:
 
 def greedy_from_mel(model: Seq2SeqModel, mel: np.ndarray, limit: int) -> list[int] | None:
     """The target-only greedy decode of ``greedy_decode`` from precomputed features."""
-    k, v = model.encoder.run(None, {"mel": mel[None].astype(np.float32)})
+    k, v = model.encoder.run(["cross_k", "cross_v"], {"mel": mel[None].astype(np.float32)})
     cross = Cross(k, v)
     logits, cache = model.decode([model.vocab.sot], model.empty_cache(), cross)
     out = [int(logits[-1].argmax())]

@@ -3,8 +3,12 @@
 Usage: python training/export.py [--models target drafter ctc]
 
 Writes to as2d_cli/assets/models/:
-- <name>_encoder.onnx: mel (1,T,80) -> cross_k, cross_v (L,1,H,S,dh): the encoder plus every
-  decoder layer's cross-attention K/V projection, computed once per request;
+- <name>_encoder.onnx: mel (1,T,80) -> cross_k, cross_v (L,1,H,S,dh), hidden (1,S,d): the
+  encoder plus every decoder layer's cross-attention K/V projection, computed once per
+  request, and the encoder's final states;
+- <name>_cross.onnx instead, for a drafter whose encoder is exactly the target's
+  (train.py --shared-encoder): hidden (1,S,d_target) -> cross_k, cross_v; models.json then
+  says ``encoder_from: target`` and the runtime hands it the target's states;
 - <name>_decoder.onnx: tokens (1,K) int64, past_k/past_v (L,1,H,T,dh), cross_k, cross_v ->
   logits (1,K,V), present_k/present_v (L,1,H,T+K,dh); one call takes K = 1..16 new tokens;
 - ctc.onnx: mel (1,T,80) -> log_probs (1,S,C);
@@ -43,7 +47,19 @@ class EncoderExport(nn.Module):
 
     def forward(self, mel):
         enc, _ = self.m.encoder(mel)
-        return self.m.decoder.cross_kv(enc)
+        ck, cv = self.m.decoder.cross_kv(enc)
+        return ck, cv, enc  # the final states too: a drafter sharing this encoder reads them
+
+
+class CrossExport(nn.Module):
+    """A drafter sharing another model's encoder: its cross-attention K/V from those states."""
+
+    def __init__(self, m: Seq2Seq):
+        super().__init__()
+        self.m = m
+
+    def forward(self, hidden):
+        return self.m.decoder.cross_kv(hidden)
 
 
 class DecoderExport(nn.Module):
@@ -88,10 +104,9 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outpu
 
 def store_exact_fp16(path: Path, min_size: int = 256) -> int:
     """Store every float32 initializer whose values are all exactly float16 as float16 behind a
-    Cast node (ONNX Runtime folds the casts when the session loads): lossless, and it halves the
-    shared-encoder drafter's frozen copy of the target's encoder, whose weights were rounded to
-    float16 before the drafter trained on them (train.py ``init_shared``). Returns the number
-    of bytes saved."""
+    Cast node (ONNX Runtime folds the casts when the session loads): lossless, and it halved
+    session 11's drafter, whose own copy of the target's encoder was rounded to float16 before
+    it trained. Returns the number of bytes saved."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -123,22 +138,48 @@ def _check(path: Path, feeds: dict, expected: list[np.ndarray]) -> float:
 
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = sess.run(None, feeds)
-    return max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected))
+    if len(got) != len(expected):
+        raise SystemExit(f"{path} has {len(got)} outputs, expected {len(expected)}: export the target first "
+                         "(python training/export.py --models target drafter)")
+    return max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected) if e is not None)
+
+
+def shares_target_encoder(model: Seq2Seq) -> bool:
+    """A drafter whose encoder is exactly the target checkpoint's (train.py --shared-encoder)."""
+    path = WORK / "target" / "ckpt.pt"
+    if model.dm.enc_d == 0 or not path.exists():
+        return False
+    tgt = torch.load(path, weights_only=False)["model"]
+    own = {k: v for k, v in model.state_dict().items() if k.startswith("encoder.")}
+    return all(k in tgt and tgt[k].shape == v.shape and torch.equal(tgt[k], v) for k, v in own.items())
 
 
 def export_seq2seq(kind: str) -> dict:
     model, dims, state = load(kind)
     L, H, dh = dims.dec_layers, dims.heads, dims.d // dims.heads
     enc_path, dec_path = OUT / f"{kind}_encoder.onnx", OUT / f"{kind}_decoder.onnx"
+    cross_path = OUT / f"{kind}_cross.onnx"
+    shared = kind != "target" and shares_target_encoder(model)
     mel = torch.randn(1, 437, 80) * 0.3
     with torch.no_grad():
-        _export(EncoderExport(model), (mel,), enc_path, ["mel"], ["cross_k", "cross_v"],
-                {"mel": {1: "frames"}, "cross_k": {3: "enc_frames"}, "cross_v": {3: "enc_frames"}})
-        halved = store_exact_fp16(enc_path)
-        if halved:
-            print(f"{kind}: {halved / 1e6:.1f} MB of exactly-float16 encoder weights stored as float16", flush=True)
-        ck, cv = EncoderExport(model)(mel)
-        err_enc = _check(enc_path, {"mel": mel.numpy()}, [ck.numpy(), cv.numpy()])
+        ck, cv, hidden = EncoderExport(model)(mel)
+        if shared:
+            # No encoder file: at run time this model reads the target's encoder states. The
+            # target's shipped encoder must produce the states this model was trained on.
+            _export(CrossExport(model), (hidden,), cross_path, ["hidden"], ["cross_k", "cross_v"],
+                    {"hidden": {1: "enc_frames"}, "cross_k": {3: "enc_frames"}, "cross_v": {3: "enc_frames"}})
+            err_enc = max(_check(OUT / "target_encoder.onnx", {"mel": mel.numpy()}, [None, None, hidden.numpy()]),
+                          _check(cross_path, {"hidden": hidden.numpy()}, [ck.numpy(), cv.numpy()]))
+            enc_path.unlink(missing_ok=True)  # a previous export's own encoder is no longer part of the bundle
+        else:
+            _export(EncoderExport(model), (mel,), enc_path, ["mel"], ["cross_k", "cross_v", "hidden"],
+                    {"mel": {1: "frames"}, "cross_k": {3: "enc_frames"}, "cross_v": {3: "enc_frames"},
+                     "hidden": {1: "enc_frames"}})
+            halved = store_exact_fp16(enc_path)
+            if halved:
+                print(f"{kind}: {halved / 1e6:.1f} MB of exactly-float16 encoder weights stored as float16", flush=True)
+            err_enc = _check(enc_path, {"mel": mel.numpy()}, [ck.numpy(), cv.numpy(), hidden.numpy()])
+            cross_path.unlink(missing_ok=True)
         tokens = torch.randint(3, dims.vocab, (1, 3))
         pk = torch.randn(L, 1, H, 5, dh)
         pv = torch.randn(L, 1, H, 5, dh)
@@ -156,14 +197,20 @@ def export_seq2seq(kind: str) -> dict:
                                                      "cross_k": ck.numpy(), "cross_v": cv.numpy()}, [e.numpy() for e in exp]))
     if err_enc > 1e-3 or err_dec > 1e-3:
         raise SystemExit(f"{kind}: ONNX differs from torch (encoder {err_enc:.2e}, decoder {err_dec:.2e})")
-    return {
+    first = cross_path if shared else enc_path
+    entry = {
         "kind": "seq2seq", "dims": dims.to_dict(),
-        "files": {"encoder": enc_path.name, "decoder": dec_path.name},
-        "sha256": {enc_path.name: sha256(enc_path), dec_path.name: sha256(dec_path)},
-        "params": sum(p.numel() for n, p in model.named_parameters() if not n.startswith("ctc_head")),
+        "files": {"cross" if shared else "encoder": first.name, "decoder": dec_path.name},
+        "sha256": {first.name: sha256(first), dec_path.name: sha256(dec_path)},
+        # a sharing drafter's count leaves out the target's encoder it reads
+        "params": sum(p.numel() for n, p in model.named_parameters()
+                      if not n.startswith("ctc_head") and not (shared and n.startswith("encoder."))),
         "trained": {"steps": state["step"], "epochs": state["epoch"], "wall_seconds": round(state["wall"])},
         "export_max_abs_error": {"encoder": err_enc, "decoder": err_dec},
     }
+    if shared:
+        entry["encoder_from"] = "target"
+    return entry
 
 
 def export_ctc() -> dict:
@@ -198,7 +245,7 @@ def main() -> None:
     manifest["sha256"] = {"tokenizer.json": sha256(OUT / "tokenizer.json"), "ctc_chars.json": sha256(OUT / "ctc_chars.json")}
     logs = OUT / "training_logs"
     logs.mkdir(exist_ok=True)
-    for kind in args.models:
+    for kind in sorted(args.models, key=["target", "drafter", "ctc"].index):  # a sharing drafter checks the target's file
         manifest["models"][kind] = export_ctc() if kind == "ctc" else export_seq2seq(kind)
         shutil.copy(WORK / kind / "log.jsonl", logs / f"{kind}.jsonl")
         print(kind, json.dumps(manifest["models"][kind]["export_max_abs_error"]), flush=True)

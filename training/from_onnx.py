@@ -84,6 +84,10 @@ def rebuild(kind: str) -> tuple[torch.nn.Module, Dims, dict]:
     else:
         model = Seq2Seq(dims)
     found: dict[str, np.ndarray] = {}
+    if entry.get("encoder_from"):  # a drafter reading another model's encoder: take only its encoder
+        owner = manifest["models"][entry["encoder_from"]]
+        found.update({k: v for k, v in onnx_params(ASSETS / owner["files"]["encoder"]).items()
+                      if k.startswith("encoder.")})
     for f in entry["files"].values():
         found.update(onnx_params(ASSETS / f))
     sd = model.state_dict()
@@ -112,12 +116,22 @@ def check(model: torch.nn.Module, dims: Dims, entry: dict, kind: str) -> float:
             sess = ort.InferenceSession(str(ASSETS / entry["files"]["model"]), providers=["CPUExecutionProvider"])
             want = torch.log_softmax(model(mel), dim=-1).numpy()
             return float(np.abs(sess.run(None, {"mel": mel.numpy()})[0] - want).max())
-        enc_s = ort.InferenceSession(str(ASSETS / entry["files"]["encoder"]), providers=["CPUExecutionProvider"])
         dec_s = ort.InferenceSession(str(ASSETS / entry["files"]["decoder"]), providers=["CPUExecutionProvider"])
         enc, _ = model.encoder(mel)
         ck, cv = model.decoder.cross_kv(enc)
-        got_k, got_v = enc_s.run(None, {"mel": mel.numpy()})
-        err = max(float(np.abs(got_k - ck.numpy()).max()), float(np.abs(got_v - cv.numpy()).max()))
+        if entry.get("encoder_from"):
+            manifest = json.loads((ASSETS / "models.json").read_text())
+            owner = manifest["models"][entry["encoder_from"]]["files"]["encoder"]
+            enc_s = ort.InferenceSession(str(ASSETS / owner), providers=["CPUExecutionProvider"])
+            cross_s = ort.InferenceSession(str(ASSETS / entry["files"]["cross"]), providers=["CPUExecutionProvider"])
+            (hidden,) = enc_s.run(["hidden"], {"mel": mel.numpy()})
+            got_k, got_v = cross_s.run(None, {"hidden": hidden})
+            err = float(np.abs(hidden - enc.numpy()).max())
+        else:
+            enc_s = ort.InferenceSession(str(ASSETS / entry["files"]["encoder"]), providers=["CPUExecutionProvider"])
+            got_k, got_v = enc_s.run(["cross_k", "cross_v"], {"mel": mel.numpy()})
+            err = 0.0
+        err = max(err, float(np.abs(got_k - ck.numpy()).max()), float(np.abs(got_v - cv.numpy()).max()))
         tokens = torch.randint(4, dims.vocab, (1, 8))
         pk, pv = model.decoder.empty_past(1)
         logits, _, _ = model.decoder(tokens, pk, pv, ck, cv)

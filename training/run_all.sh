@@ -140,4 +140,27 @@ train target 93243 83012 10231 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 30
 wait
 # export.py reads training/work/<model>: the shared-encoder drafter replaces the separate one
 mv training/work/drafter training/work/drafter_separate && mv training/work/drafter_shared training/work/drafter
+# Twelfth session (same machine, checkpoints and shard 15 kept): shard 16, the step-93,243
+# target's transcripts of it, then the target on shards 15-16 (session 11's flags) on one
+# core while the drafter continued on the other on an exact (no float16) frozen copy of the
+# step-93,243 target's encoder; when the target stopped, the drafter moved onto the new
+# target's encoder and teacher for a second anneal. Its encoder then equals the shipped
+# target's, so export.py ships only its cross-attention projection (encoder_from: target).
+$PY training/make_corpus.py --only train --shard 16  # training/work/train_shards/16
+$PY training/distill.py --set 16                     # the step-93,243 target's transcripts
+cp training/work/target/ckpt.pt training/work/target_93243.pt
+cp training/work/drafter/ckpt.pt training/work/drafter_18000.pt
+shared_drafter() {  # out, target ckpt, decoder ckpt, steps
+  $PY training/train.py --model drafter --out "$1" --threads 1 --bf16 --max-steps "$4" --batch-frames 4000 \
+    --shared-encoder "$2" --init-decoder "$3" --teacher "$2" --kd-weight 0.5 --labels target --lr 3e-4 \
+    --warmup 200 --guide-weight 2 --dropout 0.1 --only-sets 15,16 --concat 1.0 --fresh-concat \
+    --anneal-from 0 --anneal-steps "$4"
+}
+shared_drafter drafter_p1 training/work/target_93243.pt training/work/drafter_18000.pt 12151 &
+train target 100189 93243 6946 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
+  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 15,16 --concat 1.0 --fresh-concat
+wait
+shared_drafter drafter_p2 training/work/target/ckpt.pt training/work/drafter_p1/ckpt.pt 6599
+mv training/work/drafter training/work/drafter_s11 && mv training/work/drafter_p2 training/work/drafter
+cat training/work/drafter_s11/log.jsonl training/work/drafter_p1/log.jsonl training/work/drafter_p2/log.jsonl > training/work/drafter/log.tmp && mv training/work/drafter/log.tmp training/work/drafter/log.jsonl  # the shipped log keeps all three runs
 $PY training/export.py                           # ONNX files + models.json + training logs

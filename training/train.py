@@ -327,8 +327,8 @@ def dev_wer(model, kind: str, windows, feats) -> float:
 
 def init_shared(model: Seq2Seq, target_ckpt: Path, drafter_ckpt: Path | None) -> None:
     """A shared-encoder drafter's starting weights: the target checkpoint's encoder (and CTC
-    head, unused) exactly; the decoder from ``drafter_ckpt`` except the cross-attention K/V
-    projections, whose input width changed (they start fresh)."""
+    head, unused) exactly; the decoder from ``drafter_ckpt`` wherever the shapes match (the
+    cross-attention K/V projections start fresh when the encoder's width changed)."""
     own = model.state_dict()
     tgt = torch.load(target_ckpt, weights_only=False)["model"]
     enc = {k: v for k, v in tgt.items() if k.startswith(("encoder.", "ctc_head."))}
@@ -338,11 +338,9 @@ def init_shared(model: Seq2Seq, target_ckpt: Path, drafter_ckpt: Path | None) ->
     dec = {}
     if drafter_ckpt is not None:
         src = torch.load(drafter_ckpt, weights_only=False)["model"]
-        dec = {k: v for k, v in src.items() if k.startswith("decoder.") and k in own and own[k].shape == v.shape
-               and not any(f".{n}." in k for n in ("ck", "cv"))}
-    # Rounded to float16 once (the encoder never trains again), so export.py can ship the copy
-    # at half the size losslessly; the rounding moves its outputs by ~1e-3 relative.
-    enc = {k: v.half().float() if v.is_floating_point() else v for k, v in enc.items()}
+        dec = {k: v for k, v in src.items() if k.startswith("decoder.") and k in own and own[k].shape == v.shape}
+    # Exactly the target's weights: export.py then ships no encoder for the drafter, which
+    # reads the target's encoder states at run time (models.json ``encoder_from``).
     model.load_state_dict({**own, **enc, **dec})
     print(f"shared encoder from {target_ckpt} ({len(enc)} tensors); decoder: {len(dec)} tensors from "
           f"{drafter_ckpt}, the rest fresh", flush=True)
@@ -549,7 +547,7 @@ def main() -> None:
             ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
             if teacher is not None:
                 with torch.no_grad(), autocast:
-                    if frozen:  # the drafter's frozen encoder is the teacher's (float16-rounded): reuse it
+                    if frozen:  # the drafter's frozen encoder is the teacher's: reuse its states
                         enc, enc_mask = model.last_enc
                         ck, cv = teacher.decoder.cross_kv(enc)
                         pk, pv = teacher.decoder.empty_past(enc.shape[0])

@@ -40,18 +40,31 @@ def _check_io(sess, path, inputs: list[str], outputs: list[str]) -> None:
 
 @dataclass
 class Cross:
-    """Per-request encoder output: every decoder layer's cross-attention K/V."""
+    """Per-request encoder output: every decoder layer's cross-attention K/V, and the
+    encoder's final states (``hidden``), which a drafter sharing this encoder reads."""
 
     k: np.ndarray
     v: np.ndarray
+    hidden: np.ndarray | None = None
 
     @property
     def frames(self) -> int:
         return int(self.k.shape[3])
 
 
+ENCODER_IO = (["mel"], ["cross_k", "cross_v", "hidden"])
+CROSS_IO = (["hidden"], ["cross_k", "cross_v"])
+DECODER_IO = (["tokens", "past_k", "past_v", "cross_k", "cross_v"], ["logits", "present_k", "present_v"])
+
+
 class Seq2SeqModel:
-    """One encoder-decoder (target or drafter): encode once, then decoder calls of K tokens."""
+    """One encoder-decoder (target or drafter): encode once, then decoder calls of K tokens.
+
+    A model whose manifest entry says ``encoder_from: <model>`` has no encoder of its own: it
+    reads that model's encoder states through its own cross-attention projection (``cross``
+    file). Given the other model's :attr:`Cross.hidden` for the request it needs only that
+    projection (:meth:`encode_hidden`); :meth:`encode` runs the shared encoder file itself.
+    """
 
     def __init__(self, bundle: ModelBundle, name: str, threads: int = 1) -> None:
         info = bundle.model(name)
@@ -64,19 +77,46 @@ class Seq2SeqModel:
             raise UserError(f"model {name!r} has a {self.dims['vocab']}-token output but the tokenizer has "
                             f"{bundle.vocab.size}; the bundle is mixed: rerun training/export.py")
         self.max_positions = int(self.dims["max_tokens"])
-        enc_path, dec_path = bundle.path(info["files"]["encoder"]), bundle.path(info["files"]["decoder"])
+        self.encoder_from: str | None = info.get("encoder_from")
+        if self.encoder_from is not None:
+            owner = bundle.model(self.encoder_from)
+            enc_path = bundle.path(owner["files"]["encoder"])
+            if int(owner["dims"]["d"]) != int(self.dims["enc_d"]):
+                raise UserError(f"model {name!r} reads {self.encoder_from!r}'s encoder states of width "
+                                f"{owner['dims']['d']}, but was built for {self.dims['enc_d']}: rerun training/export.py")
+            cross_path = bundle.path(info["files"]["cross"])
+            self.cross = make_session(cross_path, threads)
+            _check_io(self.cross, cross_path, *CROSS_IO)
+        else:
+            enc_path = bundle.path(info["files"]["encoder"])
+        dec_path = bundle.path(info["files"]["decoder"])
         self.encoder = make_session(enc_path, threads)
         self.decoder = make_session(dec_path, threads)
-        _check_io(self.encoder, enc_path, ["mel"], ["cross_k", "cross_v"])
-        _check_io(self.decoder, dec_path, ["tokens", "past_k", "past_v", "cross_k", "cross_v"],
-                  ["logits", "present_k", "present_v"])
+        _check_io(self.encoder, enc_path, *ENCODER_IO)
+        _check_io(self.decoder, dec_path, *DECODER_IO)
         L, H, d = int(self.dims["dec_layers"]), int(self.dims["heads"]), int(self.dims["d"])
         self._empty = np.zeros((L, 1, H, 0, d // H), dtype=np.float32)
 
     def encode(self, audio: np.ndarray) -> Cross:
         mel = log_mel(audio)[None]
-        k, v = self.encoder.run(None, {"mel": mel})
-        return Cross(k, v)
+        if self.encoder_from is not None:
+            (hidden,) = self.encoder.run(["hidden"], {"mel": mel})
+            return self.encode_hidden(hidden)
+        k, v, hidden = self.encoder.run(None, {"mel": mel})
+        return Cross(k, v, hidden)
+
+    def encode_hidden(self, hidden: np.ndarray) -> Cross:
+        """The cross-attention K/V from the shared encoder's states for this request (the
+        ``encoder_from`` model's :attr:`Cross.hidden`): a projection, no audio encoding."""
+        if self.encoder_from is None:
+            raise UserError(f"model {self.name!r} has its own encoder; it cannot read another model's states")
+        k, v = self.cross.run(None, {"hidden": hidden})
+        return Cross(k, v, hidden)
+
+    def shares_encoder_of(self, other: "Seq2SeqModel") -> bool:
+        """True when this model reads ``other``'s encoder states (so ``other``'s
+        :attr:`Cross.hidden` for a request can stand in for encoding the audio again)."""
+        return self.encoder_from is not None and self.encoder_from == other.name
 
     def empty_cache(self) -> tuple[np.ndarray, np.ndarray]:
         return self._empty, self._empty

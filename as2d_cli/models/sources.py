@@ -1,7 +1,8 @@
 """Target-decoupled sources over the request audio (the As²d producers).
 
 Both implement the engine's :class:`~as2d_cli.engine.interfaces.Source` protocol: one
-object per request, ``start()`` prepares it (encoder pass), each ``step()`` is one unit of
+object per request, ``start()`` prepares it (encoder pass, or for a drafter sharing the
+target's encoder the projection of the target's encoder states), each ``step()`` is one unit of
 source work, and ``None`` means finished. They see only the audio and their own history,
 never the target's prefix.
 
@@ -35,9 +36,13 @@ class DrafterSource:
     source_id = "drafter"
     kind = "autoregressive"
 
-    def __init__(self, model: Seq2SeqModel, audio: np.ndarray, limit: int | None = None) -> None:
+    def __init__(self, model: Seq2SeqModel, audio: np.ndarray, limit: int | None = None,
+                 hidden: np.ndarray | None = None) -> None:
         self.model = model
         self.audio = audio
+        # The target's encoder states for this request, when the drafter shares the target's
+        # encoder: start() is then only the drafter's cross-attention projection.
+        self.hidden = hidden if model.encoder_from is not None else None
         self.limit = min(limit or model.max_positions - 1, model.max_positions - 1)
         self.eos_id = model.vocab.eot
         self.tokens: list[int] = []
@@ -46,7 +51,7 @@ class DrafterSource:
         self._done = False
 
     def start(self) -> None:
-        self._cross = self.model.encode(self.audio)
+        self._cross = self.model.encode(self.audio) if self.hidden is None else self.model.encode_hidden(self.hidden)
 
     def step(self) -> Sequence[tuple[int, float | None]] | None:
         if self._cross is None:

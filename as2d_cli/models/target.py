@@ -38,6 +38,11 @@ class OrtTarget:
         return int(logits[-1].argmax())
 
     @property
+    def hidden(self) -> np.ndarray | None:
+        """The encoder's final states for the current request (a sharing drafter reads them)."""
+        return None if self._cross is None else self._cross.hidden
+
+    @property
     def encoder_frames(self) -> int:
         return 0 if self._cross is None else self._cross.frames
 
