@@ -144,10 +144,7 @@ def test_drafter_source_reads_the_targets_encoder_states(target: OrtTarget) -> N
 
 
 def test_shared_encoder_of_another_width_is_refused(tmp_path: Path) -> None:
-    d = _copy_bundle(tmp_path)
-    m = json.loads((d / "models.json").read_text())
-    m["models"]["drafter"]["dims"]["enc_d"] = 128
-    (d / "models.json").write_text(json.dumps(m))
+    d = _edited_bundle(tmp_path, lambda m: m["models"]["drafter"]["dims"].update(enc_d=128))
     with pytest.raises(UserError, match="reads 'target'.s encoder states of width 256, but was built for 128"):
         Seq2SeqModel(load_bundle(d), "drafter")
 
@@ -173,6 +170,15 @@ def _copy_bundle(tmp_path: Path) -> Path:
     return dst
 
 
+def _edited_bundle(tmp_path: Path, edit) -> Path:
+    """A copy of the bundle whose models.json went through ``edit`` (the files unchanged)."""
+    d = _copy_bundle(tmp_path)
+    m = json.loads((d / "models.json").read_text())
+    edit(m)
+    (d / "models.json").write_text(json.dumps(m))
+    return d
+
+
 def test_missing_file_is_named(tmp_path: Path) -> None:
     d = _copy_bundle(tmp_path)
     (d / "drafter_decoder.onnx").unlink()
@@ -194,19 +200,13 @@ def test_changed_file_is_named(tmp_path: Path) -> None:
     (lambda m: m["models"]["target"].pop("files"), "models.target has no 'files'"),
 ])
 def test_bad_manifest_is_refused(tmp_path: Path, edit, message: str) -> None:
-    d = _copy_bundle(tmp_path)
-    m = json.loads((d / "models.json").read_text())
-    edit(m)
-    (d / "models.json").write_text(json.dumps(m))
+    d = _edited_bundle(tmp_path, edit)
     with pytest.raises(FormatError, match=message):
         load_bundle(d)
 
 
 def test_mismatched_vocabulary_is_refused(tmp_path: Path) -> None:
-    d = _copy_bundle(tmp_path)
-    m = json.loads((d / "models.json").read_text())
-    m["models"]["drafter"]["dims"]["vocab"] = 999
-    (d / "models.json").write_text(json.dumps(m))
+    d = _edited_bundle(tmp_path, lambda m: m["models"]["drafter"]["dims"].update(vocab=999))
     with pytest.raises(UserError, match="bundle is mixed"):
         OrtDrafter(load_bundle(d))
 
