@@ -175,7 +175,7 @@ def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> It
         raise ProtocolError("source must be 'drafter' or 'ctc'")
     if name == "ctc" and not runner.models.ctc_eligible(language):
         raise ProtocolError(f"the ctc source does not serve language {language!r}; calibrate it on an English window")
-    if name == "drafter" and runner.models.shared_hidden() is not None:
+    if name == "drafter" and runner.models.drafter_reads_target_encoder:
         # As in a request: the target's prefill (outside any clock) encodes the audio whose
         # states a drafter sharing the target's encoder reads; its startup is the projection.
         runner.models.target.start(audio)

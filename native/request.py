@@ -58,12 +58,14 @@ class Models:
             return CtcSource(self._ctc, audio)
         return DrafterSource(self.drafter.model, audio, limit, hidden=self.shared_hidden())
 
+    @property
+    def drafter_reads_target_encoder(self) -> bool:
+        return self.drafter.model.shares_encoder_of(self.target.model)
+
     def shared_hidden(self) -> np.ndarray | None:
         """The target's encoder states for the current request when the drafter shares the
         target's encoder (computed in the target's prefill, before the decode clock), else None."""
-        if self.drafter.model.shares_encoder_of(self.target.model):
-            return self.target.hidden
-        return None
+        return self.target.hidden if self.drafter_reads_target_encoder else None
 
     def producer_worker(self, cores: Sequence[int] | None) -> Any:
         """The producer process (started on first use; None when ``AS2D_PRODUCER=thread``

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from as2d_cli.models.bundle import load_bundle  # noqa: E402
-from as2d_cli.models.session import Cross, Seq2SeqModel  # noqa: E402
+from as2d_cli.models.session import Seq2SeqModel  # noqa: E402
 
 WORK = ROOT / "training" / "work"
 SCHEMA = "as2d.distill"
@@ -45,8 +45,7 @@ def set_dir(name: int) -> Path:
 
 def greedy_from_mel(model: Seq2SeqModel, mel: np.ndarray, limit: int) -> list[int] | None:
     """The target-only greedy decode of ``greedy_decode`` from precomputed features."""
-    k, v = model.encoder.run(["cross_k", "cross_v"], {"mel": mel[None].astype(np.float32)})
-    cross = Cross(k, v)
+    cross = model.encode_features(mel[None].astype(np.float32))
     logits, cache = model.decode([model.vocab.sot], model.empty_cache(), cross)
     out = [int(logits[-1].argmax())]
     while out[-1] != model.vocab.eot:

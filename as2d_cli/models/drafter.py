@@ -33,10 +33,7 @@ class OrtDrafter:
     def start(self, audio: np.ndarray, hidden: np.ndarray | None = None) -> None:
         """Encode the request; ``hidden`` (the target's encoder states for it) replaces the
         audio encoding when this drafter shares the target's encoder."""
-        if hidden is not None and self.model.encoder_from is not None:
-            self._cross = self.model.encode_hidden(hidden)
-        else:
-            self._cross = self.model.encode(audio)
+        self._cross = self.model.encode_request(audio, hidden)
         self._seq, self._cache, self._next = [], self.model.empty_cache(), None
 
     def _feed(self, tokens: list[int]) -> None:

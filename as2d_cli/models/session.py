@@ -98,7 +98,10 @@ class Seq2SeqModel:
         self._empty = np.zeros((L, 1, H, 0, d // H), dtype=np.float32)
 
     def encode(self, audio: np.ndarray) -> Cross:
-        mel = log_mel(audio)[None]
+        return self.encode_features(log_mel(audio)[None])
+
+    def encode_features(self, mel: np.ndarray) -> Cross:
+        """:meth:`encode` from precomputed log-mel features, shape (1, T, n_mels)."""
         if self.encoder_from is not None:
             (hidden,) = self.encoder.run(["hidden"], {"mel": mel})
             return self.encode_hidden(hidden)
@@ -112,6 +115,14 @@ class Seq2SeqModel:
             raise UserError(f"model {self.name!r} has its own encoder; it cannot read another model's states")
         k, v = self.cross.run(None, {"hidden": hidden})
         return Cross(k, v, hidden)
+
+    def encode_request(self, audio: np.ndarray, hidden: np.ndarray | None = None) -> Cross:
+        """The request's encoding: from ``hidden`` (the ``encoder_from`` model's states for
+        this audio) when this model reads another's encoder and they are given, else from the
+        audio itself."""
+        if hidden is not None and self.encoder_from is not None:
+            return self.encode_hidden(hidden)
+        return self.encode(audio)
 
     def shares_encoder_of(self, other: "Seq2SeqModel") -> bool:
         """True when this model reads ``other``'s encoder states (so ``other``'s

@@ -42,7 +42,7 @@ class DrafterSource:
         self.audio = audio
         # The target's encoder states for this request, when the drafter shares the target's
         # encoder: start() is then only the drafter's cross-attention projection.
-        self.hidden = hidden if model.encoder_from is not None else None
+        self.hidden = hidden
         self.limit = min(limit or model.max_positions - 1, model.max_positions - 1)
         self.eos_id = model.vocab.eot
         self.tokens: list[int] = []
@@ -51,7 +51,7 @@ class DrafterSource:
         self._done = False
 
     def start(self) -> None:
-        self._cross = self.model.encode(self.audio) if self.hidden is None else self.model.encode_hidden(self.hidden)
+        self._cross = self.model.encode_request(self.audio, self.hidden)
 
     def step(self) -> Sequence[tuple[int, float | None]] | None:
         if self._cross is None:
