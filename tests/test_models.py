@@ -358,3 +358,40 @@ def test_shared_encoder_drafter_reads_the_targets_exported_encoder_states(tmp_pa
     assert export._check(enc_path, {"mel": mel.numpy()}, [x.numpy() for x in want]) < 1e-4
     assert all(np.array_equal(v, tgt.state_dict()[k].numpy()) for k, v in from_onnx.onnx_params(enc_path).items()
                if k.startswith("encoder."))
+
+
+def test_deeper_shared_drafter_starts_as_its_warm_start(tmp_path: Path) -> None:
+    """train.py --dec-layers: a decoder layer the warm start lacks starts as the identity, so
+    the deeper drafter predicts exactly what the drafter it grew from does; training moves it."""
+    import dataclasses
+    import sys
+
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+    import train
+    from models import SHARED_DRAFTER, TARGET, Seq2Seq
+
+    torch.manual_seed(1)
+    tgt, old = Seq2Seq(TARGET), Seq2Seq(SHARED_DRAFTER)
+    with torch.no_grad():
+        for p in [*tgt.parameters(), *old.parameters()]:
+            p.normal_(0.0, 0.05)
+    torch.save({"model": tgt.state_dict()}, tmp_path / "t.pt")
+    torch.save({"model": old.state_dict()}, tmp_path / "d.pt")
+    deep = Seq2Seq(dataclasses.replace(SHARED_DRAFTER, dec_layers=SHARED_DRAFTER.dec_layers + 1))
+    train.init_shared(deep, tmp_path / "t.pt", tmp_path / "d.pt")
+    train.init_shared(old, tmp_path / "t.pt", tmp_path / "d.pt")  # the same encoder in both
+    new = deep.decoder.layers[-1]
+    with torch.no_grad():
+        assert float(new.o.weight.abs().sum() + new.co.weight.abs().sum() + new.mlp[2].weight.abs().sum()) == 0.0
+        assert float(new.qkv.weight.abs().sum()) > 0  # the rest of the layer is fresh, ready to learn
+    deep.eval()
+    old.eval()
+    mel = torch.randn(200, 80) * 0.3
+    with torch.no_grad():
+        assert train.greedy(deep, mel, limit=20) == train.greedy(old, mel, limit=20)
+        enc, _ = old.encoder(mel[None])
+        tokens = torch.tensor([[train.SOT, 5, 9, 11]])
+        a = old.decoder(tokens, *old.decoder.empty_past(1), *old.decoder.cross_kv(enc))[0]
+        b = deep.decoder(tokens, *deep.decoder.empty_past(1), *deep.decoder.cross_kv(enc))[0]
+    assert torch.allclose(a, b, atol=1e-6)

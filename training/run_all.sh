@@ -163,4 +163,11 @@ wait
 shared_drafter drafter_p2 training/work/target/ckpt.pt training/work/drafter_p1/ckpt.pt 6599
 mv training/work/drafter training/work/drafter_s11 && mv training/work/drafter_p2 training/work/drafter
 cat training/work/drafter_s11/log.jsonl training/work/drafter_p1/log.jsonl training/work/drafter_p2/log.jsonl > training/work/drafter/log.tmp && mv training/work/drafter/log.tmp training/work/drafter/log.jsonl  # the shipped log keeps all three runs
+# Thirteenth session (fresh machine: checkpoints rebuilt from the ONNX files with
+# training/from_onnx.py; shards 15-16 gone): shard 17, the target on it on one core while shard
+# 18 was synthesised on the other (one worker), then on shards 17-18 (session 11's flags, one
+# wall-clock anneal); the drafter meanwhile on the step-100,189 target's encoder and
+# transcripts of shards 17-18, then on the new target's encoder and teacher.
+$PY training/make_corpus.py --only train --shard 17  # training/work/train_shards/17
+$PY training/make_corpus.py --only train --shard 18 --workers 1
 $PY training/export.py                           # ONNX files + models.json + training logs

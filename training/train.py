@@ -13,6 +13,7 @@ training/make_corpus.py.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -342,8 +343,19 @@ def init_shared(model: Seq2Seq, target_ckpt: Path, drafter_ckpt: Path | None) ->
     # Exactly the target's weights: export.py then ships no encoder for the drafter, which
     # reads the target's encoder states at run time (models.json ``encoder_from``).
     model.load_state_dict({**own, **enc, **dec})
+    # Decoder layers the warm start lacks (a deeper drafter, --dec-layers) start as the
+    # identity: zero output projections, so the warm-started decoder's predictions are kept.
+    loaded = {int(k.split(".")[2]) for k in dec if k.startswith("decoder.layers.")}
+    added = [i for i in range(model.dm.dec_layers) if loaded and i not in loaded]
+    with torch.no_grad():
+        for i in added:
+            layer = model.decoder.layers[i]
+            for lin in (layer.o, layer.co, layer.mlp[2]):
+                lin.weight.zero_()
+                lin.bias.zero_()
     print(f"shared encoder from {target_ckpt} ({len(enc)} tensors); decoder: {len(dec)} tensors from "
-          f"{drafter_ckpt}, the rest fresh", flush=True)
+          f"{drafter_ckpt}, the rest fresh" + (f"; layers {added} added as the identity" if added else ""),
+          flush=True)
 
 
 def main() -> None:
@@ -388,6 +400,9 @@ def main() -> None:
                          "start from --init-decoder, its cross-attention K/V projections fresh")
     ap.add_argument("--init-decoder", type=Path, default=None, metavar="DRAFTER_CKPT",
                     help="with --shared-encoder: the checkpoint whose decoder starts the new one")
+    ap.add_argument("--dec-layers", type=int, default=None,
+                    help="with --shared-encoder, a new run: decoder layers (default: models.SHARED_DRAFTER's); "
+                         "layers beyond --init-decoder's start as the identity")
     ap.add_argument("--teacher", type=Path, default=None, metavar="TARGET_CKPT",
                     help="also match this target checkpoint's next-token distributions (KL, weight --kd-weight) "
                          "at every teacher-forced position: word-level distillation beside --labels target")
@@ -410,6 +425,8 @@ def main() -> None:
     kind = args.model
     if args.shared_encoder is not None and kind != "drafter":
         raise SystemExit("--shared-encoder is for --model drafter")
+    if args.dec_layers is not None and args.shared_encoder is None:
+        raise SystemExit("--dec-layers is for a new --shared-encoder drafter")
     out = WORK / (args.out or kind)
     out.mkdir(parents=True, exist_ok=True)
     seed = SEEDS[kind]
@@ -425,7 +442,7 @@ def main() -> None:
         dims, frozen = Dims(**head["dims"]), bool(head.get("frozen_encoder", False))
         del head
     elif frozen:
-        dims = SHARED_DRAFTER
+        dims = dataclasses.replace(SHARED_DRAFTER, dec_layers=args.dec_layers or SHARED_DRAFTER.dec_layers)
     only = {int(x) for x in args.only_sets.split(",")} if args.only_sets else None
     data = Data(kind, args.batch_frames, args.max_items, shards=args.shards, aux=args.aux, only=only,
                 labels=args.labels, concat=args.concat, fresh_concat=args.fresh_concat)
