@@ -1,11 +1,16 @@
 """Native speed: As²d against target-only (and SD, ASP) on the bundled test windows.
 
 Methods run interleaved window by window (rotating their order) in one runner process so
-they share machine conditions. Prints pooled TPS per method and per setting, the
+they share machine conditions; with ``--repeats R`` every window runs R times per method,
+the repetitions interleaved too, and a window's time is the median of its repetitions (as
+``as2d eval --native`` and the paper's D.3 take the median native latency: one run's noise
+on this host, 10–20 % per window, would otherwise decide which windows count as slower).
+Prints pooled TPS per method and per setting (tokens over the windows' median times), the
 As²d/target-only ratio, the fraction of windows slower than target-only, and the pooled
-D, V, O, H of As²d. Every output is checked against target-only's tokens.
+D, V, O, H of As²d (over all runs). Every output is checked against target-only's tokens
+of the same repetition.
 
-    python benchmarks/native_speedup.py [--windows N] [--split test] [--budget 7] [--source drafter|ctc] [--json out.json]
+    python benchmarks/native_speedup.py [--windows N] [--repeats 3] [--split test] [--budget 7] [--source drafter|ctc] [--json out.json]
 
 Goal on a 2-core host: As²d ≥ 1.5× target-only pooled, at most 5% of windows slower.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -29,6 +35,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", default="test")
     ap.add_argument("--windows", type=int, default=40, help="windows to run (spread over the settings)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per window and method (median time)")
     ap.add_argument("--budget", type=int, default=7)
     ap.add_argument("--source", default="drafter", choices=["drafter", "ctc"], help="As²d's source")
     ap.add_argument("--k", type=int, default=8)
@@ -36,6 +43,9 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     methods = a.methods.split(",")
+    if a.repeats < 1:
+        print("error: --repeats must be at least 1", file=sys.stderr)
+        return 2
     ws = load_corpus().split(a.split)
     by_setting = defaultdict(list)
     for w in ws:
@@ -49,28 +59,36 @@ def main() -> int:
     r = LocalRunner()
     r.call({"op": "hello"})
     r.call({"op": "load", "target_cores": tc, "producer_cores": pc})
-    rows = []
+    runs = []
     t0 = time.time()
-    for i, w in enumerate(picked):
-        order = methods[i % len(methods):] + methods[: i % len(methods)]
-        res = {}
-        for m in order:
-            res[m] = r.call({"op": "decode", "window": w.id, "method": m, "budget": a.budget, "k": a.k,
-                             "source": a.source, "events": False})
-        ref = res["target-only"]["tokens"]
-        for m in methods:
-            x = res[m]
-            rows.append({"window": w.id, "setting": w.setting, "method": m, "tokens": x["n_tokens"],
-                         "time_ms": x["time_ms"], "exact": x["tokens"] == ref, "acc": x["accounting_ms"]})
-        print(f"[{i + 1}/{len(picked)}] {w.id}: " + "  ".join(
-            f"{m} {res[m]['tps']:.1f}" for m in methods), file=sys.stderr, flush=True)
+    for rep in range(a.repeats):
+        for i, w in enumerate(picked):
+            turn = i + rep
+            order = methods[turn % len(methods):] + methods[: turn % len(methods)]
+            res = {}
+            for m in order:
+                res[m] = r.call({"op": "decode", "window": w.id, "method": m, "budget": a.budget, "k": a.k,
+                                 "source": a.source, "events": False})
+            ref = res["target-only"]["tokens"]
+            for m in methods:
+                x = res[m]
+                runs.append({"window": w.id, "setting": w.setting, "method": m, "rep": rep, "tokens": x["n_tokens"],
+                             "time_ms": x["time_ms"], "exact": x["tokens"] == ref, "acc": x["accounting_ms"]})
+            print(f"[{rep + 1}/{a.repeats} {i + 1}/{len(picked)}] {w.id}: " + "  ".join(
+                f"{m} {res[m]['tps']:.1f}" for m in methods), file=sys.stderr, flush=True)
     r.close()
+    rows = []  # one per window and method: the median time of its repetitions
+    for w in picked:
+        for m in methods:
+            sel = [x for x in runs if x["window"] == w.id and x["method"] == m]
+            rows.append({"window": w.id, "setting": w.setting, "method": m, "tokens": sel[0]["tokens"],
+                         "time_ms": statistics.median(x["time_ms"] for x in sel)})
 
     def pooled(sel):
         t = sum(x["time_ms"] for x in sel)
         return sum(x["tokens"] for x in sel) / (t / 1e3) if t else float("nan")
 
-    out = {"windows": len(picked), "wall_s": time.time() - t0, "methods": {}, "settings": {}}
+    out = {"windows": len(picked), "repeats": a.repeats, "wall_s": time.time() - t0, "methods": {}, "settings": {}}
     for m in methods:
         out["methods"][m] = pooled([x for x in rows if x["method"] == m])
     for s in sorted({x["setting"] for x in rows}):
@@ -79,21 +97,21 @@ def main() -> int:
     tpw = {x["window"]: x["tokens"] / x["time_ms"] for x in rows if x["method"] == "as2d"}
     slower = [w for w in tpw if tpw[w] / base[w] < 1 - 1e-9]
     acc = defaultdict(float)
-    for x in rows:
+    for x in runs:
         if x["method"] == "as2d":
             for k, v in x["acc"].items():
                 acc[k] += v
     out["as2d_over_target_only"] = out["methods"]["as2d"] / out["methods"]["target-only"]
     out["as2d_slower_fraction"] = len(slower) / len(tpw) if tpw else float("nan")
     out["as2d_accounting_ms"] = dict(acc)
-    out["inexact"] = sorted({(x["window"], x["method"]) for x in rows if not x["exact"]})
+    out["inexact"] = sorted({(x["window"], x["method"], x["rep"]) for x in runs if not x["exact"]})
     print("\npooled TPS:  " + "  ".join(f"{m} {v:.2f}" for m, v in out["methods"].items()))
     for s, d in out["settings"].items():
         print(f"  {s:<13}" + "  ".join(f"{m} {v:.2f}" for m, v in d.items()))
     print(f"As²d / target-only pooled: {out['as2d_over_target_only']:.3f}×")
     print(f"windows where As²d is slower than target-only: {len(slower)}/{len(tpw)} ({out['as2d_slower_fraction']:.1%})")
     print("As²d D, V, O, H (s): " + ", ".join(f"{k}={acc[k] / 1e3:.2f}" for k in ("T", "D", "V", "O", "H")))
-    print(f"outputs differing from target-only: {len(out['inexact'])}")
+    print(f"outputs differing from target-only: {len(out['inexact'])} of {len(runs)} runs")
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))
     return 0
