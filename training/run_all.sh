@@ -150,11 +150,12 @@ $PY training/make_corpus.py --only train --shard 16  # training/work/train_shard
 $PY training/distill.py --set 16                     # the step-93,243 target's transcripts
 cp training/work/target/ckpt.pt training/work/target_93243.pt
 cp training/work/drafter/ckpt.pt training/work/drafter_18000.pt
-shared_drafter() {  # out, target ckpt, decoder ckpt, steps
-  $PY training/train.py --model drafter --out "$1" --threads 1 --bf16 --max-steps "$4" --batch-frames 4000 \
-    --shared-encoder "$2" --init-decoder "$3" --teacher "$2" --kd-weight 0.5 --labels target --lr 3e-4 \
-    --warmup 200 --guide-weight 2 --dropout 0.1 --only-sets 15,16 --concat 1.0 --fresh-concat \
-    --anneal-from 0 --anneal-steps "$4"
+shared_drafter() {  # out, target ckpt, decoder ckpt, steps, extra flags (a later flag wins)...
+  local out=$1 tgt=$2 dec=$3 n=$4; shift 4
+  $PY training/train.py --model drafter --out "$out" --threads 1 --bf16 --max-steps "$n" --batch-frames 4000 \
+    --shared-encoder "$tgt" --init-decoder "$dec" --teacher "$tgt" --kd-weight 0.5 --labels target --lr 3e-4 \
+    --warmup 200 --guide-weight 2 --dropout 0.1 --only-sets "${SETS:-15,16}" --concat 1.0 --fresh-concat \
+    --anneal-from 0 --anneal-steps "$n" "$@"
 }
 shared_drafter drafter_p1 training/work/target_93243.pt training/work/drafter_18000.pt 12151 &
 train target 100189 93243 6946 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
@@ -169,5 +170,15 @@ cat training/work/drafter_s11/log.jsonl training/work/drafter_p1/log.jsonl train
 # wall-clock anneal); the drafter meanwhile on the step-100,189 target's encoder and
 # transcripts of shards 17-18, then on the new target's encoder and teacher.
 $PY training/make_corpus.py --only train --shard 17  # training/work/train_shards/17
-$PY training/make_corpus.py --only train --shard 18 --workers 1
+$PY training/make_corpus.py --only train --shard 18 --workers 1 &
+cp training/work/target/ckpt.pt training/work/target_100189.pt
+cp training/work/drafter/ckpt.pt training/work/drafter_6599.pt
+train target 102873 100189 11261 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
+  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 17 --concat 1.0 --fresh-concat
+wait  # shard 18: the same anneal continues on both shards (the shipped run moved at step 102,873)
+{ $PY training/distill.py --set 17 && $PY training/distill.py --set 18  # the step-100,189 target's transcripts
+  SETS=17,18 shared_drafter drafter3_p1 training/work/target_100189.pt training/work/drafter_6599.pt 12075 --dec-layers 3 --lr 4e-4; } &
+train target 111450 100189 11261 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
+  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 17,18 --concat 1.0 --fresh-concat
+wait
 $PY training/export.py                           # ONNX files + models.json + training logs
