@@ -39,6 +39,7 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=7)
     ap.add_argument("--source", default="drafter", choices=["drafter", "ctc"], help="As²d's source")
     ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=8, help="As²d: tokens per publication batch (the paper: 8)")
     ap.add_argument("--methods", default="target-only,as2d,sd,asp")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -68,7 +69,7 @@ def main() -> int:
             res = {}
             for m in order:
                 res[m] = r.call({"op": "decode", "window": w.id, "method": m, "budget": a.budget, "k": a.k,
-                                 "source": a.source, "events": False})
+                                 "source": a.source, "batch": a.batch, "events": False})
             ref = res["target-only"]["tokens"]
             for m in methods:
                 x = res[m]
