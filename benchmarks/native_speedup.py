@@ -47,6 +47,10 @@ def main() -> int:
     if a.repeats < 1:
         print("error: --repeats must be at least 1", file=sys.stderr)
         return 2
+    if not {"target-only", "as2d"} <= set(methods):
+        print("error: --methods must include target-only and as2d (the ratio and the exactness check need both)",
+              file=sys.stderr)
+        return 2
     ws = load_corpus().split(a.split)
     by_setting = defaultdict(list)
     for w in ws:
