@@ -73,8 +73,13 @@ def onnx_params(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def rebuild(kind: str) -> tuple[torch.nn.Module, Dims, dict]:
-    manifest = json.loads((ASSETS / "models.json").read_text())
+def owner_encoder(manifest: dict, entry: dict) -> Path | None:
+    """The encoder file a model with ``encoder_from`` reads (None: it has its own)."""
+    owner = entry.get("encoder_from")
+    return ASSETS / manifest["models"][owner]["files"]["encoder"] if owner else None
+
+
+def rebuild(kind: str, manifest: dict) -> tuple[torch.nn.Module, Dims, dict]:
     entry = manifest["models"][kind]
     dims = Dims(**entry["dims"])
     torch.manual_seed(SEEDS[kind])
@@ -84,10 +89,9 @@ def rebuild(kind: str) -> tuple[torch.nn.Module, Dims, dict]:
     else:
         model = Seq2Seq(dims)
     found: dict[str, np.ndarray] = {}
-    if entry.get("encoder_from"):  # a drafter reading another model's encoder: take only its encoder
-        owner = manifest["models"][entry["encoder_from"]]
-        found.update({k: v for k, v in onnx_params(ASSETS / owner["files"]["encoder"]).items()
-                      if k.startswith("encoder.")})
+    shared = owner_encoder(manifest, entry)
+    if shared is not None:  # a drafter reading another model's encoder: take only its encoder
+        found.update({k: v for k, v in onnx_params(shared).items() if k.startswith("encoder.")})
     for f in entry["files"].values():
         found.update(onnx_params(ASSETS / f))
     sd = model.state_dict()
@@ -106,10 +110,11 @@ def rebuild(kind: str) -> tuple[torch.nn.Module, Dims, dict]:
     return model, dims, entry
 
 
-def check(model: torch.nn.Module, dims: Dims, entry: dict, kind: str) -> float:
+def check(model: torch.nn.Module, dims: Dims, manifest: dict, kind: str) -> float:
     """Largest absolute difference between the rebuilt torch model and the ONNX files."""
     import onnxruntime as ort
 
+    entry = manifest["models"][kind]
     mel = torch.randn(1, 333, dims.n_mels) * 0.3
     with torch.no_grad():
         if kind == "ctc":
@@ -119,10 +124,9 @@ def check(model: torch.nn.Module, dims: Dims, entry: dict, kind: str) -> float:
         dec_s = ort.InferenceSession(str(ASSETS / entry["files"]["decoder"]), providers=["CPUExecutionProvider"])
         enc, _ = model.encoder(mel)
         ck, cv = model.decoder.cross_kv(enc)
-        if entry.get("encoder_from"):
-            manifest = json.loads((ASSETS / "models.json").read_text())
-            owner = manifest["models"][entry["encoder_from"]]["files"]["encoder"]
-            enc_s = ort.InferenceSession(str(ASSETS / owner), providers=["CPUExecutionProvider"])
+        shared = owner_encoder(manifest, entry)
+        if shared is not None:
+            enc_s = ort.InferenceSession(str(shared), providers=["CPUExecutionProvider"])
             cross_s = ort.InferenceSession(str(ASSETS / entry["files"]["cross"]), providers=["CPUExecutionProvider"])
             (hidden,) = enc_s.run(["hidden"], {"mel": mel.numpy()})
             got_k, got_v = cross_s.run(None, {"hidden": hidden})
@@ -149,8 +153,9 @@ def main() -> None:
     ckpt = out / "ckpt.pt"
     if ckpt.exists() and not args.force:
         raise SystemExit(f"{ckpt} exists (it may be further along than the shipped model); pass --force to replace it")
-    model, dims, entry = rebuild(args.model)
-    err = check(model, dims, entry, args.model)
+    manifest = json.loads((ASSETS / "models.json").read_text())
+    model, dims, entry = rebuild(args.model, manifest)
+    err = check(model, dims, manifest, args.model)
     if err > 1e-3:
         raise SystemExit(f"{args.model}: rebuilt model differs from the ONNX files by {err:.2e}")
     model.train()
