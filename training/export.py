@@ -1,4 +1,4 @@
-"""Export the trained checkpoints to ONNX and write the model manifest (as2d.models v1).
+"""Export the trained checkpoints to ONNX and write the model manifest (as2d.models v2).
 
 Usage: python training/export.py [--models target drafter ctc]
 
@@ -9,8 +9,11 @@ Writes to as2d_cli/assets/models/:
 - <name>_cross.onnx instead, for a drafter whose encoder is exactly the target's
   (train.py --shared-encoder): hidden (1,S,d_target) -> cross_k, cross_v; models.json then
   says ``encoder_from: target`` and the runtime hands it the target's states;
-- <name>_decoder.onnx: tokens (1,K) int64, past_k/past_v (L,1,H,T,dh), cross_k, cross_v ->
-  logits (1,K,V), present_k/present_v (L,1,H,T+K,dh); one call takes K = 1..16 new tokens;
+- <name>_decoder.onnx: tokens (1,K) int64, then per layer i past_k_i/past_v_i (1,H,T,dh) and
+  cross_k_i/cross_v_i (1,H,S,dh) -> logits (1,K,V), present_k_i/present_v_i (1,H,T+K,dh);
+  one call takes K = 1..16 new tokens. Per-layer tensors, because ONNX Runtime copies any
+  slice it takes of a stacked input: splitting the stacked cross K/V and caches cost about a
+  third of every decoder call (measured in session 14);
 - ctc.onnx: mel (1,T,80) -> log_probs (1,S,C);
 - models.json: dimensions, file hashes, special ids, training summary; and the training logs.
 Each export is checked against torch on random inputs before it is accepted.
@@ -33,7 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "training"))
 
+import models as model_defs  # noqa: E402
 from models import CtcModel, Dims, Seq2Seq  # noqa: E402
+
+from as2d_cli.models.session import decoder_io  # noqa: E402
 
 WORK = ROOT / "training" / "work"
 OUT = ROOT / "as2d_cli" / "assets" / "models"
@@ -63,12 +69,23 @@ class CrossExport(nn.Module):
 
 
 class DecoderExport(nn.Module):
+    """The decoder with per-layer inputs and outputs in ``decoder_io`` order."""
+
     def __init__(self, m: Seq2Seq):
         super().__init__()
         self.m = m
+        self.L = m.dm.dec_layers
 
-    def forward(self, tokens, past_k, past_v, cross_k, cross_v):
-        return self.m.decoder(tokens, past_k, past_v, cross_k, cross_v)
+    def forward(self, tokens, *per_layer):
+        L = self.L
+        pk, pv, ck, cv = (list(per_layer[i * L : (i + 1) * L]) for i in range(4))
+        logits, k, v = self.m.decoder(tokens, pk, pv, ck, cv)
+        return (logits, *k, *v)
+
+
+def decoder_feeds(tokens, pk, pv, ck, cv) -> tuple:
+    """Stacked (L,1,H,T,dh) caches and cross K/V as the decoder export's per-layer arguments."""
+    return (tokens, *pk, *pv, *ck, *cv)
 
 
 class CtcExport(nn.Module):
@@ -183,18 +200,23 @@ def export_seq2seq(kind: str) -> dict:
         tokens = torch.randint(3, dims.vocab, (1, 3))
         pk = torch.randn(L, 1, H, 5, dh)
         pv = torch.randn(L, 1, H, 5, dh)
-        _export(DecoderExport(model), (tokens, pk, pv, ck, cv), dec_path,
-                ["tokens", "past_k", "past_v", "cross_k", "cross_v"], ["logits", "present_k", "present_v"],
-                {"tokens": {1: "new"}, "past_k": {3: "past"}, "past_v": {3: "past"},
-                 "cross_k": {3: "enc_frames"}, "cross_v": {3: "enc_frames"},
-                 "logits": {1: "new"}, "present_k": {3: "total"}, "present_v": {3: "total"}})
+        ins, outs = decoder_io(L)
+        axes = {"tokens": {1: "new"}, "logits": {1: "new"}}
+        axes.update({n: {2: "past"} for n in ins[1 : 1 + 2 * L]})
+        axes.update({n: {2: "enc_frames"} for n in ins[1 + 2 * L :]})
+        axes.update({n: {2: "total"} for n in outs[1:]})
+        model_defs.STATIC_BATCH = True  # batch 1, constant reshapes: no per-call shape arithmetic
+        try:
+            _export(DecoderExport(model), decoder_feeds(tokens, pk, pv, ck, cv), dec_path, ins, outs, axes)
+        finally:
+            model_defs.STATIC_BATCH = False
         err_dec = 0.0
         for t, k in [(0, 1), (7, 8), (2, 16), (30, 1)]:
             tokens = torch.randint(3, dims.vocab, (1, k))
             pk, pv = torch.randn(L, 1, H, t, dh), torch.randn(L, 1, H, t, dh)
-            exp = DecoderExport(model)(tokens, pk, pv, ck, cv)
-            err_dec = max(err_dec, _check(dec_path, {"tokens": tokens.numpy(), "past_k": pk.numpy(), "past_v": pv.numpy(),
-                                                     "cross_k": ck.numpy(), "cross_v": cv.numpy()}, [e.numpy() for e in exp]))
+            args = decoder_feeds(tokens, pk, pv, ck, cv)
+            exp = DecoderExport(model)(*args)
+            err_dec = max(err_dec, _check(dec_path, {n: a.numpy() for n, a in zip(ins, args)}, [e.numpy() for e in exp]))
     if err_enc > 1e-3 or err_dec > 1e-3:
         raise SystemExit(f"{kind}: ONNX differs from torch (encoder {err_enc:.2e}, decoder {err_dec:.2e})")
     first = cross_path if shared else enc_path
@@ -238,7 +260,7 @@ def main() -> None:
     args = ap.parse_args()
     manifest_path = OUT / "models.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    manifest.update({"schema": "as2d.models", "version": 1, "tokenizer": "tokenizer.json",
+    manifest.update({"schema": "as2d.models", "version": 2, "tokenizer": "tokenizer.json",
                      "specials": {"pad": 0, "sot": 1, "eot": 2, "unk": 3}, "sample_rate": 16000,
                      "features": "as2d_cli.models.features.log_mel (80 log-mel, 10 ms hop)"})
     manifest.setdefault("models", {})

@@ -139,8 +139,13 @@ def check(model: torch.nn.Module, dims: Dims, manifest: dict, kind: str) -> floa
         tokens = torch.randint(4, dims.vocab, (1, 8))
         pk, pv = model.decoder.empty_past(1)
         logits, _, _ = model.decoder(tokens, pk, pv, ck, cv)
-        got = dec_s.run(None, {"tokens": tokens.numpy(), "past_k": pk.numpy(), "past_v": pv.numpy(),
-                               "cross_k": ck.numpy(), "cross_v": cv.numpy()})[0]
+        names = [i.name for i in dec_s.get_inputs()]
+        if "past_k" in names:  # models.json v1: stacked (L,1,H,T,dh) caches and cross K/V
+            feeds = {"tokens": tokens.numpy(), "past_k": pk.numpy(), "past_v": pv.numpy(),
+                     "cross_k": ck.numpy(), "cross_v": cv.numpy()}
+        else:  # v2: one input per layer (as2d_cli.models.session.decoder_io)
+            feeds = dict(zip(names, [tokens.numpy(), *pk.numpy(), *pv.numpy(), *ck.numpy(), *cv.numpy()]))
+        got = dec_s.run(None, feeds)[0]
         return max(err, float(np.abs(got - logits.numpy()).max()))
 
 

@@ -60,6 +60,10 @@ CTC = Dims(d=192, heads=3, enc_layers=5, dec_layers=0, ffn=768, stride=2)
 
 
 DROPOUT = 0.0  # residual-branch dropout while training (train.py --dropout); eval/export ignore it
+# export.py: the decoder graph is traced for batch 1 with constant reshape targets, so ONNX
+# Runtime runs no per-call shape arithmetic (Shape/Gather/Concat chains: a fifth of a small
+# decoder's nodes, though only ~2 % of a call's time on session 14's Xeon). Same math.
+STATIC_BATCH = False
 
 
 def _drop(x: torch.Tensor, training: bool) -> torch.Tensor:
@@ -179,13 +183,14 @@ class DecLayer(nn.Module):
         return k, v
 
     def forward(self, x, past_k, past_v, cross_k, cross_v, self_mask, cross_mask):
-        b, n, _ = x.shape
+        b, n = (1, -1) if STATIC_BATCH else x.shape[:2]
         q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
         k = torch.cat([past_k, k], dim=2)
         v = torch.cat([past_v, v], dim=2)
-        x = x + _drop(self.o(attention(q, k, v, self_mask).transpose(1, 2).reshape(b, n, -1)), self.training)
+        width = self.h * self.dh
+        x = x + _drop(self.o(attention(q, k, v, self_mask).transpose(1, 2).reshape(b, n, width)), self.training)
         q = self.cq(self.ln2(x)).view(b, n, self.h, self.dh).transpose(1, 2)
-        x = x + _drop(self.co(attention(q, cross_k, cross_v, cross_mask, self.keep).transpose(1, 2).reshape(b, n, -1)), self.training)
+        x = x + _drop(self.co(attention(q, cross_k, cross_v, cross_mask, self.keep).transpose(1, 2).reshape(b, n, width)), self.training)
         return x + _drop(self.mlp(self.ln3(x)), self.training), k, v
 
 
@@ -205,8 +210,10 @@ class Decoder(nn.Module):
         return torch.stack(ks), torch.stack(vs)
 
     def forward(self, tokens, past_k, past_v, cross_k, cross_v, cross_mask=None):
-        """tokens (B,K); past (L,B,H,T,dh); returns logits (B,K,V) and present (L,B,H,T+K,dh)."""
-        t0 = past_k.shape[3]
+        """tokens (B,K); past (L,B,H,T,dh); returns logits (B,K,V) and present (L,B,H,T+K,dh).
+        The caches and cross K/V may also be per-layer sequences of (B,H,T,dh) tensors (the
+        ONNX decoder's form); the present caches are then returned per layer too."""
+        t0 = past_k[0].shape[2]
         n = tokens.shape[1]
         x = self.emb(tokens) + self.pos[t0 : t0 + n]
         qpos = torch.arange(n) + t0
@@ -217,6 +224,8 @@ class Decoder(nn.Module):
             pk.append(k)
             pv.append(v)
         logits = self.ln(x) @ self.emb.weight.T
+        if isinstance(past_k, (list, tuple)):
+            return logits, pk, pv
         return logits, torch.stack(pk), torch.stack(pv)
 
     def empty_past(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:

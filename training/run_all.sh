@@ -2,7 +2,7 @@
 # Regenerate everything the models need, from scratch, following the shipped models' recipe.
 # Needs: apt-get install espeak-ng; pip install -e '.[train]'. About 20 hours on 2 cores.
 #
-# The shipped models were trained over thirteen sessions; the phases below are that history in
+# The shipped models were trained over fourteen sessions; the phases below are that history in
 # steps (training/work/<model>/log.jsonl and the shipped training_logs hold every record).
 # The shipped run annealed by wall clock (`--deadline`), paused while corpus shards were
 # synthesised; this script anneals by steps (`--anneal-from/--anneal-steps`), so its
@@ -186,4 +186,24 @@ wait
 SETS=17,18 shared_drafter drafter3_p2 training/work/target/ckpt.pt training/work/drafter3_p1/ckpt.pt 8838 --dec-layers 3
 mv training/work/drafter training/work/drafter_s12 && mkdir training/work/drafter && cp training/work/drafter3_p2/ckpt.pt training/work/drafter/
 cat training/work/drafter_s12/log.jsonl training/work/drafter3_p1/log.jsonl training/work/drafter3_p2/log.jsonl > training/work/drafter/log.jsonl
-$PY training/export.py                           # ONNX files + models.json + training logs
+# Fourteenth session (fresh machine, an Intel Xeon: checkpoints rebuilt from the ONNX files;
+# shards 17-18 gone): shard 19 (9 minutes on two cores), the target on it on one core while
+# shard 20 was synthesised on the other (one worker), then on shards 19-20 (session 11's
+# flags, one wall-clock anneal); the drafter on the step-111,465 target's encoder and
+# transcripts of shards 19-20, then on the new target's encoder and teacher.
+$PY training/make_corpus.py --only train --shard 19  # training/work/train_shards/19
+$PY training/make_corpus.py --only train --shard 20 --workers 1 &
+cp training/work/target/ckpt.pt training/work/target_111465.pt
+cp training/work/drafter/ckpt.pt training/work/drafter_8838.pt
+train target 113375 111465 8272 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
+  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 19 --concat 1.0 --fresh-concat
+wait  # shard 20: the same anneal continues on both shards (the shipped run moved at step 113,375)
+{ $PY training/distill.py --set 19 && $PY training/distill.py --set 20  # the step-111,465 target's transcripts
+  SETS=19,20 shared_drafter drafter_p1 training/work/target_111465.pt training/work/drafter_8838.pt 8191 --dec-layers 3; } &
+train target 119737 111465 8272 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
+  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 19,20 --concat 1.0 --fresh-concat
+wait
+SETS=19,20 shared_drafter drafter_p2 training/work/target/ckpt.pt training/work/drafter_p1/ckpt.pt 3297 --dec-layers 3
+mv training/work/drafter training/work/drafter_s13 && mkdir training/work/drafter && cp training/work/drafter_p2/ckpt.pt training/work/drafter/
+cat training/work/drafter_s13/log.jsonl training/work/drafter_p1/log.jsonl training/work/drafter_p2/log.jsonl > training/work/drafter/log.jsonl
+$PY training/export.py                           # ONNX files + models.json (v2: per-layer decoder I/O) + training logs

@@ -15,7 +15,7 @@ from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import sha256_file
 
 SCHEMA = "as2d.models"
-VERSION = 1
+VERSION = 2
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "assets" / "models"
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from as2d_cli.engine.interfaces import Draft
 from as2d_cli.errors import EngineError
 from as2d_cli.models.bundle import ModelBundle
-from as2d_cli.models.session import Cross, Seq2SeqModel, softmax_max
+from as2d_cli.models.session import Cross, Seq2SeqModel, softmax_max, truncate_cache
 
 MAX_CALL = 16  # widest decoder call the export was checked for
 
@@ -58,7 +58,7 @@ class OrtDrafter:
         if common == len(context):  # context is a strict prefix of the cache: recompute its last token
             common -= 1
         self._seq = self._seq[:common]
-        self._cache = (self._cache[0][:, :, :, :common], self._cache[1][:, :, :, :common])
+        self._cache = truncate_cache(self._cache, common)
         self._feed(context[common:])
 
     def refresh(self, prefix: Sequence[int], reused: Sequence[int]) -> None:

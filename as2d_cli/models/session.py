@@ -54,7 +54,29 @@ class Cross:
 
 ENCODER_IO = (["mel"], ["cross_k", "cross_v", "hidden"])
 CROSS_IO = (["hidden"], ["cross_k", "cross_v"])
-DECODER_IO = (["tokens", "past_k", "past_v", "cross_k", "cross_v"], ["logits", "present_k", "present_v"])
+
+
+def decoder_io(layers: int) -> tuple[list[str], list[str]]:
+    """The decoder file's input and output names (models.json v2): per-layer caches and cross
+    K/V, because ONNX Runtime copies every slice it takes of a stacked input."""
+    per = lambda name: [f"{name}_{i}" for i in range(layers)]  # noqa: E731
+    return (["tokens", *per("past_k"), *per("past_v"), *per("cross_k"), *per("cross_v")],
+            ["logits", *per("present_k"), *per("present_v")])
+
+
+# A decoder cache: every layer's self-attention keys, then values, each (1, H, P, d/H).
+Cache = tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
+
+
+def cache_length(cache: Cache) -> int:
+    """The number of cached positions P."""
+    return int(cache[0][0].shape[2])
+
+
+def truncate_cache(cache: Cache, length: int) -> Cache:
+    """The cache rolled back to its first ``length`` positions: numpy views, copied (they are
+    not contiguous) only when the next call hands them to ONNX Runtime."""
+    return (tuple(k[:, :, :length] for k in cache[0]), tuple(v[:, :, :length] for v in cache[1]))
 
 
 class Seq2SeqModel:
@@ -93,9 +115,11 @@ class Seq2SeqModel:
         self.encoder = make_session(enc_path, threads)
         self.decoder = make_session(dec_path, threads)
         _check_io(self.encoder, enc_path, *ENCODER_IO)
-        _check_io(self.decoder, dec_path, *DECODER_IO)
         L, H, d = int(self.dims["dec_layers"]), int(self.dims["heads"]), int(self.dims["d"])
-        self._empty = np.zeros((L, 1, H, 0, d // H), dtype=np.float32)
+        self._io = decoder_io(L)
+        _check_io(self.decoder, dec_path, *self._io)
+        empty = tuple(np.zeros((1, H, 0, d // H), dtype=np.float32) for _ in range(L))
+        self._empty: Cache = (empty, empty)
 
     def encode(self, audio: np.ndarray) -> Cross:
         return self.encode_features(log_mel(audio)[None])
@@ -129,19 +153,19 @@ class Seq2SeqModel:
         :attr:`Cross.hidden` for a request can stand in for encoding the audio again)."""
         return self.encoder_from is not None and self.encoder_from == other.name
 
-    def empty_cache(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._empty, self._empty
+    def empty_cache(self) -> Cache:
+        return self._empty
 
-    def decode(self, tokens: list[int] | tuple[int, ...], past: tuple[np.ndarray, np.ndarray], cross: Cross
-               ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    def decode(self, tokens: list[int] | tuple[int, ...], past: Cache, cross: Cross) -> tuple[np.ndarray, Cache]:
         """Process ``tokens`` after ``past``: logits (K, V) and the present cache."""
-        if past[0].shape[3] + len(tokens) > self.max_positions:
-            raise UserError(f"{self.name}: {past[0].shape[3] + len(tokens)} decoder positions exceed the model's "
+        if cache_length(past) + len(tokens) > self.max_positions:
+            raise UserError(f"{self.name}: {cache_length(past) + len(tokens)} decoder positions exceed the model's "
                             f"{self.max_positions}; lower the generation limit")
-        logits, pk, pv = self.decoder.run(None, {
-            "tokens": np.asarray(tokens, dtype=np.int64)[None], "past_k": past[0], "past_v": past[1],
-            "cross_k": cross.k, "cross_v": cross.v})
-        return logits[0], (pk, pv)
+        # cross.k[i] of the stacked (L, 1, H, S, dh) encoder output is a contiguous view
+        values = [np.asarray(tokens, dtype=np.int64)[None], *past[0], *past[1], *cross.k, *cross.v]
+        out = self.decoder.run(None, dict(zip(self._io[0], values)))
+        L = len(past[0])
+        return out[0][0], (tuple(out[1 : 1 + L]), tuple(out[1 + L :]))
 
 
 def softmax_max(logits: np.ndarray) -> np.ndarray:

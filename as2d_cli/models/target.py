@@ -14,7 +14,7 @@ import numpy as np
 
 from as2d_cli.errors import EngineError
 from as2d_cli.models.bundle import ModelBundle
-from as2d_cli.models.session import Cross, Seq2SeqModel, top2_margin
+from as2d_cli.models.session import Cross, Seq2SeqModel, cache_length, top2_margin, truncate_cache
 
 PROMPT = 1  # the <sot> entry held in the cache before the committed tokens
 
@@ -48,7 +48,7 @@ class OrtTarget:
 
     @property
     def length(self) -> int:
-        return int(self._cache[0].shape[3]) - PROMPT if self._cross is not None else 0
+        return cache_length(self._cache) - PROMPT if self._cross is not None else 0
 
     def verify(self, tokens: Sequence[int]) -> list[int]:
         if self._cross is None:
@@ -63,7 +63,7 @@ class OrtTarget:
         if length < 0 or length > self.length:
             raise EngineError(f"rollback to {length} outside the target state of {self.length}")
         keep = PROMPT + length
-        self._cache = (self._cache[0][:, :, :, :keep], self._cache[1][:, :, :, :keep])
+        self._cache = truncate_cache(self._cache, keep)
 
 
 def greedy_decode(target: OrtTarget, audio: np.ndarray, limit: int | None = None) -> list[int]:

@@ -83,7 +83,7 @@ def drafter_continuations(model: Any, audio: Any, ref: list[int], cap: int, eos_
     with ``ref[n+1]``, the one after ``ref[:n+2]`` is the same tokens shifted by one plus
     one new token: a single decoder call instead of ``cap``. Only where the drafter
     disagrees with the target is the cache rolled back and ``cap`` tokens generated."""
-    from as2d_cli.models.session import softmax_max
+    from as2d_cli.models.session import softmax_max, truncate_cache
 
     cross = model.encode(audio)
     limit = model.max_positions
@@ -120,7 +120,7 @@ def drafter_continuations(model: Any, audio: Any, ref: list[int], cap: int, eos_
                     break
                 common += 1
             common = min(common, len(prefix) - 1)  # at least one token to feed
-            cache = (cache[0][:, :, :, :common], cache[1][:, :, :, :common])
+            cache = truncate_cache(cache, common)
             seq = seq[:common]
             cur, cur_c = [], []
             if want > 0:
