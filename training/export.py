@@ -12,8 +12,8 @@ Writes to as2d_cli/assets/models/:
 - <name>_decoder.onnx: tokens (1,K) int64, then per layer i past_k_i/past_v_i (1,H,T,dh) and
   cross_k_i/cross_v_i (1,H,S,dh) -> logits (1,K,V), present_k_i/present_v_i (1,H,T+K,dh);
   one call takes K = 1..16 new tokens. Per-layer tensors, because ONNX Runtime copies any
-  slice it takes of a stacked input: splitting the stacked cross K/V and caches cost about a
-  third of every decoder call (measured in session 14);
+  slice it takes of a stacked input: splitting the stacked cross K/V and caches cost a quarter
+  to a third of every decoder call (benchmarks/decoder_layout.py);
 - ctc.onnx: mel (1,T,80) -> log_probs (1,S,C);
 - models.json: dimensions, file hashes, special ids, training summary; and the training logs.
 Each export is checked against torch on random inputs before it is accepted.
