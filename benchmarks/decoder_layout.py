@@ -25,7 +25,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "training"))
 
 import export  # noqa: E402
-import models as model_defs  # noqa: E402
 
 from as2d_cli.models.session import decoder_io, make_session  # noqa: E402
 
@@ -54,14 +53,7 @@ def export_both(kind: str, folder: Path, frames: int) -> tuple[Path, Path, int, 
         export._export(StackedDecoder(model), (tokens, pk, pv, ck, cv), v1, *V1_IO,
                        {"tokens": {1: "new"}, "past_k": {3: "past"}, "past_v": {3: "past"}, "cross_k": {3: "s"},
                         "cross_v": {3: "s"}, "logits": {1: "new"}, "present_k": {3: "t"}, "present_v": {3: "t"}})
-        ins, outs = decoder_io(L)
-        axes = {"tokens": {1: "new"}, "logits": {1: "new"}}
-        axes.update({n: {2: "axis"} for n in ins[1:] + outs[1:]})
-        model_defs.STATIC_BATCH = True
-        try:
-            export._export(export.DecoderExport(model), export.decoder_feeds(tokens, pk, pv, ck, cv), v2, ins, outs, axes)
-        finally:
-            model_defs.STATIC_BATCH = False
+        export.export_decoder(model, v2, tokens, pk, pv, ck, cv)
     return v1, v2, L, H
 
 
@@ -88,7 +80,7 @@ def main() -> None:
                 for k in a.widths:
                     toks = np.full((1, k), 5, np.int64)
                     f1 = dict(zip(V1_IO[0], [toks, pk, pv, ck, cv]))
-                    f2 = dict(zip(decoder_io(L)[0], [toks, *pk, *pv, *ck, *cv]))
+                    f2 = dict(zip(decoder_io(L)[0], export.decoder_feeds(toks, pk, pv, ck, cv)))
                     o1, o2 = s1.run(None, f1), s2.run(None, f2)
                     err = float(np.abs(o1[0] - o2[0]).max())
                     if err > 1e-4:

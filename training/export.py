@@ -88,6 +88,23 @@ def decoder_feeds(tokens, pk, pv, ck, cv) -> tuple:
     return (tokens, *pk, *pv, *ck, *cv)
 
 
+def export_decoder(model: Seq2Seq, path: Path, tokens, pk, pv, ck, cv) -> list[str]:
+    """Write the decoder file (models.json v2 layout) traced on these stacked example inputs;
+    returns its input names."""
+    L = model.dm.dec_layers
+    ins, outs = decoder_io(L)
+    axes = {"tokens": {1: "new"}, "logits": {1: "new"}}
+    axes.update({n: {2: "past"} for n in ins[1 : 1 + 2 * L]})
+    axes.update({n: {2: "enc_frames"} for n in ins[1 + 2 * L :]})
+    axes.update({n: {2: "total"} for n in outs[1:]})
+    model_defs.STATIC_BATCH = True  # batch 1, constant reshapes: no per-call shape arithmetic
+    try:
+        _export(DecoderExport(model), decoder_feeds(tokens, pk, pv, ck, cv), path, ins, outs, axes)
+    finally:
+        model_defs.STATIC_BATCH = False
+    return ins
+
+
 class CtcExport(nn.Module):
     def __init__(self, m: CtcModel):
         super().__init__()
@@ -200,16 +217,7 @@ def export_seq2seq(kind: str) -> dict:
         tokens = torch.randint(3, dims.vocab, (1, 3))
         pk = torch.randn(L, 1, H, 5, dh)
         pv = torch.randn(L, 1, H, 5, dh)
-        ins, outs = decoder_io(L)
-        axes = {"tokens": {1: "new"}, "logits": {1: "new"}}
-        axes.update({n: {2: "past"} for n in ins[1 : 1 + 2 * L]})
-        axes.update({n: {2: "enc_frames"} for n in ins[1 + 2 * L :]})
-        axes.update({n: {2: "total"} for n in outs[1:]})
-        model_defs.STATIC_BATCH = True  # batch 1, constant reshapes: no per-call shape arithmetic
-        try:
-            _export(DecoderExport(model), decoder_feeds(tokens, pk, pv, ck, cv), dec_path, ins, outs, axes)
-        finally:
-            model_defs.STATIC_BATCH = False
+        ins = export_decoder(model, dec_path, tokens, pk, pv, ck, cv)
         err_dec = 0.0
         for t, k in [(0, 1), (7, 8), (2, 16), (30, 1)]:
             tokens = torch.randint(3, dims.vocab, (1, k))

@@ -30,6 +30,7 @@ from onnx import load as onnx_load, numpy_helper
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "training"))
 
+from export import decoder_feeds  # noqa: E402
 from models import CtcModel, Dims, Seq2Seq  # noqa: E402
 
 ASSETS = ROOT / "as2d_cli" / "assets" / "models"
@@ -144,7 +145,7 @@ def check(model: torch.nn.Module, dims: Dims, manifest: dict, kind: str) -> floa
             feeds = {"tokens": tokens.numpy(), "past_k": pk.numpy(), "past_v": pv.numpy(),
                      "cross_k": ck.numpy(), "cross_v": cv.numpy()}
         else:  # v2: one input per layer (as2d_cli.models.session.decoder_io)
-            feeds = dict(zip(names, [tokens.numpy(), *pk.numpy(), *pv.numpy(), *ck.numpy(), *cv.numpy()]))
+            feeds = dict(zip(names, decoder_feeds(tokens.numpy(), pk.numpy(), pv.numpy(), ck.numpy(), cv.numpy())))
         got = dec_s.run(None, feeds)[0]
         return max(err, float(np.abs(got - logits.numpy()).max()))
 

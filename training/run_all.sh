@@ -126,6 +126,11 @@ train drafter 63737 60101 3636 --lr 3e-4 --warmup 200 --aux-head-steps 300 --gui
 # trained on the target's greedy transcripts of shard 15 (training/distill.py) plus a KL
 # term to the target's next-token distributions, one thread; both anneals by wall clock,
 # the drafter's deadline moved once (05:12 -> 05:35) at step 7,821.
+target_s11() {  # session 11's target flags (bf16): phase end step, anneal start, anneal steps, sets
+  local end=$1 from=$2 n=$3 sets=$4; shift 4
+  train target "$end" "$from" "$n" --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 --guide-weight 2 \
+    --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets "$sets" --concat 1.0 --fresh-concat "$@"
+}
 $PY training/make_corpus.py --only train --shard 15  # training/work/train_shards/15
 $PY training/distill.py --set 15                     # the step-83,012 target's transcripts
 cp training/work/target/ckpt.pt training/work/target_83012.pt
@@ -135,8 +140,7 @@ cp training/work/drafter/ckpt.pt training/work/drafter_63737.pt
     --teacher training/work/target_83012.pt --kd-weight 0.5 --labels target --lr 5e-4 --warmup 200 \
     --guide-weight 2 --dropout 0.1 --only-sets 15 --concat 1.0 --fresh-concat \
     --anneal-from 0 --anneal-steps 18000; } &
-train target 93243 83012 10231 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
-  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 15 --concat 1.0 --fresh-concat
+target_s11 93243 83012 10231 15
 wait
 # export.py reads training/work/<model>: the shared-encoder drafter replaces the separate one
 mv training/work/drafter training/work/drafter_separate && mv training/work/drafter_shared training/work/drafter
@@ -158,8 +162,7 @@ shared_drafter() {  # out, target ckpt, decoder ckpt, steps, extra flags (a late
     --anneal-from 0 --anneal-steps "$n" "$@"
 }
 shared_drafter drafter_p1 training/work/target_93243.pt training/work/drafter_18000.pt 12151 &
-train target 100189 93243 6946 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
-  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 15,16 --concat 1.0 --fresh-concat
+target_s11 100189 93243 6946 15,16
 wait
 shared_drafter drafter_p2 training/work/target/ckpt.pt training/work/drafter_p1/ckpt.pt 6599
 mv training/work/drafter training/work/drafter_s11 && mv training/work/drafter_p2 training/work/drafter
@@ -173,13 +176,11 @@ $PY training/make_corpus.py --only train --shard 17  # training/work/train_shard
 $PY training/make_corpus.py --only train --shard 18 --workers 1 &
 cp training/work/target/ckpt.pt training/work/target_100189.pt
 cp training/work/drafter/ckpt.pt training/work/drafter_6599.pt
-train target 102873 100189 11276 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
-  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 17 --concat 1.0 --fresh-concat
+target_s11 102873 100189 11276 17
 wait  # shard 18: the same anneal continues on both shards (the shipped run moved at step 102,873)
 { $PY training/distill.py --set 17 && $PY training/distill.py --set 18  # the step-100,189 target's transcripts
   SETS=17,18 shared_drafter drafter3_p1 training/work/target_100189.pt training/work/drafter_6599.pt 12075 --dec-layers 3 --lr 4e-4; } &
-train target 111465 100189 11276 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
-  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 17,18 --concat 1.0 --fresh-concat
+target_s11 111465 100189 11276 17,18
 wait
 # The second run on the new target's encoder; the two-layer drafter had the same run beside it
 # (drafter2_p2, from drafter_6599.pt, 9,800 steps) and lost the dev decision (docs/models.md).
@@ -195,13 +196,11 @@ $PY training/make_corpus.py --only train --shard 19  # training/work/train_shard
 $PY training/make_corpus.py --only train --shard 20 --workers 1 &
 cp training/work/target/ckpt.pt training/work/target_111465.pt
 cp training/work/drafter/ckpt.pt training/work/drafter_8838.pt
-train target 113375 111465 8272 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
-  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 19 --concat 1.0 --fresh-concat
+target_s11 113375 111465 8272 19
 wait  # shard 20: the same anneal continues on both shards (the shipped run moved at step 113,375)
 { $PY training/distill.py --set 19 && $PY training/distill.py --set 20  # the step-111,465 target's transcripts
   SETS=19,20 shared_drafter drafter_p1 training/work/target_111465.pt training/work/drafter_8838.pt 8191 --dec-layers 3; } &
-train target 119737 111465 8272 --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 \
-  --guide-weight 2 --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 19,20 --concat 1.0 --fresh-concat
+target_s11 119737 111465 8272 19,20
 wait
 SETS=19,20 shared_drafter drafter_p2 training/work/target/ckpt.pt training/work/drafter_p1/ckpt.pt 3297 --dec-layers 3
 mv training/work/drafter training/work/drafter_s13 && mkdir training/work/drafter && cp training/work/drafter_p2/ckpt.pt training/work/drafter/
