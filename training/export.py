@@ -167,6 +167,32 @@ def store_exact_fp16(path: Path, min_size: int = 256) -> int:
     return saved
 
 
+# The drafter's decoder ships with 8-bit weights: its calls are bound by reading weights and
+# cross K/V from memory, not by arithmetic (a 192-wide step moved ~9 MB), and ONNX Runtime's
+# MatMulNBits with int8 compute (accuracy_level 4) runs the weight MatMuls from a quarter of
+# the bytes. Only proposals change — the target verifies every token, and stays float32.
+INT8 = {"op": "com.microsoft.MatMulNBits", "bits": 8, "block_size": 32, "symmetric": True, "accuracy_level": 4}
+
+
+def quantize_matmuls(path: Path) -> int:
+    """Rewrite every MatMul with a constant weight in ``path`` as MatMulNBits (:data:`INT8`);
+    returns how many were rewritten (training/from_onnx.py reads them back as float)."""
+    import logging
+
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                 MatMulNBitsQuantizer)
+
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)  # a line per node
+
+    kw = {"bits": INT8["bits"], "block_size": INT8["block_size"], "is_symmetric": INT8["symmetric"],
+          "accuracy_level": INT8["accuracy_level"]}
+    q = MatMulNBitsQuantizer(onnx.load(str(path)), algo_config=DefaultWeightOnlyQuantConfig(**kw), **kw)
+    q.process()
+    q.model.save_model_to_file(str(path), use_external_data_format=False)
+    return sum(n.op_type == "MatMulNBits" for n in onnx.load(str(path)).graph.node)
+
+
 def _check(path: Path, feeds: dict, expected: list[np.ndarray]) -> float:
     import onnxruntime as ort
 
@@ -188,7 +214,7 @@ def shares_target_encoder(model: Seq2Seq) -> bool:
     return all(k in tgt and tgt[k].shape == v.shape and torch.equal(tgt[k], v) for k, v in own.items())
 
 
-def export_seq2seq(kind: str) -> dict:
+def export_seq2seq(kind: str, int8: bool = False) -> dict:
     model, dims, state = load(kind)
     L, H, dh = dims.dec_layers, dims.heads, dims.d // dims.heads
     enc_path, dec_path = OUT / f"{kind}_encoder.onnx", OUT / f"{kind}_decoder.onnx"
@@ -218,15 +244,20 @@ def export_seq2seq(kind: str) -> dict:
         pk = torch.randn(L, 1, H, 5, dh)
         pv = torch.randn(L, 1, H, 5, dh)
         ins = export_decoder(model, dec_path, tokens, pk, pv, ck, cv)
-        err_dec = 0.0
+        checks = []
         for t, k in [(0, 1), (7, 8), (2, 16), (30, 1)]:
             tokens = torch.randint(3, dims.vocab, (1, k))
             pk, pv = torch.randn(L, 1, H, t, dh), torch.randn(L, 1, H, t, dh)
             args = decoder_feeds(tokens, pk, pv, ck, cv)
-            exp = DecoderExport(model)(*args)
-            err_dec = max(err_dec, _check(dec_path, {n: a.numpy() for n, a in zip(ins, args)}, [e.numpy() for e in exp]))
+            checks.append(({n: a.numpy() for n, a in zip(ins, args)}, [e.numpy() for e in DecoderExport(model)(*args)]))
+        err_dec = max(_check(dec_path, feeds, exp) for feeds, exp in checks)
     if err_enc > 1e-3 or err_dec > 1e-3:
         raise SystemExit(f"{kind}: ONNX differs from torch (encoder {err_enc:.2e}, decoder {err_dec:.2e})")
+    quant = None
+    if int8:  # checked in float first (above): the quantized file's error is the rounding's alone
+        quant = {**INT8, "matmuls": quantize_matmuls(dec_path)}
+        quant["max_abs_error"] = max(_check(dec_path, feeds, exp) for feeds, exp in checks)
+        quant["max_abs_logit_error"] = max(_check(dec_path, feeds, [exp[0], *[None] * (len(exp) - 1)]) for feeds, exp in checks)
     first = cross_path if shared else enc_path
     entry = {
         "kind": "seq2seq", "dims": dims.to_dict(),
@@ -238,6 +269,8 @@ def export_seq2seq(kind: str) -> dict:
         "trained": {"steps": state["step"], "epochs": state["epoch"], "wall_seconds": round(state["wall"])},
         "export_max_abs_error": {"encoder": err_enc, "decoder": err_dec},
     }
+    if quant is not None:
+        entry["quantized"] = quant
     if shared:
         entry["encoder_from"] = "target"
     return entry
@@ -265,6 +298,9 @@ def export_ctc() -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="+", default=["target", "drafter", "ctc"])
+    ap.add_argument("--int8", nargs="*", default=["drafter"], choices=["target", "drafter"],
+                    help="decoders shipped with 8-bit weights (default: the drafter's; the target's output "
+                         "is the reference every method must reproduce, so it stays float32)")
     args = ap.parse_args()
     manifest_path = OUT / "models.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
@@ -276,7 +312,7 @@ def main() -> None:
     logs = OUT / "training_logs"
     logs.mkdir(exist_ok=True)
     for kind in sorted(args.models, key=["target", "drafter", "ctc"].index):  # a sharing drafter checks the target's file
-        manifest["models"][kind] = export_ctc() if kind == "ctc" else export_seq2seq(kind)
+        manifest["models"][kind] = export_ctc() if kind == "ctc" else export_seq2seq(kind, kind in args.int8)
         shutil.copy(WORK / kind / "log.jsonl", logs / f"{kind}.jsonl")
         print(kind, json.dumps(manifest["models"][kind]["export_max_abs_error"]), flush=True)
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
