@@ -47,6 +47,9 @@ def main() -> int:
     if a.repeats < 1:
         print("error: --repeats must be at least 1", file=sys.stderr)
         return 2
+    if a.json is not None and a.json.exists():
+        print(f"error: {a.json} exists (earlier results are never overwritten); name another file", file=sys.stderr)
+        return 2
     if not {"target-only", "as2d"} <= set(methods):
         print("error: --methods must include target-only and as2d (the ratio and the exactness check need both)",
               file=sys.stderr)
@@ -109,12 +112,15 @@ def main() -> int:
     out["as2d_over_target_only"] = out["methods"]["as2d"] / out["methods"]["target-only"]
     out["as2d_slower_fraction"] = len(slower) / len(tpw) if tpw else float("nan")
     out["as2d_accounting_ms"] = dict(acc)
+    out["as2d_slower_windows"] = sorted(slower)
     out["inexact"] = sorted({(x["window"], x["method"], x["rep"]) for x in runs if not x["exact"]})
+    out["per_window"] = rows  # median time of each window's repetitions, per method
     print("\npooled TPS:  " + "  ".join(f"{m} {v:.2f}" for m, v in out["methods"].items()))
     for s, d in out["settings"].items():
         print(f"  {s:<13}" + "  ".join(f"{m} {v:.2f}" for m, v in d.items()))
     print(f"As²d / target-only pooled: {out['as2d_over_target_only']:.3f}×")
-    print(f"windows where As²d is slower than target-only: {len(slower)}/{len(tpw)} ({out['as2d_slower_fraction']:.1%})")
+    print(f"windows where As²d is slower than target-only: {len(slower)}/{len(tpw)} ({out['as2d_slower_fraction']:.1%})"
+          + (f": {', '.join(sorted(slower))}" if slower else ""))
     print("As²d D, V, O, H (s): " + ", ".join(f"{k}={acc[k] / 1e3:.2f}" for k in ("T", "D", "V", "O", "H")))
     print(f"outputs differing from target-only: {len(out['inexact'])} of {len(runs)} runs")
     if a.json:
