@@ -266,7 +266,9 @@ def export_seq2seq(kind: str, int8: bool = False) -> dict:
         # a sharing drafter's count leaves out the target's encoder it reads
         "params": sum(p.numel() for n, p in model.named_parameters()
                       if not n.startswith("ctc_head") and not (shared and n.startswith("encoder."))),
-        "trained": {"steps": state["step"], "epochs": state["epoch"], "wall_seconds": round(state["wall"])},
+        "trained": {"steps": state["step"], "epochs": state["epoch"], "wall_seconds": round(state["wall"]),
+                    # weights averaged over this many checkpoints of the run's last minutes
+                    **({"averaged_checkpoints": len(state["averaged_from"])} if state.get("averaged_from") else {})},
         "export_max_abs_error": {"encoder": err_enc, "decoder": err_dec},
     }
     if quant is not None:
