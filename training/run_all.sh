@@ -206,3 +206,26 @@ SETS=19,20 shared_drafter drafter_p2 training/work/target/ckpt.pt training/work/
 mv training/work/drafter training/work/drafter_s13 && mkdir training/work/drafter && cp training/work/drafter_p2/ckpt.pt training/work/drafter/
 cat training/work/drafter_s13/log.jsonl training/work/drafter_p1/log.jsonl training/work/drafter_p2/log.jsonl > training/work/drafter/log.jsonl
 $PY training/export.py                           # ONNX files + models.json (v2: per-layer decoder I/O) + training logs
+# Fifteenth session (same machine, checkpoints and shards 19-20 kept): shard 21, then the target
+# on shards 19-21 (session 11's flags, one wall-clock anneal of 88 minutes) while the drafter
+# trained on the step-119,737 target's encoder and teacher (transcripts: distill.py --set 21
+# by that target; shards 19-20 keep the step-111,465 target's); the shipped target is the
+# mean of the run's last three checkpoints (steps 127,459, 128,104, 129,066: its last 14 minutes: training/average.py, chosen
+# on dev+val), and the drafter's second run (two threads) is on that average's encoder.
+# export.py now writes the drafter's decoder with 8-bit weights (--int8, docs/models.md).
+$PY training/make_corpus.py --only train --shard 21  # training/work/train_shards/21
+cp training/work/target/ckpt.pt training/work/target_119737.pt
+cp training/work/drafter/ckpt.pt training/work/drafter_3297.pt
+{ $PY training/distill.py --set 21                   # the step-119,737 target's transcripts
+  SETS=19,20,21 shared_drafter drafter_p1 training/work/target_119737.pt training/work/drafter_3297.pt 12569 --dec-layers 3; } &
+for end in 127459 128104 129066; do  # the shipped run's checkpoints copied for the average
+  target_s11 $end 119737 9329 19,20,21 --aux-head-steps 0  # (its checkpoint had the CTC head)
+  cp training/work/target/ckpt.pt training/work/target_$end.pt
+done
+wait
+$PY training/average.py training/work/target_avg.pt training/work/target_127459.pt training/work/target_128104.pt training/work/target_129066.pt
+cp training/work/target_avg.pt training/work/target/ckpt.pt
+SETS=19,20,21 shared_drafter drafter_p2 training/work/target/ckpt.pt training/work/drafter_p1/ckpt.pt 4546 --dec-layers 3 --threads 2
+mv training/work/drafter training/work/drafter_s14 && mkdir training/work/drafter && cp training/work/drafter_p2/ckpt.pt training/work/drafter/
+cat training/work/drafter_s14/log.jsonl training/work/drafter_p1/log.jsonl training/work/drafter_p2/log.jsonl > training/work/drafter/log.jsonl
+$PY training/export.py                           # ONNX files (the drafter's decoder 8-bit) + models.json + training logs
