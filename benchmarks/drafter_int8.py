@@ -21,7 +21,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -34,17 +33,10 @@ sys.path.insert(0, str(ROOT / "training"))
 import export  # noqa: E402
 
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
+from as2d_cli.corpus.text import edit_distance  # noqa: E402
+from as2d_cli.evaluate.native import pick_windows  # noqa: E402
 from as2d_cli.models.bundle import load_bundle  # noqa: E402
 from as2d_cli.models.session import Seq2SeqModel, make_session  # noqa: E402
-
-
-def edits(a: list[int], b: list[int]) -> int:
-    row = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, y in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
-    return row[len(b)]
 
 
 def free_run(model: Seq2SeqModel, cross, limit: int) -> tuple[list[int], list[float]]:
@@ -83,14 +75,8 @@ def main() -> None:
     bundle = load_bundle()
     target = Seq2SeqModel(bundle, "target")
     drafter = Seq2SeqModel(bundle, "drafter")
-    by_setting = defaultdict(list)
-    for w in load_corpus().split(a.split):
-        by_setting[w.setting].append(w)
-    picked = []
-    while len(picked) < a.windows and any(by_setting.values()):
-        for s in sorted(by_setting):
-            if by_setting[s] and len(picked) < a.windows:
-                picked.append(by_setting[s].pop(0))
+    ws = {w.id: w for w in load_corpus().split(a.split)}
+    picked = [ws[i] for i in pick_windows(list(ws), {i: w.setting for i, w in ws.items()}, a.windows)]
     with tempfile.TemporaryDirectory() as tmp:
         f32, q8 = export_pair(Path(tmp))
         shipped = bundle.path(bundle.model("drafter")["files"]["decoder"])
@@ -110,7 +96,7 @@ def main() -> None:
                     seqs[name], times = free_run(drafter, cross, a.limit)
                     steps[name].append(statistics.median(times))
             for name, seq in seqs.items():
-                dist[name] += edits(seq, ref)
+                dist[name] += edit_distance(seq, ref)
             ref_tokens += len(ref)
             agree += next((i for i, (x, y) in enumerate(zip(seqs["float32"], seqs["int8"])) if x != y),
                           min(len(seqs["float32"]), len(seqs["int8"])))

@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
+from as2d_cli.evaluate.native import pick_windows  # noqa: E402
 from native.host import LocalRunner, default_cores  # noqa: E402
 
 
@@ -54,15 +55,8 @@ def main() -> int:
         print("error: --methods must include target-only and as2d (the ratio and the exactness check need both)",
               file=sys.stderr)
         return 2
-    ws = load_corpus().split(a.split)
-    by_setting = defaultdict(list)
-    for w in ws:
-        by_setting[w.setting].append(w)
-    picked = []
-    while len(picked) < min(a.windows, len(ws)):
-        for s in sorted(by_setting):
-            if by_setting[s] and len(picked) < a.windows:
-                picked.append(by_setting[s].pop(0))
+    ws = {w.id: w for w in load_corpus().split(a.split)}
+    picked = [ws[i] for i in pick_windows(list(ws), {i: w.setting for i, w in ws.items()}, a.windows)]
     tc, pc = default_cores()
     r = LocalRunner()
     r.call({"op": "hello"})

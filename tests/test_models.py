@@ -98,6 +98,8 @@ def test_drafter_follows_prefix_with_cache_reuse(reference: list[int]) -> None:
         b = reused.draft(reference[:n], 6)
         assert a.tokens == b.tokens and np.allclose(a.confidences, b.confidences, atol=atol)
         assert len(a.tokens) == 6 and all(0.0 < c <= 1.0 for c in a.confidences)
+        assert fresh.draft(reference[:n], 6) == a  # the same calls again: the same draft, to the bit
+        fresh.start(AUDIO)
 
 
 def test_drafter_stop_below_includes_the_low_token() -> None:

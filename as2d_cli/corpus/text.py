@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Sequence
 
 _KEEP = re.compile(r"[^a-zäöüßáéíóúñ' ]")
 
@@ -15,8 +16,8 @@ def normalize_text(text: str) -> str:
     return " ".join(t.split())
 
 
-def _edits(r: list[str] | str, h: list[str] | str) -> int:
-    """Levenshtein distance between two sequences (words or characters)."""
+def edit_distance(r: Sequence, h: Sequence) -> int:
+    """Levenshtein distance between two sequences (words, characters or token ids)."""
     prev = list(range(len(h) + 1))
     for i, rw in enumerate(r, 1):
         cur = [i] + [0] * len(h)
@@ -29,14 +30,14 @@ def _edits(r: list[str] | str, h: list[str] | str) -> int:
 def word_errors(ref: str, hyp: str) -> tuple[int, int]:
     """(edit distance in words, reference word count) after normalisation."""
     r = normalize_text(ref).split()
-    return _edits(r, normalize_text(hyp).split()), len(r)
+    return edit_distance(r, normalize_text(hyp).split()), len(r)
 
 
 def char_errors(ref: str, hyp: str) -> tuple[int, int]:
     """(edit distance in characters, reference characters, spaces included) after
     normalisation: a near miss ("officer" for "office") costs one edit, not one word."""
     r = normalize_text(ref)
-    return _edits(r, normalize_text(hyp)), len(r)
+    return edit_distance(r, normalize_text(hyp)), len(r)
 
 
 def wer(refs: list[str], hyps: list[str]) -> float:
