@@ -41,12 +41,12 @@ def _ms(t0: int) -> float:
     return (time.perf_counter_ns() - t0) / 1e6
 
 
-def greedy_reference(target: Any, audio: np.ndarray, length: int) -> tuple[list[int], bool]:
+def greedy_reference(target: Any, audio: np.ndarray, length: int, language: str | None = None) -> tuple[list[int], bool]:
     """The target's greedy tokens (first included), extended past EOS by repetition so a
     sweep can reach deep offsets; the flag says whether it was extended."""
     from as2d_cli.models.target import greedy_decode
 
-    ref = greedy_decode(target, audio, length)
+    ref = greedy_decode(target, audio, length, language)
     extended = False
     if len(ref) < length:
         body = ref[:-1] if ref[-1] == target.eos_id and len(ref) > 1 else ref
@@ -67,8 +67,8 @@ def _place(target: Any, ref: Sequence[int], offset: int) -> None:
 class _BackgroundProducer:
     """The drafter source running continuously on its own core (restarted when it ends)."""
 
-    def __init__(self, models: Any, audio: np.ndarray, cores: Sequence[int] | None) -> None:
-        self.models, self.audio, self.cores = models, audio, cores
+    def __init__(self, models: Any, audio: np.ndarray, cores: Sequence[int] | None, language: str | None = None) -> None:
+        self.models, self.audio, self.cores, self.language = models, audio, cores, language
         self.stop = threading.Event()
         self.steps: list[float] = []
         self.busy = threading.Event()
@@ -80,7 +80,7 @@ class _BackgroundProducer:
             return self._run_process(worker)
         pin_current_thread(self.cores)
         while not self.stop.is_set():
-            src = self.models.source("drafter", self.audio, 10_000)
+            src = self.models.source("drafter", self.audio, 10_000, self.language)
             src.start()
             self.busy.set()
             while not self.stop.is_set():
@@ -94,7 +94,7 @@ class _BackgroundProducer:
         from native.producer_process import ProcessProducer
 
         while not self.stop.is_set():
-            worker.arm("drafter", self.audio, 10_000, "autoregressive", 8, self.models.shared_hidden())
+            worker.arm("drafter", self.audio, 10_000, "autoregressive", 8, self.models.shared_hidden(), self.language)
             p = ProcessProducer(worker, CandidateBuffer("drafter"), WallClock())
             p.start()
             self.busy.set()
@@ -114,7 +114,7 @@ class _BackgroundProducer:
         self.thread.join()
 
 
-def probe_verify(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
+def probe_verify(runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None) -> Iterator[dict]:
     target = runner.models.target
     widths = [int(k) for k in cmd.get("widths", range(1, 17))]
     offsets = [int(o) for o in cmd.get("offsets", (0, 64, 128))]
@@ -124,9 +124,9 @@ def probe_verify(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
     need = max(offsets) + max(widths) + 1
     if need > target.max_length:
         raise ProtocolError(f"offset {max(offsets)} + width {max(widths)} exceeds the target's {target.max_length} positions")
-    ref, extended = greedy_reference(target, audio, need)
+    ref, extended = greedy_reference(target, audio, need, language)
     concurrent = bool(cmd.get("producer", False))
-    bg = _BackgroundProducer(runner.models, audio, runner.producer_cores) if concurrent else None
+    bg = _BackgroundProducer(runner.models, audio, runner.producer_cores, language) if concurrent else None
     if bg is not None:
         bg.__enter__()
     try:
@@ -150,7 +150,7 @@ def probe_verify(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
                 yield {"figure": "sources.drafter.step_concurrent", "ms": ms, "rep": i}
 
 
-def probe_target_step(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
+def probe_target_step(runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None) -> Iterator[dict]:
     """Target-only rounds as the decode clock charges them: the engine's scalar step
     (the target call plus its commit/rollback bookkeeping), along a whole greedy decode so
     long contexts are sampled too; a new decode starts at EOS."""
@@ -158,7 +158,7 @@ def probe_target_step(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dic
     reps = int(cmd.get("reps", 64))
     i = 0
     while i < reps:
-        first = target.start(audio)
+        first = target.start(audio, language)
         clock = WallClock()
         ep = Episode(TargetOnly(), target, first, eos_id=target.eos_id, max_tokens=target.max_length, clock=clock)
         while not ep.done and i < reps:
@@ -178,8 +178,8 @@ def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> It
     if name == "drafter" and runner.models.drafter_reads_target_encoder:
         # As in a request: the target's prefill (outside any clock) encodes the audio whose
         # states a drafter sharing the target's encoder reads; its startup is the projection.
-        runner.models.target.start(audio)
-    src = runner.models.source(name, audio, int(cmd.get("limit", 10_000)))
+        runner.models.target.start(audio, language)
+    src = runner.models.source(name, audio, int(cmd.get("limit", 10_000)), language)
     figure = "step" if name == "drafter" else "chunk"
     buf = CandidateBuffer(name)
     t0 = time.perf_counter_ns()
@@ -198,17 +198,16 @@ def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> It
         i += 1
 
 
-def probe_drafter(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
+def probe_drafter(runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None) -> Iterator[dict]:
     from as2d_cli.models.session import softmax_max
 
     target, drafter = runner.models.target, runner.models.drafter
     reps = int(cmd.get("reps", 5))
     widths = [int(k) for k in cmd.get("widths", range(1, 17))]
-    ref, _ = greedy_reference(target, audio, 48)
-    drafter.start(audio)
+    ref, _ = greedy_reference(target, audio, 48, language)
+    drafter.start(audio, None, language)
     model, cross = drafter.model, drafter._cross
-    sot = model.vocab.sot
-    base = [sot, *ref[:16]]
+    base = [*cross.prompt, *ref[:16]]
     for rep in range(reps + 1):
         _, cache = model.decode(base, model.empty_cache(), cross)
         t0 = time.perf_counter_ns()
@@ -240,7 +239,7 @@ def probe_drafter(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
                 yield {"figure": f"drafter.refresh.K{w}", "width": w, "ms": _ms(t0), "rep": rep - 1}
 
 
-def probe_loop(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
+def probe_loop(runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None) -> Iterator[dict]:
     """Serial SD rounds: each round's wall time with its drafter forwards and width; the
     host subtracts the fitted drafting and verification costs (what remains is the loop
     residual the replay charges per serial round)."""
@@ -248,8 +247,8 @@ def probe_loop(runner: Any, cmd: dict, audio: np.ndarray) -> Iterator[dict]:
     reps = int(cmd.get("reps", 2))
     k = int(cmd.get("k", 8))
     for rep in range(reps):
-        first = target.start(audio)
-        drafter.start(audio)
+        first = target.start(audio, language)
+        drafter.start(audio, None, language)
         clock = WallClock()
         ep = Episode(StandardSD(k), target, first, eos_id=target.eos_id, max_tokens=int(cmd.get("max_tokens", 96)),
                      clock=clock, drafter=drafter)
@@ -335,15 +334,15 @@ def probe_episodes(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> 
 def run_calibration_op(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
     what = cmd.get("what")
     if what == "verify":
-        return probe_verify(runner, cmd, audio)
+        return probe_verify(runner, cmd, audio, language)
     if what == "target_step":
-        return probe_target_step(runner, cmd, audio)
+        return probe_target_step(runner, cmd, audio, language)
     if what == "source":
         return probe_source(runner, cmd, audio, language)
     if what == "drafter":
-        return probe_drafter(runner, cmd, audio)
+        return probe_drafter(runner, cmd, audio, language)
     if what == "loop":
-        return probe_loop(runner, cmd, audio)
+        return probe_loop(runner, cmd, audio, language)
     if what == "episodes":
         return probe_episodes(runner, cmd, audio, language)
     raise ProtocolError(f"unknown calibration probe {what!r}; use verify, target_step, source, drafter, loop or episodes")

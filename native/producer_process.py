@@ -35,17 +35,16 @@ BLAS_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _worker(cmds: Connection, events: Connection, models_dir: str | None, threads: int,
-            cores: Sequence[int] | None) -> None:
+            cores: Sequence[int] | None, task: str | None = None, language: str | None = None) -> None:
     from as2d_cli.models.bundle import load_bundle
-    from as2d_cli.models.session import Seq2SeqModel
-    from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource
+    from as2d_cli.models.sources import CtcSource, DrafterSource, open_ctc
     from native.producer import pin_current_thread, source_units
 
     pinned = pin_current_thread(cores)
     try:
-        bundle = load_bundle(models_dir)
-        drafter = Seq2SeqModel(bundle, "drafter", threads)
-        ctc: CtcRecognizer | None = None
+        bundle = load_bundle(models_dir, check_hashes=False, task=task, language=language)  # the runner checked them
+        drafter = bundle.seq2seq("drafter", threads)
+        ctc: Any = None
     except BaseException as exc:  # reported to the runner, which falls back to a thread
         events.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
@@ -59,13 +58,13 @@ def _worker(cmds: Connection, events: Connection, models_dir: str | None, thread
             return
         if msg[0] != "request":  # a stop that arrived after the source had already ended
             continue
-        _, name, audio, limit, kind, batch, hidden = msg
+        _, name, audio, limit, kind, batch, hidden, req_language = msg
         try:
             if name == "ctc":
-                ctc = ctc or CtcRecognizer(bundle, threads=threads)
+                ctc = ctc or open_ctc(bundle, threads=threads)
                 units = source_units(CtcSource(ctc, audio))
             else:
-                units = source_units(DrafterSource(drafter, audio, limit, hidden=hidden))
+                units = source_units(DrafterSource(drafter, audio, limit, hidden=hidden, language=req_language))
         except BaseException as exc:
             events.send(("failed", f"{type(exc).__name__}: {exc}"))
             continue
@@ -121,11 +120,13 @@ def _serve(units: Any, kind: str, batch: int, origin: int, cmds: Connection, eve
 class ProducerWorker:
     """The worker process and its two one-way pipes."""
 
-    def __init__(self, models_dir: str | None, threads: int, cores: Sequence[int] | None) -> None:
+    def __init__(self, models_dir: str | None, threads: int, cores: Sequence[int] | None,
+                 task: str | None = None, language: str | None = None) -> None:
         ctx = mp.get_context("spawn")  # never fork a process holding ONNX Runtime threads
         cmd_r, self.cmds = ctx.Pipe(duplex=False)
         self.events, ev_w = ctx.Pipe(duplex=False)
-        self.process = ctx.Process(target=_worker, args=(cmd_r, ev_w, models_dir, threads, list(cores or []) or None),
+        self.process = ctx.Process(target=_worker, args=(cmd_r, ev_w, models_dir, threads, list(cores or []) or None,
+                                                         task, language),
                                    name="as2d-producer", daemon=True)
         # One BLAS thread in the worker: pinned to the producer core, a BLAS pool would spin
         # its threads on that one core (the log-mel's matrix product) and slow every step.
@@ -157,11 +158,11 @@ class ProducerWorker:
         return self.process.is_alive()
 
     def arm(self, name: str, audio: np.ndarray, limit: int, kind: str, batch: int,
-            hidden: np.ndarray | None = None) -> None:
+            hidden: np.ndarray | None = None, language: str | None = None) -> None:
         """Hand one request's audio (and, for a drafter sharing the target's encoder, the
         target's encoder states for it) to the worker, before the decode clock starts."""
         self.cmds.send(("request", name, np.ascontiguousarray(audio, dtype=np.float32), limit, kind, batch,
-                        None if hidden is None else np.ascontiguousarray(hidden, dtype=np.float32)))
+                        None if hidden is None else np.ascontiguousarray(hidden, dtype=np.float32), language))
         msg = self.events.recv()
         if msg[0] != "armed":
             raise UserError(f"the {name} source could not start: {msg[1]}")

@@ -47,16 +47,16 @@ class Models:
     _worker: Any = None
     _worker_failed: str | None = None
 
-    def source(self, name: str, audio: np.ndarray, limit: int) -> Any:
+    def source(self, name: str, audio: np.ndarray, limit: int, language: str | None = None) -> Any:
         """A fresh per-request target-decoupled source over ``audio`` (the target must have
         started on the same audio: a drafter sharing its encoder reads its states)."""
-        from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource
+        from as2d_cli.models.sources import CtcSource, DrafterSource, open_ctc
 
         if name == "ctc":
             if self._ctc is None:
-                self._ctc = CtcRecognizer(self.bundle, threads=self.threads)
+                self._ctc = open_ctc(self.bundle, threads=self.threads)
             return CtcSource(self._ctc, audio)
-        return DrafterSource(self.drafter.model, audio, limit, hidden=self.shared_hidden())
+        return DrafterSource(self.drafter.model, audio, limit, hidden=self.shared_hidden(), language=language)
 
     @property
     def drafter_reads_target_encoder(self) -> bool:
@@ -80,7 +80,8 @@ class Models:
             from native.producer_process import ProducerWorker
 
             try:
-                self._worker = ProducerWorker(str(self.bundle.directory), self.threads, cores)
+                self._worker = ProducerWorker(str(self.bundle.directory), self.threads, cores,
+                                              self.bundle.task, self.bundle.language)
             except (UserError, OSError) as exc:
                 self._worker_failed = str(exc)
                 return None
@@ -92,20 +93,26 @@ class Models:
             self._worker = None
 
     def ctc_eligible(self, language: str) -> bool:
-        from as2d_cli.models.sources import CtcRecognizer
+        """True when the pair has a CTC source and it reads ``language`` (paper D.4.3)."""
+        from as2d_cli.models.sources import open_ctc
 
+        if not self.bundle.has("ctc"):
+            return False
         if self._ctc is None:
-            self._ctc = CtcRecognizer(self.bundle, threads=self.threads)
+            self._ctc = open_ctc(self.bundle, threads=self.threads)
         return self._ctc.eligible(language)
 
 
-def load_models(directory: str | None = None, threads: int = 1) -> Models:
+def load_models(directory: str | None = None, threads: int = 1, *, task: str | None = None,
+                language: str | None = None) -> Models:
+    """Load a model pair (default: the bundled one); ``task`` and ``language`` select a
+    Whisper pair's prompt (docs/models.md)."""
     from as2d_cli.models.bundle import load_bundle
     from as2d_cli.models.drafter import OrtDrafter
     from as2d_cli.models.target import OrtTarget
 
     t0 = time.perf_counter()
-    bundle = load_bundle(directory)
+    bundle = load_bundle(directory, task=task, language=language)
     models = Models(bundle, OrtTarget(bundle, threads=threads), OrtDrafter(bundle, threads=threads), threads)
     models.load_ms = (time.perf_counter() - t0) * 1e3
     return models
@@ -181,11 +188,11 @@ def run_request(
     pinned = pin_current_thread(target_cores)
     try:
         t0 = time.perf_counter_ns()
-        first = target.start(audio)
+        first = target.start(audio, language)
         first_margin = float(target.last_margins[-1]) if target.last_margins is not None else None
         drafter = None
         if policy.serial:
-            models.drafter.start(audio, models.shared_hidden())
+            models.drafter.start(audio, models.shared_hidden(), language)
             drafter = RecordingDrafter(models.drafter)
         prefill_ns = time.perf_counter_ns() - t0
         cap = target.max_length
@@ -210,12 +217,12 @@ def run_request(
                 kind = "chunked" if source_used == "ctc" else "autoregressive"
                 worker = models.producer_worker(producer_cores)
                 if worker is not None:  # the source in its own process (no shared interpreter lock)
-                    worker.arm(source_used, audio, max_tokens + 8, kind, s["batch"], models.shared_hidden())
+                    worker.arm(source_used, audio, max_tokens + 8, kind, s["batch"], models.shared_hidden(), language)
                     clock = WallClock()  # the decode clock starts after the hand-over
                     buffer = CandidateBuffer(source_used, "producer-0")
                     producer = ProcessProducer(worker, buffer, clock)
                 else:
-                    src = models.source(source_used, audio, max_tokens + 8)
+                    src = models.source(source_used, audio, max_tokens + 8, language)
                     producer = Producer(source_units(src), buffer, clock, kind=kind,
                                         batch=s["batch"], cores=producer_cores)
                 producer_mode = "process" if worker is not None else "thread"

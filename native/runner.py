@@ -48,10 +48,15 @@ class Runner:
             raise ProtocolError("field 'threads' must be an integer >= 1")
         self.target_cores = _cores(cmd.get("target_cores"), "target_cores")
         self.producer_cores = _cores(cmd.get("producer_cores"), "producer_cores")
-        self.models = load_models(cmd.get("models"), threads=threads)
+        for key in ("task", "language"):
+            if cmd.get(key) is not None and not isinstance(cmd.get(key), str):
+                raise ProtocolError(f"field {key!r} must be a string")
+        self.models = load_models(cmd.get("models"), threads=threads, task=cmd.get("task"),
+                                  language=cmd.get("language"))
         b = self.models.bundle
         self.emit("loaded", load_ms=self.models.load_ms, models=sorted(b.manifest["models"]),
-                  vocab=b.vocab.size, eos=b.vocab.eot, max_tokens=self.models.target.max_length)
+                  vocab=b.vocab.size, eos=b.vocab.eot, max_tokens=self.models.target.max_length,
+                  pair=b.name, task=b.task, language=b.language)
 
     def _audio(self, s: dict) -> tuple[Any, str]:
         if s.get("window") is not None:

@@ -35,6 +35,7 @@ COMMANDS: list[str] = [
     "corpus",
     "replay",
     "select_budget",
+    "models",
 ]
 
 app = typer.Typer(

@@ -15,7 +15,8 @@ from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import sha256_file
 
 SCHEMA = "as2d.models"
-VERSION = 2
+VERSION = 3  # 3 adds imported pairs (kinds whisper-onnx, ctc-onnx; files outside the folder)
+READS = (2, 3)
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "assets" / "models"
 
 
@@ -33,19 +34,48 @@ class Vocabulary:
         self.eot = int(specials["eot"])
         self.pad = int(specials["pad"])
         self.size = self._tok.get_vocab_size()
+        # A byte-level BPE (Whisper's) marks a word start by a leading space, which the first
+        # word of a text lacks; a Metaspace BPE (the bundled one) adds the marker itself.
+        probe = self._tok.encode("a", add_special_tokens=False).tokens
+        self._lead = "" if probe and probe[0].startswith(("▁", "Ġ")) else " "
 
     def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text).ids) if text.strip() else []
+        """Text to token ids as the model would emit them mid-transcript (no special tokens)."""
+        text = " ".join(text.split())
+        return list(self._tok.encode(self._lead + text, add_special_tokens=False).ids) if text else []
 
     def decode(self, ids: list[int] | tuple[int, ...]) -> str:
-        return self._tok.decode([i for i in ids if i > 3])
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def id_to_token(self, i: int) -> str | None:
+        return self._tok.id_to_token(int(i))
 
 
 @dataclass(frozen=True)
 class ModelBundle:
+    """A model pair: the bundled one or an imported one (``as2d models import``).
+
+    ``task`` and ``language`` select a Whisper model's prompt (None: the pair's task, and
+    each request's own language)."""
+
     directory: Path
     manifest: dict
     vocab: Vocabulary = field(repr=False)
+    task: str | None = None
+    language: str | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("name", "bundled"))
+
+    def seq2seq(self, name: str, threads: int = 1):
+        """Model ``name`` behind the decoder-model contract (as2d_cli.models.contract)."""
+        from as2d_cli.models.contract import open_seq2seq
+
+        return open_seq2seq(self, name, threads)
+
+    def has(self, name: str) -> bool:
+        return name in self.manifest.get("models", {})
 
     def model(self, name: str) -> dict:
         try:
@@ -63,7 +93,8 @@ class ModelBundle:
         return list(json.loads(self.path(info["chars"]).read_text(encoding="utf-8"))["chars"])
 
 
-def load_bundle(directory: Path | None = None, check_hashes: bool = True) -> ModelBundle:
+def load_bundle(directory: Path | None = None, check_hashes: bool = True, *, task: str | None = None,
+                language: str | None = None) -> ModelBundle:
     """Read models.json in ``directory`` (default: the bundled models) and check its files."""
     directory = Path(directory) if directory is not None else DEFAULT_DIR
     path = directory / "models.json"
@@ -76,12 +107,14 @@ def load_bundle(directory: Path | None = None, check_hashes: bool = True) -> Mod
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         raise FormatError(f"{path}: key 'schema' must be {SCHEMA!r}; this is not an as2d model manifest")
     version = manifest.get("version")
-    if version != VERSION:
+    if version not in READS:
         hint = "upgrade as2d" if isinstance(version, int) and version > VERSION else "rerun training/export.py"
         raise FormatError(f"{path}: model manifest version {version!r} is not supported (this as2d reads {VERSION}); {hint}")
     for key in ("tokenizer", "specials", "models", "sha256"):
         if key not in manifest:
             raise FormatError(f"{path}: key {key!r} is missing; rerun training/export.py")
+    fix = ("re-import the pair with `as2d models import`" if manifest.get("imported")
+           else "reinstall the package or rerun training/export.py")
     hashes = dict(manifest["sha256"])
     for name, info in manifest["models"].items():
         for key in ("kind", "dims", "files", "sha256"):
@@ -91,9 +124,10 @@ def load_bundle(directory: Path | None = None, check_hashes: bool = True) -> Mod
     for filename, digest in sorted(hashes.items()):
         f = directory / filename
         if not f.is_file():
-            raise UserError(f"model file {f} is missing (listed in {path}); reinstall the package or rerun training/export.py")
+            raise UserError(f"model file {f} is missing (listed in {path}); {fix}")
         if check_hashes and sha256_file(f) != digest:
-            raise UserError(f"model file {f} does not match its SHA-256 in {path}; it was changed or truncated: "
-                            "reinstall the package or rerun training/export.py")
+            raise UserError(f"model file {f} does not match its SHA-256 in {path}; it was changed or truncated: {fix}")
     vocab = Vocabulary(directory / manifest["tokenizer"], manifest["specials"])
-    return ModelBundle(directory, manifest, vocab)
+    if task is not None and task not in ("transcribe", "translate"):
+        raise UserError(f"unknown --task {task!r}; use transcribe or translate")
+    return ModelBundle(directory, manifest, vocab, task, language)

@@ -14,7 +14,7 @@ import numpy as np
 from as2d_cli.engine.interfaces import Draft
 from as2d_cli.errors import EngineError
 from as2d_cli.models.bundle import ModelBundle
-from as2d_cli.models.session import Cross, Seq2SeqModel, softmax_max, truncate_cache
+from as2d_cli.models.session import Cross, softmax_max, truncate_cache
 
 MAX_CALL = 16  # widest decoder call the export was checked for
 
@@ -23,17 +23,17 @@ class OrtDrafter:
     """Greedy continuation of the committed target prefix with softmax-max confidences."""
 
     def __init__(self, bundle: ModelBundle, threads: int = 1, name: str = "drafter") -> None:
-        self.model = Seq2SeqModel(bundle, name, threads)
+        self.model = bundle.seq2seq(name, threads)
         self.eos_id = bundle.vocab.eot
         self._cross: Cross | None = None
-        self._seq: list[int] = []  # tokens in the cache, <sot> first
+        self._seq: list[int] = []  # tokens in the cache, the prompt first
         self._cache = self.model.empty_cache()
         self._next: tuple[int, float] | None = None  # greedy choice after _seq, if known
 
-    def start(self, audio: np.ndarray, hidden: np.ndarray | None = None) -> None:
+    def start(self, audio: np.ndarray, hidden: np.ndarray | None = None, language: str | None = None) -> None:
         """Encode the request; ``hidden`` (the target's encoder states for it) replaces the
         audio encoding when this drafter shares the target's encoder."""
-        self._cross = self.model.encode_request(audio, hidden)
+        self._cross = self.model.encode_request(audio, hidden, language)
         self._seq, self._cache, self._next = [], self.model.empty_cache(), None
 
     def _feed(self, tokens: list[int]) -> None:
@@ -66,7 +66,7 @@ class OrtDrafter:
         cache now, in one batched call (the next draft then starts from it)."""
         if self._cross is None:
             raise EngineError("drafter.refresh before start(audio)")
-        context = [self.model.vocab.sot] + [int(t) for t in prefix] + [int(t) for t in reused]
+        context = [*self._cross.prompt, *(int(t) for t in prefix), *(int(t) for t in reused)]
         if len(context) <= self.model.max_positions:
             self._sync(context)
 
@@ -75,8 +75,8 @@ class OrtDrafter:
             raise EngineError("drafter.draft before start(audio)")
         if count <= 0:
             return Draft((), ())
-        limit = self.model.max_positions - 1 - len(prefix)
-        self._sync([self.model.vocab.sot] + [int(t) for t in prefix])
+        limit = self.model.max_positions - len(self._cross.prompt) - len(prefix)
+        self._sync([*self._cross.prompt, *(int(t) for t in prefix)])
         tokens: list[int] = []
         confs: list[float] = []
         while len(tokens) < min(count, limit):

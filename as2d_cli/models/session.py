@@ -8,6 +8,7 @@ releases the GIL while it computes).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from as2d_cli.models.bundle import ModelBundle
 from as2d_cli.models.features import log_mel
 
 
-def make_session(path, threads: int = 1):
+def make_session(path, threads: int = 1, hint: str = "rerun training/export.py"):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -27,7 +28,7 @@ def make_session(path, threads: int = 1):
     try:
         return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own exception types for bad files
-        raise UserError(f"ONNX Runtime cannot load {path} ({str(exc).splitlines()[0]}); rerun training/export.py") from None
+        raise UserError(f"ONNX Runtime cannot load {path} ({str(exc).splitlines()[0]}); {hint}") from None
 
 
 def _check_io(sess, path, inputs: list[str], outputs: list[str]) -> None:
@@ -40,16 +41,22 @@ def _check_io(sess, path, inputs: list[str], outputs: list[str]) -> None:
 
 @dataclass
 class Cross:
-    """Per-request encoder output: every decoder layer's cross-attention K/V, and the
-    encoder's final states (``hidden``), which a drafter sharing this encoder reads."""
+    """Per-request encoder output: every decoder layer's cross-attention K/V (a stacked
+    array or a tuple of per-layer arrays, each layer (1, H, S, d/H); a model that computes
+    them in its first decoder call leaves them None until then), the encoder's final states
+    (``hidden``, which a drafter sharing this encoder reads) and the request's prompt: the
+    tokens the decoder processes before the first generated one."""
 
-    k: np.ndarray
-    v: np.ndarray
+    k: Any
+    v: Any
     hidden: np.ndarray | None = None
+    prompt: tuple[int, ...] = ()
 
     @property
     def frames(self) -> int:
-        return int(self.k.shape[3])
+        if self.k is not None:
+            return int(self.k[0].shape[2])
+        return 0 if self.hidden is None else int(self.hidden.shape[1])
 
 
 ENCODER_IO = (["mel"], ["cross_k", "cross_v", "hidden"])
@@ -121,7 +128,11 @@ class Seq2SeqModel:
         empty = tuple(np.zeros((1, H, 0, d // H), dtype=np.float32) for _ in range(L))
         self._empty: Cache = (empty, empty)
 
-    def encode(self, audio: np.ndarray) -> Cross:
+    def prompt_for(self, language: str | None = None) -> tuple[int, ...]:
+        """The decoder prompt: <sot> alone (the bundled models know no task or language)."""
+        return (self.vocab.sot,)
+
+    def encode(self, audio: np.ndarray, language: str | None = None) -> Cross:
         return self.encode_features(log_mel(audio)[None])
 
     def encode_features(self, mel: np.ndarray) -> Cross:
@@ -130,7 +141,7 @@ class Seq2SeqModel:
             (hidden,) = self.encoder.run(["hidden"], {"mel": mel})
             return self.encode_hidden(hidden)
         k, v, hidden = self.encoder.run(None, {"mel": mel})
-        return Cross(k, v, hidden)
+        return Cross(k, v, hidden, self.prompt_for())
 
     def encode_hidden(self, hidden: np.ndarray) -> Cross:
         """The cross-attention K/V from the shared encoder's states for this request (the
@@ -138,15 +149,16 @@ class Seq2SeqModel:
         if self.encoder_from is None:
             raise UserError(f"model {self.name!r} has its own encoder; it cannot read another model's states")
         k, v = self.cross.run(None, {"hidden": hidden})
-        return Cross(k, v, hidden)
+        return Cross(k, v, hidden, self.prompt_for())
 
-    def encode_request(self, audio: np.ndarray, hidden: np.ndarray | None = None) -> Cross:
+    def encode_request(self, audio: np.ndarray, hidden: np.ndarray | None = None,
+                       language: str | None = None) -> Cross:
         """The request's encoding: from ``hidden`` (the ``encoder_from`` model's states for
         this audio) when this model reads another's encoder and they are given, else from the
         audio itself."""
         if hidden is not None and self.encoder_from is not None:
             return self.encode_hidden(hidden)
-        return self.encode(audio)
+        return self.encode(audio, language)
 
     def shares_encoder_of(self, other: "Seq2SeqModel") -> bool:
         """True when this model reads ``other``'s encoder states (so ``other``'s

@@ -18,14 +18,15 @@ never the target's prefix.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from as2d_cli.errors import EngineError
 from as2d_cli.models.bundle import ModelBundle
 from as2d_cli.models.features import SAMPLE_RATE, log_mel
-from as2d_cli.models.session import Cross, Seq2SeqModel, _check_io, make_session, softmax_max
+from as2d_cli.models.contract import DecoderModel
+from as2d_cli.models.session import Cross, _check_io, make_session, softmax_max
 
 CHUNK_SECONDS = 2.56
 
@@ -36,14 +37,16 @@ class DrafterSource:
     source_id = "drafter"
     kind = "autoregressive"
 
-    def __init__(self, model: Seq2SeqModel, audio: np.ndarray, limit: int | None = None,
-                 hidden: np.ndarray | None = None) -> None:
+    def __init__(self, model: DecoderModel, audio: np.ndarray, limit: int | None = None,
+                 hidden: np.ndarray | None = None, language: str | None = None) -> None:
         self.model = model
         self.audio = audio
         # The target's encoder states for this request, when the drafter shares the target's
         # encoder: start() is then only the drafter's cross-attention projection.
         self.hidden = hidden
-        self.limit = min(limit or model.max_positions - 1, model.max_positions - 1)
+        self.language = language
+        room = model.max_positions - len(model.prompt_for(language))
+        self.limit = min(limit or room, room)
         self.eos_id = model.vocab.eot
         self.tokens: list[int] = []
         self._cross: Cross | None = None
@@ -51,15 +54,15 @@ class DrafterSource:
         self._done = False
 
     def start(self) -> None:
-        self._cross = self.model.encode_request(self.audio, self.hidden)
+        self._cross = self.model.encode_request(self.audio, self.hidden, self.language)
 
     def step(self) -> Sequence[tuple[int, float | None]] | None:
         if self._cross is None:
             raise EngineError("source.step before start()")
         if self._done or len(self.tokens) >= self.limit:
             return None
-        prev = self.tokens[-1] if self.tokens else self.model.vocab.sot
-        logits, self._cache = self.model.decode([prev], self._cache, self._cross)
+        step = [self.tokens[-1]] if self.tokens else list(self._cross.prompt)
+        logits, self._cache = self.model.decode(step, self._cache, self._cross)
         tok = int(logits[-1].argmax())
         self.tokens.append(tok)
         self._done = tok == self.eos_id
@@ -93,6 +96,22 @@ class CtcRecognizer:
                 out.append(self.chars[int(i)])
             prev = int(i)
         return " ".join("".join(out).split())
+
+
+def open_ctc(bundle: ModelBundle, threads: int = 1) -> Any:
+    """The pair's chunked CTC recognizer (``ctc`` in its manifest): the bundled one, or an
+    external ONNX CTC model (:mod:`as2d_cli.models.external_ctc`)."""
+    from as2d_cli.errors import UserError
+
+    if not bundle.has("ctc"):
+        raise UserError(f"the model pair {bundle.directory} has no CTC source; use --source drafter, "
+                        "or import the pair with --ctc DIR")
+    kind = bundle.model("ctc")["kind"]
+    if kind == "ctc-onnx":
+        from as2d_cli.models.external_ctc import ExternalCtc
+
+        return ExternalCtc(bundle, threads)
+    return CtcRecognizer(bundle, threads)
 
 
 class CtcSource:

@@ -1,6 +1,7 @@
 """The ONNX Runtime target behind the engine's known-root Target protocol.
 
-``start(audio)`` encodes the request and prefills the prompt (<sot>), returning the first
+``start(audio)`` encodes the request and prefills its prompt (<sot> for the bundled models;
+start of transcript, language, task and no-timestamps for Whisper), returning the first
 token (selected during prefill; it becomes the first known root). ``verify`` processes the
 root plus candidates in ONE decoder call and returns the greedy decision at every position;
 ``rollback`` slices the self-attention cache back to a committed length.
@@ -14,27 +15,31 @@ import numpy as np
 
 from as2d_cli.errors import EngineError
 from as2d_cli.models.bundle import ModelBundle
-from as2d_cli.models.session import Cross, Seq2SeqModel, cache_length, top2_margin, truncate_cache
-
-PROMPT = 1  # the <sot> entry held in the cache before the committed tokens
+from as2d_cli.models.session import Cross, cache_length, top2_margin, truncate_cache
 
 
 class OrtTarget:
     """Greedy target over one request; ``length`` counts processed committed tokens."""
 
     def __init__(self, bundle: ModelBundle, threads: int = 1, name: str = "target") -> None:
-        self.model = Seq2SeqModel(bundle, name, threads)
+        self.model = bundle.seq2seq(name, threads)
         self.eos_id = bundle.vocab.eot
-        self.max_length = self.model.max_positions - PROMPT  # committed tokens the cache can hold
+        self._prompt = len(self.model.prompt_for())  # entries held in the cache before the committed tokens
         self._cross: Cross | None = None
         self._cache = self.model.empty_cache()
         self.last_margins: np.ndarray | None = None  # top-2 logit margin per position of the last call
 
-    def start(self, audio: np.ndarray) -> int:
-        """Encode ``audio`` and prefill the prompt; returns the first token."""
-        self._cross = self.model.encode(audio)
-        logits, self._cache = self.model.decode([self.model.vocab.sot], self.model.empty_cache(), self._cross)
-        self.last_margins = top2_margin(logits)
+    @property
+    def max_length(self) -> int:
+        """Committed tokens the cache can hold after the prompt."""
+        return self.model.max_positions - self._prompt
+
+    def start(self, audio: np.ndarray, language: str | None = None) -> int:
+        """Encode ``audio`` and prefill the request's prompt; returns the first token."""
+        self._cross = self.model.encode(audio, language)
+        self._prompt = len(self._cross.prompt)
+        logits, self._cache = self.model.decode(list(self._cross.prompt), self.model.empty_cache(), self._cross)
+        self.last_margins = top2_margin(logits[-1:])
         return int(logits[-1].argmax())
 
     @property
@@ -48,7 +53,7 @@ class OrtTarget:
 
     @property
     def length(self) -> int:
-        return cache_length(self._cache) - PROMPT if self._cross is not None else 0
+        return cache_length(self._cache) - self._prompt if self._cross is not None else 0
 
     def verify(self, tokens: Sequence[int]) -> list[int]:
         if self._cross is None:
@@ -62,17 +67,18 @@ class OrtTarget:
     def rollback(self, length: int) -> None:
         if length < 0 or length > self.length:
             raise EngineError(f"rollback to {length} outside the target state of {self.length}")
-        keep = PROMPT + length
+        keep = self._prompt + length
         self._cache = truncate_cache(self._cache, keep)
 
 
-def greedy_decode(target: OrtTarget, audio: np.ndarray, limit: int | None = None) -> list[int]:
+def greedy_decode(target: OrtTarget, audio: np.ndarray, limit: int | None = None,
+                  language: str | None = None) -> list[int]:
     """Target-only reference: first token from prefill, then one decoder call per token.
 
     Returns the committed tokens including the final EOS (if reached before ``limit``).
     """
+    out = [target.start(audio, language)]
     limit = min(limit or target.max_length, target.max_length)
-    out = [target.start(audio)]
     while out[-1] != target.eos_id and len(out) < limit:
         out.append(target.verify([out[-1]])[0])
     return out

@@ -24,12 +24,12 @@ SOURCE_SLACK = 8  # a source may run a little past the target's cap
 _MODELS: Any = None
 
 
-def _models(directory: str | None) -> Any:
+def _models(directory: str | None, task: str | None = None, language: str | None = None) -> Any:
     global _MODELS
     if _MODELS is None:
         from native.request import load_models
 
-        _MODELS = load_models(directory, threads=1)
+        _MODELS = load_models(directory, threads=1, task=task, language=language)
     return _MODELS
 
 
@@ -40,10 +40,10 @@ def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: i
     audio = window.load_audio()
     target = models.target
     max_tokens = min(max_tokens or target.max_length, target.max_length)
-    ref = [int(t) for t in greedy_decode(target, audio, max_tokens)]
+    ref = [int(t) for t in greedy_decode(target, audio, max_tokens, window.language)]
     eos = ref[-1] == target.eos_id
     # The drafter running on its own history (As²d's autoregressive source).
-    src = models.source("drafter", audio, max_tokens + SOURCE_SLACK)
+    src = models.source("drafter", audio, max_tokens + SOURCE_SLACK, window.language)
     src.start()
     toks: list[int] = []
     confs: list[float] = []
@@ -66,7 +66,7 @@ def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: i
     else:
         sources["ctc"] = {"chunks": [], "eos": True, "eligible": False}
     # The prefix-conditioned drafter from every target-path position (SD and ASP).
-    conts, dconfs = drafter_continuations(models.drafter.model, audio, ref, cap, target.eos_id)
+    conts, dconfs = drafter_continuations(models.drafter.model, audio, ref, cap, target.eos_id, window.language)
     return {
         "id": window.id, "dataset": window.setting, "split": window.split, "audio_seconds": window.seconds,
         "task": "asr", "language": window.language, "reference": ref, "eos": eos, "capped": not eos,
@@ -75,8 +75,8 @@ def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: i
     }
 
 
-def drafter_continuations(model: Any, audio: Any, ref: list[int], cap: int, eos_id: int
-                          ) -> tuple[list[list[int]], list[list[float]]]:
+def drafter_continuations(model: Any, audio: Any, ref: list[int], cap: int, eos_id: int,
+                          language: str | None = None) -> tuple[list[list[int]], list[list[float]]]:
     """The drafter's greedy ``cap``-token continuation after every reference prefix.
 
     Greedy decoding is deterministic, so when the continuation after ``ref[:n+1]`` starts
@@ -85,9 +85,9 @@ def drafter_continuations(model: Any, audio: Any, ref: list[int], cap: int, eos_
     disagrees with the target is the cache rolled back and ``cap`` tokens generated."""
     from as2d_cli.models.session import softmax_max, truncate_cache
 
-    cross = model.encode(audio)
+    cross = model.encode(audio, language)
     limit = model.max_positions
-    base = [model.vocab.sot]
+    base = list(cross.prompt)
     conts: list[list[int]] = []
     confs: list[list[float]] = []
     cache = model.empty_cache()
@@ -136,13 +136,13 @@ def drafter_continuations(model: Any, audio: Any, ref: list[int], cap: int, eos_
     return conts, confs
 
 
-def _job(args: tuple[str, str | None, int | None]) -> tuple[str, dict | str]:
-    wid, models_dir, max_tokens = args
+def _job(args: tuple[str, str | None, int | None, str | None, str | None]) -> tuple[str, dict | str]:
+    wid, models_dir, max_tokens, task, language = args
     try:
         from as2d_cli.corpus.manifest import load_corpus
 
         w = load_corpus().get(wid)
-        return wid, trace_window(w, _models(models_dir), max_tokens=max_tokens)
+        return wid, trace_window(w, _models(models_dir, task, language), max_tokens=max_tokens)
     except Exception as exc:  # reported per window by the parent
         return wid, f"{type(exc).__name__}: {exc}"
 
@@ -152,8 +152,10 @@ def provenance(models: Any) -> dict:
 
     b = models.bundle
     return {
+        "pair": pair_identity(b),
         # Each model named by its kind and the SHA-256 of its files (from models.json).
-        "models": {name: f"{info.get('kind')} " + ",".join(f"{k}:{v[:16]}" for k, v in sorted(info.get("sha256", {}).items()))
+        "models": {name: f"{info.get('kind')} " + ",".join(f"{k.rsplit('/', 1)[-1]}:{v[:16]}"
+                                                           for k, v in sorted(info.get("sha256", {}).items()))
                    for name, info in b.manifest["models"].items()},
         "tokenizer": {"name": str(b.manifest["tokenizer"]), "vocab_size": b.vocab.size},
         "toolkit_version": __version__,
@@ -161,6 +163,19 @@ def provenance(models: Any) -> dict:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "generator": "as2d traces build",
     }
+
+
+def pair_identity(bundle: Any) -> dict:
+    """Which model pair made a trace: its name, the task and forced language, and one
+    digest over every file hash in its manifest (a trace is refused against another pair)."""
+    import hashlib
+
+    hashes = dict(bundle.manifest.get("sha256", {}))
+    for info in bundle.manifest["models"].values():
+        hashes.update({k.rsplit("/", 1)[-1]: v for k, v in info.get("sha256", {}).items()})
+    digest = hashlib.sha256(json.dumps(sorted(hashes.items())).encode()).hexdigest()
+    return {"name": bundle.name, "task": bundle.task or "transcribe", "language": bundle.language,
+            "sha256": digest}
 
 
 def build_traces(
@@ -173,6 +188,8 @@ def build_traces(
     progress: Callable[[int, int, str], None] | None = None,
     force: bool = False,
     max_tokens: int | None = None,
+    task: str | None = None,
+    language: str | None = None,
 ) -> Path:
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.formats.trace_io import load_traces, write_traces
@@ -184,6 +201,9 @@ def build_traces(
         windows = windows[:limit]
     if not windows:
         raise UserError(f"the corpus has no {split!r} windows")
+    from as2d_cli.models.bundle import load_bundle
+
+    ident = pair_identity(load_bundle(models_dir, check_hashes=False, task=task, language=language))
     partial = out.with_name(out.name + ".partial.jsonl")
     done: dict[str, dict] = {}
     if partial.exists():
@@ -192,22 +212,31 @@ def build_traces(
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by the interruption: that window runs again
+            if "pair" in rec and "id" not in rec:  # the partial's first line: who made it
+                if rec["pair"] != ident:
+                    raise UserError(f"{partial} holds windows traced with pair {rec['pair'].get('name')!r} "
+                                    f"({rec['pair'].get('task')}), not {ident['name']!r} ({ident['task']}); "
+                                    "move it away or build with the same --models/--task/--language")
+                continue
             done[rec["id"]] = rec
     todo = [w.id for w in windows if w.id not in done]
     procs = processes or max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2, len(todo) or 1))
     failures: list[str] = []
     out.parent.mkdir(parents=True, exist_ok=True)
+    fresh = not partial.exists() or partial.stat().st_size == 0
     with open(partial, "a", encoding="utf-8") as f:
+        if fresh:
+            f.write(json.dumps({"pair": ident}) + "\n")
         n = len(done)
         if progress:
             progress(n, len(windows), "resumed" if n else "starting")
         it: Iterator[tuple[str, dict | str]]
         if procs > 1 and len(todo) > 1:
             pool = mp.get_context("spawn").Pool(procs)
-            it = pool.imap_unordered(_job, [(w, models_dir, max_tokens) for w in todo])
+            it = pool.imap_unordered(_job, [(w, models_dir, max_tokens, task, language) for w in todo])
         else:
             pool = None
-            it = (_job((w, models_dir, max_tokens)) for w in todo)
+            it = (_job((w, models_dir, max_tokens, task, language)) for w in todo)
         try:
             for wid, rec in it:
                 n += 1
@@ -225,7 +254,7 @@ def build_traces(
     if failures:
         raise UserError(f"{len(failures)} window(s) failed (first: {failures[0]}); finished windows are kept in "
                         f"{partial} and the next run resumes")
-    models = _models(models_dir)
+    models = _models(models_dir, task, language)
     header = {"schema": "as2d.trace", "version": 1, "provenance": provenance(models), "eos_id": models.target.eos_id,
               "sources": {"drafter": {"kind": "autoregressive", "model": "drafter"},
                           "ctc": {"kind": "chunked", "model": "ctc"}},

@@ -1,0 +1,68 @@
+"""`as2d models import` and `as2d models check`: bring your own model pair."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+
+def register(app: typer.Typer) -> None:
+    models = typer.Typer(help="Import and check model pairs (your own Whisper-family ONNX exports).",
+                         no_args_is_help=True)
+    app.add_typer(models, name="models")
+
+    @models.command("import")
+    def import_(
+        target: Path = typer.Option(..., "--target", help="The target's export folder (optimum-cli layout, flat or onnx/)."),
+        drafter: Path = typer.Option(..., "--drafter", help="The drafter's export folder (same tokenizer as the target)."),
+        out: Path = typer.Option(..., "--out", help="The pair folder to write (never overwritten)."),
+        ctc: Optional[Path] = typer.Option(None, "--ctc", help="A CTC model folder (ONNX + vocabulary) as a chunked source."),
+        variant: Optional[str] = typer.Option(None, "--variant", help="The target's file variant (quantized, int8, q4, fp16…)."),
+        drafter_variant: Optional[str] = typer.Option(None, "--drafter-variant", help="The drafter's file variant."),
+        copy: bool = typer.Option(False, "--copy", help="Copy the ONNX files into the pair (default: reference them)."),
+        name: Optional[str] = typer.Option(None, "--name", help="The pair's name (default: the folder's)."),
+        task: str = typer.Option("transcribe", "--task", help="The pair's default task: transcribe or translate."),
+    ) -> None:
+        """Validate a target and drafter export and write a pair folder with its manifest."""
+        from as2d_cli.models.pair import import_pair
+
+        err = Console(stderr=True)
+        path = import_pair(target, drafter, out, ctc=ctc, variant=variant, drafter_variant=drafter_variant,
+                           copy=copy, name=name, task=task, progress=lambda m: err.print(f"[dim]{m}[/]"))
+        manifest = json.loads((path / "models.json").read_text(encoding="utf-8"))
+        parts = ", ".join(f"{k}: {v['kind']} {v.get('layout', '')} {v.get('variant') or ''}".strip()
+                          for k, v in manifest["models"].items())
+        Console().print(f"imported pair [bold]{manifest['name']}[/] into {path} ({parts}); "
+                        f"next: as2d models check {path}")
+
+    @models.command("check")
+    def check(
+        pair: Optional[Path] = typer.Argument(None, help="The pair folder (default: the bundled pair)."),
+        windows: int = typer.Option(2, "--windows", help="Development windows to decode."),
+        reps: int = typer.Option(3, "--reps", help="Timed repetitions per width."),
+        task: Optional[str] = typer.Option(None, "--task", help="transcribe or translate (Whisper pairs)."),
+        language: Optional[str] = typer.Option(None, "--language", help="Force one prompt language (default: each window's)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Load a pair, decode a few windows, check K-wide = sequential (K=1..16) and rollback, time each width."""
+        from as2d_cli.corpus.manifest import load_corpus
+        from as2d_cli.errors import UserError
+        from as2d_cli.models.bundle import load_bundle
+        from as2d_cli.models.check import check_pair, render_check
+
+        if windows < 1:
+            raise UserError("--windows must be at least 1")
+        bundle = load_bundle(pair, task=task, language=language)
+        chosen = load_corpus().split("dev")[:windows]
+        err = Console(stderr=True)
+        res = check_pair(bundle, chosen, reps=reps, progress=lambda m: err.print(f"[dim]{m}[/]"))
+        if as_json:
+            typer.echo(json.dumps(res))
+        else:
+            Console(highlight=False, soft_wrap=True).print(render_check(res), markup=False)
+        if not res["ok"]:
+            raise typer.Exit(1)

@@ -1,0 +1,74 @@
+"""The model-pair contract: what the target, the drafter and the sources need of a model.
+
+A model pair is a folder with an ``as2d.models`` manifest (docs/models.md). Each of its
+encoder-decoder models is loaded by :func:`open_seq2seq` into an object with the
+:class:`DecoderModel` interface; the engine's target (:class:`~as2d_cli.models.target.OrtTarget`),
+the prefix-conditioned drafter (:class:`~as2d_cli.models.drafter.OrtDrafter`), the As²d
+drafter source, trace generation and calibration are written against this interface only.
+Two implementations exist: the bundled models (``kind: seq2seq``,
+:class:`~as2d_cli.models.session.Seq2SeqModel`) and Hugging Face Whisper exports in the Optimum
+ONNX layout (``kind: whisper-onnx``, :class:`~as2d_cli.models.whisper.WhisperModel`).
+
+A decoder cache is ``(keys, values)``: per decoder layer one array (1, H, P, d/H) of the P
+processed positions; rolling back is slicing P (:func:`~as2d_cli.models.session.truncate_cache`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from as2d_cli.models.session import Cache, Cross
+
+
+@runtime_checkable
+class DecoderModel(Protocol):
+    """One encoder-decoder: encode a request once, then decoder calls of K tokens over a cache."""
+
+    name: str
+    vocab: Any  # the pair's tokenizer (encode, decode, size, sot, eot)
+    max_positions: int  # decoder positions, prompt included
+
+    def prompt_for(self, language: str | None = None) -> tuple[int, ...]:
+        """The tokens processed before the first generated one (for Whisper: start of
+        transcript, language, task, no-timestamps)."""
+        ...
+
+    def encode_request(self, audio: np.ndarray, hidden: np.ndarray | None = None,
+                       language: str | None = None) -> Cross:
+        """Encode one request's audio (or read ``hidden``, the encoder states of the model
+        whose encoder this one shares); the result carries the request's prompt."""
+        ...
+
+    def encode(self, audio: np.ndarray, language: str | None = None) -> Cross:
+        ...
+
+    def shares_encoder_of(self, other: Any) -> bool:
+        ...
+
+    def empty_cache(self) -> Cache:
+        ...
+
+    def decode(self, tokens: Sequence[int], past: Cache, cross: Cross) -> tuple[np.ndarray, Cache]:
+        """Process ``tokens`` after the ``past`` positions in ONE call: the logits (K, V)
+        at each of the K positions — with any token suppression the model's own greedy
+        decoding applies, so their argmax is its greedy choice — and the present cache."""
+        ...
+
+
+def open_seq2seq(bundle: Any, name: str, threads: int = 1) -> DecoderModel:
+    """The pair's model ``name`` behind the :class:`DecoderModel` interface, by its kind."""
+    from as2d_cli.errors import UserError
+
+    kind = bundle.model(name)["kind"]
+    if kind == "seq2seq":
+        from as2d_cli.models.session import Seq2SeqModel
+
+        return Seq2SeqModel(bundle, name, threads)
+    if kind == "whisper-onnx":
+        from as2d_cli.models.whisper import WhisperModel
+
+        return WhisperModel(bundle, name, threads)
+    raise UserError(f"model {name!r} in {bundle.directory} is a {kind!r} model, not an encoder-decoder "
+                    "(kinds: seq2seq, whisper-onnx)")

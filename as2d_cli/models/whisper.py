@@ -1,0 +1,268 @@
+"""Hugging Face Whisper exports in the Optimum ONNX layout, behind the decoder-model contract.
+
+An export folder is what ``optimum-cli export onnx --task
+automatic-speech-recognition-with-past`` writes: ``config.json``, ``generation_config.json``,
+``tokenizer.json`` and the ONNX files, either beside them (the flat layout) or under
+``onnx/`` (as the community's ONNX repositories ship them, with ``_quantized``, ``_int8``,
+``_q4``, ``_fp16``... variants). The decoder is ``decoder_model_merged.onnx`` (one file,
+its ``use_cache_branch`` input choosing the branch) or ``decoder_model.onnx`` +
+``decoder_with_past_model.onnx``.
+
+:func:`find_export` reads a folder's layout; :class:`WhisperModel` runs one model of an
+imported pair (:mod:`as2d_cli.models.pair`): Whisper's own features and prompt, the
+decoder's first call (no cache) computing the cross-attention K/V it keeps for the request,
+later calls of K tokens over the self-attention cache, and the token suppression
+transformers' greedy generation applies (``suppress_tokens`` at every step,
+``begin_suppress_tokens`` at the first generated token), so the argmax is its greedy choice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from as2d_cli.errors import EngineError, UserError
+from as2d_cli.models.session import Cache, Cross, cache_length, make_session
+from as2d_cli.models.whisper_features import N_SAMPLES, SAMPLE_RATE, whisper_log_mel
+
+ENCODER = "encoder_model"
+MERGED = "decoder_model_merged"
+DECODER = "decoder_model"
+WITH_PAST = "decoder_with_past_model"
+META = ("config.json", "generation_config.json", "tokenizer.json")
+TASKS = ("transcribe", "translate")
+HINT = "re-export it with `optimum-cli export onnx --task automatic-speech-recognition-with-past`"
+
+
+@dataclass(frozen=True)
+class WhisperExport:
+    """One export folder's files for one variant."""
+
+    directory: Path
+    layout: str  # "flat" | "onnx"
+    variant: str | None
+    encoder: Path
+    decoder: Path  # the merged decoder, or the no-cache decoder
+    with_past: Path | None  # None when the decoder is merged
+    config: dict
+    generation: dict
+
+    @property
+    def merged(self) -> bool:
+        return self.with_past is None
+
+    def onnx_files(self) -> list[Path]:
+        """The ONNX files and their external-data files (large exports keep weights beside)."""
+        out: list[Path] = []
+        for f in (self.encoder, self.decoder, self.with_past):
+            if f is None:
+                continue
+            out.append(f)
+            out += sorted(p for p in f.parent.iterdir()
+                          if p.name != f.name and p.name.startswith(f.name) and p.is_file()
+                          and p.name[len(f.name):] in ("_data", ".data", ".onnx_data") or p.name == f.stem + ".onnx_data")
+        return out
+
+
+def _json(path: Path, what: str) -> dict:
+    if not path.is_file():
+        raise UserError(f"{path.parent} is not a Hugging Face Whisper export: {path.name} ({what}) is missing; {HINT}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path} is not valid JSON ({exc}); {HINT}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a JSON object; {HINT}")
+    return data
+
+
+def variants(onnx_dir: Path) -> list[str]:
+    """The variants of the encoder in ``onnx_dir``: "" for the plain file, else the suffix."""
+    out = []
+    for p in sorted(onnx_dir.glob(f"{ENCODER}*.onnx")):
+        m = re.fullmatch(rf"{ENCODER}(?:_(\w+))?\.onnx", p.name)
+        if m:
+            out.append(m.group(1) or "")
+    return out
+
+
+def find_export(directory: Path, variant: str | None = None) -> WhisperExport:
+    """Read an export folder (flat or ``onnx/`` layout) for ``variant`` (None: the plain
+    float files). Raises one UserError naming the file and what to do."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise UserError(f"{directory} is not a folder; give the folder optimum-cli exported the model into")
+    config = _json(directory / "config.json", "the model configuration")
+    if config.get("model_type") != "whisper":
+        raise UserError(f"{directory / 'config.json'} describes a {config.get('model_type')!r} model, not Whisper; "
+                        "as2d reads Whisper-architecture encoder-decoder exports")
+    if variants(directory):
+        layout, onnx_dir = "flat", directory
+    elif (directory / "onnx").is_dir() and variants(directory / "onnx"):
+        layout, onnx_dir = "onnx", directory / "onnx"
+    else:
+        raise UserError(f"{directory} has no {ENCODER}.onnx (neither beside config.json nor under onnx/); {HINT}")
+    have = variants(onnx_dir)
+    suffix = "" if not variant else f"_{variant}"
+    if (variant or "") not in have:
+        names = ", ".join(v or "(plain)" for v in have)
+        raise UserError(f"{onnx_dir} has no {ENCODER}{suffix}.onnx; its variants are: {names} (choose one with --variant)")
+    encoder = onnx_dir / f"{ENCODER}{suffix}.onnx"
+    merged = onnx_dir / f"{MERGED}{suffix}.onnx"
+    plain, past = onnx_dir / f"{DECODER}{suffix}.onnx", onnx_dir / f"{WITH_PAST}{suffix}.onnx"
+    if merged.is_file():
+        decoder, with_past = merged, None
+    elif plain.is_file() and past.is_file():
+        decoder, with_past = plain, past
+    elif plain.is_file() or past.is_file():
+        missing = past if plain.is_file() else plain
+        raise UserError(f"{missing} is missing: a split decoder needs both {plain.name} and {past.name} "
+                        f"(or use {merged.name}); {HINT}")
+    else:
+        raise UserError(f"{onnx_dir} has an encoder but no decoder ({merged.name}, or {plain.name} + {past.name}); "
+                        f"an encoder-only export cannot decode: {HINT}")
+    generation = _json(directory / "generation_config.json", "the decoder prompt and token suppression")
+    if not (directory / "tokenizer.json").is_file():
+        raise UserError(f"{directory} has no tokenizer.json; save the model's fast tokenizer beside its config "
+                        "(tokenizer.save_pretrained)")
+    return WhisperExport(directory, layout, variant or None, encoder, decoder, with_past, config, generation)
+
+
+def build_prompt(generation: dict, task: str, language: str | None, where: str) -> tuple[int, ...]:
+    """Whisper's decoder prompt: start of transcript, then for a multilingual model the
+    language and task tokens, then no-timestamps (timestamps are never predicted here)."""
+    start = generation.get("decoder_start_token_id")
+    if not isinstance(start, int):
+        raise UserError(f"{where}: 'decoder_start_token_id' is missing; {HINT}")
+    prompt = [start]
+    lang_to_id = generation.get("lang_to_id") or {}
+    task_to_id = generation.get("task_to_id") or {}
+    if generation.get("is_multilingual", bool(lang_to_id)) and lang_to_id:
+        code = (language or "en").lower()
+        key = f"<|{code}|>"
+        if key not in lang_to_id:
+            have = ", ".join(sorted(k.strip("<|>") for k in lang_to_id))
+            raise UserError(f"{where}: the model has no language {code!r} (it knows: {have}); pass one with --language")
+        if task not in task_to_id:
+            raise UserError(f"{where}: the model has no task {task!r} (it knows: {', '.join(sorted(task_to_id))})")
+        prompt += [int(lang_to_id[key]), int(task_to_id[task])]
+    elif task != "transcribe":
+        raise UserError(f"{where}: an English-only model can only transcribe; drop --task {task}")
+    no_ts = generation.get("no_timestamps_token_id")
+    if isinstance(no_ts, int):
+        prompt.append(no_ts)
+    return tuple(prompt)
+
+
+class WhisperModel:
+    """One Whisper export of a pair (manifest kind ``whisper-onnx``) as a DecoderModel."""
+
+    def __init__(self, bundle: Any, name: str, threads: int = 1) -> None:
+        info = bundle.model(name)
+        self.name = name
+        self.vocab = bundle.vocab
+        self.task: str = getattr(bundle, "task", None) or info.get("task", "transcribe")
+        self.language: str | None = getattr(bundle, "language", None)
+        files = info["files"]
+        self.generation = json.loads(bundle.path(files["generation"]).read_text(encoding="utf-8"))
+        dims = info["dims"]
+        self.dims = dict(dims)
+        self.n_mels = int(dims["n_mels"])
+        self.max_positions = int(dims["max_tokens"])
+        hint = f"re-import the pair with `as2d models import` ({HINT})"
+        enc_path = bundle.path(files["encoder"])
+        self.encoder = make_session(enc_path, threads, hint)
+        shape = self.encoder.get_inputs()[0].shape
+        if len(shape) != 3 or shape[1] != self.n_mels:
+            raise UserError(f"{enc_path} takes features of shape {shape}, but the model's config.json says "
+                            f"{self.n_mels} mel bins; the export and its config do not match: {hint}")
+        self.decoder = make_session(bundle.path(files["decoder"]), threads, hint)
+        self.with_past = make_session(bundle.path(files["with_past"]), threads, hint) if files.get("with_past") else None
+        self.layers = int(dims["dec_layers"])
+        self._dec_out = [o.name for o in self.decoder.get_outputs()]
+        past_sess = self.with_past or self.decoder
+        self._past_in = [i.name for i in past_sess.get_inputs()]
+        self._past_out = [o.name for o in past_sess.get_outputs()]
+        self._merged_in = {i.name for i in self.decoder.get_inputs()}
+        H, dh = int(dims["heads"]), int(dims["head_dim"])
+        empty = tuple(np.zeros((1, H, 0, dh), dtype=np.float32) for _ in range(self.layers))
+        self._empty: Cache = (empty, empty)
+        self._dummy_enc = np.zeros((1, H, 1, dh), dtype=np.float32)
+        vocab_out = int(dims["vocab"])
+        sup = [int(t) for t in (self.generation.get("suppress_tokens") or []) if 0 <= int(t) < vocab_out]
+        self.suppress = np.asarray(sorted(set(sup)), dtype=np.int64)
+        beg = [int(t) for t in (self.generation.get("begin_suppress_tokens") or []) if 0 <= int(t) < vocab_out]
+        self.begin_suppress = np.asarray(sorted(set(beg)), dtype=np.int64)
+
+    # ------------------------------------------------------------------ requests
+    def prompt_for(self, language: str | None = None) -> tuple[int, ...]:
+        return build_prompt(self.generation, self.task, self.language or language, f"model {self.name!r}")
+
+    def features(self, audio: np.ndarray) -> np.ndarray:
+        if len(audio) > N_SAMPLES:
+            raise UserError(f"{len(audio) / SAMPLE_RATE:.1f} s of audio is longer than Whisper's 30 s window; "
+                            "split it into windows of at most 30 s")
+        return whisper_log_mel(audio, self.n_mels)[None]
+
+    def encode(self, audio: np.ndarray, language: str | None = None) -> Cross:
+        (hidden,) = self.encoder.run(None, {self.encoder.get_inputs()[0].name: self.features(audio)})
+        return Cross(None, None, hidden, self.prompt_for(language))
+
+    def encode_request(self, audio: np.ndarray, hidden: np.ndarray | None = None,
+                       language: str | None = None) -> Cross:
+        return self.encode(audio, language)  # a Whisper export always has its own encoder
+
+    def shares_encoder_of(self, other: Any) -> bool:
+        return False
+
+    def empty_cache(self) -> Cache:
+        return self._empty
+
+    # ------------------------------------------------------------------ decoder calls
+    def decode(self, tokens: Sequence[int], past: Cache, cross: Cross) -> tuple[np.ndarray, Cache]:
+        n = cache_length(past)
+        if n + len(tokens) > self.max_positions:
+            raise UserError(f"{self.name}: {n + len(tokens)} decoder positions exceed the model's "
+                            f"{self.max_positions}; lower the generation limit")
+        ids = np.asarray(tokens, dtype=np.int64)[None]
+        L = self.layers
+        if n == 0:  # the first call: no cache yet, it computes the cross-attention K/V
+            feeds: dict[str, Any] = {"input_ids": ids, "encoder_hidden_states": cross.hidden}
+            if self.with_past is None:
+                feeds["use_cache_branch"] = np.array([False])
+                for i in range(L):
+                    feeds[f"past_key_values.{i}.decoder.key"] = past[0][i]
+                    feeds[f"past_key_values.{i}.decoder.value"] = past[1][i]
+                    feeds[f"past_key_values.{i}.encoder.key"] = self._dummy_enc
+                    feeds[f"past_key_values.{i}.encoder.value"] = self._dummy_enc
+            out = dict(zip(self._dec_out, self.decoder.run(None, feeds)))
+            cross.k = tuple(out[f"present.{i}.encoder.key"] for i in range(L))
+            cross.v = tuple(out[f"present.{i}.encoder.value"] for i in range(L))
+        else:
+            if cross.k is None:
+                raise EngineError(f"{self.name}: a cached decoder call before the first call of the request")
+            feeds = {"input_ids": ids}
+            if self.with_past is None:
+                feeds["use_cache_branch"] = np.array([True])
+                feeds["encoder_hidden_states"] = cross.hidden
+            for i in range(L):
+                feeds[f"past_key_values.{i}.decoder.key"] = np.ascontiguousarray(past[0][i])
+                feeds[f"past_key_values.{i}.decoder.value"] = np.ascontiguousarray(past[1][i])
+                feeds[f"past_key_values.{i}.encoder.key"] = cross.k[i]
+                feeds[f"past_key_values.{i}.encoder.value"] = cross.v[i]
+            sess = self.with_past or self.decoder
+            out = dict(zip(self._past_out, sess.run(None, feeds)))
+        keys = tuple(out[f"present.{i}.decoder.key"] for i in range(L))
+        values = tuple(out[f"present.{i}.decoder.value"] for i in range(L))
+        logits = np.array(out["logits"][0], dtype=np.float32)  # a copy: suppression writes into it
+        if self.suppress.size:
+            logits[:, self.suppress] = -np.inf
+        first = len(cross.prompt) - 1 - n  # the row that chooses the first generated token
+        if self.begin_suppress.size and 0 <= first < len(tokens):
+            logits[first, self.begin_suppress] = -np.inf
+        return logits, (keys, values)
