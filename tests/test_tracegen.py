@@ -28,7 +28,9 @@ def test_build_resume_and_content(tmp_path) -> None:
     with pytest.raises(KeyboardInterrupt):
         build_traces("dev", out, limit=2, processes=1, progress=stop_after_first, max_tokens=MAX)
     partial = out.with_name(out.name + ".partial.jsonl")
-    assert len(partial.read_text().splitlines()) == 1 and not out.exists()
+    lines = [json.loads(x) for x in partial.read_text().splitlines()]
+    # the pair that made the partial first, then the one finished window
+    assert lines[0]["pair"]["name"] == "bundled" and [x["id"] for x in lines[1:]] == seen[1:2] and not out.exists()
     events: list[str] = []
     path = build_traces("dev", out, limit=2, processes=1, progress=lambda n, t, w: events.append(w), max_tokens=MAX)
     assert events[0] == "resumed" and not partial.exists()
