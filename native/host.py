@@ -154,18 +154,20 @@ class DeviceRunner(RunnerHandle):
 
 
 def open_runner(device: Any, models: str | None = None, *, target_cores: list[int] | None = None,
-                producer_cores: list[int] | None = None, launcher: "Launcher | None" = None) -> RunnerHandle:
-    """A runner for ``device`` with models loaded: pipes locally; on a phone, file-mode
-    batches started by ``launcher`` (default: :func:`native.launch.choose_launcher`)."""
-    load = {"op": "load", "models": models, "target_cores": target_cores, "producer_cores": producer_cores}
+                producer_cores: list[int] | None = None, launcher: "Launcher | None" = None,
+                task: str | None = None, language: str | None = None) -> RunnerHandle:
+    """A runner for ``device`` with models loaded (``models``: a model pair folder on this
+    host, default the bundled pair): pipes locally; on a phone, file-mode batches started by
+    ``launcher`` (default: :func:`native.launch.choose_launcher`), which carries the pair."""
+    load = {"op": "load", "models": None if models is None else str(Path(models).resolve()),
+            "target_cores": target_cores, "producer_cores": producer_cores, "task": task, "language": language}
     if getattr(device, "kind", "local") == "local":
         r = LocalRunner()
         r.call({"op": "hello"})
         r.call(load)
         return r
-    launcher = launcher or choose_launcher(device)
-    if models is None:
-        load["models"] = launcher.models  # the device's copy of the models
+    launcher = launcher or choose_launcher(device, models)
+    load["models"] = launcher.models  # the device's copy of the pair
     r = DeviceRunner(device, launcher)
     r.set_prelude([{"op": "hello"}, load])
     return r

@@ -119,7 +119,7 @@ class BundleLauncher(Launcher):
         return f"{self.deployed.serial}: arm64 bundle {self.deployed.path} ({how})"
 
 
-def choose_launcher(device: Any, runtime: str | None = None, models_dir: Path | None = None) -> Launcher:
+def choose_launcher(device: Any, models_dir: Path | str | None = None, runtime: str | None = None) -> Launcher:
     """The launch strategy for ``device``: ``runtime`` (or $AS2D_PHONE_RUNTIME) ``python``,
     ``bundle`` or ``auto`` (python when the device's python3 can run the runner, else the bundle)."""
     runtime = runtime or os.environ.get(RUNTIME_ENV) or "auto"
@@ -128,12 +128,15 @@ def choose_launcher(device: Any, runtime: str | None = None, models_dir: Path | 
     if runtime in ("auto", "python"):
         usable, why = probe_python(device)
         if usable:
-            return deploy_payload(device, *build_payload(models_dir))
+            return deploy_payload(device, *build_payload(None if models_dir is None else Path(models_dir)))
         if runtime == "python":
             raise DeviceError(f"{device.serial}: no usable python3 on the device ({why}); "
                               f"unset {RUNTIME_ENV} to use the arm64 bundle")
     from as2d_cli.bundle.deploy import ensure_deployed
 
+    if models_dir is not None:
+        raise UserError(f"{device.serial}: a model pair other than the bundled one runs on a phone through the python "
+                        f"runtime only for now ({RUNTIME_ENV}=python on a device with python3)")
     return BundleLauncher(ensure_deployed(device))
 
 
@@ -174,13 +177,26 @@ def app_files(root: Path = PROJECT_ROOT) -> list[tuple[str, Path]]:
     return out
 
 
-def model_files(models_dir: Path | None = None) -> list[tuple[str, Path]]:
-    """``models/<file>`` for the model bundle (default: as2d_cli/assets/models), after
-    checking every file against models.json."""
-    from as2d_cli.models.bundle import load_bundle
+def model_files(models_dir: Path | None = None, cache: Path | None = None) -> list[tuple[str, Path]]:
+    """``models/<file>`` for the model pair (default: the bundled one, as2d_cli/assets/models),
+    after checking every file against models.json. An imported pair goes as one
+    self-contained folder: its referenced files under ``models/<model>/`` and its manifest
+    rewritten to name them there."""
+    from as2d_cli.models.bundle import load_bundle, portable_files
 
     bundle = load_bundle(models_dir)
-    return [(f"models/{f.name}", f) for f in sorted(bundle.directory.iterdir()) if f.is_file()]
+    if not bundle.manifest.get("imported"):
+        return [(f"models/{f.name}", f) for f in sorted(bundle.directory.iterdir()) if f.is_file()]
+    files, manifest = portable_files(bundle)
+    text = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    root = cache or cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    written = root / f"models-json-{hashlib.sha256(text).hexdigest()[:32]}.json"
+    if not written.is_file():
+        tmp = written.with_name(written.name + f".{os.getpid()}")
+        tmp.write_bytes(text)
+        tmp.replace(written)
+    return [(f"models/{rel}", path) for rel, path in files if rel != "models.json"] + [("models/models.json", written)]
 
 
 def cache_dir() -> Path:
@@ -229,7 +245,7 @@ def build_payload(models_dir: Path | None = None, cache: Path | None = None,
                   root: Path = PROJECT_ROOT) -> tuple[Payload, Payload]:
     """The runner payload for this checkout: (code, models). Two parts, so a code change
     pushes ~0.2 MB and the ~50 MB of models go to a phone once per model version."""
-    return pack_part("app", app_files(root), cache), pack_part("models", model_files(models_dir), cache)
+    return pack_part("app", app_files(root), cache), pack_part("models", model_files(models_dir, cache), cache)
 
 
 def _pack(out: Path, manifest: bytes, files: list[tuple[str, Path]], hashes: dict[str, str]) -> None:

@@ -257,6 +257,9 @@ def run_request(
         n = len(res.tokens)
         out: dict[str, Any] = {
             "id": s.get("id"),
+            "pair": models.bundle.name,
+            "task": models.bundle.task or "transcribe",
+            "language": models.bundle.language or language,
             "method": s["method"],
             "policy": policy.name,
             "source": source_used,

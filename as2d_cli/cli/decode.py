@@ -22,6 +22,9 @@ def register(app: typer.Typer) -> None:
         candidates: Optional[Path] = typer.Option(None, "--candidates", help="JSON Lines of external batches {t_ms, tokens}."),
         max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Output cap (default: the model's)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        models: Optional[Path] = typer.Option(None, "--models", help="A model pair folder (`as2d models import`); default: the bundled pair."),
+        task: Optional[str] = typer.Option(None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."),
+        language: Optional[str] = typer.Option(None, "--language", help="Whisper pairs: the prompt language (default: the window's)."),
     ) -> None:
         """Run one native request and report its tokens, rounds and timings."""
         from device_agents.registry import resolve_phone
@@ -41,7 +44,10 @@ def register(app: typer.Typer) -> None:
                 raise UserError("--candidates feeds a target-decoupled method: use --method as2d or as2d-no-bc")
         device = resolve_phone(phone)
         tc, pc = default_cores() if device.kind == "local" else (None, None)
-        with open_runner(device, target_cores=tc, producer_cores=pc) as runner:
+        if models is not None and not (models / "models.json").is_file():
+            raise UserError(f"--models {models} is not a model pair (no models.json); create one with `as2d models import`")
+        with open_runner(device, None if models is None else str(models), target_cores=tc, producer_cores=pc,
+                         task=task, language=language) as runner:
             res = runner.call(cmd)
         res.pop("event", None)
         if as_json:

@@ -131,3 +131,31 @@ def load_bundle(directory: Path | None = None, check_hashes: bool = True, *, tas
     if task is not None and task not in ("transcribe", "translate"):
         raise UserError(f"unknown --task {task!r}; use transcribe or translate")
     return ModelBundle(directory, manifest, vocab, task, language)
+
+
+def portable_files(bundle: ModelBundle) -> tuple[list[tuple[str, Path]], dict]:
+    """A pair as one self-contained folder (for a phone): (relative name, host file) for
+    every file the manifest lists, and the manifest rewritten so files referenced outside
+    the folder sit at ``<model>/<file name>`` (external weight files keep their names, next
+    to the ONNX file that loads them)."""
+    import copy
+
+    manifest = copy.deepcopy(bundle.manifest)
+    out: dict[str, Path] = {}
+
+    def place(key: str, role: str) -> str:
+        rel = key if not Path(key).is_absolute() else f"{role}/{Path(key).name}"
+        out[rel] = bundle.directory / key
+        return rel
+
+    manifest["sha256"] = {place(k, "."): v for k, v in manifest["sha256"].items()}
+    out[manifest["tokenizer"]] = bundle.directory / manifest["tokenizer"]
+    for role, info in manifest["models"].items():
+        info["sha256"] = {place(k, role): v for k, v in info["sha256"].items()}
+        info["files"] = {k: (f"{role}/{Path(v).name}" if Path(v).is_absolute() else v) for k, v in info["files"].items()}
+        if "external_data" in info:
+            info["external_data"] = [f"{role}/{Path(v).name}" if Path(v).is_absolute() else v for v in info["external_data"]]
+        for key in ("chars",):  # unhashed side files of the bundled models
+            if key in info:
+                out[info[key]] = bundle.directory / info[key]
+    return sorted(out.items()), manifest
