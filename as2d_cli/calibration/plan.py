@@ -28,12 +28,16 @@ class Step:
 
 def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("drafter", "ctc"),
               ctc_window: str | None = None, short_window: str | None = None,
-              episode_windows: tuple[str, ...] = ()) -> list[Step]:
+              episode_windows: tuple[str, ...] = (), max_length: int | None = None) -> list[Step]:
     """``short_window`` (a shorter recording): idle verifier sweeps and the drafter source
     there too, so the fit can separate cost by audio length from cost by cache length.
-    ``episode_windows``: native episodes of every method on each (in-loop costs)."""
+    ``episode_windows``: native episodes of every method on each (in-loop costs).
+    ``max_length``: the target's committed-token limit; sweep offsets that would not fit
+    a K16 call below it are left out (a model pair with a short decoder)."""
     widths = list(range(1, 17))  # every width: replay refuses a width it lacks
     offsets = [0, 64, 128] if not quick else [0, 64]
+    if max_length is not None:
+        offsets = [o for o in offsets if o + widths[-1] + 1 <= max_length] or [0]
     reps = 5 if not quick else 2
     steps: list[Step] = []
     for off in offsets:

@@ -86,8 +86,14 @@ def calibrate(
     open_runner: Callable[..., Any] | None = None,
     cores: tuple[list[int] | None, list[int] | None] = (None, None),
     plan: list[Step] | None = None,
+    models: Path | None = None,
+    task: str | None = None,
+    language: str | None = None,
 ) -> CalibrationResult:
-    """Calibrate ``device``; ``gate`` is a device_agents GateConfig (None: the device's default)."""
+    """Calibrate ``device`` running the model pair ``models`` (None: the bundled pair);
+    ``gate`` is a device_agents GateConfig (None: the device's default)."""
+    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.tracegen.build import pair_identity
     from device_agents.gating import GateConfig, run_gate, settle
     from native.host import open_runner as default_open
 
@@ -99,11 +105,15 @@ def calibrate(
     if window is not None and corpus.get(window).split == "test":  # an unknown id: one line from get()
         raise UserError(f"--window {window} is a test window; calibrate on dev or val audio "
                         "(calibration is kept apart from the test split), or leave --window out")
+    pair = load_bundle(models, task=task, language=language)
+    ident = pair_identity(pair)
     steps = plan if plan is not None else make_plan(
         win, quick=quick, ctc_window=ctc_win, short_window=None if window else short_calibration_window(win, corpus),
-        episode_windows=(win,) if window else episode_windows(win, corpus))
+        episode_windows=(win,) if window else episode_windows(win, corpus),
+        sources=("drafter", "ctc") if pair.has("ctc") else ("drafter",),
+        max_length=None if models is None else pair.max_length())
     seconds = corpus.seconds()  # samples carry their window's length (context terms)
-    key = f"{safe_name(device.serial)}-{plan_hash(steps)}"
+    key = f"{safe_name(device.serial)}-{plan_hash(steps)}" + ("" if models is None else f"-{ident['sha256'][:12]}")
     partial = out_dir / ".partial" / key
     partial.mkdir(parents=True, exist_ok=True)
     samples_file, done_file, gates_file = partial / "samples.jsonl", partial / "done.json", partial / "gates.jsonl"
@@ -136,7 +146,9 @@ def calibrate(
                 raise DeviceError(f"gate failed before {step.label}: {result.failure}; samples so far are kept in "
                                   f"{partial} and the next `as2d calibrate` resumes from there")
             if runner is None:
-                runner = (open_runner or default_open)(device, target_cores=cores[0], producer_cores=cores[1])
+                runner = (open_runner or default_open)(device, None if models is None else str(models),
+                                                       target_cores=cores[0], producer_cores=cores[1],
+                                                       task=task, language=language)
             got: list[dict] = []
 
             def collect(ev: dict, got: list[dict] = got) -> None:
@@ -166,9 +178,11 @@ def calibrate(
     samples = [json.loads(x) for x in samples_file.read_text().splitlines() if x.strip()]
     facts = device.facts().to_dict()
     name = facts.get("model", {}).get("value") if isinstance(facts.get("model"), dict) else None
-    profile = fit_profile(samples, {"name": str(name or device.serial), "serial": device.serial,
-                                    "kind": device.kind, "facts": facts, "gates": gates,
-                                    "calibration_window": win, "plan": key},
+    dev_block = {"name": str(name or device.serial), "serial": device.serial,
+                 "kind": device.kind, "facts": facts, "gates": gates, "calibration_window": win, "plan": key}
+    if models is not None:  # which pair these costs belong to (the bundled pair's profiles carry none)
+        dev_block["pair"] = ident
+    profile = fit_profile(samples, dev_block,
                           notes=f"{'quick' if quick else 'full'} calibration on {win}",
                           ref_audio_s=seconds.get(win),
                           created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))

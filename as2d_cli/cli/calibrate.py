@@ -22,6 +22,9 @@ def register(app: typer.Typer) -> None:
         rest: Optional[float] = typer.Option(None, "--rest", help="Gate: seconds of rest before the checks."),
         interval: Optional[float] = typer.Option(None, "--interval", help="Gate: seconds between the two checks."),
         settle: Optional[float] = typer.Option(None, "--settle", help="Once before measuring: seconds the host must have been quiet (local default 20; 0 skips)."),
+        models: Optional[Path] = typer.Option(None, "--models", help="A model pair folder (`as2d models import`); default: the bundled pair."),
+        task: Optional[str] = typer.Option(None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."),
+        language: Optional[str] = typer.Option(None, "--language", help="Whisper pairs: one prompt language (default: each window's)."),
     ) -> None:
         """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
         import dataclasses
@@ -45,12 +48,13 @@ def register(app: typer.Typer) -> None:
         cores = default_cores() if device.kind == "local" else (None, None)
         with progress_bar(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                           TimeRemainingColumn()) as bar:
-            task = bar.add_task("starting", total=1.0)
+            bar_task = bar.add_task("starting", total=1.0)
 
             def progress(label: str, done: float, total: float) -> None:
-                bar.update(task, description=label, completed=done / total if total else 1.0)
+                bar.update(bar_task, description=label, completed=done / total if total else 1.0)
 
-            res = run(device, out_dir=out, quick=quick, window=window, progress=progress, gate=gate, cores=cores)
+            res = run(device, out_dir=out, quick=quick, window=window, progress=progress, gate=gate, cores=cores,
+                      models=models, task=task, language=language)
         c = Console()
         if res.resumed_steps:
             c.print(f"resumed: {res.resumed_steps} of {res.steps} steps came from the interrupted run")

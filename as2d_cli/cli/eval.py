@@ -28,6 +28,9 @@ def register(app: typer.Typer) -> None:
         rest: Optional[float] = typer.Option(None, "--rest", help="Native: gate rest in seconds before each window (default: the device's)."),
         interval: Optional[float] = typer.Option(None, "--interval", help="Native: seconds between the gate's checks (default: the device's)."),
         settle: Optional[float] = typer.Option(None, "--settle", help="Native: once before measuring, seconds the host must have been quiet (local default 20; 0 skips)."),
+        models: Optional[Path] = typer.Option(None, "--models", help="A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it."),
+        task: Optional[str] = typer.Option(None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."),
+        language: Optional[str] = typer.Option(None, "--language", help="Whisper pairs: one prompt language (default: each window's)."),
     ) -> None:
         """Replay every method with one fixed configuration; optionally run them natively too."""
         from as2d_cli.errors import UserError
@@ -38,7 +41,8 @@ def register(app: typer.Typer) -> None:
         if settle is not None and settle < 0:
             raise UserError(f"--settle must be at least 0 seconds (got {settle:g})")
         out = run_eval(phone, profile=profile, traces=traces, deployment=deployment, split=split,
-                       calibrations=calibrations, results=results, say=lambda s: typer.echo(s, err=True))
+                       calibrations=calibrations, results=results, say=lambda s: typer.echo(s, err=True),
+                       models=models, task=task, language=language)
         native_out = None
         if native:
             import dataclasses
@@ -49,7 +53,9 @@ def register(app: typer.Typer) -> None:
 
             gate = GateConfig.for_device(resolve_phone(phone))
             gate = dataclasses.replace(gate, **{k: v for k, v in (("rest_s", rest), ("interval_s", interval), ("settle_s", settle)) if v is not None})
-            native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, warmup=warmup, say=lambda s: typer.echo(s, err=True), gate=gate)
+            native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, warmup=warmup,
+                                         say=lambda s: typer.echo(s, err=True), gate=gate, models=models, task=task,
+                                         language=language)
         if as_json:
             doc = json.loads(out.results.read_text())
             if native_out is not None:

@@ -21,9 +21,12 @@ from as2d_cli.formats.trace import TraceSet
 ASSET_TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
 
 
-def find_profile(phone: str, calibrations: Path) -> Path:
+def find_profile(phone: str, calibrations: Path, pair: dict | None = None, models: Path | None = None) -> Path:
+    """The profile for ``phone`` and the model pair ``pair`` (its identity, None: the bundled
+    pair). A shipped profile prices the bundled pair only; an imported pair needs a profile
+    measured with it (``as2d calibrate --models``)."""
     shipped = calibrations / f"{phone}.profile.yaml"
-    if shipped.is_file():
+    if shipped.is_file() and pair is None:
         return shipped
     import yaml
 
@@ -33,12 +36,37 @@ def find_profile(phone: str, calibrations: Path) -> Path:
             dev = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}).get("device", {})
         except (OSError, yaml.YAMLError):
             continue
-        if phone in (dev.get("name"), dev.get("serial")):
+        if phone in (dev.get("name"), dev.get("serial")) and same_pair(dev.get("pair"), pair):
             found.append(p)
     if not found:
-        raise UserError(f"no cost profile for --phone {phone} in {calibrations}/: run `as2d calibrate --phone {phone}` "
-                        "first, or pass --profile FILE")
+        flag = f" --models {models}" if models is not None else ""
+        which = f" measured with model pair {pair['name']!r}" if pair is not None else ""
+        raise UserError(f"no cost profile for --phone {phone}{which} in {calibrations}/: run "
+                        f"`as2d calibrate --phone {phone}{flag}` first, or pass --profile FILE")
     return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def same_pair(a: dict | None, b: dict | None) -> bool:
+    """Whether two recorded pair identities name the same pair (None: the bundled pair)."""
+    def key(x: dict | None) -> str | None:
+        return None if x is None or x.get("name") == "bundled" else x.get("sha256")
+
+    return key(a) == key(b)
+
+
+def check_pair(profile: object, traces: TraceSet, where: str, pair: dict | None = None,
+               pair_given: bool = False) -> None:
+    """Refuse traces built with one model pair against a profile measured with another
+    (or against the pair the command was given), in one line naming both."""
+    tp = traces.provenance.get("pair")
+    pp = getattr(profile, "device", {}).get("pair")
+    name = lambda x: "the bundled pair" if x is None or x.get("name") == "bundled" else f"pair {x.get('name')!r}"  # noqa: E731
+    if pair_given and not same_pair(tp, pair):
+        raise UserError(f"{where} was built with {name(tp)}, not {name(pair)}; build traces for it with "
+                        "`as2d traces build --models PAIR`")
+    if not same_pair(tp, pp):
+        raise UserError(f"{where} was built with {name(tp)} but the profile was measured with {name(pp)}; "
+                        "use traces and a profile of the same model pair")
 
 
 def find_deployment(profile_path: Path, device: str, calibrations: Path,
@@ -85,6 +113,9 @@ def load_trace_files(files: list[Path]) -> TraceSet:
     seen: set[str] = set()
     windows = []
     for f, ts in zip(files, sets):
+        if not same_pair(ts.provenance.get("pair"), first.provenance.get("pair")):
+            raise UserError(f"{f} was built with another model pair than {files[0]}; traces of one evaluation must "
+                            "come from the same models")
         if ts.eos_id != first.eos_id or set(ts.sources) != set(first.sources):
             raise UserError(f"{f}: its EOS id or sources differ from {files[0]}; traces of one evaluation must come "
                             "from the same models")

@@ -115,7 +115,8 @@ def replay_native(profile: CostProfile, w: WindowTrace, res: dict) -> tuple[floa
 
 
 def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1, warmup: int = 1,
-                    say: Say = lambda s: None, gate: Any = None) -> NativeEvalOutput:
+                    say: Say = lambda s: None, gate: Any = None, models: Any = None, task: str | None = None,
+                    language: str | None = None) -> NativeEvalOutput:
     """``gate``: a device_agents GateConfig checked before every window (None: the device's default).
 
     ``warmup`` passes over the windows run first and are not measured (D.3: one warm-up
@@ -151,7 +152,8 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
         + (f" after {warmup} warm-up pass(es)" if warmup else ""))
     total = len(picks) * (repeats + warmup)
     warm_inexact: list[dict] = []
-    with open_runner(device, target_cores=tc, producer_cores=pc) as runner:
+    with open_runner(device, None if models is None else str(models), target_cores=tc, producer_cores=pc,
+                     task=task, language=language) as runner:
         loaded = runner.call({"op": "hello"})
         settled = None
         if gate_cfg.settle_s > 0:  # once, with the models loaded, before the first measured window

@@ -13,7 +13,7 @@ from typing import Callable
 
 from as2d_cli.errors import UserError
 from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
-from as2d_cli.evaluate.inputs import find_deployment, find_profile, load_trace_files, trace_files
+from as2d_cli.evaluate.inputs import check_pair, find_deployment, find_profile, load_trace_files, trace_files
 from as2d_cli.formats.common import next_free, safe_name
 from as2d_cli.formats.deployment_io import load_deployment
 from as2d_cli.formats.profile_io import load_profile
@@ -44,11 +44,21 @@ def run_eval(
     calibrations: Path = Path("calibrations"),
     results: Path = Path("results"),
     say: Say = lambda s: None,
+    models: Path | None = None,
+    task: str | None = None,
+    language: str | None = None,
 ) -> EvalOutput:
-    profile_path = profile or find_profile(phone, calibrations)
+    pair = None
+    if models is not None:
+        from as2d_cli.models.bundle import load_bundle
+        from as2d_cli.tracegen.build import pair_identity
+
+        pair = pair_identity(load_bundle(models, check_hashes=False, task=task, language=language))
+    profile_path = profile or find_profile(phone, calibrations, pair, models)
     prof = load_profile(profile_path)
-    files = trace_files(traces)
+    files = trace_files(traces if traces is not None or models is None else Path(models) / "traces")
     ts = load_trace_files(files)
+    check_pair(prof, ts, str(files[0]) if len(files) == 1 else f"the traces in {files[0].parent}", pair, models is not None)
     if not any(w.split == split for w in ts.windows):
         raise UserError(f"the traces hold no {split!r} windows; pass traces with that split")
     device = safe_name(str(prof.device.get("name") or phone), "device")

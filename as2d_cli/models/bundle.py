@@ -74,6 +74,17 @@ class ModelBundle:
 
         return open_seq2seq(self, name, threads)
 
+    def max_length(self) -> int:
+        """The target's committed-token limit: decoder positions less its prompt."""
+        info = self.model("target")
+        if info["kind"] == "whisper-onnx":
+            from as2d_cli.models.whisper import build_prompt
+
+            gen = json.loads(self.path(info["files"]["generation"]).read_text(encoding="utf-8"))
+            prompt = build_prompt(gen, self.task or info.get("task", "transcribe"), self.language, "target")
+            return int(info["dims"]["max_tokens"]) - len(prompt)
+        return int(info["dims"]["max_tokens"]) - 1
+
     def has(self, name: str) -> bool:
         return name in self.manifest.get("models", {})
 

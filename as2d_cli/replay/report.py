@@ -69,9 +69,13 @@ def _paths(traces_path: str | Path | Sequence[str | Path]) -> list[Path]:
 
 def load_inputs(profile_path: str | Path, traces_path: str | Path | Sequence[str | Path]) -> tuple[CostProfile, TraceSet]:
     """Load and validate the profile and one or more trace files (merged)."""
+    from as2d_cli.evaluate.inputs import check_pair
+
     profile = load_profile(profile_path)
     paths = _paths(traces_path)
     sets = [(str(p), load_traces(p)) for p in paths]
+    for where, ts in sets:
+        check_pair(profile, ts, where)
     return profile, sets[0][1] if len(sets) == 1 else merge_traces(sets)
 
 
