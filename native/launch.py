@@ -134,10 +134,12 @@ def choose_launcher(device: Any, models_dir: Path | str | None = None, runtime: 
                               f"unset {RUNTIME_ENV} to use the arm64 bundle")
     from as2d_cli.bundle.deploy import ensure_deployed
 
-    if models_dir is not None:
-        raise UserError(f"{device.serial}: a model pair other than the bundled one runs on a phone through the python "
-                        f"runtime only for now ({RUNTIME_ENV}=python on a device with python3)")
-    return BundleLauncher(ensure_deployed(device))
+    if models_dir is None:
+        return BundleLauncher(ensure_deployed(device))
+    from as2d_cli.bundle.build import pair_folder
+
+    deployed = ensure_deployed(device, models=Path(models_dir))
+    return BundleLauncher(deployed, models=posixpath.join(deployed.path, "app", pair_folder(Path(models_dir))))
 
 
 def probe_python(device: Any) -> tuple[bool, str]:

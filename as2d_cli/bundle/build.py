@@ -79,6 +79,37 @@ def snapshot_project(recipe: Recipe, src: Path, dest: Path) -> Path:
     return dest
 
 
+PAIRS = "as2d_cli/assets/pairs"  # where a bundle carries an imported model pair (inside app/)
+
+
+def pair_folder(models_dir: Path) -> str:
+    """The pair's folder relative to the bundle's ``app/`` (what the runner's ``load`` names)."""
+    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.formats.common import safe_name
+
+    return f"{PAIRS}/{safe_name(load_bundle(models_dir, check_hashes=False).name, 'pair')}"
+
+
+def add_pair(project: Path, models_dir: Path) -> str:
+    """Copy an imported pair, as one self-contained folder, into the project snapshot
+    ``project`` at :func:`pair_folder`; returns that relative path."""
+    from as2d_cli.models.bundle import load_bundle, portable_files
+
+    bundle = load_bundle(models_dir)  # checks every file against its SHA-256 first
+    rel = pair_folder(models_dir)
+    dest = project / rel
+    if dest.exists():
+        shutil.rmtree(dest)
+    files, manifest = portable_files(bundle)
+    for name, src in files:
+        if name == "models.json":
+            continue
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest / name)
+    (dest / "models.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return rel
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """Serialise builds sharing one cache (parallel test workers, two terminals)."""
@@ -98,13 +129,27 @@ def build_bundle(
     cache: Path | None = None,
     refresh: bool = False,
     progress: Progress | None = None,
+    models: Path | None = None,
 ) -> BuildResult:
-    """Return the bundle for ``recipe`` and the project at ``project_root``, building it if needed."""
+    """Return the bundle for ``recipe`` and the project at ``project_root``, building it if
+    needed; ``models``: an imported model pair the bundle carries as well (at
+    :func:`pair_folder` inside ``app/``)."""
     start = time.monotonic()
     recipe = recipe or Recipe()
     project_root = project_root or default_project_root()
     root = cache_root(cache)
     say = progress or (lambda _msg: None)
+    if models is not None:
+        import tempfile
+
+        snap = Path(tempfile.mkdtemp(prefix="pair-", dir=root.parent if root.parent.exists() else None))
+        try:
+            say(f"adding model pair {models}")
+            snapshot_project(recipe, project_root, snap)
+            add_pair(snap, Path(models))
+            return build_bundle(recipe, project_root=snap, cache=cache, refresh=refresh, progress=progress)
+        finally:
+            shutil.rmtree(snap, ignore_errors=True)
     with _locked(root / "build.lock"):
         memo = HashMemo(root / "hashes.json")
         try:

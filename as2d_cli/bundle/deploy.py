@@ -108,10 +108,11 @@ def remove(device: Device) -> bool:
     return present
 
 
-def ensure_deployed(device: Device, archive: Path | None = None) -> DeployedBundle:
-    """The bundle on ``device``: ``archive`` if given, else this checkout's (built or cached)."""
+def ensure_deployed(device: Device, archive: Path | None = None, models: Path | None = None) -> DeployedBundle:
+    """The bundle on ``device``: ``archive`` if given, else this checkout's (built or cached,
+    carrying the model pair ``models`` when given)."""
     if archive is None:
         from as2d_cli.bundle.build import build_bundle
 
-        archive = build_bundle().archive
+        archive = build_bundle(models=models).archive
     return deploy(device, archive)

@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
         debian_mirror: str | None = typer.Option(None, "--debian-mirror", help="Debian mirror URL for the arm64 packages."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
         project: Path | None = typer.Option(None, "--project", help="Checkout whose runner and models go in (default: this one)."),
+        models: Path | None = typer.Option(None, "--models", help="Also carry this model pair (`as2d models import`)."),
     ) -> None:
         """Build (or reuse from the cache) the arm64 bundle and print where it is."""
         from as2d_cli.bundle.build import build_bundle
@@ -33,7 +34,7 @@ def register(app: typer.Typer) -> None:
 
         recipe = Recipe(arch=arch, **({"debian_mirror": debian_mirror} if debian_mirror else {}))
         say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"· {m}", err=True))
-        result = build_bundle(recipe, project_root=project, cache=cache, refresh=refresh, progress=say)
+        result = build_bundle(recipe, project_root=project, cache=cache, refresh=refresh, progress=say, models=models)
         archive = result.archive
         if out is not None:
             archive = _copy_out(result.archive, out)

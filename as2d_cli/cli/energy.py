@@ -4,6 +4,7 @@ disconnected (paper D.6.1); `--from-run DIR` analyses a pulled run folder again.
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 from pathlib import Path
 from typing import List, Optional
 
@@ -36,6 +37,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("results"), "--out", help="Results folder (a fresh energy/<time>-<phone>/ is made inside)."),
         adb_port: Optional[int] = typer.Option(None, "--adb-port", help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)."),
         from_run: Optional[Path] = typer.Option(None, "--from-run", help="Analyse an existing run folder instead of measuring."),
+        models: Optional[Path] = typer.Option(None, "--models", help="With --bundle: the model pair the requests run (the bundle must carry it: `as2d bundle build --models PAIR`)."),
     ) -> None:
         """Measure request energy (J, W, J/token) from battery current × voltage, unplugged."""
         from as2d_cli.energy import protocol
@@ -90,8 +92,18 @@ def register(app: typer.Typer) -> None:
 
                 typer.echo(f">>> deploying {bundle.name} to {device.serial} (once per bundle)", err=True)
                 deployed = deploy(device, bundle)
+                extra = list(native_arg)
+                if models is not None:
+                    from as2d_cli.bundle.build import pair_folder
+
+                    rel = pair_folder(models)
+                    if rel not in (deployed.manifest.get("project") or {}).get("assets", []) and not any(
+                            a.startswith(rel + "/") for a in (deployed.manifest.get("project") or {}).get("assets", [])):
+                        raise UserError(f"--bundle {bundle.name} does not carry the pair {models}; build it with "
+                                        f"`as2d bundle build --models {models}`")
+                    extra += ["--models", posixpath.join(deployed.path, "app", rel)]
                 plan = dataclasses.replace(plan, request_cmd=bundle_request_template(
-                    deployed, window or "", native_arg))
+                    deployed, window or "", extra))
                 plan.validate()
             facts: dict = {}
             try:
