@@ -264,3 +264,50 @@ def test_models_check_passes_on_the_pair(pair: Path) -> None:
     w = res["windows"][0]
     assert [x["width"] for x in w["target"]["widths"]] == list(range(1, 17))
     assert "pair OK" in render_check(res)
+
+
+# ---------------------------------------------------------------------------- commands
+def _as2d(*args: str, cwd: Path | None = None) -> "subprocess.CompletedProcess[str]":
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", *args], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+
+
+def test_decode_with_the_pair_prints_the_reference_tokens(pair: Path) -> None:
+    ref = REFERENCE["windows"]["dev-read-000"]["target"]["transcribe"]["sequence"]
+    eos = load_bundle(pair).vocab.eot
+    for method in ("target-only", "as2d", "sd"):
+        r = _as2d("decode", "--phone", "local", "--models", str(pair), "--window", "dev-read-000",
+                  "--method", method, "--json")
+        assert r.returncode == 0, r.stderr
+        res = json.loads(r.stdout)
+        assert res["tokens"] == ref + [eos] and res["pair"] == "tiny" and res["language"] == "en", method
+
+
+def test_import_cli_refusal_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    r = _as2d("models", "import", "--target", str(TARGET), "--drafter", str(DRAFTER), "--out", str(tmp_path / "p"),
+              "--drafter-variant", "fp16")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "variants are: (plain), quantized" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_traces_record_the_pair_and_another_pairs_profile_is_refused(pair: Path, tmp_path: Path) -> None:
+    from as2d_cli.formats.trace_io import load_traces
+    from as2d_cli.replay.report import load_inputs
+    from as2d_cli.tracegen.build import build_traces
+
+    out = build_traces("dev", tmp_path / "dev.jsonl.gz", models_dir=str(pair), limit=2, processes=1, max_tokens=16)
+    ts = load_traces(out)
+    prov = ts.provenance["pair"]
+    assert prov["name"] == "tiny" and prov["task"] == "transcribe" and len(prov["sha256"]) == 64
+    assert set(ts.sources) == {"drafter", "ctc"} and all(len(w.reference) <= 16 for w in ts.windows)
+    shipped = Path(__file__).resolve().parents[1] / "calibrations" / "k70.profile.yaml"
+    with pytest.raises(UserError, match="built with pair 'tiny' but the profile was measured with the bundled pair"):
+        load_inputs(shipped, out)
+    # a build interrupted with one pair does not resume with another
+    partial = tmp_path / "val.jsonl.gz.partial.jsonl"
+    partial.write_text(json.dumps({"pair": prov}) + "\n")
+    with pytest.raises(UserError, match="holds windows traced with pair 'tiny'"):
+        build_traces("val", tmp_path / "val.jsonl.gz", limit=1, processes=1, max_tokens=8)

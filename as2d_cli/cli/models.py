@@ -31,8 +31,9 @@ def register(app: typer.Typer) -> None:
         from as2d_cli.models.pair import import_pair
 
         err = Console(stderr=True)
+        say = (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None  # off a terminal: only the result
         path = import_pair(target, drafter, out, ctc=ctc, variant=variant, drafter_variant=drafter_variant,
-                           copy=copy, name=name, task=task, progress=lambda m: err.print(f"[dim]{m}[/]"))
+                           copy=copy, name=name, task=task, progress=say)
         manifest = json.loads((path / "models.json").read_text(encoding="utf-8"))
         parts = ", ".join(f"{k}: {v['kind']} {v.get('layout', '')} {v.get('variant') or ''}".strip()
                           for k, v in manifest["models"].items())
@@ -59,7 +60,8 @@ def register(app: typer.Typer) -> None:
         bundle = load_bundle(pair, task=task, language=language)
         chosen = load_corpus().split("dev")[:windows]
         err = Console(stderr=True)
-        res = check_pair(bundle, chosen, reps=reps, progress=lambda m: err.print(f"[dim]{m}[/]"))
+        say = (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None
+        res = check_pair(bundle, chosen, reps=reps, progress=say)
         if as_json:
             typer.echo(json.dumps(res))
         else:

@@ -111,7 +111,7 @@ def find_export(directory: Path, variant: str | None = None) -> WhisperExport:
     suffix = "" if not variant else f"_{variant}"
     if (variant or "") not in have:
         names = ", ".join(v or "(plain)" for v in have)
-        raise UserError(f"{onnx_dir} has no {ENCODER}{suffix}.onnx; its variants are: {names} (choose one with --variant)")
+        raise UserError(f"{onnx_dir} has no {ENCODER}{suffix}.onnx; its variants are: {names} (choose one with --variant, or --drafter-variant for the drafter)")
     encoder = onnx_dir / f"{ENCODER}{suffix}.onnx"
     merged = onnx_dir / f"{MERGED}{suffix}.onnx"
     plain, past = onnx_dir / f"{DECODER}{suffix}.onnx", onnx_dir / f"{WITH_PAST}{suffix}.onnx"
