@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from as2d_cli.engine import CandidateBuffer, Episode, StandardSD, TargetOnly, WallClock
-from native.producer import Producer, pin_current_thread, source_units
+from native.producer import pin_current_thread
 from native.protocol import ProtocolError
 
 MAX_CALL = 16

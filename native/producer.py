@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any, Iterable, Iterator, Sequence
 
 from as2d_cli.engine import CandidateBuffer, WallClock

@@ -9,10 +9,8 @@ docs/runner-protocol.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 import traceback
 from typing import IO, Any
 

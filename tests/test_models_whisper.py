@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -267,10 +269,7 @@ def test_models_check_passes_on_the_pair(pair: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- commands
-def _as2d(*args: str, cwd: Path | None = None) -> "subprocess.CompletedProcess[str]":
-    import subprocess
-    import sys
-
+def _as2d(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", *args], capture_output=True, text=True,
                           timeout=600, cwd=cwd)
 

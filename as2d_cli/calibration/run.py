@@ -146,7 +146,7 @@ def calibrate(
                 raise DeviceError(f"gate failed before {step.label}: {result.failure}; samples so far are kept in "
                                   f"{partial} and the next `as2d calibrate` resumes from there")
             if runner is None:
-                runner = (open_runner or default_open)(device, None if models is None else str(models),
+                runner = (open_runner or default_open)(device, models=None if models is None else str(models),
                                                        target_cores=cores[0], producer_cores=cores[1],
                                                        task=task, language=language)
             got: list[dict] = []

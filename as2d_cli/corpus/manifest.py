@@ -7,13 +7,13 @@ normalised reference text.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from as2d_cli.errors import FormatError, UserError
+from as2d_cli.formats.common import read_json
 
 SCHEMA = "as2d.corpus"
 VERSION = 1
@@ -78,12 +78,8 @@ def load_corpus(directory: Path | None = None) -> Corpus:
     """Load and validate ``manifest.json`` in ``directory`` (default: the bundled corpus)."""
     directory = Path(directory) if directory is not None else DEFAULT_DIR
     path = directory / "manifest.json"
-    if not path.is_file():
-        raise UserError(f"corpus manifest {path} not found; rerun training/make_corpus.py or reinstall the package")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{path} is not valid JSON ({exc}); regenerate it with training/make_corpus.py") from None
+    data = read_json(path, f"corpus manifest {path} not found; rerun training/make_corpus.py or reinstall the package",
+                     "regenerate it with training/make_corpus.py", FormatError)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise FormatError(f"{path}: key 'schema' must be {SCHEMA!r}; this is not an as2d corpus manifest")
     version = data.get("version")

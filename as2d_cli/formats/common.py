@@ -145,6 +145,17 @@ def environment(device: Mapping[str, Any] | None = None) -> dict:
     return env
 
 
+def read_json(path: Path, missing: str, fix: str, error: type[Exception] = UserError) -> Any:
+    """A JSON file's content, or one line: ``missing`` when there is no file, the parse
+    error and ``fix`` when it is not JSON."""
+    if not path.is_file():
+        raise UserError(missing)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{path} is not valid JSON ({exc}); {fix}") from None
+
+
 def sha256_file(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

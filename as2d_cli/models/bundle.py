@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from as2d_cli.errors import FormatError, UserError
-from as2d_cli.formats.common import sha256_file
+from as2d_cli.formats.common import read_json, sha256_file
 
 SCHEMA = "as2d.models"
 VERSION = 3  # 3 adds imported pairs (kinds whisper-onnx, ctc-onnx; files outside the folder)
@@ -109,12 +109,8 @@ def load_bundle(directory: Path | None = None, check_hashes: bool = True, *, tas
     """Read models.json in ``directory`` (default: the bundled models) and check its files."""
     directory = Path(directory) if directory is not None else DEFAULT_DIR
     path = directory / "models.json"
-    if not path.is_file():
-        raise UserError(f"model manifest {path} not found; reinstall the package or run training/export.py")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{path} is not valid JSON ({exc}); rerun training/export.py") from None
+    manifest = read_json(path, f"model manifest {path} not found; reinstall the package, run training/export.py "
+                               "or, for your own pair, `as2d models import`", "rerun training/export.py", FormatError)
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         raise FormatError(f"{path}: key 'schema' must be {SCHEMA!r}; this is not an as2d model manifest")
     version = manifest.get("version")

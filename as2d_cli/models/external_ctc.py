@@ -30,9 +30,8 @@ import numpy as np
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
 from as2d_cli.models.session import make_session
-from as2d_cli.models.whisper_features import SAMPLE_RATE
+from as2d_cli.models.sources import CHUNK_SECONDS, ChunkedRecognizer, greedy_ctc
 
-CHUNK_SECONDS = 2.56
 BLANKS = ("<pad>", "<blank>", "<blk>")
 DROP = ("<s>", "</s>", "<unk>", "<bos>", "<eos>")
 CTC_HINT = "see docs/models.md, 'External CTC sources', for what the folder must hold"
@@ -125,7 +124,7 @@ def import_ctc(folder: Path, work: Path, copy: bool, target_tokenizer: Path) -> 
             "sha256": {f: sha256_file(work / f) for f in files.values()}}
 
 
-class ExternalCtc:
+class ExternalCtc(ChunkedRecognizer):
     """The imported CTC model, with the bundled recognizer's interface (transcribe, eligible)."""
 
     def __init__(self, bundle: Any, threads: int = 1) -> None:
@@ -137,12 +136,7 @@ class ExternalCtc:
         self.tokens, _ = read_tokens(vocab_path.parent)  # the pair's ctc/ folder holds only this vocabulary
         self.blank = int(info["blank"])
         self.normalize = bool(info.get("normalize", False))
-        self.vocab = bundle.vocab
-        self.languages = tuple(info.get("languages", ["en"]))
-        self.chunk_samples = int(round(float(info.get("chunk_seconds", CHUNK_SECONDS)) * SAMPLE_RATE))
-
-    def eligible(self, language: str) -> bool:
-        return language in self.languages
+        self._chunking(bundle, info)
 
     def transcribe(self, samples: np.ndarray) -> str:
         if len(samples) < 400:  # shorter than one 25 ms frame: no speech
@@ -151,14 +145,8 @@ class ExternalCtc:
         if self.normalize:
             x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
         out = self.session.run(None, {self.input: x[None]})[0][0]
-        pieces, prev = [], -1
-        for i in out.argmax(axis=-1):
-            i = int(i)
-            if i != prev and i != self.blank and i < len(self.tokens):
-                tok = self.tokens[i]
-                if tok not in DROP and tok not in BLANKS:
-                    pieces.append(tok)
-            prev = i
+        pieces = [self.tokens[i] for i in greedy_ctc(out.argmax(axis=-1), self.blank) if i < len(self.tokens)]
+        pieces = [p for p in pieces if p not in DROP and p not in BLANKS]
         text = "".join(pieces).replace("|", " ").replace("▁", " ")
         return " ".join(text.split())
 

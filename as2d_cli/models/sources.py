@@ -69,7 +69,35 @@ class DrafterSource:
         return [(tok, float(softmax_max(logits[-1:])[0]))]
 
 
-class CtcRecognizer:
+class ChunkedRecognizer:
+    """What a :class:`CtcSource` needs of a CTC model: the target's tokenizer, the languages
+    it serves, its chunk length, and ``transcribe(samples) -> text``."""
+
+    vocab: Any
+    languages: tuple[str, ...]
+    chunk_samples: int
+
+    def _chunking(self, bundle: ModelBundle, info: dict) -> None:
+        self.vocab = bundle.vocab
+        self.languages = tuple(info.get("languages", ["en"]))
+        self.chunk_samples = int(round(float(info.get("chunk_seconds", CHUNK_SECONDS)) * SAMPLE_RATE))
+
+    def eligible(self, language: str) -> bool:
+        return language in self.languages
+
+
+def greedy_ctc(best: np.ndarray, blank: int) -> list[int]:
+    """Greedy CTC over per-frame best ids: repeats collapsed, blanks dropped."""
+    out, prev = [], -1
+    for i in best:
+        i = int(i)
+        if i != prev and i != blank:
+            out.append(i)
+        prev = i
+    return out
+
+
+class CtcRecognizer(ChunkedRecognizer):
     """The chunked CTC model (Parakeet CTC's role): one ORT session, English only."""
 
     def __init__(self, bundle: ModelBundle, threads: int = 1) -> None:
@@ -78,24 +106,14 @@ class CtcRecognizer:
         self.session = make_session(path, threads)
         _check_io(self.session, path, ["mel"], ["log_probs"])
         self.chars = bundle.ctc_chars()
-        self.vocab = bundle.vocab
-        self.languages = tuple(info.get("languages", ["en"]))
-        self.chunk_samples = int(round(float(info.get("chunk_seconds", CHUNK_SECONDS)) * SAMPLE_RATE))
-
-    def eligible(self, language: str) -> bool:
-        return language in self.languages
+        self._chunking(bundle, info)
 
     def transcribe(self, samples: np.ndarray) -> str:
         """Greedy CTC text of one chunk (blank-collapsed)."""
         if len(samples) < 400:  # shorter than one encoder frame's receptive field: no speech
             return ""
         lp = self.session.run(None, {"mel": log_mel(samples)[None]})[0][0]
-        out, prev = [], 0
-        for i in lp.argmax(axis=-1):
-            if i != prev and i != 0:
-                out.append(self.chars[int(i)])
-            prev = int(i)
-        return " ".join("".join(out).split())
+        return " ".join("".join(self.chars[i] for i in greedy_ctc(lp.argmax(axis=-1), 0)).split())
 
 
 def open_ctc(bundle: ModelBundle, threads: int = 1) -> Any:

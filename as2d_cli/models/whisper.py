@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from as2d_cli.errors import EngineError, UserError
+from as2d_cli.formats.common import read_json
 from as2d_cli.models.session import Cache, Cross, cache_length, make_session
 from as2d_cli.models.whisper_features import N_SAMPLES, SAMPLE_RATE, whisper_log_mel
 
@@ -70,12 +71,8 @@ class WhisperExport:
 
 
 def _json(path: Path, what: str) -> dict:
-    if not path.is_file():
-        raise UserError(f"{path.parent} is not a Hugging Face Whisper export: {path.name} ({what}) is missing; {HINT}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path} is not valid JSON ({exc}); {HINT}") from None
+    data = read_json(path, f"{path.parent} is not a Hugging Face Whisper export: {path.name} ({what}) is missing; {HINT}",
+                     HINT)
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a JSON object; {HINT}")
     return data
