@@ -138,8 +138,10 @@ def choose_launcher(device: Any, models_dir: Path | str | None = None, runtime: 
         return BundleLauncher(ensure_deployed(device))
     from as2d_cli.bundle.build import pair_folder
 
+    from native.request import PACKAGE_PREFIX
+
     deployed = ensure_deployed(device, models=Path(models_dir))
-    return BundleLauncher(deployed, models=posixpath.join(deployed.path, "app", pair_folder(Path(models_dir))))
+    return BundleLauncher(deployed, models=PACKAGE_PREFIX + pair_folder(Path(models_dir)).removeprefix("as2d_cli/"))
 
 
 def probe_python(device: Any) -> tuple[bool, str]:

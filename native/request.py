@@ -103,14 +103,24 @@ class Models:
         return self._ctc.eligible(language)
 
 
+# A ``models`` folder named inside this process's own as2d_cli package (a pair an arm64
+# bundle carries): a device path would not name the same file for a host process standing
+# in for the phone (the emulated phone); a package-relative name does, on both.
+PACKAGE_PREFIX = "package:"
+
+
 def load_models(directory: str | None = None, threads: int = 1, *, task: str | None = None,
                 language: str | None = None) -> Models:
-    """Load a model pair (default: the bundled one); ``task`` and ``language`` select a
-    Whisper pair's prompt (docs/models.md)."""
+    """Load a model pair (default: the bundled one; ``package:REL`` is a folder inside the
+    as2d_cli package); ``task`` and ``language`` select a Whisper pair's prompt (docs/models.md)."""
     from as2d_cli.models.bundle import load_bundle
     from as2d_cli.models.drafter import OrtDrafter
     from as2d_cli.models.target import OrtTarget
 
+    if directory is not None and directory.startswith(PACKAGE_PREFIX):
+        import as2d_cli
+
+        directory = os.path.join(os.path.dirname(as2d_cli.__file__), directory[len(PACKAGE_PREFIX):])
     t0 = time.perf_counter()
     bundle = load_bundle(directory, task=task, language=language)
     models = Models(bundle, OrtTarget(bundle, threads=threads), OrtDrafter(bundle, threads=threads), threads)

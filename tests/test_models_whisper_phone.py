@@ -58,18 +58,18 @@ def test_the_arm64_bundle_carries_the_pair_under_qemu(adb_server, pair: Path, ho
     need_qemu()
     built = build_bundle(project_root=project_snapshot(), models=pair)
     rel = pair_folder(pair)
-    assert f"{rel}/models.json" in built.manifest["project"]["assets"]
+    assert f"app/{rel}/models.json" in built.manifest["project"]["assets"]
     session = EmulatorSession(private_server=False, adb_port=adb_server.port).start()
     enable_arm64_bundle(session.phone)
     try:
         device = session.device()
         deployed = deploy(device, built.archive)
-        launcher = BundleLauncher(deployed, models=f"{deployed.path}/app/{rel}")
+        launcher = BundleLauncher(deployed, models="package:" + rel.removeprefix("as2d_cli/"))
         runner = open_runner(device, str(pair), launcher=launcher)
         got = runner.call({"op": "decode", "window": WINDOW, "method": "as2d", "events": False})
         assert got["tokens"] == host_tokens and got["pair"] == "tiny"
-        manifest = json.loads((Path(built.archive).parent / "manifest.json").read_text()) if (
-            Path(built.archive).parent / "manifest.json").is_file() else built.manifest
-        assert not any(Path(a).is_absolute() for a in manifest["project"]["assets"])
+        carried = json.loads(device.read_files([f"{deployed.path}/app/{rel}/models.json"])[f"{deployed.path}/app/{rel}/models.json"])
+        # the phone's copy is self-contained: every file is named inside the pair's folder
+        assert not any(Path(f).is_absolute() for m in carried["models"].values() for f in m["sha256"])
     finally:
         session.stop()

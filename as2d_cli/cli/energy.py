@@ -4,7 +4,6 @@ disconnected (paper D.6.1); `--from-run DIR` analyses a pulled run folder again.
 from __future__ import annotations
 
 import dataclasses
-import posixpath
 from pathlib import Path
 from typing import List, Optional
 
@@ -97,11 +96,10 @@ def register(app: typer.Typer) -> None:
                     from as2d_cli.bundle.build import pair_folder
 
                     rel = pair_folder(models)
-                    if rel not in (deployed.manifest.get("project") or {}).get("assets", []) and not any(
-                            a.startswith(rel + "/") for a in (deployed.manifest.get("project") or {}).get("assets", [])):
+                    if f"app/{rel}/models.json" not in (deployed.manifest.get("project") or {}).get("assets", []):
                         raise UserError(f"--bundle {bundle.name} does not carry the pair {models}; build it with "
                                         f"`as2d bundle build --models {models}`")
-                    extra += ["--models", posixpath.join(deployed.path, "app", rel)]
+                    extra += ["--models", "package:" + rel.removeprefix("as2d_cli/")]
                 plan = dataclasses.replace(plan, request_cmd=bundle_request_template(
                     deployed, window or "", extra))
                 plan.validate()
