@@ -21,16 +21,19 @@ from as2d_cli.errors import UserError
 DRAFTER_CAP = 24  # ASP's largest cap: SD and ASP never ask for more
 SOURCE_SLACK = 8  # a source may run a little past the target's cap
 
-_MODELS: Any = None
+_MODELS: dict[tuple[str | None, str | None, str | None], Any] = {}  # per process: each pair loaded once
 
 
 def _models(directory: str | None, task: str | None = None, language: str | None = None) -> Any:
-    global _MODELS
-    if _MODELS is None:
+    key = (directory, task, language)
+    if key not in _MODELS:
         from native.request import load_models
 
-        _MODELS = load_models(directory, threads=1, task=task, language=language)
-    return _MODELS
+        for old in _MODELS.values():  # one pair at a time: free the previous one's sessions
+            old.close()
+        _MODELS.clear()
+        _MODELS[key] = load_models(directory, threads=1, task=task, language=language)
+    return _MODELS[key]
 
 
 def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: int | None = None) -> dict:
