@@ -249,6 +249,11 @@ def test_import_never_overwrites_and_refuses_an_encoder_only_folder(tmp_path: Pa
     _no_leftovers(tmp_path, "out")
 
 
+def test_task_and_language_are_refused_for_the_bundled_pair() -> None:
+    with pytest.raises(UserError, match="select a Whisper pair's prompt"):
+        load_bundle(task="translate")
+
+
 def test_a_changed_file_is_refused_at_load(tmp_path: Path) -> None:
     p = import_pair(TARGET, DRAFTER, tmp_path / "c", copy=True)
     f = p / "target" / "encoder_model.onnx"

@@ -137,6 +137,10 @@ def load_bundle(directory: Path | None = None, check_hashes: bool = True, *, tas
     vocab = Vocabulary(directory / manifest["tokenizer"], manifest["specials"])
     if task is not None and task not in ("transcribe", "translate"):
         raise UserError(f"unknown --task {task!r}; use transcribe or translate")
+    if (task is not None or language is not None) and not any(
+            m.get("kind") == "whisper-onnx" for m in manifest["models"].values()):
+        raise UserError(f"--task and --language select a Whisper pair's prompt; the pair in {directory} has no "
+                        "Whisper model (drop them, or pass --models PAIR)")
     return ModelBundle(directory, manifest, vocab, task, language)
 
 
