@@ -61,6 +61,37 @@ def test_eval_table_golden_and_results(setup, capsys) -> None:
     assert len(list((setup["cal"]).rglob("deployment*.yaml"))) == 1
 
 
+def test_tidy_tables_repool_to_the_results(setup, capsys) -> None:
+    """pandas over per_window.csv (and the parquet copy) gives results.json's pooled figures."""
+    import pandas as pd
+
+    code, _, err = _run(setup["args"], capsys)
+    assert code == 0, err
+    folder = next(setup["res"].iterdir())
+    res = json.loads((folder / "results.json").read_text())["results"]
+    per = pd.read_csv(folder / "per_window.csv")
+    assert per.equals(pd.read_parquet(folder / "per_window.parquet"))
+    assert set(per["split"]) == {"test"} and per["window"].nunique() == res["windows"]
+    assert (per.groupby(["method", "config"])["window"].count() == res["windows"]).all()
+
+    def pooled(rows: pd.DataFrame) -> float:
+        by_config = rows.groupby("config").agg(tokens=("tokens", "sum"), ms=("time_ms", "sum"))
+        return float((by_config["tokens"] / (by_config["ms"] / 1e3)).mean())  # SD: the mean over its K
+
+    summary = pd.read_csv(folder / "summary.csv")
+    for m in res["methods"]:
+        rows = per[per["method"] == m["method"]]
+        assert pooled(rows) == pytest.approx(m["tps"], rel=1e-9)
+        for d, tps in m["tps_by_dataset"].items():
+            assert pooled(rows[rows["dataset"] == d]) == pytest.approx(tps, rel=1e-9)
+        got = summary[(summary["method"] == m["method"]) & (summary["dataset"] == "all")]["tps"].item()
+        assert got == pytest.approx(m["tps"], rel=1e-12)
+    # the slower flag, per configuration: As²d's single configuration gives the table's count
+    as2d = per[per["method"] == "as2d"]
+    slow = next(m for m in res["methods"] if m["method"] == "as2d")["slower"]["slower"]
+    assert int(as2d["slower"].sum()) == slow
+
+
 def test_regenerated_traces_get_a_fresh_selection(setup, capsys) -> None:
     code, _, err = _run(setup["args"], capsys)
     assert code == 0 and "selecting" in err

@@ -93,5 +93,8 @@ def run_eval(
     doc = make_results("eval", ev.to_json(), inputs=inputs, device=dict(prof.device))
     res_path = write_results(folder / "results.json", doc)
     (folder / "table.txt").write_text(table, encoding="utf-8")
+    from as2d_cli.evaluate.tables import write_tables
+
+    write_tables(ev, {w.id: w for w in ts.windows}, folder)
     plot = plot_cdf(ev, folder / "cdf.png")
     return EvalOutput(folder, res_path, table, plot, ev, Path(dep_path), selected_now, Path(profile_path))
