@@ -92,6 +92,44 @@ def test_tidy_tables_repool_to_the_results(setup, capsys) -> None:
     assert int(as2d["slower"].sum()) == slow
 
 
+def test_compare_two_profiles_golden_and_refusals(setup, capsys, tmp_path: Path) -> None:
+    """`as2d compare` of the same windows priced by two profiles (the second's target 25 %
+    slower): the table is golden; other windows or a folder without tables get one line."""
+    import yaml
+
+    code, _, err = _run(setup["args"], capsys)
+    assert code == 0, err
+    slow = yaml.safe_load((DATA / "example-profile.yaml").read_text())
+    slow["costs"]["target_step_ms"] *= 1.25
+    slow["costs"]["verify"]["idle_ms"] = {k: v * 1.25 for k, v in slow["costs"]["verify"]["idle_ms"].items()}
+    (tmp_path / "slow.profile.yaml").write_text(yaml.safe_dump(slow))
+    args = list(setup["args"])
+    args[args.index("--profile") + 1] = str(tmp_path / "slow.profile.yaml")
+    code, _, err = _run(args, capsys)
+    assert code == 0, err
+    a, b = sorted(setup["res"].iterdir())
+    code, out, err = _run(["compare", str(a), str(b)], capsys)
+    assert code == 0, err
+    table = out.split("\n\nA: ")[0] + "\n"
+    golden = DATA / "eval" / "compare.golden.txt"
+    assert table == golden.read_text()
+    code, out, _ = _run(["compare", str(a), str(b), "--json"], capsys)
+    rows = {(r["method"], r["dataset"]): r for r in json.loads(out)["rows"]}
+    to = rows[("target-only", "all")]
+    assert to["ratio"] == pytest.approx(0.8, rel=1e-6) and to["significant"] and to["ci_high"] < 1
+    # a run over other windows, and a folder that is not a run, are refused in one line
+    other = tmp_path / "other"
+    shutil.copytree(b, other)
+    import pandas as pd
+
+    per = pd.read_csv(other / "per_window.csv")
+    per[per["window"] != per["window"].iloc[0]].to_csv(other / "per_window.csv", index=False)
+    code, _, err = _run(["compare", str(a), str(other)], capsys)
+    assert code == 2 and "evaluated different windows" in err and err.count("\n") == 1
+    code, _, err = _run(["compare", str(a), str(tmp_path)], capsys)
+    assert code == 2 and "no results.json" in err
+
+
 def test_regenerated_traces_get_a_fresh_selection(setup, capsys) -> None:
     code, _, err = _run(setup["args"], capsys)
     assert code == 0 and "selecting" in err

@@ -36,6 +36,7 @@ COMMANDS: list[str] = [
     "replay",
     "select_budget",
     "models",
+    "compare",
 ]
 
 app = typer.Typer(
