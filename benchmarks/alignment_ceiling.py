@@ -29,12 +29,12 @@ import dataclasses
 import difflib
 from pathlib import Path
 
-from as2d_cli.engine.policies import DEFAULT_ALIGN_LOOKBACK
+from as2d_cli.engine.methods import DEFAULT_ALIGN_LOOKBACK
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.trace_io import load_traces
 from as2d_cli.replay.driver import Prepared, replay_window
-from as2d_cli.replay.methods import MethodSpec
+from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.replay.run import pooled
 
 ROOT = Path(__file__).resolve().parents[1]

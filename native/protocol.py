@@ -9,13 +9,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from as2d_cli.engine.policies import DEFAULT_ALIGN_LOOKBACK, DEFAULT_ALIGN_WINDOW
+from as2d_cli.engine.methods import (
+    DEFAULT_ALIGN_LOOKBACK,
+    DEFAULT_ALIGN_WINDOW,
+    DEFAULT_ASP_CAP,
+    DEFAULT_BATCH,
+    DEFAULT_BUDGET,
+    DEFAULT_SD_K,
+    DEFAULT_THRESHOLD,
+    METHODS,
+    MethodSpec,
+)
 from as2d_cli.errors import UserError
 
 PROTOCOL = "as2d.runner"
 PROTOCOL_VERSION = 1
 
-METHODS = ("target-only", "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc")
 SOURCES = ("drafter", "ctc", "external")
 
 
@@ -72,11 +81,11 @@ def decode_settings(cmd: dict) -> dict[str, Any]:
         "source": source,
         "window": cmd.get("window"),
         "audio": cmd.get("audio"),
-        "k": _int(cmd, "k", 8, 1),
-        "budget": _int(cmd, "budget", 7, 1),
-        "threshold": _num(cmd, "threshold", 0.4),
-        "cap": _int(cmd, "cap", 24, 1),
-        "batch": _int(cmd, "batch", 8, 1),
+        "k": _int(cmd, "k", DEFAULT_SD_K, 1),
+        "budget": _int(cmd, "budget", DEFAULT_BUDGET, 1),
+        "threshold": _num(cmd, "threshold", DEFAULT_THRESHOLD),
+        "cap": _int(cmd, "cap", DEFAULT_ASP_CAP, 1),
+        "batch": _int(cmd, "batch", DEFAULT_BATCH, 1),
         "window_bound": _int(cmd, "align_window", DEFAULT_ALIGN_WINDOW, 0),
         "lookback": _int(cmd, "align_lookback", DEFAULT_ALIGN_LOOKBACK, 0),
         "max_tokens": _int(cmd, "max_tokens", None, 1),
@@ -84,6 +93,16 @@ def decode_settings(cmd: dict) -> dict[str, Any]:
         "events": bool(cmd.get("events", True)),
         "id": cmd.get("id"),
     }
+
+
+def method_spec(s: dict[str, Any]) -> MethodSpec:
+    """The validated decode settings as the engine's one method specification: the native
+    runner builds its policy from it exactly as the replay does."""
+    m = s["method"]
+    # budget: As²d's budget, the w/o-TD cap; ASP and w/o BC take ASP's cap
+    budget = s["cap"] if m in ("asp", "as2d-no-bc") else s["budget"] if m in ("as2d", "as2d-no-td") else None
+    return MethodSpec(m, k=s["k"] if m == "sd" else None, budget=budget, source=s["source"],
+                      threshold=s["threshold"], batch=s["batch"], lookback=s["lookback"], window=s["window_bound"])
 
 
 def check_batch(b: Any, where: str) -> tuple[float, list[int]]:

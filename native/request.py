@@ -16,18 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from as2d_cli.engine import (
-    ASP,
-    As2d,
-    CandidateBuffer,
-    Episode,
-    Policy,
-    StandardSD,
-    TargetOnly,
-    WallClock,
-    without_bc,
-    without_td,
-)
+from as2d_cli.engine import CandidateBuffer, Episode, Policy, WallClock
 from as2d_cli.engine.accounting import decompose, split_intervals
 from as2d_cli.errors import UserError
 from native.producer import Producer, external_units, pin_current_thread, source_units
@@ -129,19 +118,10 @@ def load_models(directory: str | None = None, threads: int = 1, *, task: str | N
 
 
 def policy_for(s: dict[str, Any]) -> Policy:
-    m = s["method"]
-    if m == "target-only":
-        return TargetOnly()
-    if m == "sd":
-        return StandardSD(s["k"])
-    if m == "asp":
-        return ASP(threshold=s["threshold"], cap=s["cap"])
-    if m == "as2d":
-        return As2d(budget=s["budget"], threshold=s["threshold"], batch=s["batch"], window=s["window_bound"],
-                    lookback=s["lookback"])
-    if m == "as2d-no-td":
-        return without_td(s["budget"], threshold=s["threshold"])
-    return without_bc(threshold=s["threshold"], cap=s["cap"])
+    """The policy of validated decode settings, from the engine's one method owner."""
+    from native.protocol import method_spec
+
+    return method_spec(s).policy()
 
 
 class RecordingDrafter:
@@ -275,6 +255,8 @@ def run_request(
             "source": source_used,
             "budget": s["budget"] if policy.decoupled or s["method"] == "as2d-no-td" else None,
             "k": s["k"] if s["method"] == "sd" else None,
+            "threshold": s["threshold"] if s["method"] != "target-only" and s["method"] != "sd" else None,
+            "batch": s["batch"] if policy.decoupled else None,
             "tokens": res.tokens,
             "n_tokens": n,
             "eos": res.eos,

@@ -10,7 +10,7 @@ import pytest
 from as2d_cli.calibration.fit import fit_profile
 from as2d_cli.calibration.in_loop import _Pricer, apply_in_loop
 from as2d_cli.replay.driver import Prepared, replay_window
-from as2d_cli.replay.methods import MethodSpec
+from as2d_cli.engine.methods import MethodSpec
 from replay_helpers import EOS, hand_profile, hand_window
 from test_calibration import _synthetic_samples
 

@@ -130,6 +130,49 @@ def test_compare_two_profiles_golden_and_refusals(setup, capsys, tmp_path: Path)
     assert code == 2 and "no results.json" in err
 
 
+def test_a_deployments_threshold_and_batch_reach_every_consumer(setup, tmp_path: Path) -> None:
+    """Selected with a non-default confidence stop and batch, a deployment carries both to
+    the replayed As²d run, its ablation's batch, the oracle sweep and the native runner."""
+    from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD
+    from as2d_cli.evaluate.native import native_commands
+    from as2d_cli.evaluate.run import run_eval
+    from as2d_cli.formats.deployment_io import load_deployment
+    from as2d_cli.replay.report import select_report, write_selection
+    from native.protocol import decode_settings, method_spec
+    from native.request import policy_for
+
+    profile = DATA / "example-profile.yaml"
+    files = sorted(setup["traces"].glob("*.jsonl"))
+    th, batch = 0.6, 3
+    assert (th, batch) != (DEFAULT_THRESHOLD, DEFAULT_BATCH)
+    sel, rep = select_report(profile, files, threshold=th, batch=batch)
+    assert (sel.threshold, sel.batch) == (th, batch) and rep["threshold"] == th and rep["batch"] == batch
+    dep_path = write_selection(sel, rep, profile, tmp_path / "deployment.yaml")
+    dep = load_deployment(dep_path, profile=profile)
+    assert (dep.threshold, dep.batch) == (th, batch)
+
+    out = run_eval("k70", profile=profile, traces=setup["traces"], deployment=dep_path, results=tmp_path / "res")
+    ev = out.evaluation
+    as2d = ev.runs["as2d"].specs[0]
+    assert (as2d.threshold, as2d.batch) == (th, batch) and ev.runs["as2d-no-bc"].specs[0].batch == batch
+    assert (ev.oracle["catalog"]["threshold"], ev.oracle["catalog"]["batch"]) == (th, batch)
+    # the oracle's replay of the selected configuration is the As²d run itself
+    assert ev.oracle["tps_selected"] == pytest.approx(ev.runs["as2d"].pooled_tps())
+    doc = json.loads(out.results.read_text())["results"]["deployment"]
+    assert (doc["threshold"], doc["batch"]) == (th, batch)
+    # and the settings matter: the default ones replay to another time
+    default = run_eval("k70", profile=profile, traces=setup["traces"], results=tmp_path / "res2",
+                       calibrations=tmp_path / "cal2").evaluation
+    assert default.runs["as2d"].specs[0].batch == DEFAULT_BATCH
+
+    import dataclasses
+
+    # the example traces name the paper's sources; the runner serves its own (drafter)
+    cmd = {"op": "decode", "window": "w", "method": "as2d", **native_commands(dep, 24)["as2d"], "source": "drafter"}
+    assert policy_for(decode_settings(cmd)) == as2d.policy()
+    assert method_spec(decode_settings(cmd)) == dataclasses.replace(as2d, source="drafter")
+
+
 def test_regenerated_traces_get_a_fresh_selection(setup, capsys) -> None:
     code, _, err = _run(setup["args"], capsys)
     assert code == 0 and "selecting" in err

@@ -10,7 +10,7 @@ import pytest
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.trace import TraceSet
 from as2d_cli.replay.driver import Prepared, replay_window
-from as2d_cli.replay.methods import MethodSpec
+from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.replay.selection import oracle, rank, select_budget
 from as2d_cli.replay.sweep import sweep
 from as2d_cli.synthetic import synthetic_profile, synthetic_traces

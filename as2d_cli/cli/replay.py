@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from as2d_cli.replay.methods import METHODS
+from as2d_cli.engine.methods import METHODS
 
 
 def _f(x: float | None, fmt: str = "{:.2f}") -> str:

@@ -41,15 +41,19 @@ def register(app: typer.Typer) -> None:
         processes: Optional[int] = typer.Option(None, "--processes", help="Worker processes (default: usable CPUs)."),
         out: Optional[Path] = typer.Option(None, "--out", help="Deployment file (default: calibrations/<device>/deployment.yaml, or -2, -3… if taken)."),
         as_json: bool = typer.Option(False, "--json", help="Print the machine-readable selection report."),
+        threshold: Optional[float] = typer.Option(None, "--threshold", help="As²d's confidence stop for the whole catalog (default: the methods' default)."),
+        batch: Optional[int] = typer.Option(None, "--batch", help="The source's publication batch for the whole catalog (default: the methods' default)."),
     ) -> None:
         """Select the fixed As²d configuration (source × budget) by pooled dev TPS."""
+        from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD
         from as2d_cli.formats.common import next_free
         from as2d_cli.formats.profile_io import load_profile
         from as2d_cli.replay.report import default_deployment_path, select_report, write_selection
 
         srcs = [s.strip() for s in sources.split(",") if s.strip()] if sources else None
         sel, rep = select_report(profile, traces, sources=srcs, budgets=_budgets(budgets), tolerance=tolerance,
-                                 processes=processes)
+                                 processes=processes, threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+                                 batch=DEFAULT_BATCH if batch is None else batch)
         dest = out if out is not None else next_free(default_deployment_path(load_profile(profile)))
         written = write_selection(sel, rep, profile, dest)
         rep["deployment"] = str(written)

@@ -3,9 +3,9 @@
 * ``TargetOnly``       — scalar target steps, one token each.
 * ``StandardSD(k)``    — serial prefix-conditioned drafting of k−1 tokens, width-k checks.
 * ``ASP``              — SpecASR adaptive single-sequence prediction: confidence stop
-                         (threshold 0.4, low token included), cap 24, draft recycling.
+                         (threshold and cap: engine/methods.py), draft recycling.
 * ``As2d(budget)``     — target-decoupled source, budget b (K ≤ b+1), confidence stop
-                         where the source has confidences, publication batches of 8.
+                         where the source has confidences, publication batches.
 * ``without_td(b)``    — ablation: serial ASP-style drafting with As²d's budget as cap.
 * ``without_bc()``     — ablation: target-decoupled drafting with ASP's threshold/cap.
 """
@@ -15,11 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Union
 
-DEFAULT_THRESHOLD = 0.4
-DEFAULT_ASP_CAP = 24
-DEFAULT_BATCH = 8
-DEFAULT_ALIGN_WINDOW = 8
-DEFAULT_ALIGN_LOOKBACK = 8  # retired positions the alignment may return to (alignment.py, rule 4)
+from as2d_cli.engine.methods import (  # noqa: F401  (the defaults' one owner; re-exported)
+    DEFAULT_ALIGN_LOOKBACK,
+    DEFAULT_ALIGN_WINDOW,
+    DEFAULT_ASP_CAP,
+    DEFAULT_BATCH,
+    DEFAULT_THRESHOLD,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,21 +90,22 @@ def evaluate_fixed(
 ) -> FixedEval:
     windows = windows_of(traces, split)
     src, b = deployment.source, deployment.budget
+    th, batch = deployment.threshold, deployment.batch  # the deployment's As²d settings, everywhere
     runs = {
         "target-only": run_method(windows, profile, "target-only", detail=False),
         "sd": run_method(windows, profile, "sd", detail=False),
         "asp": run_method(windows, profile, "asp", detail=False),
         "as2d-no-td": run_method(windows, profile, "as2d-no-td", budget=b, detail=False),
-        "as2d-no-bc": run_method(windows, profile, "as2d-no-bc", source=src, detail=False),
-        "as2d": run_method(windows, profile, "as2d", budget=b, source=src, detail=False),
+        "as2d-no-bc": run_method(windows, profile, "as2d-no-bc", source=src, batch=batch, detail=False),
+        "as2d": run_method(windows, profile, "as2d", budget=b, source=src, threshold=th, batch=batch, detail=False),
     }
     sources, _ = catalog_sources(traces, profile, None)
     if src not in sources:
         sources = [src, *sources]
     usable = sorted(set(feasible_budgets(profile, sources, budgets)) | {b})
-    cat = sweep(windows, profile, sources, usable, processes=processes)
+    cat = sweep(windows, profile, sources, usable, processes=processes, threshold=th, batch=batch)
     orc = oracle(cat, src, b).to_json()
-    orc["catalog"] = {"sources": sources, "budgets": usable}
+    orc["catalog"] = {"sources": sources, "budgets": usable, "threshold": th, "batch": batch}
     datasets = list(dict.fromkeys(w.dataset for w in windows))
     return FixedEval(split, deployment, runs, datasets, orc, [w.id for w in windows])
 

@@ -28,7 +28,7 @@ from as2d_cli.formats.results import make_results, write_results
 from as2d_cli.formats.trace import AUTOREGRESSIVE, CHUNKED, Chunk, DrafterTrace, SourceTrace, WindowTrace
 from as2d_cli.evaluate.replay_gap import gap_summary, native_facts, render_gap, replay_facts
 from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
-from as2d_cli.replay.methods import MethodSpec, asp_cap
+from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_SD_K, DEFAULT_THRESHOLD, MethodSpec, asp_cap
 
 Say = Callable[[str], None]
 METHODS = ("target-only", "sd", "asp", "as2d")
@@ -96,6 +96,17 @@ def native_trace(window: str, dataset: str, res: dict, eos_id: int, audio_s: flo
                        int(res["max_tokens"]), eos_id, sources, drafter, None)
 
 
+def native_commands(dep: Any, asp_cap_: int) -> dict[str, dict[str, Any]]:
+    """The decode settings of each natively run method: the deployment's As²d (source,
+    budget, threshold, batch) and the baselines' defaults."""
+    return {
+        "target-only": {},
+        "sd": {"k": DEFAULT_SD_K},
+        "asp": {"cap": asp_cap_},
+        "as2d": {"budget": dep.budget, "source": dep.source, "threshold": dep.threshold, "batch": dep.batch},
+    }
+
+
 def replay_native(profile: CostProfile, w: WindowTrace, res: dict) -> tuple[float | None, dict[str, Any]]:
     """The replayed TPS of a native run's trajectory, and the replay's figures for the
     op-by-op comparison (``replay_gap``)."""
@@ -105,9 +116,10 @@ def replay_native(profile: CostProfile, w: WindowTrace, res: dict) -> tuple[floa
     elif m == "sd":
         spec = MethodSpec("sd", k=res["k"])
     elif m == "asp":
-        spec = MethodSpec("asp", budget=res["cap"])
-    else:
-        spec = MethodSpec("as2d", budget=res["budget"], source=res["source"])
+        spec = MethodSpec("asp", budget=res["cap"], threshold=res.get("threshold", DEFAULT_THRESHOLD))
+    else:  # the run's own settings (the deployment's), so the replay prices the same policy
+        spec = MethodSpec("as2d", budget=res["budget"], source=res["source"],
+                          threshold=res.get("threshold", DEFAULT_THRESHOLD), batch=res.get("batch") or DEFAULT_BATCH)
     prep = Prepared(profile, spec)
     tl = timeline_for(w, prep, spec.source) if spec.decoupled and spec.source is not None else None
     r = replay_window(w, prep, detail=True, timeline=tl)
@@ -139,12 +151,7 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     ref_s = profile.context.ref_audio_s if profile.context is not None else 0.0  # unknown window: no audio term
     picks = pick_windows(ev.window_ids, ds, windows)
     cap = asp_cap(profile.max_width)
-    cmds = {
-        "target-only": {},
-        "sd": {"k": 8},
-        "asp": {"cap": cap},
-        "as2d": {"budget": dep.budget, "source": dep.source},
-    }
+    cmds = native_commands(dep, cap)
     tc, pc = default_cores() if device.kind == "local" else (None, None)
     rows: list[dict] = []
     raw_path = out.folder / "native.runs.jsonl"  # every finished window, written as it finishes
@@ -215,7 +222,7 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
         "summary": summary, "gates": gates,
         "rows": [{k: v for k, v in r.items() if k != "res"} | {
             "tokens": r["res"]["n_tokens"], "time_ms": r["res"]["time_ms"], "eos": r["res"]["eos"],
-            "accounting_ms": r["res"]["accounting_ms"], "config": {kk: r["res"].get(kk) for kk in ("k", "budget", "source", "cap")},
+            "accounting_ms": r["res"]["accounting_ms"], "config": {kk: r["res"].get(kk) for kk in ("k", "budget", "source", "cap", "threshold", "batch")},
         } for r in rows],
     }, inputs={"profile": out.profile_path}, device=dict(profile.device))
     path = write_results(out.folder / "native.json", doc)

@@ -22,7 +22,7 @@ from as2d_cli.engine.reference import SequenceDrafter, SequenceTarget
 from as2d_cli.errors import EngineError, FormatError
 from as2d_cli.formats.profile import CostProfile, ms_to_ns
 from as2d_cli.formats.trace import WindowTrace
-from as2d_cli.replay.methods import MethodSpec
+from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.replay.pricing import (Price, WidthTable, in_loop, in_loop_ratios, require_refresh, serial_price,
                                      target_only_price, with_context)
 from as2d_cli.replay.producer import ProducerTimeline, build_timeline

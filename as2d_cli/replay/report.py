@@ -21,6 +21,7 @@ from as2d_cli.formats.trace import TraceSet
 from as2d_cli.formats.trace_io import load_traces
 from as2d_cli.replay.run import run_method, slowdowns
 from as2d_cli.replay.selection import Selection, select_budget, windows_of
+from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD
 from as2d_cli.replay.sweep import DEFAULT_BUDGETS
 from as2d_cli.stats.compare import cdf
 
@@ -148,6 +149,8 @@ def select_report(
     budgets: Sequence[int] = DEFAULT_BUDGETS,
     tolerance: float = 0.01,
     processes: int | None = None,
+    threshold: float | None = DEFAULT_THRESHOLD,
+    batch: int = DEFAULT_BATCH,
 ) -> tuple[Selection, dict]:
     """Run the selection on the traces' dev and val splits; return it and its report."""
     if not 0.0 <= tolerance < 1.0:
@@ -155,7 +158,10 @@ def select_report(
     if processes is not None and processes < 1:
         raise UserError(f"--processes {processes}: give at least 1")
     profile, traces = load_inputs(profile_path, traces_path)
-    sel = select_budget(traces, profile, sources=sources, budgets=budgets, tolerance=tolerance, processes=processes)
+    if batch < 1 or (threshold is not None and not 0.0 <= threshold <= 1.0):
+        raise UserError(f"--batch {batch} / --threshold {threshold}: give a batch >= 1 and a threshold in [0, 1]")
+    sel = select_budget(traces, profile, sources=sources, budgets=budgets, tolerance=tolerance, processes=processes,
+                        threshold=threshold, batch=batch)
     report = {
         "schema": SELECTION_SCHEMA,
         "version": SELECTION_VERSION,
@@ -187,5 +193,5 @@ def write_selection(sel: Selection, report: dict, profile_path: str | Path, out:
     }
     if Path(out).exists():
         raise UserError(f"{out}: already exists and is never overwritten; pass another --out")
-    dep = make_deployment(sel.source, sel.budget, 0.4, 8, profile_path, str(profile.device.get("name", "")), selection)
+    dep = make_deployment(sel.source, sel.budget, sel.threshold, sel.batch, profile_path, str(profile.device.get("name", "")), selection)
     return write_deployment(out, dep)

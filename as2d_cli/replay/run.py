@@ -16,7 +16,7 @@ from as2d_cli.errors import UserError
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.replay.driver import Prepared, WindowReplay, replay_window
-from as2d_cli.replay.methods import MethodSpec, expand
+from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_BUDGET, DEFAULT_THRESHOLD, MethodSpec, expand
 from as2d_cli.stats.compare import TIE, sd_summary, sd_window_tps, slowdown
 from as2d_cli.stats.pooled import Outcome, pooled_tps
 
@@ -123,10 +123,10 @@ def run_method(
     source: str | None = None,
     k: int | None = None,
     default_source: str | None = None,
-    default_budget: int = 7,
+    default_budget: int = DEFAULT_BUDGET,
     detail: bool = True,
-    batch: int = 8,
-    threshold: float | None = 0.4,
+    batch: int = DEFAULT_BATCH,
+    threshold: float | None = DEFAULT_THRESHOLD,
 ) -> MethodRun:
     if not windows:
         raise UserError("no windows to replay; check the trace file and the split")

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD
 from as2d_cli.errors import UserError
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet, WindowTrace
@@ -92,6 +93,8 @@ class Selection:
     ranking: list[Ranked]
     catalog: dict
     excluded_sources: dict[str, str] = field(default_factory=dict)
+    threshold: float | None = DEFAULT_THRESHOLD  # As²d's confidence stop the catalog was replayed with
+    batch: int = DEFAULT_BATCH  # and its publication batch
 
     @property
     def retained(self) -> bool | None:
@@ -101,6 +104,8 @@ class Selection:
         return {
             "source": self.source,
             "budget": self.budget,
+            "threshold": self.threshold,
+            "batch": self.batch,
             "max_width": self.budget + 1,
             "catalog": self.catalog,
             "excluded_sources": self.excluded_sources,
@@ -132,7 +137,7 @@ def _feasible(profile: CostProfile, sources: Sequence[str], budget: int) -> bool
     must be measured, idle and concurrent (D.2.1); otherwise it leaves the catalog."""
     from as2d_cli.errors import FormatError
     from as2d_cli.replay.driver import Prepared
-    from as2d_cli.replay.methods import MethodSpec
+    from as2d_cli.engine.methods import MethodSpec
 
     try:
         for s in sources:
@@ -158,9 +163,12 @@ def select_budget(
     val_split: str = "val",
     tolerance: float = DEFAULT_TOLERANCE,
     processes: int | None = None,
+    threshold: float | None = DEFAULT_THRESHOLD,
+    batch: int = DEFAULT_BATCH,
 ) -> Selection:
     """Rank the catalog on ``dev_split``, check retention on ``val_split`` (skipped with a
-    note when the traces hold no validation windows)."""
+    note when the traces hold no validation windows). ``threshold`` and ``batch`` configure
+    As²d throughout the catalog and go into the selection (and so the deployment)."""
     dev = [w for w in traces.windows if w.split == dev_split]
     if not dev:
         have = sorted({w.split for w in traces.windows})
@@ -171,7 +179,7 @@ def select_budget(
     if not usable_budgets:
         raise UserError(f"{profile.path}: none of budgets {budgets[0]}–{budgets[-1]} has its width measured (profile max K{profile.max_width}); lower --budgets")
     dropped = [b for b in budgets if b not in usable_budgets]
-    cat = sweep(dev, profile, srcs, usable_budgets, processes=processes)
+    cat = sweep(dev, profile, srcs, usable_budgets, processes=processes, threshold=threshold, batch=batch)
     ranking = rank(cat)
     best = ranking[0]
     orc = oracle(cat, best.source, best.budget)
@@ -180,7 +188,7 @@ def select_budget(
     val_info = None
     val = [w for w in traces.windows if w.split == val_split]
     if val:
-        vcat = sweep(val, profile, srcs, usable_budgets, processes=processes)
+        vcat = sweep(val, profile, srcs, usable_budgets, processes=processes, threshold=threshold, batch=batch)
         vrank = rank(vcat)
         chosen = next(r for r in vrank if r.source == best.source and r.budget == best.budget)
         pos = vrank.index(chosen) + 1
@@ -191,7 +199,7 @@ def select_budget(
                     "retention": chosen.tps / vbest.tps, "tolerance": tolerance, "retained": retained}
     catalog = {"sources": srcs, "budgets": usable_budgets, "configurations": len(srcs) * len(usable_budgets),
                "dropped_budgets": dropped, "ranking": "pooled TPS on the development split"}
-    return Selection(best.source, best.budget, dev_info, val_info, ranking, catalog, excluded)
+    return Selection(best.source, best.budget, dev_info, val_info, ranking, catalog, excluded, threshold, batch)
 
 
 def windows_of(traces: TraceSet, split: str | None) -> list[WindowTrace]:

@@ -20,7 +20,7 @@ from as2d_cli.errors import UserError
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
-from as2d_cli.replay.methods import MethodSpec
+from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec
 
 DEFAULT_BUDGETS = tuple(range(1, 25))
 
@@ -117,8 +117,8 @@ def sweep(
     sources: Sequence[str],
     budgets: Sequence[int] = DEFAULT_BUDGETS,
     *,
-    threshold: float | None = 0.4,
-    batch: int = 8,
+    threshold: float | None = DEFAULT_THRESHOLD,
+    batch: int = DEFAULT_BATCH,
     processes: int | None = None,
     reuse: bool = True,
 ) -> CatalogTimes:
