@@ -31,6 +31,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from as2d_cli.engine import CandidateBuffer, Episode, StandardSD, TargetOnly, WallClock
+from as2d_cli.engine.methods import DEFAULT_SD_K
 from native.producer import pin_current_thread
 from native.protocol import ProtocolError
 
@@ -262,7 +263,7 @@ def probe_loop(runner: Any, cmd: dict, audio: np.ndarray, language: str | None =
 
 EPISODE_METHODS = (
     {"method": "target-only"},
-    {"method": "sd", "k": 8},
+    {"method": "sd", "k": DEFAULT_SD_K},
     {"method": "asp", "cap": 15},
     {"method": "as2d", "source": "drafter", "budget": 4},
     {"method": "as2d", "source": "ctc", "budget": 4},

@@ -9,6 +9,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from as2d_cli.engine.methods import DEFAULT_BUDGET, DEFAULT_SD_K
+
 
 def register(app: typer.Typer) -> None:
     @app.command("decode")
@@ -16,8 +18,8 @@ def register(app: typer.Typer) -> None:
         window: str = typer.Option(..., "--window", help="Corpus window id (`as2d corpus list`)."),
         method: str = typer.Option("as2d", "--method", help="target-only, sd, asp, as2d, as2d-no-td, as2d-no-bc."),
         phone: str = typer.Option("local", "--phone", help="local, a known phone name, or an adb serial."),
-        budget: int = typer.Option(7, "--budget", help="As²d proposal budget b (physical K <= b+1)."),
-        k: int = typer.Option(8, "--k", help="Standard SD physical width K."),
+        budget: int = typer.Option(DEFAULT_BUDGET, "--budget", help="As²d proposal budget b (physical K <= b+1)."),
+        k: int = typer.Option(DEFAULT_SD_K, "--k", help="Standard SD physical width K."),
         source: str = typer.Option("drafter", "--source", help="drafter or ctc (As²d sources)."),
         candidates: Optional[Path] = typer.Option(None, "--candidates", help="JSON Lines of external batches {t_ms, tokens}."),
         max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Output cap (default: the model's)."),
