@@ -50,6 +50,14 @@ def test_eval_table_golden_and_results(setup, capsys) -> None:
     assert res["oracle"]["tps_oracle"] >= res["oracle"]["tps_selected"] > 0
     assert res["oracle"]["tps_selected"] == pytest.approx(methods["as2d"]["tps"])
     assert (folders[0] / "cdf.png").read_bytes()[:4] == b"\x89PNG"
+    # under the table and in the results: what it was computed from
+    prov = res["provenance"]
+    assert prov["profile"]["synthetic"] is True and prov["pair"]["name"] == "bundled"
+    assert prov["deployment"]["validation_retained"] in (True, False) and len(prov["traces"]) == 3
+    verdict = "retained on validation" if prov["deployment"]["validation_retained"] else "NOT retained"
+    lines = out[len(golden):].splitlines()[:3]
+    assert [x.split()[0] for x in lines] == ["profile", "deployment", "traces"]
+    assert "synthetic" in lines[0] and verdict in lines[1] and "model pair bundled" in lines[2]
     deps = list((setup["cal"]).rglob("deployment*.yaml"))
     assert len(deps) == 1
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from as2d_cli.errors import UserError
 from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
@@ -88,9 +88,10 @@ def run_eval(
         folder = results / f"{device}-{split}-{stamp}-{n}"
         n += 1
     folder.mkdir(parents=True)
-    table = render_table(ev)
+    prov = provenance(prof, Path(profile_path), dep, Path(dep_path), files, ts)
+    table = render_table(ev) + render_provenance(prov)
     inputs = {"profile": profile_path, "deployment": dep_path, **{f"traces{i}": f for i, f in enumerate(files)}}
-    doc = make_results("eval", ev.to_json(), inputs=inputs, device=dict(prof.device))
+    doc = make_results("eval", {**ev.to_json(), "provenance": prov}, inputs=inputs, device=dict(prof.device))
     res_path = write_results(folder / "results.json", doc)
     (folder / "table.txt").write_text(table, encoding="utf-8")
     from as2d_cli.evaluate.tables import write_tables
@@ -98,3 +99,31 @@ def run_eval(
     write_tables(ev, {w.id: w for w in ts.windows}, folder)
     plot = plot_cdf(ev, folder / "cdf.png")
     return EvalOutput(folder, res_path, table, plot, ev, Path(dep_path), selected_now, Path(profile_path))
+
+
+def provenance(prof: Any, profile_path: Path, dep: Any, dep_path: Path, files: list[Path], ts: Any) -> dict[str, Any]:
+    """What a table was computed from: the profile (and whether it is synthetic), the
+    deployment (and whether validation retained it), the traces and their model pair."""
+    pair = ts.provenance.get("pair") or {"name": "bundled"}
+    retained = (dep.selection or {}).get("retained")
+    return {
+        "profile": {"path": str(profile_path), "device": str(prof.device.get("name", "")),
+                    "synthetic": bool(prof.synthetic), "pair": (prof.device.get("pair") or {"name": "bundled"})["name"]},
+        "deployment": {"path": str(dep_path), "source": dep.source, "budget": dep.budget, "threshold": dep.threshold,
+                       "batch": dep.batch, "validation_retained": retained},
+        "traces": [str(f) for f in files],
+        "pair": {k: pair.get(k) for k in ("name", "task", "language")},
+    }
+
+
+def render_provenance(prov: dict[str, Any]) -> str:
+    p, d = prov["profile"], prov["deployment"]
+    kind = "synthetic: published costs, not measured here" if p["synthetic"] else "measured"
+    val = {True: "retained on validation", False: "NOT retained on validation", None: "not validated"}[
+        d["validation_retained"]]
+    traces = prov["traces"]
+    where = traces[0] if len(traces) == 1 else f"{len(traces)} files in {Path(traces[0]).parent}"
+    return (f"profile     {p['path']} ({p['device']}; {kind})\n"
+            f"deployment  {d['path']} ({d['source']}/budget {d['budget']}, threshold {d['threshold']}, "
+            f"batch {d['batch']}; {val})\n"
+            f"traces      {where} (model pair {prov['pair']['name']})\n")
