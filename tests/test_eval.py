@@ -181,6 +181,30 @@ def test_a_deployments_threshold_and_batch_reach_every_consumer(setup, tmp_path:
     assert method_spec(decode_settings(cmd)) == dataclasses.replace(as2d, source="drafter")
 
 
+def test_paper_tables_golden_report_rerenders_and_rk_plot(setup, capsys, tmp_path: Path) -> None:
+    code, _, err = _run(setup["args"], capsys)
+    assert code == 0, err
+    folder = next(setup["res"].iterdir())
+    tables = (folder / "tables.md").read_text()
+    body = tables.split("\n", 3)[3]  # past the title and the provenance line (paths of this run)
+    assert body == (DATA / "eval" / "tables.golden.md").read_text()
+    for png in ("cdf.png", "datasets.png", "rk.png"):
+        assert (folder / png).read_bytes()[:4] == b"\x89PNG", png
+    # `as2d report` renders the same tables from the stored files alone
+    (folder / "tables.md").unlink()
+    code, out, err = _run(["report", str(folder)], capsys)
+    assert code == 0, err
+    assert (folder / "tables.md").read_text() == tables
+    assert "Windows slower than target-only" in out
+    prof = tmp_path / "p.profile.yaml"
+    shutil.copy(DATA / "example-profile.yaml", prof)
+    code, out, err = _run(["plot", "rk", str(prof)], capsys)
+    assert code == 0, err
+    assert (tmp_path / "p.rk.png").read_bytes()[:4] == b"\x89PNG"
+    code, _, err = _run(["plot", "rk", str(prof), "--out", str(tmp_path / "p.rk.png")], capsys)
+    assert code == 2 and "never overwritten" in err
+
+
 def test_regenerated_traces_get_a_fresh_selection(setup, capsys) -> None:
     code, _, err = _run(setup["args"], capsys)
     assert code == 0 and "selecting" in err

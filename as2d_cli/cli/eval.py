@@ -66,4 +66,4 @@ def register(app: typer.Typer) -> None:
         if native_out is not None:
             typer.echo("")
             typer.echo(native_out.table, nl=False)
-        typer.echo(f"\nresults in {out.folder}/ (results.json, table.txt, cdf.png, per_window.csv/.parquet, summary.csv)")
+        typer.echo(f"\nresults in {out.folder}/ (results.json, table.txt, tables.md, per_window.csv/.parquet, summary.csv, PNGs)")

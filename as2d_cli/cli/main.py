@@ -37,6 +37,7 @@ COMMANDS: list[str] = [
     "select_budget",
     "models",
     "compare",
+    "report",
 ]
 
 app = typer.Typer(

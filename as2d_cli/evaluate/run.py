@@ -98,6 +98,9 @@ def run_eval(
 
     write_tables(ev, {w.id: w for w in ts.windows}, folder)
     plot = plot_cdf(ev, folder / "cdf.png")
+    from as2d_cli.evaluate.report import write_report
+
+    write_report(folder)  # tables.md, datasets.png, rk.png: the paper's tables and figures
     return EvalOutput(folder, res_path, table, plot, ev, Path(dep_path), selected_now, Path(profile_path))
 
 
