@@ -181,6 +181,39 @@ def test_a_deployments_threshold_and_batch_reach_every_consumer(setup, tmp_path:
     assert method_spec(decode_settings(cmd)) == dataclasses.replace(as2d, source="drafter")
 
 
+def test_compare_native_uses_each_windows_median_repetition(tmp_path: Path, capsys) -> None:
+    """`as2d compare --native` pools each window at the median of its repetitions (D.3):
+    run B's As²d is 2x faster at the median, its one slow repetition does not count."""
+    import pandas as pd
+
+    from as2d_cli.evaluate.native import NATIVE_COLUMNS
+
+    def run(name: str, as2d_ms: list[float]) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps({"kind": "eval", "results": {"split": "test", "datasets": ["read"]}}))
+        rows = []
+        for w in range(6):
+            for rep in range(3):
+                rows.append([f"w{w}", "read", rep, "target-only", "target-only", 50, 1000.0 + w, None, None, True])
+                rows.append([f"w{w}", "read", rep, "as2d", "as2d(drafter/b7)", 50, as2d_ms[rep] + w, None, None, True])
+        pd.DataFrame(rows, columns=NATIVE_COLUMNS).to_csv(folder / "native_per_window.csv", index=False)
+        return folder
+
+    a, b = run("a", [1000.0, 1000.0, 1000.0]), run("b", [500.0, 500.0, 9000.0])
+    code, out, err = _run(["compare", str(a), str(b), "--native", "--json"], capsys)
+    assert code == 0, err
+    rows = {(r["method"], r["dataset"]): r for r in json.loads(out)["rows"]}
+    assert rows[("target-only", "all")]["ratio"] == pytest.approx(1.0)
+    assert rows[("as2d", "all")]["ratio"] == pytest.approx(sum(1000.0 + w for w in range(6)) / sum(500.0 + w for w in range(6)))
+    code, _, err = _run(["compare", str(a), str(tmp_path)], capsys)
+    assert code == 2
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "results.json").write_text("{}")
+    code, _, err = _run(["compare", str(a), str(tmp_path / "c"), "--native"], capsys)
+    assert code == 2 and "no native runs" in err
+
+
 def test_paper_tables_golden_report_rerenders_and_rk_plot(setup, capsys, tmp_path: Path) -> None:
     code, _, err = _run(setup["args"], capsys)
     assert code == 0, err

@@ -17,6 +17,7 @@ def register(app: typer.Typer) -> None:
         markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table."),
         resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples of the pooled ratio."),
         seed: int = typer.Option(0, "--seed", help="Bootstrap seed (the same seed gives the same interval)."),
+        native: bool = typer.Option(False, "--native", help="Compare the runs' native measurements (`eval --native`) instead of their replays."),
     ) -> None:
         """Per method and dataset: pooled TPS of both runs, B/A, Wilcoxon p and bootstrap CI."""
         from as2d_cli.errors import UserError
@@ -24,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
         if resamples < 100:
             raise UserError(f"--resamples {resamples}: give at least 100")
-        res = compare_runs(run_a, run_b, resamples=resamples, seed=seed)
+        res = compare_runs(run_a, run_b, resamples=resamples, seed=seed, native=native)
         if as_json:
             typer.echo(json.dumps(res, allow_nan=False))
         else:

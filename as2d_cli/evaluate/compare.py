@@ -20,18 +20,30 @@ from as2d_cli.errors import UserError
 from as2d_cli.evaluate.fixed import LABELS, ORDER, text_table
 
 
-def load_run(folder: Path) -> tuple[dict, Any]:
-    """A run folder's results document and its per-window table."""
+def load_run(folder: Path, native: bool = False) -> tuple[dict, Any]:
+    """A run folder's results document and its per-window table. ``native``: the native
+    runs' table instead, one row per window, method and configuration with the median
+    time of its repetitions (paper D.3)."""
     import pandas as pd
 
     folder = Path(folder)
     res = folder / "results.json"
-    per = folder / "per_window.csv"
     if not res.is_file():
         raise UserError(f"{folder} is not an evaluation run (no results.json); give a folder `as2d eval` wrote")
+    doc = json.loads(res.read_text(encoding="utf-8"))
+    if native:
+        table = folder / "native_per_window.csv"
+        if not table.is_file():
+            raise UserError(f"{folder} has no native runs (native_per_window.csv); run `as2d eval --native` to compare them")
+        runs = pd.read_csv(table)
+        per = (runs.groupby(["window", "dataset", "method", "config"], as_index=False)
+               .agg(tokens=("tokens", "first"), time_ms=("time_ms", "median")))
+        per["tps"] = per["tokens"] / (per["time_ms"] / 1e3)
+        return doc, per
+    per = folder / "per_window.csv"
     if not per.is_file():
         raise UserError(f"{folder} has no per_window.csv; run `as2d eval` again to write one, then compare")
-    return json.loads(res.read_text(encoding="utf-8")), pd.read_csv(per)
+    return doc, pd.read_csv(per)
 
 
 def _window_arrays(per: Any, method: str, dataset: str | None, windows: list[str]) -> tuple[np.ndarray, ...]:
@@ -53,11 +65,11 @@ def _window_tps(tok: np.ndarray, sec: np.ndarray) -> np.ndarray:
 
 
 def compare_runs(a: Path, b: Path, *, alpha: float = 0.05, confidence: float = 0.95,
-                 resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+                 resamples: int = 2000, seed: int = 0, native: bool = False) -> dict[str, Any]:
     from scipy import stats
 
-    doc_a, per_a = load_run(a)
-    doc_b, per_b = load_run(b)
+    doc_a, per_a = load_run(a, native)
+    doc_b, per_b = load_run(b, native)
     ra, rb = doc_a["results"], doc_b["results"]
     if ra.get("split") != rb.get("split"):
         raise UserError(f"{a} evaluated the {ra.get('split')!r} split and {b} the {rb.get('split')!r} split; "
@@ -99,7 +111,7 @@ def compare_runs(a: Path, b: Path, *, alpha: float = 0.05, confidence: float = 0
             rows.append({"method": m, "label": LABELS[m], "dataset": d, "windows": len(ids), "tps_a": pa,
                          "tps_b": pb, "ratio": pb / pa, "p_value": p, "ci_low": lo, "ci_high": hi,
                          "significant": bool(sig)})
-    return {"a": str(a), "b": str(b), "split": ra.get("split"), "windows": len(wa), "alpha": alpha,
+    return {"a": str(a), "b": str(b), "native": native, "split": ra.get("split"), "windows": len(wa), "alpha": alpha,
             "confidence": confidence, "resamples": resamples, "seed": seed, "rows": rows,
             "inputs": {"a": doc_a.get("inputs"), "b": doc_b.get("inputs")}}
 
@@ -116,7 +128,8 @@ def render_compare(res: dict[str, Any], markdown: bool = False) -> str:
         lines += ["| " + " | ".join(row) + " |" for row in body]
     else:
         lines = text_table(head, body)
+    what = "native runs (median of each window's repetitions)" if res.get("native") else "replay"
     lines += ["", f"A: {res['a']}", f"B: {res['b']}",
-              f"{res['windows']} {res['split']} windows; paired per window; bootstrap {res['resamples']} resamples "
+              f"{res['windows']} {res['split']} windows, {what}; paired per window; bootstrap {res['resamples']} resamples "
               f"(seed {res['seed']}); significant: p < {res['alpha']} and the interval excludes 1"]
     return "\n".join(lines) + "\n"

@@ -227,7 +227,40 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     }, inputs={"profile": out.profile_path}, device=dict(profile.device))
     path = write_results(out.folder / "native.json", doc)
     (out.folder / "native.txt").write_text(table, encoding="utf-8")
+    table_path = write_native_table(rows, out.folder / "native_per_window.csv")
+    if rows:
+        from as2d_cli.evaluate.report import plot_native
+
+        plot_native(table_path, out.folder / "native_vs_replay.png",
+                    f"{device.serial} · profile {Path(out.profile_path).name}\nreplay vs native per window")
     return NativeEvalOutput(path, table, summary)
+
+
+def _config(res: dict) -> str:
+    """A native run's configuration, named as the replay names it (``MethodSpec.label``)."""
+    m = res["method"]
+    if m == "target-only":
+        return m
+    if m == "sd":
+        return f"sd-k{res['k']}"
+    src = f"{res['source']}/" if res.get("source") and m in ("as2d", "as2d-no-bc") else ""
+    return f"{m}({src}b{res.get('budget') or res.get('cap')})"
+
+
+NATIVE_COLUMNS = ["window", "dataset", "rep", "method", "config", "tokens", "time_ms", "tps", "tps_replay", "exact"]
+
+
+def write_native_table(rows: list[dict], path: Path) -> Path:
+    """One row per measured native run (window, repetition, method): the tidy table of the
+    native runs, which `as2d compare --native` reads."""
+    import pandas as pd
+
+    recs = [{"window": r["window"], "dataset": r["dataset"], "rep": r["rep"], "method": r["method"],
+             "config": _config(r["res"]),
+             "tokens": r["res"]["n_tokens"], "time_ms": r["res"]["time_ms"], "tps": r["tps_native"],
+             "tps_replay": r["tps_replay"], "exact": r["divergence"] is None} for r in rows]
+    pd.DataFrame(recs, columns=NATIVE_COLUMNS).to_csv(path, index=False)
+    return path
 
 
 def _eos(rows: list[dict]) -> int:

@@ -161,6 +161,33 @@ def plot_datasets(folder: Path, path: Path, title: str) -> Path:
     return path
 
 
+def plot_native(table: Path, path: Path, title: str) -> Path:
+    """Replay against native TPS per window and method (median of each window's
+    repetitions), with the diagonal: how well the profile predicts the device."""
+    import matplotlib
+    import pandas as pd
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = pd.read_csv(table)
+    med = runs.groupby(["method", "window"], as_index=False).agg(native=("tps", "median"), replay=("tps_replay", "first"))
+    fig, ax = plt.subplots(figsize=(4.6, 4.2), dpi=120)
+    for m, g in med.groupby("method"):
+        ax.scatter(g["native"], g["replay"], s=14, label=str(m))  # native SD runs one K: the method's name
+    lo = float(min(med["native"].min(), med["replay"].min()))
+    hi = float(max(med["native"].max(), med["replay"].max()))
+    ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.7)
+    ax.set_xlabel("native TPS (median of repetitions)")
+    ax.set_ylabel("replayed TPS (same trajectory)")
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def plot_rk(profile_path: Path, path: Path, title: str | None = None) -> Path:
     """R(K) of a profile's idle verification costs (paper Figure 8)."""
     from as2d_cli.calibration.plot import plot_savings
