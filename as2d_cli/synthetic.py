@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from as2d_cli import __version__
+from as2d_cli.engine.methods import DEFAULT_ASP_CAP
 from as2d_cli.formats.profile import CostProfile, DrafterCosts, Fit, SourceCosts
 from as2d_cli.formats.trace import (
     AUTOREGRESSIVE,
@@ -225,7 +226,7 @@ def synthetic_traces(
     scale: float = 1.0,
     anchor: bool = True,
     drafter: bool = True,
-    drafter_cap: int = 24,
+    drafter_cap: int = DEFAULT_ASP_CAP,
     split: str = "test",
     datasets: dict[str, int] | None = None,
     max_tokens: int = MAX_TOKENS,

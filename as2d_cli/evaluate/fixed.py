@@ -145,7 +145,7 @@ def _f(x: float | None, nd: int = 2) -> str:
     return "—" if x is None else f"{x:.{nd}f}"
 
 
-def plot_cdf(ev: FixedEval, path: Path) -> Path:
+def plot_cdf(ev: FixedEval, path: Path, title: str = "") -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -162,6 +162,8 @@ def plot_cdf(ev: FixedEval, path: Path) -> Path:
     ax.set_ylabel("fraction of windows")
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

@@ -97,7 +97,8 @@ def run_eval(
     from as2d_cli.evaluate.tables import write_tables
 
     write_tables(ev, {w.id: w for w in ts.windows}, folder)
-    plot = plot_cdf(ev, folder / "cdf.png")
+    plot = plot_cdf(ev, folder / "cdf.png", f"{device} · profile {Path(profile_path).name} · "
+                    f"{dep.source}/b{dep.budget} · {stamp[:8]}")
     from as2d_cli.evaluate.report import write_report
 
     write_report(folder)  # tables.md, datasets.png, rk.png: the paper's tables and figures

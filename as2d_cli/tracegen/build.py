@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from as2d_cli import __version__
+from as2d_cli.engine.methods import DEFAULT_ASP_CAP
 from as2d_cli.errors import UserError
 
-DRAFTER_CAP = 24  # ASP's largest cap: SD and ASP never ask for more
+DRAFTER_CAP = DEFAULT_ASP_CAP  # ASP's largest cap: SD and ASP never ask for more
 SOURCE_SLACK = 8  # a source may run a little past the target's cap
 
 _MODELS: dict[tuple[str | None, str | None, str | None], Any] = {}  # per process: each pair loaded once
