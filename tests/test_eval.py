@@ -281,6 +281,7 @@ def test_native_summary_pools_each_windows_repetitions_and_reports_drift() -> No
     summ = summarize(rows)
     assert summ["target_only_tps_per_pass"] == pytest.approx([200 / 0.2, 100 / 0.3])
     assert "device drift: target-only TPS per pass 1000.0 / 333.3" in render_native(summ)
+    assert render_native(summ) == (DATA / "eval" / "native.golden.txt").read_text()  # the whole table
 
 
 def test_native_summary_median_agreement_ignores_one_preempted_repetition() -> None:
