@@ -197,6 +197,32 @@ def test_quantized_variant_imports_and_stays_exact(tmp_path: Path, monkeypatch: 
     models.close()
 
 
+def test_a_drafter_reading_the_targets_encoder_is_encoded_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drafter that kept its teacher's encoder (here: the target itself as drafter) reads
+    the target's encoder states: its source starts without an encoder pass, stays exact, and
+    agrees with the target entirely."""
+    from native.protocol import decode_settings
+    from native.request import load_models, run_request
+
+    monkeypatch.setenv("AS2D_PRODUCER", "thread")
+    p = import_pair(TARGET, TARGET, tmp_path / "self", drafter_reads_target_encoder=True, copy=True)
+    entry = json.loads((p / "models.json").read_text())["models"]["drafter"]
+    assert entry["encoder_from"] == "target" and entry["files"]["encoder"] == "target/encoder_model.onnx"
+    assert not (p / "drafter" / "encoder_model.onnx").exists()
+    models = load_models(str(p))
+    assert models.drafter_reads_target_encoder
+    w = CORPUS.get("dev-read-000")
+    audio = w.load_audio()
+    ref = run_request(models, audio, decode_settings({"method": "target-only", "window": w.id}), language="en")
+    res = run_request(models, audio, decode_settings({"method": "as2d", "window": w.id}), language="en")
+    src = res["source_tokens"]  # what the source published before the target finished
+    assert res["tokens"] == ref["tokens"] and src and src == ref["tokens"][: len(src)]
+    assert res["summary"]["accepted"] > 0
+    models.close()
+    with pytest.raises(UserError, match="cannot read the target's encoder states"):
+        import_pair(TARGET, DRAFTER, tmp_path / "no", drafter_reads_target_encoder=True)
+
+
 # ---------------------------------------------------------------------------- import refusals
 def _no_leftovers(parent: Path, name: str) -> None:
     assert not (parent / name).exists()

@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
         copy: bool = typer.Option(False, "--copy", help="Copy the ONNX files into the pair (default: reference them)."),
         name: Optional[str] = typer.Option(None, "--name", help="The pair's name (default: the folder's)."),
         task: str = typer.Option("transcribe", "--task", help="The pair's default task: transcribe or translate."),
+        drafter_reads_target_encoder: bool = typer.Option(False, "--drafter-reads-target-encoder", help="The drafter's decoder reads the target's encoder states (a distilled drafter that kept its teacher's encoder): one encoder pass per request."),
     ) -> None:
         """Validate a target and drafter export and write a pair folder with its manifest."""
         from as2d_cli.models.pair import import_pair
@@ -33,7 +34,8 @@ def register(app: typer.Typer) -> None:
         err = Console(stderr=True)
         say = (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None  # off a terminal: only the result
         path = import_pair(target, drafter, out, ctc=ctc, variant=variant, drafter_variant=drafter_variant,
-                           copy=copy, name=name, task=task, progress=say)
+                           copy=copy, name=name, task=task, progress=say,
+                           drafter_reads_target_encoder=drafter_reads_target_encoder)
         manifest = json.loads((path / "models.json").read_text(encoding="utf-8"))
         parts = ", ".join(f"{k}: {v['kind']} {v.get('layout', '')} {v.get('variant') or ''}".strip()
                           for k, v in manifest["models"].items())

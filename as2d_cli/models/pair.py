@@ -123,9 +123,12 @@ def _entry(role: str, export: WhisperExport, dims: dict, work: Path, copy: bool,
 
 def import_pair(target: Path, drafter: Path, out: Path, *, ctc: Path | None = None, variant: str | None = None,
                 drafter_variant: str | None = None, copy: bool = False, name: str | None = None,
-                task: str = "transcribe", progress: Callable[[str], None] | None = None) -> Path:
+                task: str = "transcribe", progress: Callable[[str], None] | None = None,
+                drafter_reads_target_encoder: bool = False) -> Path:
     """Validate a Whisper target and drafter export (and an optional CTC model) and write
-    the pair folder ``out``. Returns ``out``."""
+    the pair folder ``out``. Returns ``out``. ``drafter_reads_target_encoder``: the drafter's
+    decoder reads the target's encoder states (a distilled drafter that kept its teacher's
+    encoder), so a request is encoded once, by the target."""
     say = progress or (lambda _msg: None)
     out = Path(out)
     if out.exists():
@@ -146,6 +149,10 @@ def import_pair(target: Path, drafter: Path, out: Path, *, ctc: Path | None = No
         build_prompt(e.generation, task, None, str(e.directory / "generation_config.json"))
     say("checking the ONNX files")
     dims_t, dims_d = whisper_dims(t, size), whisper_dims(d, size)
+    if drafter_reads_target_encoder and (dims_t["d"], dims_t["n_mels"]) != (dims_d["d"], dims_d["n_mels"]):
+        raise UserError(f"the drafter ({d.directory}) has width {dims_d['d']} and {dims_d['n_mels']} mel bins, the "
+                        f"target {dims_t['d']} and {dims_t['n_mels']}: it cannot read the target's encoder states; "
+                        "drop --drafter-reads-target-encoder")
     gen = t.generation
     eos = gen.get("eos_token_id")
     eos = eos[0] if isinstance(eos, list) else eos
@@ -158,6 +165,14 @@ def import_pair(target: Path, drafter: Path, out: Path, *, ctc: Path | None = No
         say("hashing" + (" and copying" if copy else "") + " the model files")
         models = {"target": _entry("target", t, dims_t, work, copy, task),
                   "drafter": _entry("drafter", d, dims_d, work, copy, task)}
+        if drafter_reads_target_encoder:  # the drafter's own encoder is not used: name the target's
+            dr, tg = models["drafter"], models["target"]
+            dr["sha256"].pop(dr["files"]["encoder"], None)
+            if copy:
+                (work / dr["files"]["encoder"]).unlink(missing_ok=True)
+            dr["files"]["encoder"] = tg["files"]["encoder"]
+            dr["sha256"][tg["files"]["encoder"]] = tg["sha256"][tg["files"]["encoder"]]
+            dr["encoder_from"] = "target"
         if ctc is not None:
             from as2d_cli.models.external_ctc import import_ctc
 

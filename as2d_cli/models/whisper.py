@@ -170,6 +170,9 @@ class WhisperModel:
         dims = info["dims"]
         self.dims = dict(dims)
         self.n_mels = int(dims["n_mels"])
+        # A drafter that reads the target's encoder states (distil-whisper keeps its teacher's
+        # encoder): given them for a request it needs no encoder pass of its own.
+        self.encoder_from: str | None = info.get("encoder_from")
         self.max_positions = int(dims["max_tokens"])
         hint = f"re-import the pair with `as2d models import` ({HINT})"
         enc_path = bundle.path(files["encoder"])
@@ -212,10 +215,14 @@ class WhisperModel:
 
     def encode_request(self, audio: np.ndarray, hidden: np.ndarray | None = None,
                        language: str | None = None) -> Cross:
-        return self.encode(audio, language)  # a Whisper export always has its own encoder
+        """The request's encoding: ``hidden`` (the owner's encoder states for this audio)
+        when this model reads another's encoder and they are given, else its own pass."""
+        if hidden is not None and self.encoder_from is not None:
+            return Cross(None, None, hidden, self.prompt_for(language))
+        return self.encode(audio, language)
 
     def shares_encoder_of(self, other: Any) -> bool:
-        return False
+        return self.encoder_from is not None and self.encoder_from == getattr(other, "name", None)
 
     def empty_cache(self) -> Cache:
         return self._empty
