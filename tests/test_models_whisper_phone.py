@@ -46,6 +46,7 @@ def test_the_payload_carries_the_pair_to_the_phone(emulated_phone, pair: Path, h
     assert pushed
 
 
+@pytest.mark.slow  # ~70 s (a second bundle and qemu); benchmarks/bundle_pair.py runs the same path
 def test_the_arm64_bundle_carries_the_pair_under_qemu(adb_server, pair: Path, host_tokens: list[int]) -> None:  # type: ignore[no-untyped-def]
     from test_bundle_common import need_qemu, project_snapshot
 
