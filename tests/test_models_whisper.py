@@ -199,8 +199,8 @@ def test_quantized_variant_imports_and_stays_exact(tmp_path: Path, monkeypatch: 
 
 def test_a_drafter_reading_the_targets_encoder_is_encoded_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A drafter that kept its teacher's encoder (here: the target itself as drafter) reads
-    the target's encoder states: its source starts without an encoder pass, stays exact, and
-    agrees with the target entirely."""
+    the target's encoder states: its source starts from them, stays exact, and publishes
+    exactly the target's tokens."""
     from native.protocol import decode_settings
     from native.request import load_models, run_request
 
@@ -217,7 +217,8 @@ def test_a_drafter_reading_the_targets_encoder_is_encoded_once(tmp_path: Path, m
     res = run_request(models, audio, decode_settings({"method": "as2d", "window": w.id}), language="en")
     src = res["source_tokens"]  # what the source published before the target finished
     assert res["tokens"] == ref["tokens"] and src and src == ref["tokens"][: len(src)]
-    assert res["summary"]["accepted"] > 0
+    # (how much of it the target accepts depends on the two threads' pace on this machine)
+    assert models.shared_hidden() is models.target.hidden is not None  # handed over, not recomputed
     models.close()
     with pytest.raises(UserError, match="cannot read the target's encoder states"):
         import_pair(TARGET, DRAFTER, tmp_path / "no", drafter_reads_target_encoder=True)
