@@ -1,11 +1,11 @@
 """The paper's tables and figures for one evaluation, from its stored files only.
 
-``render_tables(folder)`` reads ``results.json`` and ``per_window.csv`` and renders, as
+``write_report(folder)`` reads ``results.json`` and ``per_window.csv`` once and renders, as
 Markdown: pooled TPS per dataset with gains over target-only and over the fastest
 baseline (paper Tables 1/8), the share of windows slower than target-only (Table 4), the
 median and maximum loss of those windows (Table 12), the ablations (Table 5), standard SD
 at each K (Table 9) and the hindsight-oracle gap (Table 2, over all windows: the catalog
-is not stored per dataset). ``write_report(folder)`` writes ``tables.md`` and the figures
+is not stored per dataset) into ``tables.md``, and the figures
 ``datasets.png`` (pooled TPS per dataset) and ``rk.png`` (R(K) of the profile used, when its
 file is still there). `as2d report RUN_DIR` re-renders them; results are never changed.
 """
@@ -55,8 +55,8 @@ def _f(x: float | None, nd: int = 2, pct: bool = False) -> str:
     return f"{x:+.{nd}f} %" if pct else f"{x:.{nd}f}"
 
 
-def render_tables(folder: Path) -> str:
-    doc, per = _load(folder)
+def render_tables(doc: dict, per: Any) -> str:
+    """The tables of an evaluation's results document and per-window table (``_load``)."""
     res = doc["results"]
     datasets = list(res.get("datasets") or sorted(set(per["dataset"])))
     cols = [*datasets, "all"]
@@ -137,13 +137,12 @@ def render_tables(folder: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-def plot_datasets(folder: Path, path: Path, title: str) -> Path:
+def plot_datasets(doc: dict, per: Any, path: Path, title: str) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    doc, per = _load(folder)
     datasets = list(doc["results"].get("datasets") or sorted(set(per["dataset"])))
     methods = [m for m in ORDER if m in set(per["method"])]
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
@@ -203,15 +202,15 @@ def plot_rk(profile_path: Path, path: Path, title: str | None = None) -> Path:
 def write_report(folder: Path) -> list[Path]:
     """tables.md, datasets.png and (when the profile file is there) rk.png in ``folder``."""
     folder = Path(folder)
-    doc, _ = _load(folder)
+    doc, per = _load(folder)  # read once: every table and figure comes from these two
     res = doc["results"]
     prov = res.get("provenance") or {}
     when = str(doc.get("environment", {}).get("created", ""))[:10]
     title = (f"{prov.get('profile', {}).get('device', '')} · profile {Path(prov.get('profile', {}).get('path', '?')).name} · "
              f"{res.get('deployment', {}).get('source')}/b{res.get('deployment', {}).get('budget')} · {when}")
     out = [folder / "tables.md"]
-    out[0].write_text(render_tables(folder), encoding="utf-8")
-    out.append(plot_datasets(folder, folder / "datasets.png", title))
+    out[0].write_text(render_tables(doc, per), encoding="utf-8")
+    out.append(plot_datasets(doc, per, folder / "datasets.png", title))
     profile = Path(prov.get("profile", {}).get("path", ""))
     if profile.is_file():
         out.append(plot_rk(profile, folder / "rk.png"))
