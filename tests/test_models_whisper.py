@@ -276,6 +276,21 @@ def test_import_never_overwrites_and_refuses_an_encoder_only_folder(tmp_path: Pa
     _no_leftovers(tmp_path, "out")
 
 
+def test_the_pair_identity_covers_every_models_files(pair: Path) -> None:
+    """Target and drafter both hold an encoder_model.onnx and a config.json: a change to
+    either model's file changes the identity (none shadows the other's)."""
+    import copy
+
+    from as2d_cli.models.bundle import ModelBundle
+
+    b = load_bundle(pair, check_hashes=False)
+    for role in ("target", "drafter"):
+        m = copy.deepcopy(b.manifest)
+        key = next(k for k in m["models"][role]["sha256"] if k.endswith("encoder_model.onnx"))
+        m["models"][role]["sha256"][key] = "0" * 64
+        assert ModelBundle(b.directory, m, b.vocab).identity()["sha256"] != b.identity()["sha256"], role
+
+
 def test_task_and_language_are_refused_for_the_bundled_pair() -> None:
     with pytest.raises(UserError, match="select a Whisper pair's prompt"):
         load_bundle(task="translate")

@@ -93,7 +93,6 @@ def calibrate(
     """Calibrate ``device`` running the model pair ``models`` (None: the bundled pair);
     ``gate`` is a device_agents GateConfig (None: the device's default)."""
     from as2d_cli.models.bundle import load_bundle
-    from as2d_cli.tracegen.build import pair_identity
     from device_agents.gating import GateConfig, run_gate, settle
     from native.host import open_runner as default_open
 
@@ -105,8 +104,8 @@ def calibrate(
     if window is not None and corpus.get(window).split == "test":  # an unknown id: one line from get()
         raise UserError(f"--window {window} is a test window; calibrate on dev or val audio "
                         "(calibration is kept apart from the test split), or leave --window out")
-    pair = load_bundle(models, task=task, language=language)
-    ident = pair_identity(pair)
+    pair = load_bundle(models, check_hashes=False, task=task, language=language)  # the runner checks the files
+    ident = pair.identity()
     steps = plan if plan is not None else make_plan(
         win, quick=quick, ctc_window=ctc_win, short_window=None if window else short_calibration_window(win, corpus),
         episode_windows=(win,) if window else episode_windows(win, corpus),

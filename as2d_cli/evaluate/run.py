@@ -51,9 +51,8 @@ def run_eval(
     pair = None
     if models is not None:
         from as2d_cli.models.bundle import load_bundle
-        from as2d_cli.tracegen.build import pair_identity
 
-        pair = pair_identity(load_bundle(models, check_hashes=False, task=task, language=language))
+        pair = load_bundle(models, check_hashes=False, task=task, language=language).identity()
     profile_path = profile or find_profile(phone, calibrations, pair, models)
     prof = load_profile(profile_path)
     files = trace_files(traces if traces is not None or models is None else Path(models) / "traces")

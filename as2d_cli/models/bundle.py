@@ -74,6 +74,18 @@ class ModelBundle:
 
         return open_seq2seq(self, name, threads)
 
+    def identity(self) -> dict:
+        """Which pair this is, as traces and profiles record it: its name, the task and forced
+        language, and one digest over every file hash in its manifest — each file named by its
+        model and file name, so the digest does not depend on where the files lie."""
+        import hashlib
+
+        hashes = {f"./{Path(k).name}": v for k, v in self.manifest.get("sha256", {}).items()}
+        for role, info in self.manifest["models"].items():
+            hashes.update({f"{role}/{Path(k).name}": v for k, v in info.get("sha256", {}).items()})
+        digest = hashlib.sha256(json.dumps(sorted(hashes.items())).encode()).hexdigest()
+        return {"name": self.name, "task": self.task or "transcribe", "language": self.language, "sha256": digest}
+
     def max_length(self) -> int:
         """The target's committed-token limit: decoder positions less its prompt."""
         info = self.model("target")

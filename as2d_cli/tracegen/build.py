@@ -156,7 +156,7 @@ def provenance(models: Any) -> dict:
 
     b = models.bundle
     return {
-        "pair": pair_identity(b),
+        "pair": b.identity(),
         # Each model named by its kind and the SHA-256 of its files (from models.json).
         "models": {name: f"{info.get('kind')} " + ",".join(f"{k.rsplit('/', 1)[-1]}:{v[:16]}"
                                                            for k, v in sorted(info.get("sha256", {}).items()))
@@ -167,19 +167,6 @@ def provenance(models: Any) -> dict:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "generator": "as2d traces build",
     }
-
-
-def pair_identity(bundle: Any) -> dict:
-    """Which model pair made a trace: its name, the task and forced language, and one
-    digest over every file hash in its manifest (a trace is refused against another pair)."""
-    import hashlib
-
-    hashes = dict(bundle.manifest.get("sha256", {}))
-    for info in bundle.manifest["models"].values():
-        hashes.update({k.rsplit("/", 1)[-1]: v for k, v in info.get("sha256", {}).items()})
-    digest = hashlib.sha256(json.dumps(sorted(hashes.items())).encode()).hexdigest()
-    return {"name": bundle.name, "task": bundle.task or "transcribe", "language": bundle.language,
-            "sha256": digest}
 
 
 def build_traces(
@@ -207,7 +194,7 @@ def build_traces(
         raise UserError(f"the corpus has no {split!r} windows")
     from as2d_cli.models.bundle import load_bundle
 
-    ident = pair_identity(load_bundle(models_dir, check_hashes=False, task=task, language=language))
+    ident = load_bundle(models_dir, check_hashes=False, task=task, language=language).identity()
     partial = out.with_name(out.name + ".partial.jsonl")
     done: dict[str, dict] = {}
     if partial.exists():
