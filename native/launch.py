@@ -200,7 +200,7 @@ def model_files(models_dir: Path | None = None, cache: Path | None = None) -> li
         tmp = written.with_name(written.name + f".{os.getpid()}")
         tmp.write_bytes(text)
         tmp.replace(written)
-    return [(f"models/{rel}", path) for rel, path in files if rel != "models.json"] + [("models/models.json", written)]
+    return [(f"models/{rel}", path) for rel, path in files] + [("models/models.json", written)]
 
 
 def cache_dir() -> Path:

@@ -85,9 +85,14 @@ PAIRS = "as2d_cli/assets/pairs"  # where a bundle carries an imported model pair
 def pair_folder(models_dir: Path) -> str:
     """The pair's folder relative to the bundle's ``app/`` (what the runner's ``load`` names)."""
     from as2d_cli.models.bundle import load_bundle
+
+    return _pair_rel(load_bundle(models_dir, check_hashes=False).name)
+
+
+def _pair_rel(name: str) -> str:
     from as2d_cli.formats.common import safe_name
 
-    return f"{PAIRS}/{safe_name(load_bundle(models_dir, check_hashes=False).name, 'pair')}"
+    return f"{PAIRS}/{safe_name(name, 'pair')}"
 
 
 def add_pair(project: Path, models_dir: Path) -> str:
@@ -96,14 +101,12 @@ def add_pair(project: Path, models_dir: Path) -> str:
     from as2d_cli.models.bundle import load_bundle, portable_files
 
     bundle = load_bundle(models_dir)  # checks every file against its SHA-256 first
-    rel = pair_folder(models_dir)
+    rel = _pair_rel(bundle.name)
     dest = project / rel
     if dest.exists():
         shutil.rmtree(dest)
     files, manifest = portable_files(bundle)
     for name, src in files:
-        if name == "models.json":
-            continue
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest / name)
     (dest / "models.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")

@@ -158,7 +158,7 @@ def load_bundle(directory: Path | None = None, check_hashes: bool = True, *, tas
 
 def portable_files(bundle: ModelBundle) -> tuple[list[tuple[str, Path]], dict]:
     """A pair as one self-contained folder (for a phone): (relative name, host file) for
-    every file the manifest lists, and the manifest rewritten so files referenced outside
+    every file the manifest lists (not ``models.json`` itself), and the manifest rewritten so files referenced outside
     the folder sit at ``<model>/<file name>`` (external weight files keep their names, next
     to the ONNX file that loads them)."""
     import copy
