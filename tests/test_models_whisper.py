@@ -296,6 +296,17 @@ def test_task_and_language_are_refused_for_the_bundled_pair() -> None:
         load_bundle(task="translate")
 
 
+def test_external_data_files_are_carried_and_hashed(tmp_path: Path) -> None:
+    """A large export keeps weights beside its ONNX file (model.onnx_data): the pair lists,
+    hashes and copies it next to the file that loads it."""
+    t = _copy(tmp_path, TARGET, "t")
+    (t / "encoder_model.onnx_data").write_bytes(b"weights")
+    p = import_pair(t, DRAFTER, tmp_path / "p", copy=True)
+    entry = json.loads((p / "models.json").read_text())["models"]["target"]
+    assert entry["external_data"] == ["target/encoder_model.onnx_data"]
+    assert "target/encoder_model.onnx_data" in entry["sha256"] and (p / "target" / "encoder_model.onnx_data").is_file()
+
+
 def test_a_changed_file_is_refused_at_load(tmp_path: Path) -> None:
     p = import_pair(TARGET, DRAFTER, tmp_path / "c", copy=True)
     f = p / "target" / "encoder_model.onnx"

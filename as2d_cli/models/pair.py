@@ -106,8 +106,7 @@ def _entry(role: str, export: WhisperExport, dims: dict, work: Path, copy: bool,
     for key, src in (("encoder", export.encoder), ("decoder", export.decoder), ("with_past", export.with_past)):
         if src is not None:
             files[key] = _place(src, work, f"{role}/{src.name}", copy)
-    extra = [_place(p, work, f"{role}/{p.name}", copy)
-             for p in export.onnx_files() if p not in (export.encoder, export.decoder, export.with_past)]
+    extra = [_place(p, work, f"{role}/{p.name}", copy) for p in export.external_data()]
     for meta in ("config.json", "generation_config.json"):
         (work / role).mkdir(parents=True, exist_ok=True)
         shutil.copy2(export.directory / meta, work / role / meta)
@@ -191,7 +190,7 @@ def import_pair(target: Path, drafter: Path, out: Path, *, ctc: Path | None = No
         (work / "models.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
         from as2d_cli.models.bundle import load_bundle
 
-        load_bundle(work, task=task)  # what we wrote must load before it becomes the pair
+        load_bundle(work, check_hashes=False, task=task)  # what we wrote must load (hashed just now)
         os.rename(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

@@ -57,17 +57,11 @@ class WhisperExport:
     def merged(self) -> bool:
         return self.with_past is None
 
-    def onnx_files(self) -> list[Path]:
-        """The ONNX files and their external-data files (large exports keep weights beside)."""
-        out: list[Path] = []
-        for f in (self.encoder, self.decoder, self.with_past):
-            if f is None:
-                continue
-            out.append(f)
-            out += sorted(p for p in f.parent.iterdir()
-                          if p.name != f.name and p.name.startswith(f.name) and p.is_file()
-                          and p.name[len(f.name):] in ("_data", ".data", ".onnx_data") or p.name == f.stem + ".onnx_data")
-        return out
+    def external_data(self) -> list[Path]:
+        """The ONNX files' external-data files (large exports keep their weights beside them:
+        ``model.onnx_data``, or ``model.onnx.data``)."""
+        return [f.parent / name for f in (self.encoder, self.decoder, self.with_past) if f is not None
+                for name in (f"{f.name}_data", f"{f.name}.data") if (f.parent / name).is_file()]
 
 
 def _json(path: Path, what: str) -> dict:
