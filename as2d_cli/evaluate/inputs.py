@@ -16,6 +16,7 @@ from pathlib import Path
 
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
+from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet
 
 ASSET_TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
@@ -54,12 +55,12 @@ def same_pair(a: dict | None, b: dict | None) -> bool:
     return key(a) == key(b)
 
 
-def check_pair(profile: object, traces: TraceSet, where: str, pair: dict | None = None,
+def check_pair(profile: CostProfile, traces: TraceSet, where: str, pair: dict | None = None,
                pair_given: bool = False) -> None:
     """Refuse traces built with one model pair against a profile measured with another
     (or against the pair the command was given), in one line naming both."""
     tp = traces.provenance.get("pair")
-    pp = getattr(profile, "device", {}).get("pair")
+    pp = profile.device.get("pair")
     name = lambda x: "the bundled pair" if x is None or x.get("name") == "bundled" else f"pair {x.get('name')!r}"  # noqa: E731
     if pair_given and not same_pair(tp, pair):
         raise UserError(f"{where} was built with {name(tp)}, not {name(pair)}; build traces for it with "

@@ -47,9 +47,6 @@ class Vocabulary:
     def decode(self, ids: list[int] | tuple[int, ...]) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
 
-    def id_to_token(self, i: int) -> str | None:
-        return self._tok.id_to_token(int(i))
-
 
 @dataclass(frozen=True)
 class ModelBundle:

@@ -21,7 +21,7 @@ from as2d_cli.models.session import cache_length, top2_margin, truncate_cache
 WIDTHS = tuple(range(1, 17))
 
 
-def _reference(model: Any, cross: Any, eos: int, length: int) -> tuple[list[int], Any]:
+def _reference(model: Any, cross: Any, length: int) -> tuple[list[int], Any]:
     """Greedy tokens after the prompt (first included), continued past EOS with the model's
     own choices so every width has tokens to verify; the cache after the prompt."""
     logits, base = model.decode(list(cross.prompt), model.empty_cache(), cross)
@@ -34,10 +34,10 @@ def _reference(model: Any, cross: Any, eos: int, length: int) -> tuple[list[int]
     return toks, base
 
 
-def check_model(model: Any, audio: np.ndarray, language: str | None, eos: int, reps: int = 3) -> dict[str, Any]:
+def check_model(model: Any, audio: np.ndarray, language: str | None, reps: int = 3) -> dict[str, Any]:
     """The width, rollback and cost checks for one model on one window."""
     cross = model.encode(audio, language)
-    toks, base = _reference(model, cross, eos, max(WIDTHS) + 2)
+    toks, base = _reference(model, cross, max(WIDTHS) + 2)
     widths = [k for k in WIDTHS if k <= len(toks)]
     # Sequential decisions at each position after the prompt, from the known root toks[0].
     seq_arg, seq_margin, cache = [], [], base
@@ -94,7 +94,7 @@ def check_pair(bundle: Any, windows: list[Any], *, reps: int = 3,
                                "text": bundle.vocab.decode(toks)}
         for name, model in (("target", target.model), ("drafter", drafter)):
             say(f"{w.id}: {name} widths 1..16 and rollback")
-            row[name] = check_model(model, audio, w.language, bundle.vocab.eot, reps)
+            row[name] = check_model(model, audio, w.language, reps)
         out["windows"].append(row)
     out["ok"] = all(not r[m]["mismatches"] and r[m]["rollback_exact"] for r in out["windows"] for m in ("target", "drafter"))
     return out
