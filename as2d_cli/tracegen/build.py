@@ -22,19 +22,21 @@ from as2d_cli.errors import UserError
 DRAFTER_CAP = DEFAULT_ASP_CAP  # ASP's largest cap: SD and ASP never ask for more
 SOURCE_SLACK = 8  # a source may run a little past the target's cap
 
-_MODELS: dict[tuple[str | None, str | None, str | None], Any] = {}  # per process: each pair loaded once
+_LOADED: tuple[tuple[str | None, str | None, str | None], Any] | None = None  # this process's pair, and its key
 
 
 def _models(directory: str | None, task: str | None = None, language: str | None = None) -> Any:
+    """The pair for (directory, task, language), loaded once per process; asking for another
+    frees the previous one."""
+    global _LOADED
     key = (directory, task, language)
-    if key not in _MODELS:
+    if _LOADED is None or _LOADED[0] != key:
         from native.request import load_models
 
-        for old in _MODELS.values():  # one pair at a time: free the previous one's sessions
-            old.close()
-        _MODELS.clear()
-        _MODELS[key] = load_models(directory, threads=1, task=task, language=language)
-    return _MODELS[key]
+        if _LOADED is not None:
+            _LOADED[1].close()
+        _LOADED = (key, load_models(directory, threads=1, task=task, language=language))
+    return _LOADED[1]
 
 
 def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: int | None = None) -> dict:
