@@ -162,7 +162,6 @@ class WhisperModel:
         files = info["files"]
         self.generation = json.loads(bundle.path(files["generation"]).read_text(encoding="utf-8"))
         dims = info["dims"]
-        self.dims = dict(dims)
         self.n_mels = int(dims["n_mels"])
         # A drafter that reads the target's encoder states (distil-whisper keeps its teacher's
         # encoder): given them for a request it needs no encoder pass of its own.
@@ -171,6 +170,7 @@ class WhisperModel:
         hint = f"re-import the pair with `as2d models import` ({HINT})"
         enc_path = bundle.path(files["encoder"])
         self.encoder = make_session(enc_path, threads, hint)
+        self._features_in = self.encoder.get_inputs()[0].name
         shape = self.encoder.get_inputs()[0].shape
         if len(shape) != 3 or shape[1] != self.n_mels:
             raise UserError(f"{enc_path} takes features of shape {shape}, but the model's config.json says "
@@ -179,10 +179,13 @@ class WhisperModel:
         self.with_past = make_session(bundle.path(files["with_past"]), threads, hint) if files.get("with_past") else None
         self.layers = int(dims["dec_layers"])
         self._dec_out = [o.name for o in self.decoder.get_outputs()]
-        past_sess = self.with_past or self.decoder
-        self._past_in = [i.name for i in past_sess.get_inputs()]
-        self._past_out = [o.name for o in past_sess.get_outputs()]
-        self._merged_in = {i.name for i in self.decoder.get_inputs()}
+        self._past_out = [o.name for o in (self.with_past or self.decoder).get_outputs()]
+        # Feed and fetch names per layer, built once (the decoder is called once per token).
+        pkv = "past_key_values.{}.{}.{}"
+        self._self_in = [(pkv.format(i, "decoder", "key"), pkv.format(i, "decoder", "value")) for i in range(self.layers)]
+        self._cross_in = [(pkv.format(i, "encoder", "key"), pkv.format(i, "encoder", "value")) for i in range(self.layers)]
+        self._self_out = [(f"present.{i}.decoder.key", f"present.{i}.decoder.value") for i in range(self.layers)]
+        self._cross_out = [(f"present.{i}.encoder.key", f"present.{i}.encoder.value") for i in range(self.layers)]
         H, dh = int(dims["heads"]), int(dims["head_dim"])
         empty = tuple(np.zeros((1, H, 0, dh), dtype=np.float32) for _ in range(self.layers))
         self._empty: Cache = (empty, empty)
@@ -204,7 +207,7 @@ class WhisperModel:
         return whisper_log_mel(audio, self.n_mels)[None]
 
     def encode(self, audio: np.ndarray, language: str | None = None) -> Cross:
-        (hidden,) = self.encoder.run(None, {self.encoder.get_inputs()[0].name: self.features(audio)})
+        (hidden,) = self.encoder.run(None, {self._features_in: self.features(audio)})
         return Cross(None, None, hidden, self.prompt_for(language))
 
     def encode_request(self, audio: np.ndarray, hidden: np.ndarray | None = None,
@@ -228,19 +231,15 @@ class WhisperModel:
             raise UserError(f"{self.name}: {n + len(tokens)} decoder positions exceed the model's "
                             f"{self.max_positions}; lower the generation limit")
         ids = np.asarray(tokens, dtype=np.int64)[None]
-        L = self.layers
         if n == 0:  # the first call: no cache yet, it computes the cross-attention K/V
             feeds: dict[str, Any] = {"input_ids": ids, "encoder_hidden_states": cross.hidden}
             if self.with_past is None:
                 feeds["use_cache_branch"] = np.array([False])
-                for i in range(L):
-                    feeds[f"past_key_values.{i}.decoder.key"] = past[0][i]
-                    feeds[f"past_key_values.{i}.decoder.value"] = past[1][i]
-                    feeds[f"past_key_values.{i}.encoder.key"] = self._dummy_enc
-                    feeds[f"past_key_values.{i}.encoder.value"] = self._dummy_enc
+                for (sk, sv), (ck, cv), k, v in zip(self._self_in, self._cross_in, *past):
+                    feeds[sk], feeds[sv], feeds[ck], feeds[cv] = k, v, self._dummy_enc, self._dummy_enc
             out = dict(zip(self._dec_out, self.decoder.run(None, feeds)))
-            cross.k = tuple(out[f"present.{i}.encoder.key"] for i in range(L))
-            cross.v = tuple(out[f"present.{i}.encoder.value"] for i in range(L))
+            cross.k = tuple(out[k] for k, _ in self._cross_out)
+            cross.v = tuple(out[v] for _, v in self._cross_out)
         else:
             if cross.k is None:
                 raise EngineError(f"{self.name}: a cached decoder call before the first call of the request")
@@ -248,15 +247,12 @@ class WhisperModel:
             if self.with_past is None:
                 feeds["use_cache_branch"] = np.array([True])
                 feeds["encoder_hidden_states"] = cross.hidden
-            for i in range(L):
-                feeds[f"past_key_values.{i}.decoder.key"] = np.ascontiguousarray(past[0][i])
-                feeds[f"past_key_values.{i}.decoder.value"] = np.ascontiguousarray(past[1][i])
-                feeds[f"past_key_values.{i}.encoder.key"] = cross.k[i]
-                feeds[f"past_key_values.{i}.encoder.value"] = cross.v[i]
-            sess = self.with_past or self.decoder
-            out = dict(zip(self._past_out, sess.run(None, feeds)))
-        keys = tuple(out[f"present.{i}.decoder.key"] for i in range(L))
-        values = tuple(out[f"present.{i}.decoder.value"] for i in range(L))
+            for (sk, sv), (ck, cv), k, v, xk, xv in zip(self._self_in, self._cross_in, *past, cross.k, cross.v):
+                feeds[sk], feeds[sv] = np.ascontiguousarray(k), np.ascontiguousarray(v)
+                feeds[ck], feeds[cv] = xk, xv
+            out = dict(zip(self._past_out, (self.with_past or self.decoder).run(None, feeds)))
+        keys = tuple(out[k] for k, _ in self._self_out)
+        values = tuple(out[v] for _, v in self._self_out)
         logits = np.array(out["logits"][0], dtype=np.float32)  # a copy: suppression writes into it
         if self.suppress.size:
             logits[:, self.suppress] = -np.inf
