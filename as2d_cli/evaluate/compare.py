@@ -54,9 +54,10 @@ def _window_arrays(per: Any, method: str, dataset: str | None, windows: list[str
     return tok.to_numpy(dtype=float), sec.to_numpy(dtype=float)
 
 
-def _pooled(tok: np.ndarray, sec: np.ndarray) -> float:
-    """Σ tokens / Σ time per configuration, then the mean over configurations (SD's K)."""
-    return float(np.mean(tok.sum(axis=0) / sec.sum(axis=0)))
+def _pooled(tok: np.ndarray, sec: np.ndarray) -> Any:
+    """Σ tokens / Σ time per configuration, then the mean over configurations (SD's K); the
+    arrays are (windows, configurations), or with leading resample axes (one figure each)."""
+    return (tok.sum(axis=-2) / sec.sum(axis=-2)).mean(axis=-1)
 
 
 def _window_tps(tok: np.ndarray, sec: np.ndarray) -> np.ndarray:
@@ -90,7 +91,7 @@ def compare_runs(a: Path, b: Path, *, alpha: float = 0.05, confidence: float = 0
                 continue
             ta, sa = _window_arrays(per_a, m, sel, ids)
             tb, sb = _window_arrays(per_b, m, sel, ids)
-            pa, pb = _pooled(ta, sa), _pooled(tb, sb)
+            pa, pb = float(_pooled(ta, sa)), float(_pooled(tb, sb))
             xa, xb = _window_tps(ta, sa), _window_tps(tb, sb)
             ok = ~(np.isnan(xa) | np.isnan(xb))
             diff = xb[ok] - xa[ok]
@@ -98,10 +99,7 @@ def compare_runs(a: Path, b: Path, *, alpha: float = 0.05, confidence: float = 0
             lo = hi = None
             if len(ids) >= 2:
                 def ratio(i: np.ndarray, axis: int = -1) -> np.ndarray:  # i: resampled window indices (..., n)
-                    def pooled(tok: np.ndarray, sec: np.ndarray) -> np.ndarray:
-                        return (tok[i].sum(axis=-2) / sec[i].sum(axis=-2)).mean(axis=-1)
-
-                    return pooled(tb, sb) / pooled(ta, sa)
+                    return _pooled(tb[i], sb[i]) / _pooled(ta[i], sa[i])
 
                 ci = stats.bootstrap((np.arange(len(ids)),), ratio, vectorized=True, n_resamples=resamples,
                                      confidence_level=confidence, method="percentile",
