@@ -1,6 +1,6 @@
-"""Gating before each measured episode (paper D.2.3/D.2.4): rest, every core online, and
-the configured core's frequency ceiling at or above a threshold at two checks a set
-interval apart. Each check is a small operation with available/show/apply, in the style of
+"""Gating before each measured episode (paper D.2.3/D.2.4): rest, a cool phone, then every
+core online and the configured core's frequency ceiling at or above a threshold at each of
+two checks a set interval apart. Each check is a small operation with available/show/apply, in the style of
 pyperf's system tuning; every observation is recorded with the result. Nothing here ever
 changes the device (no onlining cores, no governor or thermal changes)."""
 
@@ -21,6 +21,12 @@ PHONE_MIN_CEILING_KHZ = 1881600  # 1.8816 GHz, the paper's CPU4 threshold
 LOCAL_SETTLE_S = 20.0
 QUIET_LOAD = 0.3  # a one-minute load average below this: the host was already idle
 QUIET_BUSY = 0.10  # a second counts as quiet when the cores were busy at most this fraction of it
+QUIET_STEAL = 0.05  # ... and the hypervisor took at most this fraction of it (VMs: CPU steal)
+# The paper gives no temperature threshold; ours: a phone's battery sensor (the sensor the
+# paper's Table 16 reports) at most 40 °C, waiting up to 10 minutes for it to cool down.
+PHONE_MAX_TEMP_C = 40.0
+COOL_WAIT_S = 600.0
+COOL_POLL_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,9 @@ class GateConfig:
     core: int = PHONE_CORE
     min_ceiling_khz: int | None = PHONE_MIN_CEILING_KHZ  # None: no ceiling check
     settle_s: float = 0.0  # once, before the first measurement: seconds of quiet host (0: skip)
+    max_temp_c: float | None = PHONE_MAX_TEMP_C  # None: no temperature gate
+    temp_sensor: str = "battery"  # "battery", or a thermal zone type (substring), e.g. "skin"
+    cool_wait_s: float = COOL_WAIT_S  # how long a hot device may take to cool down
 
     @classmethod
     def for_device(cls, device: Device) -> "GateConfig":
@@ -47,7 +56,8 @@ class GateConfig:
         (many hosts, VMs in particular, expose no cpufreq) and, once before measuring, that
         it has been quiet for a while (see :func:`settle`)."""
         if device.kind == "local":
-            return cls(rest_s=0.0, interval_s=0.0, checks=1, core=0, min_ceiling_khz=None, settle_s=LOCAL_SETTLE_S)
+            return cls(rest_s=0.0, interval_s=0.0, checks=1, core=0, min_ceiling_khz=None, settle_s=LOCAL_SETTLE_S,
+                       max_temp_c=None)
         return cls()
 
 
@@ -109,6 +119,92 @@ class Rest(Operation):
                             {"seconds": self.seconds, "measured_s": round(time.monotonic() - start, 3)})]
 
 
+def temperature(state: Any, sensor: str) -> tuple[str | None, float | None]:
+    """(sensor name, °C) from a CpuState: the battery sensor, or the first thermal zone
+    whose type contains ``sensor``."""
+    if sensor == "battery":
+        return ("battery", state.battery_temp_c) if state.battery_temp_c is not None else (None, None)
+    for zone, c in sorted(state.thermal_c.items()):
+        if sensor in zone:
+            return zone, c
+    return None, None
+
+
+class Cooled(Operation):
+    """The device's temperature sensor at most ``max_c``: a hot device waits (polling) up to
+    ``wait_s`` instead of being measured; the first and last readings are recorded."""
+
+    name = "temperature"
+
+    def __init__(self, max_c: float, sensor: str, wait_s: float, poll_s: float = COOL_POLL_S) -> None:
+        self.max_c, self.sensor, self.wait_s, self.poll_s = max_c, sensor, wait_s, poll_s
+
+    def available(self, device: Device) -> bool:
+        return temperature(device.cpu_state(), self.sensor)[1] is not None
+
+    def show(self, device: Device) -> Observation:
+        state = device.cpu_state()
+        zone, c = temperature(state, self.sensor)
+        if c is None:
+            return Observation(self.name, state.wall_time, False,
+                               f"no {self.sensor} temperature sensor on {device.serial}; pick another with "
+                               f"--temp-sensor (a thermal zone type) or turn the temperature gate off with --max-temp 0",
+                               {"sensor": self.sensor})
+        ok = c <= self.max_c
+        msg = (f"{zone} {c:.1f} °C <= {self.max_c:g} °C" if ok else
+               f"{zone} {c:.1f} °C is above {self.max_c:g} °C on {device.serial}")
+        return Observation(self.name, state.wall_time, ok, msg, {"sensor": zone, "temp_c": c, "max_c": self.max_c})
+
+    def apply(self, device: Device, sleep: Sleep) -> list[Observation]:
+        first = self.show(device)
+        if first.ok is not False or "temp_c" not in first.detail:
+            return [first]
+        start = time.monotonic()
+        obs = first
+        while obs.ok is False and time.monotonic() - start < self.wait_s:
+            sleep(min(self.poll_s, max(0.0, self.wait_s - (time.monotonic() - start))))
+            obs = self.show(device)
+        waited = round(time.monotonic() - start, 1)
+        detail = {**obs.detail, "first_c": first.detail["temp_c"], "waited_s": waited}
+        # The first reading is kept as a record (informational); the last one decides.
+        first = Observation(first.check, first.wall_time, None, f"{first.message}: waiting to cool down", first.detail)
+        if obs.ok:
+            return [first, Observation(self.name, obs.wall_time, True,
+                                       f"cooled down in {waited:g} s: {obs.message}", detail)]
+        return [first, Observation(self.name, obs.wall_time, False,
+                                   f"{obs.message} after waiting {waited:g} s to cool down; let the phone cool "
+                                   f"(off the charger, out of the sun) and retry, or raise --max-temp", detail)]
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """All-CPU jiffies from /proc/stat: busy (everything but idle and iowait), steal (time a
+    hypervisor gave another guest; part of busy), total."""
+
+    busy: int
+    steal: int
+    total: int
+
+    @classmethod
+    def parse(cls, stat: str) -> "CpuTimes":
+        f = [int(x) for x in stat.splitlines()[0].split()[1:]]
+        f = f[:8] + [0] * (8 - len(f[:8]))  # user nice system idle iowait irq softirq steal
+        total = sum(f)
+        return cls(total - f[3] - f[4], f[7], total)
+
+    @classmethod
+    def read(cls, device: Device) -> "CpuTimes | None":
+        text = device.read_files(["/proc/stat"]).get("/proc/stat")
+        return cls.parse(text) if text else None
+
+    def since(self, earlier: "CpuTimes") -> dict[str, float]:
+        """Busy and steal fractions of the time between two readings."""
+        d = self.total - earlier.total
+        if d <= 0:
+            return {"busy": 0.0, "steal": 0.0}
+        return {"busy": round((self.busy - earlier.busy) / d, 4), "steal": round((self.steal - earlier.steal) / d, 4)}
+
+
 class CoresOnline(Operation):
     name = "cores_online"
 
@@ -160,91 +256,102 @@ class CeilingAtLeast(Operation):
                            {"core": self.core, "ceiling_khz": ceiling, "min_khz": self.min_khz,
                             "online": core.online})
 
-    def apply(self, device: Device, sleep: Sleep) -> list[Observation]:
-        out: list[Observation] = []
-        for i in range(self.checks):
-            if i:
-                sleep(self.interval_s)
-            obs = self.show(device)
-            out.append(Observation(obs.check, obs.wall_time, obs.ok,
-                                   f"check {i + 1}/{self.checks}: {obs.message}", {**obs.detail, "check": i + 1}))
-            if not obs.ok:
-                break
-        return out
-
-
-def _busy_idle(stat: str) -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs from /proc/stat's first line."""
-    fields = [int(x) for x in stat.splitlines()[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
 
 def settle(device: Device, quiet_s: float, max_wait_s: float = 300.0, sleep: Sleep = time.sleep) -> Observation:
     """Wait, once before measuring, until the device has been quiet: a one-minute load
-    average under QUIET_LOAD and a quiet first second, or ``quiet_s`` consecutive seconds with the cores busy at most
-    QUIET_BUSY of the time. A host goes on running slower for tens of seconds after heavy
-    work ends (2-core VM: target steps 1.30 ms right after a training run was stopped, 0.78 ms
-    40 s later), so a calibration started at once prices the slow state and every later run
-    looks faster than its replay. Never fails: after ``max_wait_s`` it says the host is still
-    busy and measuring goes on (the observation records it)."""
-    files = device.read_files(["/proc/loadavg", "/proc/stat"])
-    load_text, stat = files.get("/proc/loadavg"), files.get("/proc/stat")
-    if quiet_s <= 0 or not load_text or not stat:
+    average under QUIET_LOAD and a quiet first second, or ``quiet_s`` consecutive seconds with
+    the cores busy at most QUIET_BUSY of the time and the hypervisor's steal at most
+    QUIET_STEAL. A host goes on running slower for tens of seconds after heavy work ends
+    (2-core VM: target steps 1.30 ms right after a training run was stopped, 0.78 ms 40 s
+    later), and a VM whose neighbours take its CPU shows it only as steal, not as load, so
+    a calibration started at once prices the slow state. Never fails: after ``max_wait_s``
+    it says the host is still busy and measuring goes on (the observation records it)."""
+    load_text = device.read_files(["/proc/loadavg"]).get("/proc/loadavg")
+    prev = CpuTimes.read(device)
+    if quiet_s <= 0 or not load_text or prev is None:
         return Observation("settle", time.time(), None, "settle skipped" if quiet_s <= 0 else
                            "settle skipped: the device exposes no /proc/loadavg or /proc/stat", {"quiet_s": quiet_s})
     load1 = float(load_text.split()[0])
     start = time.monotonic()
-    prev = _busy_idle(stat)
     quiet = seconds = 0
-    busiest = 0.0
+    busiest = stolen = 0.0
     while time.monotonic() - start < max_wait_s:
         sleep(1.0)
-        now_stat = device.read_files(["/proc/stat"]).get("/proc/stat")
-        if not now_stat:
+        cur = CpuTimes.read(device)
+        if cur is None:
             break
-        cur = _busy_idle(now_stat)
-        d_busy, d_total = cur[0] - prev[0], cur[1] - prev[1]
+        frac = cur.since(prev)
         prev = cur
-        frac = d_busy / d_total if d_total > 0 else 0.0
-        busiest = max(busiest, frac)
-        quiet = quiet + 1 if frac <= QUIET_BUSY else 0
+        busiest, stolen = max(busiest, frac["busy"]), max(stolen, frac["steal"])
+        calm = frac["busy"] <= QUIET_BUSY and frac["steal"] <= QUIET_STEAL
+        quiet = quiet + 1 if calm else 0
         seconds += 1
+        detail = {"load1": load1, "waited_s": round(time.monotonic() - start, 1), "quiet_s": quiet_s,
+                  "steal": frac["steal"]}
         # The load average lags a load that has just started: it may end the wait only
         # after a quiet first second.
         if seconds == 1 and quiet == 1 and load1 < QUIET_LOAD:
-            return Observation("settle", time.time(), True, f"host idle (1-minute load {load1:.2f})",
-                               {"load1": load1, "waited_s": round(time.monotonic() - start, 1), "quiet_s": quiet_s})
+            return Observation("settle", time.time(), True, f"host idle (1-minute load {load1:.2f})", detail)
         if quiet >= quiet_s:
-            waited = time.monotonic() - start
             return Observation("settle", time.time(), True,
-                               f"waited {waited:.0f} s for a quiet host (1-minute load was {load1:.2f})",
-                               {"load1": load1, "waited_s": round(waited, 1), "quiet_s": quiet_s})
+                               f"waited {detail['waited_s']:.0f} s for a quiet host (1-minute load was {load1:.2f}, "
+                               f"most steal {stolen:.0%})", detail)
     waited = time.monotonic() - start
+    why = "its hypervisor steals CPU time" if stolen > QUIET_STEAL and busiest <= QUIET_BUSY + stolen else "busy"
     return Observation("settle", time.time(), None,
-                       f"host still busy after {waited:.0f} s (1-minute load was {load1:.2f}); measuring anyway — "
-                       f"stop other work on this machine for steadier figures",
-                       {"load1": load1, "waited_s": round(waited, 1), "quiet_s": quiet_s, "busiest": round(busiest, 3)})
+                       f"host still {why} after {waited:.0f} s (1-minute load was {load1:.2f}, steal up to "
+                       f"{stolen:.0%}); measuring anyway — stop other work on this machine for steadier figures",
+                       {"load1": load1, "waited_s": round(waited, 1), "quiet_s": quiet_s, "busiest": round(busiest, 3),
+                        "steal": round(stolen, 3)})
 
 
-def operations(config: GateConfig) -> list[Operation]:
-    ops: list[Operation] = [Rest(config.rest_s), CoresOnline()]
+def _waits(config: GateConfig) -> list[Operation]:
+    """Operations that may wait before the checks: rest, then cooling down."""
+    ops: list[Operation] = [Rest(config.rest_s)]
+    if config.max_temp_c is not None:
+        ops.append(Cooled(config.max_temp_c, config.temp_sensor, config.cool_wait_s))
+    return ops
+
+
+def _checks(config: GateConfig) -> list[Operation]:
+    """Conditions observed at every one of the ``checks`` checks."""
+    ops: list[Operation] = [CoresOnline()]
     if config.min_ceiling_khz is not None:
         ops.append(CeilingAtLeast(config.core, config.min_ceiling_khz, config.checks, config.interval_s))
     return ops
 
 
+def operations(config: GateConfig) -> list[Operation]:
+    return [*_waits(config), *_checks(config)]
+
+
 def run_gate(device: Device, config: GateConfig | None = None, sleep: Sleep = time.sleep) -> GateResult:
-    """Apply every operation in order; stop at the first failed check. Never raises for a
-    failed check (see :func:`require_gate`); device errors propagate."""
+    """Rest, cool down, then observe every condition at each check; stop at the first
+    failed observation. Never raises for a failed check (see :func:`require_gate`); device
+    errors propagate."""
     config = config or GateConfig.for_device(device)
     observations: list[Observation] = []
-    for op in operations(config):
-        obs = op.apply(device, sleep)
+
+    def failed(obs: list[Observation]) -> GateResult | None:
         observations.extend(obs)
         bad = next((o for o in obs if o.ok is False), None)
-        if bad is not None:
-            return GateResult(False, device.serial, config, tuple(observations), f"gate failed: {bad.message}")
+        if bad is None:
+            return None
+        return GateResult(False, device.serial, config, tuple(observations), f"gate failed: {bad.message}")
+
+    for op in _waits(config):
+        if (res := failed(op.apply(device, sleep))) is not None:
+            return res
+    for i in range(config.checks):
+        if i:
+            sleep(config.interval_s)
+        for op in _checks(config):
+            o = op.show(device)
+            if config.checks > 1:
+                o = Observation(o.check, o.wall_time, o.ok, f"check {i + 1}/{config.checks}: {o.message}",
+                                {**o.detail, "check": i + 1})
+            if (res := failed([o])) is not None:
+                return res
     return GateResult(True, device.serial, config, tuple(observations))
 
 

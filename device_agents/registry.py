@@ -8,29 +8,18 @@ from typing import Any
 
 from as2d_cli.errors import DeviceError, UserError
 from device_agents.adb_phone import STATE_ADVICE, AdbPhone, _server_up, _state_error, adb_port, list_attached
+from device_agents import phones
 from device_agents.base import Device, Facts
 from device_agents.local import LocalHost
 
 
-@dataclass(frozen=True)
-class KnownPhone:
-    name: str
-    marketing_name: str
-    model_id: str
-
-
-# From the paper's Table 6 (shared/phones.md).
-KNOWN_PHONES: dict[str, KnownPhone] = {
-    "k70": KnownPhone("k70", "Redmi K70 Pro", "23117RK66C"),
-    "11pro": KnownPhone("11pro", "Xiaomi 11 Pro", "M2102K1AC"),
-    "14": KnownPhone("14", "Xiaomi 14", "23127PN0CC"),
-    "note9pro": KnownPhone("note9pro", "Redmi Note 9 Pro 5G", "M2007J17C"),
-}
-ALIASES = {"mi11pro": "11pro", "mi14": "14", "redmi-k70-pro": "k70"}
-
-
 def known_names() -> str:
-    return ", ".join(["local", *KNOWN_PHONES])
+    return phones.known_names()
+
+
+def _looks_like_serial(name: str) -> bool:
+    """adb serials: USB serials (letters and digits) or host:port for network devices."""
+    return ":" in name or any(c.isdigit() for c in name)
 
 
 def resolve_phone(name: str, port: int | None = None) -> Device:
@@ -38,13 +27,16 @@ def resolve_phone(name: str, port: int | None = None) -> Device:
     if name == "local":
         return LocalHost()
     port = port or adb_port()
+    key = phones.canonical(name)
     if not _server_up(port):
+        if key is None and not _looks_like_serial(name):
+            raise UserError(f"unknown --phone {name!r}: use one of {known_names()} or the serial of an "
+                            f"attached phone (see `as2d devices`)")
         raise UserError(f"--phone {name}: no adb server runs on port {port}; start it with `adb start-server` "
                         f"(or set ANDROID_ADB_SERVER_PORT), attach the phone, and check `as2d devices`")
     attached = list_attached(port)
-    key = ALIASES.get(name, name)
-    if key in KNOWN_PHONES:
-        known = KNOWN_PHONES[key]
+    if key is not None:
+        known = phones.KNOWN_PHONES[key]
         matches, seen = [], []
         for a in attached:
             if a.state != "device":
@@ -93,7 +85,6 @@ def discover(port: int | None = None, include_local: bool = True) -> list[Device
     out: list[DeviceListing] = []
     if include_local:
         out.append(DeviceListing("local", "local", "device", None, LocalHost().facts()))
-    by_model = {k.model_id: k.name for k in KNOWN_PHONES.values()}
     for a in list_attached(port):
         item = DeviceListing(a.serial, "adb", a.state)
         if a.state != "device":
@@ -101,7 +92,8 @@ def discover(port: int | None = None, include_local: bool = True) -> list[Device
         else:
             try:
                 item.facts = AdbPhone(a.serial, port).facts()
-                item.known_as = by_model.get(item.facts.get("model_id") or "")
+                known = phones.by_model(item.facts.get("model_id"))
+                item.known_as = known.name if known else None
             except DeviceError as exc:  # one phone failing must not hide the others
                 item.error = str(exc)
         out.append(item)

@@ -78,7 +78,7 @@ def test_gate_command_pass_and_fail(make_emulated_phone, capsys, monkeypatch) ->
 def test_unknown_phone_is_one_line(emulated_phone, capsys, monkeypatch) -> None:
     code, out, err = run_cli(["devices", "gate", "--phone", "nokia3310"], capsys, monkeypatch, emulated_phone.adb_port)
     assert code == 2 and out == ""
-    assert err.startswith("error: unknown --phone 'nokia3310': use one of local, k70, 11pro, 14, note9pro")
+    assert err.startswith("error: unknown --phone 'nokia3310': use one of local, k70, mi14, mi11pro, note9pro")
     assert err.count("\n") == 1
 
 

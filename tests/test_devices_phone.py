@@ -113,7 +113,7 @@ def test_resolve_phone_by_name_serial_and_errors(emulated_phone) -> None:
     with pytest.raises(UserError, match=r"no attached phone is a Xiaomi 11 Pro \(model M2102K1AC\)") as err:
         resolve_phone("11pro", port)
     assert emulated_phone.serial in str(err.value)
-    with pytest.raises(UserError, match="use one of local, k70, 11pro, 14, note9pro") as err2:
+    with pytest.raises(UserError, match="use one of local, k70, mi14, mi11pro, note9pro") as err2:
         resolve_phone("pixel9", port)
     assert "\n" not in str(err2.value)
 

@@ -8,6 +8,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -104,6 +105,12 @@ class ScriptedPhone:
         self.online: set[int] = set(range(self.profile.n_cpus))
         self.ceiling_khz: dict[int, int] = {c.cpus[0]: c.max_khz for c in self.profile.clusters}
         self.thermal_mc: dict[str, int] = {z: 36000 + 1000 * i for i, z in enumerate(THERMAL_ZONES)}
+        # What /proc/stat and /proc/loadavg report: busy and steal fractions of the CPU time
+        # from now on, and the 1-minute load average (tests set them; see set_load).
+        self.load = {"busy": 0.02, "steal": 0.0, "load1": 0.05}
+        self._jiffies = [0, 0, 0]  # busy (incl. steal), steal, idle: accumulated at 100 Hz per CPU
+        self._jiffies_at = time.monotonic()
+        self._jiffies_lock = threading.Lock()
         self.history: list[str] = []  # every script received, for tests and debugging
         self.affinity_log: list[tuple[int, list[str]]] = []
         self.stalled: set[str] = set()
@@ -169,7 +176,29 @@ class ScriptedPhone:
             f"MemTotal:       {self.profile.mem_total_kb} kB\n"
             f"MemFree:         {self.profile.mem_total_kb // 5} kB\n"
             f"MemAvailable:    {self.profile.mem_total_kb // 2} kB\n"))
+        fs.add_dynamic("/proc/stat", self._proc_stat)
+        fs.add_dynamic("/proc/loadavg", lambda: f"{self.load['load1']:.2f} 0.05 0.01 1/512 4242\n")
         fs.add_dynamic("/proc/version", lambda: "Linux version 6.1.75-android14-11 (emulated by as2d)\n")
+
+    def set_load(self, busy: float | None = None, steal: float | None = None, load1: float | None = None) -> None:
+        """From now on the CPUs are ``busy`` (of which ``steal`` is taken by a hypervisor)."""
+        self._proc_stat()  # account the time so far at the old load
+        for key, v in (("busy", busy), ("steal", steal), ("load1", load1)):
+            if v is not None:
+                self.load[key] = v
+
+    def _proc_stat(self) -> str:
+        with self._jiffies_lock:
+            now = time.monotonic()
+            ticks = (now - self._jiffies_at) * 100 * len(self.online)
+            self._jiffies_at = now
+            busy = max(self.load["busy"], self.load["steal"])
+            self._jiffies[0] += round(ticks * busy)
+            self._jiffies[1] += round(ticks * self.load["steal"])
+            self._jiffies[2] += round(ticks * (1 - busy))
+            b, st, idle = self._jiffies
+        user = b - st
+        return f"cpu  {user} 0 0 {idle} 0 0 0 {st} 0 0\n"
 
     def current_khz(self, cpu: int) -> int:
         """A plausible running clock: 70 % of the cluster maximum, never above the ceiling."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from device_agents.phones import KNOWN_PHONES, canonical
+
 
 @dataclass(frozen=True)
 class Cluster:
@@ -102,9 +104,11 @@ PROFILES: dict[str, PhoneProfile] = {
     ),
 }
 
-# The --phone registry's names (device_agents.registry) for the same phones.
-PROFILE_ALIASES = {"14": "mi14", "11pro": "mi11pro"}
-
-
 def profile_named(name: str) -> PhoneProfile | None:
-    return PROFILES.get(PROFILE_ALIASES.get(name, name))
+    """The profile of a phone named as in device_agents.phones (names and aliases)."""
+    key = canonical(name)
+    return PROFILES.get(key) if key else None
+
+
+# One phone table: the emulated phones carry the table's names and model ids.
+assert all(canonical(k) == k and KNOWN_PHONES[k].model_id == p.model_id for k, p in PROFILES.items())

@@ -1,0 +1,100 @@
+"""One identity per device, resolved once per command: what the device *is* (its name in
+the phone table, model id, hardware serial), not how it is reached today. A phone over
+wireless adb gets a new connection serial every time; its hardware serial
+(``ro.serialno``) and model stay, so resumable work and stored files key on those.
+
+Where a device's files live follows one rule (:func:`profile_stem`, :func:`deployment_dir`,
+:func:`results_stem`): everything is named by :attr:`DeviceIdentity.name`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from as2d_cli.formats.common import safe_name
+from device_agents.phones import by_model
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    name: str  # "local", a known phone's name (k70, mi14, …), else the phone's model id
+    kind: str  # "local" | "adb"
+    model_id: str | None  # ro.product.model; the host's CPU model for the local host
+    serial: str  # hardware serial: ro.serialno, the host's machine id; stable across connections
+    connection: str  # how the device is reached now: the adb serial, or "local"
+    marketing_name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def key(self) -> str:
+        """Stable across connections: names resumable work (calibration partials)."""
+        return safe(f"{self.name}-{self.serial}")
+
+    def describe(self) -> str:
+        what = self.marketing_name or self.model_id or self.kind
+        via = "" if self.connection in (self.serial, "local") else f" via {self.connection}"
+        return f"{self.name} ({what}, serial {self.serial}{via})"
+
+
+def safe(text: str) -> str:
+    return safe_name(text, "device")
+
+
+def _local_serial() -> str:
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text:
+            return text[:16]
+    import platform
+
+    return platform.node() or "local"
+
+
+def identify(device: Any) -> DeviceIdentity:
+    """The identity of ``device`` (a device_agents Device). Cached on the device, so a
+    command that passes one Device around asks the phone once."""
+    cached = getattr(device, "_identity", None)
+    if isinstance(cached, DeviceIdentity):
+        return cached
+    if device.kind == "local":
+        facts = device.facts()
+        ident = DeviceIdentity("local", "local", facts.get("soc") or facts.get("model_id"), _local_serial(),
+                               "local", None)
+    else:
+        props = device.getprops()
+        model = props.get("ro.product.model") or None
+        known = by_model(model)
+        hw = props.get("ro.serialno") or props.get("ro.boot.serialno") or device.serial
+        name = known.name if known else safe(model or hw)
+        ident = DeviceIdentity(name, device.kind, model, hw, device.serial,
+                               known.marketing_name if known else props.get("ro.product.marketname") or None)
+    device._identity = ident
+    return ident
+
+
+# -- where a device's files live ----------------------------------------------------------
+
+def stamp(at: float | None = None) -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime(at))
+
+
+def profile_stem(name: str, at: float | None = None) -> str:
+    """``calibrations/<name>-<UTC time>.profile.yaml`` (and its samples, gates, plot)."""
+    return f"{safe(name)}-{stamp(at)}"
+
+
+def deployment_dir(calibrations: Path, name: str) -> Path:
+    """``calibrations/<name>/``: the deployments chosen for the device's profiles."""
+    return calibrations / safe(name)
+
+
+def results_stem(name: str, what: str, at: float | None = None) -> str:
+    """``results/<name>-<what>-<UTC time>/`` (what: the split, ``energy``, …)."""
+    return f"{safe(name)}-{what}-{stamp(at)}"
