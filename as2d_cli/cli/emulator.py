@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -23,7 +24,8 @@ def register(app: typer.Typer) -> None:
         private_server: bool = typer.Option(False, "--private-server", help="Start a private adb server (own port and HOME) instead of using a running one."),
         profile: str = typer.Option("k70", "--profile", help="Phone to emulate: k70, mi14, mi11pro, note9pro."),
         connection: str = typer.Option("usb", "--connection", help="usb (unplug removes the phone) or wireless (it stays)."),
-        auth: str = typer.Option("device", "--auth", help="device, unauthorized (key never accepted) or offline (no handshake)."),
+        auth: str = typer.Option("device", "--auth", help="device (only authorized adb keys are accepted), unauthorized (no key accepted) or offline (no handshake)."),
+        authorized_keys: Optional[Path] = typer.Option(None, "--authorized-keys", metavar="FILE", help="adb public keys the phone accepts, one per line in adbkey.pub format (default: the key of the adb server it attaches to)."),
         fault: List[str] = typer.Option([], "--fault", help="Fault to inject (repeatable): core-offline:CPU@T, ceiling:CPU=GHZ@T, stall:CMD, vanish:CMD, vanish@T, unplug@T[+D]."),
         arm64_bundle: bool = typer.Option(False, "--arm64-bundle", help="Run arm64 programs pushed to the phone (the runtime bundle) under qemu-aarch64-static, so commands take the real-phone path (docs/phones.md)."),
         python: bool = typer.Option(False, "--python", help="Give the phone a python3 (this host's interpreter, without the project): the native runner is pushed to it as a payload and runs at host speed (docs/runner-protocol.md)."),
@@ -46,7 +48,8 @@ def register(app: typer.Typer) -> None:
             raise UserError("--auth must be device, unauthorized or offline")
         session = EmulatorSession(profile=profile, port=port,
                                   adb_port=None if private_server else (adb_port or default_adb_port()),
-                                  private_server=private_server, connection=connection, auth_mode=auth)
+                                  private_server=private_server, connection=connection, auth_mode=auth,
+                                  authorized_keys=authorized_keys)
         armed: list[str] = []
         try:
             for spec in fault:

@@ -2,6 +2,11 @@
 speaks the adb transport protocol (CNXN/AUTH, OPEN/OKAY/WRTE/CLSE with flow control) and
 serves ``shell:``, ``shell,v2:``, ``exec:`` and ``sync:`` from a :class:`ScriptedPhone`.
 
+Authentication is adbd's: on CNXN it sends AUTH(TOKEN, 20 random bytes); an AUTH(SIGNATURE)
+that verifies against one of the authorized keys (adbkeys.py) brings the device online, any
+other gets a fresh TOKEN; an offered AUTH(RSAPUBLICKEY) is never accepted (a real phone would
+ask the user), so an adb server with another key sees the phone ``unauthorized``.
+
 Written from the AOSP protocol documents (protocol.txt, SERVICES.TXT, SYNC.TXT). One
 thread per connection reads messages; each opened stream runs its service in its own
 thread, so a stalled command never blocks the transport.
@@ -17,9 +22,10 @@ import stat as stat_mod
 import struct
 import threading
 import time
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterable
 
-from device_agents.emulator import wire
+from device_agents.emulator import adbkeys, wire
 from device_agents.emulator.phone import ScriptedPhone
 from device_agents.emulator.pipes import Pipe, StreamClosed
 from device_agents.emulator.shell import interactive
@@ -27,6 +33,8 @@ from device_agents.emulator.shell import interactive
 log = logging.getLogger(__name__)
 
 FEATURES = "shell_v2,cmd,fixed_push_mkdir,fixed_push_symlink_timestamp"
+# adbd slows down a client that keeps failing (1 s per attempt past 256 failures).
+_FREE_AUTH_FAILURES = 256
 
 
 class Stream:
@@ -107,6 +115,8 @@ class Transport(threading.Thread):
         self._next_id = 1
         self._lock = threading.Lock()
         self.online = False
+        self._token: bytes | None = None
+        self._auth_failures = 0
 
     def send(self, msg: wire.Message) -> None:
         with self._send_lock:
@@ -151,19 +161,32 @@ class Transport(threading.Thread):
         phone = self.adbd.phone
         if msg.command == wire.A_CNXN:
             self.max_payload = max(4096, min(msg.arg1, wire.MAX_PAYLOAD))
-            mode = self.adbd.auth_mode
-            if mode == "offline":
+            if self.adbd.auth_mode == "offline":
                 return  # never answer: the server keeps the device 'offline'
-            if mode == "unauthorized":
-                self.send(wire.Message(wire.A_AUTH, wire.AUTH_TOKEN, 0, os.urandom(20)))
-                return
-            self.online = True
-            self.send(wire.Message(wire.A_CNXN, wire.A_VERSION, wire.MAX_PAYLOAD, phone.banner(FEATURES)))
+            self.online = False
+            self._send_token()
         elif msg.command == wire.A_AUTH:
+            if self.online or self._token is None:
+                return  # adbd ignores AUTH outside the handshake
             if msg.arg0 == wire.AUTH_SIGNATURE:
-                # Reject every key: the server then offers its public key and waits for the
-                # user to accept it on the phone -- which never happens, so 'unauthorized'.
-                self.send(wire.Message(wire.A_AUTH, wire.AUTH_TOKEN, 0, os.urandom(20)))
+                key = self.adbd.check_signature(self._token, msg.data)
+                if key is None:
+                    # Next token: the server signs it with its next key, and once it has none
+                    # left offers its public key (AUTH RSAPUBLICKEY).
+                    self._auth_failures += 1
+                    if self._auth_failures > _FREE_AUTH_FAILURES:
+                        time.sleep(1)
+                    self._send_token()
+                    return
+                self._token = None
+                self._auth_failures = 0
+                self.online = True
+                log.info("adb key %s authorized", key.fingerprint())
+                self.send(wire.Message(wire.A_CNXN, wire.A_VERSION, wire.MAX_PAYLOAD, phone.banner(FEATURES)))
+            elif msg.arg0 == wire.AUTH_RSAPUBLICKEY:
+                # A real phone asks "Allow USB debugging?"; this one never allows it, so the
+                # server keeps the device 'unauthorized'.
+                self.adbd._offered(msg.data)
         elif msg.command == wire.A_OPEN:
             if not self.online:
                 return
@@ -186,6 +209,10 @@ class Transport(threading.Thread):
             if s is not None:
                 s.closed.set()
                 s._deliver(None)
+
+    def _send_token(self) -> None:
+        self._token = os.urandom(adbkeys.TOKEN_SIZE)
+        self.send(wire.Message(wire.A_AUTH, wire.AUTH_TOKEN, 0, self._token))
 
     def _open(self, remote_id: int, destination: str) -> None:
         service = _pick_service(destination)
@@ -399,14 +426,25 @@ def _sync_recv(phone: ScriptedPhone, stream: Stream, path: str) -> None:
 
 
 class EmulatedAdbd:
-    """The listening side. ``auth_mode`` is 'device' (accept at once), 'unauthorized'
-    (the RSA key is never accepted) or 'offline' (the handshake never completes)."""
+    """The listening side. ``auth_mode`` is 'device' (accept an adb server whose signature
+    verifies against ``authorized_keys``), 'unauthorized' (no key is ever accepted) or
+    'offline' (the handshake never completes).
 
-    def __init__(self, phone: ScriptedPhone, port: int = 0, auth_mode: str = "device") -> None:
+    ``authorized_keys`` is a file with one adb public key per line (``adbkey.pub`` format)
+    or the keys themselves; None means the key of an adb server run by this user
+    (``$HOME/.android/adbkey.pub``), read in :meth:`start`. :meth:`authorize` replaces them.
+    """
+
+    def __init__(self, phone: ScriptedPhone, port: int = 0, auth_mode: str = "device",
+                 authorized_keys: "str | os.PathLike[str] | Iterable[adbkeys.AdbPublicKey] | None" = None) -> None:
         if auth_mode not in ("device", "unauthorized", "offline"):
             raise ValueError(f"auth_mode must be device, unauthorized or offline, not {auth_mode!r}")
         self.phone = phone
         self.auth_mode = auth_mode
+        self.authorized_keys: tuple[adbkeys.AdbPublicKey, ...] | None = None
+        if authorized_keys is not None:
+            self.authorize(authorized_keys)
+        self.offered_keys: list[str] = []  # public keys offered by servers and not accepted
         self._requested_port = port
         self.port = 0
         self._listener: socket.socket | None = None
@@ -416,11 +454,42 @@ class EmulatedAdbd:
         self._stopped = threading.Event()
         phone.attach_adbd(self)
 
+    def authorize(self, keys: "str | os.PathLike[str] | Iterable[adbkeys.AdbPublicKey]") -> None:
+        """Accept exactly these keys from now on (a key file, or the keys)."""
+        if isinstance(keys, (str, os.PathLike)):
+            self.authorized_keys = tuple(adbkeys.load_keys(Path(keys)))
+        else:
+            self.authorized_keys = tuple(keys)
+
+    def check_signature(self, token: bytes, signature: bytes) -> adbkeys.AdbPublicKey | None:
+        """The authorized key that made ``signature`` over ``token``, or None."""
+        if self.auth_mode != "device":
+            return None
+        for key in self.authorized_keys or ():
+            if key.verify(token, signature):
+                return key
+        return None
+
+    def _offered(self, payload: bytes) -> None:
+        text = payload.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
+        try:
+            who = adbkeys.parse_public_key(text).fingerprint()
+        except ValueError as exc:
+            who = f"malformed ({exc})"
+        log.info("adb server offered key %s: not authorized (the emulated phone never asks)", who)
+        with self._lock:
+            if text not in self.offered_keys:
+                self.offered_keys.append(text)
+
     @property
     def serial(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> "EmulatedAdbd":
+        if self.auth_mode == "device" and self.authorized_keys is None:
+            self.authorized_keys = tuple(adbkeys.load_user_keys(
+                adbkeys.user_key_paths(),
+                "start the adb server once (`adb start-server` creates it) or pass authorized_keys"))
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self._requested_port))  # loopback only, never 0.0.0.0

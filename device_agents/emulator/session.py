@@ -1,15 +1,23 @@
 """One running emulated phone: the scripted phone, its loopback adbd, and the adb server it
 is connected to (a private one when asked). Used by the pytest fixture and by
-``as2d emulator start``."""
+``as2d emulator start``.
+
+The phone authorizes the key of that adb server only (as if its owner had ticked *Always
+allow* for it): the private server's ``adbkey.pub``, or -- for a running server -- the key
+file that server uses (found from its process environment on Linux, else
+``$HOME/.android/adbkey.pub``), unless ``authorized_keys`` names a key file. Any other adb
+server sees the phone ``unauthorized``."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 from as2d_cli.errors import DeviceError
 from device_agents.adb_phone import AdbPhone, _server_up
 from device_agents.adbserver import PrivateAdbServer
+from device_agents.emulator import adbkeys
 from device_agents.emulator.adbd import EmulatedAdbd
 from device_agents.emulator.phone import ScriptedPhone
 
@@ -17,9 +25,17 @@ from device_agents.emulator.phone import ScriptedPhone
 class EmulatorSession:
     def __init__(self, profile: str = "k70", port: int = 0, adb_port: int | None = None,
                  private_server: bool = True, connection: str = "usb", auth_mode: str = "device",
-                 root: Path | None = None) -> None:
+                 root: Path | None = None, authorized_keys: str | os.PathLike[str] | None = None) -> None:
         self.phone = ScriptedPhone(profile, root=root, connection=connection)
-        self.adbd = EmulatedAdbd(self.phone, port=port, auth_mode=auth_mode)
+        self._keys_file = authorized_keys
+        try:
+            # An explicit file is read (and checked) now; otherwise the attached server's key
+            # is authorized in start(), once that server runs (it creates its key on start).
+            self.adbd = EmulatedAdbd(self.phone, port=port, auth_mode=auth_mode,
+                                     authorized_keys=authorized_keys if authorized_keys is not None else ())
+        except Exception:
+            self.phone.close()
+            raise
         self._want_private = private_server
         self._adb_port = adb_port
         self.server: PrivateAdbServer | None = None
@@ -48,8 +64,28 @@ class EmulatorSession:
                 raise DeviceError(f"no adb server listens on port {self.adb_port}; start one with "
                                   f"`adb start-server` or pass --private-server")
         self.phone.adb_server_port = self.adb_port
-        self.connect(timeout)
+        if self._keys_file is None and self.adbd.auth_mode == "device":
+            try:
+                self.adbd.authorize(self._server_keys())
+            except Exception:
+                self.stop()
+                raise
+        try:
+            self.connect(timeout)
+        except Exception:
+            self.stop()
+            raise
         return self
+
+    def _server_keys(self) -> list[adbkeys.AdbPublicKey]:
+        """The public key(s) of the adb server this phone is for."""
+        if self.server is not None:
+            paths = [self.server.home / ".android" / "adbkey.pub"]
+        else:
+            paths = adbkeys.server_key_paths(self.adb_port) or adbkeys.user_key_paths()
+        return adbkeys.load_user_keys(
+            paths, f"the adb server on port {self.adb_port} keeps its key elsewhere; "
+                   f"pass --authorized-keys with its adbkey.pub")
 
     def connect(self, timeout: float = 10.0) -> None:
         """`adb connect` and wait until the server lists the phone (in any state but
@@ -72,6 +108,11 @@ class EmulatorSession:
             states = {d.serial: d.state for d in client.list()}
             if states.get(self.serial) == want:
                 return
+            if want == "device" and states.get(self.serial) == "unauthorized" and self.adbd.offered_keys:
+                where = (f"{self._keys_file} does not hold it" if self._keys_file is not None
+                         else "pass --authorized-keys with that server's adbkey.pub")
+                raise DeviceError(f"the emulated phone refused the key of the adb server on port "
+                                  f"{self.adb_port}; {where}")
             time.sleep(0.03)
         raise DeviceError(f"the adb server on port {self.adb_port} did not list {self.serial} as {want} "
                           f"within {timeout:g} s")
