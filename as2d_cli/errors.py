@@ -33,3 +33,10 @@ class EngineError(As2dError):
     """The decoding engine was driven in a way its contract forbids (a programming error)."""
 
     exit_code = 4
+
+
+class Interrupted(As2dError, KeyboardInterrupt):
+    """Ctrl-C during long work: the message says where the partial data is and how to
+    resume. Still a KeyboardInterrupt for code that only knows that."""
+
+    exit_code = 130

@@ -1,5 +1,6 @@
 """The 1 Hz monitor that runs during measured episodes (paper D.2.3): a thread sampling
-cores online and frequency ceilings. Frequency changes are recorded; a core going offline
+cores online, each core's frequency ceiling and current frequency, the thermal zones and
+the battery temperature. Frequency and temperature changes are recorded; a core going offline
 (or the device going away) trips the monitor, and :func:`run_batch` stops the batch with a
 :class:`BatchStopped` error that keeps the failure record and everything measured so far."""
 
@@ -24,11 +25,14 @@ class Sample:
     online: tuple[int, ...]
     ceiling_khz: dict[int, int | None]
     cur_khz: dict[int, int | None]
+    thermal_c: dict[str, float] = field(default_factory=dict)
+    battery_temp_c: float | None = None
 
     @classmethod
     def of(cls, t0: float, state: CpuState) -> "Sample":
         return cls(round(time.monotonic() - t0, 3), state.wall_time, tuple(sorted(state.online)),
-                   {c.cpu: c.ceiling_khz for c in state.cores}, {c.cpu: c.cur_khz for c in state.cores})
+                   {c.cpu: c.ceiling_khz for c in state.cores}, {c.cpu: c.cur_khz for c in state.cores},
+                   dict(state.thermal_c), state.battery_temp_c)
 
 
 @dataclass(frozen=True)
@@ -44,8 +48,10 @@ class CoreMonitor:
     """Samples ``device.cpu_state()`` every ``interval_s`` in a thread. ``expected`` is the
     set of cores that must stay online (default: those online at the first sample)."""
 
-    def __init__(self, device: Device, interval_s: float = 1.0, expected: set[int] | None = None) -> None:
+    def __init__(self, device: Device, interval_s: float = 1.0, expected: set[int] | None = None,
+                 on_trip: Callable[[FailureRecord], None] | None = None) -> None:
         self.device = device
+        self.on_trip = on_trip  # called once, from the monitor's thread, when it trips
         self.interval_s = interval_s
         self.expected = expected
         self.samples: list[Sample] = []
@@ -83,16 +89,23 @@ class CoreMonitor:
         if gone:
             self._trip(FailureRecord(
                 "core_offline", s.t_s, s.wall_time,
-                f"CPU{','.join(map(str, gone))} went offline on {self.device.serial} {s.t_s:.1f} s into the episode; "
-                f"the batch is stopped (results so far are kept) -- let the phone cool down and rerun",
+                f"CPU{','.join(map(str, gone))} went offline on {self.device.serial} {s.t_s:.1f} s into the episode "
+                f"(at {time.strftime('%H:%M:%S', time.localtime(s.wall_time))}); the batch is stopped (results so far "
+                f"are kept) -- let the phone cool down and rerun",
                 {"offline": gone, "online": list(s.online)}))
             return False
         return True
 
     def _trip(self, record: FailureRecord) -> None:
-        if self.failure is None:
+        first = self.failure is None
+        if first:
             self.failure = record
         self.tripped.set()
+        if first and self.on_trip is not None:
+            try:
+                self.on_trip(record)
+            except Exception:  # noqa: BLE001 - stopping the work is best effort; the record stands
+                pass
 
     def stop(self) -> list[Sample]:
         self._stop.set()
@@ -110,6 +123,11 @@ class CoreMonitor:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def record(self) -> dict[str, Any]:
+        """Every sample and the failure, as stored beside a run's results."""
+        return {"interval_s": self.interval_s, "samples": [asdict(s) for s in self.samples],
+                "failure": asdict(self.failure) if self.failure else None}
 
 
 @dataclass

@@ -49,6 +49,10 @@ class RunnerHandle(ABC):
     def close(self) -> None:
         pass
 
+    def abort(self) -> None:
+        """Stop the command in flight at once (from another thread); the handle is then
+        unusable. Runners that cannot be stopped from outside finish the command."""
+
     def __enter__(self) -> "RunnerHandle":
         return self
 
@@ -91,6 +95,10 @@ class LocalRunner(RunnerHandle):
                 on_event(ev)
             if ev.get("event") in TERMINAL:
                 return check(ev)
+
+    def abort(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()  # the pending call() then fails: the runner died
 
     def close(self) -> None:
         if self.proc.poll() is None:

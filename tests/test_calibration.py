@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +20,7 @@ from device_agents.local import LocalHost
 from native.host import default_cores
 
 # The local gate without its once-per-run wait for a quiet host (tested in test_devices_gating).
-NO_SETTLE = GateConfig(rest_s=0.0, interval_s=0.0, checks=1, core=0, min_ceiling_khz=None, settle_s=0.0)
+NO_SETTLE = replace(GateConfig.for_device(LocalHost()), settle_s=0.0)
 
 
 def mini_plan(window: str) -> list[Step]:

@@ -72,7 +72,7 @@ def test_gate_command_pass_and_fail(make_emulated_phone, capsys, monkeypatch) ->
     session.phone.set_core_online(3, False)
     code, out, err = run_cli(args, capsys, monkeypatch, session.adb_port)
     assert code == 3
-    assert err.startswith("error: gate failed: CPU3 offline") and err.count("\n") == 1
+    assert err.startswith("error: gate failed: check 1/2: CPU3 offline") and err.count("\n") == 1
 
 
 def test_unknown_phone_is_one_line(emulated_phone, capsys, monkeypatch) -> None:

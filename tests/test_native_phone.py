@@ -198,7 +198,7 @@ def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(make_emul
         if len(calls) == 3:  # after two steps: the gate before the third sees it
             session.phone.set_core_online(6, False)
 
-    with pytest.raises(DeviceError, match=r"gate failed before target: .*CPU6.*samples so far are kept") as err:
+    with pytest.raises(DeviceError, match=r"gate failed before target: .*CPU6.*2 finished steps kept in .*resume") as err:
         calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener,
                   progress=core_goes_offline)
     assert "\n" not in str(err.value)
@@ -214,13 +214,85 @@ def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(make_emul
     prof = load_profile(res.profile_path)
     assert prof.widths == (1, 2, 4) and prof.target_step_ms > 0
     assert set(prof.sources) == {"drafter", "ctc"} and prof.drafter is not None
-    assert prof.device["serial"] == session.serial and prof.device["kind"] == "adb"
+    assert prof.device["connection"] == session.serial and prof.device["kind"] == "adb"
     # The gate read the phone's sysfs: its CPU4 ceiling, as the emulated K70 reports it.
     ceiling = str(session.phone.ceiling_khz[session.phone._policy(4)])
     assert any(ceiling in json.dumps(g["observations"]) for g in prof.device["gates"])
     samples = [json.loads(x) for x in res.samples_path.read_text().splitlines()]
     assert sum(1 for s in samples if s["figure"] == "verify.K4" and not s["concurrent"]) == 2
     assert dev.list_dir("/data/local/tmp") == [RUNTIME_AREA]
+
+
+def test_a_core_going_offline_mid_step_stops_the_calibration_and_keeps_the_record(make_emulated_phone,
+                                                                                  tmp_path) -> None:
+    """The 1 Hz monitor runs beside every calibration step: CPU5 going offline while the
+    third step runs (the emulated phone's ``core-offline:5@T`` fault) stops the calibration
+    in one line naming the core and the time; the finished steps' samples, every monitor
+    record and the failure are kept, and the rerun resumes on the same phone."""
+    import threading
+    import time
+
+    from device_agents.emulator.faults import apply_fault
+
+    session = make_emulated_phone()
+    enable_python(session.phone)
+    dev = session.device()
+    window, _ = calibration_windows()
+    plan = _plan(window)[:4]
+    launcher = choose_launcher(dev, models_dir=MODELS)
+    opener = lambda device, **kw: open_runner(device, launcher=launcher, **kw)  # noqa: E731
+    calls: list[str] = []
+
+    def offline_while_the_third_step_runs(label: str, done: float, total: float) -> None:
+        calls.append(label)
+        if len(calls) != 3:
+            return
+        seen = len(session.phone.history)
+
+        def watch() -> None:  # once the third step's runner has started on the phone
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if any("native.runner" in h for h in session.phone.history[seen:]):
+                    apply_fault(session.phone, "core-offline:5@0.2")
+                    return
+                time.sleep(0.02)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    with pytest.raises(DeviceError, match=r"^calibration stopped: CPU5 went offline on .* s into target \(at "
+                       r"\d\d:\d\d:\d\d\).*2 finished steps kept in .*run the same `as2d calibrate`") as err:
+        calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener,
+                  progress=offline_while_the_third_step_runs, monitor_interval_s=0.1)
+    assert "\n" not in str(err.value)
+    partial = next((tmp_path / ".partial").iterdir())
+    assert partial.name.startswith("k70-as2demu0001-")  # keyed by the phone, not its connection
+    kept = [json.loads(x) for x in (partial / "samples.jsonl").read_text().splitlines()]
+    assert {s["step"] for s in kept} == {"verify-idle", "verify-busy"}  # the interrupted step's are not
+    records = [json.loads(x) for x in (partial / "monitor.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == ["verify-idle", "verify-busy", "target-step"]
+    assert records[0]["failure"] is None and records[0]["samples"]
+    first = records[0]["samples"][0]
+    assert first["online"] == list(range(8)) and first["battery_temp_c"] == 31.0
+    assert first["thermal_c"]["skin-msm-therm"] > 0 and first["cur_khz"]["4"] > 0
+    failure = records[-1]["failure"]
+    assert failure["kind"] == "core_offline" and failure["detail"]["offline"] == [5]
+    assert 5 not in records[-1]["samples"][-1]["online"]
+
+    session.phone.set_core_online(5, True)
+    res = calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener,
+                    monitor_interval_s=0.1)
+    assert res.resumed_steps == 2
+    prof = load_profile(res.profile_path)
+    assert prof.device["name"] == "k70" and prof.device["serial"] == "as2demu0001"
+    assert prof.device["connection"] == session.serial
+    assert res.profile_path.name.startswith("k70-")
+    # The gate records of the interrupted run survive the resume.
+    assert [g["step"] for g in prof.device["gates"]] == ["verify-idle", "verify-busy", "target-step",
+                                                         "target-step", "source-drafter"]
+    stored = [json.loads(x) for x in res.profile_path.with_name(
+        res.profile_path.name.replace(".profile.yaml", ".monitor.jsonl")).read_text().splitlines()]
+    assert [r["step"] for r in stored] == ["verify-idle", "verify-busy", "target-step", "target-step",
+                                           "source-drafter"]
 
 
 def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone, tmp_path) -> None:
@@ -238,7 +310,7 @@ def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone
         if len(calls) == 3:  # the phone leaves while the third step's runner runs
             session.phone.vanish_on_command("python3")
 
-    with pytest.raises(DeviceError, match=r"^target: phone .* disconnected .*samples of the finished steps are kept") as err:
+    with pytest.raises(DeviceError, match=r"^target: phone .* disconnected .*2 finished steps kept in .*resume") as err:
         calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener,
                   progress=unplug_during_third)
     assert "\n" not in str(err.value)

@@ -1,8 +1,8 @@
 """Run a calibration on a device: gate, probe, keep every sample, resume, fit, write.
 
-Samples are appended to ``<out>/.partial/<device>-<plan>/samples.jsonl`` as each step
-finishes, with the gate observations beside them; an interrupted calibration resumes from
-the steps already done. The finished profile is written next to its raw samples and the
+Samples are appended to ``<out>/.partial/<device>-<serial>-<plan>/samples.jsonl`` as each
+step finishes, with the gate and monitor records beside them; an interrupted calibration
+resumes from the steps already done, on the same device whatever its connection. The finished profile is written next to its raw samples and the
 R(K) plot, never over an earlier profile.
 """
 
@@ -22,7 +22,6 @@ from as2d_cli.calibration.fit import fit_profile
 from as2d_cli.calibration.plan import Step, make_plan, plan_hash
 from as2d_cli.calibration.plot import plot_savings
 from as2d_cli.errors import DeviceError, UserError
-from as2d_cli.formats.common import safe_name
 
 Progress = Callable[[str, float, float], None]  # (label, done weight, total weight)
 
@@ -75,6 +74,39 @@ def episode_windows(main: str, corpus: Any = None, n: int = 6) -> tuple[str, ...
     return tuple(dict.fromkeys(dev[round(i * (len(dev) - 1) / (n - 1))].id for i in range(n)))
 
 
+@dataclass
+class _Partial:
+    """An interrupted calibration's folder: ``calibrations/.partial/<device>-<serial>-<plan>/``."""
+
+    folder: Path
+
+    @property
+    def samples(self) -> Path:
+        return self.folder / "samples.jsonl"
+
+    @property
+    def gates(self) -> Path:
+        return self.folder / "gates.jsonl"
+
+    @property
+    def monitor(self) -> Path:
+        return self.folder / "monitor.jsonl"
+
+    @property
+    def done_file(self) -> Path:
+        return self.folder / "done.json"
+
+    def done(self) -> list[str]:
+        return json.loads(self.done_file.read_text()) if self.done_file.exists() else []
+
+    def mark_done(self, done: list[str]) -> None:
+        _write(self.done_file, json.dumps(done))
+
+    def kept(self, done: list[str]) -> str:
+        return (f"{len(done)} finished step{'s' if len(done) != 1 else ''} kept in {self.folder}; run the same "
+                "`as2d calibrate` command again to resume from there")
+
+
 def calibrate(
     device: Any,
     *,
@@ -89,12 +121,15 @@ def calibrate(
     models: Path | None = None,
     task: str | None = None,
     language: str | None = None,
+    monitor_interval_s: float = 1.0,
 ) -> CalibrationResult:
     """Calibrate ``device`` running the model pair ``models`` (None: the bundled pair);
-    ``gate`` is a device_agents GateConfig (None: the device's default)."""
+    ``gate`` is a device_agents GateConfig (None: the device's default); ``cores`` the
+    (target, producer) CPUs the runner pins. The 1 Hz monitor runs beside every step: a
+    core going offline stops the calibration at once, keeping every finished step."""
     from as2d_cli.models.bundle import load_bundle
-    from device_agents.gating import GateConfig, run_gate, settle
-    from native.host import open_runner as default_open
+    from device_agents.gating import GateConfig
+    from device_agents.identity import identify
 
     t_start = time.time()
     win, ctc_win = (window, window) if window else calibration_windows()
@@ -111,22 +146,51 @@ def calibrate(
         episode_windows=(win,) if window else episode_windows(win, corpus),
         sources=("drafter", "ctc") if pair.has("ctc") else ("drafter",),
         max_length=None if models is None else pair.max_length())
-    seconds = corpus.seconds()  # samples carry their window's length (context terms)
-    key = f"{safe_name(device.serial)}-{plan_hash(steps)}" + ("" if models is None else f"-{ident['sha256'][:12]}")
-    partial = out_dir / ".partial" / key
-    partial.mkdir(parents=True, exist_ok=True)
-    samples_file, done_file, gates_file = partial / "samples.jsonl", partial / "done.json", partial / "gates.jsonl"
-    done: list[str] = json.loads(done_file.read_text()) if done_file.exists() else []
+    who = identify(device)
+    # Keyed by what the device is, not how it is reached: a wireless serial changes per connection.
+    key = f"{who.key}-{plan_hash(steps)}" + ("" if models is None else f"-{ident['sha256'][:12]}")
+    partial = _Partial(out_dir / ".partial" / key)
+    partial.folder.mkdir(parents=True, exist_ok=True)
+    done = partial.done()
     resumed = len(done)
-    total = sum(s.weight for s in steps)
     gate_cfg = gate or GateConfig.for_device(device)
+    runner_opts = {"models": None if models is None else str(models), "target_cores": cores[0],
+                   "producer_cores": cores[1], "task": task, "language": language}
+    gates = _run_steps(device, steps, partial, done, gate_cfg, open_runner, runner_opts, corpus.seconds(),
+                       progress, monitor_interval_s)
+    samples = [json.loads(x) for x in partial.samples.read_text().splitlines() if x.strip()]
+    gates = [json.loads(x) for x in partial.gates.read_text().splitlines() if x.strip()]  # earlier runs' too
+    facts = device.facts().to_dict()
+    dev_block = {**who.to_dict(), "facts": facts, "gates": gates, "calibration_window": win, "plan": key,
+                 "cores": {"target": cores[0], "producer": cores[1]}}
+    if models is not None:  # which pair these costs belong to (the bundled pair's profiles carry none)
+        dev_block["pair"] = ident
+    profile = fit_profile(samples, dev_block,
+                          notes=f"{'quick' if quick else 'full'} calibration on {win}",
+                          ref_audio_s=corpus.seconds().get(win),
+                          created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    profile_path, plot_path, samples_path = _write_outputs(out_dir, who, profile, samples, partial)
+    return CalibrationResult(profile_path, plot_path, samples_path, len(steps), resumed, gates, time.time() - t_start)
+
+
+def _run_steps(device: Any, steps: list[Step], partial: _Partial, done: list[str], gate_cfg: Any,
+               open_runner: Callable[..., Any] | None, runner_opts: dict[str, Any], seconds: dict[str, float],
+               progress: Progress | None, monitor_interval_s: float) -> list[dict]:
+    """Gate and run every step not done yet, under the monitor; append each step's samples,
+    gate record and monitor record as it finishes. Returns the gate records of this run."""
+    from as2d_cli.errors import Interrupted
+    from device_agents.gating import CpuTimes, run_gate, settle
+    from device_agents.monitor import CoreMonitor
+    from native.host import open_runner as default_open
+
+    total = sum(s.weight for s in steps)
     runner = None
     gates: list[dict] = []
     try:
         for step in steps:
-            finished = sum(s.weight for s in steps if s.key in done)
             if step.key in done:
                 continue
+            finished = sum(s.weight for s in steps if s.key in done)
             settled = None
             if not gates and gate_cfg.settle_s > 0:  # once, before the first measurement
                 if progress:
@@ -140,14 +204,11 @@ def calibrate(
                 rec["observations"].insert(0, dataclasses.asdict(settled))
             rec["step"] = step.key
             gates.append(rec)
-            _append(gates_file, [rec])
+            _append(partial.gates, [rec])
             if not result.passed:
-                raise DeviceError(f"gate failed before {step.label}: {result.failure}; samples so far are kept in "
-                                  f"{partial} and the next `as2d calibrate` resumes from there")
+                raise DeviceError(f"gate failed before {step.label}: {result.failure}; {partial.kept(done)}")
             if runner is None:
-                runner = (open_runner or default_open)(device, models=None if models is None else str(models),
-                                                       target_cores=cores[0], producer_cores=cores[1],
-                                                       task=task, language=language)
+                runner = (open_runner or default_open)(device, **runner_opts)
             got: list[dict] = []
 
             def collect(ev: dict, got: list[dict] = got) -> None:
@@ -156,52 +217,78 @@ def calibrate(
                     ev.pop("event")
                     got.append(ev)
 
+            before = CpuTimes.read(device)
+            monitor = CoreMonitor(device, monitor_interval_s, on_trip=lambda _rec, r=runner: _abort(r)).start()
+            error: DeviceError | None = None
             try:
                 runner.call(step.command, on_event=collect)
-            except DeviceError as exc:  # the device failed mid-step: say what is kept and how to go on
-                raise DeviceError(f"{step.label}: {exc}; samples of the finished steps are kept in {partial} "
-                                  "and the next `as2d calibrate` resumes from there") from None
+            except DeviceError as exc:
+                error = exc
+            finally:
+                monitor.stop()
+            try:
+                after = CpuTimes.read(device)
+            except DeviceError:  # the device left; the step's error says so below
+                after = None
+            mrec = {"step": step.key, **monitor.record(),
+                    "cpu": after.since(before) if before is not None and after is not None else None}
+            _append(partial.monitor, [mrec])
+            if monitor.failure is not None and monitor.failure.kind == "core_offline":
+                f = monitor.failure
+                gone = ",".join(map(str, f.detail.get("offline", [])))
+                raise DeviceError(f"calibration stopped: CPU{gone} went offline on {device.serial} {f.t_s:.1f} s into "
+                                  f"{step.label} (at {time.strftime('%H:%M:%S', time.localtime(f.wall_time))}); the "
+                                  f"step's samples are discarded and the failure is recorded in {partial.monitor}; "
+                                  f"{partial.kept(done)} once the phone has cooled down")
+            if error is not None:  # the device failed mid-step: say what is kept and how to go on
+                raise DeviceError(f"{step.label}: {error}; {partial.kept(done)}") from None
             for s in got:
                 s["step"] = step.key
                 w = s.get("window", step.command.get("window"))  # a probe over several windows names each
                 if w in seconds:
                     s["audio_s"] = seconds[w]
-            _append(samples_file, got)
+            _append(partial.samples, got)
             done.append(step.key)
-            _write(done_file, json.dumps(done))
+            partial.mark_done(done)
         if progress:
             progress("fitting the profile", total, total)
+    except KeyboardInterrupt:
+        raise Interrupted(f"calibration interrupted; {partial.kept(done)}") from None
     finally:
         if runner is not None:
             runner.close()
-    samples = [json.loads(x) for x in samples_file.read_text().splitlines() if x.strip()]
-    facts = device.facts().to_dict()
-    name = facts.get("model", {}).get("value") if isinstance(facts.get("model"), dict) else None
-    dev_block = {"name": str(name or device.serial), "serial": device.serial,
-                 "kind": device.kind, "facts": facts, "gates": gates, "calibration_window": win, "plan": key}
-    if models is not None:  # which pair these costs belong to (the bundled pair's profiles carry none)
-        dev_block["pair"] = ident
-    profile = fit_profile(samples, dev_block,
-                          notes=f"{'quick' if quick else 'full'} calibration on {win}",
-                          ref_audio_s=seconds.get(win),
-                          created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    from as2d_cli.formats.profile_io import write_profile
+    return gates
 
-    stem = f"{safe_name(device.serial)}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+
+def _abort(runner: Any) -> None:
+    abort = getattr(runner, "abort", None)
+    if abort is not None:
+        abort()
+
+
+def _write_outputs(out_dir: Path, who: Any, profile: Any, samples: list[dict],
+                   partial: _Partial) -> tuple[Path, Path, Path]:
+    """The profile, its raw samples, gate and monitor records and the R(K) plot, named by
+    the device (never over an earlier profile); the partial folder goes last."""
+    from as2d_cli.formats.profile_io import write_profile
+    from device_agents.identity import profile_stem
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    profile_path = write_profile(out_dir / f"{stem}.profile.yaml", profile)
+    profile_path = write_profile(out_dir / f"{profile_stem(who.name)}.profile.yaml", profile)
     stem = profile_path.name.removesuffix(".profile.yaml")
     idle: dict[int, list[float]] = {}
     for s in samples:
         if s["figure"].startswith("verify.K") and not s.get("concurrent"):
             idle.setdefault(int(s["width"]), []).append(float(s["ms"]))
     plot_path = plot_savings(idle, out_dir / f"{stem}.savings.png",
-                             f"{device.serial}: per-token verification saving R(K)")
+                             f"{who.name}: per-token verification saving R(K)")
     samples_path = out_dir / f"{stem}.samples.jsonl"
-    shutil.copyfile(samples_file, samples_path)
-    shutil.copyfile(gates_file, out_dir / f"{stem}.gates.jsonl")
-    shutil.rmtree(partial, ignore_errors=True)
-    return CalibrationResult(profile_path, plot_path, samples_path, len(steps), resumed, gates, time.time() - t_start)
+    shutil.copyfile(partial.samples, samples_path)
+    shutil.copyfile(partial.gates, out_dir / f"{stem}.gates.jsonl")
+    if partial.monitor.exists():
+        shutil.copyfile(partial.monitor, out_dir / f"{stem}.monitor.jsonl")
+    shutil.rmtree(partial.folder, ignore_errors=True)
+    return profile_path, plot_path, samples_path
 
 
 def _append(path: Path, rows: list[dict]) -> None:
