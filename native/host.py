@@ -183,7 +183,6 @@ def open_runner(device: Any, models: str | None = None, *, target_cores: list[in
 
 def default_cores() -> tuple[list[int] | None, list[int] | None]:
     """Target on the first allowed CPU, producer on the second (None when only one)."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if len(cpus) < 2:
-        return None, None
-    return [cpus[0]], [cpus[1]]
+    from device_agents.affinity import local_default
+
+    return local_default()

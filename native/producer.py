@@ -16,12 +16,19 @@ from typing import Any, Iterable, Iterator, Sequence
 from as2d_cli.engine import CandidateBuffer, WallClock
 
 
+def host_cpus(cores: Sequence[int]) -> set[int]:
+    """The CPUs to pin to. On an emulated phone (``AS2D_EMULATED_CPUS`` lists the host CPUs
+    behind it) phone CPU c runs on host CPU hosts[c % len(hosts)], as its taskset maps it."""
+    hosts = [int(c) for c in os.environ.get("AS2D_EMULATED_CPUS", "").split(",") if c.strip().isdigit()]
+    return {hosts[c % len(hosts)] for c in cores} if hosts else set(cores)
+
+
 def pin_current_thread(cores: Sequence[int] | None) -> bool:
     """Pin the calling thread (Linux: pid 0 is the thread) to ``cores``; False if impossible."""
     if not cores or not hasattr(os, "sched_setaffinity"):
         return False
     try:
-        os.sched_setaffinity(0, set(cores))
+        os.sched_setaffinity(0, host_cpus(cores))
         return True
     except OSError:
         return False

@@ -15,7 +15,8 @@ import traceback
 from typing import IO, Any
 
 from as2d_cli import __version__
-from as2d_cli.errors import As2dError
+from as2d_cli.errors import As2dError, DeviceError
+from native.producer import host_cpus
 from native.protocol import PROTOCOL, PROTOCOL_VERSION, ProtocolError, decode_settings, event, parse_command
 
 
@@ -46,6 +47,11 @@ class Runner:
             raise ProtocolError("field 'threads' must be an integer >= 1")
         self.target_cores = _cores(cmd.get("target_cores"), "target_cores")
         self.producer_cores = _cores(cmd.get("producer_cores"), "producer_cores")
+        pinning = _try_pinning({"verifier": self.target_cores, "producer": self.producer_cores})
+        if pinning["failed"]:
+            raise DeviceError(f"pinning failed on this device ({pinning['failed']}); rerun with --os-placement to "
+                              "measure under the OS's own placement (recorded), or choose other cores with "
+                              "--verifier-cores / --producer-cores")
         for key in ("task", "language"):
             if cmd.get(key) is not None and not isinstance(cmd.get(key), str):
                 raise ProtocolError(f"field {key!r} must be a string")
@@ -54,7 +60,7 @@ class Runner:
         b = self.models.bundle
         self.emit("loaded", load_ms=self.models.load_ms, models=sorted(b.manifest["models"]),
                   vocab=b.vocab.size, eos=b.vocab.eot, max_tokens=self.models.target.max_length,
-                  pair=b.name, task=b.task, language=b.language)
+                  pair=b.name, task=b.task, language=b.language, pinning=pinning)
 
     def _audio(self, s: dict) -> tuple[Any, str]:
         if s.get("window") is not None:
@@ -111,6 +117,29 @@ class Runner:
             self.emit("error", message=f"{type(exc).__name__}: {exc}", error_type="internal",
                       trace=traceback.format_exc(limit=6))
         return True
+
+
+def _try_pinning(sides: dict[str, list[int] | None]) -> dict[str, Any]:
+    """Pin this thread to each requested side's cores once and restore it: the placement
+    the runs will use, and why it cannot be used ("failed") when the device refuses it."""
+    out: dict[str, Any] = {"requested": sides, "failed": None}
+    if not hasattr(os, "sched_setaffinity"):
+        if any(sides.values()):
+            out["failed"] = "this platform has no sched_setaffinity"
+        return out
+    before = os.sched_getaffinity(0)
+    try:
+        for side, cores in sides.items():
+            if not cores:
+                continue
+            try:
+                os.sched_setaffinity(0, host_cpus(cores))
+            except OSError as exc:
+                out["failed"] = f"{side} on CPU{','.join(map(str, cores))}: sched_setaffinity: {exc.strerror}"
+                break
+    finally:
+        os.sched_setaffinity(0, before)
+    return out
 
 
 def _cores(v: Any, key: str) -> list[int] | None:

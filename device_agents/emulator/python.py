@@ -58,6 +58,9 @@ def make_python_command(interpreter: str | None = None):  # type: ignore[no-unty
         phone_path = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = ":".join(p for p in [*phone_path.split(":"), *libs] if p)
         env["PYTHONNOUSERSITE"] = "1"
+        # The phone's CPU numbers are virtual: the runner pins phone CPU c to host CPU
+        # hosts[c % len(hosts)], as the emulated taskset does (native/producer.py).
+        env["AS2D_EMULATED_CPUS"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
         return ctx.run_host([exe, "-S", *args], env=env)
 
     return python
