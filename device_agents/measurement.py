@@ -1,0 +1,51 @@
+"""What every measuring command resolves once, before anything runs: the device behind
+``--phone``, its identity, the CPU placement and the gate configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from as2d_cli.errors import UserError
+from device_agents.affinity import Placement, placement
+from device_agents.base import Device
+from device_agents.gating import GateConfig
+from device_agents.identity import DeviceIdentity, identify
+from device_agents.registry import resolve_phone
+
+
+@dataclass(frozen=True)
+class Measurement:
+    device: Device
+    identity: DeviceIdentity
+    placement: Placement
+    gate: GateConfig
+
+    def record(self) -> dict[str, Any]:
+        """What a run's files say about where and how it measured."""
+        return {"device": self.identity.to_dict(), "placement": self.placement.to_dict(),
+                "gate": dataclasses.asdict(self.gate)}
+
+
+def prepare(phone: str, *, adb_port: int | None = None, rest_s: float | None = None,
+            interval_s: float | None = None, settle_s: float | None = None, max_temp_c: float | None = None,
+            temp_sensor: str | None = None, gate_core: int | None = None, verifier_cores: str | None = None,
+            producer_cores: str | None = None, os_placement: bool = False) -> Measurement:
+    """Resolve ``--phone`` and the measuring options (None: the device's default) into one
+    Measurement. ``max_temp_c`` 0 turns the temperature gate off."""
+    device = resolve_phone(phone, adb_port)
+    ident = identify(device)
+    gate = GateConfig.for_device(device)
+    changes: dict[str, Any] = {k: v for k, v in (("rest_s", rest_s), ("interval_s", interval_s),
+                                                 ("settle_s", settle_s), ("temp_sensor", temp_sensor))
+                               if v is not None}
+    if max_temp_c is not None:
+        changes["max_temp_c"] = None if max_temp_c == 0 else max_temp_c
+    if gate_core is not None:
+        n = len(device.cpus())
+        if not 0 <= gate_core < n:
+            raise UserError(f"--gate-core {gate_core}: {ident.name} has CPUs 0-{n - 1}")
+        changes["core"] = gate_core
+    return Measurement(device, ident, placement(device, verifier_cores, producer_cores, os_placement),
+                       dataclasses.replace(gate, **changes))
