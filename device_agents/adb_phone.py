@@ -11,18 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-import adbutils
-from adbutils.errors import AdbError
-
 from as2d_cli.errors import DeviceError, UserError
-from device_agents.base import (
-    CPU_DIR, RUN_ROOT, Device, DeviceDisconnected, DeviceTimeout, DeviceUnavailable, Fact, Facts,
-    ShellResult, mask_hex, quote_command,
-)
-from device_agents.shell_v2 import EXIT, STDERR, STDOUT, take_packets
-
-if TYPE_CHECKING:
-    from device_agents.process import AdbProcess
 
 DEFAULT_ADB_PORT = 5037
 
@@ -32,6 +21,21 @@ def adb_port() -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise UserError(f"ANDROID_ADB_SERVER_PORT={text!r} is not a TCP port; unset it or set a number like 5037")
     return int(text)
+
+
+adb_port()  # adbutils reads the variable when imported and fails on a bad one with a bare ValueError
+
+import adbutils  # noqa: E402
+from adbutils.errors import AdbError  # noqa: E402
+
+from device_agents.base import (
+    CPU_DIR, RUN_ROOT, Device, DeviceDisconnected, DeviceTimeout, DeviceUnavailable, Fact, Facts,
+    ShellResult, mask_hex, quote_command,
+)
+from device_agents.shell_v2 import EXIT, STDERR, STDOUT, take_packets
+
+if TYPE_CHECKING:
+    from device_agents.process import AdbProcess
 
 
 def adb_client(port: int | None = None) -> adbutils.AdbClient:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from as2d_cli.cli import options
+from as2d_cli.cli.paths import file_in_option, file_or_folder_out_option, folder_in_option, folder_out_option
 from as2d_cli.errors import UserError
 
 
@@ -20,12 +22,12 @@ def register(app: typer.Typer) -> None:
     def build(
         arch: str = typer.Option("arm64", "--arch", help="Target architecture (arm64 only)."),
         refresh: bool = typer.Option(False, "--refresh", help="Fetch the Debian package lists even if fresh."),
-        cache: Path | None = typer.Option(None, "--cache", help="Cache directory (default ~/.cache/as2d/bundle)."),
-        out: Path | None = typer.Option(None, "--out", help="Also copy the archive here (its manifest goes beside it)."),
+        cache: Path | None = typer.Option(None, "--cache", callback=folder_out_option, help="Cache directory (default ~/.cache/as2d/bundle)."),
+        out: Path | None = typer.Option(None, "--out", callback=file_or_folder_out_option, help="Also copy the archive here (its manifest goes beside it)."),
         debian_mirror: str | None = typer.Option(None, "--debian-mirror", help="Debian mirror URL for the arm64 packages."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
-        project: Path | None = typer.Option(None, "--project", help="Checkout whose runner and models go in (default: this one)."),
-        models: Path | None = typer.Option(None, "--models", help="Also carry this model pair (`as2d models import`)."),
+        project: Path | None = typer.Option(None, "--project", callback=folder_in_option, help="Checkout whose runner and models go in (default: this one)."),
+        models: Path | None = typer.Option(None, "--models", callback=folder_in_option, help="Also carry this model pair (`as2d models import`)."),
     ) -> None:
         """Build (or reuse from the cache) the arm64 bundle and print where it is."""
         from as2d_cli.bundle.build import build_bundle
@@ -68,8 +70,8 @@ def register(app: typer.Typer) -> None:
     @sub.command("deploy")
     def deploy_cmd(
         phone: str = typer.Option(..., "--phone", help="Phone name (k70, mi14, …) or adb serial."),
-        archive: Path | None = typer.Option(None, "--archive", help="Bundle archive (default: build or reuse this checkout's)."),
-        adb_port: int | None = typer.Option(None, "--adb-port", help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)."),
+        archive: Path | None = typer.Option(None, "--archive", callback=file_in_option, help="Bundle archive (default: build or reuse this checkout's)."),
+        adb_port: int | None = options.adb_port(),
     ) -> None:
         """Push the bundle to a phone (skipped when it already holds it), check it starts, print how to run it."""
         from as2d_cli.bundle.deploy import ensure_deployed
@@ -91,7 +93,7 @@ def register(app: typer.Typer) -> None:
     @sub.command("remove")
     def remove_cmd(
         phone: str = typer.Option(..., "--phone", help="Phone name (k70, mi14, …) or adb serial."),
-        adb_port: int | None = typer.Option(None, "--adb-port", help="adb server port."),
+        adb_port: int | None = options.adb_port("adb server port."),
     ) -> None:
         """Delete the bundle from a phone (everything under /data/local/tmp/as2d-bundle)."""
         from as2d_cli.bundle.deploy import bundle_area, remove

@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from as2d_cli.cli import options
+from as2d_cli.cli.paths import folder_out_option
 from as2d_cli.cli.progress import progress_bar
 
 
@@ -18,10 +20,10 @@ def register(app: typer.Typer) -> None:
         phone: str = typer.Option("local", "--phone", help="local, a known phone name, or an adb serial."),
         quick: bool = typer.Option(False, "--quick", help="Fewer widths, offsets and repetitions (minutes, not tens)."),
         window: Optional[str] = typer.Option(None, "--window", help="Calibration window (default: longest English dev window)."),
-        out: Path = typer.Option(Path("calibrations"), "--out", help="Folder for the profile, samples and plot."),
-        rest: Optional[float] = typer.Option(None, "--rest", help="Gate: seconds of rest before the checks."),
-        interval: Optional[float] = typer.Option(None, "--interval", help="Gate: seconds between the two checks."),
-        settle: Optional[float] = typer.Option(None, "--settle", help="Once before measuring: seconds the host must have been quiet (local default 20; 0 skips)."),
+        out: Path = typer.Option(Path("calibrations"), "--out", callback=folder_out_option, help="Folder for the profile, samples and plot."),
+        rest: Optional[float] = options.seconds(None, "--rest", help="Gate: seconds of rest before the checks."),
+        interval: Optional[float] = options.seconds(None, "--interval", help="Gate: seconds between the two checks."),
+        settle: Optional[float] = options.seconds(None, "--settle", help="Once before measuring: seconds the host must have been quiet (local default 20; 0 skips)."),
         models: Optional[Path] = typer.Option(None, "--models", help="A model pair folder (`as2d models import`); default: the bundled pair."),
         task: Optional[str] = typer.Option(None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."),
         language: Optional[str] = typer.Option(None, "--language", help="Whisper pairs: one prompt language (default: each window's)."),
@@ -30,7 +32,6 @@ def register(app: typer.Typer) -> None:
         import dataclasses
 
         from as2d_cli.calibration.run import calibrate as run
-        from as2d_cli.errors import UserError
         from device_agents.gating import GateConfig
         from device_agents.registry import resolve_phone
         from native.host import default_cores
@@ -42,8 +43,6 @@ def register(app: typer.Typer) -> None:
         if interval is not None:
             gate = dataclasses.replace(gate, interval_s=interval)
         if settle is not None:
-            if settle < 0:
-                raise UserError(f"--settle must be at least 0 seconds (got {settle:g})")
             gate = dataclasses.replace(gate, settle_s=settle)
         cores = default_cores() if device.kind == "local" else (None, None)
         with progress_bar(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from as2d_cli.cli.paths import folder_in_option
 from as2d_cli.corpus.manifest import load_corpus
 
 
@@ -21,7 +22,7 @@ def register(app: typer.Typer) -> None:
     def list_windows(
         split: Optional[str] = typer.Option(None, "--split", help="dev, val or test (default: all)."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
-        corpus_dir: Optional[Path] = typer.Option(None, "--corpus", help="A corpus directory (default: bundled)."),
+        corpus_dir: Optional[Path] = typer.Option(None, "--corpus", callback=folder_in_option, help="A corpus directory (default: bundled)."),
     ) -> None:
         """List windows: id, setting, language, seconds, split."""
         corpus = load_corpus(corpus_dir)

@@ -9,6 +9,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from as2d_cli.cli import options
+from as2d_cli.cli.paths import file_in_option
 from as2d_cli.engine.methods import DEFAULT_BUDGET, DEFAULT_SD_K
 
 
@@ -18,11 +20,11 @@ def register(app: typer.Typer) -> None:
         window: str = typer.Option(..., "--window", help="Corpus window id (`as2d corpus list`)."),
         method: str = typer.Option("as2d", "--method", help="target-only, sd, asp, as2d, as2d-no-td, as2d-no-bc."),
         phone: str = typer.Option("local", "--phone", help="local, a known phone name, or an adb serial."),
-        budget: int = typer.Option(DEFAULT_BUDGET, "--budget", help="As²d proposal budget b (physical K <= b+1)."),
-        k: int = typer.Option(DEFAULT_SD_K, "--k", help="Standard SD physical width K."),
+        budget: int = options.budget(DEFAULT_BUDGET, "--budget", help="As²d proposal budget b (physical K <= b+1)."),
+        k: int = options.width(DEFAULT_SD_K, "--k", help="Standard SD physical width K."),
         source: str = typer.Option("drafter", "--source", help="drafter or ctc (As²d sources)."),
-        candidates: Optional[Path] = typer.Option(None, "--candidates", help="JSON Lines of external batches {t_ms, tokens}."),
-        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Output cap (default: the model's)."),
+        candidates: Optional[Path] = typer.Option(None, "--candidates", callback=file_in_option, help="JSON Lines of external batches {t_ms, tokens}."),
+        max_tokens: Optional[int] = options.limit(None, "--max-tokens", help="Output cap (default: the model's)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         models: Optional[Path] = typer.Option(None, "--models", help="A model pair folder (`as2d models import`); default: the bundled pair."),
         task: Optional[str] = typer.Option(None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."),

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from as2d_cli.errors import UserError
+from as2d_cli.cli import options
 
 
 def _fmt(value: object) -> str:
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
     def devices(
         ctx: typer.Context,
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schema as2d.devices/1) instead of a table."),
-        adb_port: Optional[int] = typer.Option(None, "--adb-port", help="adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037)."),
+        adb_port: Optional[int] = options.adb_port(),
     ) -> None:
         """List the local host and every attached phone with state and hardware facts."""
         if ctx.invoked_subcommand is not None:
@@ -71,12 +71,12 @@ def register(app: typer.Typer) -> None:
     def gate(
         phone: str = typer.Option(..., "--phone", help="local, a known phone (k70, 11pro, 14, note9pro) or a serial."),
         show: bool = typer.Option(False, "--show", help="Only show each check once (no rest, no waiting)."),
-        rest: Optional[float] = typer.Option(None, "--rest", help="Seconds of rest before checking (phone default 15)."),
-        interval: Optional[float] = typer.Option(None, "--interval", help="Seconds between the ceiling checks (default 5)."),
-        core: Optional[int] = typer.Option(None, "--gate-core", help="Core whose frequency ceiling is checked (default 4)."),
-        min_ghz: Optional[float] = typer.Option(None, "--min-ghz", help="Minimum ceiling in GHz (default 1.8816)."),
+        rest: Optional[float] = options.seconds(None, "--rest", help="Seconds of rest before checking (phone default 15)."),
+        interval: Optional[float] = options.seconds(None, "--interval", help="Seconds between the ceiling checks (default 5)."),
+        core: Optional[int] = options.core(None, "--gate-core", help="Core whose frequency ceiling is checked (default 4; one the device has)."),
+        min_ghz: Optional[float] = options.positive(None, "--min-ghz", help="Minimum ceiling in GHz (default 1.8816)."),
         as_json: bool = typer.Option(False, "--json", help="Print the gate record as JSON."),
-        adb_port: Optional[int] = typer.Option(None, "--adb-port", help="adb server port."),
+        adb_port: Optional[int] = options.adb_port("adb server port."),
     ) -> None:
         """Check a device as before a measured episode: rest, all cores online, frequency ceiling."""
         from dataclasses import replace
@@ -84,9 +84,8 @@ def register(app: typer.Typer) -> None:
         from device_agents.gating import GateConfig, run_gate, show_gate
         from device_agents.registry import resolve_phone
 
-        if min_ghz is not None and min_ghz <= 0:
-            raise UserError("--min-ghz must be positive")
         device = resolve_phone(phone, adb_port)
+        options.check_core(device, core, "--gate-core")
         config = GateConfig.for_device(device)
         changes = {k: v for k, v in {"rest_s": rest, "interval_s": interval, "core": core,
                                      "min_ceiling_khz": None if min_ghz is None else int(round(min_ghz * 1e6))}.items()
@@ -113,9 +112,9 @@ def register(app: typer.Typer) -> None:
     @sub.command("watch")
     def watch(
         phone: str = typer.Option(..., "--phone", help="local, a known phone (k70, 11pro, 14, note9pro) or a serial."),
-        seconds: float = typer.Option(10.0, "--seconds", help="How long to watch."),
-        interval: float = typer.Option(1.0, "--interval", help="Seconds between samples (the episode monitor uses 1)."),
-        adb_port: Optional[int] = typer.Option(None, "--adb-port", help="adb server port."),
+        seconds: float = options.positive_seconds(10.0, "--seconds", help="How long to watch."),
+        interval: float = options.positive_seconds(1.0, "--interval", help="Seconds between samples (the episode monitor uses 1)."),
+        adb_port: Optional[int] = options.adb_port("adb server port."),
     ) -> None:
         """Sample cores online and frequency ceilings as the episode monitor does; stop
         with the monitor's error if a core goes offline."""
@@ -124,8 +123,6 @@ def register(app: typer.Typer) -> None:
         from device_agents.monitor import CoreMonitor
         from device_agents.registry import resolve_phone
 
-        if seconds <= 0 or interval <= 0:
-            raise UserError("--seconds and --interval must be positive")
         device = resolve_phone(phone, adb_port)
         console = Console(highlight=False, soft_wrap=True)
         mon = CoreMonitor(device, interval).start()

@@ -8,41 +8,40 @@ from typing import Optional
 
 import typer
 
+from as2d_cli.cli import options
+from as2d_cli.cli.paths import file_in_option, folder_out_option
+
 
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_(
         phone: str = typer.Option("k70", "--phone", help="Device whose cost profile prices the replay (k70, local, a serial…)."),
-        profile: Optional[Path] = typer.Option(None, "--profile", help="Cost profile (default: found for --phone in calibrations/)."),
+        profile: Optional[Path] = typer.Option(None, "--profile", callback=file_in_option, help="Cost profile (default: found for --phone in calibrations/)."),
         traces: Optional[Path] = typer.Option(None, "--traces", help="Trace file or folder (default: the bundled traces)."),
-        deployment: Optional[Path] = typer.Option(None, "--deployment", help="Fixed configuration (default: the one chosen on this profile; selected now if none)."),
+        deployment: Optional[Path] = typer.Option(None, "--deployment", callback=file_in_option, help="Fixed configuration (default: the newest chosen on this profile and these traces; selected now if none)."),
+        allow_unconfirmed: bool = typer.Option(False, "--allow-unconfirmed", help="Use a deployment that was selected on dev only, never confirmed on the val split (refused otherwise)."),
         split: str = typer.Option("test", "--split", help="Split to evaluate."),
-        calibrations: Path = typer.Option(Path("calibrations"), "--calibrations", help="Where profiles and deployments live."),
-        results: Path = typer.Option(Path("results"), "--results", help="Folder for the results (a new subfolder per run)."),
+        calibrations: Path = typer.Option(Path("calibrations"), "--calibrations", callback=folder_out_option, help="Where profiles and deployments live."),
+        results: Path = typer.Option(Path("results"), "--results", callback=folder_out_option, help="Folder for the results (a new subfolder per run)."),
         native: bool = typer.Option(False, "--native", help="Also run the methods natively on the device and check replay agreement."),
-        windows: int = typer.Option(20, "--windows", help="Native: test windows to run."),
-        repeats: int = typer.Option(5, "--repeats", help="Native: measured interleaved repetitions per window and "
-                                    "method (a window's agreement takes their median, D.3)."),
-        warmup: int = typer.Option(1, "--warmup", help="Native: unmeasured warm-up passes over the windows first."),
+        windows: int = options.count(20, "--windows", help="Native: test windows to run."),
+        repeats: int = options.count(5, "--repeats", help="Native: measured interleaved repetitions per window and "
+                                     "method (a window's agreement takes their median, D.3)."),
+        warmup: int = options.count(1, "--warmup", minimum=0, help="Native: unmeasured warm-up passes over the windows first."),
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
-        rest: Optional[float] = typer.Option(None, "--rest", help="Native: gate rest in seconds before each window (default: the device's)."),
-        interval: Optional[float] = typer.Option(None, "--interval", help="Native: seconds between the gate's checks (default: the device's)."),
-        settle: Optional[float] = typer.Option(None, "--settle", help="Native: once before measuring, seconds the host must have been quiet (local default 20; 0 skips)."),
+        rest: Optional[float] = options.seconds(None, "--rest", help="Native: gate rest in seconds before each window (default: the device's)."),
+        interval: Optional[float] = options.seconds(None, "--interval", help="Native: seconds between the gate's checks (default: the device's)."),
+        settle: Optional[float] = options.seconds(None, "--settle", help="Native: once before measuring, seconds the host must have been quiet (local default 20; 0 skips)."),
         models: Optional[Path] = typer.Option(None, "--models", help="A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it."),
         task: Optional[str] = typer.Option(None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."),
         language: Optional[str] = typer.Option(None, "--language", help="Whisper pairs: one prompt language (default: each window's)."),
     ) -> None:
         """Replay every method with one fixed configuration; optionally run them natively too."""
-        from as2d_cli.errors import UserError
         from as2d_cli.evaluate.run import run_eval
 
-        if native and (repeats < 1 or warmup < 0):
-            raise UserError(f"--repeats must be at least 1 and --warmup at least 0 (got {repeats} and {warmup})")
-        if settle is not None and settle < 0:
-            raise UserError(f"--settle must be at least 0 seconds (got {settle:g})")
         out = run_eval(phone, profile=profile, traces=traces, deployment=deployment, split=split,
                        calibrations=calibrations, results=results, say=lambda s: typer.echo(s, err=True),
-                       models=models, task=task, language=language)
+                       models=models, task=task, language=language, allow_unconfirmed=allow_unconfirmed)
         native_out = None
         if native:
             import dataclasses

@@ -9,6 +9,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from as2d_cli.cli import options
+from as2d_cli.cli.paths import folder_in_option
+
 
 def register(app: typer.Typer) -> None:
     models = typer.Typer(help="Import and check model pairs (your own Whisper-family ONNX exports).",
@@ -17,10 +20,10 @@ def register(app: typer.Typer) -> None:
 
     @models.command("import")
     def import_(
-        target: Path = typer.Option(..., "--target", help="The target's export folder (optimum-cli layout, flat or onnx/)."),
-        drafter: Path = typer.Option(..., "--drafter", help="The drafter's export folder (same tokenizer as the target)."),
+        target: Path = typer.Option(..., "--target", callback=folder_in_option, help="The target's export folder (optimum-cli layout, flat or onnx/)."),
+        drafter: Path = typer.Option(..., "--drafter", callback=folder_in_option, help="The drafter's export folder (same tokenizer as the target)."),
         out: Path = typer.Option(..., "--out", help="The pair folder to write (never overwritten)."),
-        ctc: Optional[Path] = typer.Option(None, "--ctc", help="A CTC model folder (ONNX + vocabulary) as a chunked source."),
+        ctc: Optional[Path] = typer.Option(None, "--ctc", callback=folder_in_option, help="A CTC model folder (ONNX + vocabulary) as a chunked source."),
         variant: Optional[str] = typer.Option(None, "--variant", help="The target's file variant (quantized, int8, q4, fp16…)."),
         drafter_variant: Optional[str] = typer.Option(None, "--drafter-variant", help="The drafter's file variant."),
         copy: bool = typer.Option(False, "--copy", help="Copy the ONNX files into the pair (default: reference them)."),
@@ -45,20 +48,17 @@ def register(app: typer.Typer) -> None:
     @models.command("check")
     def check(
         pair: Optional[Path] = typer.Argument(None, help="The pair folder (default: the bundled pair)."),
-        windows: int = typer.Option(2, "--windows", help="Development windows to decode."),
-        reps: int = typer.Option(3, "--reps", help="Timed repetitions per width."),
+        windows: int = options.count(2, "--windows", help="Development windows to decode."),
+        reps: int = options.count(3, "--reps", help="Timed repetitions per width."),
         task: Optional[str] = typer.Option(None, "--task", help="transcribe or translate (Whisper pairs)."),
         language: Optional[str] = typer.Option(None, "--language", help="Force one prompt language (default: each window's)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Load a pair, decode a few windows, check K-wide = sequential (K=1..16) and rollback, time each width."""
         from as2d_cli.corpus.manifest import load_corpus
-        from as2d_cli.errors import UserError
         from as2d_cli.models.bundle import load_bundle
         from as2d_cli.models.check import check_pair, render_check
 
-        if windows < 1:
-            raise UserError("--windows must be at least 1")
         bundle = load_bundle(pair, task=task, language=language)
         chosen = load_corpus().split("dev")[:windows]
         err = Console(stderr=True)

@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from as2d_cli.cli import options
+from as2d_cli.cli.paths import file_in_option, file_out_option
 from as2d_cli.engine.methods import METHODS
 
 
@@ -23,14 +25,14 @@ def register(app: typer.Typer) -> None:
         profile: Path = typer.Option(..., "--profile", help="Device cost profile (as2d.profile YAML)."),
         traces: list[Path] = typer.Option(..., "--traces", help="Trace file (as2d.trace JSON Lines, .jsonl or .jsonl.gz); repeat to merge files."),
         method: str = typer.Option("as2d", "--method", help=f"One of: {', '.join(METHODS)}."),
-        budget: Optional[int] = typer.Option(None, "--budget", help="As²d/w-o-TD budget (default: deployment's, else 7); ASP/w-o-BC cap (default 24 or the profile's largest width − 1)."),
+        budget: Optional[int] = options.budget(None, "--budget", help="As²d/w-o-TD budget (default: deployment's, else 7); ASP/w-o-BC cap (default 24 or the profile's largest width − 1)."),
         source: Optional[str] = typer.Option(None, "--source", help="Target-decoupled source (default: deployment's, else the traces' default)."),
-        k: Optional[int] = typer.Option(None, "--k", help="Standard SD: one physical width K instead of the K=5..8 mean."),
+        k: Optional[int] = options.width(None, "--k", help="Standard SD: one physical width K instead of the K=5..8 mean."),
         split: Optional[str] = typer.Option(None, "--split", help="Replay only this split's windows (default: all)."),
-        deployment: Optional[Path] = typer.Option(None, "--deployment", help="Take source and budget from this deployment (checked against the profile)."),
+        deployment: Optional[Path] = typer.Option(None, "--deployment", callback=file_in_option, help="Take source and budget from this deployment (checked against the profile)."),
         as_json: bool = typer.Option(False, "--json", help="Print the machine-readable report (as2d.replay-report v1)."),
         spans: bool = typer.Option(True, "--spans/--no-spans", help="Include each window's merged producer/verifier service spans (ns)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Also store the report as an as2d.results file (never overwritten)."),
+        out: Optional[Path] = typer.Option(None, "--out", callback=file_out_option, help="Also store the report as an as2d.results file (never overwritten)."),
     ) -> None:
         """Replay a method on trace files with a phone cost profile (no device needed)."""
         from as2d_cli.formats.results import make_results, write_results

@@ -8,6 +8,8 @@ from typing import Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
+from as2d_cli.cli import options
+from as2d_cli.cli.paths import file_target_option
 from as2d_cli.cli.progress import progress_bar
 
 
@@ -18,14 +20,14 @@ def register(app: typer.Typer) -> None:
     @sub.command("build")
     def build(
         split: str = typer.Option(..., "--split", help="dev, val or test."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Output file (default: the bundled traces folder)."),
-        processes: Optional[int] = typer.Option(None, "--processes", help="Worker processes (default: one per CPU)."),
-        limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N windows (a quick look)."),
+        out: Optional[Path] = typer.Option(None, "--out", callback=file_target_option, help="Output file (default: the bundled traces folder)."),
+        processes: Optional[int] = options.processes("Worker processes (default: one per CPU)."),
+        limit: Optional[int] = options.limit(None, "--limit", help="Only the first N windows (a quick look)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
         models: Optional[Path] = typer.Option(None, "--models", help="A model pair folder (`as2d models import`); default: the bundled pair."),
         task: Optional[str] = typer.Option(None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."),
         language: Optional[str] = typer.Option(None, "--language", help="Whisper pairs: one prompt language for every window (default: each window's)."),
-        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Cap each window's reference (default: the target's limit)."),
+        max_tokens: Optional[int] = options.limit(None, "--max-tokens", help="Cap each window's reference (default: the target's limit)."),
     ) -> None:
         """Run the target, the sources and the drafter over a corpus split (resumable)."""
         from as2d_cli.corpus.manifest import load_corpus

@@ -7,12 +7,16 @@
   with the toolkit (``as2d_cli/assets/traces``).
 * Deployment: ``--deployment``, else the newest ``calibrations/<device>/deployment*.yaml``
   chosen on this very profile (same sha256); else none (the caller runs the selection).
+  A deployment is *confirmed* when its selection was checked on the val split (its
+  ``selection.retained`` is true or false); one selected on dev only is *unconfirmed* and
+  used only when the caller allows it (``as2d eval --allow-unconfirmed``).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Mapping
 
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
@@ -70,11 +74,12 @@ def check_pair(profile: CostProfile, traces: TraceSet, where: str, pair: dict | 
                         "use traces and a profile of the same model pair")
 
 
-def find_deployment(profile_path: Path, device: str, calibrations: Path,
-                    traces: list[Path] | None = None) -> Path | None:
-    """The device's newest deployment chosen on this profile — and, when ``traces`` are
-    given, on these very trace files (a deployment selected on other traces is stale:
-    regenerated traces get a fresh selection rather than an old choice)."""
+def deployment_candidates(profile_path: Path, device: str, calibrations: Path,
+                          traces: list[Path] | None = None) -> list[tuple[Path, dict]]:
+    """The device's deployments chosen on this profile — and, when ``traces`` are given,
+    on these very trace files (a deployment selected on other traces is stale: regenerated
+    traces get a fresh selection rather than an old choice) — newest first, with each
+    file's ``selection``."""
     digest = sha256_file(profile_path)
     have = {sha256_file(t) for t in traces} if traces else None
     import yaml
@@ -85,13 +90,53 @@ def find_deployment(profile_path: Path, device: str, calibrations: Path,
             doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError):
             continue
-        if (doc.get("profile") or {}).get("sha256") != digest:
+        if not isinstance(doc, dict) or (doc.get("profile") or {}).get("sha256") != digest:
             continue
-        used = {t.get("sha256") for t in ((doc.get("selection") or {}).get("traces") or []) if isinstance(t, dict)}
+        selection = doc.get("selection") if isinstance(doc.get("selection"), dict) else {}
+        used = {t.get("sha256") for t in (selection.get("traces") or []) if isinstance(t, dict)}
         if have is not None and used and not used <= have:
             continue
-        cands.append(p)
-    return max(cands, key=lambda p: (p.stat().st_mtime, p.name)) if cands else None
+        cands.append((p, selection))
+    return sorted(cands, key=lambda c: (c[0].stat().st_mtime, c[0].name), reverse=True)
+
+
+def find_deployment(profile_path: Path, device: str, calibrations: Path,
+                    traces: list[Path] | None = None) -> Path | None:
+    """The newest of :func:`deployment_candidates`, or None."""
+    cands = deployment_candidates(profile_path, device, calibrations, traces)
+    return cands[0][0] if cands else None
+
+
+def validation(selection: Mapping[str, Any] | None) -> bool | None:
+    """Whether the val split retained the selection (True / False), or None when it was
+    never checked there (selected on dev only: unconfirmed)."""
+    selection = selection or {}
+    retained = selection.get("retained")
+    if retained is None and isinstance(selection.get("val"), dict):
+        retained = selection["val"].get("retained")
+    return retained if isinstance(retained, bool) else None
+
+
+def describe_deployment(path: Path, source: str, budget: int, selection: Mapping[str, Any] | None) -> str:
+    """One line: which deployment file, its configuration and what val said of it."""
+    state = {True: "checked on val: retained",
+             False: "checked on val: NOT retained (the val best beat it by more than the tolerance)",
+             None: "UNCONFIRMED: selected on dev only, never checked on val"}[validation(selection)]
+    return f"deployment {path}: {source}/budget {budget}; {state}"
+
+
+def require_confirmed(path: Path, selection: Mapping[str, Any] | None, *, given: bool,
+                      candidates: list[tuple[Path, dict]] = ()) -> None:
+    """Refuse an unconfirmed deployment (selected on dev only) in one line saying what
+    to do; ``given``: the user named it (``--deployment``) rather than it being found."""
+    if validation(selection) is not None:
+        return
+    how = "--deployment" if given else "the newest deployment chosen on this profile and these traces"
+    confirmed = next((p for p, sel in candidates if validation(sel) is not None), None)
+    other = f", --deployment {confirmed} (checked on val)" if confirmed is not None and not given else ""
+    raise UserError(f"{path} ({how}) was selected on dev only and never checked on val; pass "
+                    f"--allow-unconfirmed to use it anyway{other}, or select again on traces with val windows "
+                    f"(`as2d select-budget --traces DEV --traces VAL`)")
 
 
 def trace_files(traces: Path | None) -> list[Path]:

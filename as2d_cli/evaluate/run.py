@@ -13,7 +13,10 @@ from typing import Any, Callable
 
 from as2d_cli.errors import UserError
 from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
-from as2d_cli.evaluate.inputs import check_pair, find_deployment, find_profile, load_trace_files, trace_files
+from as2d_cli.evaluate.inputs import (
+    check_pair, deployment_candidates, describe_deployment, find_profile, load_trace_files, require_confirmed,
+    trace_files,
+)
 from as2d_cli.formats.common import next_free, safe_name
 from as2d_cli.formats.deployment_io import load_deployment
 from as2d_cli.formats.profile_io import load_profile
@@ -47,7 +50,10 @@ def run_eval(
     models: Path | None = None,
     task: str | None = None,
     language: str | None = None,
+    allow_unconfirmed: bool = False,
 ) -> EvalOutput:
+    """``allow_unconfirmed``: use a deployment selected on dev only (never confirmed on
+    val); refused otherwise (inputs.require_confirmed)."""
     pair = None
     if models is not None:
         from as2d_cli.models.bundle import load_bundle
@@ -61,8 +67,13 @@ def run_eval(
     if not any(w.split == split for w in ts.windows):
         raise UserError(f"the traces hold no {split!r} windows; pass traces with that split")
     device = safe_name(str(prof.device.get("name") or phone), "device")
-    dep_path = deployment or find_deployment(profile_path, device, calibrations, files)
+    candidates = [] if deployment is not None else deployment_candidates(profile_path, device, calibrations, files)
+    dep_path = deployment or (candidates[0][0] if candidates else None)
     selected_now = False
+    if dep_path is None and not allow_unconfirmed and not any(w.split == "val" for w in ts.windows):
+        raise UserError("no deployment chosen on this profile and these traces yet, and the traces hold no 'val' "
+                        "windows to confirm a new selection on; pass traces with val windows (or "
+                        "--allow-unconfirmed to select on dev only)")
     if dep_path is None:
         from as2d_cli.replay.report import write_selection
         from as2d_cli.replay.selection import select_budget
@@ -78,6 +89,9 @@ def run_eval(
         selected_now = True
         say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
     dep = load_deployment(dep_path, profile=profile_path)
+    if not allow_unconfirmed:
+        require_confirmed(Path(dep_path), dep.selection, given=deployment is not None, candidates=candidates)
+    say(describe_deployment(Path(dep_path), dep.source, dep.budget, dep.selection))
     say(f"replaying every method over the {split} split with {profile_path}")
     ev = evaluate_fixed(ts, prof, dep, split=split)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())

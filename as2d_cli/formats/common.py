@@ -194,13 +194,18 @@ def _umask() -> int:
 _UMASK = _umask()
 
 
+def _exists(p: Path) -> str:
+    return (f"{p}: already exists and is never overwritten; choose another output name or remove that file "
+            "(only commands that offer --force replace it)")
+
+
 def write_atomic(path: str | Path, data: bytes, *, force: bool = False) -> Path:
     """Write ``data`` to ``path`` atomically (temp file in the same folder, then link or
     rename). Without ``force`` an existing file is never replaced: the call refuses with
     a UserError and leaves both the old file and no temp file behind."""
     p = Path(path)
     if not force and p.exists():
-        raise UserError(f"{p}: already exists and is never overwritten; choose another output name or pass --force")
+        raise UserError(_exists(p))
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
@@ -215,11 +220,11 @@ def write_atomic(path: str | Path, data: bytes, *, force: bool = False) -> Path:
             try:
                 os.link(tmp, p)  # atomic create-if-absent: a racing writer cannot be clobbered
             except FileExistsError:
-                raise UserError(f"{p}: already exists and is never overwritten; choose another output name or pass --force") from None
+                raise UserError(_exists(p)) from None
             except OSError:
                 # Filesystems without hard links: fall back to an exclusive check + rename.
                 if p.exists():
-                    raise UserError(f"{p}: already exists and is never overwritten; choose another output name or pass --force") from None
+                    raise UserError(_exists(p)) from None
                 os.replace(tmp, p)
     finally:
         if os.path.exists(tmp):

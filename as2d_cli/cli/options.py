@@ -1,0 +1,199 @@
+"""The range-checked options every command shares: one definition each, checked while the
+command line is parsed, so bad input is refused before any work starts.
+
+Each helper returns a ``typer.Option`` (use it as a parameter's default). Ranges:
+
+* ports 1–65535 (``emulator_port``: 0 too, meaning any free port);
+* seconds ≥ 0 (``seconds``), or > 0 where zero means nothing (``positive_seconds``);
+* counts ≥ 1 (``count``: windows, repetitions, resamples…), or ≥ 0 where none is a
+  choice (``count(..., minimum=0)``: warm-ups); limits and token caps ≥ 1;
+* budgets 1–MAX_BUDGET and physical widths 1–MAX_BUDGET+1 (``budget``, ``width``, and
+  ``parse_budgets`` for lists like ``1-8,12``); whether the profile measured those widths
+  is checked against the profile;
+* fractions 0–1 (``fraction``);
+* core indices ≥ 0 here, and against the device's cores once it is resolved
+  (``check_core``).
+
+A violation is a usage error that ``main()`` prints as one line naming the option.
+Paths are checked in :mod:`as2d_cli.cli.paths`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import typer
+
+from as2d_cli.engine.methods import DEFAULT_ASP_CAP
+from as2d_cli.errors import UserError
+
+# The supported budgets: 1 to ASP's cap of 24 proposals (physical K ≤ 25), the catalog
+# `select-budget` searches by default; a profile may measure fewer widths.
+MIN_BUDGET = 1
+MAX_BUDGET = DEFAULT_ASP_CAP
+MAX_WIDTH = MAX_BUDGET + 1
+MAX_PORT = 65535
+_RANGE = re.compile(r"^\s*(-?\d+)\s*(?:-\s*(-?\d+))?\s*$")
+
+
+def _checked(check: Callable[[Any], None]) -> Callable[[Any], Any]:
+    """A click callback running ``check`` on a given value; its UserError becomes a
+    usage error naming the option."""
+    def callback(value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            for v in value if isinstance(value, (list, tuple)) else (value,):
+                check(v)
+        except UserError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        return value
+
+    return callback
+
+
+def _more_than_zero(value: float) -> None:
+    if not value > 0:
+        raise UserError(f"{value:g} must be more than 0")
+
+
+# ------------------------------------------------------------------ ports
+
+def port(default: int | None, *flags: str, help: str) -> Any:
+    """A TCP port, 1–65535."""
+    return typer.Option(default, *flags, min=1, max=MAX_PORT, help=help)
+
+
+def adb_port(help: str = "adb server port (default: $ANDROID_ADB_SERVER_PORT or 5037).") -> Any:
+    """``--adb-port``: the adb server's port, 1–65535."""
+    return port(None, "--adb-port", help=help)
+
+
+def emulator_port(default: int, *flags: str, help: str) -> Any:
+    """A port to listen on: 1–65535, or 0 for any free port."""
+    return typer.Option(default, *flags, min=0, max=MAX_PORT, help=help)
+
+
+# ------------------------------------------------------------------ time
+
+def seconds(default: float | None, *flags: str, help: str) -> Any:
+    """A duration in seconds, ≥ 0 (0: none)."""
+    return typer.Option(default, *flags, min=0.0, help=help)
+
+
+def positive_seconds(default: float | None, *flags: str, help: str) -> Any:
+    """A duration in seconds, > 0 (a period or a time limit)."""
+    return typer.Option(default, *flags, callback=_checked(_more_than_zero), help=help)
+
+
+def positive(default: float | None, *flags: str, help: str) -> Any:
+    """Any quantity that must be more than 0 (GHz, …)."""
+    return typer.Option(default, *flags, callback=_checked(_more_than_zero), help=help)
+
+
+# ------------------------------------------------------------------ counts
+
+def count(default: int | None, *flags: str, help: str, minimum: int = 1) -> Any:
+    """A number of things (windows, repetitions, processes, tokens…), ≥ ``minimum`` (1)."""
+    return typer.Option(default, *flags, min=minimum, help=help)
+
+
+def processes(help: str = "Worker processes (default: one per usable CPU).") -> Any:
+    """``--processes``: worker processes, ≥ 1."""
+    return count(None, "--processes", help=help)
+
+
+def limit(default: int | None, *flags: str, help: str) -> Any:
+    """A cap on how many (windows, tokens…), ≥ 1."""
+    return count(default, *flags, help=help)
+
+
+def seed(default: int, *flags: str, help: str) -> Any:
+    """A random seed, ≥ 0."""
+    return typer.Option(default, *flags, min=0, help=help)
+
+
+def fraction(default: float | None, *flags: str, help: str) -> Any:
+    """A fraction, 0–1."""
+    return typer.Option(default, *flags, min=0.0, max=1.0, help=help)
+
+
+# ------------------------------------------------------------------ budgets and widths
+
+def budget(default: int | None, *flags: str, help: str) -> Any:
+    """A proposal budget b, 1–MAX_BUDGET (physical K ≤ b+1)."""
+    return typer.Option(default, *flags, min=MIN_BUDGET, max=MAX_BUDGET, help=help)
+
+
+def width(default: int | None, *flags: str, help: str) -> Any:
+    """A physical verification width K, 1–MAX_WIDTH."""
+    return typer.Option(default, *flags, min=1, max=MAX_WIDTH, help=help)
+
+
+def parse_budgets(text: str) -> list[int]:
+    """``1-24``, ``1-8,12`` … → sorted distinct budgets; refuses anything outside
+    MIN_BUDGET–MAX_BUDGET, naming the budgets it refuses."""
+    out: set[int] = set()
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        m = _RANGE.match(part)
+        if m is None:
+            raise UserError(f"{text!r}: expected budgets and ranges like 1-24 or 1-8,12")
+        lo, hi = int(m[1]), int(m[2] if m[2] is not None else m[1])
+        if lo > hi:
+            raise UserError(f"{text!r}: {part.strip()!r} counts down; write ranges low-high, like 1-24")
+        out.update(range(lo, hi + 1))
+    if not out:
+        raise UserError(f"{text!r}: no budget given; pass budgets like 1-24 or 1-8,12")
+    bad = sorted(b for b in out if not MIN_BUDGET <= b <= MAX_BUDGET)
+    if bad:
+        raise UserError(f"{text!r}: {spans(bad)} {'is' if len(bad) == 1 else 'are'} outside the supported "
+                        f"budgets {MIN_BUDGET}-{MAX_BUDGET} (physical K ≤ {MAX_WIDTH}); pass budgets in that range")
+    return sorted(out)
+
+
+def budget_list(default: str | None, *flags: str, help: str) -> Any:
+    """A list of budgets (``parse_budgets``), checked while parsing; the command parses
+    the string again with ``parse_budgets``."""
+    return typer.Option(default, *flags, callback=_checked(parse_budgets), help=help)
+
+
+def spans(values: list[int]) -> str:
+    """[1, 2, 3, 7] → '1-3, 7'."""
+    parts: list[str] = []
+    start = prev = None
+    for v in sorted(values):
+        if prev is not None and v == prev + 1:
+            prev = v
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = v
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)
+
+
+# ------------------------------------------------------------------ cores
+
+def core(default: int | None, *flags: str, help: str) -> Any:
+    """A CPU core index, ≥ 0; check it against the device with ``check_core``."""
+    return typer.Option(default, *flags, min=0, help=help)
+
+
+def check_core(device: Any, index: int | None, option: str) -> None:
+    """Refuse a core index the resolved device does not have, naming its cores."""
+    if index is None:
+        return
+    cpus = device.cpus()
+    if index not in cpus:
+        raise UserError(f"{option} {index}: {device.serial} has cores {spans(list(cpus))}; pick one of those")
+
+
+__all__ = [
+    "MAX_BUDGET", "MAX_PORT", "MAX_WIDTH", "MIN_BUDGET", "adb_port", "budget", "budget_list", "check_core", "core",
+    "count", "emulator_port", "fraction", "limit", "parse_budgets", "port", "positive", "positive_seconds",
+    "processes", "seconds", "seed", "spans", "width",
+]
