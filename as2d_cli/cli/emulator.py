@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from as2d_cli.cli import options
 from as2d_cli.errors import UserError
 
 
@@ -19,8 +20,8 @@ def register(app: typer.Typer) -> None:
 
     @sub.command("start")
     def start(
-        port: int = typer.Option(0, "--port", help="Loopback port of the emulated adbd (0: any free port)."),
-        adb_port: Optional[int] = typer.Option(None, "--adb-port", help="adb server to attach to (default: $ANDROID_ADB_SERVER_PORT or 5037; started privately if none runs there)."),
+        port: int = options.emulator_port(0, "--port", help="Loopback port of the emulated adbd (0: any free port)."),
+        adb_port: Optional[int] = options.adb_port(help="adb server to attach to (default: $ANDROID_ADB_SERVER_PORT or 5037; started privately if none runs there)."),
         private_server: bool = typer.Option(False, "--private-server", help="Start a private adb server (own port and HOME) instead of using a running one."),
         profile: str = typer.Option("k70", "--profile", help="Phone to emulate: k70, mi14, mi11pro, note9pro."),
         connection: str = typer.Option("usb", "--connection", help="usb (unplug removes the phone) or wireless (it stays)."),
