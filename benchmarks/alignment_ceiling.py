@@ -86,7 +86,7 @@ def replay(windows, prof: CostProfile, spec: MethodSpec) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", default=str(ROOT / "as2d_cli" / "assets" / "traces" / "test.jsonl.gz"))
-    ap.add_argument("--profile", default=str(ROOT / "calibrations" / "k70.profile.yaml"))
+    ap.add_argument("--profile", default=str(ROOT / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml"))
     ap.add_argument("--budget", type=int, default=7)
     args = ap.parse_args()
 

@@ -363,7 +363,7 @@ def test_traces_record_the_pair_and_another_pairs_profile_is_refused(pair: Path,
     # the same process then tracing the bundled pair gets the bundled pair, not the last one loaded
     bundled = load_traces(build_traces("dev", tmp_path / "b.jsonl.gz", limit=1, processes=1, max_tokens=8))
     assert bundled.provenance["pair"]["name"] == "bundled" and bundled.eos_id == load_bundle().vocab.eot
-    shipped = Path(__file__).resolve().parents[1] / "calibrations" / "k70.profile.yaml"
+    shipped = Path(__file__).resolve().parents[1] / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml"
     with pytest.raises(UserError, match="built with pair 'tiny' but the profile was measured with the bundled pair"):
         load_inputs(shipped, out)
     # a build interrupted with one pair does not resume with another

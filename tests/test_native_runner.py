@@ -209,7 +209,7 @@ def test_a_native_runs_replay_keeps_its_publications_and_prices_the_same_work(ru
 
     res = _decode(runner, "as2d", window=runner.english, source="ctc", budget=3, events=False)
     assert res["source"] == "ctc" and res["publications_ms"]
-    profile = load_profile(Path(__file__).resolve().parents[1] / "calibrations" / "k70.profile.yaml")
+    profile = load_profile(Path(__file__).resolve().parents[1] / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml")
     w = native_trace(runner.english, "read", res, eos_id=int(res["tokens"][-1]) if res["eos"] else -1, audio_s=5.0)
     tps, rep = replay_native(profile, w, res)
     nat = native_facts(res)

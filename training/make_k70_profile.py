@@ -1,4 +1,4 @@
-"""Write calibrations/k70.profile.yaml: the Redmi K70 Pro's published costs (paper D.2.2).
+"""Write as2d_cli/assets/profiles/k70.profile.yaml: the Redmi K70 Pro's published costs (paper D.2.2).
 
 The paper publishes the K70's target-only step (59.391 ms), draft forward (23.347 ms), K8
 (112.656 ms) and K12 (142.825 ms) verification and the serial loop residual (10.738 ms).
@@ -18,7 +18,7 @@ from as2d_cli.formats.profile import SourceCosts
 from as2d_cli.formats.profile_io import write_profile
 from as2d_cli.synthetic import synthetic_profile
 
-OUT = Path(__file__).resolve().parents[1] / "calibrations" / "k70.profile.yaml"
+OUT = Path(__file__).resolve().parents[1] / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml"
 
 
 def main() -> None:

@@ -1,12 +1,15 @@
 """Find the inputs of an evaluation for ``--phone``: profile, traces, deployment.
 
-* Profile: ``--profile``, else ``calibrations/<phone>.profile.yaml`` (shipped for the
-  paper's phones), else the newest ``calibrations/*.profile.yaml`` whose device name or
-  serial is the phone (``as2d calibrate`` writes those).
+* Profile: ``--profile``, else the newest profile *measured* on the phone
+  (``calibrations/*.profile.yaml`` whose device name, serial or connection is the phone;
+  ``as2d calibrate`` writes those), else a synthetic one for it
+  (``calibrations/<phone>.profile.yaml``, then the toolkit's shipped
+  ``as2d_cli/assets/profiles/<phone>.profile.yaml``).
 * Traces: ``--traces`` (one file or a folder of ``*.jsonl[.gz]``), else the traces that ship
   with the toolkit (``as2d_cli/assets/traces``).
 * Deployment: ``--deployment``, else the newest ``calibrations/<device>/deployment*.yaml``
-  chosen on this very profile (same sha256); else none (the caller runs the selection).
+  (or one shipped beside a shipped profile) chosen on this very profile (same sha256);
+  else none (the caller runs the selection).
   A deployment is *confirmed* when its selection was checked on the val split (its
   ``selection.retained`` is true or false); one selected on dev only is *unconfirmed* and
   used only when the caller allows it (``as2d eval --allow-unconfirmed``).
@@ -24,31 +27,40 @@ from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet
 
 ASSET_TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
+SHIPPED_PROFILES = Path(__file__).resolve().parents[1] / "assets" / "profiles"
 
 
 def find_profile(phone: str, calibrations: Path, pair: dict | None = None, models: Path | None = None) -> Path:
     """The profile for ``phone`` and the model pair ``pair`` (its identity, None: the bundled
-    pair). A shipped profile prices the bundled pair only; an imported pair needs a profile
-    measured with it (``as2d calibrate --models``)."""
-    shipped = calibrations / f"{phone}.profile.yaml"
-    if shipped.is_file() and pair is None:
-        return shipped
+    pair): the newest measured on it, else a synthetic one. A synthetic profile prices the
+    bundled pair only; an imported pair needs a profile measured with it
+    (``as2d calibrate --models``)."""
+    from device_agents.phones import canonical
+
     import yaml
 
-    found = []
-    for p in sorted(calibrations.glob("*.profile.yaml")):
+    names = {phone, canonical(phone) or phone}
+    measured = []
+    for p in sorted(calibrations.glob("*.profile.yaml")) if calibrations.is_dir() else []:
         try:
-            dev = (yaml.safe_load(p.read_text(encoding="utf-8")) or {}).get("device", {})
-        except (OSError, yaml.YAMLError):
+            doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            dev = doc.get("device", {}) or {}
+        except (OSError, yaml.YAMLError, AttributeError):
             continue
-        if phone in (dev.get("name"), dev.get("serial")) and same_pair(dev.get("pair"), pair):
-            found.append(p)
-    if not found:
-        flag = f" --models {models}" if models is not None else ""
-        which = f" measured with model pair {pair['name']!r}" if pair is not None else ""
-        raise UserError(f"no cost profile for --phone {phone}{which} in {calibrations}/: run "
-                        f"`as2d calibrate --phone {phone}{flag}` first, or pass --profile FILE")
-    return max(found, key=lambda p: p.stat().st_mtime)
+        if doc.get("synthetic") or not names & {dev.get("name"), dev.get("serial"), dev.get("connection")}:
+            continue
+        if same_pair(dev.get("pair"), pair):
+            measured.append((str(doc.get("created") or ""), p.stat().st_mtime, p))
+    if measured:
+        return max(measured)[2]
+    key = canonical(phone) or phone
+    for shipped in (calibrations / f"{key}.profile.yaml", SHIPPED_PROFILES / f"{key}.profile.yaml"):
+        if shipped.is_file() and pair is None:
+            return shipped
+    flag = f" --models {models}" if models is not None else ""
+    which = f" measured with model pair {pair['name']!r}" if pair is not None else ""
+    raise UserError(f"no cost profile for --phone {phone}{which} in {calibrations}/: run "
+                    f"`as2d calibrate --phone {phone}{flag}` first, or pass --profile FILE")
 
 
 def same_pair(a: dict | None, b: dict | None) -> bool:
@@ -85,7 +97,11 @@ def deployment_candidates(profile_path: Path, device: str, calibrations: Path,
     import yaml
 
     cands = []
-    for p in sorted((calibrations / device).glob("deployment*.yaml")) if (calibrations / device).is_dir() else []:
+    folders = [calibrations / device]
+    if profile_path.resolve().parent == SHIPPED_PROFILES:  # a shipped profile's own deployments too
+        folders.append(SHIPPED_PROFILES / device)
+    found = [p for d in folders if d.is_dir() for p in sorted(d.glob("deployment*.yaml"))]
+    for p in found:
         try:
             doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError):
