@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from as2d_cli.cli import options
-from as2d_cli.cli.paths import folder_in_option
+from as2d_cli.cli.paths import folder_in_option, folder_new_option
 
 
 def register(app: typer.Typer) -> None:
@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
     def import_(
         target: Path = typer.Option(..., "--target", callback=folder_in_option, help="The target's export folder (optimum-cli layout, flat or onnx/)."),
         drafter: Path = typer.Option(..., "--drafter", callback=folder_in_option, help="The drafter's export folder (same tokenizer as the target)."),
-        out: Path = typer.Option(..., "--out", help="The pair folder to write (never overwritten)."),
+        out: Path = typer.Option(..., "--out", callback=folder_new_option, help="The pair folder to write (never overwritten)."),
         ctc: Optional[Path] = typer.Option(None, "--ctc", callback=folder_in_option, help="A CTC model folder (ONNX + vocabulary) as a chunked source."),
         variant: Optional[str] = typer.Option(None, "--variant", help="The target's file variant (quantized, int8, q4, fp16…)."),
         drafter_variant: Optional[str] = typer.Option(None, "--drafter-variant", help="The drafter's file variant."),

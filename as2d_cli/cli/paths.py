@@ -53,6 +53,15 @@ def folder_out(path: Path, option: str) -> Path:
     return path
 
 
+def folder_new(path: Path, option: str) -> Path:
+    """A folder the command creates (never overwritten: it must not exist yet)."""
+    if path.exists():
+        raise UserError(f"{option} {path} already exists and is never overwritten; pass another {option} "
+                        f"or remove it first")
+    _creatable(path, option, "folder")
+    return path
+
+
 def file_out(path: Path, option: str) -> Path:
     """A file the command creates (never overwritten: it must not exist yet)."""
     if path.is_dir():
@@ -115,6 +124,7 @@ def _callback(check: Callable[[Path, str], Path]) -> Callable[..., Any]:
 
 
 folder_out_option = _callback(folder_out)
+folder_new_option = _callback(folder_new)
 file_out_option = _callback(file_out)
 file_target_option = _callback(file_target)
 file_or_folder_out_option = _callback(file_or_folder_out)
