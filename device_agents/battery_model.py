@@ -383,6 +383,8 @@ class EmulatedPower:
       ``android.power`` source polls the model every ``battery_poll_ms`` for at most
       ``duration_ms`` into the ``-o`` file, a real Perfetto trace; ``--background-wait``
       returns once polling runs and prints the pid, as the real tool does;
+      (``/system/bin/perfetto`` and ``/system/bin/traced`` exist, ``init.svc.traced`` is
+      ``running`` and ``persist.traced.enable`` is ``1``, as on Android ≥ 11);
     - ``nohup`` — runs its command immune to the adb connection closing (USB unplug);
     - ``/proc/uptime`` on the boot clock the trace uses;
     - activity: every host program the phone runs counts as one busy worker while it runs
@@ -393,7 +395,9 @@ class EmulatedPower:
         self.phone = phone
         self.model = model or BatteryModel()
         self.recorders: list[BatteryRecorder] = []
-        self.traced_enabled = True  # fault: False makes perfetto fail as with traced off
+        # Fault: False makes perfetto fail at run time as when traced dies (its properties
+        # still say it runs); the emulator's `no-traced` fault turns the properties off too.
+        self.traced_enabled = True
         self._pids = iter(range(31_000, 10**9))
 
     def install(self) -> "EmulatedPower":
@@ -405,7 +409,13 @@ class EmulatedPower:
             self.phone.launcher = previous._inner_launcher
         self.model.set_plugged(bool(getattr(self.phone.battery, "usb_powered", True)))
         self.phone.battery = EmulatedBattery(self.model)
-        self.phone.register_command("perfetto", self._perfetto)
+        # Faults armed before the model (device_agents.emulator.faults) stay in force.
+        if not getattr(self.phone, "as2d_no_perfetto", False):
+            self.phone.register_command("perfetto", self._perfetto)
+            self.phone.fs.add_dynamic("/system/bin/perfetto", lambda: "")
+        self.phone.fs.add_dynamic("/system/bin/traced", lambda: "")
+        self.phone.props.setdefault("init.svc.traced", "running")
+        self.phone.props.setdefault("persist.traced.enable", "1")
         self.phone.register_command("nohup", self._nohup)
         self.phone.fs.add_dynamic("/proc/uptime", self._uptime)
         inner = self._inner_launcher = self.phone.launcher
@@ -485,7 +495,7 @@ class EmulatedPower:
         if cfg_src is None or out is None:
             ctx.err("perfetto: needs -c CONFIG and -o OUT\n")
             return 1
-        if not self.traced_enabled:
+        if not self.traced_enabled or getattr(self.phone, "as2d_traced_off", False):
             ctx.err("[perfetto] Could not connect to the traced socket "
                     "/dev/socket/traced_consumer\n")
             return 1

@@ -1,5 +1,6 @@
-"""Perfetto battery capture on a device: push the binary TraceConfig, start `perfetto` in the
-background, know when the bounded trace has ended, pull it.
+"""Perfetto battery capture on a device: check the phone can capture (preflight), push the
+binary TraceConfig, start `perfetto` in the background, know when the bounded trace has
+ended, pull it.
 
 The config is built by as2d_cli.energy.capture_config with the `perfetto` package's protos
 and fed to the device's perfetto on stdin (`cat CFG | perfetto -c - …`), which works on
@@ -17,11 +18,47 @@ import time
 from pathlib import Path
 
 from as2d_cli.energy.capture_config import CaptureSpec, serialize_trace_config
-from as2d_cli.errors import DeviceError
+from as2d_cli.errors import DeviceError, UserError
 from device_agents.base import Device
 
 TRACE_DIR = "/data/misc/perfetto-traces"
 CONFIG_NAME = "battery.trace_config.pb"
+PERFETTO_BIN = "/system/bin/perfetto"
+TRACED_BIN = "/system/bin/traced"
+BATTERY_STATUS = "/sys/class/power_supply/battery/status"
+
+
+def preflight(device: Device) -> dict[str, str]:
+    """Before anything is pushed: the phone has `perfetto` and `traced`, traced runs (or init
+    starts it: persist.traced.enable=1), and its battery status can be read (the episode
+    waits on it and records it). One UserError line per problem; returns what was seen."""
+    who = device.serial
+    listed = set(device.shell(["ls", PERFETTO_BIN, TRACED_BIN], deadline_s=15).stdout.split())
+    if PERFETTO_BIN not in listed:
+        raise UserError(f"phone {who} has no perfetto ({PERFETTO_BIN} is missing): the battery "
+                        "counters are captured with Perfetto's command-line client, which "
+                        "Android 9 and later ship — update the phone or measure another one")
+    if TRACED_BIN not in listed:
+        raise UserError(f"phone {who} has no traced ({TRACED_BIN} is missing): perfetto records "
+                        "through the traced service, which Android 9 and later ship — update "
+                        "the phone or measure another one")
+    state = device.shell(["getprop", "init.svc.traced"], deadline_s=15).stdout.strip()
+    enabled = device.shell(["getprop", "persist.traced.enable"], deadline_s=15).stdout.strip()
+    if state != "running" and enabled != "1":
+        raise UserError(f"traced does not run on phone {who} (init.svc.traced={state or 'unset'}, "
+                        f"persist.traced.enable={enabled or 'unset'}); enable it with `adb shell "
+                        "setprop persist.traced.enable 1` and rerun")
+    status = device.shell(["cat", BATTERY_STATUS], deadline_s=15).stdout.strip()
+    if not status:
+        m = re.search(r"^\s*status:\s*(\d+)\s*$",
+                      device.shell(["dumpsys", "battery"], deadline_s=15).stdout, re.M)
+        status = f"dumpsys status {m.group(1)}" if m else ""
+    if not status:
+        raise UserError(f"phone {who}: neither {BATTERY_STATUS} nor `dumpsys battery` gives the "
+                        "battery status; the episode waits on it and refuses a charging capture "
+                        "by it — check `adb shell dumpsys battery`")
+    return {"traced": state or "unset", "persist.traced.enable": enabled or "unset",
+            "battery_status": status}
 
 
 def trace_path_for(run_dir: str) -> str:

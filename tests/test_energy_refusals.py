@@ -141,3 +141,99 @@ def test_steady_load_is_not_mistaken_for_a_stale_gauge(tmp_path: Path) -> None:
     assert all(r.status == "ok" for r in a.requests)
     assert a.requests[0].mean_power_w == pytest.approx(
         1.570 * float(s.voltage_uv[16:57].mean()) * 1e-6, rel=0.01)
+
+
+# -- a charger at either end of the capture (battery status, not only positive current) ----
+
+@pytest.mark.parametrize("meta,words", [
+    ({"battery_status_at_start": "Full", "battery_status_at_end": "Discharging"},
+     ["status Full at the start of the capture", "below full", "unplug"]),
+    ({"battery_status_at_start": "Discharging", "battery_status_at_end": "Charging"},
+     ["status Charging at the end of the capture", "disconnect USB"]),
+    ({"battery_status_at_start": "Not charging", "battery_status_at_end": "Full"},
+     ["Not charging at the start, Full at the end", "disconnect USB", "below full"]),
+    ({"battery_status_at_start": "Charging", "battery_status_at_end": "Charging"},
+     ["Charging at the start and at the end"]),
+])
+def test_refuses_a_charger_status_at_either_end(tmp_path: Path, meta: dict, words: list) -> None:
+    # The gauge shows a discharging phone throughout: only the status tells.
+    s = _series(tmp_path)
+    assert (s.current_ua < 0).all()
+    with pytest.raises(MeasurementRefused) as info:
+        analyse_episode(s, Episode(EPISODE.requests, dict(meta)))
+    msg = str(info.value)
+    assert all(w in msg for w in words), msg
+    assert "positive" not in msg and "\n" not in msg
+
+
+def test_charger_status_names_positive_current_when_there_is_some(tmp_path: Path) -> None:
+    s = _series(tmp_path, plugged=lambda t: t < T0 + 2 * S)
+    with pytest.raises(MeasurementRefused, match=r"Charging at the start .*positive, \d+ µA"):
+        analyse_episode(s, Episode(EPISODE.requests, {"battery_status_at_start": "Charging"}))
+
+
+def test_discharging_or_unrecorded_status_is_measured(tmp_path: Path) -> None:
+    s = _series(tmp_path)
+    for meta in ({}, {"battery_status_at_start": "Discharging",
+                      "battery_status_at_end": "Discharging"}):
+        a = analyse_episode(s, Episode(EPISODE.requests, meta))
+        assert all(r.status == "ok" for r in a.requests)
+
+
+def test_status_is_read_from_dumpsys_when_power_supply_is_unreadable() -> None:
+    from as2d_cli.energy.episode_script import EpisodePlan, assemble_episode
+
+    plan = EpisodePlan(methods=("as2d",), request_cmd="x", warmups=0)
+    files = {"battery_status_at_start": "",
+             "battery_dumpsys_at_start": "Current Battery Service state:\n  status: 5\n  level: 100\n",
+             "battery_status_at_end": "Discharging\n"}
+    meta = assemble_episode(plan, files).meta
+    assert meta["battery_status_at_start"] == "Full"
+    assert meta["battery_status_at_end"] == "Discharging"
+
+
+# -- option combinations that cannot measure are refused before anything runs ----------------
+
+def _cli(argv: list[str], capsys) -> tuple[int, str]:
+    from as2d_cli.cli.main import main
+
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--phone", "local", "--connection", "wireless", "--request-cmd", "x"],
+     ["--phone local with --connection wireless", "no battery counters Perfetto can read"]),
+    (["--phone", "local", "--request-cmd", "x"],
+     ["--phone local cannot measure", "no battery counters Perfetto can read"]),
+    (["--phone", "local", "--connection", "bluetooth", "--request-cmd", "x"],
+     ["--connection 'bluetooth' must be usb", "or wireless"]),
+    (["--phone", "k70", "--request-cmd", "x", "--window", "dev-sung-004"],
+     ["--window names the corpus window the bundle", "drop --window or pass --bundle"]),
+    (["--from-run", "{tmp}", "--phone", "k70", "--poll-ms", "100"],
+     ["--from-run analyses a folder that was already measured", "--phone, --poll-ms"]),
+    (["--from-run", "{tmp}", "--connection", "wireless"], ["--connection cannot apply"]),
+    (["--collect", "{tmp}", "--methods", "as2d"], ["--collect fetches", "--methods cannot apply"]),
+    (["--collect", "{tmp}", "--from-run", "{tmp}"], ["--from-run DIR", "--collect DIR", "not both"]),
+    (["--collect", "{tmp}/nothing-here"], ["--collect", "no such folder"]),
+])
+def test_unmeasurable_combinations_are_one_line_before_anything_runs(
+        tmp_path: Path, capsys, monkeypatch, argv: list, words: list) -> None:
+    import device_agents.registry as registry
+
+    def no_device(*a, **k):  # nothing may reach for a device
+        raise AssertionError("a device was resolved")
+
+    monkeypatch.setattr(registry, "resolve_phone", no_device)
+    measuring = "--from-run" not in argv and "--collect" not in argv
+    argv = ["energy", *[a.replace("{tmp}", str(tmp_path)) for a in argv],
+            *(["--out", str(tmp_path / "res")] if measuring else [])]
+    code, err = _cli(argv, capsys)
+    assert code == 2
+    (line,) = err.splitlines()
+    assert line.startswith("error: ") and all(w in line for w in words), line
+    assert not (tmp_path / "res").exists()

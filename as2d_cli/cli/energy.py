@@ -1,5 +1,6 @@
 """`as2d energy --phone P`: request energy from Perfetto battery counters with USB
-disconnected (paper D.6.1); `--from-run DIR` analyses a pulled run folder again."""
+disconnected (paper D.6.1); `--from-run DIR` analyses a pulled run folder again;
+`--collect DIR` fetches a run the phone kept (it did not come back in time)."""
 
 from __future__ import annotations
 
@@ -38,22 +39,79 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("results"), "--out", callback=folder_out_option, help="Results folder (a fresh energy/<time>-<phone>/ is made inside)."),
         adb_port: Optional[int] = options.adb_port(),
         from_run: Optional[Path] = typer.Option(None, "--from-run", callback=folder_in_option, help="Analyse an existing run folder instead of measuring."),
+        collect: Optional[Path] = typer.Option(None, "--collect", help="Fetch the run a phone kept (it left and did not come back in time, or the host was interrupted) into this run folder and analyse it."),
         models: Optional[Path] = typer.Option(None, "--models", help="With --bundle: the model pair the requests run (the bundle must carry it: `as2d bundle build --models PAIR`)."),
     ) -> None:
         """Measure request energy (J, W, J/token) from battery current × voltage, unplugged."""
+        import importlib
+
         from as2d_cli.energy import protocol
 
+        ctx = None
+        for where in ("typer._click.globals", "click.globals"):  # typer ≥ 0.17 vendors click
+            try:
+                ctx = importlib.import_module(where).get_current_context(silent=True)
+            except ImportError:
+                continue
+            if ctx is not None:
+                break
+
+        def given(*allowed: str) -> list[str]:
+            """Options set on the command line, other than `allowed`."""
+            found = []
+            for p in ctx.command.params if ctx is not None else []:
+                if p.name in allowed or getattr(p, "param_type_name", "") != "option":
+                    continue
+                source = ctx.get_parameter_source(p.name)
+                if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+                    found.append(p.opts[0])
+            return found
+
+        def say(msg: str) -> None:
+            typer.echo(f">>> {msg}", err=True)
+
+        if from_run is not None and collect is not None:
+            raise UserError("pass --from-run DIR (analyse a pulled folder) or --collect DIR "
+                            "(fetch what the phone kept), not both")
         if from_run is not None:
-            path = protocol.reanalyse(from_run, baseline=baseline or None)
+            extra = given("from_run", "baseline")
+            if extra:
+                raise UserError(f"--from-run analyses a folder that was already measured; "
+                                f"{', '.join(extra)} cannot apply to it — drop "
+                                f"{'it' if len(extra) == 1 else 'them'}")
+            path = protocol.reanalyse(from_run, baseline=baseline or None, say=say)
+        elif collect is not None:
+            extra = given("collect", "baseline", "adb_port")
+            if extra:
+                raise UserError(f"--collect fetches the run a phone kept and analyses it as it "
+                                f"was planned; {', '.join(extra)} cannot apply to it — drop "
+                                f"{'it' if len(extra) == 1 else 'them'}")
+            if not collect.is_dir():
+                raise UserError(f"--collect {collect}: no such folder; pass the run folder the "
+                                "interrupted `as2d energy` named")
+            path = protocol.collect(collect, baseline=baseline or None, say=say,
+                                    adb_port=adb_port)
         else:
             if not phone:
-                raise UserError("pass --phone (see `as2d devices`) or --from-run DIR")
+                raise UserError("pass --phone (see `as2d devices`), --from-run DIR or "
+                                "--collect DIR")
+            # Everything that cannot measure is refused before any device is touched.
+            protocol.check_measurable(phone, connection)
             if bundle is not None and (request_cmd or method_cmd):
                 raise UserError("--bundle runs the native requests itself; drop --request-cmd "
                                 "and --method-cmd (or drop --bundle)")
-            if bundle is not None and not window:
+            windows = protocol.window_ids(window)
+            if windows and bundle is None:
+                raise UserError("--window names the corpus window the bundle's native requests "
+                                "transcribe; your --request-cmd/--method-cmd does not read it — "
+                                "drop --window or pass --bundle")
+            if bundle is not None and not windows:
                 raise UserError("--bundle needs --window: the corpus window the requests "
                                 "transcribe (see `as2d corpus list`)")
+            protocol.check_windows(windows)
+            if len(windows) > 1:
+                raise UserError(f"--window: one window per run (got {', '.join(windows)}); run "
+                                "`as2d energy` once per window")
             if bundle is None and not request_cmd and not method_cmd:
                 raise UserError("pass --bundle ARCHIVE --window ID to run the native runner's "
                                 "requests, or --request-cmd for your own request command")
@@ -71,6 +129,7 @@ def register(app: typer.Typer) -> None:
             if missing:
                 raise UserError(f"no request command for {', '.join(missing)}; pass --request-cmd "
                                 "or --method-cmd METHOD=COMMAND for each")
+            from device_agents.perfetto_capture import preflight
             from device_agents.registry import resolve_phone
 
             from as2d_cli.energy.episode_script import EpisodePlan
@@ -84,6 +143,9 @@ def register(app: typer.Typer) -> None:
                                discharge_wait_s=discharge_wait_s)
             plan.validate()
             device = resolve_phone(phone, adb_port)
+            # perfetto, traced and the battery status, before anything is pushed (the bundle
+            # too) and before the user is asked to unplug.
+            preflight(device)
             if bundle is not None:
                 from as2d_cli.bundle.deploy import deploy
                 from as2d_cli.energy.native_request import bundle_request_template
@@ -100,7 +162,7 @@ def register(app: typer.Typer) -> None:
                                         f"`as2d bundle build --models {models}`")
                     extra += ["--models", "package:" + rel.removeprefix("as2d_cli/")]
                 plan = dataclasses.replace(plan, request_cmd=bundle_request_template(
-                    deployed, window or "", extra))
+                    deployed, windows[0], extra))
                 plan.validate()
             facts: dict = {}
             try:
@@ -110,7 +172,7 @@ def register(app: typer.Typer) -> None:
             run = protocol.EnergyRun(device=device, plan=plan, results_root=out,
                                      phone_label=phone, poll_ms=poll_ms, connection=connection,
                                      baseline=baseline or None, push_files=list(push),
-                                     phone_facts=facts)
-            path = protocol.run_energy(run, lambda msg: typer.echo(f">>> {msg}", err=True))
+                                     phone_facts=facts, preflight_done=True)
+            path = protocol.run_energy(run, say)
         typer.echo((path.parent / "table.md").read_text(), nl=False)
         typer.echo(f"results: {path}")

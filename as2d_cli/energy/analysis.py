@@ -17,6 +17,7 @@ from as2d_cli.energy.episode_records import Episode, RequestRecord
 from as2d_cli.energy.refusals import (
     MeasurementRefused,
     RefusalLimits,
+    check_battery_status,
     check_crosscheck_units,
     check_window,
     poll_period_s,
@@ -111,6 +112,8 @@ class EnergyAnalysis:
     cross_check: CrossCheck
     poll_s: float
     baseline: str | None
+    trace_bytes: int = 0  # size of the trace file read
+    trace_lost_bytes: int = 0  # bytes after its last whole packet (a trace cut mid-packet)
 
 
 def analyse_request(series: BatterySeries, r: RequestRecord,
@@ -167,7 +170,9 @@ def cross_check(series: BatterySeries, limits: RefusalLimits = RefusalLimits()) 
 
 def analyse_episode(series: BatterySeries, episode: Episode, baseline: str | None = "target-only",
                     limits: RefusalLimits = RefusalLimits()) -> EnergyAnalysis:
-    """Every request (warm-ups included, failures kept) and the per-method formal pools."""
+    """Every request (warm-ups included, failures kept) and the per-method formal pools.
+    A capture whose battery status said a charger fed the phone is refused first."""
+    check_battery_status(episode.meta, series)
     reqs = [analyse_request(series, r, limits) for r in episode.requests]
     order: list[str] = []
     for r in reqs:
@@ -192,4 +197,5 @@ def analyse_episode(series: BatterySeries, episode: Episode, baseline: str | Non
             jv = 100.0 * (jpt / (base[1] / base[3]) - 1.0)
         methods.append(MethodSummary(m, n, e, resp, tok, jpt, e / w, ev, jv))
     return EnergyAnalysis(reqs, methods, cross_check(series, limits), poll_period_s(series),
-                          baseline if base is not None else None)
+                          baseline if base is not None else None,
+                          trace_bytes=series.trace_bytes, trace_lost_bytes=series.lost_bytes)

@@ -9,7 +9,9 @@ wrong while nobody is watching. It
 2. starts Perfetto in the background with the pushed binary config (bounded duration);
 3. runs one warm-up and the formal requests of each method in the configured order,
    stamping each request's origin and end on the boot-time clock (/proc/uptime);
-4. writes every raw record into the run directory and marks the episode done.
+4. records the battery status (power_supply and `dumpsys battery`) right before Perfetto
+   starts and again after the tail, so a charger at either end is refused;
+5. writes every raw record into the run directory and marks the episode done.
 
 A request command may report its own boot-clock stamps and token count on one stdout line
 ``AS2D_REQUEST body_tokens=N [origin_boot_ns=… target_eos_boot_ns=… end_boot_ns=…]``
@@ -124,8 +126,8 @@ def render_script(plan: EpisodePlan, run_dir: str, config_path: str, trace_path:
     # A bounded wait without loops: each line checks once and sleeps 1 s only if still
     # charging, so once the cable is out the remaining lines pass instantly.
     lines += [f"grep -q Discharging {STATUS_FILE} || sleep 1"] * plan.discharge_wait_s
+    lines += _battery_status_lines(r, "start")
     lines += [
-        f"cat {STATUS_FILE} > {q(r + '/battery_status_at_start')}",
         f"cat /proc/uptime > {q(r + '/t_discharging')}",
         f"cat {q(config_path)} | perfetto --background-wait -c - -o {q(trace_path)} "
         f"> {q(r + '/perfetto.out')} 2> {q(r + '/perfetto.err')}",
@@ -148,12 +150,34 @@ def render_script(plan: EpisodePlan, run_dir: str, config_path: str, trace_path:
         ]
         if k + 1 < len(reqs) and plan.gap_s > 0:
             lines.append(f"sleep {_sec(plan.gap_s)}")
+    lines.append(f"sleep {_sec(plan.tail_s)}")
+    lines += _battery_status_lines(r, "end")
     lines += [
-        f"sleep {_sec(plan.tail_s)}",
         f"cat /proc/uptime > {q(r + '/t_episode_done')}",
         f"echo done > {q(r + '/state')}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _battery_status_lines(r: str, when: str) -> list[str]:
+    """Record the battery status (power_supply and `dumpsys battery`) at one end of the capture."""
+    q = shlex.quote
+    return [f"cat {STATUS_FILE} > {q(f'{r}/battery_status_at_{when}')} 2> /dev/null",
+            f"dumpsys battery > {q(f'{r}/battery_dumpsys_at_{when}')} 2> /dev/null"]
+
+
+def battery_status(files: dict[str, str], when: str) -> str:
+    """The status recorded at `when` (start/end): the power_supply file, else the
+    `status: N` line of `dumpsys battery`; "" when neither was recorded."""
+    text = files.get(f"battery_status_at_{when}", "").strip()
+    if text:
+        return text.splitlines()[0].strip()
+    m = re.search(r"^\s*status:\s*(\d+)\s*$", files.get(f"battery_dumpsys_at_{when}", ""), re.M)
+    if m:
+        from as2d_cli.energy.refusals import DUMPSYS_STATUS
+
+        return DUMPSYS_STATUS.get(m.group(1), f"status {m.group(1)}")
+    return ""
 
 
 def parse_uptime_ns(text: str, what: str) -> int:
@@ -212,6 +236,8 @@ def assemble_episode(plan: EpisodePlan, files: dict[str, str]) -> Episode:
     for key in ("t_discharging", "t_trace_started", "t_episode_done"):
         if key in files:
             meta[key + "_boot_ns"] = str(parse_uptime_ns(files[key], key))
-    if "battery_status_at_start" in files:
-        meta["battery_status_at_start"] = files["battery_status_at_start"].strip()
+    for when in ("start", "end"):
+        status = battery_status(files, when)
+        if status:
+            meta[f"battery_status_at_{when}"] = status
     return Episode(reqs, meta)

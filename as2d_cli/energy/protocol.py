@@ -1,13 +1,21 @@
 """The unplugged energy protocol, host side (paper D.6.1).
 
+0. Refuse what cannot measure before anything runs: the local host, an unknown connection,
+   a phone without perfetto/traced or whose battery status cannot be read (preflight).
 1. Build the TraceConfig and the episode script, push both (and any helper files) into a
-   per-run directory on the phone; start the episode under nohup.
+   per-run directory on the phone; record the phone's identity and that directory in the
+   local run folder (phone_run.json); start the episode under nohup.
 2. Tell the user to unplug; wait (adbutils track_devices) until the phone leaves the adb
    server. The phone waits for Discharging, starts Perfetto, runs the requests, stamps them.
 3. Tell the user when to replug; wait until the phone returns, then until the bounded
    trace has ended by itself on the phone's clock.
-4. Pull the trace and the raw records into a fresh results folder, analyse, write results.
-   A refusal still leaves the trace and records in that folder (refused.txt says why).
+4. Pull every file of the phone's run directory and the trace into the local run folder,
+   then remove them from the phone; analyse, write results. A refusal still leaves the
+   trace and records in that folder (refused.txt says why).
+
+The phone's run directory is removed only after everything in it was pulled. When a run
+fails midway with the phone reachable, what it wrote is pulled first; when the phone is
+gone (it never came back), the directory stays on it and `collect` fetches it later.
 
 Over wireless adb the phone never leaves, so steps 2–3 reduce to waiting.
 """
@@ -19,8 +27,9 @@ import posixpath
 import queue
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -32,13 +41,20 @@ from as2d_cli.energy.capture_config import (
     CaptureSpec,
 )
 from as2d_cli.energy.episode_records import format_episode
-from as2d_cli.energy.episode_script import EpisodePlan, assemble_episode, render_script
+from as2d_cli.energy.episode_script import (
+    EpisodePlan,
+    assemble_episode,
+    parse_uptime_ns,
+    render_script,
+)
 from as2d_cli.energy.refusals import MeasurementRefused
 from as2d_cli.energy.results import TRACE_NAME, new_run_dir, write_results
 from as2d_cli.energy.trace_reader import read_battery_series
-from as2d_cli.errors import DeviceError, UserError
+from as2d_cli.errors import As2dError, DeviceError, UserError
 from device_agents.base import Device
 from device_agents.perfetto_capture import (
+    CONFIG_NAME,
+    preflight,
     push_config,
     remove_trace,
     trace_path_for,
@@ -46,6 +62,20 @@ from device_agents.perfetto_capture import (
 )
 
 Say = Callable[[str], None]
+
+CONNECTIONS = ("usb", "wireless")
+PHONE_RUN = "phone_run.json"  # the phone's identity and where its run lives (for --collect)
+PHONE_RUN_SCHEMA = "as2d.energy-phone-run"
+AWAY_GRACE_S = 600.0  # how long past the trace's end a phone that left may take to return
+PULL_DEPTH = 4  # subdirectories of the phone's run directory pulled this deep
+
+
+class PhoneAway(DeviceError):
+    """The phone left and did not come back in time; its run stays on it for `collect`."""
+
+
+class _PhoneGone(Exception):
+    """Internal: the phone is not on the adb server any more."""
 
 
 @dataclass
@@ -59,9 +89,52 @@ class EnergyRun:
     baseline: str | None = "target-only"
     push_files: list[Path] = field(default_factory=list)  # helpers the request command uses
     leave_timeout_s: float | None = None  # default: the phone's discharge wait + 30 s
-    return_timeout_s: float = 3600.0
+    # How long a phone that left may stay away (unplugged, or a dropped wireless link)
+    # before the host stops waiting; default: the trace's length + AWAY_GRACE_S.
+    return_timeout_s: float | None = None
+    episode_timeout_s: float | None = None  # default: discharge wait + trace + 120 s
     phone_facts: dict = field(default_factory=dict)
+    preflight_done: bool = False  # the caller already ran perfetto_capture.preflight
 
+
+# -- refusals before anything runs ----------------------------------------------------------
+
+def check_measurable(phone: str | None, connection: str) -> None:
+    """Refuse option combinations that cannot measure, before any device is touched."""
+    if connection not in CONNECTIONS:
+        raise UserError(f"--connection {connection!r} must be usb (the cable is pulled for the "
+                        "capture) or wireless (adb over Wi-Fi, charger off)")
+    if phone == "local":
+        if connection == "wireless":
+            raise UserError("--phone local with --connection wireless cannot measure: wireless "
+                            "adb reaches phones, not this host, and this host has no battery "
+                            "counters Perfetto can read; measure a phone (--phone NAME or "
+                            "SERIAL, see `as2d devices`)")
+        raise UserError("--phone local cannot measure energy: this host has no battery counters "
+                        "Perfetto can read (its android.power data source exists only on "
+                        "Android phones); measure a phone (--phone NAME or SERIAL, see "
+                        "`as2d devices`)")
+
+
+def window_ids(window: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """The requested --window ids (repeatable and/or comma-separated)."""
+    items = [window] if isinstance(window, str) else list(window or [])
+    return [w.strip() for item in items for w in item.split(",") if w.strip()]
+
+
+def check_windows(ids: list[str]) -> None:
+    """Every id must be a corpus window; one line for the first that is not."""
+    from as2d_cli.corpus.manifest import load_corpus
+
+    corpus = load_corpus()
+    for wid in ids:
+        try:
+            corpus.get(wid)
+        except UserError as exc:
+            raise UserError(f"--window {wid}: {exc}") from None
+
+
+# -- presence ---------------------------------------------------------------------------------
 
 def _present(port: int, serial: str) -> bool:
     import adbutils
@@ -111,8 +184,143 @@ def wait_presence(port: int, serial: str, present: bool, timeout_s: float) -> bo
         stop.set()
 
 
+# -- the phone's run directory ------------------------------------------------------------------
+
+@dataclass
+class _PhoneRun:
+    """One run directory on the phone and the local run folder it is pulled into."""
+
+    device: Device
+    port: int
+    run_dir: str
+    trace: str
+    out_dir: Path
+    exclude: set[str]
+
+    @property
+    def raw(self) -> Path:
+        return self.out_dir / "raw"
+
+    def present(self) -> bool:
+        return _present(self.port, self.device.serial)
+
+    def _gone_or(self, exc: DeviceError) -> DeviceError:
+        if not self.present():
+            raise _PhoneGone() from exc
+        return exc
+
+    def cat(self, name: str) -> str:
+        try:
+            return self.device.shell(["cat", f"{self.run_dir}/{name}"], deadline_s=15).stdout
+        except DeviceError as exc:
+            raise self._gone_or(exc) from None
+
+    def holds_run(self) -> bool:
+        try:
+            return self.device.shell(["test", "-d", self.run_dir], deadline_s=15).exit_code == 0
+        except DeviceError as exc:
+            raise self._gone_or(exc) from None
+
+    def pull_all(self) -> None:
+        """Every file the episode wrote (episode.log included, subdirectories to a bounded
+        depth) into raw/, and the trace beside it. An entry that cannot be pulled while the
+        phone is here is listed in pull_skipped.txt; a phone that left raises _PhoneGone."""
+        self.raw.mkdir(parents=True, exist_ok=True)
+        skipped: list[str] = []
+        try:
+            names = self.device.list_dir(self.run_dir, deadline_s=15)
+        except DeviceError as exc:
+            raise self._gone_or(exc) from None
+        for name in names:
+            if name in self.exclude or "/" in name or name in (".", ".."):
+                continue
+            self._pull_tree(f"{self.run_dir}/{name}", self.raw / name, name, skipped, 0)
+        try:
+            self.device.pull(self.trace, self.out_dir / TRACE_NAME)
+        except DeviceError as exc:
+            self._gone_or(exc)
+            skipped.append(f"trace {self.trace}: {exc}")
+        note = self.out_dir / "pull_skipped.txt"
+        if skipped:
+            note.write_text("\n".join(skipped) + "\n")
+        elif note.exists():
+            note.unlink()  # an earlier attempt's note; everything came this time
+
+    def _pull_tree(self, remote: str, local: Path, shown: str, skipped: list[str],
+                   depth: int) -> None:
+        try:
+            self.device.pull(remote, local)
+            return
+        except DeviceError as exc:
+            first = self._gone_or(exc)
+        try:
+            entries = self.device.list_dir(remote, deadline_s=15)
+        except DeviceError as exc:
+            raise self._gone_or(exc) from None
+        entries = [e for e in entries if "/" not in e and e not in (".", "..")]
+        if not entries or depth >= PULL_DEPTH:  # unreadable, an empty directory, or too deep
+            skipped.append(f"{shown}: {first}")
+            return
+        local.mkdir(parents=True, exist_ok=True)
+        for e in entries:
+            self._pull_tree(f"{remote}/{e}", local / e, f"{shown}/{e}", skipped, depth + 1)
+
+    def remove(self) -> None:
+        """Delete the run directory and the trace from the phone (after pull_all)."""
+        try:
+            self.device.shell(["rm", "-rf", self.run_dir], deadline_s=30)
+        except DeviceError:
+            pass  # the phone left after everything was pulled: a leftover, nothing lost
+        remove_trace(self.device, self.trace)
+        _update_phone_run(self.out_dir, state="collected")
+
+
+def _make_remote_dir(dev: Device) -> str:
+    """A fresh per-run directory, as Device.run_dir makes it, that outlives this process:
+    it is removed only once everything in it has been pulled."""
+    path = posixpath.join(dev.run_root(), f"as2d-energy-{uuid.uuid4().hex[:8]}")
+    dev.shell(["mkdir", "-p", path]).check(f"creating {path}")
+    return path
+
+
+def _write_phone_run(out_dir: Path, doc: dict) -> None:
+    tmp = out_dir / (PHONE_RUN + ".part")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(out_dir / PHONE_RUN)
+
+
+def _update_phone_run(out_dir: Path, **changes: object) -> None:
+    path = out_dir / PHONE_RUN
+    if path.exists():
+        doc = json.loads(path.read_text())
+        doc.update(changes)
+        _write_phone_run(out_dir, doc)
+
+
+def _load_phone_run(out_dir: Path) -> dict:
+    path = out_dir / PHONE_RUN
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{out_dir} has no {PHONE_RUN}; it is not a run folder `as2d energy` "
+                        "left on a phone — analyse it with --from-run, or rerun") from None
+    except ValueError as exc:
+        raise UserError(f"{path} is damaged ({exc}); rerun the measurement") from None
+    if not isinstance(doc, dict) or doc.get("schema") != PHONE_RUN_SCHEMA or doc.get("version") != 1:
+        raise UserError(f"{path} is not an {PHONE_RUN_SCHEMA} version 1 record; use the as2d "
+                        "version that measured it")
+    for key in ("serial", "adb_port", "run_dir", "trace"):
+        if key not in doc:
+            raise UserError(f"{path} lacks {key!r}; rerun the measurement")
+    return doc
+
+
+# -- analysis -------------------------------------------------------------------------------------
+
 def _read_text_files(folder: Path) -> dict[str, str]:
     out: dict[str, str] = {}
+    if not folder.is_dir():
+        return out
     for p in sorted(folder.iterdir()):
         if p.is_file():
             out[p.name] = p.read_text(errors="replace")
@@ -120,12 +328,17 @@ def _read_text_files(folder: Path) -> dict[str, str]:
 
 
 def analyse_run_folder(out_dir: Path, plan: EpisodePlan, spec: CaptureSpec,
-                       baseline: str | None, phone_facts: dict) -> Path:
+                       baseline: str | None, phone_facts: dict,
+                       say: Say | None = None) -> Path:
     """Analyse a folder holding raw/ records and the trace; write results (or refused.txt)."""
     episode = assemble_episode(plan, _read_text_files(out_dir / "raw"))
     (out_dir / "episode.tsv").write_text(format_episode(episode))
     try:
         series = read_battery_series(out_dir / TRACE_NAME)
+        if series.lost_bytes and say is not None:
+            say(f"{out_dir / TRACE_NAME} was cut mid-packet: {series.lost_bytes} of "
+                f"{series.trace_bytes} bytes after its last whole packet were lost; analysing "
+                f"the {series.packets} whole packets")
         analysis = analyse_episode(series, episode, baseline=baseline)
     except MeasurementRefused as exc:
         (out_dir / "refused.txt").write_text(str(exc) + "\n")
@@ -135,47 +348,67 @@ def analyse_run_folder(out_dir: Path, plan: EpisodePlan, spec: CaptureSpec,
                          asdict(plan), counters)
 
 
+# -- the run ----------------------------------------------------------------------------------------
+
 def run_energy(run: EnergyRun, say: Say) -> Path:
     """The whole protocol; returns the written energy.json."""
     plan = run.plan
     plan.validate()
-    if run.connection not in ("usb", "wireless"):
-        raise UserError(f"--connection {run.connection!r} must be usb or wireless")
-    port = getattr(run.device, "port", None)
-    if run.connection == "usb" and port is None:
-        raise UserError("the unplugged protocol needs a phone on an adb server; the local host "
-                        "has no battery gauge to measure")
+    dev = run.device
+    check_measurable("local" if dev.kind == "local" else dev.serial, run.connection)
+    port = getattr(dev, "port", None)
+    if port is None:
+        raise UserError("the energy protocol needs a phone on an adb server; this device has "
+                        "no battery counters Perfetto can read")
     spec = CaptureSpec(duration_ms=plan.trace_duration_ms(), poll_ms=run.poll_ms)
     spec.validate()
+    if not run.preflight_done:
+        preflight(dev)
+    from device_agents.identity import identify
+
+    identity = identify(dev).to_dict()
     out_dir = new_run_dir(run.results_root, run.phone_label)
-    raw = out_dir / "raw"
-    raw.mkdir()
+    (out_dir / "raw").mkdir()
     (out_dir / "plan.json").write_text(json.dumps(
         {"plan": asdict(plan), "poll_ms": spec.poll_ms, "duration_ms": spec.duration_ms,
          "connection": run.connection}, indent=2) + "\n")
-    dev = run.device
-    with dev.run_dir("energy") as rd:
-        trace_remote = trace_path_for(rd)
+    trace_s = spec.duration_ms / 1000
+    away_s = run.return_timeout_s if run.return_timeout_s is not None else trace_s + AWAY_GRACE_S
+    episode_s = run.episode_timeout_s or plan.discharge_wait_s + trace_s + 120
+    facts = dict(run.phone_facts)
+    facts.setdefault("serial", dev.serial)
+    facts.setdefault("connection", run.connection)
+    facts.setdefault("identity", identity)
+
+    rd = _make_remote_dir(dev)
+    ph = _PhoneRun(dev, port, rd, trace_path_for(rd), out_dir,
+                   {"episode.sh", CONFIG_NAME} | {Path(f).name for f in run.push_files})
+    _write_phone_run(out_dir, {
+        "schema": PHONE_RUN_SCHEMA, "version": 1,
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "serial": dev.serial, "adb_port": port, "connection": run.connection,
+        "identity": identity, "run_dir": rd, "trace": ph.trace, "exclude": sorted(ph.exclude),
+        "episode_timeout_s": episode_s, "phone_facts": facts, "state": "on-phone"})
+    th: threading.Thread | None = None
+    try:
         cfg_remote = push_config(dev, rd, spec, keep_copy=out_dir / "trace_config.pb")
-        script = render_script(plan, rd, cfg_remote, trace_remote, __version__)
+        script = render_script(plan, rd, cfg_remote, ph.trace, __version__)
         (out_dir / "episode.sh").write_text(script)
         dev.push(out_dir / "episode.sh", f"{rd}/episode.sh")
         for f in run.push_files:
             dev.push(Path(f), f"{rd}/{Path(f).name}")
 
-        budget = plan.discharge_wait_s + spec.duration_ms / 1000 + 120
         launch = f"nohup sh {rd}/episode.sh > {rd}/episode.log 2> {rd}/episode.err"
         box: dict[str, object] = {}
 
         def launch_episode() -> None:
             try:
-                box["result"] = dev.shell(launch, deadline_s=budget)
+                box["result"] = dev.shell(launch, deadline_s=episode_s)
             except DeviceError as exc:  # the cable came out: expected, the phone carries on
                 box["error"] = exc
 
         th = threading.Thread(target=launch_episode, name="as2d-energy-episode", daemon=True)
         th.start()
-        trace_s = spec.duration_ms / 1000
         if run.connection == "usb":
             leave = run.leave_timeout_s or plan.discharge_wait_s + 30
             say(f"Unplug the USB cable now. The phone waits up to {plan.discharge_wait_s} s for "
@@ -187,75 +420,107 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
             until = datetime.now() + timedelta(seconds=trace_s + 5)
             say(f"Unplugged. Leave it unplugged for {trace_s + 5:.0f} s (until "
                 f"{until:%H:%M:%S}), then plug it back in.")
-            if not wait_presence(port, dev.serial, True, run.return_timeout_s):
-                raise DeviceError(f"phone {dev.serial} did not come back within "
-                                  f"{run.return_timeout_s:.0f} s; replug it and analyse later "
-                                  f"(the run folder is {out_dir})")
+            if not wait_presence(port, dev.serial, True, away_s):
+                raise _away(ph, away_s)
             say("Phone is back; collecting the trace.")
         else:
             say(f"Wireless adb: keep the phone off any charger; measuring for about "
                 f"{trace_s:.0f} s.")
-        _wait_episode_done(dev, rd, budget)
-        exclude = {"episode.sh", posixpath.basename(cfg_remote)}
-        exclude |= {Path(f).name for f in run.push_files}
-        rc = dev.shell(["cat", f"{rd}/perfetto.rc"], deadline_s=10).stdout.strip()
-        if rc != "0":
-            _collect_raw(dev, rd, raw, exclude)
-            err = (raw / "perfetto.err").read_text().strip().splitlines() if (
-                raw / "perfetto.err").exists() else []
-            raise DeviceError(f"perfetto failed on {dev.serial} (exit {rc or 'unknown'}: "
-                              f"{err[-1] if err else 'no output'}); the phone's records are in "
-                              f"{raw} — check that traced runs (setprop persist.traced.enable 1)")
-        started = dev.shell(["cat", f"{rd}/t_trace_started"], deadline_s=10)
-        started.check(f"reading {rd}/t_trace_started")
-        from as2d_cli.energy.episode_script import parse_uptime_ns
-
-        wait_trace_end(dev, parse_uptime_ns(started.stdout, "t_trace_started"),
-                       spec.duration_ms, deadline_s=spec.duration_ms / 1000 + 60)
-        _collect_raw(dev, rd, raw, exclude)
-        dev.pull(trace_remote, out_dir / TRACE_NAME)
-        remove_trace(dev, trace_remote)
+        _finish_on_phone(ph, spec, episode_s, away_s, say)
+    except PhoneAway:
+        raise
+    except KeyboardInterrupt:
+        say(f"Interrupted: the phone keeps this run in {rd} until it is collected; run "
+            f"`as2d energy --collect {out_dir}` when it is attached again.")
+        raise
+    except As2dError as exc:
+        raise _salvaged(ph, exc, say) from None
+    if th is not None:
         th.join(timeout=5)
-    facts = dict(run.phone_facts)
-    facts.setdefault("serial", dev.serial)
-    facts.setdefault("connection", run.connection)
-    return analyse_run_folder(out_dir, plan, spec, run.baseline, facts)
+    return analyse_run_folder(out_dir, plan, spec, run.baseline, facts, say)
 
 
-def _collect_raw(dev: Device, rd: str, raw: Path, exclude: set[str]) -> None:
-    """Pull every file the episode wrote; what cannot be pulled is listed, not fatal."""
-    skipped: list[str] = []
-    for name in dev.list_dir(rd):
-        if name in exclude or "/" in name:
-            continue
+def _away(ph: _PhoneRun, waited_s: float) -> PhoneAway:
+    return PhoneAway(f"phone {ph.device.serial} did not come back within {waited_s:.0f} s; its "
+                     f"run stays on the phone in {ph.run_dir} — reattach it and run "
+                     f"`as2d energy --collect {ph.out_dir}`")
+
+
+def _salvaged(ph: _PhoneRun, exc: As2dError, say: Say) -> As2dError:
+    """After a failure midway: pull what the phone wrote, then remove its run directory.
+    Returns the one-line error to raise (naming the local run folder)."""
+    try:
+        if ph.present() and ph.holds_run():
+            say("Pulling what the phone wrote before giving up.")
+            ph.pull_all()
+            ph.remove()
+    except _PhoneGone:
+        return PhoneAway(f"{exc}; phone {ph.device.serial} left before its records were "
+                         f"pulled — they stay on it in {ph.run_dir}: reattach it and run "
+                         f"`as2d energy --collect {ph.out_dir}`")
+    except As2dError:
+        pass  # pulling is best effort here; the original error is the one to report
+    if not ph.present():
+        return PhoneAway(f"{exc}; phone {ph.device.serial} is gone — its run stays on it in "
+                         f"{ph.run_dir}: reattach it and run `as2d energy --collect {ph.out_dir}`")
+    msg = str(exc)
+    if str(ph.out_dir) not in msg:
+        msg = f"{msg} (what the phone wrote is in {ph.out_dir})"
+    return UserError(msg) if isinstance(exc, UserError) else DeviceError(msg)
+
+
+def _finish_on_phone(ph: _PhoneRun, spec: CaptureSpec, episode_s: float, away_s: float,
+                     say: Say) -> None:
+    """Wait for the episode and the bounded trace to end, pull everything, then remove the
+    phone's copy. A phone that leaves meanwhile is waited for up to `away_s`, then PhoneAway."""
+    dev = ph.device
+    for _ in range(3):
         try:
-            dev.pull(f"{rd}/{name}", raw / name)
-        except DeviceError as exc:  # a directory (e.g. a runtime's HOME) or unreadable
-            skipped.append(f"{name}: {exc}")
-    if skipped:
-        (raw.parent / "pull_skipped.txt").write_text("\n".join(skipped) + "\n")
+            _wait_episode_done(ph, episode_s)
+            rc = ph.cat("perfetto.rc").strip()
+            if rc != "0":
+                err = ph.cat("perfetto.err").strip().splitlines()
+                raise DeviceError(f"perfetto failed on {dev.serial} (exit {rc or 'unknown'}: "
+                                  f"{err[-1] if err else 'no output'}); check that traced runs "
+                                  f"(setprop persist.traced.enable 1) — the phone's records are "
+                                  f"in {ph.raw}")
+            started = parse_uptime_ns(ph.cat("t_trace_started"), "t_trace_started")
+            try:
+                wait_trace_end(dev, started, spec.duration_ms,
+                               deadline_s=spec.duration_ms / 1000 + 60)
+            except DeviceError as exc:
+                raise ph._gone_or(exc) from None
+            ph.pull_all()
+            if not (ph.out_dir / TRACE_NAME).exists():
+                raise DeviceError(f"the phone has no trace at {ph.trace} although perfetto "
+                                  "started (see pull_skipped.txt)")
+            ph.remove()
+            return
+        except _PhoneGone:
+            pass
+        say(f"Phone {dev.serial} is not reachable; waiting up to {away_s:.0f} s for it to "
+            "come back (reattach it).")
+        if not wait_presence(ph.port, dev.serial, True, away_s):
+            raise _away(ph, away_s)
+        say("Phone is back.")
+    raise _away(ph, away_s)
 
 
-def _wait_episode_done(dev: Device, rd: str, budget_s: float) -> None:
+def _wait_episode_done(ph: _PhoneRun, budget_s: float) -> None:
     limit = time.monotonic() + budget_s
     last = ""
     while time.monotonic() < limit:
-        res = dev.shell(["cat", f"{rd}/state"], deadline_s=10)
-        last = res.stdout.strip()
+        last = ph.cat("state").strip()
         if last == "done":
             return
         time.sleep(0.5)
-    raise DeviceError(f"the episode on {dev.serial} did not finish within {budget_s:.0f} s "
-                      f"(state: {last or 'not started'}); check {rd}/episode.log")
+    raise DeviceError(f"the episode on {ph.device.serial} did not finish within {budget_s:.0f} s "
+                      f"(state: {last or 'not started'}); see episode.log")
 
 
-def reanalyse(out_dir: Path, baseline: str | None = "target-only") -> Path:
-    """Analyse a run folder again (after a refusal was fixed, or after replugging late).
-    Writes energy.json only if the folder has none yet: results are never overwritten."""
-    out_dir = Path(out_dir)
-    if (out_dir / "energy.json").exists():
-        raise UserError(f"{out_dir} already has energy.json; results are never overwritten — "
-                        "read that file, or copy the folder to analyse it again")
+# -- later: collect a run the phone kept, analyse a pulled folder again ---------------------------
+
+def _load_plan(out_dir: Path) -> tuple[EpisodePlan, CaptureSpec, str]:
     try:
         doc = json.loads((out_dir / "plan.json").read_text())
         p = dict(doc["plan"])
@@ -269,10 +534,100 @@ def reanalyse(out_dir: Path, baseline: str | None = "target-only") -> Path:
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{out_dir}/plan.json is damaged ({exc}); it was not written by this "
                         "as2d version") from None
-    if not (out_dir / "raw").is_dir() or not (out_dir / TRACE_NAME).exists():
-        raise UserError(f"{out_dir} lacks raw/ or {TRACE_NAME}; the phone's files were never "
-                        "pulled — rerun the measurement")
+    return plan, spec, connection
+
+
+def _keep_old_refusal(out_dir: Path) -> None:
     refused = out_dir / "refused.txt"
     if refused.exists():
         refused.rename(out_dir / f"refused-{int(time.time())}.txt")  # keep the old verdict
-    return analyse_run_folder(out_dir, plan, spec, baseline, {"connection": connection})
+
+
+def _find_phone(port: int, rec: dict, out_dir: Path) -> Device:
+    """The phone that holds the run: its adb serial, else any attached phone with the same
+    hardware serial (a wireless adb serial changes with every connection)."""
+    from device_agents.adb_phone import AdbPhone, list_attached
+
+    serial = rec["serial"]
+    hw = (rec.get("identity") or {}).get("serial")
+    candidates = [serial] + [a.serial for a in list_attached(port)
+                             if a.state == "device" and a.serial != serial]
+    for cand in candidates:
+        if not _present(port, cand):
+            continue
+        dev = AdbPhone(cand, port)
+        if not hw:
+            return dev
+        try:
+            props = dev.getprops()
+        except DeviceError:
+            continue
+        if (props.get("ro.serialno") or props.get("ro.boot.serialno") or cand) == hw:
+            return dev
+    raise UserError(f"phone {serial}{f' (serial {hw})' if hw and hw != serial else ''} is not "
+                    f"attached to the adb server on port {port}; reattach it (USB cable, or "
+                    f"`adb connect`) and run `as2d energy --collect {out_dir}` again")
+
+
+def collect(out_dir: Path, baseline: str | None = "target-only", say: Say = lambda _: None,
+            adb_port: int | None = None, away_s: float = 60.0) -> Path:
+    """Fetch a run the phone kept (the host gave up waiting, or was interrupted), then
+    analyse it like a finished run. Writes energy.json only into a folder that has none."""
+    out_dir = Path(out_dir)
+    if (out_dir / "energy.json").exists():
+        raise UserError(f"{out_dir} already has energy.json; results are never overwritten — "
+                        "read that file")
+    plan, spec, connection = _load_plan(out_dir)
+    rec = _load_phone_run(out_dir)
+    if rec.get("state") == "collected":
+        raise UserError(f"{out_dir}: the phone's files were already collected; analyse them "
+                        f"with `as2d energy --from-run {out_dir}`")
+    port = int(adb_port or rec["adb_port"])
+    dev = _find_phone(port, rec, out_dir)
+    ph = _PhoneRun(dev, port, rec["run_dir"], rec["trace"], out_dir, set(rec.get("exclude", [])))
+    try:
+        holds = ph.holds_run()
+    except _PhoneGone:
+        raise UserError(f"phone {dev.serial} left again; reattach it and run "
+                        f"`as2d energy --collect {out_dir}`") from None
+    if not holds:
+        raise UserError(f"phone {dev.serial} no longer holds {ph.run_dir} (removed, or the phone "
+                        "was reset); nothing to collect — rerun the measurement")
+    _keep_old_refusal(out_dir)
+    say(f"Collecting {ph.run_dir} from {dev.serial} into {out_dir}.")
+    episode_s = float(rec.get("episode_timeout_s") or plan.discharge_wait_s
+                      + spec.duration_ms / 1000 + 120)
+    try:
+        _finish_on_phone(ph, spec, episode_s, away_s, say)
+    except PhoneAway:
+        raise
+    except As2dError as exc:
+        raise _salvaged(ph, exc, say) from None
+    facts = dict(rec.get("phone_facts") or {})
+    facts.setdefault("serial", dev.serial)
+    facts.setdefault("connection", connection)
+    return analyse_run_folder(out_dir, plan, spec, baseline, facts, say)
+
+
+def reanalyse(out_dir: Path, baseline: str | None = "target-only",
+              say: Say | None = None) -> Path:
+    """Analyse a run folder again (after a refusal was fixed, or after replugging late).
+    Writes energy.json only if the folder has none yet: results are never overwritten."""
+    out_dir = Path(out_dir)
+    if (out_dir / "energy.json").exists():
+        raise UserError(f"{out_dir} already has energy.json; results are never overwritten — "
+                        "read that file, or copy the folder to analyse it again")
+    plan, spec, connection = _load_plan(out_dir)
+    rec: dict = {}
+    if (out_dir / PHONE_RUN).exists():
+        rec = _load_phone_run(out_dir)
+    if not (out_dir / "raw").is_dir() or not (out_dir / TRACE_NAME).exists():
+        if rec and rec.get("state") != "collected":
+            raise UserError(f"{out_dir} lacks raw/ or {TRACE_NAME}: the phone still holds the "
+                            f"run — reattach it and run `as2d energy --collect {out_dir}`")
+        raise UserError(f"{out_dir} lacks raw/ or {TRACE_NAME}; the phone's files were never "
+                        "pulled — rerun the measurement")
+    _keep_old_refusal(out_dir)
+    facts = dict(rec.get("phone_facts") or {})
+    facts.setdefault("connection", connection)
+    return analyse_run_folder(out_dir, plan, spec, baseline, facts, say)

@@ -148,6 +148,47 @@ def check_window(series: BatterySeries, t0: int, t1: int, label: str,
     return lo, hi
 
 
+# Battery statuses (BatteryManager / power_supply) that mean a charger feeds the phone: the
+# gauge then shows the charger's share, not the phone's own draw — even when the net
+# current stays negative (a weak charger) or near zero (a full battery held at full).
+CHARGER_STATUSES = ("Charging", "Full", "Not charging")
+DUMPSYS_STATUS = {"1": "Unknown", "2": "Charging", "3": "Discharging", "4": "Not charging",
+                  "5": "Full"}
+
+
+def check_battery_status(meta: dict[str, str], series: BatterySeries | None = None) -> None:
+    """Refuse a capture whose battery status was Charging, Full or Not charging at its start
+    or at its end (episode meta `battery_status_at_start` / `battery_status_at_end`)."""
+    seen = [(when, meta.get(f"battery_status_at_{when}", "").strip())
+            for when in ("start", "end")]
+    bad = [(when, st) for when, st in seen if st.lower() in (c.lower() for c in CHARGER_STATUSES)]
+    if not bad:
+        return
+    if len(bad) == 2 and bad[0][1] == bad[1][1]:
+        where = f"{bad[0][1]} at the start and at the end of the capture"
+    else:
+        where = ", ".join(f"{st} at the {when}" for when, st in bad) + " of the capture"
+    evidence = ""
+    if series is not None and series.has("current_ua"):
+        pos = np.flatnonzero(series.current_ua > 0)
+        if pos.size:
+            k = int(pos[0])
+            evidence = (f" (battery current positive, {series.current_ua[k]:.0f} µA at boot time "
+                        f"{series.t_ns[k] / 1e9:.3f} s)")
+    statuses = {st.lower() for _, st in bad}
+    advice = []
+    if statuses & {"charging", "not charging"}:
+        advice.append("the phone was charging: disconnect USB and any charger before the "
+                      "capture starts and keep them off until it ends (over wireless adb, take "
+                      "the charger off)")
+    if "full" in statuses:
+        advice.append("a full battery is held at full by its charger, so the gauge does not "
+                      "show the phone's own draw: unplug it and use a battery below full (let "
+                      "it run down a few percent)")
+    raise MeasurementRefused(f"battery status {where}{evidence} — {'; '.join(advice)}; "
+                             "then rerun")
+
+
 def check_crosscheck_units(integrated_mah: float, drop_mah: float,
                            limits: RefusalLimits = RefusalLimits()) -> None:
     """Integrated current and the charge-counter drop must agree within a factor of 100."""

@@ -84,6 +84,10 @@ def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
     else:
         notes.append(f"cross-check: {c.note}")
     notes += [f"formal request {r.method} failed: {r.status}" for r in failed]
+    if analysis.trace_lost_bytes:
+        notes.append(f"trace cut mid-packet: the last {analysis.trace_lost_bytes} of "
+                     f"{analysis.trace_bytes} bytes were lost; analysed up to the last whole "
+                     "packet")
     md_text = "\n".join(md) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -139,7 +143,9 @@ def write_results(out_dir: Path, analysis: EnergyAnalysis, episode: Episode, tra
         "toolkit": {"version": __version__, "git_commit": git_commit()},
         "phone": phone,
         "capture": {"poll_ms": spec.poll_ms, "duration_ms": spec.duration_ms,
-                    "counters": counters, "poll_s_observed": analysis.poll_s},
+                    "counters": counters, "poll_s_observed": analysis.poll_s,
+                    "trace_bytes": analysis.trace_bytes,
+                    "trace_lost_bytes": analysis.trace_lost_bytes},
         "plan": plan,
         "episode_meta": episode.meta,
         "files": files,

@@ -3,6 +3,9 @@
 The trace processor binary is not used by default: the package downloads it on first use,
 which offline machines cannot do. The protobuf packets are decoded directly instead, and
 sample timestamps are put on the boot-time clock using the trace's clock snapshots.
+
+A trace cut mid-packet (a phone that died while perfetto wrote, a copy that stopped early)
+is read up to its last whole packet; the series says how many bytes were lost after it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ class BatterySeries:
     current_avg_ua: np.ndarray
     poll_ms: int | None  # from the trace's own config packet, when present
     counters_requested: tuple[str, ...]
+    trace_bytes: int = 0  # size of the file read
+    lost_bytes: int = 0  # bytes after the last whole packet (a trace cut mid-packet)
+    packets: int = 0  # whole top-level packets read
 
     def __len__(self) -> int:
         return int(self.t_ns.size)
@@ -50,6 +56,78 @@ def _packets(trace: pb.Trace) -> list[pb.TracePacket]:
         else:
             out.append(pkt)
     return out
+
+
+class _Cut(Exception):
+    """The data ends inside a field."""
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data):
+            raise _Cut()
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def whole_prefix(data: bytes) -> int:
+    """Length of the longest prefix of a serialized `Trace` made of whole top-level fields
+    (`packet` = field 1, length-delimited). Raises ValueError on bytes that are not a
+    protobuf message at all (an impossible wire type or an over-long varint)."""
+    pos = end = 0
+    n = len(data)
+    try:
+        while pos < n:
+            tag, pos = _varint(data, pos)
+            wire = tag & 7
+            if tag >> 3 == 0:
+                raise ValueError("field number 0")
+            if wire == 0:
+                _, pos = _varint(data, pos)
+            elif wire == 2:
+                length, pos = _varint(data, pos)
+                pos += length
+            elif wire in (1, 5):
+                pos += 8 if wire == 1 else 4
+            else:
+                raise ValueError(f"wire type {wire}")
+            if pos > n:
+                raise _Cut()
+            end = pos
+    except _Cut:
+        pass
+    return end
+
+
+def parse_trace(data: bytes, path: Path) -> tuple[pb.Trace, int]:
+    """(the trace, bytes lost after its last whole packet). A trace cut mid-packet is
+    parsed up to its last whole packet; anything else that does not parse is refused."""
+    trace = pb.Trace()
+    try:
+        trace.ParseFromString(data)
+        return trace, 0
+    except Exception as first:  # noqa: BLE001 - DecodeError: maybe cut, maybe not a trace
+        try:
+            end = whole_prefix(data)
+        except ValueError:
+            end = -1
+        if end < 0 or end == len(data):
+            raise FormatError(f"{path} is not a Perfetto protobuf trace ({first}); pull the "
+                              "binary trace, not a text export") from None
+    trace = pb.Trace()
+    try:
+        trace.ParseFromString(data[:end])
+    except Exception as exc:  # noqa: BLE001 - the whole packets themselves are damaged
+        raise FormatError(f"{path} is not a Perfetto protobuf trace ({exc}); pull the binary "
+                          "trace, not a text export") from None
+    return trace, len(data) - end
 
 
 def _clock_offsets(packets: list[pb.TracePacket]) -> tuple[dict[int, int], int]:
@@ -73,11 +151,10 @@ def read_battery_series(path: Path) -> BatterySeries:
         data = path.read_bytes()
     except OSError as exc:
         raise FormatError(f"cannot read trace {path}: {exc.strerror}; check the path") from exc
-    trace = pb.Trace()
+    trace, lost = parse_trace(data, path)
     try:
-        trace.ParseFromString(data)
         packets = _packets(trace)
-    except Exception as exc:  # DecodeError / zlib.error
+    except Exception as exc:  # DecodeError / zlib.error inside a whole packet
         raise FormatError(
             f"{path} is not a Perfetto protobuf trace ({exc}); pull the binary trace, "
             "not a text export"
@@ -117,6 +194,14 @@ def read_battery_series(path: Path) -> BatterySeries:
             float(b.current_avg_ua) if b.HasField("current_avg_ua") else nan,
         ))
     if not rows:
+        if lost and not trace.packet:
+            raise FormatError(f"{path} holds no whole trace packet in its {len(data)} bytes: "
+                              "it is not a Perfetto protobuf trace, or it was cut inside its "
+                              "first packet")
+        if lost:
+            raise FormatError(f"{path} was cut mid-packet before its first battery sample "
+                              f"({lost} of {len(data)} bytes lost after the last whole "
+                              "packet); nothing to measure — rerun the measurement")
         raise FormatError(
             f"{path} holds no battery counter samples; capture with the android.power data "
             "source (as2d energy builds that config)"
@@ -129,4 +214,5 @@ def read_battery_series(path: Path) -> BatterySeries:
         t_ns=t[keep], current_ua=arr[keep, 1], voltage_uv=arr[keep, 2],
         charge_uah=arr[keep, 3], capacity_percent=arr[keep, 4], current_avg_ua=arr[keep, 5],
         poll_ms=poll_ms, counters_requested=requested,
+        trace_bytes=len(data), lost_bytes=lost, packets=len(trace.packet),
     )
