@@ -53,8 +53,9 @@ WHEELS = (
 )
 
 # Project packages copied into the bundle (the runner and what it imports), and the parts
-# of them that only the host uses.
-PROJECT_PACKAGES = ("as2d_cli", "native", "device_agents")
+# of them that only the host uses. device_agents (the host's view of devices, and the
+# emulated phone) never runs on a phone.
+PROJECT_PACKAGES = ("as2d_cli", "native")
 PROJECT_EXCLUDES = ("as2d_cli/cli", "as2d_cli/bundle", "*/__pycache__", "*.pyc")
 
 
