@@ -35,13 +35,19 @@ def register(app: typer.Typer) -> None:
         models: Optional[Path] = typer.Option(None, "--models", help="A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it."),
         task: Optional[str] = typer.Option(None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."),
         language: Optional[str] = typer.Option(None, "--language", help="Whisper pairs: one prompt language (default: each window's)."),
+        append: Optional[Path] = typer.Option(None, "--append", metavar="RUN_DIR", help="Native: resume the interrupted native evaluation in this results folder: runs only what it lacks, then builds the tables from all its runs (give the run's own options; other settings are refused)."),
     ) -> None:
         """Replay every method with one fixed configuration; optionally run them natively too."""
         from as2d_cli.evaluate.run import run_eval
 
-        out = run_eval(phone, profile=profile, traces=traces, deployment=deployment, split=split,
-                       calibrations=calibrations, results=results, say=lambda s: typer.echo(s, err=True),
-                       models=models, task=task, language=language, allow_unconfirmed=allow_unconfirmed)
+        if append is not None:  # the interrupted run's replay results stand; its native part goes on
+            from as2d_cli.evaluate.native_record import reopen_eval
+
+            out = reopen_eval(append, native=native, profile=profile, deployment=deployment)
+        else:
+            out = run_eval(phone, profile=profile, traces=traces, deployment=deployment, split=split,
+                           calibrations=calibrations, results=results, say=lambda s: typer.echo(s, err=True),
+                           models=models, task=task, language=language, allow_unconfirmed=allow_unconfirmed)
         native_out = None
         if native:
             import dataclasses
@@ -54,7 +60,7 @@ def register(app: typer.Typer) -> None:
             gate = dataclasses.replace(gate, **{k: v for k, v in (("rest_s", rest), ("interval_s", interval), ("settle_s", settle)) if v is not None})
             native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, warmup=warmup,
                                          say=lambda s: typer.echo(s, err=True), gate=gate, models=models, task=task,
-                                         language=language)
+                                         language=language, append=append is not None)
         if as_json:
             doc = json.loads(out.results.read_text())
             if native_out is not None:

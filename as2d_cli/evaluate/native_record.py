@@ -1,0 +1,208 @@
+"""A native evaluation's records in its results folder, appended as the work finishes, and
+what resuming one (``as2d eval --native --append RUN_DIR``) checks against them.
+
+* ``native.settings.json``: what the run measures — the windows picked (and how many were
+  asked for), the repetitions and warm-up passes, the methods and their decode settings,
+  the deployment, the profile (path and sha256), the model pair and the device's identity.
+  Written once when the native part starts; an ``--append`` with other settings is refused.
+* ``native.runs.jsonl``: one line per finished run (window × pass × method), the runner's
+  result as it came (``res``).
+* ``native.gates.jsonl``: the gate's record before each window's runs in each pass.
+* ``native_monitor.jsonl``: the 1 Hz monitor's record of each window's runs in each pass
+  (samples, failure) with the host's CPU busy and steal fractions over them (``cpu``).
+
+Every line is flushed and fsynced as it is written; a line torn by a crash is dropped when
+the run is resumed. ``session`` in each line counts the invocations (0: the first)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from as2d_cli.errors import UserError
+
+SETTINGS = "native.settings.json"
+RUNS = "native.runs.jsonl"
+GATES = "native.gates.jsonl"
+MONITOR = "native_monitor.jsonl"
+RESULTS = "native.json"
+# What must match for an --append: the measurement itself and where it runs.
+COMPARED = ("window_count", "repeats", "warmup", "methods", "commands", "deployment", "profile", "pair", "device")
+
+
+@dataclass
+class EvalRun:
+    """What the native evaluation needs of the replay part: its results folder, and the
+    test windows, deployment and profile it evaluated."""
+
+    folder: Path
+    results: Path
+    table: str
+    profile_path: Path
+    deployment_path: Path
+    window_ids: list[str]
+    datasets: dict[str, str]
+    deployment: Any  # source, budget, threshold, batch
+
+    @classmethod
+    def of(cls, out: Any) -> "EvalRun":
+        """From ``evaluate.run.run_eval``'s output (an EvalRun passes through)."""
+        if isinstance(out, cls):
+            return out
+        ev = out.evaluation
+        return cls(out.folder, out.results, out.table, Path(out.profile_path), Path(out.deployment_path),
+                   list(ev.window_ids), {w: r.dataset for w, r in zip(ev.window_ids, ev.runs["target-only"].windows)},
+                   ev.deployment)
+
+
+def reopen_eval(folder: Path, *, native: bool, profile: Path | None = None, deployment: Path | None = None) -> EvalRun:
+    """The results folder of an interrupted ``as2d eval --native``, for ``--append``: its
+    replay results stand as written, and the native part goes on with the windows,
+    deployment and profile it recorded (a ``--profile`` or ``--deployment`` given must be
+    those files)."""
+    folder = Path(folder)
+    if not native:
+        raise UserError(f"--append {folder} resumes a native evaluation; add --native")
+    if not (folder / "results.json").is_file():
+        raise UserError(f"--append {folder}: not an `as2d eval` results folder (no results.json); give the folder "
+                        "an interrupted `as2d eval --native` named")
+    if not (folder / SETTINGS).is_file():
+        raise UserError(f"--append {folder}: no native evaluation was started there (no {SETTINGS}); run "
+                        "`as2d eval --native` without --append")
+    if (folder / RESULTS).exists():
+        raise UserError(f"--append {folder}: its native evaluation is complete ({RESULTS}); nothing to resume")
+    s = json.loads((folder / SETTINGS).read_text(encoding="utf-8"))
+    from as2d_cli.formats.common import sha256_file
+
+    for given, key, opt in ((profile, "profile", "--profile"), (deployment, "deployment", "--deployment")):
+        if given is not None and sha256_file(given) != s[key]["sha256"]:
+            raise UserError(f"--append {folder}: that run used the {key} {s[key]['path']}, not {given}; leave "
+                            f"{opt} out (the run's own is used) or start a new run without --append")
+    dep = s["deployment"]
+    return EvalRun(folder, folder / "results.json", _text(folder / "table.txt"), Path(s["profile"]["path"]),
+                   Path(dep["path"]), list(s["windows"]), dict(s["datasets"]),
+                   SimpleNamespace(**{k: dep[k] for k in ("source", "budget", "threshold", "batch")}))
+
+
+class NativeRecord:
+    """The record files of one native evaluation (see the module's docstring)."""
+
+    def __init__(self, folder: Path, settings: dict[str, Any]) -> None:
+        self.folder = folder
+        self.settings = settings
+        for name in (RUNS, GATES, MONITOR):
+            _repair(folder / name)
+        earlier = [r.get("session", 0) for name in (RUNS, GATES, MONITOR) for r in self._read(name)]
+        self.session = 1 + max(earlier) if earlier else 0
+
+    @classmethod
+    def start(cls, folder: Path, settings: dict[str, Any]) -> "NativeRecord":
+        path = folder / SETTINGS
+        if path.exists():
+            raise UserError(f"{folder} already holds a native evaluation; resume it with --append {folder}")
+        _write_atomic(path, json.dumps(settings, indent=1) + "\n")
+        return cls(folder, settings)
+
+    @classmethod
+    def resume(cls, folder: Path, requested: dict[str, Any]) -> "NativeRecord":
+        """The recorded run, if ``requested`` (this command's settings) measures the same."""
+        recorded = json.loads((folder / SETTINGS).read_text(encoding="utf-8"))
+        differ = [k for k in COMPARED if recorded.get(k) != requested.get(k)]
+        if "commands" in differ and ("deployment" in differ or "profile" in differ):
+            differ.remove("commands")  # the decode settings follow from those
+        diffs = [f"{k} {_show(k, recorded.get(k))} (this command: {_show(k, requested.get(k))})" for k in differ]
+        if diffs:
+            raise UserError(f"--append {folder}: that run was made with {'; '.join(diffs)}; resume it with its own "
+                            "settings, or start a new run without --append")
+        return cls(folder, recorded)
+
+    def path(self, name: str) -> Path:
+        return self.folder / name
+
+    def _read(self, name: str) -> list[dict]:
+        p = self.folder / name
+        if not p.exists():
+            return []
+        return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+    def runs(self) -> list[dict]:
+        return self._read(RUNS)
+
+    def gates(self) -> list[dict]:
+        return self._read(GATES)
+
+    def monitor(self) -> list[dict]:
+        return self._read(MONITOR)
+
+    def done(self) -> dict[tuple[str, int, str], float]:
+        """(window, pass, method) of every finished run, with its native TPS."""
+        return {(r["window"], r["rep"], r["method"]): r["res"]["tps"] for r in self.runs()}
+
+    def append(self, name: str, rec: dict[str, Any]) -> None:
+        with open(self.folder / name, "a", encoding="utf-8") as f:
+            f.write(json.dumps({**rec, "session": self.session}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def kept(self) -> str:
+        n = sum(1 for _ in self.runs())
+        return f"{n} finished run{'s' if n != 1 else ''} kept in {self.folder}"
+
+
+def _show(key: str, v: Any) -> str:
+    """A setting as one short phrase for the refusal."""
+    if v is None:
+        return "none"
+    if key == "device":
+        return f"{v.get('name')} (serial {v.get('serial')})"
+    if key == "pair":
+        return str(v.get("name")) + (f" {v['sha256'][:12]}" if v.get("sha256") else "") + \
+            "".join(f" {k} {v[k]}" for k in ("task", "language") if v.get(k))
+    if key == "deployment":
+        return (f"{v['path']} ({v['source']}/budget {v['budget']}, threshold {v['threshold']}, batch {v['batch']}; "
+                f"sha256 {v['sha256'][:12]})")
+    if key == "profile":
+        return f"{v['path']} (sha256 {v['sha256'][:12]})"
+    if key == "methods":
+        return ",".join(v)
+    if key == "commands":
+        return ", ".join(f"{m}" + "".join(f" {k} {x}" for k, x in c.items()) for m, c in v.items())
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)
+    return str(v)
+
+
+def _repair(path: Path) -> None:
+    """Drop a last line torn by a crash (no newline, or not JSON), so appends stay lines."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    keep = data if data.endswith(b"\n") or not data else data[: data.rfind(b"\n") + 1]
+    lines = keep.splitlines(keepends=True)
+    if lines:
+        try:
+            json.loads(lines[-1])
+        except ValueError:
+            keep = b"".join(lines[:-1])
+    if keep != data:
+        with open(path, "wb") as f:
+            f.write(keep)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8") if path.exists() else ""
