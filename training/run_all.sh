@@ -1,25 +1,49 @@
 #!/usr/bin/env bash
-# Regenerate everything the models need, from scratch, following the shipped models' recipe.
-# Needs: apt-get install espeak-ng; pip install -e '.[train]'. About 20 hours on 2 cores.
+# The recipe of the shipped models: corpus, tokenizer, target, drafter and CTC source, and
+# their export to as2d_cli/assets/models/ (docs/models.md, "Training" and "How the shipped
+# models were made", has the same stages as tables).
 #
-# The shipped models were trained over fourteen sessions; the phases below are that history in
-# steps (training/work/<model>/log.jsonl and the shipped training_logs hold every record).
-# The shipped run annealed by wall clock (`--deadline`), paused while corpus shards were
-# synthesised; this script anneals by steps (`--anneal-from/--anneal-steps`), so its
-# learning rate per step — and therefore the weights — match the shipped ones only
-# approximately. Each phase resumes from training/work/<model>/ckpt.pt.
+# Needs: apt-get install espeak-ng; pip install -e '.[train]'. Two cores: where two models
+# train at once, each has one thread (`&` ... `wait`). The shipped target alone trained for
+# 20 h 48 min (models.json trained.wall_seconds); each 6,000-utterance corpus shard takes
+# 10-35 minutes to synthesise on two cores.
+#
+# Everything is written under training/work/ (not shipped): train/ (the base training set),
+# train_shards/N/ (shard N), <model>/ckpt.pt and log.jsonl (a run; train.py resumes from its
+# ckpt.pt, so a stopped script can be rerun), <model>_<step>.pt (copies of checkpoints the
+# next steps start from). The last step writes the shipped files.
+#
+# Where this reproduces the shipped models only approximately:
+# - the shipped runs annealed by wall clock (train.py --deadline); this script anneals by
+#   steps (--anneal-from/--anneal-steps over the same steps), so the learning rate per step,
+#   and therefore the weights, match only approximately;
+# - the shipped target restarted several times from a checkpoint rebuilt from the ONNX files
+#   (training/from_onnx.py: fresh optimiser moments); this script continues one checkpoint;
+# - training/distill.py transcribes with the target bundled in as2d_cli/assets/models (ONNX
+#   Runtime), not with a checkpoint. The shipped transcripts of each shard are by the target
+#   named in the comments, which was the bundled one at the time; this script exports only at
+#   the end, so its transcripts come from whatever target is bundled when it runs (to match,
+#   run `training/export.py --models target` on that checkpoint before each distill.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
+# The evaluation windows (as2d_cli/assets/corpus/, from the fixed seed) and the base training
+# set (training/work/train/: 6,000 utterances, log-mel features and texts).
 $PY training/make_corpus.py                      # shipped eval windows + training set (training/work/train)
+# The shared BPE tokenizer and the CTC character table, from the training texts.
 $PY training/make_tokenizer.py                   # as2d_cli/assets/models/tokenizer.json, ctc_chars.json
 
 train() {  # model, phase end step, anneal start, anneal steps, extra flags...
+  # One train.py call up to step `end`; with an anneal start, the schedule is a re-warm over
+  # 150 steps (a later --warmup wins) to --lr and a linear decay to 0 at start + steps.
   local m=$1 end=$2 from=$3 n=$4; shift 4
   $PY training/train.py --model "$m" --threads 1 --max-steps "$end" --batch-frames 4000 \
     ${from:+--anneal-from "$from" --anneal-steps "$n" --warmup 150} "$@"
 }
 phases() {  # model, lr, inverse-sqrt end, guide start, specaug start, dropout+shard1 start, shard2 start, end
+  # The first training stages: the default schedule (peak 1.5e-3, inverse square root) on the
+  # base set, then one anneal over the rest, adding the guided-attention loss, SpecAugment,
+  # dropout with shard 1 and shard 2 at the given steps (--shards N: the base set + shards 1..N).
   local m=$1 lr=$2 a=$3 g=$4 s=$5 d=$6 s2=$7 e=$8 n=$(( $8 - $3 ))
   train "$m" "$a" "" "" --shards 0
   train "$m" "$g" "$a" "$n" --lr "$lr" --shards 0
@@ -28,15 +52,16 @@ phases() {  # model, lr, inverse-sqrt end, guide start, specaug start, dropout+s
   train "$m" "$s2" "$a" "$n" --lr "$lr" --shards 1 --guide-weight 2 --specaug --dropout 0.1
   train "$m" "$e" "$a" "$n" --lr "$lr" --shards 2 --guide-weight 2 --specaug --dropout 0.1
 }
+# Shards 1-2 (6,000 utterances each, seed offset 100 + N, more random-word text), then target
+# stages 1-2 (0 -> 4,949 -> 16,929) beside the separate drafter's (0 -> 10,890 -> 33,514).
 $PY training/make_corpus.py --only train --shard 1   # training/work/train_shards/1
 $PY training/make_corpus.py --only train --shard 2   # training/work/train_shards/2
 phases target  8e-4 4949  5847  8801  10215 13384 16929 &
 phases drafter 6e-4 10890 12852 19050 19050 25896 33514
 wait
-# Third session: a new anneal for each (re-warm over 150 steps, then linear to 0), the
-# phoneme CTC auxiliary (training/phonemes.py, --aux phones) and a fourth shard. The drafter's
-# anneal was shortened by wall clock near its end (a moved --deadline), so its step form is
-# approximate; the target's second core from step 22,636 changes speed, not the schedule.
+# Shard 3, and one more anneal for each (target stage 3: 16,929 -> 32,624 at peak 6e-4; the
+# drafter 33,514 -> 40,848 at 5e-4) with the phoneme CTC auxiliary (training/phonemes.py,
+# --aux phones --ctc-weight 0.5) from the given step and shard 3 added from the given step.
 $PY training/make_corpus.py --only train --shard 3   # training/work/train_shards/3
 phases3() {  # model, lr, anneal start, phones start, shard-3 start, end
   local m=$1 lr=$2 a=$3 p=$4 s3=$5 e=$6 n=$(( $6 - $3 ))
@@ -48,56 +73,48 @@ phases3() {  # model, lr, anneal start, phones start, shard-3 start, end
 phases3 target 6e-4 16929 18114 19075 32624 &
 phases3 drafter 5e-4 33514 33514 33514 40848
 wait
-# Fourth session: two new shards; the target annealed on them alone (its checkpoint was
-# rebuilt from the ONNX files with training/from_onnx.py, so that run's optimiser started
-# fresh — continuing phases3's checkpoint here keeps its moments: approximate); the CTC
-# source retrained from scratch at 50 encoder frames/s on the same shards.
+# Shards 4-5. Target stage 4 (32,624 -> 38,339) on them alone with the target flags
+# (--lr 2e-4 --warmup 200 --aux-head-steps 300 --guide-weight 2 --specaug --dropout 0.1
+# --aux phones --ctc-weight 0.5; --aux-head-steps trains a fresh auxiliary head alone first,
+# as after training/from_onnx.py); beside it the CTC source from scratch (50 encoder
+# frames/s, English utterances only) on the same shards: 0 -> 7,700.
 $PY training/make_corpus.py --only train --shard 4   # training/work/train_shards/4
 $PY training/make_corpus.py --only train --shard 5   # training/work/train_shards/5
 train target 38339 32624 5715 --lr 2e-4 --warmup 200 --aux-head-steps 300 --guide-weight 2 --specaug \
   --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 4,5 &
 train ctc 7700 0 7700 --lr 1.5e-3 --warmup 300 --specaug --only-sets 4,5
 wait
-# Fifth session: two new shards; both checkpoints rebuilt from the ONNX files again
-# (training/from_onnx.py). Sequence-level distillation (training/distill.py, train.py
-# --labels target) was tried for the drafter and the CTC source and abandoned within 25
-# minutes (docs/models.md); the target then annealed on the new shards and the CTC source
-# continued on their reference text.
+# Shards 6-7. Target stage 5 (38,339 -> 44,220) on them alone; the CTC source continues on
+# their reference text (7,700 -> 13,571, peak 5e-4).
 $PY training/make_corpus.py --only train --shard 6   # training/work/train_shards/6
 $PY training/make_corpus.py --only train --shard 7   # training/work/train_shards/7
 train target 44220 38339 5881 --lr 2e-4 --warmup 200 --aux-head-steps 300 --guide-weight 2 --specaug \
   --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7 &
 train ctc 13571 7700 5871 --lr 5e-4 --warmup 200 --specaug --only-sets 6,7
 wait
-# Sixth session (checkpoints and shards 6-7 kept on the same machine): the target annealed
-# on shards 6-7 plus long composites of their short utterances (train.py --concat 1.0) on
-# both threads (train() uses one: the same steps, other rounding); the run was restarted
-# once with an earlier deadline, so its decay was not quite one straight line.
+# Target stage 6 (44,220 -> 55,716): shards 6-7 plus long composites of their short
+# utterances (--concat 1.0: 6-20 s items, as long as the evaluation windows). The shipped run
+# used both threads (train() uses one: the same steps, other rounding).
 train target 55716 44220 11496 --lr 2e-4 --warmup 200 --guide-weight 2 --specaug \
   --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7 --concat 1.0
-# Seventh session (same machine): two more new shards; the target annealed on shards 6-9
-# plus composites drawn afresh every epoch (--fresh-concat), both threads. That run resumed
-# inside session 6's epoch 34 (a bug since fixed made it skip that epoch's first ~890
-# batches instead of starting a fresh one), which this step-based replay does not reproduce.
+# Shards 8-9. Target stage 7 (55,716 -> 66,651) on shards 6-9 with composites drawn afresh
+# every epoch (--fresh-concat).
 $PY training/make_corpus.py --only train --shard 8   # training/work/train_shards/8
 $PY training/make_corpus.py --only train --shard 9   # training/work/train_shards/9
 train target 66651 55716 10935 --lr 2e-4 --warmup 200 --guide-weight 2 --specaug \
   --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7,8,9 --concat 1.0 --fresh-concat
-# Eighth session (same machine, no new shards): the drafter, untrained since session 3, got
-# the target's recipe (shards 6-9, composites drawn afresh every epoch; its checkpoint was
-# rebuilt from the ONNX files, the one on disk being session 5's abandoned distillation
-# run, hence --aux-head-steps) on one thread for 60 minutes while the target annealed on
-# shards 6-9 again on the other for 120; then the CTC source continued on shards 6-9 for 60.
+# The separate drafter gets the target flags at --lr 3e-4 on shards 6-9 with fresh composites
+# (40,848 -> 52,276), then the CTC source continues on shards 6-9 (13,571 -> 18,083), while
+# target stage 8 (66,651 -> 76,554) runs on shards 6-9 again on the other core.
 { train drafter 52276 40848 11428 --lr 3e-4 --warmup 200 --aux-head-steps 300 --guide-weight 2 --specaug \
     --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7,8,9 --concat 1.0 --fresh-concat
   train ctc 18083 13571 4512 --lr 5e-4 --warmup 200 --specaug --only-sets 6,7,8,9; } &
 train target 76554 66651 9903 --lr 2e-4 --warmup 200 --guide-weight 2 --specaug \
   --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 6,7,8,9 --concat 1.0 --fresh-concat
 wait
-# Ninth session (fresh checkout on another machine: all three checkpoints rebuilt from the
-# ONNX files with training/from_onnx.py, so their optimisers started fresh; shards 6-9 gone):
-# three new shards, then the three models on them alone, one thread each, 80 minutes: the
-# target throughout, the drafter for the first 40 and the CTC source for the last 40.
+# Shards 10-12, and the three models on them alone, one thread each: target stage 9
+# (76,554 -> 83,012) on one core; on the other the drafter (52,276 -> 60,101), then the CTC
+# source (18,083 -> 22,356, its shipped weights).
 $PY training/make_corpus.py --only train --shard 10  # training/work/train_shards/10
 $PY training/make_corpus.py --only train --shard 11  # training/work/train_shards/11
 $PY training/make_corpus.py --only train --shard 12  # training/work/train_shards/12
@@ -107,30 +124,25 @@ $PY training/make_corpus.py --only train --shard 12  # training/work/train_shard
 train target 83012 76554 6458 --lr 2e-4 --warmup 200 --aux-head-steps 300 --guide-weight 2 --specaug \
   --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 10,11,12 --concat 1.0 --fresh-concat
 wait
-# Tenth session (fresh machine again: checkpoints rebuilt from the ONNX files; shards 10-12
-# gone): shard 13 and a half-size shard 14 (3,000 utterances), then the drafter on them
-# alone, one thread, to a wall-clock deadline (moved once, from 70 to 53 minutes, five
-# minutes in: a restart from the checkpoint). The target trained beside it (1,721 steps,
-# 83,012 -> 84,733, session 9's flags) lowered its dev CE 0.592 -> 0.585 but raised its
-# greedy WER on the dev+val windows 0.376 -> 0.382, so session 9's target stays shipped;
-# the CTC source as it was.
+# Shard 13 and a half-size shard 14 (3,000 utterances); the separate drafter's last stage on
+# them alone (60,101 -> 63,737). The target does not train on shards 13-14.
 $PY training/make_corpus.py --only train --shard 13  # training/work/train_shards/13
 $PY training/make_corpus.py --only train --shard 14 --train-utterances 3000
 train drafter 63737 60101 3636 --lr 3e-4 --warmup 200 --aux-head-steps 300 --guide-weight 2 --specaug \
   --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets 13,14 --concat 1.0 --fresh-concat
-# Eleventh session (fresh machine: checkpoints rebuilt from the ONNX files; shards 13-14
-# gone): shard 15, then with bfloat16 autocast (--bf16, ~3x the steps per second on the
-# EPYC) the target on it alone (session 9's flags), one thread, while the drafter became a
-# shared-encoder drafter: its 192-wide decoder (warm-started from the session-10 drafter,
-# fresh cross-attention K/V) on a frozen float16-rounded copy of the target's encoder,
-# trained on the target's greedy transcripts of shard 15 (training/distill.py) plus a KL
-# term to the target's next-token distributions, one thread; both anneals by wall clock,
-# the drafter's deadline moved once (05:12 -> 05:35) at step 7,821.
-target_s11() {  # session 11's target flags (bf16): phase end step, anneal start, anneal steps, sets
+# From here the target trains with bfloat16 autocast (--bf16) and the target flags plus
+# --concat 1.0 --fresh-concat on the newest shards, one wall-clock anneal per stage.
+target_recipe() {  # the target's training flags from stage 10 on (bf16): phase end step, anneal start, anneal steps, sets
   local end=$1 from=$2 n=$3 sets=$4; shift 4
   train target "$end" "$from" "$n" --bf16 --lr 2e-4 --warmup 200 --aux-head-steps 300 --guide-weight 2 \
     --specaug --dropout 0.1 --aux phones --ctc-weight 0.5 --only-sets "$sets" --concat 1.0 --fresh-concat "$@"
 }
+# Shard 15 and the step-83,012 target's transcripts of it (training/distill.py writes
+# target_tokens.json beside the shard). Target stage 10 (83,012 -> 93,243) on shard 15 on one
+# core; on the other, shared-encoder drafter run 1 (18,000 steps, training/work/drafter_shared):
+# the separate drafter's decoder (fresh cross-attention K/V) on a frozen copy of the step-83,012
+# target's encoder, trained on the target's transcripts (--labels target) plus a KL term to its
+# next-token distributions (--teacher, --kd-weight 0.5).
 $PY training/make_corpus.py --only train --shard 15  # training/work/train_shards/15
 $PY training/distill.py --set 15                     # the step-83,012 target's transcripts
 cp training/work/target/ckpt.pt training/work/target_83012.pt
@@ -140,21 +152,24 @@ cp training/work/drafter/ckpt.pt training/work/drafter_63737.pt
     --teacher training/work/target_83012.pt --kd-weight 0.5 --labels target --lr 5e-4 --warmup 200 \
     --guide-weight 2 --dropout 0.1 --only-sets 15 --concat 1.0 --fresh-concat \
     --anneal-from 0 --anneal-steps 18000; } &
-target_s11 93243 83012 10231 15
+target_recipe 93243 83012 10231 15
 wait
 # export.py reads training/work/<model>: the shared-encoder drafter replaces the separate one
 mv training/work/drafter training/work/drafter_separate && mv training/work/drafter_shared training/work/drafter
-# Twelfth session (same machine, checkpoints and shard 15 kept): shard 16, the step-93,243
-# target's transcripts of it, then the target on shards 15-16 (session 11's flags) on one
-# core while the drafter continued on the other on an exact (no float16) frozen copy of the
-# step-93,243 target's encoder; when the target stopped, the drafter moved onto the new
-# target's encoder and teacher for a second anneal. Its encoder then equals the shipped
-# target's, so export.py ships only its cross-attention projection (encoder_from: target).
+# Shard 16 and the step-93,243 target's transcripts; target stage 11 (93,243 -> 100,189) on
+# shards 15-16 on one core; on the other, drafter run 2 (12,151 steps) on an exact frozen
+# copy of the step-93,243 target's encoder with that target as teacher; then run 3 (6,599
+# steps) on the step-100,189 target's encoder and teacher. From here the drafter's encoder
+# equals the target's, so export.py ships only its cross-attention projection
+# (encoder_from: target). Each run is a new --out folder (steps from 0), started from the
+# previous run's checkpoint.
 $PY training/make_corpus.py --only train --shard 16  # training/work/train_shards/16
 $PY training/distill.py --set 16                     # the step-93,243 target's transcripts
 cp training/work/target/ckpt.pt training/work/target_93243.pt
 cp training/work/drafter/ckpt.pt training/work/drafter_18000.pt
 shared_drafter() {  # out, target ckpt, decoder ckpt, steps, extra flags (a later flag wins)...
+  # A new shared-encoder drafter run: the target checkpoint's encoder (frozen) and teacher,
+  # the decoder from the given checkpoint, the target's transcripts of $SETS, one step anneal.
   local out=$1 tgt=$2 dec=$3 n=$4; shift 4
   $PY training/train.py --model drafter --out "$out" --threads 1 --bf16 --max-steps "$n" --batch-frames 4000 \
     --shared-encoder "$tgt" --init-decoder "$dec" --teacher "$tgt" --kd-weight 0.5 --labels target --lr 3e-4 \
@@ -162,70 +177,70 @@ shared_drafter() {  # out, target ckpt, decoder ckpt, steps, extra flags (a late
     --anneal-from 0 --anneal-steps "$n" "$@"
 }
 shared_drafter drafter_p1 training/work/target_93243.pt training/work/drafter_18000.pt 12151 &
-target_s11 100189 93243 6946 15,16
+target_recipe 100189 93243 6946 15,16
 wait
 shared_drafter drafter_p2 training/work/target/ckpt.pt training/work/drafter_p1/ckpt.pt 6599
-mv training/work/drafter training/work/drafter_s11 && mv training/work/drafter_p2 training/work/drafter
-cat training/work/drafter_s11/log.jsonl training/work/drafter_p1/log.jsonl training/work/drafter_p2/log.jsonl > training/work/drafter/log.tmp && mv training/work/drafter/log.tmp training/work/drafter/log.jsonl  # the shipped log keeps all three runs
-# Thirteenth session (fresh machine: checkpoints rebuilt from the ONNX files with
-# training/from_onnx.py; shards 15-16 gone): shard 17, the target on it on one core while shard
-# 18 was synthesised on the other (one worker), then on shards 17-18 (session 11's flags, one
-# wall-clock anneal); the drafter meanwhile on the step-100,189 target's encoder and
-# transcripts of shards 17-18, then on the new target's encoder and teacher.
+mv training/work/drafter training/work/drafter_shared_run1 && mv training/work/drafter_p2 training/work/drafter
+cat training/work/drafter_shared_run1/log.jsonl training/work/drafter_p1/log.jsonl training/work/drafter_p2/log.jsonl > training/work/drafter/log.tmp && mv training/work/drafter/log.tmp training/work/drafter/log.jsonl  # the shipped log keeps all three runs
+# Shard 17, and target stage 12 (100,189 -> 111,465) on it on one core while shard 18 is
+# synthesised on the other (one worker), then on shards 17-18 (one anneal throughout). Then
+# drafter run 4 (12,075 steps): a third decoder layer (--dec-layers 3, added as the identity)
+# on the step-100,189 target's encoder, teacher and transcripts of shards 17-18, beside the
+# target; and run 5 (8,838 steps) on the step-111,465 target's encoder and teacher.
 $PY training/make_corpus.py --only train --shard 17  # training/work/train_shards/17
 $PY training/make_corpus.py --only train --shard 18 --workers 1 &
 cp training/work/target/ckpt.pt training/work/target_100189.pt
 cp training/work/drafter/ckpt.pt training/work/drafter_6599.pt
-target_s11 102873 100189 11276 17
+target_recipe 102873 100189 11276 17
 wait  # shard 18: the same anneal continues on both shards (the shipped run moved at step 102,873)
 { $PY training/distill.py --set 17 && $PY training/distill.py --set 18  # the step-100,189 target's transcripts
   SETS=17,18 shared_drafter drafter3_p1 training/work/target_100189.pt training/work/drafter_6599.pt 12075 --dec-layers 3 --lr 4e-4; } &
-target_s11 111465 100189 11276 17,18
+target_recipe 111465 100189 11276 17,18
 wait
-# The second run on the new target's encoder; the two-layer drafter had the same run beside it
-# (drafter2_p2, from drafter_6599.pt, 9,800 steps) and lost the dev decision (docs/models.md).
 SETS=17,18 shared_drafter drafter3_p2 training/work/target/ckpt.pt training/work/drafter3_p1/ckpt.pt 8838 --dec-layers 3
-mv training/work/drafter training/work/drafter_s12 && mkdir training/work/drafter && cp training/work/drafter3_p2/ckpt.pt training/work/drafter/
-cat training/work/drafter_s12/log.jsonl training/work/drafter3_p1/log.jsonl training/work/drafter3_p2/log.jsonl > training/work/drafter/log.jsonl
-# Fourteenth session (fresh machine, an Intel Xeon: checkpoints rebuilt from the ONNX files;
-# shards 17-18 gone): shard 19 (9 minutes on two cores), the target on it on one core while
-# shard 20 was synthesised on the other (one worker), then on shards 19-20 (session 11's
-# flags, one wall-clock anneal); the drafter on the step-111,465 target's encoder and
-# transcripts of shards 19-20, then on the new target's encoder and teacher.
+mv training/work/drafter training/work/drafter_shared_runs1to3 && mkdir training/work/drafter && cp training/work/drafter3_p2/ckpt.pt training/work/drafter/
+cat training/work/drafter_shared_runs1to3/log.jsonl training/work/drafter3_p1/log.jsonl training/work/drafter3_p2/log.jsonl > training/work/drafter/log.jsonl
+# Shard 19, and target stage 13 (111,465 -> 119,737) on it on one core while shard 20 is
+# synthesised on the other, then on shards 19-20. Drafter run 6 (8,191 steps) on the
+# step-111,465 target's encoder, teacher and transcripts of shards 19-20; run 7 (3,297 steps)
+# on the step-119,737 target's encoder and teacher.
 $PY training/make_corpus.py --only train --shard 19  # training/work/train_shards/19
 $PY training/make_corpus.py --only train --shard 20 --workers 1 &
 cp training/work/target/ckpt.pt training/work/target_111465.pt
 cp training/work/drafter/ckpt.pt training/work/drafter_8838.pt
-target_s11 113375 111465 8272 19
+target_recipe 113375 111465 8272 19
 wait  # shard 20: the same anneal continues on both shards (the shipped run moved at step 113,375)
 { $PY training/distill.py --set 19 && $PY training/distill.py --set 20  # the step-111,465 target's transcripts
-  SETS=19,20 shared_drafter drafter_p1 training/work/target_111465.pt training/work/drafter_8838.pt 8191 --dec-layers 3; } &
-target_s11 119737 111465 8272 19,20
+  SETS=19,20 shared_drafter drafter3_p3 training/work/target_111465.pt training/work/drafter_8838.pt 8191 --dec-layers 3; } &
+target_recipe 119737 111465 8272 19,20
 wait
-SETS=19,20 shared_drafter drafter_p2 training/work/target/ckpt.pt training/work/drafter_p1/ckpt.pt 3297 --dec-layers 3
-mv training/work/drafter training/work/drafter_s13 && mkdir training/work/drafter && cp training/work/drafter_p2/ckpt.pt training/work/drafter/
-cat training/work/drafter_s13/log.jsonl training/work/drafter_p1/log.jsonl training/work/drafter_p2/log.jsonl > training/work/drafter/log.jsonl
+SETS=19,20 shared_drafter drafter3_p4 training/work/target/ckpt.pt training/work/drafter3_p3/ckpt.pt 3297 --dec-layers 3
+mv training/work/drafter training/work/drafter_shared_runs1to5 && mkdir training/work/drafter && cp training/work/drafter3_p4/ckpt.pt training/work/drafter/
+cat training/work/drafter_shared_runs1to5/log.jsonl training/work/drafter3_p3/log.jsonl training/work/drafter3_p4/log.jsonl > training/work/drafter/log.jsonl
+# Export of the models so far (ONNX files checked against torch, models.json v2 with the
+# per-layer decoder contract, training logs into as2d_cli/assets/models/).
 $PY training/export.py                           # ONNX files + models.json (v2: per-layer decoder I/O) + training logs
-# Fifteenth session (same machine, checkpoints and shards 19-20 kept): shard 21, then the target
-# on shards 19-21 (session 11's flags, one wall-clock anneal of 88 minutes) while the drafter
-# trained on the step-119,737 target's encoder and teacher (transcripts: distill.py --set 21
-# by that target; shards 19-20 keep the step-111,465 target's); the shipped target is the
-# mean of the run's last three checkpoints (steps 127,459, 128,104, 129,066: its last 14 minutes: training/average.py, chosen
-# on dev+val), and the drafter's second run (two threads) is on that average's encoder.
-# export.py now writes the drafter's decoder with 8-bit weights (--int8, docs/models.md).
+# Shard 21. Target stage 14 (119,737 -> 129,066) on shards 19-21, keeping the checkpoints at
+# steps 127,459, 128,104 and 129,066 (the run's last 14 minutes); the shipped target is their
+# mean (training/average.py; chosen with training/dev_wer.py on dev and val). Meanwhile drafter
+# run 8 (12,569 steps) on the step-119,737 target's encoder and teacher (transcripts of shard
+# 21 by that target; shards 19-20 keep the step-111,465 target's); then run 9 (4,546 steps,
+# two threads) on the averaged target's encoder and teacher.
 $PY training/make_corpus.py --only train --shard 21  # training/work/train_shards/21
 cp training/work/target/ckpt.pt training/work/target_119737.pt
 cp training/work/drafter/ckpt.pt training/work/drafter_3297.pt
 { $PY training/distill.py --set 21                   # the step-119,737 target's transcripts
-  SETS=19,20,21 shared_drafter drafter_p1 training/work/target_119737.pt training/work/drafter_3297.pt 12569 --dec-layers 3; } &
-for end in 127459 128104 129066; do  # the shipped run's checkpoints copied for the average
-  target_s11 $end 119737 9329 19,20,21 --aux-head-steps 0  # (its checkpoint had the CTC head)
+  SETS=19,20,21 shared_drafter drafter3_p5 training/work/target_119737.pt training/work/drafter_3297.pt 12569 --dec-layers 3; } &
+for end in 127459 128104 129066; do  # the checkpoints averaged into the shipped target
+  target_recipe $end 119737 9329 19,20,21 --aux-head-steps 0  # (its checkpoint has a trained CTC head)
   cp training/work/target/ckpt.pt training/work/target_$end.pt
 done
 wait
 $PY training/average.py training/work/target_avg.pt training/work/target_127459.pt training/work/target_128104.pt training/work/target_129066.pt
 cp training/work/target_avg.pt training/work/target/ckpt.pt
-SETS=19,20,21 shared_drafter drafter_p2 training/work/target/ckpt.pt training/work/drafter_p1/ckpt.pt 4546 --dec-layers 3 --threads 2
-mv training/work/drafter training/work/drafter_s14 && mkdir training/work/drafter && cp training/work/drafter_p2/ckpt.pt training/work/drafter/
-cat training/work/drafter_s14/log.jsonl training/work/drafter_p1/log.jsonl training/work/drafter_p2/log.jsonl > training/work/drafter/log.jsonl
+SETS=19,20,21 shared_drafter drafter3_p6 training/work/target/ckpt.pt training/work/drafter3_p5/ckpt.pt 4546 --dec-layers 3 --threads 2
+mv training/work/drafter training/work/drafter_shared_runs1to7 && mkdir training/work/drafter && cp training/work/drafter3_p6/ckpt.pt training/work/drafter/
+cat training/work/drafter_shared_runs1to7/log.jsonl training/work/drafter3_p5/log.jsonl training/work/drafter3_p6/log.jsonl > training/work/drafter/log.jsonl
+# The shipped files: target and CTC in float32, the drafter's decoder with 8-bit weights
+# (export.py --int8 default), models.json and the training logs.
 $PY training/export.py                           # ONNX files (the drafter's decoder 8-bit) + models.json + training logs
