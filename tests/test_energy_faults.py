@@ -178,8 +178,9 @@ def test_run_failing_midway_pulls_everything_first(make_emulated_phone, tmp_path
     apply_fault(s.phone, "stall:hang")  # the request never ends
     plan = EpisodePlan(methods=("as2d",), request_cmd="hang {method}", warmups=0, settle_s=0.2,
                        gap_s=0, tail_s=0.2, request_budget_s=1, discharge_wait_s=5)
+    # The host gives up on the episode after the bounded trace (2.4 s) has ended.
     run = EnergyRun(s.device(), plan, tmp_path / "res", "emu", connection="wireless",
-                    episode_timeout_s=2.5)
+                    episode_timeout_s=4.0)
     with pytest.raises(DeviceError) as info:
         run_energy(run, lambda _: None)
     s.power.stop_all()
@@ -272,6 +273,26 @@ def test_phone_vanishing_while_unplugged_is_collected_later(make_emulated_phone,
     assert "results:" in out
     code, _, err = _run(["energy", "--collect", str(first)], capsys)
     assert code == 2 and "never overwritten" in err
+
+
+def test_interrupted_host_leaves_the_run_on_the_phone(make_emulated_phone, tmp_path: Path) -> None:
+    s = _phone(make_emulated_phone, connection="usb")
+    plan = EpisodePlan(methods=("as2d",), request_cmd="req {method}", warmups=0, settle_s=0,
+                       gap_s=0, tail_s=0, request_budget_s=1, discharge_wait_s=2)
+    said: list[str] = []
+
+    def say(msg: str) -> None:  # Ctrl-C while the host waits for the cable
+        said.append(msg)
+        if msg.startswith("Unplug"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_energy(EnergyRun(s.device(), plan, tmp_path / "res", "emu"), say)
+    (d,) = _run_dirs(tmp_path / "res")
+    assert said[-1].startswith("Interrupted") and f"as2d energy --collect {d}" in said[-1]
+    rec = json.loads((d / "phone_run.json").read_text())
+    assert rec["state"] == "on-phone" and _phone_runs(s) == [Path(rec["run_dir"]).name]
+    s.power.stop_all()
 
 
 def test_wireless_phone_vanishing_midway_is_collected_after_reattach(

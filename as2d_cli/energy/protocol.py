@@ -627,6 +627,9 @@ def reanalyse(out_dir: Path, baseline: str | None = "target-only",
                             f"run — reattach it and run `as2d energy --collect {out_dir}`")
         raise UserError(f"{out_dir} lacks raw/ or {TRACE_NAME}; the phone's files were never "
                         "pulled — rerun the measurement")
+    if rec and rec.get("state") != "collected" and say is not None:
+        say(f"The phone still holds this run in {rec['run_dir']}; what was pulled may be "
+            f"partial — `as2d energy --collect {out_dir}` fetches all of it.")
     _keep_old_refusal(out_dir)
     facts = dict(rec.get("phone_facts") or {})
     facts.setdefault("connection", connection)
