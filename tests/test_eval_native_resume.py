@@ -255,3 +255,38 @@ def test_a_core_going_offline_on_the_phone_stops_the_window_and_keeps_the_record
     doc = json.loads(res.results.read_text())["results"]
     assert len(doc["rows"]) == 8 and doc["identity"]["name"] == "k70" and doc["sessions"] == 2
     assert [m["session"] for m in _lines(out.folder / "native_monitor.jsonl")] == [0, 0, 1]
+
+
+def test_host_steal_per_pass_and_the_host_bound_line() -> None:
+    """Steal pools a pass's windows by the time each covered; a measured pass over 5 %
+    steal says the host, not the profile, bounds the agreement (in one line)."""
+    from as2d_cli.evaluate.native import METHODS, render_native, summarize
+    from as2d_cli.evaluate.native_stats import host_per_pass
+
+    host = host_per_pass([
+        {"rep": -1, "cpu": {"busy": 0.5, "steal": 0.0, "jiffies": 100}},
+        {"rep": 0, "cpu": {"busy": 0.9, "steal": 0.02, "jiffies": 100}},
+        {"rep": 0, "cpu": {"busy": 0.9, "steal": 0.14, "jiffies": 300}},
+        {"rep": 0, "cpu": None},  # the device left before the reading
+    ])
+    assert host == [{"pass": -1, "warmup": True, "busy": 0.5, "steal": 0.0},
+                    {"pass": 0, "warmup": False, "busy": 0.9, "steal": 0.11}]
+    rows = [{"window": "w1", "rep": 0, "method": m, "divergence": None, "res": {"n_tokens": 100, "time_ms": 100.0},
+             "tps_native": 1000.0, "tps_replay": 1100.0, "error_percent": 10.0} for m in METHODS]
+    text = render_native(summarize(rows, host))
+    assert "host CPU steal per pass (/proc/stat over each window's runs): 0.0 (warm-up) / 11.0 %" in text
+    (line,) = [x for x in text.splitlines() if x.startswith("host bound:")]
+    assert "CPU steal reached 11.0 % in a measured pass (over 5 %)" in line and "not the profile" in line
+    assert "host bound:" not in render_native(summarize(rows, host[:1]))  # one pass, no steal: nothing to say
+
+
+def test_a_line_torn_by_a_crash_is_dropped_on_resuming(tmp_path: Path) -> None:
+    from as2d_cli.evaluate.native_record import RUNS, NativeRecord
+
+    (tmp_path / "native.settings.json").write_text(json.dumps({"repeats": 1}))
+    whole = json.dumps({"window": "w", "rep": 0, "method": "sd", "res": {"tps": 1.0}, "session": 0}) + "\n"
+    (tmp_path / RUNS).write_text(whole + '{"window": "w", "rep": 0, "meth')
+    record = NativeRecord.resume(tmp_path, {"repeats": 1})
+    assert record.resumed and record.session == 1 and record.done() == {("w", 0, "sd"): 1.0}
+    record.append(RUNS, {"window": "w", "rep": 0, "method": "asp", "res": {"tps": 2.0}})
+    assert len(_lines(tmp_path / RUNS)) == 2

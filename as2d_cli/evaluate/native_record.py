@@ -94,6 +94,7 @@ class NativeRecord:
     def __init__(self, folder: Path, settings: dict[str, Any]) -> None:
         self.folder = folder
         self.settings = settings
+        self.resumed = False  # opened by --append
         for name in (RUNS, GATES, MONITOR):
             _repair(folder / name)
         earlier = [r.get("session", 0) for name in (RUNS, GATES, MONITOR) for r in self._read(name)]
@@ -118,7 +119,9 @@ class NativeRecord:
         if diffs:
             raise UserError(f"--append {folder}: that run was made with {'; '.join(diffs)}; resume it with its own "
                             "settings, or start a new run without --append")
-        return cls(folder, recorded)
+        record = cls(folder, recorded)
+        record.resumed = True
+        return record
 
     def path(self, name: str) -> Path:
         return self.folder / name

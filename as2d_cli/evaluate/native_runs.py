@@ -123,7 +123,7 @@ def run_windows(device: Any, record: NativeRecord, gate_cfg: Any, *, open_runner
     done = record.done()
     todo = [u for u in plan if any((u.window, u.rep, m) not in done for m in u.order)]
     n_runs = len(plan) * len(METHODS)
-    if record.session:
+    if record.resumed:
         say(f"resuming the native evaluation in {record.folder}: {len(done)} of {n_runs} runs finished, "
             f"{n_runs - len(done)} to run")
     if not todo:
