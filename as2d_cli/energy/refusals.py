@@ -178,9 +178,9 @@ def check_battery_status(meta: dict[str, str], series: BatterySeries | None = No
     statuses = {st.lower() for _, st in bad}
     advice = []
     if statuses & {"charging", "not charging"}:
-        advice.append("the phone was charging: disconnect USB and any charger before the "
-                      "capture starts and keep them off until it ends (over wireless adb, take "
-                      "the charger off)")
+        advice.append("the phone was charging: unplug it — disconnect USB and any charger "
+                      "before the capture starts and keep them off until it ends (over "
+                      "wireless adb, take the charger off)")
     if "full" in statuses:
         advice.append("a full battery is held at full by its charger, so the gauge does not "
                       "show the phone's own draw: unplug it and use a battery below full (let "
