@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.models.bundle import load_bundle  # noqa: E402
+from as2d_cli.models.loader import open_seq2seq  # noqa: E402
 
 
 def raw_feeds(model, tokens, past, cross) -> tuple[object, dict]:
@@ -58,7 +59,7 @@ def main() -> None:
     audio = w.load_audio()
     print(f"pair {bundle.name}: {a.calls} interleaved calls per width, median ms (adapter / raw ONNX Runtime)")
     for name in ("target", "drafter"):
-        model = bundle.seq2seq(name)
+        model = open_seq2seq(bundle, name)
         cross = model.encode(audio, w.language)
         _, past = model.decode(list(cross.prompt), model.empty_cache(), cross)
         _, past = model.decode([int(t) for t in range(40, 56)], past, cross)  # some context in the cache

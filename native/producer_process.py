@@ -37,13 +37,14 @@ BLAS_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 def _worker(cmds: Connection, events: Connection, models_dir: str | None, threads: int,
             cores: Sequence[int] | None, task: str | None = None, language: str | None = None) -> None:
     from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.loader import open_seq2seq
     from as2d_cli.models.sources import CtcSource, DrafterSource, open_ctc
     from native.producer import pin_current_thread, source_units
 
     pinned = pin_current_thread(cores)
     try:
         bundle = load_bundle(models_dir, check_hashes=False, task=task, language=language)  # the runner checked them
-        drafter = bundle.seq2seq("drafter", threads)
+        drafter = open_seq2seq(bundle, "drafter", threads)
         ctc: Any = None
     except BaseException as exc:  # reported to the runner, which falls back to a thread
         events.send(("failed", f"{type(exc).__name__}: {exc}"))

@@ -16,6 +16,7 @@ import pytest
 from as2d_cli.corpus.manifest import load_corpus
 from as2d_cli.errors import UserError
 from as2d_cli.models.bundle import load_bundle
+from as2d_cli.models.loader import open_seq2seq
 from as2d_cli.models.pair import import_pair
 from as2d_cli.models.target import OrtTarget, greedy_decode
 from as2d_cli.models.whisper import build_prompt, find_export
@@ -137,7 +138,7 @@ def test_target_only_equals_transformers_greedy_generation(pair: Path) -> None:
 
 def test_drafter_and_translate_equal_transformers(pair: Path) -> None:
     bundle = load_bundle(pair)
-    drafter = bundle.seq2seq("drafter")
+    drafter = open_seq2seq(bundle, "drafter")
     eos, limit = bundle.vocab.eot, drafter.max_positions - 4
     for wid, by_model in REFERENCE["windows"].items():
         ref = by_model["drafter"]["transcribe"]
@@ -145,7 +146,7 @@ def test_drafter_and_translate_equal_transformers(pair: Path) -> None:
         assert _same_as_generate(ours, ref["sequence"], eos, limit), wid
     wid = next(iter(REFERENCE["windows"]))
     ref = REFERENCE["windows"][wid]["target"]["translate"]
-    translating = load_bundle(pair, task="translate").seq2seq("target")
+    translating = open_seq2seq(load_bundle(pair, task="translate"), "target")
     ours = _greedy(translating, CORPUS.get(wid).load_audio(), ref["language"], eos)
     assert _same_as_generate(ours, ref["sequence"], eos, limit)
 

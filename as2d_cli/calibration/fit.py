@@ -13,6 +13,8 @@ from collections import defaultdict
 from statistics import median
 from typing import Any, Iterable, Mapping
 
+from as2d_cli.calibration.in_loop import apply_in_loop
+from as2d_cli.calibration.regression import MIN_AUDIO_SPAN_S, lstsq as _lstsq
 from as2d_cli.errors import UserError
 from as2d_cli.formats.profile import ContextCosts, CostProfile, DrafterCosts, Fit, SourceCosts
 
@@ -65,14 +67,6 @@ def _med(g: Mapping[str, list[float]], key: str, default: float | None = None) -
 
 REF_TOKENS = 64.0  # the cache length flat figures are quoted at (the full sweep's middle offset)
 MIN_TOKEN_SPAN = 32  # cache lengths measured must span this many tokens for a token slope
-MIN_AUDIO_SPAN_S = 2.0  # and the windows this many seconds for an audio slope
-
-
-def _lstsq(rows: list[list[float]], y: list[float]) -> list[float]:
-    import numpy as np
-
-    coef, *_ = np.linalg.lstsq(np.asarray(rows, dtype=float), np.asarray(y, dtype=float), rcond=None)
-    return [float(c) for c in coef]
 
 
 def _trim(xs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -227,8 +221,6 @@ def fit_profile(samples: list[Mapping[str, Any]], device: Mapping[str, Any], *, 
     profile = CostProfile(device=dict(device), target_step_ms=target_step, verify_idle_ms=idle,
                           verify_concurrent_ratio=ratios, loop_ms=loop, align_ms=0.0, drafter=drafter,
                           sources=sources, fit=fit, created=created, context=ctx)
-    from as2d_cli.calibration.in_loop import apply_in_loop  # it builds on this module's fit
-
     return apply_in_loop(profile, all_samples)
 
 

@@ -23,7 +23,7 @@ from collections import defaultdict
 from statistics import median
 from typing import Any, Mapping, Sequence
 
-from as2d_cli.calibration.fit import MIN_AUDIO_SPAN_S, _lstsq
+from as2d_cli.calibration.regression import MIN_AUDIO_SPAN_S, lstsq as _lstsq
 from as2d_cli.errors import FormatError
 from as2d_cli.formats.profile import IN_LOOP_KINDS, CostProfile, SourceCosts
 

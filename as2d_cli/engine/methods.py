@@ -1,7 +1,8 @@
 """The one owner of the compared methods: their names, defaults, configurations and the
 method → engine-policy mapping (paper 5.1, D.1.3, 5.3). Replay, the oracle sweep, selection,
 evaluation and the native runner all build their policies from :class:`MethodSpec`; the
-defaults below appear as literals here only.
+defaults are literals in :mod:`as2d_cli.engine.defaults` only (so the policies can use
+them without importing this module) and every caller imports them from here.
 
 * ``target-only``  — scalar target steps.
 * ``sd``           — standard SD at fixed physical widths; summarised over K = 5..8
@@ -19,22 +20,21 @@ defaults below appear as literals here only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from as2d_cli.engine.defaults import (  # noqa: F401  (re-exported: every caller imports them from here)
+    DEFAULT_ALIGN_LOOKBACK,
+    DEFAULT_ALIGN_WINDOW,
+    DEFAULT_ASP_CAP,
+    DEFAULT_BATCH,
+    DEFAULT_BUDGET,
+    DEFAULT_SD_K,
+    DEFAULT_THRESHOLD,
+    SD_WIDTHS,
+)
+from as2d_cli.engine.policies import ASP, As2d, Policy, StandardSD, TargetOnly, without_bc, without_td
 from as2d_cli.errors import UserError
 
-if TYPE_CHECKING:  # the policies import their defaults from here
-    from as2d_cli.engine.policies import Policy
-
 METHODS = ("target-only", "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc")
-SD_WIDTHS = (5, 6, 7, 8)  # standard SD is summarised over these physical widths
-DEFAULT_SD_K = 8  # one native SD request's physical width
-DEFAULT_BUDGET = 7  # As²d's proposal budget b (physical K <= b + 1)
-DEFAULT_THRESHOLD = 0.4  # confidence stop (ASP, and As²d where the source has confidences)
-DEFAULT_ASP_CAP = 24  # ASP's proposal cap
-DEFAULT_BATCH = 8  # an autoregressive source's publication batch
-DEFAULT_ALIGN_WINDOW = 8  # alignment search bound ahead of a mismatch
-DEFAULT_ALIGN_LOOKBACK = 8  # retired positions the alignment may return to (alignment.py, rule 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +67,7 @@ class MethodSpec:
         src = f"{self.source}/" if self.decoupled and self.source else ""
         return f"{self.method}({src}b{self.budget})"
 
-    def policy(self) -> "Policy":
-        from as2d_cli.engine.policies import ASP, As2d, StandardSD, TargetOnly, without_bc, without_td
-
+    def policy(self) -> Policy:
         m = self.method
         if m == "target-only":
             return TargetOnly()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Union
 
-from as2d_cli.engine.methods import (  # noqa: F401  (the defaults' one owner; re-exported)
+from as2d_cli.engine.defaults import (
     DEFAULT_ALIGN_LOOKBACK,
     DEFAULT_ALIGN_WINDOW,
     DEFAULT_ASP_CAP,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import read_json, sha256_file
+from as2d_cli.models.whisper_prompt import build_prompt
 
 SCHEMA = "as2d.models"
 VERSION = 3  # 3 adds imported pairs (kinds whisper-onnx, ctc-onnx; files outside the folder)
@@ -65,12 +66,6 @@ class ModelBundle:
     def name(self) -> str:
         return str(self.manifest.get("name", "bundled"))
 
-    def seq2seq(self, name: str, threads: int = 1):
-        """Model ``name`` behind the decoder-model contract (as2d_cli.models.contract)."""
-        from as2d_cli.models.contract import open_seq2seq
-
-        return open_seq2seq(self, name, threads)
-
     def identity(self) -> dict:
         """Which pair this is, as traces and profiles record it: its name, the task and forced
         language, and one digest over every file hash in its manifest — each file named by its
@@ -87,8 +82,6 @@ class ModelBundle:
         """The target's committed-token limit: decoder positions less its prompt."""
         info = self.model("target")
         if info["kind"] == "whisper-onnx":
-            from as2d_cli.models.whisper import build_prompt
-
             gen = json.loads(self.path(info["files"]["generation"]).read_text(encoding="utf-8"))
             prompt = build_prompt(gen, self.task or info.get("task", "transcribe"), self.language, "target")
             return int(info["dims"]["max_tokens"]) - len(prompt)

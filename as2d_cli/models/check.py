@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from as2d_cli.models.loader import open_seq2seq
 from as2d_cli.models.session import cache_length, top2_margin, truncate_cache
 
 WIDTHS = tuple(range(1, 17))
@@ -80,7 +81,7 @@ def check_pair(bundle: Any, windows: list[Any], *, reps: int = 3,
 
     say = progress or (lambda _m: None)
     target = OrtTarget(bundle)
-    drafter = bundle.seq2seq("drafter")
+    drafter = open_seq2seq(bundle, "drafter")
     out: dict[str, Any] = {"pair": bundle.name, "directory": str(bundle.directory), "windows": [],
                            "models": {name: info["kind"] for name, info in bundle.manifest["models"].items()}}
     for w in windows:

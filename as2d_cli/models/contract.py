@@ -1,7 +1,7 @@
 """The model-pair contract: what the target, the drafter and the sources need of a model.
 
 A model pair is a folder with an ``as2d.models`` manifest (docs/models.md). Each of its
-encoder-decoder models is loaded by :func:`open_seq2seq` into an object with the
+encoder-decoder models is loaded by :func:`as2d_cli.models.loader.open_seq2seq` into an object with the
 :class:`DecoderModel` interface; the engine's target (:class:`~as2d_cli.models.target.OrtTarget`),
 the prefix-conditioned drafter (:class:`~as2d_cli.models.drafter.OrtDrafter`), the As²d
 drafter source, trace generation and calibration are written against this interface only.
@@ -15,11 +15,35 @@ processed positions; rolling back is slicing P (:func:`~as2d_cli.models.session.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from as2d_cli.models.session import Cache, Cross
+@dataclass
+class Cross:
+    """Per-request encoder output: every decoder layer's cross-attention K/V (a stacked
+    array or a tuple of per-layer arrays, each layer (1, H, S, d/H); a model that computes
+    them in its first decoder call leaves them None until then), the encoder's final states
+    (``hidden``, which a drafter sharing this encoder reads) and the request's prompt: the
+    tokens the decoder processes before the first generated one."""
+
+    k: Any
+    v: Any
+    hidden: np.ndarray | None = None
+    prompt: tuple[int, ...] = ()
+
+    @property
+    def frames(self) -> int:
+        if self.k is not None:
+            return int(self.k[0].shape[2])
+        return 0 if self.hidden is None else int(self.hidden.shape[1])
+
+
+# A decoder cache: every layer's self-attention keys, then values, each (1, H, P, d/H).
+Cache = tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
+
+
 
 
 @runtime_checkable
@@ -55,20 +79,3 @@ class DecoderModel(Protocol):
         at each of the K positions — with any token suppression the model's own greedy
         decoding applies, so their argmax is its greedy choice — and the present cache."""
         ...
-
-
-def open_seq2seq(bundle: Any, name: str, threads: int = 1) -> DecoderModel:
-    """The pair's model ``name`` behind the :class:`DecoderModel` interface, by its kind."""
-    from as2d_cli.errors import UserError
-
-    kind = bundle.model(name)["kind"]
-    if kind == "seq2seq":
-        from as2d_cli.models.session import Seq2SeqModel
-
-        return Seq2SeqModel(bundle, name, threads)
-    if kind == "whisper-onnx":
-        from as2d_cli.models.whisper import WhisperModel
-
-        return WhisperModel(bundle, name, threads)
-    raise UserError(f"model {name!r} in {bundle.directory} is a {kind!r} model, not an encoder-decoder "
-                    "(kinds: seq2seq, whisper-onnx)")

@@ -14,6 +14,7 @@ import numpy as np
 from as2d_cli.engine.interfaces import Draft
 from as2d_cli.errors import EngineError
 from as2d_cli.models.bundle import ModelBundle
+from as2d_cli.models.loader import open_seq2seq
 from as2d_cli.models.session import Cross, softmax_max, truncate_cache
 
 MAX_CALL = 16  # widest decoder call the export was checked for
@@ -23,7 +24,7 @@ class OrtDrafter:
     """Greedy continuation of the committed target prefix with softmax-max confidences."""
 
     def __init__(self, bundle: ModelBundle, threads: int = 1, name: str = "drafter") -> None:
-        self.model = bundle.seq2seq(name, threads)
+        self.model = open_seq2seq(bundle, name, threads)
         self.eos_id = bundle.vocab.eot
         self._cross: Cross | None = None
         self._seq: list[int] = []  # tokens in the cache, the prompt first

@@ -7,13 +7,12 @@ releases the GIL while it computes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from as2d_cli.errors import UserError
 from as2d_cli.models.bundle import ModelBundle
+from as2d_cli.models.contract import Cache, Cross  # noqa: F401  (re-exported)
 from as2d_cli.models.features import log_mel
 
 
@@ -39,26 +38,6 @@ def _check_io(sess, path, inputs: list[str], outputs: list[str]) -> None:
                         "it does not belong to this as2d version: rerun training/export.py")
 
 
-@dataclass
-class Cross:
-    """Per-request encoder output: every decoder layer's cross-attention K/V (a stacked
-    array or a tuple of per-layer arrays, each layer (1, H, S, d/H); a model that computes
-    them in its first decoder call leaves them None until then), the encoder's final states
-    (``hidden``, which a drafter sharing this encoder reads) and the request's prompt: the
-    tokens the decoder processes before the first generated one."""
-
-    k: Any
-    v: Any
-    hidden: np.ndarray | None = None
-    prompt: tuple[int, ...] = ()
-
-    @property
-    def frames(self) -> int:
-        if self.k is not None:
-            return int(self.k[0].shape[2])
-        return 0 if self.hidden is None else int(self.hidden.shape[1])
-
-
 ENCODER_IO = (["mel"], ["cross_k", "cross_v", "hidden"])
 CROSS_IO = (["hidden"], ["cross_k", "cross_v"])
 
@@ -71,8 +50,6 @@ def decoder_io(layers: int) -> tuple[list[str], list[str]]:
             ["logits", *per("present_k"), *per("present_v")])
 
 
-# A decoder cache: every layer's self-attention keys, then values, each (1, H, P, d/H).
-Cache = tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
 
 
 def cache_length(cache: Cache) -> int:

@@ -24,11 +24,12 @@ import numpy as np
 
 from as2d_cli.errors import EngineError
 from as2d_cli.models.bundle import ModelBundle
-from as2d_cli.models.features import SAMPLE_RATE, log_mel
+from as2d_cli.models.features import log_mel
 from as2d_cli.models.contract import DecoderModel
+from as2d_cli.models.ctc import CHUNK_SECONDS, ChunkedRecognizer, greedy_ctc  # noqa: F401  (re-exported)
+from as2d_cli.models.external_ctc import ExternalCtc
 from as2d_cli.models.session import Cross, _check_io, make_session, softmax_max
 
-CHUNK_SECONDS = 2.56
 
 
 class DrafterSource:
@@ -69,34 +70,6 @@ class DrafterSource:
         return [(tok, float(softmax_max(logits[-1:])[0]))]
 
 
-class ChunkedRecognizer:
-    """What a :class:`CtcSource` needs of a CTC model: the target's tokenizer, the languages
-    it serves, its chunk length, and ``transcribe(samples) -> text``."""
-
-    vocab: Any
-    languages: tuple[str, ...]
-    chunk_samples: int
-
-    def _chunking(self, bundle: ModelBundle, info: dict) -> None:
-        self.vocab = bundle.vocab
-        self.languages = tuple(info.get("languages", ["en"]))
-        self.chunk_samples = int(round(float(info.get("chunk_seconds", CHUNK_SECONDS)) * SAMPLE_RATE))
-
-    def eligible(self, language: str) -> bool:
-        return language in self.languages
-
-
-def greedy_ctc(best: np.ndarray, blank: int) -> list[int]:
-    """Greedy CTC over per-frame best ids: repeats collapsed, blanks dropped."""
-    out, prev = [], -1
-    for i in best:
-        i = int(i)
-        if i != prev and i != blank:
-            out.append(i)
-        prev = i
-    return out
-
-
 class CtcRecognizer(ChunkedRecognizer):
     """The chunked CTC model (Parakeet CTC's role): one ORT session, English only."""
 
@@ -126,8 +99,6 @@ def open_ctc(bundle: ModelBundle, threads: int = 1) -> Any:
                         "or import the pair with --ctc DIR")
     kind = bundle.model("ctc")["kind"]
     if kind == "ctc-onnx":
-        from as2d_cli.models.external_ctc import ExternalCtc
-
         return ExternalCtc(bundle, threads)
     return CtcRecognizer(bundle, threads)
 

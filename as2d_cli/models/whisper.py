@@ -28,6 +28,7 @@ import numpy as np
 
 from as2d_cli.errors import EngineError, UserError
 from as2d_cli.formats.common import read_json
+from as2d_cli.models.whisper_prompt import HINT, build_prompt  # noqa: F401  (re-exported)
 from as2d_cli.models.session import Cache, Cross, cache_length, make_session
 from as2d_cli.models.whisper_features import N_SAMPLES, SAMPLE_RATE, whisper_log_mel
 
@@ -37,7 +38,6 @@ DECODER = "decoder_model"
 WITH_PAST = "decoder_with_past_model"
 META = ("config.json", "generation_config.json", "tokenizer.json")
 TASKS = ("transcribe", "translate")
-HINT = "re-export it with `optimum-cli export onnx --task automatic-speech-recognition-with-past`"
 
 
 @dataclass(frozen=True)
@@ -122,32 +122,6 @@ def find_export(directory: Path, variant: str | None = None) -> WhisperExport:
         raise UserError(f"{directory} has no tokenizer.json; save the model's fast tokenizer beside its config "
                         "(tokenizer.save_pretrained)")
     return WhisperExport(directory, layout, variant or None, encoder, decoder, with_past, config, generation)
-
-
-def build_prompt(generation: dict, task: str, language: str | None, where: str) -> tuple[int, ...]:
-    """Whisper's decoder prompt: start of transcript, then for a multilingual model the
-    language and task tokens, then no-timestamps (timestamps are never predicted here)."""
-    start = generation.get("decoder_start_token_id")
-    if not isinstance(start, int):
-        raise UserError(f"{where}: 'decoder_start_token_id' is missing; {HINT}")
-    prompt = [start]
-    lang_to_id = generation.get("lang_to_id") or {}
-    task_to_id = generation.get("task_to_id") or {}
-    if generation.get("is_multilingual", bool(lang_to_id)) and lang_to_id:
-        code = (language or "en").lower()
-        key = f"<|{code}|>"
-        if key not in lang_to_id:
-            have = ", ".join(sorted(k.strip("<|>") for k in lang_to_id))
-            raise UserError(f"{where}: the model has no language {code!r} (it knows: {have}); pass one with --language")
-        if task not in task_to_id:
-            raise UserError(f"{where}: the model has no task {task!r} (it knows: {', '.join(sorted(task_to_id))})")
-        prompt += [int(lang_to_id[key]), int(task_to_id[task])]
-    elif task != "transcribe":
-        raise UserError(f"{where}: an English-only model can only transcribe; drop --task {task}")
-    no_ts = generation.get("no_timestamps_token_id")
-    if isinstance(no_ts, int):
-        prompt.append(no_ts)
-    return tuple(prompt)
 
 
 class WhisperModel:

@@ -1,0 +1,21 @@
+"""Open a pair's encoder-decoder model behind the :class:`~as2d_cli.models.contract.DecoderModel`
+interface, by the kind its manifest names."""
+
+from __future__ import annotations
+
+from as2d_cli.errors import UserError
+from as2d_cli.models.bundle import ModelBundle
+from as2d_cli.models.contract import DecoderModel
+from as2d_cli.models.session import Seq2SeqModel
+from as2d_cli.models.whisper import WhisperModel
+
+
+def open_seq2seq(bundle: ModelBundle, name: str, threads: int = 1) -> DecoderModel:
+    """The pair's model ``name`` behind the DecoderModel interface, by its kind."""
+    kind = bundle.model(name)["kind"]
+    if kind == "seq2seq":
+        return Seq2SeqModel(bundle, name, threads)
+    if kind == "whisper-onnx":
+        return WhisperModel(bundle, name, threads)
+    raise UserError(f"model {name!r} in {bundle.directory} is a {kind!r} model, not an encoder-decoder "
+                    "(kinds: seq2seq, whisper-onnx)")
