@@ -197,3 +197,22 @@ def run_batch(device: Device, episodes: Sequence[Episode[T]], gate: GateConfig |
                                f"({len(done)} finished episodes kept)", done, rec, monitor.failure)
         done.append(rec)
     return done
+
+
+def call_monitored(device: Device, runner: Any, cmd: dict[str, Any], interval_s: float = 1.0) -> dict[str, Any]:
+    """One runner command with the monitor beside it; the result gains the monitor's
+    record. A core going offline stops it (a runner with ``abort()`` at once) and raises
+    one line naming the core and the time."""
+    monitor = CoreMonitor(device, interval_s, on_trip=lambda _rec: getattr(runner, "abort", lambda: None)()).start()
+    try:
+        res = runner.call(cmd)
+    except DeviceError:
+        if monitor.failure is None or monitor.failure.kind != "core_offline":
+            raise
+        res = {}
+    finally:
+        monitor.stop()
+    if monitor.failure is not None and monitor.failure.kind == "core_offline":
+        raise DeviceError(monitor.failure.message.replace("the batch is stopped (results so far are kept)",
+                                                          "the request is stopped"))
+    return {**res, "monitor": monitor.record()}

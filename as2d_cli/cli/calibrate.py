@@ -27,24 +27,21 @@ def register(app: typer.Typer) -> None:
         models: Optional[Path] = typer.Option(None, "--models", help="A model pair folder (`as2d models import`); default: the bundled pair."),
         task: Optional[str] = typer.Option(None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."),
         language: Optional[str] = typer.Option(None, "--language", help="Whisper pairs: one prompt language (default: each window's)."),
+        max_temp: Optional[float] = options.max_temp(),
+        temp_sensor: Optional[str] = options.temp_sensor(),
+        verifier_cores: Optional[str] = options.verifier_cores(),
+        producer_cores: Optional[str] = options.producer_cores(),
+        os_placement: bool = options.os_placement(),
     ) -> None:
         """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
-        import dataclasses
-
         from as2d_cli.calibration.run import calibrate as run
-        from device_agents.gating import GateConfig
-        from device_agents.registry import resolve_phone
-        from native.host import default_cores
+        from device_agents.measurement import prepare
 
-        device = resolve_phone(phone)
-        gate = GateConfig.for_device(device)
-        if rest is not None:
-            gate = dataclasses.replace(gate, rest_s=rest)
-        if interval is not None:
-            gate = dataclasses.replace(gate, interval_s=interval)
-        if settle is not None:
-            gate = dataclasses.replace(gate, settle_s=settle)
-        cores = default_cores() if device.kind == "local" else (None, None)
+        m = prepare(phone, rest_s=rest, interval_s=interval, settle_s=settle, max_temp_c=max_temp,
+                    temp_sensor=temp_sensor, verifier_cores=verifier_cores, producer_cores=producer_cores,
+                    os_placement=os_placement)
+        device, gate, cores = m.device, m.gate, m.placement.cores
+        Console(stderr=True).print(f"calibrating {m.identity.describe()}; {m.placement.describe()}")
         with progress_bar(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                           TimeRemainingColumn()) as bar:
             bar_task = bar.add_task("starting", total=1.0)

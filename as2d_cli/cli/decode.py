@@ -29,11 +29,15 @@ def register(app: typer.Typer) -> None:
         models: Optional[Path] = typer.Option(None, "--models", help="A model pair folder (`as2d models import`); default: the bundled pair."),
         task: Optional[str] = typer.Option(None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."),
         language: Optional[str] = typer.Option(None, "--language", help="Whisper pairs: the prompt language (default: the window's)."),
+        verifier_cores: Optional[str] = options.verifier_cores(),
+        producer_cores: Optional[str] = options.producer_cores(),
+        os_placement: bool = options.os_placement(),
     ) -> None:
         """Run one native request and report its tokens, rounds and timings."""
-        from device_agents.registry import resolve_phone
+        from device_agents.measurement import prepare
+        from device_agents.monitor import call_monitored
         from native.candidates import load_candidates
-        from native.host import default_cores, open_runner
+        from native.host import open_runner
         from native.protocol import METHODS
         from as2d_cli.errors import UserError
 
@@ -46,14 +50,17 @@ def register(app: typer.Typer) -> None:
             cmd["candidates"] = load_candidates(candidates)
             if method not in ("as2d", "as2d-no-bc"):
                 raise UserError("--candidates feeds a target-decoupled method: use --method as2d or as2d-no-bc")
-        device = resolve_phone(phone)
-        tc, pc = default_cores() if device.kind == "local" else (None, None)
+        m = prepare(phone, verifier_cores=verifier_cores, producer_cores=producer_cores, os_placement=os_placement)
+        device = m.device
+        tc, pc = m.placement.cores
         if models is not None and not (models / "models.json").is_file():
             raise UserError(f"--models {models} is not a model pair (no models.json); create one with `as2d models import`")
         with open_runner(device, None if models is None else str(models), target_cores=tc, producer_cores=pc,
                          task=task, language=language) as runner:
-            res = runner.call(cmd)
+            res = call_monitored(device, runner, cmd)
         res.pop("event", None)
+        res["device"] = m.identity.to_dict()
+        res["placement"] = m.placement.to_dict()
         if as_json:
             typer.echo(json.dumps(res))
             return

@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         chosen = profile_named(profile)
         if chosen is None:
             raise UserError(f"unknown --profile {profile!r}; choose one of {', '.join(PROFILES)} "
-                            f"(or the --phone names 14, 11pro)")
+                            "(aliases: 14, 11pro)")
         profile = chosen.name
         if connection not in ("usb", "wireless"):
             raise UserError("--connection must be usb or wireless")

@@ -35,10 +35,23 @@ def register(app: typer.Typer) -> None:
         models: Optional[Path] = typer.Option(None, "--models", help="A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it."),
         task: Optional[str] = typer.Option(None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."),
         language: Optional[str] = typer.Option(None, "--language", help="Whisper pairs: one prompt language (default: each window's)."),
+        max_temp: Optional[float] = options.max_temp(),
+        temp_sensor: Optional[str] = options.temp_sensor(),
+        verifier_cores: Optional[str] = options.verifier_cores(),
+        producer_cores: Optional[str] = options.producer_cores(),
+        os_placement: bool = options.os_placement(),
         append: Optional[Path] = typer.Option(None, "--append", metavar="RUN_DIR", help="Native: resume the interrupted native evaluation in this results folder: runs only what it lacks, then builds the tables from all its runs (give the run's own options; other settings are refused)."),
     ) -> None:
         """Replay every method with one fixed configuration; optionally run them natively too."""
         from as2d_cli.evaluate.run import run_eval
+
+        m = None
+        if native:  # the device, its placement and gate: resolved once, before anything runs
+            from device_agents.measurement import prepare
+
+            m = prepare(phone, rest_s=rest, interval_s=interval, settle_s=settle, max_temp_c=max_temp,
+                        temp_sensor=temp_sensor, verifier_cores=verifier_cores, producer_cores=producer_cores,
+                        os_placement=os_placement)
 
         if append is not None:  # the interrupted run's replay results stand; its native part goes on
             from as2d_cli.evaluate.native_record import reopen_eval
@@ -50,17 +63,12 @@ def register(app: typer.Typer) -> None:
                            models=models, task=task, language=language, allow_unconfirmed=allow_unconfirmed)
         native_out = None
         if native:
-            import dataclasses
-
             from as2d_cli.evaluate.native import run_native_eval
-            from device_agents.gating import GateConfig
-            from device_agents.registry import resolve_phone
 
-            gate = GateConfig.for_device(resolve_phone(phone))
-            gate = dataclasses.replace(gate, **{k: v for k, v in (("rest_s", rest), ("interval_s", interval), ("settle_s", settle)) if v is not None})
+            assert m is not None
             native_out = run_native_eval(phone, out, windows=windows, repeats=repeats, warmup=warmup,
-                                         say=lambda s: typer.echo(s, err=True), gate=gate, models=models, task=task,
-                                         language=language, append=append is not None)
+                                         say=lambda s: typer.echo(s, err=True), gate=m.gate, models=models, task=task,
+                                         language=language, append=append is not None, measurement=m)
         if as_json:
             doc = json.loads(out.results.read_text())
             if native_out is not None:

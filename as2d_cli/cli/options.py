@@ -192,7 +192,36 @@ def check_core(device: Any, index: int | None, option: str) -> None:
         raise UserError(f"{option} {index}: {device.serial} has cores {spans(list(cpus))}; pick one of those")
 
 
+def verifier_cores() -> Any:
+    return typer.Option(None, "--verifier-cores", metavar="CPUS",
+                        help="CPUs the verifier (target) runs on, e.g. 7 or 4-7 (default: the fastest cluster on "
+                             "a phone, the first CPU here).")
+
+
+def producer_cores() -> Any:
+    return typer.Option(None, "--producer-cores", metavar="CPUS",
+                        help="CPUs the producer (drafting source) runs on (default: the next fastest cluster on a "
+                             "phone, the second CPU here).")
+
+
+def os_placement() -> Any:
+    return typer.Option(False, "--os-placement",
+                        help="Pin nothing: measure under the OS's own placement (for phones that refuse pinning).")
+
+
+def max_temp() -> Any:
+    return typer.Option(None, "--max-temp", min=0.0, metavar="C",
+                        help="Gate: the temperature sensor must read at most C °C; a hotter device waits to cool "
+                             "(phones: 40; 0 turns the check off).")
+
+
+def temp_sensor() -> Any:
+    return typer.Option(None, "--temp-sensor", metavar="SENSOR",
+                        help="Gate: battery, or a thermal zone type such as skin (default: battery).")
+
+
 __all__ = [
+    "max_temp", "os_placement", "producer_cores", "temp_sensor", "verifier_cores",
     "MAX_BUDGET", "MAX_PORT", "MAX_WIDTH", "MIN_BUDGET", "adb_port", "budget", "budget_list", "check_core", "core",
     "count", "emulator_port", "fraction", "limit", "parse_budgets", "port", "positive", "positive_seconds",
     "processes", "seconds", "seed", "spans", "width",

@@ -43,31 +43,36 @@ class NativeEvalOutput:
 def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1, warmup: int = 1,
                     say: Say = lambda s: None, gate: Any = None, models: Any = None, task: str | None = None,
                     language: str | None = None, append: bool = False, open_runner: Callable[..., Any] | None = None,
-                    monitor_interval_s: float = 1.0) -> NativeEvalOutput:
+                    monitor_interval_s: float = 1.0, measurement: Any = None) -> NativeEvalOutput:
     """``out``: the replay part's output (``run_eval``), or with ``append`` the interrupted
     run's folder reopened (``native_record.reopen_eval``): then only the runs its records
     lack are run, and a run made with other settings is refused. ``gate``: a device_agents
-    GateConfig checked before every window (None: the device's default).
+    GateConfig checked before every window (None: the device's default). ``measurement``:
+    the device, identity, CPU placement and gate the command prepared once
+    (device_agents.measurement.prepare; None: prepared here with the defaults).
 
     ``warmup`` passes over the windows run first and are not measured (D.3: one warm-up
     repetition before the measured ones); their outputs are still checked for exactness."""
     from device_agents.gating import GateConfig
-    from device_agents.registry import resolve_phone
-    from native.host import default_cores
+    from device_agents.measurement import prepare
     from native.host import open_runner as default_open_runner
 
-    device = resolve_phone(phone)
-    gate_cfg = gate or GateConfig.for_device(device)
+    m = measurement or prepare(phone)
+    device = m.device
+    gate_cfg = gate or m.gate
     run = EvalRun.of(out)
     profile = load_profile(run.profile_path)
     requested = native_settings(device, run, profile, windows=windows, repeats=repeats, warmup=warmup,
                                 models=models, task=task, language=language)
+    requested["placement"] = {k: v for k, v in m.placement.to_dict().items() if k != "clusters"}
     record = NativeRecord.resume(run.folder, requested) if append else NativeRecord.start(run.folder, requested)
-    tc, pc = default_cores() if device.kind == "local" else (None, None)
+    tc, pc = m.placement.cores
+    say(f"device {m.identity.describe()}; {m.placement.describe()}")
     runner_opts = {"models": None if models is None else str(models), "target_cores": tc, "producer_cores": pc,
                    "task": task, "language": language}
     resume = resume_command(phone, run.folder, windows=windows, repeats=repeats, warmup=warmup, models=models,
-                            task=task, language=language, gate=gate_cfg, default_gate=GateConfig.for_device(device))
+                            task=task, language=language, gate=gate_cfg, default_gate=GateConfig.for_device(device),
+                            placement=m.placement)
     run_windows(device, record, gate_cfg, open_runner=open_runner or default_open_runner, runner_opts=runner_opts,
                 say=say, monitor_interval_s=monitor_interval_s, resume=resume)
 

@@ -31,7 +31,8 @@ GATES = "native.gates.jsonl"
 MONITOR = "native_monitor.jsonl"
 RESULTS = "native.json"
 # What must match for an --append: the measurement itself and where it runs.
-COMPARED = ("window_count", "repeats", "warmup", "methods", "commands", "deployment", "profile", "pair", "device")
+COMPARED = ("window_count", "repeats", "warmup", "methods", "commands", "deployment", "profile", "pair", "device",
+            "placement")
 
 
 @dataclass

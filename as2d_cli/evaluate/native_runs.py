@@ -78,7 +78,8 @@ def native_settings(device: Any, run: EvalRun, profile: Any, *, windows: int, re
 
 
 def resume_command(phone: str, folder: Path, *, windows: int, repeats: int, warmup: int, models: Path | None,
-                   task: str | None, language: str | None, gate: Any, default_gate: Any) -> str:
+                   task: str | None, language: str | None, gate: Any, default_gate: Any,
+                   placement: Any = None) -> str:
     """The command that resumes this run: its own settings and ``--append FOLDER``."""
     parts = ["as2d", "eval", "--phone", phone, "--native", "--windows", str(windows), "--repeats", str(repeats),
              "--warmup", str(warmup)]
@@ -88,6 +89,16 @@ def resume_command(phone: str, folder: Path, *, windows: int, repeats: int, warm
     for opt, name in (("--rest", "rest_s"), ("--interval", "interval_s"), ("--settle", "settle_s")):
         if getattr(gate, name) != getattr(default_gate, name):
             parts += [opt, f"{getattr(gate, name):g}"]
+    if gate.max_temp_c != default_gate.max_temp_c:
+        parts += ["--max-temp", f"{gate.max_temp_c or 0:g}"]
+    if gate.temp_sensor != default_gate.temp_sensor:
+        parts += ["--temp-sensor", gate.temp_sensor]
+    if placement is not None and placement.how == "os":
+        parts += ["--os-placement"]
+    elif placement is not None and placement.how == "option":
+        for opt, cores in (("--verifier-cores", placement.verifier), ("--producer-cores", placement.producer)):
+            if cores:
+                parts += [opt, ",".join(map(str, cores))]
     return shlex.join(parts + ["--append", str(folder)])
 
 
