@@ -11,7 +11,7 @@ from as2d_cli.energy.capture_config import CaptureSpec, build_trace_config
 from as2d_cli.energy.episode_records import Episode, RequestRecord
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import FormatError
-from device_agents.battery_model import MONOTONIC, GaugeReading, encode_trace
+from device_agents.emulator.battery import MONOTONIC, GaugeReading, encode_trace
 
 S = 1_000_000_000
 T0 = 100 * S  # boot time of the first sample

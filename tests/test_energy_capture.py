@@ -31,7 +31,7 @@ from as2d_cli.energy.episode_script import (
 from as2d_cli.energy.results import load_energy_result, new_run_dir, write_results
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import FormatError, UserError
-from device_agents.battery_model import BatteryParams, GaugeFaults, encode_trace, simulate_readings
+from device_agents.emulator.battery import BatteryParams, GaugeFaults, encode_trace, simulate_readings
 
 S = 1_000_000_000
 

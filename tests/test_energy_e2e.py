@@ -1,6 +1,6 @@
 """`as2d energy` end to end against the emulated phone through the real adb server.
 
-The phone carries the battery model (device_agents.battery_model.EmulatedPower): its
+The phone carries the battery model (device_agents.emulator.battery.EmulatedPower): its
 `perfetto` writes real traces, its gauge follows what the phone runs, and unplug/replug
 move it off and back onto the adb server like a USB cable does. Requests are the real
 busy-loop workload (device_agents/energy_workload.sh), pending the native runner hookup.
@@ -23,7 +23,7 @@ from as2d_cli.energy.protocol import EnergyRun, run_energy
 from as2d_cli.energy.results import load_energy_result
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import UserError
-from device_agents.battery_model import BatteryModel, BatteryParams, EmulatedPower
+from device_agents.emulator.battery import BatteryModel, BatteryParams, EmulatedPower
 
 WORKLOAD = Path(__file__).resolve().parents[1] / "device_agents" / "energy_workload.sh"
 TIMING = ["--settle-s", "0.5", "--gap-s", "0.3", "--tail-s", "0.5",

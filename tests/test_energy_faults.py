@@ -23,7 +23,7 @@ from as2d_cli.energy.protocol import EnergyRun, PhoneAway, run_energy
 from as2d_cli.energy.results import load_energy_result
 from as2d_cli.energy.trace_reader import read_battery_series, whole_prefix
 from as2d_cli.errors import DeviceError, UserError
-from device_agents.battery_model import (
+from device_agents.emulator.battery import (
     BatteryModel,
     BatteryParams,
     BatteryRecorder,

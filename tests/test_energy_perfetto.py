@@ -10,8 +10,8 @@ import pytest
 from as2d_cli.energy.capture_config import CaptureSpec
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import DeviceError
-from device_agents.battery_model import BatteryModel, BatteryParams, EmulatedPower
-from device_agents.perfetto_capture import (
+from device_agents.emulator.battery import BatteryModel, BatteryParams, EmulatedPower
+from as2d_cli.energy.perfetto_capture import (
     device_boot_ns,
     pull_trace,
     push_config,

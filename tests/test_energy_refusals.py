@@ -15,7 +15,7 @@ from as2d_cli.energy.capture_config import CaptureSpec, build_trace_config
 from as2d_cli.energy.episode_records import Episode, RequestRecord
 from as2d_cli.energy.refusals import MeasurementRefused
 from as2d_cli.energy.trace_reader import read_battery_series
-from device_agents.battery_model import (
+from device_agents.emulator.battery import (
     BatteryParams,
     GaugeFaults,
     encode_trace,

@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
 
                 enable_python(session.phone)
             if battery:
-                from device_agents.battery_model import EmulatedPower
+                from device_agents.emulator.battery import EmulatedPower
 
                 EmulatedPower(session.phone).install()
         except UserError:

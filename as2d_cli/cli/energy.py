@@ -129,7 +129,7 @@ def register(app: typer.Typer) -> None:
             if missing:
                 raise UserError(f"no request command for {', '.join(missing)}; pass --request-cmd "
                                 "or --method-cmd METHOD=COMMAND for each")
-            from device_agents.perfetto_capture import preflight
+            from as2d_cli.energy.perfetto_capture import preflight
             from device_agents.registry import resolve_phone
 
             from as2d_cli.energy.episode_script import EpisodePlan

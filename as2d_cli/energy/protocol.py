@@ -52,7 +52,7 @@ from as2d_cli.energy.results import TRACE_NAME, new_run_dir, write_results
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import As2dError, DeviceError, UserError
 from device_agents.base import Device
-from device_agents.perfetto_capture import (
+from as2d_cli.energy.perfetto_capture import (
     CONFIG_NAME,
     preflight,
     push_config,
