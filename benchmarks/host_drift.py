@@ -27,6 +27,9 @@ def main() -> int:
     ap.add_argument("--window", default=None, help="a corpus window id (default: the calibration window)")
     a = ap.parse_args()
 
+    import native
+
+    native.limit_blas_threads()  # as the runner does, before numpy is imported
     from as2d_cli.calibration.run import calibration_windows
     from as2d_cli.corpus.manifest import load_corpus
     from native.host import default_cores

@@ -294,16 +294,3 @@ def _mem_fact(meminfo: str | None) -> Fact:
             kb = int(line.split()[1])
             return Fact(round(kb / 1024 / 1024, 2), "/proc/meminfo MemTotal")
     return Fact(None, "unavailable: /proc/meminfo has no MemTotal")
-
-
-def ensure_state(serial: str, port: int | None = None) -> None:
-    """Raise the documented one-line error unless SERIAL is attached and usable."""
-    states = {a.serial: a.state for a in list_attached(port)}
-    state = states.get(serial)
-    if state is None:
-        raise DeviceUnavailable(f"phone {serial} is not attached: check `as2d devices`")
-    if state != "device":
-        raise _state_error(serial, state)
-
-
-

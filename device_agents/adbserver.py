@@ -78,16 +78,6 @@ class PrivateAdbServer:
         """`adb connect SERIAL`; returns the server's reply."""
         return self.client().connect(serial, timeout=timeout)
 
-    def wait_state(self, serial: str, state: str, timeout: float = 5.0) -> bool:
-        """Poll `adb devices` until SERIAL shows STATE ('absent' = not listed)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            states = {d.serial: d.state for d in self.client().list()}
-            if states.get(serial, "absent") == state:
-                return True
-            time.sleep(0.05)
-        return False
-
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             try:

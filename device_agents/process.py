@@ -54,11 +54,6 @@ class DeviceProcess:
             return ShellResult(self.command, self.exit_code, self._out.decode("utf-8", "replace"),
                                self._err.decode("utf-8", "replace"), time.monotonic() - self._start)
 
-    @property
-    def stderr_text(self) -> str:
-        with self._cond:
-            return self._err.decode("utf-8", "replace")
-
     def read_line(self, timeout: float | None = None) -> str | None:
         """The next stdout line (without newline); None at end of output. Raises
         DeviceTimeout after ``timeout`` s without a line, DeviceDisconnected if the

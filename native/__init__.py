@@ -6,11 +6,17 @@ docs/runner-protocol.md. :mod:`native.host` launches it locally or on a device.
 
 import os
 
-# One BLAS thread, set before anything imports numpy. numpy's OpenBLAS otherwise starts a
+# One BLAS thread, set by every entry point before anything imports numpy. numpy's OpenBLAS otherwise starts a
 # worker per core, and after each BLAS call (the log-mel of every request and every CTC
 # chunk) the worker busy-waits on whichever core is free: with the other core busy (the
 # producer) it time-shares a core with the target — measured 1.9x slower target steps,
 # and 1.10x with this setting. ONNX Runtime sets its own thread counts per session.
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-for _var in BLAS_THREAD_VARS:
-    os.environ.setdefault(_var, "1")
+
+
+def limit_blas_threads() -> None:
+    """One BLAS thread for numpy in this process (unless the environment says otherwise).
+    Call it before numpy is first imported: the runner's, the CLI's and the benchmarks'
+    entry points do."""
+    for var in BLAS_THREAD_VARS:
+        os.environ.setdefault(var, "1")

@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from as2d_cli import __version__
 from as2d_cli.errors import As2dError, DeviceError
+from native import limit_blas_threads
 from native.producer import host_cpus
 from native.protocol import PROTOCOL, PROTOCOL_VERSION, ProtocolError, decode_settings, event, parse_command
 
@@ -151,6 +152,7 @@ def _cores(v: Any, key: str) -> list[int] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    limit_blas_threads()  # before the models' numpy is first imported
     ap = argparse.ArgumentParser(prog="python -m native.runner")
     ap.add_argument("--commands", help="read commands from this JSON Lines file instead of stdin")
     ap.add_argument("--out", help="write events to this file instead of stdout")

@@ -113,7 +113,7 @@ def test_buffer_snapshot_by_time_and_threaded_publication() -> None:
     buf.publish([3], 20)
     assert [buf.ready_count(t) for t in (0, 10, 15, 20, 99)] == [0, 2, 2, 3, 3]
     assert buf.batches[2].offset == 2 and buf.batches[0].confidences == (0.9, 0.8)
-    with pytest.raises(ValueError):
+    with pytest.raises(EngineError, match="time order"):
         buf.publish([4], 5)
     # A producer thread appends while the reader takes snapshots: counts never go back.
     big = CandidateBuffer()

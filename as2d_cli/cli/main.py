@@ -7,10 +7,12 @@ imports this package.
 
 from __future__ import annotations
 
-# The host process shares the machine with the local runner it measures: importing the
-# runner's package first keeps numpy's OpenBLAS to one thread here too (native/__init__.py),
-# so no worker busy-waits on the core the runner's producer or target needs.
-import native  # noqa: F401  (before anything imports numpy)
+# The host process shares the machine with the local runner it measures: one BLAS thread
+# here too (native/__init__.py), set before anything imports numpy, so no worker busy-waits
+# on the core the runner's producer or target needs.
+import native
+
+native.limit_blas_threads()
 
 import errno
 import importlib

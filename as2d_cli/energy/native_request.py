@@ -55,6 +55,9 @@ def bundle_request_template(deployed: Any, window: str, extra: Sequence[str] = (
 
 
 def main(argv: list[str] | None = None) -> int:
+    from native import limit_blas_threads
+
+    limit_blas_threads()  # before the models' numpy is first imported
     ap = argparse.ArgumentParser(prog="python -m as2d_cli.energy.native_request")
     ap.add_argument("--window", required=True, help="corpus window id")
     ap.add_argument("--method", required=True, help="target-only, sd, asp, as2d, …")

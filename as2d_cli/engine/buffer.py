@@ -13,6 +13,8 @@ import threading
 from dataclasses import dataclass
 from typing import Sequence
 
+from as2d_cli.errors import EngineError
+
 
 @dataclass(frozen=True, slots=True)
 class Batch:
@@ -54,9 +56,9 @@ class CandidateBuffer:
         """Append one immutable batch; publication times must not go backwards."""
         with self._lock:
             if self._times and published_at < self._times[-1]:
-                raise ValueError("batches must be published in time order")
+                raise EngineError("batches must be published in time order")
             if confidences is not None and len(confidences) != len(tokens):
-                raise ValueError("one confidence per token")
+                raise EngineError("one confidence per token")
             batch = Batch(
                 self.source_id,
                 self.producer_id,

@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+from as2d_cli.errors import EngineError
+
 T = TypeVar("T")
 
 # Stages used by the accounting identity (paper D.2.7).
@@ -110,11 +112,6 @@ class VirtualClock(Clock):
     def now(self) -> int:
         return self._now
 
-    def advance_to(self, t: int) -> None:
-        """Move time forward (a driver waiting for a producer, for example)."""
-        if t > self._now:
-            self._now = t
-
     def run(self, work: Callable[[], T], op: "Op | Callable[[T], Op]") -> T:
         start = self._now
         position = self.position
@@ -124,7 +121,7 @@ class VirtualClock(Clock):
             op = op(result)
         cost = self._price(op, start) if at is None else self._price(op, start, at)
         if cost < 0:
-            raise ValueError(f"negative cost {cost} for {op}")
+            raise EngineError(f"negative cost {cost} for {op}")
         end = self._now = start + cost
         if self.record_intervals and cost > 0:  # _log inlined: this is the replay's hot path
             self.intervals.append(Interval(op.stage, start, end, op))

@@ -22,6 +22,7 @@ from as2d_cli.engine.defaults import (
     DEFAULT_BATCH,
     DEFAULT_THRESHOLD,
 )
+from as2d_cli.errors import EngineError
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,7 @@ class StandardSD:
 
     def __post_init__(self) -> None:
         if self.k < 1:
-            raise ValueError("standard SD needs a physical width k >= 1")
+            raise EngineError("standard SD needs a physical width k >= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ class ASP:
 
     def __post_init__(self) -> None:
         if self.cap < 1:
-            raise ValueError("ASP needs a cap >= 1")
+            raise EngineError("ASP needs a cap >= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +77,13 @@ class As2d:
 
     def __post_init__(self) -> None:
         if self.budget < 1:
-            raise ValueError("As²d needs a budget >= 1")
+            raise EngineError("As²d needs a budget >= 1")
         if self.batch < 1:
-            raise ValueError("publication batch must be >= 1")
+            raise EngineError("publication batch must be >= 1")
         if self.window < 0:
-            raise ValueError("alignment window must be >= 0")
+            raise EngineError("alignment window must be >= 0")
         if self.lookback < 0:
-            raise ValueError("alignment look-back must be >= 0")
+            raise EngineError("alignment look-back must be >= 0")
 
 
 Policy = Union[TargetOnly, StandardSD, ASP, As2d]

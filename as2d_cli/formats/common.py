@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import functools
 import os
 import platform
 import subprocess
@@ -185,13 +186,13 @@ def next_free(path: str | Path) -> Path:
         i += 1
 
 
+@functools.cache
 def _umask() -> int:
+    """The process's umask, read once when a file is first written (reading it means
+    setting it, so not at import time)."""
     old = os.umask(0)
     os.umask(old)
     return old
-
-
-_UMASK = _umask()
 
 
 def _exists(p: Path) -> str:
@@ -209,7 +210,7 @@ def write_atomic(path: str | Path, data: bytes, *, force: bool = False) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 is for the temp file, not the result
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 is for the temp file, not the result
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

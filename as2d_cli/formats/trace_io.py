@@ -25,7 +25,6 @@ from as2d_cli.formats.trace import (
     AUTOREGRESSIVE,
     CHUNKED,
     SCHEMA,
-    SOURCE_KINDS,
     VERSION,
     Chunk,
     DrafterTrace,
@@ -136,13 +135,6 @@ def load_traces(path: str | Path, *, split: str | None = None, strict: bool = Fa
         raise FormatError(f"{path}: header announces {expect} windows but the file holds {len(windows)}; the file is truncated or was edited — regenerate it")
     prov = dict(header.get("provenance", {}))
     return TraceSet(prov, eos_id, declared, default_source, tuple(windows))
-
-
-def iter_records(path: str | Path) -> Iterator[dict]:
-    """Raw JSON records (header first), for tools that transform traces."""
-    for _, line in _open_lines(Path(path)):
-        if line.strip():
-            yield json.loads(line)
 
 
 # ------------------------------------------------------------- validation
@@ -386,12 +378,3 @@ def write_traces(path: str | Path, ts: TraceSet, *, split: str | None = None, fo
     if path.name.endswith(".gz"):
         data = gzip.compress(data, compresslevel=6, mtime=0)
     return write_atomic(path, data, force=force)
-
-
-def sources_of(ts: TraceSet, kind: str | None = None) -> list[str]:
-    """Declared source names, optionally of one kind."""
-    if kind is not None and kind not in SOURCE_KINDS:
-        raise UserError(f"unknown source kind {kind!r}; use one of {', '.join(SOURCE_KINDS)}")
-    return [n for n, s in ts.sources.items() if kind is None or s.kind == kind]
-
-

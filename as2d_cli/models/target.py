@@ -49,10 +49,6 @@ class OrtTarget:
         return None if self._cross is None else self._cross.hidden
 
     @property
-    def encoder_frames(self) -> int:
-        return 0 if self._cross is None else self._cross.frames
-
-    @property
     def length(self) -> int:
         return cache_length(self._cache) - self._prompt if self._cross is not None else 0
 

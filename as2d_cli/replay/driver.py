@@ -237,8 +237,3 @@ def replay_window(w: WindowTrace, prep: Prepared, *, detail: bool = True, timeli
             elif iv.op.kind == "paired":
                 out.paired_forwards += 1
     return out
-
-
-def replay_time(w: WindowTrace, prep: Prepared, timeline: tuple[str, ProducerTimeline] | None = None) -> int:
-    """Only the episode time T (ns): the sweep's hot path (no intervals, no records)."""
-    return replay_window(w, prep, detail=False, timeline=timeline).time_ns
