@@ -137,10 +137,12 @@ def _edit(rng: np.random.Generator, ref: list[int], match: float) -> tuple[list[
             out.append(t)
             conf.append(float(hi[i]))
         elif u[i] < match + miss * 0.5:  # substitution
-            out.append(noise[k]); k += 1
+            out.append(noise[k])
+            k += 1
             conf.append(float(lo[i]))
         elif u[i] < match + miss * 0.75:  # insertion before the token
-            out.append(noise[k]); k += 1
+            out.append(noise[k])
+            k += 1
             conf.append(float(lo[i]))
             out.append(t)
             conf.append(float(hi[i]))

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from as2d_cli.engine import CandidateBuffer, Draft, Op, VirtualClock
+from as2d_cli.engine import CandidateBuffer, Draft, Op
 from as2d_cli.engine.reference import FunctionTarget, greedy_reference
 
 EOS = 0

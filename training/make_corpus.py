@@ -211,7 +211,7 @@ def english_voice(rng: np.random.Generator, voices: list[str]) -> str:
 def make_item(spec: dict) -> dict:
     """Synthesise one window/utterance from its spec (runs in a worker process)."""
     rng = np.random.default_rng(spec["seed"])
-    setting, lang, voice = spec["setting"], spec["language"], spec["voice"]
+    setting, voice = spec["setting"], spec["voice"]
     rate, pitch = spec["rate"], spec["pitch"]
     pieces = [np.zeros(int(SAMPLE_RATE * rng.uniform(0.05, 0.3)), np.float32)]
     used: list[str] = []

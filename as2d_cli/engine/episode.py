@@ -129,6 +129,13 @@ class Episode:
         """Tokens the cap still allows; each call commits at least one."""
         return self.max_tokens - len(self.tokens)
 
+    @property
+    def _drafter(self) -> Drafter:
+        """The serial methods' drafter (the constructor refuses those methods without one)."""
+        if self.drafter is None:
+            raise EngineError(f"{self.policy.name} drafts serially and needs a drafter")
+        return self.drafter
+
     def _round_sd(self, policy: StandardSD) -> RoundRecord:
         start = self.clock.now()
         limit = min(policy.k - 1, self.remaining - 1)
@@ -137,7 +144,7 @@ class Episode:
         if limit > 0:
             catch_up = self._behind
             d = self.clock.run(
-                lambda: self.drafter.draft(self.tokens, limit),
+                lambda: self._drafter.draft(self.tokens, limit),
                 Op("draft", count=limit, catch_up=catch_up),
             )
             chain = list(d.tokens[:limit])
@@ -159,7 +166,7 @@ class Episode:
             else:
                 catch_up = self._behind
                 d: Draft = self.clock.run(
-                    lambda: self.drafter.draft(self.tokens, limit, policy.threshold),
+                    lambda: self._drafter.draft(self.tokens, limit, policy.threshold),
                     lambda d: Op("draft", count=min(len(d.tokens), limit), catch_up=catch_up, rows=min(len(d.tokens), limit)),
                 )
                 chain = confidence_stop(d.tokens, d.confidences, limit, policy.threshold)
@@ -180,7 +187,7 @@ class Episode:
         suffix from there is reused (its KV refreshed in one batch) and verified again.
         Otherwise drafting continues from that token as usual."""
         old, old_conf, a = self._rejected  # type: ignore[misc]
-        first: Draft = self.clock.run(lambda: self.drafter.draft(self.tokens, 1), Op("paired", rows=1))
+        first: Draft = self.clock.run(lambda: self._drafter.draft(self.tokens, 1), Op("paired", rows=1))
         if first.tokens:
             g = first.tokens[0]
             for j in (a + 1, a, a + 2):  # same position, then target insertion, then deletion
@@ -188,12 +195,12 @@ class Episode:
                     suffix = old[j:]
                     sconf = None if old_conf is None else old_conf[j:]
                     chain = confidence_stop(suffix, sconf, limit, policy.threshold)
-                    refresh = getattr(self.drafter, "refresh", None)
+                    refresh = getattr(self._drafter, "refresh", None)
                     work = _noop if refresh is None else (lambda: refresh(self.tokens, chain))
                     self.clock.run(work, Op("refresh", width=len(chain)))
                     return chain, sconf, len(chain), 0
         d: Draft = self.clock.run(
-            lambda: self.drafter.draft(self.tokens, limit, policy.threshold),
+            lambda: self._drafter.draft(self.tokens, limit, policy.threshold),
             lambda d: Op("draft", count=max(min(len(d.tokens), limit) - 1, 0), rows=max(min(len(d.tokens), limit) - 1, 0)),
         )
         chain = confidence_stop(d.tokens, d.confidences, limit, policy.threshold)
@@ -215,8 +222,9 @@ class Episode:
 
     def _round_decoupled(self, policy: As2d) -> RoundRecord:
         start = self.clock.now()
-        buf = self.buffer
-        aligner = self.aligner
+        buf, aligner = self.buffer, self.aligner
+        if buf is None or aligner is None:
+            raise EngineError(f"{policy.name} reads a candidate buffer; give the episode one")
         tokens = buf.tokens
         root = self.tokens[-1]
         ready = buf.ready_count(start)

@@ -134,7 +134,7 @@ def utc_now() -> str:
 
 def environment(device: Mapping[str, Any] | None = None) -> dict:
     """Environment metadata stored with every result: toolkit, commit, time, host, device."""
-    env = {
+    env: dict[str, Any] = {
         "toolkit_version": __version__,
         "git_commit": git_commit(),
         "created": utc_now(),

@@ -14,6 +14,7 @@ cache length the call starts from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from as2d_cli.engine.accounting import decompose, merge, split_intervals
 from as2d_cli.engine.clock import Op, VirtualClock
@@ -66,7 +67,7 @@ class WindowReplay:
         return self.accepted / decoded if decoded > 0 else 0.0
 
     def to_json(self, spans: bool = True) -> dict:
-        d = {
+        d: dict[str, Any] = {
             "window": self.window,
             "dataset": self.dataset,
             "config": self.config,

@@ -147,11 +147,11 @@ def build_timeline(name: str, trace: SourceTrace, costs: SourceCosts, batch: int
         chunk = ms_to_ns(costs.chunk_ms(True))
         if chunk <= 0:
             raise FormatError(f"{where}source {name!r} has a non-positive chunk cost; fix the profile or recalibrate")
-        for c in trace.chunks or ():
+        for ch in trace.chunks or ():
             segments.append((CHUNK, chunk))
             segments.append((PUBLISH, publish))
             t += chunk + publish
-            pubs.append((t, tuple(c.tokens), c.confidences))
+            pubs.append((t, tuple(ch.tokens), ch.confidences))
     else:
         raise FormatError(f"{where}source {name!r} has unknown kind {trace.kind!r}; expected autoregressive or chunked")
     return ProducerTimeline(name, segments, pubs)

@@ -9,7 +9,7 @@ stored as the payload of an ``as2d.results`` file with ``--out``) is documented 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
@@ -21,7 +21,7 @@ from as2d_cli.formats.trace import TraceSet
 from as2d_cli.formats.trace_io import load_traces
 from as2d_cli.replay.run import run_method, slowdowns
 from as2d_cli.replay.selection import Selection, select_budget, windows_of
-from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD
+from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_BUDGET, DEFAULT_THRESHOLD
 from as2d_cli.replay.sweep import DEFAULT_BUDGETS
 from as2d_cli.stats.compare import cdf
 
@@ -104,9 +104,9 @@ def replay_report(
     dep: Deployment | None = None
     if deployment_path is not None:
         dep = load_deployment(deployment_path, profile=profile_path)
-    default_budget = dep.budget if dep is not None else 7
+    default_budget = dep.budget if dep is not None else DEFAULT_BUDGET
     default_source = dep.source if dep is not None else traces.default_source
-    extra = {"batch": dep.batch, "threshold": dep.threshold} if dep is not None else {}
+    extra: dict[str, Any] = {"batch": dep.batch, "threshold": dep.threshold} if dep is not None else {}
     run = run_method(windows, profile, method, budget=budget, source=source, k=k,
                      default_source=default_source, default_budget=default_budget, **extra)
     summary = run.summary()

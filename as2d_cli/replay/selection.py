@@ -14,7 +14,7 @@ least episode time, paying nothing for the choice; its gap to a fixed configurat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class OracleResult:
     same_as_selected: int  # windows whose oracle choice is the selected configuration
 
     def to_json(self, per_window: bool = False) -> dict:
-        d = {"tps_selected": self.tps_selected, "tps_oracle": self.tps_oracle,
+        d: dict[str, Any] = {"tps_selected": self.tps_selected, "tps_oracle": self.tps_oracle,
              "gap_percent": self.gap_percent, "windows": len(self.choices),
              "same_as_selected": self.same_as_selected}
         if per_window:
