@@ -51,19 +51,59 @@ from as2d_cli.formats.trace import (
 # The paper's test cohort (D.1.2): windows per dataset, and shape knobs per dataset:
 # mean reference tokens, source match rate, drafter per-token error rate, tokens/s audio.
 DATASETS: dict[str, dict[str, Any]] = {
-    "librispeech": {"n": 165, "mean": 204.0, "src_match": 0.93, "draft_err": 0.07, "rate": 3.6, "langs": ["en"]},
-    "ami": {"n": 53, "mean": 200.0, "src_match": 0.66, "draft_err": 0.30, "rate": 2.4, "langs": ["en"]},
-    "fleurs": {"n": 91, "mean": 160.0, "src_match": 0.85, "draft_err": 0.12, "rate": 3.0,
-               "langs": ["en", "zh", "fr", "de", "es", "ja", "ko", "ar"]},
-    "kespeech": {"n": 188, "mean": 106.0, "src_match": 0.80, "draft_err": 0.19, "rate": 2.0, "langs": ["zh"]},
-    "m4singer": {"n": 191, "mean": 84.0, "src_match": 0.74, "draft_err": 0.16, "rate": 1.8, "langs": ["zh"]},
+    "librispeech": {
+        "n": 165,
+        "mean": 204.0,
+        "src_match": 0.93,
+        "draft_err": 0.07,
+        "rate": 3.6,
+        "langs": ["en"],
+    },
+    "ami": {
+        "n": 53,
+        "mean": 200.0,
+        "src_match": 0.66,
+        "draft_err": 0.30,
+        "rate": 2.4,
+        "langs": ["en"],
+    },
+    "fleurs": {
+        "n": 91,
+        "mean": 160.0,
+        "src_match": 0.85,
+        "draft_err": 0.12,
+        "rate": 3.0,
+        "langs": ["en", "zh", "fr", "de", "es", "ja", "ko", "ar"],
+    },
+    "kespeech": {
+        "n": 188,
+        "mean": 106.0,
+        "src_match": 0.80,
+        "draft_err": 0.19,
+        "rate": 2.0,
+        "langs": ["zh"],
+    },
+    "m4singer": {
+        "n": 191,
+        "mean": 84.0,
+        "src_match": 0.74,
+        "draft_err": 0.16,
+        "rate": 1.8,
+        "langs": ["zh"],
+    },
 }
 ANCHOR_WINDOWS = 688
 ANCHOR_TOKENS = 94_511
 ANCHOR_AUDIO_S = 11.0 * 3600
 # Per-dataset token totals (sum 94,511) whose target-only pooled TPS at 59.391 ms round to
 # Table 8's K70 row (16.92, 16.92, 16.94, 17.00, 17.04; all 16.96).
-ANCHOR_DATASET_TOKENS = {"librispeech": 33_695, "ami": 10_759, "fleurs": 14_651, "kespeech": 19_458, "m4singer": 15_948}
+ANCHOR_DATASET_TOKENS = {
+    "librispeech": 33_695,
+    "ami": 10_759,
+    "fleurs": 14_651,
+    "kespeech": 19_458,
+    "m4singer": 15_948,
+}
 VOCAB = 151_936
 EOS_ID = 151_645
 MAX_TOKENS = 1024
@@ -82,8 +122,13 @@ K70 = {
 }
 
 
-def _lengths(rng: np.random.Generator, counts: dict[str, int], means: dict[str, float],
-             totals: dict[str, int] | None, max_tokens: int) -> dict[str, np.ndarray]:
+def _lengths(
+    rng: np.random.Generator,
+    counts: dict[str, int],
+    means: dict[str, float],
+    totals: dict[str, int] | None,
+    max_tokens: int,
+) -> dict[str, np.ndarray]:
     """Lognormal reference lengths; with ``totals``, each dataset sums exactly to its total
     (the FLEURS window 0 is the capped one and stays at the cap)."""
     lo, hi = min(8, max_tokens - 1), max_tokens - 1
@@ -150,8 +195,14 @@ def _edit(rng: np.random.Generator, ref: list[int], match: float) -> tuple[list[
     return out, [round(c, 4) for c in conf]
 
 
-def _source_ar(rng: np.random.Generator, ref: list[int], eos: bool, match: float, cap_source: bool,
-               max_tokens: int) -> SourceTrace:
+def _source_ar(
+    rng: np.random.Generator,
+    ref: list[int],
+    eos: bool,
+    match: float,
+    cap_source: bool,
+    max_tokens: int,
+) -> SourceTrace:
     MAX_TOKENS = max_tokens  # noqa: N806
     body = ref[:-1] if eos else ref
     toks, conf = _edit(rng, body, match)
@@ -165,7 +216,14 @@ def _source_ar(rng: np.random.Generator, ref: list[int], eos: bool, match: float
     return SourceTrace(AUTOREGRESSIVE, tuple(toks), tuple(conf), None, True, True)
 
 
-def _source_chunked(rng: np.random.Generator, ref: list[int], eos: bool, match: float, audio_s: float, eligible: bool) -> SourceTrace:
+def _source_chunked(
+    rng: np.random.Generator,
+    ref: list[int],
+    eos: bool,
+    match: float,
+    audio_s: float,
+    eligible: bool,
+) -> SourceTrace:
     if not eligible:
         return SourceTrace(CHUNKED, (), None, (), True, False)
     body = ref[:-1] if eos else ref
@@ -175,7 +233,10 @@ def _source_chunked(rng: np.random.Generator, ref: list[int], eos: bool, match: 
     cuts = np.sort(rng.integers(0, len(toks) + 1, size=n_chunks - 1)).tolist()
     bounds = [0, *cuts, len(toks)]
     chunks = tuple(
-        Chunk(tuple(toks[bounds[i]:bounds[i + 1]]), round(min((i + 1) * CHUNK_S, n_chunks * CHUNK_S), 4))
+        Chunk(
+            tuple(toks[bounds[i] : bounds[i + 1]]),
+            round(min((i + 1) * CHUNK_S, n_chunks * CHUNK_S), 4),
+        )
         for i in range(n_chunks)
     )
     return SourceTrace(CHUNKED, tuple(toks), None, chunks, True, True)
@@ -201,8 +262,8 @@ def _drafter(rng: np.random.Generator, ref: list[int], err: float, cap: int) -> 
             confs = np.round(rng.beta(2, 2.5, size=cap), 4).tolist()
             if j < n and rng.random() < 0.5:
                 # Substitution, then back on the reference (lets ASP recycle adjacent matches).
-                rest = ref[j + 1:j + cap]
-                toks = toks[:1] + rest + toks[1 + len(rest):]
+                rest = ref[j + 1 : j + cap]
+                toks = toks[:1] + rest + toks[1 + len(rest) :]
             confs[0] = round(float(rng.beta(1.5, 4)), 4)  # the wrong token tends to be unsure
             tails[j] = (toks, confs)
         return tails[j]
@@ -211,8 +272,8 @@ def _drafter(rng: np.random.Generator, ref: list[int], err: float, cap: int) -> 
     confs: list[tuple[float, ...]] = []
     for pos in range(n - 1):
         j = next_err[pos + 1]
-        path = ref[pos + 1:j][:cap]
-        pc = on_conf[pos + 1:j][:cap]
+        path = ref[pos + 1 : j][:cap]
+        pc = on_conf[pos + 1 : j][:cap]
         if len(path) < cap:
             tt, tc = tail(j)
             path = path + tt[: cap - len(path)]
@@ -249,7 +310,10 @@ def synthetic_traces(
     if not full and "fleurs" in lengths and anchor:
         lengths["fleurs"][0] = MAX_TOKENS
     # Audio seconds proportional to tokens / rate, rescaled to 11.0 h for the anchor set.
-    raw_audio = {k: lengths[k] / DATASETS[k]["rate"] * rng.uniform(0.8, 1.2, size=len(lengths[k])) for k in lengths}
+    raw_audio = {
+        k: lengths[k] / DATASETS[k]["rate"] * rng.uniform(0.8, 1.2, size=len(lengths[k]))
+        for k in lengths
+    }
     audio_scale = ANCHOR_AUDIO_S / sum(float(v.sum()) for v in raw_audio.values()) if full else 1.0
     windows: list[WindowTrace] = []
     capped_sources = {("ami", 0), ("kespeech", 1)}  # two capped Qwen sequences (D.2.3)
@@ -259,24 +323,60 @@ def synthetic_traces(
             capped = n >= MAX_TOKENS
             body = _tokens(rng, n if capped else n - 1)
             ref = body if capped else body + [EOS_ID]
-            lang = spec["langs"][int(rng.integers(len(spec["langs"])))] if len(spec["langs"]) > 1 else spec["langs"][0]
+            lang = (
+                spec["langs"][int(rng.integers(len(spec["langs"])))]
+                if len(spec["langs"]) > 1
+                else spec["langs"][0]
+            )
             audio = round(float(raw_audio[name][i]) * audio_scale, 3)
             sources = {
-                "qwen": _source_ar(rng, ref, not capped, spec["src_match"], (name, i) in capped_sources, max_tokens),
-                "parakeet": _source_chunked(rng, ref, not capped, spec["src_match"] - 0.08, audio,
-                                            lang in SOURCE_LANGS["parakeet"]),
-                "sensevoice": _source_chunked(rng, ref, not capped, spec["src_match"] - 0.05, audio,
-                                              lang in SOURCE_LANGS["sensevoice"]),
+                "qwen": _source_ar(
+                    rng, ref, not capped, spec["src_match"], (name, i) in capped_sources, max_tokens
+                ),
+                "parakeet": _source_chunked(
+                    rng,
+                    ref,
+                    not capped,
+                    spec["src_match"] - 0.08,
+                    audio,
+                    lang in SOURCE_LANGS["parakeet"],
+                ),
+                "sensevoice": _source_chunked(
+                    rng,
+                    ref,
+                    not capped,
+                    spec["src_match"] - 0.05,
+                    audio,
+                    lang in SOURCE_LANGS["sensevoice"],
+                ),
             }
             d = _drafter(rng, ref, spec["draft_err"], drafter_cap) if drafter else None
-            windows.append(WindowTrace(
-                id=f"{split}-{name}-{i:04d}", dataset=name, split=split, audio_seconds=audio,
-                task="asr", language=lang, reference=tuple(ref), eos=not capped, capped=capped,
-                max_tokens=MAX_TOKENS, eos_id=EOS_ID, sources=sources, drafter=d, default_source="qwen",
-            ))
+            windows.append(
+                WindowTrace(
+                    id=f"{split}-{name}-{i:04d}",
+                    dataset=name,
+                    split=split,
+                    audio_seconds=audio,
+                    task="asr",
+                    language=lang,
+                    reference=tuple(ref),
+                    eos=not capped,
+                    capped=capped,
+                    max_tokens=MAX_TOKENS,
+                    eos_id=EOS_ID,
+                    sources=sources,
+                    drafter=d,
+                    default_source="qwen",
+                )
+            )
     provenance = {
-        "models": {"target": "synthetic-target", "drafter": "synthetic-drafter", "qwen": "synthetic-qwen",
-                   "parakeet": "synthetic-parakeet", "sensevoice": "synthetic-sensevoice"},
+        "models": {
+            "target": "synthetic-target",
+            "drafter": "synthetic-drafter",
+            "qwen": "synthetic-qwen",
+            "parakeet": "synthetic-parakeet",
+            "sensevoice": "synthetic-sensevoice",
+        },
         "tokenizer": {"name": "synthetic", "vocab_size": VOCAB},
         "toolkit_version": __version__,
         "created": "1970-01-01T00:00:00Z",
@@ -309,32 +409,75 @@ def synthetic_profile(max_width: int = 25) -> CostProfile:
     verify = k70_verify_curve(max_width)
     ratio = {k: round(1.08 + 0.07 * (k - 1) / max(1, max_width - 1), 6) for k in verify}
     refresh = {w: round(6.0 + 1.1 * w, 6) for w in range(1, max_width)}
-    drafter = DrafterCosts(step_ms=K70["draft"], catch_up_ms=K70["draft"], paired_ms=K70["paired"],
-                           row_ms=K70["row"], refresh_ms=refresh)
+    drafter = DrafterCosts(
+        step_ms=K70["draft"],
+        catch_up_ms=K70["draft"],
+        paired_ms=K70["paired"],
+        row_ms=K70["row"],
+        refresh_ms=refresh,
+    )
     sources = {
-        "qwen": SourceCosts("qwen", AUTOREGRESSIVE, step_ms_idle=K70["draft"], publish_ms=0.2,
-                            startup_ms=30.0, concurrent_ratio=1.12),
-        "parakeet": SourceCosts("parakeet", CHUNKED, chunk_ms_idle=40.0, publish_ms=0.2,
-                                startup_ms=50.0, concurrent_ratio=1.15),
-        "sensevoice": SourceCosts("sensevoice", CHUNKED, chunk_ms_idle=65.0, publish_ms=0.2,
-                                  startup_ms=60.0, concurrent_ratio=1.15),
+        "qwen": SourceCosts(
+            "qwen",
+            AUTOREGRESSIVE,
+            step_ms_idle=K70["draft"],
+            publish_ms=0.2,
+            startup_ms=30.0,
+            concurrent_ratio=1.12,
+        ),
+        "parakeet": SourceCosts(
+            "parakeet",
+            CHUNKED,
+            chunk_ms_idle=40.0,
+            publish_ms=0.2,
+            startup_ms=50.0,
+            concurrent_ratio=1.15,
+        ),
+        "sensevoice": SourceCosts(
+            "sensevoice",
+            CHUNKED,
+            chunk_ms_idle=65.0,
+            publish_ms=0.2,
+            startup_ms=60.0,
+            concurrent_ratio=1.15,
+        ),
     }
-    samples = {"target_step": (K70["target_step"],), "drafter.step": (K70["draft"],),
-               "verify.K8": (K70["verify_k8"],), "verify.K12": (K70["verify_k12"],), "loop": (K70["loop"],),
-               "drafter.paired": (K70["paired"],), "drafter.row": (K70["row"],)}
+    samples = {
+        "target_step": (K70["target_step"],),
+        "drafter.step": (K70["draft"],),
+        "verify.K8": (K70["verify_k8"],),
+        "verify.K12": (K70["verify_k12"],),
+        "loop": (K70["loop"],),
+        "drafter.paired": (K70["paired"],),
+        "drafter.row": (K70["row"],),
+    }
     fit = Fit(
         method="synthetic: paper K70 constants (D.2.2); other widths v(K)=59.391+b*(K-1)^p through K8/K12",
         samples=samples,
         notes="Made-up values (not measured): concurrent ratio 1.08..1.15 linear in K; refresh 6+1.1*w ms; "
-              "qwen step = draft forward, concurrent 1.12; parakeet 40 ms and sensevoice 65 ms per 2.56 s chunk; "
-              "publication 0.2 ms; align 0.3 ms per round.",
+        "qwen step = draft forward, concurrent 1.12; parakeet 40 ms and sensevoice 65 ms per 2.56 s chunk; "
+        "publication 0.2 ms; align 0.3 ms per round.",
     )
-    device = {"name": "k70-synthetic", "model": "23117RK66C", "phone": "Redmi K70 Pro (synthetic profile)",
-              "soc": "Snapdragon 8 Gen 3 (SM8650)"}
-    return CostProfile(device=device, target_step_ms=K70["target_step"], verify_idle_ms=verify,
-                       verify_concurrent_ratio=ratio, loop_ms=K70["loop"], align_ms=0.3, drafter=drafter,
-                       sources=sources, fit=fit, synthetic=True, created="1970-01-01T00:00:00Z",
-                       path="<synthetic k70 profile>")
+    device = {
+        "name": "k70-synthetic",
+        "model": "23117RK66C",
+        "phone": "Redmi K70 Pro (synthetic profile)",
+        "soc": "Snapdragon 8 Gen 3 (SM8650)",
+    }
+    return CostProfile(
+        device=device,
+        target_step_ms=K70["target_step"],
+        verify_idle_ms=verify,
+        verify_concurrent_ratio=ratio,
+        loop_ms=K70["loop"],
+        align_ms=0.3,
+        drafter=drafter,
+        sources=sources,
+        fit=fit,
+        synthetic=True,
+        created="1970-01-01T00:00:00Z",
+        path="<synthetic k70 profile>",
+    )
 
 
 # Small committed examples (tests/data/): one to two windows per dataset, short outputs,
@@ -345,5 +488,11 @@ EXAMPLE_SEEDS = {"dev": 11, "val": 12, "test": 13}
 
 def example_traces(split: str = "test") -> TraceSet:
     """The small example trace set committed as ``tests/data/example-<split>.jsonl``."""
-    return synthetic_traces(EXAMPLE_SEEDS[split], anchor=True, datasets=dict(EXAMPLE_DATASETS),
-                            max_tokens=48, mean_scale=0.2, split=split)
+    return synthetic_traces(
+        EXAMPLE_SEEDS[split],
+        anchor=True,
+        datasets=dict(EXAMPLE_DATASETS),
+        max_tokens=48,
+        mean_scale=0.2,
+        split=split,
+    )

@@ -49,7 +49,9 @@ def ceiling(windows, source: str) -> tuple[int, float, float]:
             continue
         served += 1
         ref = list(w.reference)
-        sm = difflib.SequenceMatcher(None, ref, list(s.tokens), autojunk=False)  # chunks joined by the loader
+        sm = difflib.SequenceMatcher(
+            None, ref, list(s.tokens), autojunk=False
+        )  # chunks joined by the loader
         acc += sum(b.size - 1 for b in sm.get_matching_blocks() if b.size)
         n += len(ref) - 1  # the first token comes from prefill
     return served, acc / n if n else 0.0, n / (n - acc) if n > acc else float("inf")
@@ -59,20 +61,38 @@ def free_widths(p: CostProfile) -> CostProfile:
     """``p`` with every width priced like one target step, no concurrency slowdown (the
     verifier's or a source's own) and no loop, alignment, context or in-loop extras."""
     step = p.verify_ms(1)
-    sources = {name: dataclasses.replace(s, verify_concurrent_ratio={k: 1.0 for k in p.widths})
-               if s.verify_concurrent_ratio else s for name, s in p.sources.items()}
-    return dataclasses.replace(p, verify_idle_ms={k: step for k in p.widths},
-                               verify_concurrent_ratio={k: 1.0 for k in p.widths}, sources=sources,
-                               loop_ms=0.0, align_ms=0.0, context=None, in_loop=None)
+    sources = {
+        name: dataclasses.replace(s, verify_concurrent_ratio={k: 1.0 for k in p.widths})
+        if s.verify_concurrent_ratio
+        else s
+        for name, s in p.sources.items()
+    }
+    return dataclasses.replace(
+        p,
+        verify_idle_ms={k: step for k in p.widths},
+        verify_concurrent_ratio={k: 1.0 for k in p.widths},
+        sources=sources,
+        loop_ms=0.0,
+        align_ms=0.0,
+        context=None,
+        in_loop=None,
+    )
 
 
 def instant_sources(p: CostProfile) -> CostProfile:
     """``p`` with every source publishing its whole sequence at time zero (its start, steps,
     chunks and publications cost nothing)."""
     tiny = 1e-6  # the profile requires a positive step/chunk cost
-    sources = {name: dataclasses.replace(s, startup_ms=0.0, startup_ms_per_audio_s=0.0, publish_ms=0.0,
-                                         **({"step_ms_idle": tiny} if s.kind == "autoregressive" else {"chunk_ms_idle": tiny}))
-               for name, s in p.sources.items()}
+    sources = {
+        name: dataclasses.replace(
+            s,
+            startup_ms=0.0,
+            startup_ms_per_audio_s=0.0,
+            publish_ms=0.0,
+            **({"step_ms_idle": tiny} if s.kind == "autoregressive" else {"chunk_ms_idle": tiny}),
+        )
+        for name, s in p.sources.items()
+    }
     return dataclasses.replace(p, sources=sources)
 
 
@@ -85,8 +105,12 @@ def replay(windows, prof: CostProfile, spec: MethodSpec) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", default=str(ROOT / "as2d_cli" / "assets" / "traces" / "test.jsonl.gz"))
-    ap.add_argument("--profile", default=str(ROOT / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml"))
+    ap.add_argument(
+        "--traces", default=str(ROOT / "as2d_cli" / "assets" / "traces" / "test.jsonl.gz")
+    )
+    ap.add_argument(
+        "--profile", default=str(ROOT / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml")
+    )
     ap.add_argument("--budget", type=int, default=7)
     args = ap.parse_args()
 
@@ -96,12 +120,22 @@ def main() -> None:
     free = free_widths(prof)
     instant = instant_sources(free)
     sources = sorted({s for w in windows for s in w.sources})
-    print(f"{args.traces}: {len(windows)} windows, {sum(w.n_tokens for w in windows)} tokens; "
-          f"profile {args.profile}; budget {args.budget}")
-    base = {name: replay(windows, p, MethodSpec("target-only"))[0] for name, p in (("free", free), ("profile", prof))}
-    print(f"{'source':<9} {'ceiling acc':>11} {'×':>6}  {'instant acc':>11} {'×':>6}  " + "  ".join(
-        f"{'lookback ' + str(lb):>26}" for lb in (0, DEFAULT_ALIGN_LOOKBACK)))
-    print(f"{'':<9} {'':>11} {'':>6}  {'':>11} {'':>6}  " + "  ".join(f"{'acc   free ×  profile ×':>26}" for _ in range(2)))
+    print(
+        f"{args.traces}: {len(windows)} windows, {sum(w.n_tokens for w in windows)} tokens; "
+        f"profile {args.profile}; budget {args.budget}"
+    )
+    base = {
+        name: replay(windows, p, MethodSpec("target-only"))[0]
+        for name, p in (("free", free), ("profile", prof))
+    }
+    print(
+        f"{'source':<9} {'ceiling acc':>11} {'×':>6}  {'instant acc':>11} {'×':>6}  "
+        + "  ".join(f"{'lookback ' + str(lb):>26}" for lb in (0, DEFAULT_ALIGN_LOOKBACK))
+    )
+    print(
+        f"{'':<9} {'':>11} {'':>6}  {'':>11} {'':>6}  "
+        + "  ".join(f"{'acc   free ×  profile ×':>26}" for _ in range(2))
+    )
     for src in sources:
         served, c_acc, c_x = ceiling(windows, src)
         cells = []
@@ -111,9 +145,11 @@ def main() -> None:
             f_tps, acc = replay(windows, free, spec)
             p_tps, _ = replay(windows, prof, spec)
             cells.append(f"{acc:5.3f}  {f_tps / base['free']:7.3f}  {p_tps / base['profile']:9.3f}")
-        print(f"{src:<9} {c_acc:>11.3f} {c_x:>6.3f}  {i_acc:>11.3f} {i_tps / base['free']:>6.3f}  "
-              + "  ".join(f"{c:>26}" for c in cells)
-              + f"   (ceiling over {served} windows)")
+        print(
+            f"{src:<9} {c_acc:>11.3f} {c_x:>6.3f}  {i_acc:>11.3f} {i_tps / base['free']:>6.3f}  "
+            + "  ".join(f"{c:>26}" for c in cells)
+            + f"   (ceiling over {served} windows)"
+        )
 
 
 if __name__ == "__main__":

@@ -42,15 +42,24 @@ def main() -> int:
     args = ap.parse_args()
 
     # A frozen copy of the checkout: the rebuild must see exactly the same inputs.
-    project = snapshot_project(Recipe(), default_project_root(), Path(tempfile.mkdtemp(prefix="as2d-bench-")))
+    project = snapshot_project(
+        Recipe(), default_project_root(), Path(tempfile.mkdtemp(prefix="as2d-bench-"))
+    )
     first = build_bundle(project_root=project)
-    print(f"build: {'cache hit' if first.cache_hit else 'built'} in {first.seconds:.1f} s -> {first.archive}")
-    print(f"size: {first.manifest['totals']['files']} files, {first.unpacked_bytes / 1e6:.1f} MB unpacked, "
-          f"{first.archive_bytes / 1e6:.1f} MB packed")
+    print(
+        f"build: {'cache hit' if first.cache_hit else 'built'} in {first.seconds:.1f} s -> {first.archive}"
+    )
+    print(
+        f"size: {first.manifest['totals']['files']} files, {first.unpacked_bytes / 1e6:.1f} MB unpacked, "
+        f"{first.archive_bytes / 1e6:.1f} MB packed"
+    )
     by_comp: dict[str, int] = {}
     for f in first.manifest["files"]:
         by_comp[f["component"]] = by_comp.get(f["component"], 0) + f["size"]
-    print("by component (MB): " + ", ".join(f"{k} {v / 1e6:.1f}" for k, v in sorted(by_comp.items(), key=lambda kv: -kv[1])))
+    print(
+        "by component (MB): "
+        + ", ".join(f"{k} {v / 1e6:.1f}" for k, v in sorted(by_comp.items(), key=lambda kv: -kv[1]))
+    )
     ok = True
     if not args.no_rebuild:
         digest = sha256_file(first.archive)
@@ -59,11 +68,15 @@ def main() -> int:
         first.archive.parent.rename(saved)
         try:
             again = build_bundle(project_root=project)
-            same = sha256_file(again.archive) == digest and again.manifest_hash == first.manifest_hash
+            same = (
+                sha256_file(again.archive) == digest and again.manifest_hash == first.manifest_hash
+            )
         finally:
             shutil.rmtree(saved, ignore_errors=True)
         ok &= same
-        print(f"rebuild from cached downloads: {again.seconds:.1f} s; identical archive and manifest hash: {same}")
+        print(
+            f"rebuild from cached downloads: {again.seconds:.1f} s; identical archive and manifest hash: {same}"
+        )
 
     if qemu.qemu_binary() is None:
         print("qemu-aarch64-static not installed: start-up figures skipped")
@@ -76,7 +89,9 @@ def main() -> int:
         cpuinfo.write_text(qemu.arm64_cpuinfo())
 
         def guest(code: str) -> None:
-            start = launch.launch(first.manifest, str(tmp / "b"), ["-c", code], home=str(tmp), tmpdir=str(tmp))
+            start = launch.launch(
+                first.manifest, str(tmp / "b"), ["-c", code], home=str(tmp), tmpdir=str(tmp)
+            )
             proc = qemu.run(tmp / "b", start.argv, start.env, cpuinfo=cpuinfo)
             assert proc.returncode == 0, proc.stderr[-1000:]
 
@@ -84,7 +99,10 @@ def main() -> int:
             subprocess.run([sys.executable, "-c", code], check=True)
 
         guest("import numpy, onnxruntime")  # first start writes __pycache__, as on a phone
-        for label, code in (("python start", "pass"), ("import numpy, onnxruntime", "import numpy, onnxruntime")):
+        for label, code in (
+            ("python start", "pass"),
+            ("import numpy, onnxruntime", "import numpy, onnxruntime"),
+        ):
             g, h = _median_seconds(lambda c=code: guest(c)), _median_seconds(lambda c=code: host(c))
             print(f"{label}: qemu {g:.2f} s, host {h:.2f} s, ratio {g / h:.1f}x")
     shutil.rmtree(project, ignore_errors=True)

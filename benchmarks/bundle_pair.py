@@ -39,13 +39,17 @@ def main() -> int:
         from as2d_cli.models.pair import import_pair
 
         data = ROOT / "tests" / "data" / "whisper"
-        pair = import_pair(data / "target", data / "drafter", Path(tempfile.mkdtemp()) / "tiny", ctc=data / "ctc")
+        pair = import_pair(
+            data / "target", data / "drafter", Path(tempfile.mkdtemp()) / "tiny", ctc=data / "ctc"
+        )
     t0 = time.monotonic()
     local = LocalRunner()
     try:
         local.call({"op": "hello"})
         local.call({"op": "load", "models": str(pair)})
-        want = local.call({"op": "decode", "window": a.window, "method": "target-only", "events": False})["tokens"]
+        want = local.call(
+            {"op": "decode", "window": a.window, "method": "target-only", "events": False}
+        )["tokens"]
     finally:
         local.close()
     t1 = time.monotonic()
@@ -57,17 +61,24 @@ def main() -> int:
         device = session.device()
         deployed = deploy(device, built.archive)
         t3 = time.monotonic()
-        launcher = BundleLauncher(deployed, models="package:" + pair_folder(pair).removeprefix("as2d_cli/"))
+        launcher = BundleLauncher(
+            deployed, models="package:" + pair_folder(pair).removeprefix("as2d_cli/")
+        )
         got = open_runner(device, str(pair), launcher=launcher).call(
-            {"op": "decode", "window": a.window, "method": "as2d", "events": False})
+            {"op": "decode", "window": a.window, "method": "as2d", "events": False}
+        )
         t4 = time.monotonic()
     finally:
         session.stop()
     same = got["tokens"] == want
-    print(f"pair {got.get('pair')}: As²d on the arm64 bundle under qemu {'==' if same else '!='} target-only on "
-          f"this host ({len(want)} tokens)")
-    print(f"host decode {t1 - t0:.1f} s, bundle build {t2 - t1:.1f} s ({'cache hit' if built.cache_hit else 'built'}), "
-          f"deploy {t3 - t2:.1f} s, decode through the bundle {t4 - t3:.1f} s")
+    print(
+        f"pair {got.get('pair')}: As²d on the arm64 bundle under qemu {'==' if same else '!='} target-only on "
+        f"this host ({len(want)} tokens)"
+    )
+    print(
+        f"host decode {t1 - t0:.1f} s, bundle build {t2 - t1:.1f} s ({'cache hit' if built.cache_hit else 'built'}), "
+        f"deploy {t3 - t2:.1f} s, decode through the bundle {t4 - t3:.1f} s"
+    )
     return 0 if same else 1
 
 

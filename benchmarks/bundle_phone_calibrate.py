@@ -32,14 +32,31 @@ def main() -> int:
     session = EmulatorSession(private_server=True).start()
     try:
         enable_arm64_bundle(session.phone)
-        argv = [sys.executable, "-m", "as2d_cli.cli.main", "calibrate", "--phone", session.serial, "--quick",
-                "--rest", "0", "--interval", "0", "--out", out, *(["--window", args.window] if args.window else []),
-                *args.extra]
+        argv = [
+            sys.executable,
+            "-m",
+            "as2d_cli.cli.main",
+            "calibrate",
+            "--phone",
+            session.serial,
+            "--quick",
+            "--rest",
+            "0",
+            "--interval",
+            "0",
+            "--out",
+            out,
+            *(["--window", args.window] if args.window else []),
+            *args.extra,
+        ]
         env = {**os.environ, **session.env}
         print("running:", " ".join(argv), flush=True)
         t0 = time.monotonic()
         proc = subprocess.run(argv, env=env, text=True)
-        print(f"exit {proc.returncode} after {time.monotonic() - t0:.0f} s; output in {out}", flush=True)
+        print(
+            f"exit {proc.returncode} after {time.monotonic() - t0:.0f} s; output in {out}",
+            flush=True,
+        )
         scripts = [s for s in session.phone.history if "ld-linux-aarch64.so.1" in s]
         print(f"{len(scripts)} runner starts through the bundle's loader on the phone", flush=True)
         return proc.returncode

@@ -42,7 +42,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--load", choices=sorted(LOADS), default="matmul")
     ap.add_argument("--window", default="test-read-005", help="a corpus window id")
-    ap.add_argument("--blas-threads", default=None, help="the runner's OPENBLAS_NUM_THREADS (default: the runner's, 1)")
+    ap.add_argument(
+        "--blas-threads",
+        default=None,
+        help="the runner's OPENBLAS_NUM_THREADS (default: the runner's, 1)",
+    )
     a = ap.parse_args()
 
     from native.host import LocalRunner, default_cores
@@ -55,8 +59,14 @@ def main() -> int:
     runner = LocalRunner(env=env)
     hello = runner.call({"op": "hello"})
     runner.call({"op": "load", "target_cores": tc, "producer_cores": pc})
-    busy = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {set(pc)!r})\n" + LOADS[a.load]],
-                            env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    busy = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import os\nos.sched_setaffinity(0, {set(pc)!r})\n" + LOADS[a.load],
+        ],
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+    )
     idle: list[float] = []
     loaded: list[float] = []
     try:
@@ -79,8 +89,10 @@ def main() -> int:
         print("no requests finished; raise --seconds", file=sys.stderr)
         return 1
     mi, mb = statistics.median(idle), statistics.median(loaded)
-    print(f"runner OPENBLAS_NUM_THREADS={hello.get('blas_threads')}  load {a.load} on core(s) {pc}  "
-          f"target on {tc}  window {a.window}")
+    print(
+        f"runner OPENBLAS_NUM_THREADS={hello.get('blas_threads')}  load {a.load} on core(s) {pc}  "
+        f"target on {tc}  window {a.window}"
+    )
     print(f"requests: {len(idle)} with the producer core idle, {len(loaded)} busy")
     print(f"median ms/token: idle {mi:.3f}  busy {mb:.3f}  ratio busy/idle {mb / mi:.3f}")
     return 0

@@ -50,17 +50,34 @@ def export_both(kind: str, folder: Path, frames: int) -> tuple[Path, Path, int, 
     ck, cv = torch.randn(L, 1, H, frames, dh), torch.randn(L, 1, H, frames, dh)
     v1, v2 = folder / f"{kind}_v1.onnx", folder / f"{kind}_v2.onnx"
     with torch.no_grad():
-        export._export(StackedDecoder(model), (tokens, pk, pv, ck, cv), v1, *V1_IO,
-                       {"tokens": {1: "new"}, "past_k": {3: "past"}, "past_v": {3: "past"}, "cross_k": {3: "s"},
-                        "cross_v": {3: "s"}, "logits": {1: "new"}, "present_k": {3: "t"}, "present_v": {3: "t"}})
+        export._export(
+            StackedDecoder(model),
+            (tokens, pk, pv, ck, cv),
+            v1,
+            *V1_IO,
+            {
+                "tokens": {1: "new"},
+                "past_k": {3: "past"},
+                "past_v": {3: "past"},
+                "cross_k": {3: "s"},
+                "cross_v": {3: "s"},
+                "logits": {1: "new"},
+                "present_k": {3: "t"},
+                "present_v": {3: "t"},
+            },
+        )
         export.export_decoder(model, v2, tokens, pk, pv, ck, cv)
     return v1, v2, L, H
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--models", nargs="+", default=["target", "drafter"])
-    ap.add_argument("--frames", type=int, default=500, help="encoder frames S (500 = a 20 s window)")
+    ap.add_argument(
+        "--frames", type=int, default=500, help="encoder frames S (500 = a 20 s window)"
+    )
     ap.add_argument("--past", type=int, nargs="+", default=[0, 100], help="cached positions P")
     ap.add_argument("--widths", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--blocks", type=int, default=6)
@@ -74,9 +91,13 @@ def main() -> None:
             s1, s2 = make_session(v1), make_session(v2)
             # distinct arrays for keys and values, as at run time (one shared array would
             # stay hotter in the caches than a real call's inputs do)
-            ck, cv = (rng.standard_normal((L, 1, H, a.frames, 64), dtype=np.float32) for _ in range(2))
+            ck, cv = (
+                rng.standard_normal((L, 1, H, a.frames, 64), dtype=np.float32) for _ in range(2)
+            )
             for past_len in a.past:
-                pk, pv = (rng.standard_normal((L, 1, H, past_len, 64), dtype=np.float32) for _ in range(2))
+                pk, pv = (
+                    rng.standard_normal((L, 1, H, past_len, 64), dtype=np.float32) for _ in range(2)
+                )
                 for k in a.widths:
                     toks = np.full((1, k), 5, np.int64)
                     f1 = dict(zip(V1_IO[0], [toks, pk, pv, ck, cv]))
@@ -93,7 +114,10 @@ def main() -> None:
                                 s.run(None, f)
                                 times[i].append(time.perf_counter() - t0)
                     m1, m2 = (float(np.median(t)) * 1e3 for t in times)
-                    print(f"{kind:8} {past_len:>4} {k:>3} {m1:>8.3f} {m2:>8.3f} {m2 / m1:>6.3f}", flush=True)
+                    print(
+                        f"{kind:8} {past_len:>4} {k:>3} {m1:>8.3f} {m2:>8.3f} {m2 / m1:>6.3f}",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

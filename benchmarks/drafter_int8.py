@@ -57,29 +57,45 @@ def export_pair(folder: Path) -> tuple[Path, Path]:
     L, H, dh = dims.dec_layers, dims.heads, dims.d // dims.heads
     f32, q8 = folder / "drafter_f32.onnx", folder / "drafter_int8.onnx"
     with torch.no_grad():
-        export.export_decoder(model, f32, torch.randint(3, dims.vocab, (1, 3)), torch.randn(L, 1, H, 5, dh),
-                              torch.randn(L, 1, H, 5, dh), torch.randn(L, 1, H, 50, dh), torch.randn(L, 1, H, 50, dh))
+        export.export_decoder(
+            model,
+            f32,
+            torch.randint(3, dims.vocab, (1, 3)),
+            torch.randn(L, 1, H, 5, dh),
+            torch.randn(L, 1, H, 5, dh),
+            torch.randn(L, 1, H, 50, dh),
+            torch.randn(L, 1, H, 50, dh),
+        )
     shutil.copy(f32, q8)
     export.quantize_matmuls(q8)
     return f32, q8
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--windows", type=int, default=40)
     ap.add_argument("--split", default="dev")
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs per window and file (median step)")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="timed runs per window and file (median step)"
+    )
     ap.add_argument("--limit", type=int, default=200, help="tokens per free run")
     a = ap.parse_args()
     bundle = load_bundle()
     target = Seq2SeqModel(bundle, "target")
     drafter = Seq2SeqModel(bundle, "drafter")
     ws = {w.id: w for w in load_corpus().split(a.split)}
-    picked = [ws[i] for i in pick_windows(list(ws), {i: w.setting for i, w in ws.items()}, a.windows)]
+    picked = [
+        ws[i] for i in pick_windows(list(ws), {i: w.setting for i, w in ws.items()}, a.windows)
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         f32, q8 = export_pair(Path(tmp))
         shipped = bundle.path(bundle.model("drafter")["files"]["decoder"])
-        same = hashlib.sha256(q8.read_bytes()).digest() == hashlib.sha256(shipped.read_bytes()).digest()
+        same = (
+            hashlib.sha256(q8.read_bytes()).digest()
+            == hashlib.sha256(shipped.read_bytes()).digest()
+        )
         files = {"float32": make_session(f32), "int8": make_session(q8)}
         steps: dict[str, list[float]] = {k: [] for k in files}
         dist = {k: 0 for k in files}
@@ -90,22 +106,30 @@ def main() -> None:
             cross = drafter.encode_hidden(enc.hidden)
             seqs = {}
             for rep in range(a.repeats):
-                for name in (list(files) if (n + rep) % 2 else list(files)[::-1]):
+                for name in list(files) if (n + rep) % 2 else list(files)[::-1]:
                     drafter.decoder = files[name]
                     seqs[name], times = free_run(drafter, cross, a.limit)
                     steps[name].append(statistics.median(times))
             for name, seq in seqs.items():
                 dist[name] += edit_distance(seq, ref)
             ref_tokens += len(ref)
-            agree += next((i for i, (x, y) in enumerate(zip(seqs["float32"], seqs["int8"])) if x != y),
-                          min(len(seqs["float32"]), len(seqs["int8"])))
+            agree += next(
+                (i for i, (x, y) in enumerate(zip(seqs["float32"], seqs["int8"])) if x != y),
+                min(len(seqs["float32"]), len(seqs["int8"])),
+            )
             print(f"[{n}/{len(picked)}] {w.id}", file=sys.stderr, flush=True)
     ms = {k: 1e3 * statistics.median(v) for k, v in steps.items()}
-    print(f"{len(picked)} {a.split} windows, {ref_tokens} target tokens (with EOS); the int8 file "
-          f"{'is' if same else 'is NOT'} the shipped drafter_decoder.onnx")
+    print(
+        f"{len(picked)} {a.split} windows, {ref_tokens} target tokens (with EOS); the int8 file "
+        f"{'is' if same else 'is NOT'} the shipped drafter_decoder.onnx"
+    )
     for k in files:
-        print(f"  {k:8} step {ms[k]:.3f} ms  edits to the target's output {dist[k]} ({dist[k] / ref_tokens:.3f})")
-    print(f"int8 / float32 step: {ms['int8'] / ms['float32']:.3f}; tokens before the two first differ: {agree}")
+        print(
+            f"  {k:8} step {ms[k]:.3f} ms  edits to the target's output {dist[k]} ({dist[k] / ref_tokens:.3f})"
+        )
+    print(
+        f"int8 / float32 step: {ms['int8'] / ms['float32']:.3f}; tokens before the two first differ: {agree}"
+    )
 
 
 if __name__ == "__main__":

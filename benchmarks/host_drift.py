@@ -24,7 +24,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--block", type=float, default=20.0, help="seconds per block")
-    ap.add_argument("--window", default=None, help="a corpus window id (default: the calibration window)")
+    ap.add_argument(
+        "--window", default=None, help="a corpus window id (default: the calibration window)"
+    )
     a = ap.parse_args()
 
     import native
@@ -50,18 +52,27 @@ def main() -> int:
             tokens += r["n_tokens"]
             secs += r["time_ms"] / 1e3
         blocks.append(tokens / secs)
-        print(f"{time.strftime('%H:%M:%S')}  block {len(blocks):2d}: {blocks[-1]:8.1f} TPS", flush=True)
+        print(
+            f"{time.strftime('%H:%M:%S')}  block {len(blocks):2d}: {blocks[-1]:8.1f} TPS",
+            flush=True,
+        )
     if len(blocks) < 2:
         print("too few blocks; raise --seconds")
         return 1
     step = [100 * (b / a_ - 1) for a_, b in zip(blocks, blocks[1:])]
     first = [100 * (b / blocks[0] - 1) for b in blocks[1:]]
-    print(f"{wid}: {len(blocks)} blocks of {a.block:.0f} s, TPS {min(blocks):.1f}–{max(blocks):.1f} "
-          f"(max/min {max(blocks) / min(blocks):.3f})")
-    print(f"consecutive blocks: mean |change| {statistics.mean(abs(x) for x in step):.2f} %, "
-          f"largest {max(step, key=abs):+.2f} %")
-    print(f"against the first block: mean |change| {statistics.mean(abs(x) for x in first):.2f} %, "
-          f"largest {max(first, key=abs):+.2f} %")
+    print(
+        f"{wid}: {len(blocks)} blocks of {a.block:.0f} s, TPS {min(blocks):.1f}–{max(blocks):.1f} "
+        f"(max/min {max(blocks) / min(blocks):.3f})"
+    )
+    print(
+        f"consecutive blocks: mean |change| {statistics.mean(abs(x) for x in step):.2f} %, "
+        f"largest {max(step, key=abs):+.2f} %"
+    )
+    print(
+        f"against the first block: mean |change| {statistics.mean(abs(x) for x in first):.2f} %, "
+        f"largest {max(first, key=abs):+.2f} %"
+    )
     return 0
 
 

@@ -41,7 +41,9 @@ from as2d_cli.models.target import OrtTarget, greedy_decode  # noqa: E402
 
 
 def matched(a: list[int], b: list[int]) -> int:
-    return sum(m.size for m in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks())
+    return sum(
+        m.size for m in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks()
+    )
 
 
 def words_right_by_quarter(ref_text: str, hyp_text: str) -> list[tuple[int, int]]:
@@ -86,7 +88,7 @@ def costs(bundle, reps: int = 40) -> dict:
         out[f"{name}_encoder_10s_ms"] = median_ms(lambda: m.encode(audio), 7)
         cross = m.encode(audio)
         _, past = m.decode(list(range(4, 44)), m.empty_cache(), cross)  # 40 tokens of context
-        for k in ((1, 2, 4, 8, 16) if name == "target" else (1, 8)):
+        for k in (1, 2, 4, 8, 16) if name == "target" else (1, 8):
             toks = list(range(5, 5 + k))
             out[f"{name}_K{k}_ms"] = median_ms(lambda: m.decode(toks, past, cross), reps)
     rec = CtcRecognizer(bundle, 1)
@@ -97,7 +99,9 @@ def costs(bundle, reps: int = 40) -> dict:
     return out
 
 
-def batched_check(target: OrtTarget, audio: np.ndarray, ref: list[int], width: int = 8) -> dict | None:
+def batched_check(
+    target: OrtTarget, audio: np.ndarray, ref: list[int], width: int = 8
+) -> dict | None:
     """Verify the reference in chunks of ``width``; the first decision differing from K=1."""
     target.start(audio)
     pos = 0
@@ -106,13 +110,19 @@ def batched_check(target: OrtTarget, audio: np.ndarray, ref: list[int], width: i
         dec = target.verify(chunk)
         for i in range(min(len(chunk), len(ref) - pos - 1)):
             if dec[i] != ref[pos + 1 + i]:
-                return {"position": pos + 1 + i, "sequential": ref[pos + 1 + i], "batched": dec[i],
-                        "top2_margin": float(target.last_margins[i])}
+                return {
+                    "position": pos + 1 + i,
+                    "sequential": ref[pos + 1 + i],
+                    "batched": dec[i],
+                    "top2_margin": float(target.last_margins[i]),
+                }
         pos += len(chunk)
     return None
 
 
-def sd_accept(drafter: OrtDrafter, audio: np.ndarray, ref: list[int], k: int = 8) -> tuple[int, int]:
+def sd_accept(
+    drafter: OrtDrafter, audio: np.ndarray, ref: list[int], k: int = 8
+) -> tuple[int, int]:
     """Tokens accepted over drafts of k at every target-path position (standard SD view)."""
     drafter.start(audio)
     accepted = drafts = 0
@@ -127,12 +137,18 @@ def sd_accept(drafter: OrtDrafter, audio: np.ndarray, ref: list[int], k: int = 8
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--split", default="test")
     ap.add_argument("--limit", type=int, default=None, help="windows per setting (default: all)")
-    ap.add_argument("--sd-windows", type=int, default=8, help="windows per setting for the SD acceptance")
+    ap.add_argument(
+        "--sd-windows", type=int, default=8, help="windows per setting for the SD acceptance"
+    )
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--costs-only", action="store_true", help="only the per-call costs (run on a quiet machine)")
+    ap.add_argument(
+        "--costs-only", action="store_true", help="only the per-call costs (run on a quiet machine)"
+    )
     args = ap.parse_args()
 
     bundle = load_bundle()
@@ -208,11 +224,26 @@ def main() -> None:
             pooled[k][0] += v[0]
             pooled[k][1] += v[1]
     table["all"] = {k: (v[0] / v[1] if v[1] else None) for k, v in pooled.items()}
-    result = {"split": args.split, "windows": sum(seen.values()), "target_tokens_excl_eos": n_tokens,
-              "quality": table, "batched_vs_sequential_K8_disagreements": disagreements,
-              "costs_ms_one_thread": costs(bundle), "wall_seconds": round(time.time() - t_start, 1)}
-    cols = ["target_wer", "target_cer", "drafter_wer", "ctc_wer", "drafter_accept", "drafter_cover", "ctc_accept", "ctc_cover",
-            "sd_accepted_per_draft8"]
+    result = {
+        "split": args.split,
+        "windows": sum(seen.values()),
+        "target_tokens_excl_eos": n_tokens,
+        "quality": table,
+        "batched_vs_sequential_K8_disagreements": disagreements,
+        "costs_ms_one_thread": costs(bundle),
+        "wall_seconds": round(time.time() - t_start, 1),
+    }
+    cols = [
+        "target_wer",
+        "target_cer",
+        "drafter_wer",
+        "ctc_wer",
+        "drafter_accept",
+        "drafter_cover",
+        "ctc_accept",
+        "ctc_cover",
+        "sd_accepted_per_draft8",
+    ]
     print(f"{args.split}: {result['windows']} windows, {n_tokens} target tokens (excl. EOS)")
     print(f"{'setting':<13}" + "".join(f"{c:>24}" for c in cols))
     for setting, row in table.items():
@@ -220,8 +251,10 @@ def main() -> None:
         print(f"{setting:<13}{cells}")
     quarters = [table["all"].get(f"target_words_right_q{q}") for q in range(1, 5)]
     if all(x is not None for x in quarters):
-        print("target: reference words recognised by quarter of the window: "
-              + " / ".join(f"{x:.3f}" for x in quarters))
+        print(
+            "target: reference words recognised by quarter of the window: "
+            + " / ".join(f"{x:.3f}" for x in quarters)
+        )
     print(f"batched K=8 vs sequential disagreements: {len(disagreements)}")
     for d in disagreements:
         print(f"  {d}")

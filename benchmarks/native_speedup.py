@@ -35,12 +35,21 @@ from native.host import LocalRunner, default_cores  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", default="test")
-    ap.add_argument("--windows", type=int, default=40, help="windows to run (spread over the settings)")
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per window and method (median time)")
+    ap.add_argument(
+        "--windows", type=int, default=40, help="windows to run (spread over the settings)"
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="interleaved runs per window and method (median time)",
+    )
     ap.add_argument("--budget", type=int, default=7)
     ap.add_argument("--source", default="drafter", choices=["drafter", "ctc"], help="As²d's source")
     ap.add_argument("--k", type=int, default=8)
-    ap.add_argument("--batch", type=int, default=8, help="As²d: tokens per publication batch (the paper: 8)")
+    ap.add_argument(
+        "--batch", type=int, default=8, help="As²d: tokens per publication batch (the paper: 8)"
+    )
     ap.add_argument("--methods", default="target-only,as2d,sd,asp")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -49,14 +58,21 @@ def main() -> int:
         print("error: --repeats must be at least 1", file=sys.stderr)
         return 2
     if a.json is not None and a.json.exists():
-        print(f"error: {a.json} exists (earlier results are never overwritten); name another file", file=sys.stderr)
+        print(
+            f"error: {a.json} exists (earlier results are never overwritten); name another file",
+            file=sys.stderr,
+        )
         return 2
     if not {"target-only", "as2d"} <= set(methods):
-        print("error: --methods must include target-only and as2d (the ratio and the exactness check need both)",
-              file=sys.stderr)
+        print(
+            "error: --methods must include target-only and as2d (the ratio and the exactness check need both)",
+            file=sys.stderr,
+        )
         return 2
     ws = {w.id: w for w in load_corpus().split(a.split)}
-    picked = [ws[i] for i in pick_windows(list(ws), {i: w.setting for i, w in ws.items()}, a.windows)]
+    picked = [
+        ws[i] for i in pick_windows(list(ws), {i: w.setting for i, w in ws.items()}, a.windows)
+    ]
     tc, pc = default_cores()
     r = LocalRunner()
     r.call({"op": "hello"})
@@ -66,35 +82,74 @@ def main() -> int:
     for rep in range(a.repeats):
         for i, w in enumerate(picked):
             turn = i + rep
-            order = methods[turn % len(methods):] + methods[: turn % len(methods)]
+            order = methods[turn % len(methods) :] + methods[: turn % len(methods)]
             res = {}
             for m in order:
-                res[m] = r.call({"op": "decode", "window": w.id, "method": m, "budget": a.budget, "k": a.k,
-                                 "source": a.source, "batch": a.batch, "events": False})
+                res[m] = r.call(
+                    {
+                        "op": "decode",
+                        "window": w.id,
+                        "method": m,
+                        "budget": a.budget,
+                        "k": a.k,
+                        "source": a.source,
+                        "batch": a.batch,
+                        "events": False,
+                    }
+                )
             ref = res["target-only"]["tokens"]
             for m in methods:
                 x = res[m]
-                runs.append({"window": w.id, "setting": w.setting, "method": m, "rep": rep, "tokens": x["n_tokens"],
-                             "time_ms": x["time_ms"], "exact": x["tokens"] == ref, "acc": x["accounting_ms"]})
-            print(f"[{rep + 1}/{a.repeats} {i + 1}/{len(picked)}] {w.id}: " + "  ".join(
-                f"{m} {res[m]['tps']:.1f}" for m in methods), file=sys.stderr, flush=True)
+                runs.append(
+                    {
+                        "window": w.id,
+                        "setting": w.setting,
+                        "method": m,
+                        "rep": rep,
+                        "tokens": x["n_tokens"],
+                        "time_ms": x["time_ms"],
+                        "exact": x["tokens"] == ref,
+                        "acc": x["accounting_ms"],
+                    }
+                )
+            print(
+                f"[{rep + 1}/{a.repeats} {i + 1}/{len(picked)}] {w.id}: "
+                + "  ".join(f"{m} {res[m]['tps']:.1f}" for m in methods),
+                file=sys.stderr,
+                flush=True,
+            )
     r.close()
     rows = []  # one per window and method: the median time of its repetitions
     for w in picked:
         for m in methods:
             sel = [x for x in runs if x["window"] == w.id and x["method"] == m]
-            rows.append({"window": w.id, "setting": w.setting, "method": m, "tokens": sel[0]["tokens"],
-                         "time_ms": statistics.median(x["time_ms"] for x in sel)})
+            rows.append(
+                {
+                    "window": w.id,
+                    "setting": w.setting,
+                    "method": m,
+                    "tokens": sel[0]["tokens"],
+                    "time_ms": statistics.median(x["time_ms"] for x in sel),
+                }
+            )
 
     def pooled(sel):
         t = sum(x["time_ms"] for x in sel)
         return sum(x["tokens"] for x in sel) / (t / 1e3) if t else float("nan")
 
-    out = {"windows": len(picked), "repeats": a.repeats, "wall_s": time.time() - t0, "methods": {}, "settings": {}}
+    out = {
+        "windows": len(picked),
+        "repeats": a.repeats,
+        "wall_s": time.time() - t0,
+        "methods": {},
+        "settings": {},
+    }
     for m in methods:
         out["methods"][m] = pooled([x for x in rows if x["method"] == m])
     for s in sorted({x["setting"] for x in rows}):
-        out["settings"][s] = {m: pooled([x for x in rows if x["method"] == m and x["setting"] == s]) for m in methods}
+        out["settings"][s] = {
+            m: pooled([x for x in rows if x["method"] == m and x["setting"] == s]) for m in methods
+        }
     base = {x["window"]: x["tokens"] / x["time_ms"] for x in rows if x["method"] == "target-only"}
     tpw = {x["window"]: x["tokens"] / x["time_ms"] for x in rows if x["method"] == "as2d"}
     slower = [w for w in tpw if tpw[w] / base[w] < 1 - 1e-9]
@@ -113,9 +168,14 @@ def main() -> int:
     for s, d in out["settings"].items():
         print(f"  {s:<13}" + "  ".join(f"{m} {v:.2f}" for m, v in d.items()))
     print(f"As²d / target-only pooled: {out['as2d_over_target_only']:.3f}×")
-    print(f"windows where As²d is slower than target-only: {len(slower)}/{len(tpw)} ({out['as2d_slower_fraction']:.1%})"
-          + (f": {', '.join(sorted(slower))}" if slower else ""))
-    print("As²d D, V, O, H (s): " + ", ".join(f"{k}={acc[k] / 1e3:.2f}" for k in ("T", "D", "V", "O", "H")))
+    print(
+        f"windows where As²d is slower than target-only: {len(slower)}/{len(tpw)} ({out['as2d_slower_fraction']:.1%})"
+        + (f": {', '.join(sorted(slower))}" if slower else "")
+    )
+    print(
+        "As²d D, V, O, H (s): "
+        + ", ".join(f"{k}={acc[k] / 1e3:.2f}" for k in ("T", "D", "V", "O", "H"))
+    )
     print(f"outputs differing from target-only: {len(out['inexact'])} of {len(runs)} runs")
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))

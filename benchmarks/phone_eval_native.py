@@ -26,10 +26,14 @@ from device_agents.emulator.session import EmulatorSession
 
 def run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", *argv], env=env, text=True, capture_output=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "as2d_cli.cli.main", *argv], env=env, text=True, capture_output=True
+    )
     took = time.monotonic() - t0
     if proc.returncode != 0:
-        print(f"FAILED ({proc.returncode}): as2d {' '.join(argv)}\n{proc.stderr[-2000:]}", flush=True)
+        print(
+            f"FAILED ({proc.returncode}): as2d {' '.join(argv)}\n{proc.stderr[-2000:]}", flush=True
+        )
         raise SystemExit(proc.returncode)
     return took, proc
 
@@ -45,25 +49,58 @@ def main() -> int:
     traces.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     for split in ("dev", "val", "test"):
-        took, _ = run(["traces", "build", "--split", split, "--limit", str(a.limit), "--force",
-                       "--out", str(traces / f"{split}.jsonl.gz")], env)
+        took, _ = run(
+            [
+                "traces",
+                "build",
+                "--split",
+                split,
+                "--limit",
+                str(a.limit),
+                "--force",
+                "--out",
+                str(traces / f"{split}.jsonl.gz"),
+            ],
+            env,
+        )
         print(f"traces {split}: {took:.1f} s", flush=True)
     session = EmulatorSession(private_server=True).start()
     try:
         enable_python(session.phone)
         env.update(session.env)
         gate = ["--rest", "0", "--interval", "0.1"]
-        took, _ = run(["calibrate", "--phone", session.serial, *gate, "--out", str(out / "cal")], env)
+        took, _ = run(
+            ["calibrate", "--phone", session.serial, *gate, "--out", str(out / "cal")], env
+        )
         profile = max((out / "cal").glob("*.profile.yaml"), key=lambda p: p.stat().st_mtime)
         print(f"calibrate (full plan) on {session.serial}: {took:.1f} s -> {profile}", flush=True)
         before = sum("native.runner" in s for s in session.phone.history)
-        took, proc = run(["eval", "--phone", session.serial, "--native", "--windows", str(a.windows), *gate,
-                          "--profile", str(profile), "--traces", str(traces), "--calibrations", str(out / "cal"),
-                          "--results", str(out / "res")], env)
+        took, proc = run(
+            [
+                "eval",
+                "--phone",
+                session.serial,
+                "--native",
+                "--windows",
+                str(a.windows),
+                *gate,
+                "--profile",
+                str(profile),
+                "--traces",
+                str(traces),
+                "--calibrations",
+                str(out / "cal"),
+                "--results",
+                str(out / "res"),
+            ],
+            env,
+        )
         starts = sum("native.runner" in s for s in session.phone.history) - before
-        print(f"eval --native --windows {a.windows} on {session.serial}: {took:.1f} s ({starts} runner starts on the phone)")
+        print(
+            f"eval --native --windows {a.windows} on {session.serial}: {took:.1f} s ({starts} runner starts on the phone)"
+        )
         text = proc.stdout
-        print(text[text.index("method       runs"):] if "method       runs" in text else text)
+        print(text[text.index("method       runs") :] if "method       runs" in text else text)
     finally:
         session.stop()
     print(f"output in {out}")

@@ -34,8 +34,10 @@ def main() -> int:
     wid = a.window or min(load_corpus().split("test"), key=lambda w: w.seconds).id
     t0 = time.monotonic()
     app, models = build_payload()
-    print(f"payload: code {app.archive.stat().st_size / 1e6:.2f} MB, models {models.archive.stat().st_size / 1e6:.1f} MB "
-          f"(built or found in the cache in {time.monotonic() - t0:.1f} s)")
+    print(
+        f"payload: code {app.archive.stat().st_size / 1e6:.2f} MB, models {models.archive.stat().st_size / 1e6:.1f} MB "
+        f"(built or found in the cache in {time.monotonic() - t0:.1f} s)"
+    )
     session = EmulatorSession(private_server=True).start()
     try:
         enable_python(session.phone)
@@ -46,15 +48,23 @@ def main() -> int:
         t0 = time.monotonic()
         warm = choose_launcher(dev)
         t_warm = time.monotonic() - t0
-        print(f"deploy: first {t_cold:.2f} s (pushed {', '.join(cold.pushed)}), "  # type: ignore[attr-defined]
-              f"again {t_warm:.2f} s (pushed {', '.join(warm.pushed) or 'nothing'})")  # type: ignore[attr-defined]
+        print(
+            f"deploy: first {t_cold:.2f} s (pushed {', '.join(cold.pushed)}), "  # type: ignore[attr-defined]
+            f"again {t_warm:.2f} s (pushed {', '.join(warm.pushed) or 'nothing'})"
+        )  # type: ignore[attr-defined]
         runner = open_runner(dev, launcher=warm)
         hello = []
         for _ in range(a.reps):
             t0 = time.monotonic()
             runner.call({"op": "hello"})
             hello.append(time.monotonic() - t0)
-        cmd = {"op": "decode", "window": wid, "method": "as2d", "max_tokens": a.max_tokens, "events": False}
+        cmd = {
+            "op": "decode",
+            "window": wid,
+            "method": "as2d",
+            "max_tokens": a.max_tokens,
+            "events": False,
+        }
         phone = [runner.call(cmd) for _ in range(a.reps)]
     finally:
         session.stop()
@@ -67,9 +77,13 @@ def main() -> int:
     same = all(r["tokens"] == host[0]["tokens"] for r in phone + host)
     p_ms = statistics.median(r["time_ms"] for r in phone)
     h_ms = statistics.median(r["time_ms"] for r in host)
-    print(f"batch fixed cost (hello + load + quit, push/pull): median {statistics.median(hello):.2f} s over {a.reps}")
-    print(f"decode {wid} as2d, {phone[0]['n_tokens']} tokens: phone {p_ms:.1f} ms, host {h_ms:.1f} ms, "
-          f"phone/host {p_ms / h_ms:.2f}x (medians of {a.reps}); same tokens: {same}")
+    print(
+        f"batch fixed cost (hello + load + quit, push/pull): median {statistics.median(hello):.2f} s over {a.reps}"
+    )
+    print(
+        f"decode {wid} as2d, {phone[0]['n_tokens']} tokens: phone {p_ms:.1f} ms, host {h_ms:.1f} ms, "
+        f"phone/host {p_ms / h_ms:.2f}x (medians of {a.reps}); same tokens: {same}"
+    )
     return 0 if same else 1
 
 

@@ -45,7 +45,9 @@ def raw_feeds(model, tokens, past, cross) -> tuple[object, dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", type=Path, help="a Whisper pair folder (default: the test fixture pair)")
+    ap.add_argument(
+        "--models", type=Path, help="a Whisper pair folder (default: the test fixture pair)"
+    )
     ap.add_argument("--calls", type=int, default=400, help="timed calls per width and side")
     a = ap.parse_args()
     pair = a.models
@@ -57,12 +59,16 @@ def main() -> None:
     bundle = load_bundle(pair)
     w = load_corpus().get("dev-read-000")
     audio = w.load_audio()
-    print(f"pair {bundle.name}: {a.calls} interleaved calls per width, median ms (adapter / raw ONNX Runtime)")
+    print(
+        f"pair {bundle.name}: {a.calls} interleaved calls per width, median ms (adapter / raw ONNX Runtime)"
+    )
     for name in ("target", "drafter"):
         model = open_seq2seq(bundle, name)
         cross = model.encode(audio, w.language)
         _, past = model.decode(list(cross.prompt), model.empty_cache(), cross)
-        _, past = model.decode([int(t) for t in range(40, 56)], past, cross)  # some context in the cache
+        _, past = model.decode(
+            [int(t) for t in range(40, 56)], past, cross
+        )  # some context in the cache
         for k in (1, 4, 8, 16):
             tokens = list(range(100, 100 + k))
             sess, feeds = raw_feeds(model, tokens, past, cross)
@@ -71,7 +77,7 @@ def main() -> None:
                 model.decode(tokens, past, cross)
                 sess.run(None, feeds)
             for i in range(a.calls):
-                for side in ((0, 1) if i % 2 else (1, 0)):  # alternate which goes first
+                for side in (0, 1) if i % 2 else (1, 0):  # alternate which goes first
                     t0 = time.perf_counter_ns()
                     if side == 0:
                         model.decode(tokens, past, cross)
@@ -80,8 +86,10 @@ def main() -> None:
                         sess.run(None, feeds)
                         raw.append(time.perf_counter_ns() - t0)
             mo, mr = statistics.median(ours) / 1e6, statistics.median(raw) / 1e6
-            print(f"  {name:<8} K={k:<2}  adapter {mo:7.3f}  raw {mr:7.3f}  ratio {mo / mr:5.3f}  "
-                  f"(+{(mo - mr) * 1e3:.0f} µs per call)")
+            print(
+                f"  {name:<8} K={k:<2}  adapter {mo:7.3f}  raw {mr:7.3f}  ratio {mo / mr:5.3f}  "
+                f"(+{(mo - mr) * 1e3:.0f} µs per call)"
+            )
 
 
 if __name__ == "__main__":

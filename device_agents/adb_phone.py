@@ -19,7 +19,9 @@ DEFAULT_ADB_PORT = 5037
 def adb_port() -> int:
     text = os.environ.get("ANDROID_ADB_SERVER_PORT", str(DEFAULT_ADB_PORT))
     if not text.isdigit() or not 0 < int(text) < 65536:
-        raise UserError(f"ANDROID_ADB_SERVER_PORT={text!r} is not a TCP port; unset it or set a number like 5037")
+        raise UserError(
+            f"ANDROID_ADB_SERVER_PORT={text!r} is not a TCP port; unset it or set a number like 5037"
+        )
     return int(text)
 
 
@@ -29,8 +31,17 @@ import adbutils  # noqa: E402
 from adbutils.errors import AdbError  # noqa: E402
 
 from device_agents.base import (
-    CPU_DIR, RUN_ROOT, Device, DeviceDisconnected, DeviceTimeout, DeviceUnavailable, Fact, Facts,
-    ShellResult, mask_hex, quote_command,
+    CPU_DIR,
+    RUN_ROOT,
+    Device,
+    DeviceDisconnected,
+    DeviceTimeout,
+    DeviceUnavailable,
+    Fact,
+    Facts,
+    ShellResult,
+    mask_hex,
+    quote_command,
 )
 from device_agents.shell_v2 import EXIT, STDERR, STDOUT, take_packets
 
@@ -65,8 +76,10 @@ def list_attached(port: int | None = None) -> list[Attached]:
     try:
         return [Attached(d.serial, d.state) for d in adb_client(port).list()]
     except (AdbError, OSError) as exc:
-        raise DeviceError(f"the adb server on port {port} did not answer ({exc}); restart it with "
-                          f"`adb kill-server && adb start-server`") from None
+        raise DeviceError(
+            f"the adb server on port {port} did not answer ({exc}); restart it with "
+            f"`adb kill-server && adb start-server`"
+        ) from None
 
 
 STATE_ADVICE = {
@@ -107,8 +120,9 @@ class AdbPhone(Device):
         except AdbError as exc:
             raise self._translate(exc) from None
         except (OSError, EOFError) as exc:
-            raise DeviceDisconnected(f"phone {self.serial}: adb server connection failed ({exc}); "
-                                     f"check `adb devices`") from None
+            raise DeviceDisconnected(
+                f"phone {self.serial}: adb server connection failed ({exc}); check `adb devices`"
+            ) from None
 
     def _translate(self, exc: AdbError) -> DeviceError:
         text = str(exc)
@@ -116,8 +130,10 @@ class AdbPhone(Device):
             if state in text:
                 return _state_error(self.serial, state)
         if "not found" in text:
-            return DeviceUnavailable(f"phone {self.serial} is not attached any more: replug it or "
-                                     f"`adb connect` it again, then check `as2d devices`")
+            return DeviceUnavailable(
+                f"phone {self.serial} is not attached any more: replug it or "
+                f"`adb connect` it again, then check `as2d devices`"
+            )
         return DeviceError(f"phone {self.serial}: adb refused the request ({text})")
 
     def shell(self, command: str | Sequence[str], deadline_s: float = 30.0) -> ShellResult:
@@ -130,12 +146,19 @@ class AdbPhone(Device):
         exit_code: int | None = None
 
         def partial() -> ShellResult:
-            return ShellResult(cmd, None, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
-                               time.monotonic() - start)
+            return ShellResult(
+                cmd,
+                None,
+                out.decode("utf-8", "replace"),
+                err.decode("utf-8", "replace"),
+                time.monotonic() - start,
+            )
 
         try:
             sock = conn.conn
-            sock.sendall(bytes([4]) + struct.pack("<I", 0))  # close stdin: commands see EOF, never wait on it
+            sock.sendall(
+                bytes([4]) + struct.pack("<I", 0)
+            )  # close stdin: commands see EOF, never wait on it
             while exit_code is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -146,7 +169,9 @@ class AdbPhone(Device):
                     raise DeviceDisconnected(
                         f"phone {self.serial} disconnected while running {cmd[:80]!r} "
                         f"after {time.monotonic() - start:.1f} s; output so far is kept -- "
-                        f"check the cable and `as2d devices`", partial())
+                        f"check the cable and `as2d devices`",
+                        partial(),
+                    )
                 buf += chunk
                 for kind, data in take_packets(buf):
                     if kind == STDOUT:
@@ -156,19 +181,30 @@ class AdbPhone(Device):
                     elif kind == EXIT:
                         exit_code = data[0] if data else 255
         except socket.timeout:
-            raise DeviceTimeout(f"phone {self.serial}: {cmd[:80]!r} did not finish within {deadline_s:g} s "
-                                f"(deadline); output so far is kept -- the device may be stalled, "
-                                f"check it with `as2d devices`", partial()) from None
+            raise DeviceTimeout(
+                f"phone {self.serial}: {cmd[:80]!r} did not finish within {deadline_s:g} s "
+                f"(deadline); output so far is kept -- the device may be stalled, "
+                f"check it with `as2d devices`",
+                partial(),
+            ) from None
         except OSError as exc:
-            raise DeviceDisconnected(f"phone {self.serial} disconnected while running {cmd[:80]!r} ({exc}); "
-                                     f"output so far is kept", partial()) from None
+            raise DeviceDisconnected(
+                f"phone {self.serial} disconnected while running {cmd[:80]!r} ({exc}); "
+                f"output so far is kept",
+                partial(),
+            ) from None
         finally:
             try:  # closing the stream ends the command on the phone (adbutils' close() sleeps 10 ms)
                 conn.conn.close()
             except OSError:
                 pass
-        return ShellResult(cmd, exit_code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
-                           time.monotonic() - start)
+        return ShellResult(
+            cmd,
+            exit_code,
+            out.decode("utf-8", "replace"),
+            err.decode("utf-8", "replace"),
+            time.monotonic() - start,
+        )
 
     def read_files(self, paths: Sequence[str], deadline_s: float = 10.0) -> dict[str, str | None]:
         # One round trip: grep -H prints 'path:line' for every line of every readable file.
@@ -190,7 +226,11 @@ class AdbPhone(Device):
 
     def push(self, local: Path, remote: str, deadline_s: float = 120.0) -> None:
         target = self._check_remote(remote)
-        self._sync(lambda: self._dev.sync.push(str(local), target, mode=0o755), f"push {local} -> {target}", deadline_s)
+        self._sync(
+            lambda: self._dev.sync.push(str(local), target, mode=0o755),
+            f"push {local} -> {target}",
+            deadline_s,
+        )
 
     def pull(self, remote: str, local: Path, deadline_s: float = 120.0) -> None:
         tmp = local.with_name(local.name + ".part")
@@ -216,7 +256,9 @@ class AdbPhone(Device):
         t.start()
         t.join(deadline_s)
         if t.is_alive():
-            raise DeviceTimeout(f"phone {self.serial}: {what} did not finish within {deadline_s:g} s")
+            raise DeviceTimeout(
+                f"phone {self.serial}: {what} did not finish within {deadline_s:g} s"
+            )
         exc = box.get("exc")
         if exc is None:
             return
@@ -226,11 +268,14 @@ class AdbPhone(Device):
                 raise DeviceError(f"phone {self.serial}: {what} failed: {text}") from None
             raise self._translate(exc) from None
         if isinstance(exc, (OSError, EOFError, struct.error, AssertionError)):
-            raise DeviceDisconnected(f"phone {self.serial} disconnected during {what}: check the cable") from None
+            raise DeviceDisconnected(
+                f"phone {self.serial} disconnected during {what}: check the cable"
+            ) from None
         raise exc
 
-    def run(self, argv: Sequence[str], affinity: set[int] | None = None,
-            deadline_s: float = 60.0) -> ShellResult:
+    def run(
+        self, argv: Sequence[str], affinity: set[int] | None = None, deadline_s: float = 60.0
+    ) -> ShellResult:
         prefix = ["taskset", mask_hex(affinity)] if affinity else []
         return self.shell([*prefix, *argv], deadline_s)
 
@@ -261,29 +306,52 @@ class AdbPhone(Device):
 
         def prop(name: str, key: str) -> Fact:
             v = props.get(key)
-            return Fact(v, f"getprop {key}") if v else Fact(None, f"unavailable: getprop {key} is empty")
+            return (
+                Fact(v, f"getprop {key}")
+                if v
+                else Fact(None, f"unavailable: getprop {key} is empty")
+            )
 
         per_core = {c: int(files[p].strip()) / 1e6 for c, p in zip(cpus, max_paths) if files.get(p)}
         v: dict[str, Fact] = {
             "model_id": prop("model_id", "ro.product.model"),
             "marketing_name": prop("marketing_name", "ro.product.marketname"),
-            "soc": (Fact(f"{props.get('ro.soc.manufacturer', '')} {props['ro.soc.model']}".strip(), "getprop ro.soc.model")
-                    if props.get("ro.soc.model") else prop("soc", "ro.board.platform")),
+            "soc": (
+                Fact(
+                    f"{props.get('ro.soc.manufacturer', '')} {props['ro.soc.model']}".strip(),
+                    "getprop ro.soc.model",
+                )
+                if props.get("ro.soc.model")
+                else prop("soc", "ro.board.platform")
+            ),
             "cpu_cores": Fact(len(cpus), f"{CPU_DIR}/possible"),
-            "cpu_max_ghz_by_core": (Fact({str(c): round(g, 4) for c, g in per_core.items()}, "cpufreq/cpuinfo_max_freq")
-                                    if per_core else Fact(None, "unavailable: cpuinfo_max_freq unreadable")),
-            "cpu_peak_ghz": (Fact(round(max(per_core.values()), 4), "max cpufreq/cpuinfo_max_freq")
-                             if per_core else Fact(None, "unavailable: cpuinfo_max_freq unreadable")),
-            "gpu": (Fact(files[gpu_path].strip(), gpu_path) if files.get(gpu_path)
-                    else Fact(None, f"unavailable: {gpu_path} unreadable (not a Qualcomm Adreno GPU?)")),
+            "cpu_max_ghz_by_core": (
+                Fact({str(c): round(g, 4) for c, g in per_core.items()}, "cpufreq/cpuinfo_max_freq")
+                if per_core
+                else Fact(None, "unavailable: cpuinfo_max_freq unreadable")
+            ),
+            "cpu_peak_ghz": (
+                Fact(round(max(per_core.values()), 4), "max cpufreq/cpuinfo_max_freq")
+                if per_core
+                else Fact(None, "unavailable: cpuinfo_max_freq unreadable")
+            ),
+            "gpu": (
+                Fact(files[gpu_path].strip(), gpu_path)
+                if files.get(gpu_path)
+                else Fact(None, f"unavailable: {gpu_path} unreadable (not a Qualcomm Adreno GPU?)")
+            ),
             "ram_gib": _mem_fact(files.get(mem_path)),
             "android_version": prop("android_version", "ro.build.version.release"),
-            "api_level": (Fact(int(props["ro.build.version.sdk"]), "getprop ro.build.version.sdk")
-                          if props.get("ro.build.version.sdk", "").isdigit()
-                          else Fact(None, "unavailable: getprop ro.build.version.sdk is empty")),
+            "api_level": (
+                Fact(int(props["ro.build.version.sdk"]), "getprop ro.build.version.sdk")
+                if props.get("ro.build.version.sdk", "").isdigit()
+                else Fact(None, "unavailable: getprop ro.build.version.sdk is empty")
+            ),
             "build": prop("build", "ro.build.version.incremental"),
             "security_patch": prop("security_patch", "ro.build.version.security_patch"),
-            "opencl": Fact(None, "unavailable: reported by the native runner when it opens an OpenCL context"),
+            "opencl": Fact(
+                None, "unavailable: reported by the native runner when it opens an OpenCL context"
+            ),
         }
         return Facts(v)
 

@@ -41,24 +41,37 @@ class PrivateAdbServer:
 
     @property
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("ADB_VENDOR_KEYS", "ANDROID_ADB_SERVER_PORT")}
-        env.update(HOME=str(self.home), ANDROID_USER_HOME=str(self.home / ".android"),
-                   ADB_MDNS="0", ADB_MDNS_AUTO_CONNECT="0",
-                   ADB_LIBUSB="0")  # libusb start-up stalls the first reply by ~3 s
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("ADB_VENDOR_KEYS", "ANDROID_ADB_SERVER_PORT")
+        }
+        env.update(
+            HOME=str(self.home),
+            ANDROID_USER_HOME=str(self.home / ".android"),
+            ADB_MDNS="0",
+            ADB_MDNS_AUTO_CONNECT="0",
+            ADB_LIBUSB="0",
+        )  # libusb start-up stalls the first reply by ~3 s
         return env
 
     def start(self, timeout: float = 10.0) -> "PrivateAdbServer":
         (self.home / ".android").mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [adbutils.adb_path(), "-P", str(self.port), "nodaemon", "server"],
-            env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise DeviceError(f"the private adb server on port {self.port} exited at start "
-                                  f"(code {self.proc.returncode}); is the port taken? pick another with --adb-port")
+                raise DeviceError(
+                    f"the private adb server on port {self.port} exited at start "
+                    f"(code {self.proc.returncode}); is the port taken? pick another with --adb-port"
+                )
             # Probe with a bare socket first: adbutils falls back to `adb start-server` on
             # the default port 5037 when it cannot connect, which must never happen here.
             if _listening(self.port):
@@ -69,7 +82,9 @@ class PrivateAdbServer:
                     pass
             time.sleep(0.02)
         self.stop()
-        raise DeviceError(f"the private adb server on port {self.port} did not answer within {timeout:.0f} s")
+        raise DeviceError(
+            f"the private adb server on port {self.port} did not answer within {timeout:.0f} s"
+        )
 
     def client(self) -> adbutils.AdbClient:
         return adbutils.AdbClient(host="127.0.0.1", port=self.port, socket_timeout=10)

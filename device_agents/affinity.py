@@ -38,12 +38,17 @@ class Placement:
         return self.verifier, self.producer
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verifier": self.verifier, "producer": self.producer, "how": self.how,
-                "clusters": [{"cpus": list(c.cpus), "max_khz": c.max_khz} for c in self.clusters]}
+        return {
+            "verifier": self.verifier,
+            "producer": self.producer,
+            "how": self.how,
+            "clusters": [{"cpus": list(c.cpus), "max_khz": c.max_khz} for c in self.clusters],
+        }
 
     def describe(self) -> str:
         def side(c: list[int] | None) -> str:
             return "OS placement" if not c else "CPU" + ",".join(map(str, c))
+
         return f"verifier on {side(self.verifier)}, producer on {side(self.producer)} ({self.how})"
 
 
@@ -51,7 +56,9 @@ def clusters(device: Device) -> tuple[Cluster, ...]:
     """The device's CPU clusters, fastest first; one cluster of every CPU when the device
     exposes no cpufreq (VMs, containers)."""
     cpus = device.cpus()
-    paths = [f"{CPU_DIR}/cpu{c}/cpufreq/{f}" for c in cpus for f in ("related_cpus", "cpuinfo_max_freq")]
+    paths = [
+        f"{CPU_DIR}/cpu{c}/cpufreq/{f}" for c in cpus for f in ("related_cpus", "cpuinfo_max_freq")
+    ]
     files = device.read_files(paths)
     seen: dict[tuple[int, ...], int | None] = {}
     for c in cpus:
@@ -63,7 +70,9 @@ def clusters(device: Device) -> tuple[Cluster, ...]:
         seen.setdefault(group, int(top) if top and top.strip().isdigit() else None)
     if not seen:
         return (Cluster(tuple(cpus), None),)
-    return tuple(sorted((Cluster(g, k) for g, k in seen.items()), key=lambda c: (-(c.max_khz or 0), c.cpus)))
+    return tuple(
+        sorted((Cluster(g, k) for g, k in seen.items()), key=lambda c: (-(c.max_khz or 0), c.cpus))
+    )
 
 
 def local_default() -> tuple[list[int] | None, list[int] | None]:
@@ -84,16 +93,24 @@ def parse_cores(text: str | None, option: str, n_cpus: int) -> list[int] | None:
         raise UserError(f"{option} {text!r} is not a CPU list; write it like 4-7 or 2,3") from None
     bad = [c for c in cores if c >= n_cpus]
     if not cores or bad:
-        raise UserError(f"{option} {text!r}: the device has CPUs 0-{n_cpus - 1}; pick cores among them")
+        raise UserError(
+            f"{option} {text!r}: the device has CPUs 0-{n_cpus - 1}; pick cores among them"
+        )
     return cores
 
 
-def placement(device: Device, verifier: str | None = None, producer: str | None = None,
-              os_placement: bool = False) -> Placement:
+def placement(
+    device: Device,
+    verifier: str | None = None,
+    producer: str | None = None,
+    os_placement: bool = False,
+) -> Placement:
     """The placement for a measurement on ``device`` (options as typed, None: default)."""
     if os_placement:
         if verifier or producer:
-            raise UserError("--os-placement leaves placement to the OS; drop --verifier-cores/--producer-cores")
+            raise UserError(
+                "--os-placement leaves placement to the OS; drop --verifier-cores/--producer-cores"
+            )
         return Placement(None, None, "os")
     if device.kind == "local":
         v, p = local_default()
@@ -113,6 +130,8 @@ def placement(device: Device, verifier: str | None = None, producer: str | None 
         p = parse_cores(producer, "--producer-cores", n) if producer is not None else p
         how = "option"
     if v and p and set(v) & set(p):
-        raise UserError(f"the verifier (CPU{','.join(map(str, v))}) and the producer (CPU{','.join(map(str, p))}) "
-                        "share cores; give them separate cores so drafting overlaps verification")
+        raise UserError(
+            f"the verifier (CPU{','.join(map(str, v))}) and the producer (CPU{','.join(map(str, p))}) "
+            "share cores; give them separate cores so drafting overlaps verification"
+        )
     return Placement(v, p, how, found)

@@ -58,8 +58,10 @@ class ShellResult:
     def check(self, what: str) -> "ShellResult":
         if self.exit_code != 0:
             detail = (self.stderr or self.stdout).strip().splitlines()
-            raise DeviceError(f"{what} failed on the device (exit {self.exit_code}): "
-                              f"{detail[-1] if detail else 'no output'}")
+            raise DeviceError(
+                f"{what} failed on the device (exit {self.exit_code}): "
+                f"{detail[-1] if detail else 'no output'}"
+            )
         return self
 
 
@@ -77,8 +79,21 @@ class Fact:
 
 UNAVAILABLE = "unavailable"
 
-FACT_NAMES = ("model_id", "marketing_name", "soc", "cpu_cores", "cpu_peak_ghz", "cpu_max_ghz_by_core",
-              "gpu", "ram_gib", "android_version", "api_level", "build", "security_patch", "opencl")
+FACT_NAMES = (
+    "model_id",
+    "marketing_name",
+    "soc",
+    "cpu_cores",
+    "cpu_peak_ghz",
+    "cpu_max_ghz_by_core",
+    "gpu",
+    "ram_gib",
+    "android_version",
+    "api_level",
+    "build",
+    "security_patch",
+    "opencl",
+)
 
 
 @dataclass(frozen=True)
@@ -168,9 +183,15 @@ def build_cpu_state(cpus: list[int], zones: list[str], files: dict[str, str | No
     cores = []
     for c in cpus:
         base = f"{CPU_DIR}/cpu{c}/cpufreq"
-        cores.append(CoreState(c, c in online, _int(files.get(f"{base}/scaling_cur_freq")),
-                               _int(files.get(f"{base}/scaling_max_freq")),
-                               _int(files.get(f"{base}/cpuinfo_max_freq"))))
+        cores.append(
+            CoreState(
+                c,
+                c in online,
+                _int(files.get(f"{base}/scaling_cur_freq")),
+                _int(files.get(f"{base}/scaling_max_freq")),
+                _int(files.get(f"{base}/cpuinfo_max_freq")),
+            )
+        )
     thermal: dict[str, float] = {}
     for z in zones:
         kind = (files.get(f"{THERMAL_DIR}/{z}/type") or z).strip()
@@ -219,8 +240,9 @@ class Device(abc.ABC):
         """Table 6 hardware facts."""
 
     @abc.abstractmethod
-    def run(self, argv: Sequence[str], affinity: set[int] | None = None,
-            deadline_s: float = 60.0) -> ShellResult:
+    def run(
+        self, argv: Sequence[str], affinity: set[int] | None = None, deadline_s: float = 60.0
+    ) -> ShellResult:
         """Run a program, pinned to the CPUs in ``affinity`` when given."""
 
     @abc.abstractmethod
@@ -235,12 +257,16 @@ class Device(abc.ABC):
     def cpus(self) -> list[int]:
         text = self.read_files([f"{CPU_DIR}/possible"]).get(f"{CPU_DIR}/possible")
         if not text:
-            raise DeviceError(f"{self.serial}: cannot read {CPU_DIR}/possible; is this a Linux/Android device?")
+            raise DeviceError(
+                f"{self.serial}: cannot read {CPU_DIR}/possible; is this a Linux/Android device?"
+            )
         return parse_cpu_list(text)
 
     def thermal_zones(self) -> list[str]:
-        return sorted((z for z in self.list_dir(THERMAL_DIR) if z.startswith("thermal_zone")),
-                      key=lambda z: int(z[len("thermal_zone"):] or 0))
+        return sorted(
+            (z for z in self.list_dir(THERMAL_DIR) if z.startswith("thermal_zone")),
+            key=lambda z: int(z[len("thermal_zone") :] or 0),
+        )
 
     def cpu_state(self) -> CpuState:
         """Cores online, current/ceiling/max frequency per core, thermal zones, battery
@@ -267,9 +293,11 @@ class Device(abc.ABC):
     def _check_remote(self, remote: str) -> str:
         norm = posixpath.normpath(remote)
         prefix = posixpath.join(self.run_root(), "as2d-")
-        if not norm.startswith(prefix) or "/" not in norm[len(prefix):]:
-            raise UserError(f"refusing to push to {remote!r}: files go only inside a per-run directory "
-                            f"{prefix}<run>/ (use Device.run_dir())")
+        if not norm.startswith(prefix) or "/" not in norm[len(prefix) :]:
+            raise UserError(
+                f"refusing to push to {remote!r}: files go only inside a per-run directory "
+                f"{prefix}<run>/ (use Device.run_dir())"
+            )
         return norm
 
 

@@ -56,8 +56,15 @@ class GateConfig:
         (many hosts, VMs in particular, expose no cpufreq) and, once before measuring, that
         it has been quiet for a while (see :func:`settle`)."""
         if device.kind == "local":
-            return cls(rest_s=0.0, interval_s=0.0, checks=1, core=0, min_ceiling_khz=None, settle_s=LOCAL_SETTLE_S,
-                       max_temp_c=None)
+            return cls(
+                rest_s=0.0,
+                interval_s=0.0,
+                checks=1,
+                core=0,
+                min_ceiling_khz=None,
+                settle_s=LOCAL_SETTLE_S,
+                max_temp_c=None,
+            )
         return cls()
 
 
@@ -70,8 +77,13 @@ class GateResult:
     failure: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "device": self.device, "config": asdict(self.config),
-                "failure": self.failure, "observations": [asdict(o) for o in self.observations]}
+        return {
+            "passed": self.passed,
+            "device": self.device,
+            "config": asdict(self.config),
+            "failure": self.failure,
+            "observations": [asdict(o) for o in self.observations],
+        }
 
 
 class GateFailed(DeviceError):
@@ -108,22 +120,36 @@ class Rest(Operation):
         return True
 
     def show(self, device: Device) -> Observation:
-        return Observation(self.name, time.time(), None, f"rest {self.seconds:g} s before checking",
-                           {"seconds": self.seconds})
+        return Observation(
+            self.name,
+            time.time(),
+            None,
+            f"rest {self.seconds:g} s before checking",
+            {"seconds": self.seconds},
+        )
 
     def apply(self, device: Device, sleep: Sleep) -> list[Observation]:
         start = time.monotonic()
         if self.seconds > 0:
             sleep(self.seconds)
-        return [Observation(self.name, time.time(), None, f"rested {self.seconds:g} s",
-                            {"seconds": self.seconds, "measured_s": round(time.monotonic() - start, 3)})]
+        return [
+            Observation(
+                self.name,
+                time.time(),
+                None,
+                f"rested {self.seconds:g} s",
+                {"seconds": self.seconds, "measured_s": round(time.monotonic() - start, 3)},
+            )
+        ]
 
 
 def temperature(state: Any, sensor: str) -> tuple[str | None, float | None]:
     """(sensor name, °C) from a CpuState: the battery sensor, or the first thermal zone
     whose type contains ``sensor``."""
     if sensor == "battery":
-        return ("battery", state.battery_temp_c) if state.battery_temp_c is not None else (None, None)
+        return (
+            ("battery", state.battery_temp_c) if state.battery_temp_c is not None else (None, None)
+        )
     for zone, c in sorted(state.thermal_c.items()):
         if sensor in zone:
             return zone, c
@@ -136,7 +162,9 @@ class Cooled(Operation):
 
     name = "temperature"
 
-    def __init__(self, max_c: float, sensor: str, wait_s: float, poll_s: float = COOL_POLL_S) -> None:
+    def __init__(
+        self, max_c: float, sensor: str, wait_s: float, poll_s: float = COOL_POLL_S
+    ) -> None:
         self.max_c, self.sensor, self.wait_s, self.poll_s = max_c, sensor, wait_s, poll_s
 
     def available(self, device: Device) -> bool:
@@ -146,14 +174,23 @@ class Cooled(Operation):
         state = device.cpu_state()
         zone, c = temperature(state, self.sensor)
         if c is None:
-            return Observation(self.name, state.wall_time, False,
-                               f"no {self.sensor} temperature sensor on {device.serial}; pick another with "
-                               f"--temp-sensor (a thermal zone type) or turn the temperature gate off with --max-temp 0",
-                               {"sensor": self.sensor})
+            return Observation(
+                self.name,
+                state.wall_time,
+                False,
+                f"no {self.sensor} temperature sensor on {device.serial}; pick another with "
+                f"--temp-sensor (a thermal zone type) or turn the temperature gate off with --max-temp 0",
+                {"sensor": self.sensor},
+            )
         ok = c <= self.max_c
-        msg = (f"{zone} {c:.1f} °C <= {self.max_c:g} °C" if ok else
-               f"{zone} {c:.1f} °C is above {self.max_c:g} °C on {device.serial}")
-        return Observation(self.name, state.wall_time, ok, msg, {"sensor": zone, "temp_c": c, "max_c": self.max_c})
+        msg = (
+            f"{zone} {c:.1f} °C <= {self.max_c:g} °C"
+            if ok
+            else f"{zone} {c:.1f} °C is above {self.max_c:g} °C on {device.serial}"
+        )
+        return Observation(
+            self.name, state.wall_time, ok, msg, {"sensor": zone, "temp_c": c, "max_c": self.max_c}
+        )
 
     def apply(self, device: Device, sleep: Sleep) -> list[Observation]:
         first = self.show(device)
@@ -167,13 +204,35 @@ class Cooled(Operation):
         waited = round(time.monotonic() - start, 1)
         detail = {**obs.detail, "first_c": first.detail["temp_c"], "waited_s": waited}
         # The first reading is kept as a record (informational); the last one decides.
-        first = Observation(first.check, first.wall_time, None, f"{first.message}: waiting to cool down", first.detail)
+        first = Observation(
+            first.check,
+            first.wall_time,
+            None,
+            f"{first.message}: waiting to cool down",
+            first.detail,
+        )
         if obs.ok:
-            return [first, Observation(self.name, obs.wall_time, True,
-                                       f"cooled down in {waited:g} s: {obs.message}", detail)]
-        return [first, Observation(self.name, obs.wall_time, False,
-                                   f"{obs.message} after waiting {waited:g} s to cool down; let the phone cool "
-                                   f"(off the charger, out of the sun) and retry, or raise --max-temp", detail)]
+            return [
+                first,
+                Observation(
+                    self.name,
+                    obs.wall_time,
+                    True,
+                    f"cooled down in {waited:g} s: {obs.message}",
+                    detail,
+                ),
+            ]
+        return [
+            first,
+            Observation(
+                self.name,
+                obs.wall_time,
+                False,
+                f"{obs.message} after waiting {waited:g} s to cool down; let the phone cool "
+                f"(off the charger, out of the sun) and retry, or raise --max-temp",
+                detail,
+            ),
+        ]
 
 
 @dataclass(frozen=True)
@@ -202,26 +261,42 @@ class CpuTimes:
         d = self.total - earlier.total
         if d <= 0:
             return {"busy": 0.0, "steal": 0.0}
-        return {"busy": round((self.busy - earlier.busy) / d, 4), "steal": round((self.steal - earlier.steal) / d, 4)}
+        return {
+            "busy": round((self.busy - earlier.busy) / d, 4),
+            "steal": round((self.steal - earlier.steal) / d, 4),
+        }
 
 
 class CoresOnline(Operation):
     name = "cores_online"
 
     def available(self, device: Device) -> bool:
-        return device.read_files(["/sys/devices/system/cpu/online"]).get("/sys/devices/system/cpu/online") is not None
+        return (
+            device.read_files(["/sys/devices/system/cpu/online"]).get(
+                "/sys/devices/system/cpu/online"
+            )
+            is not None
+        )
 
     def show(self, device: Device) -> Observation:
         state = device.cpu_state()
         all_cpus = [c.cpu for c in state.cores]
         offline = [c for c in all_cpus if c not in state.online]
         ok = not offline
-        msg = (f"all {len(all_cpus)} cores online" if ok else
-               f"CPU{','.join(map(str, offline))} offline on {device.serial} ({len(state.online)}/{len(all_cpus)} online); "
-               f"the phone's core control took it down (heat or power saving) -- let it idle and cool "
-               f"down, then retry; as2d never onlines cores itself")
-        return Observation(self.name, state.wall_time, ok, msg,
-                           {"online": sorted(state.online), "offline": offline})
+        msg = (
+            f"all {len(all_cpus)} cores online"
+            if ok
+            else f"CPU{','.join(map(str, offline))} offline on {device.serial} ({len(state.online)}/{len(all_cpus)} online); "
+            f"the phone's core control took it down (heat or power saving) -- let it idle and cool "
+            f"down, then retry; as2d never onlines cores itself"
+        )
+        return Observation(
+            self.name,
+            state.wall_time,
+            ok,
+            msg,
+            {"online": sorted(state.online), "offline": offline},
+        )
 
 
 class CeilingAtLeast(Operation):
@@ -241,23 +316,41 @@ class CeilingAtLeast(Operation):
         core = state.core(self.core)
         ceiling = core.ceiling_khz if core else None
         if core is None or ceiling is None:
-            return Observation(self.name, state.wall_time, False,
-                               f"cannot read CPU{self.core}'s frequency ceiling ({self._path()}) on {device.serial}; "
-                               f"pick a core that exists with --gate-core", {"core": self.core})
+            return Observation(
+                self.name,
+                state.wall_time,
+                False,
+                f"cannot read CPU{self.core}'s frequency ceiling ({self._path()}) on {device.serial}; "
+                f"pick a core that exists with --gate-core",
+                {"core": self.core},
+            )
         ok = core.online and ceiling >= self.min_khz
         if not core.online:
             msg = f"CPU{self.core} is offline on {device.serial}; let the phone idle and cool down, then retry"
         elif ok:
             msg = f"CPU{self.core} ceiling {ceiling / 1e6:.4f} GHz >= {self.min_khz / 1e6:.4f} GHz"
         else:
-            msg = (f"CPU{self.core} frequency ceiling {ceiling / 1e6:.4f} GHz is below {self.min_khz / 1e6:.4f} GHz "
-                   f"on {device.serial} (thermal throttling); let the phone cool down and retry")
-        return Observation(self.name, state.wall_time, ok, msg,
-                           {"core": self.core, "ceiling_khz": ceiling, "min_khz": self.min_khz,
-                            "online": core.online})
+            msg = (
+                f"CPU{self.core} frequency ceiling {ceiling / 1e6:.4f} GHz is below {self.min_khz / 1e6:.4f} GHz "
+                f"on {device.serial} (thermal throttling); let the phone cool down and retry"
+            )
+        return Observation(
+            self.name,
+            state.wall_time,
+            ok,
+            msg,
+            {
+                "core": self.core,
+                "ceiling_khz": ceiling,
+                "min_khz": self.min_khz,
+                "online": core.online,
+            },
+        )
 
 
-def settle(device: Device, quiet_s: float, max_wait_s: float = 300.0, sleep: Sleep = time.sleep) -> Observation:
+def settle(
+    device: Device, quiet_s: float, max_wait_s: float = 300.0, sleep: Sleep = time.sleep
+) -> Observation:
     """Wait, once before measuring, until the device has been quiet: a one-minute load
     average under QUIET_LOAD and a quiet first second, or ``quiet_s`` consecutive seconds with
     the cores busy at most QUIET_BUSY of the time and the hypervisor's steal at most
@@ -269,8 +362,15 @@ def settle(device: Device, quiet_s: float, max_wait_s: float = 300.0, sleep: Sle
     load_text = device.read_files(["/proc/loadavg"]).get("/proc/loadavg")
     prev = CpuTimes.read(device)
     if quiet_s <= 0 or not load_text or prev is None:
-        return Observation("settle", time.time(), None, "settle skipped" if quiet_s <= 0 else
-                           "settle skipped: the device exposes no /proc/loadavg or /proc/stat", {"quiet_s": quiet_s})
+        return Observation(
+            "settle",
+            time.time(),
+            None,
+            "settle skipped"
+            if quiet_s <= 0
+            else "settle skipped: the device exposes no /proc/loadavg or /proc/stat",
+            {"quiet_s": quiet_s},
+        )
     load1 = float(load_text.split()[0])
     start = time.monotonic()
     quiet = seconds = 0
@@ -286,23 +386,47 @@ def settle(device: Device, quiet_s: float, max_wait_s: float = 300.0, sleep: Sle
         calm = frac["busy"] <= QUIET_BUSY and frac["steal"] <= QUIET_STEAL
         quiet = quiet + 1 if calm else 0
         seconds += 1
-        detail = {"load1": load1, "waited_s": round(time.monotonic() - start, 1), "quiet_s": quiet_s,
-                  "steal": frac["steal"]}
+        detail = {
+            "load1": load1,
+            "waited_s": round(time.monotonic() - start, 1),
+            "quiet_s": quiet_s,
+            "steal": frac["steal"],
+        }
         # The load average lags a load that has just started: it may end the wait only
         # after a quiet first second.
         if seconds == 1 and quiet == 1 and load1 < QUIET_LOAD:
-            return Observation("settle", time.time(), True, f"host idle (1-minute load {load1:.2f})", detail)
+            return Observation(
+                "settle", time.time(), True, f"host idle (1-minute load {load1:.2f})", detail
+            )
         if quiet >= quiet_s:
-            return Observation("settle", time.time(), True,
-                               f"waited {detail['waited_s']:.0f} s for a quiet host (1-minute load was {load1:.2f}, "
-                               f"most steal {stolen:.0%})", detail)
+            return Observation(
+                "settle",
+                time.time(),
+                True,
+                f"waited {detail['waited_s']:.0f} s for a quiet host (1-minute load was {load1:.2f}, "
+                f"most steal {stolen:.0%})",
+                detail,
+            )
     waited = time.monotonic() - start
-    why = "its hypervisor steals CPU time" if stolen > QUIET_STEAL and busiest <= QUIET_BUSY + stolen else "busy"
-    return Observation("settle", time.time(), None,
-                       f"host still {why} after {waited:.0f} s (1-minute load was {load1:.2f}, steal up to "
-                       f"{stolen:.0%}); measuring anyway — stop other work on this machine for steadier figures",
-                       {"load1": load1, "waited_s": round(waited, 1), "quiet_s": quiet_s, "busiest": round(busiest, 3),
-                        "steal": round(stolen, 3)})
+    why = (
+        "its hypervisor steals CPU time"
+        if stolen > QUIET_STEAL and busiest <= QUIET_BUSY + stolen
+        else "busy"
+    )
+    return Observation(
+        "settle",
+        time.time(),
+        None,
+        f"host still {why} after {waited:.0f} s (1-minute load was {load1:.2f}, steal up to "
+        f"{stolen:.0%}); measuring anyway — stop other work on this machine for steadier figures",
+        {
+            "load1": load1,
+            "waited_s": round(waited, 1),
+            "quiet_s": quiet_s,
+            "busiest": round(busiest, 3),
+            "steal": round(stolen, 3),
+        },
+    )
 
 
 def _waits(config: GateConfig) -> list[Operation]:
@@ -317,7 +441,9 @@ def _checks(config: GateConfig) -> list[Operation]:
     """Conditions observed at every one of the ``checks`` checks."""
     ops: list[Operation] = [CoresOnline()]
     if config.min_ceiling_khz is not None:
-        ops.append(CeilingAtLeast(config.core, config.min_ceiling_khz, config.checks, config.interval_s))
+        ops.append(
+            CeilingAtLeast(config.core, config.min_ceiling_khz, config.checks, config.interval_s)
+        )
     return ops
 
 
@@ -325,7 +451,9 @@ def operations(config: GateConfig) -> list[Operation]:
     return [*_waits(config), *_checks(config)]
 
 
-def run_gate(device: Device, config: GateConfig | None = None, sleep: Sleep = time.sleep) -> GateResult:
+def run_gate(
+    device: Device, config: GateConfig | None = None, sleep: Sleep = time.sleep
+) -> GateResult:
     """Rest, cool down, then observe every condition at each check; stop at the first
     failed observation. Never raises for a failed check (see :func:`require_gate`); device
     errors propagate."""
@@ -337,7 +465,9 @@ def run_gate(device: Device, config: GateConfig | None = None, sleep: Sleep = ti
         bad = next((o for o in obs if o.ok is False), None)
         if bad is None:
             return None
-        return GateResult(False, device.serial, config, tuple(observations), f"gate failed: {bad.message}")
+        return GateResult(
+            False, device.serial, config, tuple(observations), f"gate failed: {bad.message}"
+        )
 
     for op in _waits(config):
         if (res := failed(op.apply(device, sleep))) is not None:
@@ -348,21 +478,30 @@ def run_gate(device: Device, config: GateConfig | None = None, sleep: Sleep = ti
         for op in _checks(config):
             o = op.show(device)
             if config.checks > 1:
-                o = Observation(o.check, o.wall_time, o.ok, f"check {i + 1}/{config.checks}: {o.message}",
-                                {**o.detail, "check": i + 1})
+                o = Observation(
+                    o.check,
+                    o.wall_time,
+                    o.ok,
+                    f"check {i + 1}/{config.checks}: {o.message}",
+                    {**o.detail, "check": i + 1},
+                )
             if (res := failed([o])) is not None:
                 return res
     return GateResult(True, device.serial, config, tuple(observations))
 
 
-def require_gate(device: Device, config: GateConfig | None = None, sleep: Sleep = time.sleep) -> GateResult:
+def require_gate(
+    device: Device, config: GateConfig | None = None, sleep: Sleep = time.sleep
+) -> GateResult:
     result = run_gate(device, config, sleep)
     if not result.passed:
         raise GateFailed(result)
     return result
 
 
-def show_gate(device: Device, config: GateConfig | None = None) -> list[tuple[str, bool, Observation | None]]:
+def show_gate(
+    device: Device, config: GateConfig | None = None
+) -> list[tuple[str, bool, Observation | None]]:
     """(operation, available, one observation) for each check, without waiting."""
     config = config or GateConfig.for_device(device)
     rows = []

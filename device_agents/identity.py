@@ -65,21 +65,34 @@ def identify(device: Any) -> DeviceIdentity:
         return cached
     if device.kind == "local":
         facts = device.facts()
-        ident = DeviceIdentity("local", "local", facts.get("soc") or facts.get("model_id"), _local_serial(),
-                               "local", None)
+        ident = DeviceIdentity(
+            "local",
+            "local",
+            facts.get("soc") or facts.get("model_id"),
+            _local_serial(),
+            "local",
+            None,
+        )
     else:
         props = device.getprops()
         model = props.get("ro.product.model") or None
         known = by_model(model)
         hw = props.get("ro.serialno") or props.get("ro.boot.serialno") or device.serial
         name = known.name if known else safe(model or hw)
-        ident = DeviceIdentity(name, device.kind, model, hw, device.serial,
-                               known.marketing_name if known else props.get("ro.product.marketname") or None)
+        ident = DeviceIdentity(
+            name,
+            device.kind,
+            model,
+            hw,
+            device.serial,
+            known.marketing_name if known else props.get("ro.product.marketname") or None,
+        )
     device._identity = ident
     return ident
 
 
 # -- where a device's files live ----------------------------------------------------------
+
 
 def stamp(at: float | None = None) -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime(at))

@@ -24,22 +24,42 @@ class Measurement:
 
     def record(self) -> dict[str, Any]:
         """What a run's files say about where and how it measured."""
-        return {"device": self.identity.to_dict(), "placement": self.placement.to_dict(),
-                "gate": dataclasses.asdict(self.gate)}
+        return {
+            "device": self.identity.to_dict(),
+            "placement": self.placement.to_dict(),
+            "gate": dataclasses.asdict(self.gate),
+        }
 
 
-def prepare(phone: str, *, adb_port: int | None = None, rest_s: float | None = None,
-            interval_s: float | None = None, settle_s: float | None = None, max_temp_c: float | None = None,
-            temp_sensor: str | None = None, gate_core: int | None = None, verifier_cores: str | None = None,
-            producer_cores: str | None = None, os_placement: bool = False) -> Measurement:
+def prepare(
+    phone: str,
+    *,
+    adb_port: int | None = None,
+    rest_s: float | None = None,
+    interval_s: float | None = None,
+    settle_s: float | None = None,
+    max_temp_c: float | None = None,
+    temp_sensor: str | None = None,
+    gate_core: int | None = None,
+    verifier_cores: str | None = None,
+    producer_cores: str | None = None,
+    os_placement: bool = False,
+) -> Measurement:
     """Resolve ``--phone`` and the measuring options (None: the device's default) into one
     Measurement. ``max_temp_c`` 0 turns the temperature gate off."""
     device = resolve_phone(phone, adb_port)
     ident = identify(device)
     gate = GateConfig.for_device(device)
-    changes: dict[str, Any] = {k: v for k, v in (("rest_s", rest_s), ("interval_s", interval_s),
-                                                 ("settle_s", settle_s), ("temp_sensor", temp_sensor))
-                               if v is not None}
+    changes: dict[str, Any] = {
+        k: v
+        for k, v in (
+            ("rest_s", rest_s),
+            ("interval_s", interval_s),
+            ("settle_s", settle_s),
+            ("temp_sensor", temp_sensor),
+        )
+        if v is not None
+    }
     if max_temp_c is not None:
         changes["max_temp_c"] = None if max_temp_c == 0 else max_temp_c
     if gate_core is not None:
@@ -47,5 +67,9 @@ def prepare(phone: str, *, adb_port: int | None = None, rest_s: float | None = N
         if not 0 <= gate_core < n:
             raise UserError(f"--gate-core {gate_core}: {ident.name} has CPUs 0-{n - 1}")
         changes["core"] = gate_core
-    return Measurement(device, ident, placement(device, verifier_cores, producer_cores, os_placement),
-                       dataclasses.replace(gate, **changes))
+    return Measurement(
+        device,
+        ident,
+        placement(device, verifier_cores, producer_cores, os_placement),
+        dataclasses.replace(gate, **changes),
+    )

@@ -30,9 +30,15 @@ class Sample:
 
     @classmethod
     def of(cls, t0: float, state: CpuState) -> "Sample":
-        return cls(round(time.monotonic() - t0, 3), state.wall_time, tuple(sorted(state.online)),
-                   {c.cpu: c.ceiling_khz for c in state.cores}, {c.cpu: c.cur_khz for c in state.cores},
-                   dict(state.thermal_c), state.battery_temp_c)
+        return cls(
+            round(time.monotonic() - t0, 3),
+            state.wall_time,
+            tuple(sorted(state.online)),
+            {c.cpu: c.ceiling_khz for c in state.cores},
+            {c.cpu: c.cur_khz for c in state.cores},
+            dict(state.thermal_c),
+            state.battery_temp_c,
+        )
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,13 @@ class CoreMonitor:
     """Samples ``device.cpu_state()`` every ``interval_s`` in a thread. ``expected`` is the
     set of cores that must stay online (default: those online at the first sample)."""
 
-    def __init__(self, device: Device, interval_s: float = 1.0, expected: set[int] | None = None,
-                 on_trip: Callable[[FailureRecord], None] | None = None) -> None:
+    def __init__(
+        self,
+        device: Device,
+        interval_s: float = 1.0,
+        expected: set[int] | None = None,
+        on_trip: Callable[[FailureRecord], None] | None = None,
+    ) -> None:
         self.device = device
         self.on_trip = on_trip  # called once, from the monitor's thread, when it trips
         self.interval_s = interval_s
@@ -79,7 +90,11 @@ class CoreMonitor:
         try:
             state = self.device.cpu_state()
         except DeviceError as exc:
-            self._trip(FailureRecord("device_lost", round(time.monotonic() - self._t0, 3), time.time(), str(exc)))
+            self._trip(
+                FailureRecord(
+                    "device_lost", round(time.monotonic() - self._t0, 3), time.time(), str(exc)
+                )
+            )
             return False
         s = Sample.of(self._t0, state)
         self.samples.append(s)
@@ -87,12 +102,17 @@ class CoreMonitor:
             self.expected = set(s.online)
         gone = sorted(self.expected - set(s.online))
         if gone:
-            self._trip(FailureRecord(
-                "core_offline", s.t_s, s.wall_time,
-                f"CPU{','.join(map(str, gone))} went offline on {self.device.serial} {s.t_s:.1f} s into the episode "
-                f"(at {time.strftime('%H:%M:%S', time.localtime(s.wall_time))}); the batch is stopped (results so far "
-                f"are kept) -- let the phone cool down and rerun",
-                {"offline": gone, "online": list(s.online)}))
+            self._trip(
+                FailureRecord(
+                    "core_offline",
+                    s.t_s,
+                    s.wall_time,
+                    f"CPU{','.join(map(str, gone))} went offline on {self.device.serial} {s.t_s:.1f} s into the episode "
+                    f"(at {time.strftime('%H:%M:%S', time.localtime(s.wall_time))}); the batch is stopped (results so far "
+                    f"are kept) -- let the phone cool down and rerun",
+                    {"offline": gone, "online": list(s.online)},
+                )
+            )
             return False
         return True
 
@@ -126,8 +146,11 @@ class CoreMonitor:
 
     def record(self) -> dict[str, Any]:
         """Every sample and the failure, as stored beside a run's results."""
-        return {"interval_s": self.interval_s, "samples": [asdict(s) for s in self.samples],
-                "failure": asdict(self.failure) if self.failure else None}
+        return {
+            "interval_s": self.interval_s,
+            "samples": [asdict(s) for s in self.samples],
+            "failure": asdict(self.failure) if self.failure else None,
+        }
 
 
 @dataclass
@@ -139,9 +162,12 @@ class EpisodeRecord(Generic[T]):
     failure: FailureRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "gate": self.gate.to_dict() if self.gate else None,
-                "samples": [asdict(s) for s in self.samples],
-                "failure": asdict(self.failure) if self.failure else None}
+        return {
+            "index": self.index,
+            "gate": self.gate.to_dict() if self.gate else None,
+            "samples": [asdict(s) for s in self.samples],
+            "failure": asdict(self.failure) if self.failure else None,
+        }
 
 
 class BatchStopped(DeviceError):
@@ -149,9 +175,14 @@ class BatchStopped(DeviceError):
     the episode that was running (its result, if it returned one, is kept but must not be
     used as a measurement), ``failure`` the record that stopped it."""
 
-    def __init__(self, message: str, completed: list[EpisodeRecord[Any]],
-                 interrupted: EpisodeRecord[Any] | None, failure: FailureRecord | None,
-                 gate: GateResult | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        completed: list[EpisodeRecord[Any]],
+        interrupted: EpisodeRecord[Any] | None,
+        failure: FailureRecord | None,
+        gate: GateResult | None = None,
+    ) -> None:
         super().__init__(message)
         self.completed = completed
         self.interrupted = interrupted
@@ -162,9 +193,14 @@ class BatchStopped(DeviceError):
 Episode = Callable[[CoreMonitor], T]
 
 
-def run_batch(device: Device, episodes: Sequence[Episode[T]], gate: GateConfig | None = None,
-              monitor_interval_s: float = 1.0, sleep: Sleep = time.sleep,
-              use_gate: bool = True) -> list[EpisodeRecord[T]]:
+def run_batch(
+    device: Device,
+    episodes: Sequence[Episode[T]],
+    gate: GateConfig | None = None,
+    monitor_interval_s: float = 1.0,
+    sleep: Sleep = time.sleep,
+    use_gate: bool = True,
+) -> list[EpisodeRecord[T]]:
     """Gate, then run each episode under the monitor. An episode receives the monitor so
     it can stop early (``monitor.tripped`` / ``monitor.check()``)."""
     done: list[EpisodeRecord[T]] = []
@@ -174,8 +210,14 @@ def run_batch(device: Device, episodes: Sequence[Episode[T]], gate: GateConfig |
             try:
                 gate_result = require_gate(device, gate, sleep)
             except GateFailed as exc:
-                raise BatchStopped(f"episode {i + 1}/{len(episodes)} not started: {exc} "
-                                   f"({len(done)} finished episodes kept)", done, None, None, exc.result) from None
+                raise BatchStopped(
+                    f"episode {i + 1}/{len(episodes)} not started: {exc} "
+                    f"({len(done)} finished episodes kept)",
+                    done,
+                    None,
+                    None,
+                    exc.result,
+                ) from None
         monitor = CoreMonitor(device, monitor_interval_s).start()
         result: T | None = None
         try:
@@ -186,24 +228,39 @@ def run_batch(device: Device, episodes: Sequence[Episode[T]], gate: GateConfig |
                 raise
             samples = monitor.stop()
             failure = monitor.failure or FailureRecord(
-                "episode_error", round(time.monotonic() - monitor._t0, 3), time.time(), str(exc))
+                "episode_error", round(time.monotonic() - monitor._t0, 3), time.time(), str(exc)
+            )
             rec = EpisodeRecord(i, None, gate_result, samples, failure)
-            raise BatchStopped(f"episode {i + 1}/{len(episodes)} stopped: {failure.message} "
-                               f"({len(done)} finished episodes kept)", done, rec, failure) from None
+            raise BatchStopped(
+                f"episode {i + 1}/{len(episodes)} stopped: {failure.message} "
+                f"({len(done)} finished episodes kept)",
+                done,
+                rec,
+                failure,
+            ) from None
         samples = monitor.stop()
         rec = EpisodeRecord(i, result, gate_result, samples, monitor.failure)
         if monitor.failure is not None:
-            raise BatchStopped(f"episode {i + 1}/{len(episodes)} stopped: {monitor.failure.message} "
-                               f"({len(done)} finished episodes kept)", done, rec, monitor.failure)
+            raise BatchStopped(
+                f"episode {i + 1}/{len(episodes)} stopped: {monitor.failure.message} "
+                f"({len(done)} finished episodes kept)",
+                done,
+                rec,
+                monitor.failure,
+            )
         done.append(rec)
     return done
 
 
-def call_monitored(device: Device, runner: Any, cmd: dict[str, Any], interval_s: float = 1.0) -> dict[str, Any]:
+def call_monitored(
+    device: Device, runner: Any, cmd: dict[str, Any], interval_s: float = 1.0
+) -> dict[str, Any]:
     """One runner command with the monitor beside it; the result gains the monitor's
     record. A core going offline stops it (a runner with ``abort()`` at once) and raises
     one line naming the core and the time."""
-    monitor = CoreMonitor(device, interval_s, on_trip=lambda _rec: getattr(runner, "abort", lambda: None)()).start()
+    monitor = CoreMonitor(
+        device, interval_s, on_trip=lambda _rec: getattr(runner, "abort", lambda: None)()
+    ).start()
     try:
         res = runner.call(cmd)
     except DeviceError:
@@ -213,6 +270,9 @@ def call_monitored(device: Device, runner: Any, cmd: dict[str, Any], interval_s:
     finally:
         monitor.stop()
     if monitor.failure is not None and monitor.failure.kind == "core_offline":
-        raise DeviceError(monitor.failure.message.replace("the batch is stopped (results so far are kept)",
-                                                          "the request is stopped"))
+        raise DeviceError(
+            monitor.failure.message.replace(
+                "the batch is stopped (results so far are kept)", "the request is stopped"
+            )
+        )
     return {**res, "monitor": monitor.record()}

@@ -15,12 +15,15 @@ class KnownPhone:
     aliases: tuple[str, ...] = ()
 
 
-KNOWN_PHONES: dict[str, KnownPhone] = {p.name: p for p in (
-    KnownPhone("k70", "Redmi K70 Pro", "23117RK66C", ("redmi-k70-pro",)),
-    KnownPhone("mi14", "Xiaomi 14", "23127PN0CC", ("14",)),
-    KnownPhone("mi11pro", "Xiaomi 11 Pro", "M2102K1AC", ("11pro",)),
-    KnownPhone("note9pro", "Redmi Note 9 Pro 5G", "M2007J17C", ()),
-)}
+KNOWN_PHONES: dict[str, KnownPhone] = {
+    p.name: p
+    for p in (
+        KnownPhone("k70", "Redmi K70 Pro", "23117RK66C", ("redmi-k70-pro",)),
+        KnownPhone("mi14", "Xiaomi 14", "23127PN0CC", ("14",)),
+        KnownPhone("mi11pro", "Xiaomi 11 Pro", "M2102K1AC", ("11pro",)),
+        KnownPhone("note9pro", "Redmi Note 9 Pro 5G", "M2007J17C", ()),
+    )
+}
 _BY_ALIAS = {a: p.name for p in KNOWN_PHONES.values() for a in p.aliases}
 _BY_MODEL = {p.model_id: p.name for p in KNOWN_PHONES.values()}
 

@@ -51,8 +51,13 @@ class DeviceProcess:
     # -- the caller's side ---------------------------------------------------------------
     def partial(self) -> ShellResult:
         with self._cond:
-            return ShellResult(self.command, self.exit_code, self._out.decode("utf-8", "replace"),
-                               self._err.decode("utf-8", "replace"), time.monotonic() - self._start)
+            return ShellResult(
+                self.command,
+                self.exit_code,
+                self._out.decode("utf-8", "replace"),
+                self._err.decode("utf-8", "replace"),
+                time.monotonic() - self._start,
+            )
 
     def read_line(self, timeout: float | None = None) -> str | None:
         """The next stdout line (without newline); None at end of output. Raises
@@ -61,8 +66,11 @@ class DeviceProcess:
         with self._cond:
             ok = self._cond.wait_for(lambda: b"\n" in self._out or self._eof, timeout)
             if not ok:
-                raise DeviceTimeout(f"{self.serial}: no output line from {self.command[:60]!r} within "
-                                    f"{timeout:g} s", self.partial_unlocked())
+                raise DeviceTimeout(
+                    f"{self.serial}: no output line from {self.command[:60]!r} within "
+                    f"{timeout:g} s",
+                    self.partial_unlocked(),
+                )
             idx = self._out.find(b"\n")
             if idx >= 0:
                 line = bytes(self._out[:idx])
@@ -77,8 +85,13 @@ class DeviceProcess:
             return None
 
     def partial_unlocked(self) -> ShellResult:
-        return ShellResult(self.command, self.exit_code, self._out.decode("utf-8", "replace"),
-                           self._err.decode("utf-8", "replace"), time.monotonic() - self._start)
+        return ShellResult(
+            self.command,
+            self.exit_code,
+            self._out.decode("utf-8", "replace"),
+            self._err.decode("utf-8", "replace"),
+            time.monotonic() - self._start,
+        )
 
     def wait(self, deadline_s: float) -> int:
         """Exit status; DeviceTimeout (program killed) if not done within ``deadline_s``."""
@@ -86,8 +99,11 @@ class DeviceProcess:
             done = self._cond.wait_for(lambda: self._eof, deadline_s)
         if not done:
             self.kill()
-            raise DeviceTimeout(f"{self.serial}: {self.command[:60]!r} did not finish within {deadline_s:g} s "
-                                f"(deadline); it was stopped, output so far is kept", self.partial())
+            raise DeviceTimeout(
+                f"{self.serial}: {self.command[:60]!r} did not finish within {deadline_s:g} s "
+                f"(deadline); it was stopped, output so far is kept",
+                self.partial(),
+            )
         if self._lost:
             raise DeviceDisconnected(self._lost, self.partial())
         assert self.exit_code is not None
@@ -112,11 +128,20 @@ class DeviceProcess:
 class LocalProcess(DeviceProcess):
     def __init__(self, argv: list[str], cpus: set[int] | None, command: str) -> None:
         super().__init__("local", command)
-        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      start_new_session=True,
-                                      preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
-        threading.Thread(target=self._pump, args=(self._proc.stdout, self._feed_out), daemon=True).start()
-        self._err_thread = threading.Thread(target=self._pump, args=(self._proc.stderr, self._feed_err), daemon=True)
+        self._proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
+        threading.Thread(
+            target=self._pump, args=(self._proc.stdout, self._feed_out), daemon=True
+        ).start()
+        self._err_thread = threading.Thread(
+            target=self._pump, args=(self._proc.stderr, self._feed_err), daemon=True
+        )
         self._err_thread.start()
 
     def _pump(self, src: IO[bytes], feed) -> None:  # type: ignore[no-untyped-def]
@@ -162,8 +187,11 @@ class AdbProcess(DeviceProcess):
             while True:
                 chunk = self._sock.recv(65536)
                 if not chunk:
-                    self._finish(None, f"phone {self.serial} disconnected while running {self.command[:60]!r}; "
-                                       f"output so far is kept -- check the cable and `as2d devices`")
+                    self._finish(
+                        None,
+                        f"phone {self.serial} disconnected while running {self.command[:60]!r}; "
+                        f"output so far is kept -- check the cable and `as2d devices`",
+                    )
                     return
                 buf += chunk
                 for kind, data in take_packets(buf):
@@ -177,8 +205,11 @@ class AdbProcess(DeviceProcess):
                         return
         except OSError as exc:
             if not self._eof:
-                self._finish(None, f"phone {self.serial} disconnected while running {self.command[:60]!r} ({exc}); "
-                                   f"output so far is kept")
+                self._finish(
+                    None,
+                    f"phone {self.serial} disconnected while running {self.command[:60]!r} ({exc}); "
+                    f"output so far is kept",
+                )
 
     def _on_close(self) -> None:
         with self._send_lock:  # reader and caller may both close; adbutils' close is not idempotent
@@ -195,8 +226,10 @@ class AdbProcess(DeviceProcess):
             try:
                 self._sock.sendall(bytes([kind]) + struct.pack("<I", len(data)) + data)
             except OSError as exc:
-                raise DeviceDisconnected(f"phone {self.serial}: cannot write to {self.command[:60]!r} ({exc})",
-                                         self.partial()) from None
+                raise DeviceDisconnected(
+                    f"phone {self.serial}: cannot write to {self.command[:60]!r} ({exc})",
+                    self.partial(),
+                ) from None
 
     def write(self, data: bytes) -> None:
         for start in range(0, len(data), 65536):

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from as2d_cli.errors import DeviceError, UserError
-from device_agents.adb_phone import STATE_ADVICE, AdbPhone, _server_up, _state_error, adb_port, list_attached
+from device_agents.adb_phone import (
+    STATE_ADVICE,
+    AdbPhone,
+    _server_up,
+    _state_error,
+    adb_port,
+    list_attached,
+)
 from device_agents import phones
 from device_agents.base import Device, Facts
 from device_agents.local import LocalHost
@@ -30,10 +37,14 @@ def resolve_phone(name: str, port: int | None = None) -> Device:
     key = phones.canonical(name)
     if not _server_up(port):
         if key is None and not _looks_like_serial(name):
-            raise UserError(f"unknown --phone {name!r}: use one of {known_names()} or the serial of an "
-                            f"attached phone (see `as2d devices`)")
-        raise UserError(f"--phone {name}: no adb server runs on port {port}; start it with `adb start-server` "
-                        f"(or set ANDROID_ADB_SERVER_PORT), attach the phone, and check `as2d devices`")
+            raise UserError(
+                f"unknown --phone {name!r}: use one of {known_names()} or the serial of an "
+                f"attached phone (see `as2d devices`)"
+            )
+        raise UserError(
+            f"--phone {name}: no adb server runs on port {port}; start it with `adb start-server` "
+            f"(or set ANDROID_ADB_SERVER_PORT), attach the phone, and check `as2d devices`"
+        )
     attached = list_attached(port)
     if key is not None:
         known = phones.KNOWN_PHONES[key]
@@ -42,25 +53,33 @@ def resolve_phone(name: str, port: int | None = None) -> Device:
             if a.state != "device":
                 seen.append(f"{a.serial} ({a.state})")
                 continue
-            model = AdbPhone(a.serial, port).shell(["getprop", "ro.product.model"], 10).stdout.strip()
+            model = (
+                AdbPhone(a.serial, port).shell(["getprop", "ro.product.model"], 10).stdout.strip()
+            )
             seen.append(f"{a.serial} ({model or 'unknown model'})")
             if model == known.model_id:
                 matches.append(a.serial)
         if len(matches) == 1:
             return AdbPhone(matches[0], port)
         if len(matches) > 1:
-            raise UserError(f"--phone {name}: several attached phones are a {known.marketing_name} "
-                            f"({', '.join(matches)}); pass one serial with --phone SERIAL")
-        raise UserError(f"--phone {name}: no attached phone is a {known.marketing_name} (model {known.model_id}); "
-                        f"attached: {', '.join(seen) or 'none'} -- see `as2d devices`")
+            raise UserError(
+                f"--phone {name}: several attached phones are a {known.marketing_name} "
+                f"({', '.join(matches)}); pass one serial with --phone SERIAL"
+            )
+        raise UserError(
+            f"--phone {name}: no attached phone is a {known.marketing_name} (model {known.model_id}); "
+            f"attached: {', '.join(seen) or 'none'} -- see `as2d devices`"
+        )
     for a in attached:
         if a.serial == name:
             if a.state != "device":
                 raise _state_error(a.serial, a.state)
             return AdbPhone(a.serial, port)
     serials = ", ".join(a.serial for a in attached) or "none"
-    raise UserError(f"unknown --phone {name!r}: use one of {known_names()} or the serial of an attached "
-                    f"phone (attached: {serials})")
+    raise UserError(
+        f"unknown --phone {name!r}: use one of {known_names()} or the serial of an attached "
+        f"phone (attached: {serials})"
+    )
 
 
 @dataclass
@@ -75,9 +94,15 @@ class DeviceListing:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"serial": self.serial, "kind": self.kind, "state": self.state, "known_as": self.known_as,
-                "advice": self.advice, "error": self.error,
-                "facts": self.facts.to_dict() if self.facts else None}
+        return {
+            "serial": self.serial,
+            "kind": self.kind,
+            "state": self.state,
+            "known_as": self.known_as,
+            "advice": self.advice,
+            "error": self.error,
+            "facts": self.facts.to_dict() if self.facts else None,
+        }
 
 
 def discover(port: int | None = None, include_local: bool = True) -> list[DeviceListing]:

@@ -42,7 +42,9 @@ def _ms(t0: int) -> float:
     return (time.perf_counter_ns() - t0) / 1e6
 
 
-def greedy_reference(target: Any, audio: np.ndarray, length: int, language: str | None = None) -> tuple[list[int], bool]:
+def greedy_reference(
+    target: Any, audio: np.ndarray, length: int, language: str | None = None
+) -> tuple[list[int], bool]:
     """The target's greedy tokens (first included), extended past EOS by repetition so a
     sweep can reach deep offsets; the flag says whether it was extended."""
     from as2d_cli.models.target import greedy_decode
@@ -68,7 +70,13 @@ def _place(target: Any, ref: Sequence[int], offset: int) -> None:
 class _BackgroundProducer:
     """The drafter source running continuously on its own core (restarted when it ends)."""
 
-    def __init__(self, models: Any, audio: np.ndarray, cores: Sequence[int] | None, language: str | None = None) -> None:
+    def __init__(
+        self,
+        models: Any,
+        audio: np.ndarray,
+        cores: Sequence[int] | None,
+        language: str | None = None,
+    ) -> None:
         self.models, self.audio, self.cores, self.language = models, audio, cores, language
         self.stop = threading.Event()
         self.steps: list[float] = []
@@ -95,7 +103,15 @@ class _BackgroundProducer:
         from native.producer_process import ProcessProducer
 
         while not self.stop.is_set():
-            worker.arm("drafter", self.audio, 10_000, "autoregressive", 8, self.models.shared_hidden(), self.language)
+            worker.arm(
+                "drafter",
+                self.audio,
+                10_000,
+                "autoregressive",
+                8,
+                self.models.shared_hidden(),
+                self.language,
+            )
             p = ProcessProducer(worker, CandidateBuffer("drafter"), WallClock())
             p.start()
             self.busy.set()
@@ -115,7 +131,9 @@ class _BackgroundProducer:
         self.thread.join()
 
 
-def probe_verify(runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None) -> Iterator[dict]:
+def probe_verify(
+    runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None
+) -> Iterator[dict]:
     target = runner.models.target
     widths = [int(k) for k in cmd.get("widths", range(1, 17))]
     offsets = [int(o) for o in cmd.get("offsets", (0, 64, 128))]
@@ -124,10 +142,16 @@ def probe_verify(runner: Any, cmd: dict, audio: np.ndarray, language: str | None
         raise ProtocolError(f"widths must lie in 1..{MAX_CALL}")
     need = max(offsets) + max(widths) + 1
     if need > target.max_length:
-        raise ProtocolError(f"offset {max(offsets)} + width {max(widths)} exceeds the target's {target.max_length} positions")
+        raise ProtocolError(
+            f"offset {max(offsets)} + width {max(widths)} exceeds the target's {target.max_length} positions"
+        )
     ref, extended = greedy_reference(target, audio, need, language)
     concurrent = bool(cmd.get("producer", False))
-    bg = _BackgroundProducer(runner.models, audio, runner.producer_cores, language) if concurrent else None
+    bg = (
+        _BackgroundProducer(runner.models, audio, runner.producer_cores, language)
+        if concurrent
+        else None
+    )
     if bg is not None:
         bg.__enter__()
     try:
@@ -142,8 +166,16 @@ def probe_verify(runner: Any, cmd: dict, audio: np.ndarray, language: str | None
                     ok = extended or list(out[:-1]) == list(ref[offset + 1 : offset + k])
                     target.rollback(offset)
                     if rep >= warmup:
-                        yield {"figure": f"verify.K{k}", "width": k, "offset": offset, "rep": rep - warmup, "ms": ms,
-                               "concurrent": concurrent, "checked": not extended, "top1_ok": bool(ok)}
+                        yield {
+                            "figure": f"verify.K{k}",
+                            "width": k,
+                            "offset": offset,
+                            "rep": rep - warmup,
+                            "ms": ms,
+                            "concurrent": concurrent,
+                            "checked": not extended,
+                            "top1_ok": bool(ok),
+                        }
     finally:
         if bg is not None:
             bg.__exit__()
@@ -151,7 +183,9 @@ def probe_verify(runner: Any, cmd: dict, audio: np.ndarray, language: str | None
                 yield {"figure": "sources.drafter.step_concurrent", "ms": ms, "rep": i}
 
 
-def probe_target_step(runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None) -> Iterator[dict]:
+def probe_target_step(
+    runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None
+) -> Iterator[dict]:
     """Target-only rounds as the decode clock charges them: the engine's scalar step
     (the target call plus its commit/rollback bookkeeping), along a whole greedy decode so
     long contexts are sampled too; a new decode starts at EOS."""
@@ -161,10 +195,22 @@ def probe_target_step(runner: Any, cmd: dict, audio: np.ndarray, language: str |
     while i < reps:
         first = target.start(audio, language)
         clock = WallClock()
-        ep = Episode(TargetOnly(), target, first, eos_id=target.eos_id, max_tokens=target.max_length, clock=clock)
+        ep = Episode(
+            TargetOnly(),
+            target,
+            first,
+            eos_id=target.eos_id,
+            max_tokens=target.max_length,
+            clock=clock,
+        )
         while not ep.done and i < reps:
             rec = ep.step()
-            yield {"figure": "target_step", "ms": (rec.end - rec.start) / 1e6, "rep": i, "position": len(ep.tokens) - 2}
+            yield {
+                "figure": "target_step",
+                "ms": (rec.end - rec.start) / 1e6,
+                "rep": i,
+                "position": len(ep.tokens) - 2,
+            }
             i += 1
         if ep.done and len(ep.tokens) <= 1:
             break
@@ -175,7 +221,9 @@ def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> It
     if name not in ("drafter", "ctc"):
         raise ProtocolError("source must be 'drafter' or 'ctc'")
     if name == "ctc" and not runner.models.ctc_eligible(language):
-        raise ProtocolError(f"the ctc source does not serve language {language!r}; calibrate it on an English window")
+        raise ProtocolError(
+            f"the ctc source does not serve language {language!r}; calibrate it on an English window"
+        )
     if name == "drafter" and runner.models.drafter_reads_target_encoder:
         # As in a request: the target's prefill (outside any clock) encodes the audio whose
         # states a drafter sharing the target's encoder reads; its startup is the projection.
@@ -192,14 +240,22 @@ def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> It
         unit = src.step()
         if unit is None:
             break
-        yield {"figure": f"sources.{name}.{figure}", "ms": _ms(t0), "rep": i, "tokens": len(unit), "position": i}
+        yield {
+            "figure": f"sources.{name}.{figure}",
+            "ms": _ms(t0),
+            "rep": i,
+            "tokens": len(unit),
+            "position": i,
+        }
         t0 = time.perf_counter_ns()
         buf.publish([t for t, _ in unit], i, None)
         yield {"figure": f"sources.{name}.publish", "ms": _ms(t0), "rep": i}
         i += 1
 
 
-def probe_drafter(runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None) -> Iterator[dict]:
+def probe_drafter(
+    runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None
+) -> Iterator[dict]:
     from as2d_cli.models.session import softmax_max
 
     target, drafter = runner.models.target, runner.models.drafter
@@ -240,7 +296,9 @@ def probe_drafter(runner: Any, cmd: dict, audio: np.ndarray, language: str | Non
                 yield {"figure": f"drafter.refresh.K{w}", "width": w, "ms": _ms(t0), "rep": rep - 1}
 
 
-def probe_loop(runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None) -> Iterator[dict]:
+def probe_loop(
+    runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None
+) -> Iterator[dict]:
     """Serial SD rounds: each round's wall time with its drafter forwards and width; the
     host subtracts the fitted drafting and verification costs (what remains is the loop
     residual the replay charges per serial round)."""
@@ -251,14 +309,29 @@ def probe_loop(runner: Any, cmd: dict, audio: np.ndarray, language: str | None =
         first = target.start(audio, language)
         drafter.start(audio, None, language)
         clock = WallClock()
-        ep = Episode(StandardSD(k), target, first, eos_id=target.eos_id, max_tokens=int(cmd.get("max_tokens", 96)),
-                     clock=clock, drafter=drafter)
+        ep = Episode(
+            StandardSD(k),
+            target,
+            first,
+            eos_id=target.eos_id,
+            max_tokens=int(cmd.get("max_tokens", 96)),
+            clock=clock,
+            drafter=drafter,
+        )
         while not ep.done:
             cache = len(ep.tokens) - 1
             rec = ep.step()
-            yield {"figure": "loop_round", "ms": (rec.end - rec.start) / 1e6, "rep": rep, "round": rec.index,
-                   "width": rec.width, "forwards": rec.drafted + rec.catch_up, "drafted": rec.drafted,
-                   "catch_up": rec.catch_up, "position": cache}
+            yield {
+                "figure": "loop_round",
+                "ms": (rec.end - rec.start) / 1e6,
+                "rep": rep,
+                "round": rec.index,
+                "width": rec.width,
+                "forwards": rec.drafted + rec.catch_up,
+                "drafted": rec.drafted,
+                "catch_up": rec.catch_up,
+                "position": cache,
+            }
 
 
 EPISODE_METHODS = (
@@ -290,19 +363,38 @@ def episode_samples(tag: str, res: dict, rep: int) -> Iterator[dict]:
     for e in ops:
         while j + 1 < len(starts) and starts[j + 1][0] <= e["t_ns"]:
             j += 1
-        yield {"figure": f"loop.{tag}.{e['op']}", "ms": (e["end_ns"] - e["t_ns"]) / 1e6, "rep": rep,
-               "width": e.get("width", 0), "count": e.get("count", 0), "catch_up": e.get("catch_up", 0),
-               "rows": e.get("rows", 0), "position": starts[j][2] if starts else 0,
-               "concurrent": e["t_ns"] < finished}
+        yield {
+            "figure": f"loop.{tag}.{e['op']}",
+            "ms": (e["end_ns"] - e["t_ns"]) / 1e6,
+            "rep": rep,
+            "width": e.get("width", 0),
+            "count": e.get("count", 0),
+            "catch_up": e.get("catch_up", 0),
+            "rows": e.get("rows", 0),
+            "position": starts[j][2] if starts else 0,
+            "concurrent": e["t_ns"] < finished,
+        }
     steps = [e for e in res["events"] if e["op"] == "source_step"]
     for i, e in enumerate(steps):
-        yield {"figure": f"loop.{tag}.source_step", "ms": (e["end_ns"] - e["t_ns"]) / 1e6, "rep": rep,
-               "index": i, "tokens": e.get("tokens", 0), "concurrent": e["t_ns"] < target_end,
-               "end_ms": e["end_ns"] / 1e6}  # on the decode clock: what the first publication waits for
+        yield {
+            "figure": f"loop.{tag}.source_step",
+            "ms": (e["end_ns"] - e["t_ns"]) / 1e6,
+            "rep": rep,
+            "index": i,
+            "tokens": e.get("tokens", 0),
+            "concurrent": e["t_ns"] < target_end,
+            "end_ms": e["end_ns"] / 1e6,
+        }  # on the decode clock: what the first publication waits for
     # The target's time no op accounts for (the decode loop between and around calls).
     busy = sum(e["end_ns"] - e["t_ns"] for e in ops if e["t_ns"] < target_end)
-    yield {"figure": f"loop.{tag}.episode", "ms": target_end / 1e6, "rep": rep, "rounds": len(rounds),
-           "unaccounted_ms": (target_end - busy) / 1e6, "tokens": res["n_tokens"]}
+    yield {
+        "figure": f"loop.{tag}.episode",
+        "ms": target_end / 1e6,
+        "rep": rep,
+        "rounds": len(rounds),
+        "unaccounted_ms": (target_end - busy) / 1e6,
+        "tokens": res["n_tokens"],
+    }
 
 
 def probe_episodes(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
@@ -314,18 +406,29 @@ def probe_episodes(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> 
 
     specs_all = cmd.get("methods") or list(EPISODE_METHODS)
     windows = [cmd.get("window"), *[w for w in cmd.get("windows", []) if w != cmd.get("window")]]
-    loaded = [(w, audio, language) if i == 0 else (w, *runner._audio({"window": w})) for i, w in enumerate(windows)]
+    loaded = [
+        (w, audio, language) if i == 0 else (w, *runner._audio({"window": w}))
+        for i, w in enumerate(windows)
+    ]
     reps = int(cmd.get("reps", 2))
     n = 0
     for rep in range(-1, reps):  # rep −1: an unrecorded warm-up of every method on every window
         for w, au, lang in loaded:
-            specs = [s for s in specs_all if s.get("source") != "ctc" or runner.models.ctc_eligible(lang)]
+            specs = [
+                s for s in specs_all if s.get("source") != "ctc" or runner.models.ctc_eligible(lang)
+            ]
             k = n % len(specs)  # a rotating order, as native evaluation runs them
             n += 1
             for spec in specs[k:] + specs[:k]:
                 s = decode_settings({**spec, "window": w, "events": True})
-                res = run_request(runner.models, au, s, language=lang,
-                                  target_cores=runner.target_cores, producer_cores=runner.producer_cores)
+                res = run_request(
+                    runner.models,
+                    au,
+                    s,
+                    language=lang,
+                    target_cores=runner.target_cores,
+                    producer_cores=runner.producer_cores,
+                )
                 if rep >= 0:
                     for sample in episode_samples(episode_tag(spec), res, rep):
                         sample["window"] = w
@@ -346,4 +449,6 @@ def run_calibration_op(runner: Any, cmd: dict, audio: np.ndarray, language: str)
         return probe_loop(runner, cmd, audio, language)
     if what == "episodes":
         return probe_episodes(runner, cmd, audio, language)
-    raise ProtocolError(f"unknown calibration probe {what!r}; use verify, target_step, source, drafter, loop or episodes")
+    raise ProtocolError(
+        f"unknown calibration probe {what!r}; use verify, target_step, source, drafter, loop or episodes"
+    )

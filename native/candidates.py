@@ -23,15 +23,19 @@ def load_candidates(path: Path, vocab_size: int | None = None) -> list[dict]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{n}: not JSON ({exc.msg}); each line must be "
-                            '{"t_ms": <ms after the request>, "tokens": [<target token ids>]}') from None
+            raise UserError(
+                f"{path}:{n}: not JSON ({exc.msg}); each line must be "
+                '{"t_ms": <ms after the request>, "tokens": [<target token ids>]}'
+            ) from None
         try:
             t, toks = check_batch(obj, f"{path}:{n}")
         except ProtocolError as exc:
             raise UserError(str(exc)) from None
         if vocab_size is not None and any(tok >= vocab_size for tok in toks):
             bad = next(tok for tok in toks if tok >= vocab_size)
-            raise UserError(f"{path}:{n}: token {bad} is outside the target vocabulary (size {vocab_size})")
+            raise UserError(
+                f"{path}:{n}: token {bad} is outside the target vocabulary (size {vocab_size})"
+            )
         out.append({"t_ms": t, "tokens": toks})
     if not out:
         raise UserError(f"{path} holds no candidate batches")

@@ -40,7 +40,9 @@ def check(ev: dict[str, Any]) -> dict[str, Any]:
 
 class RunnerHandle(ABC):
     @abstractmethod
-    def call(self, cmd: dict[str, Any], on_event: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    def call(
+        self, cmd: dict[str, Any], on_event: Callable[[dict], None] | None = None
+    ) -> dict[str, Any]:
         """Send one command; return its terminal event (raising on an ``error`` event)."""
 
     def batch(self, cmds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -63,14 +65,23 @@ class RunnerHandle(ABC):
 class LocalRunner(RunnerHandle):
     """A runner process on this host, spoken to over pipes."""
 
-    def __init__(self, python: str | None = None, env: dict[str, str] | None = None, timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, python: str | None = None, env: dict[str, str] | None = None, timeout_s: float = 600.0
+    ) -> None:
         full_env = {**os.environ, **(env or {})}
-        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), full_env.get("PYTHONPATH")]))
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(PROJECT_ROOT), full_env.get("PYTHONPATH")])
+        )
         self.timeout_s = timeout_s
         self.proc = subprocess.Popen(
             [python or sys.executable, "-m", "native.runner"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-            env=full_env, cwd=str(PROJECT_ROOT),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            env=full_env,
+            cwd=str(PROJECT_ROOT),
         )
         self._stderr: list[str] = []
         threading.Thread(target=self._drain_stderr, daemon=True).start()
@@ -80,16 +91,22 @@ class LocalRunner(RunnerHandle):
         for line in self.proc.stderr:
             self._stderr.append(line)
 
-    def call(self, cmd: dict[str, Any], on_event: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    def call(
+        self, cmd: dict[str, Any], on_event: Callable[[dict], None] | None = None
+    ) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         if self.proc.poll() is not None:
-            raise RunnerError(f"the runner exited ({self.proc.returncode}): {''.join(self._stderr[-3:]).strip()}")
+            raise RunnerError(
+                f"the runner exited ({self.proc.returncode}): {''.join(self._stderr[-3:]).strip()}"
+            )
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
         while True:
             line = self.proc.stdout.readline()
             if not line:
-                raise RunnerError(f"the runner died during {cmd.get('op')!r}: {''.join(self._stderr[-3:]).strip()}")
+                raise RunnerError(
+                    f"the runner died during {cmd.get('op')!r}: {''.join(self._stderr[-3:]).strip()}"
+                )
             ev = json.loads(line)
             if on_event is not None:
                 on_event(ev)
@@ -124,10 +141,14 @@ class DeviceRunner(RunnerHandle):
         """Commands (hello, load) sent at the start of every batch."""
         self._prelude = list(cmds)
 
-    def call(self, cmd: dict[str, Any], on_event: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    def call(
+        self, cmd: dict[str, Any], on_event: Callable[[dict], None] | None = None
+    ) -> dict[str, Any]:
         return self.batch([cmd], on_event)[-1]
 
-    def batch(self, cmds: Sequence[dict[str, Any]], on_event: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
+    def batch(
+        self, cmds: Sequence[dict[str, Any]], on_event: Callable[[dict], None] | None = None
+    ) -> list[dict[str, Any]]:
         all_cmds = [*self._prelude, *cmds, {"op": "quit"}]
         with tempfile.TemporaryDirectory() as tmp, self.device.run_dir("runner") as rd:
             local_in = Path(tmp) / "commands.jsonl"
@@ -138,15 +159,23 @@ class DeviceRunner(RunnerHandle):
             windows = windows_in(all_cmds)
             if windows:  # only the windows this batch reads
                 env["AS2D_CORPUS"] = push_windows(self.device, rd, windows)
-            line = self.launcher.command(["-m", "native.runner", "--commands", remote_in, "--out", remote_out], rd, env)
+            line = self.launcher.command(
+                ["-m", "native.runner", "--commands", remote_in, "--out", remote_out], rd, env
+            )
             res = self.device.shell(line, deadline_s=self.deadline_s)
             local_out = Path(tmp) / "events.jsonl"
             try:
                 self.device.pull(remote_out, local_out)
             except DeviceError as exc:
-                raise RunnerError(f"{self.device.serial}: the runner wrote no events ({exc}); "
-                                  f"its output: {res.stdout[-300:]}{res.stderr[-300:]}") from None
-            events = [json.loads(x) for x in local_out.read_text(encoding="utf-8").splitlines() if x.strip()]
+                raise RunnerError(
+                    f"{self.device.serial}: the runner wrote no events ({exc}); "
+                    f"its output: {res.stdout[-300:]}{res.stderr[-300:]}"
+                ) from None
+            events = [
+                json.loads(x)
+                for x in local_out.read_text(encoding="utf-8").splitlines()
+                if x.strip()
+            ]
         n_pre = len(self._prelude)
         terminal: list[dict[str, Any]] = []
         for e in events:
@@ -156,19 +185,34 @@ class DeviceRunner(RunnerHandle):
             if is_terminal:
                 terminal.append(check(e))
         if len(terminal) < n_pre + len(cmds):
-            raise RunnerError(f"{self.device.serial}: the runner stopped after {len(terminal)} of "
-                              f"{n_pre + len(cmds)} commands")
+            raise RunnerError(
+                f"{self.device.serial}: the runner stopped after {len(terminal)} of "
+                f"{n_pre + len(cmds)} commands"
+            )
         return terminal[n_pre:]
 
 
-def open_runner(device: Any, models: str | None = None, *, target_cores: list[int] | None = None,
-                producer_cores: list[int] | None = None, launcher: "Launcher | None" = None,
-                task: str | None = None, language: str | None = None) -> RunnerHandle:
+def open_runner(
+    device: Any,
+    models: str | None = None,
+    *,
+    target_cores: list[int] | None = None,
+    producer_cores: list[int] | None = None,
+    launcher: "Launcher | None" = None,
+    task: str | None = None,
+    language: str | None = None,
+) -> RunnerHandle:
     """A runner for ``device`` with models loaded (``models``: a model pair folder on this
     host, default the bundled pair): pipes locally; on a phone, file-mode batches started by
     ``launcher`` (default: :func:`native.launch.choose_launcher`), which carries the pair."""
-    load = {"op": "load", "models": None if models is None else str(Path(models).resolve()),
-            "target_cores": target_cores, "producer_cores": producer_cores, "task": task, "language": language}
+    load = {
+        "op": "load",
+        "models": None if models is None else str(Path(models).resolve()),
+        "target_cores": target_cores,
+        "producer_cores": producer_cores,
+        "task": task,
+        "language": language,
+    }
     if getattr(device, "kind", "local") == "local":
         r = LocalRunner()
         r.call({"op": "hello"})

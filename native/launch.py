@@ -50,8 +50,10 @@ RUNTIMES = ("auto", "python", "bundle")
 RUNTIME_ENV = "AS2D_PHONE_RUNTIME"
 FIXED_MTIME = 1577836800  # reproducible archives: same files, same bytes
 # One round trip: does the device's python3 have what the runner imports?
-PROBE = ("python3 -c 'import sys, numpy, onnxruntime, tokenizers, soundfile; "
-         "print(\"as2d-python\", sys.version_info[0], sys.version_info[1])'")
+PROBE = (
+    "python3 -c 'import sys, numpy, onnxruntime, tokenizers, soundfile; "
+    'print("as2d-python", sys.version_info[0], sys.version_info[1])\''
+)
 
 
 # ---------------------------------------------------------------------------- launchers
@@ -71,7 +73,11 @@ class Launcher(ABC):
 
 
 def _exports(env: Mapping[str, str]) -> str:
-    return "export " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())) if env else "true"
+    return (
+        "export " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
+        if env
+        else "true"
+    )
 
 
 @dataclass(frozen=True)
@@ -94,12 +100,23 @@ class PythonPayloadLauncher(Launcher):
         return posixpath.join(posixpath.relpath(self.models_dir, self.area), "models")
 
     def command(self, args: Sequence[str], run_dir: str, env: Mapping[str, str]) -> str:
-        full = {"PYTHONPATH": posixpath.join(self.app, "app"), "HOME": run_dir, "TMPDIR": run_dir,
-                "PYTHONNOUSERSITE": "1", **env}
-        return f"cd {shlex.quote(self.area)} && {_exports(full)} && python3 {shlex.join(list(args))}"
+        full = {
+            "PYTHONPATH": posixpath.join(self.app, "app"),
+            "HOME": run_dir,
+            "TMPDIR": run_dir,
+            "PYTHONNOUSERSITE": "1",
+            **env,
+        }
+        return (
+            f"cd {shlex.quote(self.area)} && {_exports(full)} && python3 {shlex.join(list(args))}"
+        )
 
     def describe(self) -> str:
-        how = f"pushed {' and '.join(self.pushed)} in {self.push_seconds:.1f} s" if self.pushed else "already there"
+        how = (
+            f"pushed {' and '.join(self.pushed)} in {self.push_seconds:.1f} s"
+            if self.pushed
+            else "already there"
+        )
         return f"{self.serial}: python3 on the runner payload in {self.area} ({how})"
 
 
@@ -115,23 +132,35 @@ class BundleLauncher(Launcher):
         return f"{_exports(env)} && {self.deployed.command(list(args), run_dir)}"
 
     def describe(self) -> str:
-        how = f"pushed in {self.deployed.push_seconds:.1f} s" if self.deployed.pushed else "already there"
+        how = (
+            f"pushed in {self.deployed.push_seconds:.1f} s"
+            if self.deployed.pushed
+            else "already there"
+        )
         return f"{self.deployed.serial}: arm64 bundle {self.deployed.path} ({how})"
 
 
-def choose_launcher(device: Any, models_dir: Path | str | None = None, runtime: str | None = None) -> Launcher:
+def choose_launcher(
+    device: Any, models_dir: Path | str | None = None, runtime: str | None = None
+) -> Launcher:
     """The launch strategy for ``device``: ``runtime`` (or $AS2D_PHONE_RUNTIME) ``python``,
     ``bundle`` or ``auto`` (python when the device's python3 can run the runner, else the bundle)."""
     runtime = runtime or os.environ.get(RUNTIME_ENV) or "auto"
     if runtime not in RUNTIMES:
-        raise UserError(f"{RUNTIME_ENV}={runtime!r} is not a runtime; use one of {', '.join(RUNTIMES)}")
+        raise UserError(
+            f"{RUNTIME_ENV}={runtime!r} is not a runtime; use one of {', '.join(RUNTIMES)}"
+        )
     if runtime in ("auto", "python"):
         usable, why = probe_python(device)
         if usable:
-            return deploy_payload(device, *build_payload(None if models_dir is None else Path(models_dir)))
+            return deploy_payload(
+                device, *build_payload(None if models_dir is None else Path(models_dir))
+            )
         if runtime == "python":
-            raise DeviceError(f"{device.serial}: no usable python3 on the device ({why}); "
-                              f"unset {RUNTIME_ENV} to use the arm64 bundle")
+            raise DeviceError(
+                f"{device.serial}: no usable python3 on the device ({why}); "
+                f"unset {RUNTIME_ENV} to use the arm64 bundle"
+            )
     from as2d_cli.bundle.deploy import ensure_deployed
 
     if models_dir is None:
@@ -141,7 +170,9 @@ def choose_launcher(device: Any, models_dir: Path | str | None = None, runtime: 
     from native.request import PACKAGE_PREFIX
 
     deployed = ensure_deployed(device, models=Path(models_dir))
-    return BundleLauncher(deployed, models=PACKAGE_PREFIX + pair_folder(Path(models_dir)).removeprefix("as2d_cli/"))
+    return BundleLauncher(
+        deployed, models=PACKAGE_PREFIX + pair_folder(Path(models_dir)).removeprefix("as2d_cli/")
+    )
 
 
 def probe_python(device: Any) -> tuple[bool, str]:
@@ -149,7 +180,12 @@ def probe_python(device: Any) -> tuple[bool, str]:
     res = device.shell(PROBE, deadline_s=120)
     for line in res.stdout.splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[0] == "as2d-python" and parts[1].isdigit() and parts[2].isdigit():
+        if (
+            len(parts) == 3
+            and parts[0] == "as2d-python"
+            and parts[1].isdigit()
+            and parts[2].isdigit()
+        ):
             if (int(parts[1]), int(parts[2])) >= (3, 11):
                 return True, f"python {parts[1]}.{parts[2]}"
             return False, f"python3 is {parts[1]}.{parts[2]}, the runner needs 3.11 or newer"
@@ -174,14 +210,20 @@ def app_files(root: Path = PROJECT_ROOT) -> list[tuple[str, Path]]:
     for pkg in PACKAGES:
         for f in sorted((root / pkg).rglob("*")):
             rel = f.relative_to(root).as_posix()
-            if (not f.is_file() or "__pycache__" in f.parts or f.suffix == ".pyc"
-                    or any(rel == e or rel.startswith(e + "/") for e in EXCLUDED)):
+            if (
+                not f.is_file()
+                or "__pycache__" in f.parts
+                or f.suffix == ".pyc"
+                or any(rel == e or rel.startswith(e + "/") for e in EXCLUDED)
+            ):
                 continue
             out.append((f"app/{rel}", f))
     return out
 
 
-def model_files(models_dir: Path | None = None, cache: Path | None = None) -> list[tuple[str, Path]]:
+def model_files(
+    models_dir: Path | None = None, cache: Path | None = None
+) -> list[tuple[str, Path]]:
     """``models/<file>`` for the model pair (default: the bundled one, as2d_cli/assets/models),
     after checking every file against models.json. An imported pair goes as one
     self-contained folder: its referenced files under ``models/<model>/`` and its manifest
@@ -216,8 +258,14 @@ KEEP_ARCHIVES = 2  # per part: the current one and the one before (switching bac
 def pack_part(kind: str, files: list[tuple[str, Path]], cache: Path | None = None) -> Payload:
     """One payload part, packed once per content hash into the payload cache (older
     archives of the same part beyond the last KEEP_ARCHIVES are deleted)."""
-    manifest = {"schema": PAYLOAD_SCHEMA, "version": PAYLOAD_VERSION, "kind": kind, "toolkit": __version__,
-                "python": ">=3.11", "files": {name: sha256_file(path) for name, path in files}}
+    manifest = {
+        "schema": PAYLOAD_SCHEMA,
+        "version": PAYLOAD_VERSION,
+        "kind": kind,
+        "toolkit": __version__,
+        "python": ">=3.11",
+        "files": {name: sha256_file(path) for name, path in files},
+    }
     canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
     digest = hashlib.sha256(canonical).hexdigest()
     root = cache or cache_dir()
@@ -245,20 +293,29 @@ def _lead_member(archive: Path) -> bytes | None:
     return None
 
 
-def build_payload(models_dir: Path | None = None, cache: Path | None = None,
-                  root: Path = PROJECT_ROOT) -> tuple[Payload, Payload]:
+def build_payload(
+    models_dir: Path | None = None, cache: Path | None = None, root: Path = PROJECT_ROOT
+) -> tuple[Payload, Payload]:
     """The runner payload for this checkout: (code, models). Two parts, so a code change
     pushes ~0.2 MB and the ~50 MB of models go to a phone once per model version."""
-    return pack_part("app", app_files(root), cache), pack_part("models", model_files(models_dir, cache), cache)
+    return pack_part("app", app_files(root), cache), pack_part(
+        "models", model_files(models_dir, cache), cache
+    )
 
 
-def _pack(out: Path, manifest: bytes, files: list[tuple[str, Path]], hashes: dict[str, str]) -> None:
+def _pack(
+    out: Path, manifest: bytes, files: list[tuple[str, Path]], hashes: dict[str, str]
+) -> None:
     """A reproducible .tar.gz: payload.json first, then the files in order (level 1:
     ONNX weights barely compress). Written aside and renamed, so a crash leaves no archive."""
     tmp = out.with_name(f"{out.name}.{os.getpid()}.partial")
     try:
-        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=1, mtime=0) as gz, \
-                tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        with (
+            open(tmp, "wb") as raw,
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=1, mtime=0) as gz,
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar,
+        ):
+
             def add(name: str, data: io.BytesIO, size: int) -> None:
                 info = tarfile.TarInfo(name)
                 info.size, info.mtime, info.mode = size, FIXED_MTIME, 0o644
@@ -268,8 +325,10 @@ def _pack(out: Path, manifest: bytes, files: list[tuple[str, Path]], hashes: dic
             for name, path in files:
                 data = path.read_bytes()
                 if hashlib.sha256(data).hexdigest() != hashes[name]:
-                    raise UserError(f"{path} changed while the runner payload was being packed "
-                                    "(models being retrained?); retry when it is stable")
+                    raise UserError(
+                        f"{path} changed while the runner payload was being packed "
+                        "(models being retrained?); retry when it is stable"
+                    )
                 add(name, io.BytesIO(data), len(data))
         tmp.replace(out)
     finally:
@@ -291,18 +350,28 @@ def deploy_part(device: Any, part: Payload, deadline_s: float = 900.0) -> tuple[
         return target, False
     remote = posixpath.join(area, f"{part.kind}.tar.gz")
     q = shlex.quote
-    stale = [posixpath.join(area, n) for n in device.list_dir(area) if n.startswith(f"{part.kind}-")]
+    stale = [
+        posixpath.join(area, n) for n in device.list_dir(area) if n.startswith(f"{part.kind}-")
+    ]
     if stale:
-        device.shell(["rm", "-rf", *stale], deadline_s=120).check(f"removing the old runner {part.kind} in {area}")
+        device.shell(["rm", "-rf", *stale], deadline_s=120).check(
+            f"removing the old runner {part.kind} in {area}"
+        )
     device.shell(["mkdir", "-p", target], deadline_s=30).check(f"creating {target}")
     device.push(part.archive, remote, deadline_s=deadline_s)
     # The marker is written only when the unpack succeeded, so its presence proves a whole part.
-    device.shell(f"python3 -m tarfile -e {q(remote)} {q(target)} && rm -f {q(remote)} && "
-                 f"echo {q(part.digest)} > {q(marker)}", deadline_s=deadline_s
-                 ).check(f"unpacking the runner {part.kind} into {target} (needs ~{_mib(part)} MiB free under {area})")
+    device.shell(
+        f"python3 -m tarfile -e {q(remote)} {q(target)} && rm -f {q(remote)} && "
+        f"echo {q(part.digest)} > {q(marker)}",
+        deadline_s=deadline_s,
+    ).check(
+        f"unpacking the runner {part.kind} into {target} (needs ~{_mib(part)} MiB free under {area})"
+    )
     if (device.read_files([marker]).get(marker) or "").strip() != part.digest:
-        raise DeviceError(f"{device.serial}: the runner {part.kind} in {target} is incomplete after unpacking; "
-                          f"check free space under {device.run_root()} and retry")
+        raise DeviceError(
+            f"{device.serial}: the runner {part.kind} in {target} is incomplete after unpacking; "
+            f"check free space under {device.run_root()} and retry"
+        )
     return target, True
 
 
@@ -314,8 +383,14 @@ def deploy_payload(device: Any, app: Payload, models: Payload) -> PythonPayloadL
     app_path, app_pushed = deploy_part(device, app)
     models_path, models_pushed = deploy_part(device, models)
     pushed = tuple(k for k, p in (("app", app_pushed), ("models", models_pushed)) if p)
-    return PythonPayloadLauncher(device.serial, runtime_area(device), app_path, models_path, pushed,
-                                 time.monotonic() - start if pushed else 0.0)
+    return PythonPayloadLauncher(
+        device.serial,
+        runtime_area(device),
+        app_path,
+        models_path,
+        pushed,
+        time.monotonic() - start if pushed else 0.0,
+    )
 
 
 def _mib(part: Payload) -> int:
@@ -342,7 +417,9 @@ def windows_in(cmds: Iterable[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def push_windows(device: Any, run_dir: str, ids: Sequence[str], corpus_dir: Path | None = None) -> str:
+def push_windows(
+    device: Any, run_dir: str, ids: Sequence[str], corpus_dir: Path | None = None
+) -> str:
     """Push a corpus holding only ``ids`` (manifest + their audio) into ``run_dir/corpus``;
     return that directory (the value for AS2D_CORPUS). An unknown id is one UserError
     naming it, before anything is pushed."""

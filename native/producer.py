@@ -19,7 +19,9 @@ from as2d_cli.engine import CandidateBuffer, WallClock
 def host_cpus(cores: Sequence[int]) -> set[int]:
     """The CPUs to pin to. On an emulated phone (``AS2D_EMULATED_CPUS`` lists the host CPUs
     behind it) phone CPU c runs on host CPU hosts[c % len(hosts)], as its taskset maps it."""
-    hosts = [int(c) for c in os.environ.get("AS2D_EMULATED_CPUS", "").split(",") if c.strip().isdigit()]
+    hosts = [
+        int(c) for c in os.environ.get("AS2D_EMULATED_CPUS", "").split(",") if c.strip().isdigit()
+    ]
     return {hosts[c % len(hosts)] for c in cores} if hosts else set(cores)
 
 
@@ -126,7 +128,9 @@ def source_units(source: Any) -> Iterator[list[tuple[int, float | None]]]:
         yield list(unit)
 
 
-def external_units(batches: Sequence[tuple[float, list[int]]]) -> tuple[list[list[tuple[int, None]]], list[float]]:
+def external_units(
+    batches: Sequence[tuple[float, list[int]]],
+) -> tuple[list[list[tuple[int, None]]], list[float]]:
     """External candidate batches (``t_ms`` after the request) as units and a schedule in ns."""
     ordered = sorted(batches, key=lambda b: b[0])
     return [[(int(t), None) for t in toks] for _, toks in ordered], [ms * 1e6 for ms, _ in ordered]

@@ -34,8 +34,15 @@ from as2d_cli.errors import UserError
 BLAS_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _worker(cmds: Connection, events: Connection, models_dir: str | None, threads: int,
-            cores: Sequence[int] | None, task: str | None = None, language: str | None = None) -> None:
+def _worker(
+    cmds: Connection,
+    events: Connection,
+    models_dir: str | None,
+    threads: int,
+    cores: Sequence[int] | None,
+    task: str | None = None,
+    language: str | None = None,
+) -> None:
     from as2d_cli.models.bundle import load_bundle
     from as2d_cli.models.loader import open_seq2seq
     from as2d_cli.models.sources import CtcSource, DrafterSource, open_ctc
@@ -43,7 +50,9 @@ def _worker(cmds: Connection, events: Connection, models_dir: str | None, thread
 
     pinned = pin_current_thread(cores)
     try:
-        bundle = load_bundle(models_dir, check_hashes=False, task=task, language=language)  # the runner checked them
+        bundle = load_bundle(
+            models_dir, check_hashes=False, task=task, language=language
+        )  # the runner checked them
         drafter = open_seq2seq(bundle, "drafter", threads)
         ctc: Any = None
     except BaseException as exc:  # reported to the runner, which falls back to a thread
@@ -65,7 +74,9 @@ def _worker(cmds: Connection, events: Connection, models_dir: str | None, thread
                 ctc = ctc or open_ctc(bundle, threads=threads)
                 units = source_units(CtcSource(ctc, audio))
             else:
-                units = source_units(DrafterSource(drafter, audio, limit, hidden=hidden, language=req_language))
+                units = source_units(
+                    DrafterSource(drafter, audio, limit, hidden=hidden, language=req_language)
+                )
         except BaseException as exc:
             events.send(("failed", f"{type(exc).__name__}: {exc}"))
             continue
@@ -104,7 +115,9 @@ class _StopRequested:
         return self.cmds.poll()
 
 
-def _serve(units: Any, kind: str, batch: int, origin: int, cmds: Connection, events: Connection) -> None:
+def _serve(
+    units: Any, kind: str, batch: int, origin: int, cmds: Connection, events: Connection
+) -> None:
     """:class:`native.producer.Producer`'s own loop, run in this process on the runner's
     decode clock; it stops after the unit in flight when the runner says so."""
     from native.producer import Producer
@@ -121,14 +134,23 @@ def _serve(units: Any, kind: str, batch: int, origin: int, cmds: Connection, eve
 class ProducerWorker:
     """The worker process and its two one-way pipes."""
 
-    def __init__(self, models_dir: str | None, threads: int, cores: Sequence[int] | None,
-                 task: str | None = None, language: str | None = None) -> None:
+    def __init__(
+        self,
+        models_dir: str | None,
+        threads: int,
+        cores: Sequence[int] | None,
+        task: str | None = None,
+        language: str | None = None,
+    ) -> None:
         ctx = mp.get_context("spawn")  # never fork a process holding ONNX Runtime threads
         cmd_r, self.cmds = ctx.Pipe(duplex=False)
         self.events, ev_w = ctx.Pipe(duplex=False)
-        self.process = ctx.Process(target=_worker, args=(cmd_r, ev_w, models_dir, threads, list(cores or []) or None,
-                                                         task, language),
-                                   name="as2d-producer", daemon=True)
+        self.process = ctx.Process(
+            target=_worker,
+            args=(cmd_r, ev_w, models_dir, threads, list(cores or []) or None, task, language),
+            name="as2d-producer",
+            daemon=True,
+        )
         # One BLAS thread in the worker: pinned to the producer core, a BLAS pool would spin
         # its threads on that one core (the log-mel's matrix product) and slow every step.
         saved = {k: os.environ.get(k) for k in BLAS_ENV}
@@ -158,12 +180,30 @@ class ProducerWorker:
     def alive(self) -> bool:
         return self.process.is_alive()
 
-    def arm(self, name: str, audio: np.ndarray, limit: int, kind: str, batch: int,
-            hidden: np.ndarray | None = None, language: str | None = None) -> None:
+    def arm(
+        self,
+        name: str,
+        audio: np.ndarray,
+        limit: int,
+        kind: str,
+        batch: int,
+        hidden: np.ndarray | None = None,
+        language: str | None = None,
+    ) -> None:
         """Hand one request's audio (and, for a drafter sharing the target's encoder, the
         target's encoder states for it) to the worker, before the decode clock starts."""
-        self.cmds.send(("request", name, np.ascontiguousarray(audio, dtype=np.float32), limit, kind, batch,
-                        None if hidden is None else np.ascontiguousarray(hidden, dtype=np.float32), language))
+        self.cmds.send(
+            (
+                "request",
+                name,
+                np.ascontiguousarray(audio, dtype=np.float32),
+                limit,
+                kind,
+                batch,
+                None if hidden is None else np.ascontiguousarray(hidden, dtype=np.float32),
+                language,
+            )
+        )
         msg = self.events.recv()
         if msg[0] != "armed":
             raise UserError(f"the {name} source could not start: {msg[1]}")

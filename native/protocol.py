@@ -69,11 +69,15 @@ def decode_settings(cmd: dict) -> dict[str, Any]:
     if source not in SOURCES:
         raise ProtocolError(f"field 'source' must be one of {', '.join(SOURCES)}, got {source!r}")
     if ("window" in cmd) == ("audio" in cmd):
-        raise ProtocolError("a decode command needs exactly one of 'window' (a corpus id) or 'audio' (a file path)")
+        raise ProtocolError(
+            "a decode command needs exactly one of 'window' (a corpus id) or 'audio' (a file path)"
+        )
     candidates = cmd.get("candidates")
     if source == "external":
         if not isinstance(candidates, list):
-            raise ProtocolError("source 'external' needs 'candidates': a list of {t_ms, tokens} batches")
+            raise ProtocolError(
+                "source 'external' needs 'candidates': a list of {t_ms, tokens} batches"
+            )
         for i, b in enumerate(candidates, 1):
             check_batch(b, f"candidates[{i}]")
     return {
@@ -100,20 +104,38 @@ def method_spec(s: dict[str, Any]) -> MethodSpec:
     runner builds its policy from it exactly as the replay does."""
     m = s["method"]
     # budget: As²d's budget, the w/o-TD cap; ASP and w/o BC take ASP's cap
-    budget = s["cap"] if m in ("asp", "as2d-no-bc") else s["budget"] if m in ("as2d", "as2d-no-td") else None
-    return MethodSpec(m, k=s["k"] if m == "sd" else None, budget=budget, source=s["source"],
-                      threshold=s["threshold"], batch=s["batch"], lookback=s["lookback"], window=s["window_bound"])
+    budget = (
+        s["cap"]
+        if m in ("asp", "as2d-no-bc")
+        else s["budget"]
+        if m in ("as2d", "as2d-no-td")
+        else None
+    )
+    return MethodSpec(
+        m,
+        k=s["k"] if m == "sd" else None,
+        budget=budget,
+        source=s["source"],
+        threshold=s["threshold"],
+        batch=s["batch"],
+        lookback=s["lookback"],
+        window=s["window_bound"],
+    )
 
 
 def check_batch(b: Any, where: str) -> tuple[float, list[int]]:
     """One external batch ``{"t_ms": number >= 0, "tokens": [int, ...]}``."""
     if not isinstance(b, dict):
-        raise ProtocolError(f"{where} must be an object {{\"t_ms\": ..., \"tokens\": [...]}}")
+        raise ProtocolError(f'{where} must be an object {{"t_ms": ..., "tokens": [...]}}')
     t = b.get("t_ms")
     toks = b.get("tokens")
     if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
-        raise ProtocolError(f"{where}: 't_ms' must be a number >= 0 (ms after the request), got {t!r}")
-    if not isinstance(toks, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in toks):
+        raise ProtocolError(
+            f"{where}: 't_ms' must be a number >= 0 (ms after the request), got {t!r}"
+        )
+    if not isinstance(toks, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in toks
+    ):
         raise ProtocolError(f"{where}: 'tokens' must be a list of target token ids (integers >= 0)")
     return float(t), toks
 

@@ -45,7 +45,9 @@ class Models:
             if self._ctc is None:
                 self._ctc = open_ctc(self.bundle, threads=self.threads)
             return CtcSource(self._ctc, audio)
-        return DrafterSource(self.drafter.model, audio, limit, hidden=self.shared_hidden(), language=language)
+        return DrafterSource(
+            self.drafter.model, audio, limit, hidden=self.shared_hidden(), language=language
+        )
 
     @property
     def drafter_reads_target_encoder(self) -> bool:
@@ -62,15 +64,22 @@ class Models:
         result's ``producer_mode``)."""
         if os.environ.get("AS2D_PRODUCER", "process") == "thread" or self._worker_failed:
             return None
-        if self._worker is not None and not self._worker.alive():  # it died with a request: start afresh
+        if (
+            self._worker is not None and not self._worker.alive()
+        ):  # it died with a request: start afresh
             self._worker.close()
             self._worker = None
         if self._worker is None:
             from native.producer_process import ProducerWorker
 
             try:
-                self._worker = ProducerWorker(str(self.bundle.directory), self.threads, cores,
-                                              self.bundle.task, self.bundle.language)
+                self._worker = ProducerWorker(
+                    str(self.bundle.directory),
+                    self.threads,
+                    cores,
+                    self.bundle.task,
+                    self.bundle.language,
+                )
             except (UserError, OSError) as exc:
                 self._worker_failed = str(exc)
                 return None
@@ -98,8 +107,13 @@ class Models:
 PACKAGE_PREFIX = "package:"
 
 
-def load_models(directory: str | None = None, threads: int = 1, *, task: str | None = None,
-                language: str | None = None) -> Models:
+def load_models(
+    directory: str | None = None,
+    threads: int = 1,
+    *,
+    task: str | None = None,
+    language: str | None = None,
+) -> Models:
     """Load a model pair (default: the bundled one; ``package:REL`` is a folder inside the
     as2d_cli package); ``task`` and ``language`` select a Whisper pair's prompt (docs/models.md)."""
     from as2d_cli.models.bundle import load_bundle
@@ -109,10 +123,14 @@ def load_models(directory: str | None = None, threads: int = 1, *, task: str | N
     if directory is not None and directory.startswith(PACKAGE_PREFIX):
         import as2d_cli
 
-        directory = os.path.join(os.path.dirname(as2d_cli.__file__), directory[len(PACKAGE_PREFIX):])
+        directory = os.path.join(
+            os.path.dirname(as2d_cli.__file__), directory[len(PACKAGE_PREFIX) :]
+        )
     t0 = time.perf_counter()
     bundle = load_bundle(directory, task=task, language=language)
-    models = Models(bundle, OrtTarget(bundle, threads=threads), OrtDrafter(bundle, threads=threads), threads)
+    models = Models(
+        bundle, OrtTarget(bundle, threads=threads), OrtDrafter(bundle, threads=threads), threads
+    )
     models.load_ms = (time.perf_counter() - t0) * 1e3
     return models
 
@@ -133,8 +151,16 @@ class RecordingDrafter:
 
     def draft(self, prefix: Sequence[int], count: int, stop_below: float | None = None) -> Any:
         d = self.inner.draft(prefix, count, stop_below)
-        self.calls.append({"position": len(prefix) - 1, "count": count, "tokens": list(d.tokens),
-                           "confidences": None if d.confidences is None else [round(c, 6) for c in d.confidences]})
+        self.calls.append(
+            {
+                "position": len(prefix) - 1,
+                "count": count,
+                "tokens": list(d.tokens),
+                "confidences": None
+                if d.confidences is None
+                else [round(c, 6) for c in d.confidences],
+            }
+        )
         return d
 
     def refresh(self, prefix: Sequence[int], reused: Sequence[int]) -> None:
@@ -197,30 +223,58 @@ def run_request(
                 source_used = "drafter"  # language-ineligible: fall back (paper D.4.3)
             buffer = CandidateBuffer(source_used, "producer-0")
             if source_used == "external":
-                units, schedule = external_units([(b["t_ms"], b["tokens"]) for b in s["candidates"]])
-                while schedule and schedule[0] <= 0:  # available at the request: published at time 0
+                units, schedule = external_units(
+                    [(b["t_ms"], b["tokens"]) for b in s["candidates"]]
+                )
+                while (
+                    schedule and schedule[0] <= 0
+                ):  # available at the request: published at time 0
                     buffer.publish([t for t, _ in units.pop(0)], 0)
                     schedule.pop(0)
-                producer = Producer(units, buffer, clock, kind="external", cores=producer_cores, schedule=schedule)
+                producer = Producer(
+                    units, buffer, clock, kind="external", cores=producer_cores, schedule=schedule
+                )
                 producer_mode = "thread"  # no computation: its batches only wait for their times
             else:
                 kind = "chunked" if source_used == "ctc" else "autoregressive"
                 worker = models.producer_worker(producer_cores)
                 if worker is not None:  # the source in its own process (no shared interpreter lock)
-                    worker.arm(source_used, audio, max_tokens + 8, kind, s["batch"], models.shared_hidden(), language)
+                    worker.arm(
+                        source_used,
+                        audio,
+                        max_tokens + 8,
+                        kind,
+                        s["batch"],
+                        models.shared_hidden(),
+                        language,
+                    )
                     clock = WallClock()  # the decode clock starts after the hand-over
                     buffer = CandidateBuffer(source_used, "producer-0")
                     producer = ProcessProducer(worker, buffer, clock)
                 else:
                     src = models.source(source_used, audio, max_tokens + 8, language)
-                    producer = Producer(source_units(src), buffer, clock, kind=kind,
-                                        batch=s["batch"], cores=producer_cores)
+                    producer = Producer(
+                        source_units(src),
+                        buffer,
+                        clock,
+                        kind=kind,
+                        batch=s["batch"],
+                        cores=producer_cores,
+                    )
                 producer_mode = "process" if worker is not None else "thread"
             producer.start()
 
         mt = MarginTarget(target)
-        ep = Episode(policy, mt, first, eos_id=target.eos_id, max_tokens=max_tokens, clock=clock,
-                     buffer=buffer, drafter=drafter)
+        ep = Episode(
+            policy,
+            mt,
+            first,
+            eos_id=target.eos_id,
+            max_tokens=max_tokens,
+            clock=clock,
+            buffer=buffer,
+            drafter=drafter,
+        )
         margins: list[float | None] = [first_margin]
         try:
             while not ep.done:
@@ -255,7 +309,9 @@ def run_request(
             "source": source_used,
             "budget": s["budget"] if policy.decoupled or s["method"] == "as2d-no-td" else None,
             "k": s["k"] if s["method"] == "sd" else None,
-            "threshold": s["threshold"] if s["method"] != "target-only" and s["method"] != "sd" else None,
+            "threshold": s["threshold"]
+            if s["method"] != "target-only" and s["method"] != "sd"
+            else None,
             "batch": s["batch"] if policy.decoupled else None,
             "tokens": res.tokens,
             "n_tokens": n,
@@ -272,11 +328,15 @@ def run_request(
             "pinned": bool(pinned),
             "producer_pinned": bool(producer.pinned) if producer is not None else None,
             "producer_mode": producer_mode,
-            "producer_finished_ms": (producer.finished_at / 1e6) if producer is not None and producer.finished_at else None,
+            "producer_finished_ms": (producer.finished_at / 1e6)
+            if producer is not None and producer.finished_at
+            else None,
         }
         if buffer is not None:
             out["source_tokens"] = list(buffer.tokens)
-            out["source_confidences"] = [None if c is None else round(c, 6) for c in buffer.confidences]
+            out["source_confidences"] = [
+                None if c is None else round(c, 6) for c in buffer.confidences
+            ]
             out["publications_ms"] = [[t / 1e6, off, cnt] for t, off, cnt in producer.publications]
         if drafter is not None:
             out["drafts"] = drafter.calls
@@ -291,22 +351,47 @@ def run_request(
 
 def _round(r: Any) -> dict[str, Any]:
     return {
-        "i": r.index, "kind": r.kind, "width": r.width, "ready": r.ready, "offered": r.offered,
-        "accepted": r.accepted, "root": r.root, "new_root": r.new_root, "corrected": r.corrected,
-        "committed": r.committed, "align": r.align_action, "align_offset": r.align_offset,
-        "cursor": r.cursor, "drafted": r.drafted, "catch_up": r.catch_up, "recycled": r.recycled,
-        "start_ns": r.start, "end_ns": r.end,
+        "i": r.index,
+        "kind": r.kind,
+        "width": r.width,
+        "ready": r.ready,
+        "offered": r.offered,
+        "accepted": r.accepted,
+        "root": r.root,
+        "new_root": r.new_root,
+        "corrected": r.corrected,
+        "committed": r.committed,
+        "align": r.align_action,
+        "align_offset": r.align_offset,
+        "cursor": r.cursor,
+        "drafted": r.drafted,
+        "catch_up": r.catch_up,
+        "recycled": r.recycled,
+        "start_ns": r.start,
+        "end_ns": r.end,
     }
 
 
 def _events(clock: WallClock, producer: Producer | None) -> list[dict[str, Any]]:
     ev: list[dict[str, Any]] = []
     for iv in clock.intervals:
-        ev.append({"t_ns": iv.start, "end_ns": iv.end, "stage": iv.stage, "op": iv.op.kind, "width": iv.op.width,
-                   "count": iv.op.count, "catch_up": iv.op.catch_up, "rows": iv.op.rows})
+        ev.append(
+            {
+                "t_ns": iv.start,
+                "end_ns": iv.end,
+                "stage": iv.stage,
+                "op": iv.op.kind,
+                "width": iv.op.width,
+                "count": iv.op.count,
+                "catch_up": iv.op.catch_up,
+                "rows": iv.op.rows,
+            }
+        )
     if producer is not None:
         for a, b, n in producer.steps:
-            ev.append({"t_ns": a, "end_ns": b, "stage": "producer", "op": "source_step", "tokens": n})
+            ev.append(
+                {"t_ns": a, "end_ns": b, "stage": "producer", "op": "source_step", "tokens": n}
+            )
         for t, off, n in producer.publications:
             ev.append({"t_ns": t, "stage": "producer", "op": "publish", "offset": off, "count": n})
         if producer.finished_at is not None:

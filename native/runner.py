@@ -18,7 +18,14 @@ from as2d_cli import __version__
 from as2d_cli.errors import As2dError, DeviceError
 from native import limit_blas_threads
 from native.producer import host_cpus
-from native.protocol import PROTOCOL, PROTOCOL_VERSION, ProtocolError, decode_settings, event, parse_command
+from native.protocol import (
+    PROTOCOL,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    decode_settings,
+    event,
+    parse_command,
+)
 
 
 class Runner:
@@ -35,10 +42,17 @@ class Runner:
 
     # ------------------------------------------------------------------ ops
     def op_hello(self, cmd: dict) -> None:
-        self.emit("hello", protocol=PROTOCOL, version=PROTOCOL_VERSION, runner="as2d-python",
-                  toolkit=__version__, pid=os.getpid(), cpus=os.cpu_count(),
-                  affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-                  blas_threads=os.environ.get("OPENBLAS_NUM_THREADS"))
+        self.emit(
+            "hello",
+            protocol=PROTOCOL,
+            version=PROTOCOL_VERSION,
+            runner="as2d-python",
+            toolkit=__version__,
+            pid=os.getpid(),
+            cpus=os.cpu_count(),
+            affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            blas_threads=os.environ.get("OPENBLAS_NUM_THREADS"),
+        )
 
     def op_load(self, cmd: dict) -> None:
         from native.request import load_models
@@ -50,18 +64,30 @@ class Runner:
         self.producer_cores = _cores(cmd.get("producer_cores"), "producer_cores")
         pinning = _try_pinning({"verifier": self.target_cores, "producer": self.producer_cores})
         if pinning["failed"]:
-            raise DeviceError(f"pinning failed on this device ({pinning['failed']}); rerun with --os-placement to "
-                              "measure under the OS's own placement (recorded), or choose other cores with "
-                              "--verifier-cores / --producer-cores")
+            raise DeviceError(
+                f"pinning failed on this device ({pinning['failed']}); rerun with --os-placement to "
+                "measure under the OS's own placement (recorded), or choose other cores with "
+                "--verifier-cores / --producer-cores"
+            )
         for key in ("task", "language"):
             if cmd.get(key) is not None and not isinstance(cmd.get(key), str):
                 raise ProtocolError(f"field {key!r} must be a string")
-        self.models = load_models(cmd.get("models"), threads=threads, task=cmd.get("task"),
-                                  language=cmd.get("language"))
+        self.models = load_models(
+            cmd.get("models"), threads=threads, task=cmd.get("task"), language=cmd.get("language")
+        )
         b = self.models.bundle
-        self.emit("loaded", load_ms=self.models.load_ms, models=sorted(b.manifest["models"]),
-                  vocab=b.vocab.size, eos=b.vocab.eot, max_tokens=self.models.target.max_length,
-                  pair=b.name, task=b.task, language=b.language, pinning=pinning)
+        self.emit(
+            "loaded",
+            load_ms=self.models.load_ms,
+            models=sorted(b.manifest["models"]),
+            vocab=b.vocab.size,
+            eos=b.vocab.eot,
+            max_tokens=self.models.target.max_length,
+            pair=b.name,
+            task=b.task,
+            language=b.language,
+            pinning=pinning,
+        )
 
     def _audio(self, s: dict) -> tuple[Any, str]:
         if s.get("window") is not None:
@@ -72,7 +98,9 @@ class Runner:
             w = self._corpus.get(str(s["window"]))
             return w.load_audio(), w.language
 
-        raise ProtocolError("decoding an audio file path is not supported yet; pass a corpus 'window' id")
+        raise ProtocolError(
+            "decoding an audio file path is not supported yet; pass a corpus 'window' id"
+        )
 
     def op_decode(self, cmd: dict) -> None:
         from native.request import run_request
@@ -81,8 +109,14 @@ class Runner:
         if self.models is None:
             raise ProtocolError("send a 'load' command before 'decode'")
         audio, language = self._audio(s)
-        res = run_request(self.models, audio, s, language=language,
-                          target_cores=self.target_cores, producer_cores=self.producer_cores)
+        res = run_request(
+            self.models,
+            audio,
+            s,
+            language=language,
+            target_cores=self.target_cores,
+            producer_cores=self.producer_cores,
+        )
         self.emit("result", **res)
 
     def op_calibrate(self, cmd: dict) -> None:
@@ -110,13 +144,19 @@ class Runner:
                 return False
             fn = getattr(self, f"op_{op}", None)
             if fn is None:
-                raise ProtocolError(f"unknown op {op!r}; the runner knows hello, load, decode, calibrate, quit")
+                raise ProtocolError(
+                    f"unknown op {op!r}; the runner knows hello, load, decode, calibrate, quit"
+                )
             fn(cmd)
         except As2dError as exc:
             self.emit("error", message=str(exc), error_type=type(exc).__name__)
         except Exception as exc:  # keep the runner alive; the host reports one line
-            self.emit("error", message=f"{type(exc).__name__}: {exc}", error_type="internal",
-                      trace=traceback.format_exc(limit=6))
+            self.emit(
+                "error",
+                message=f"{type(exc).__name__}: {exc}",
+                error_type="internal",
+                trace=traceback.format_exc(limit=6),
+            )
         return True
 
 
@@ -136,7 +176,9 @@ def _try_pinning(sides: dict[str, list[int] | None]) -> dict[str, Any]:
             try:
                 os.sched_setaffinity(0, host_cpus(cores))
             except OSError as exc:
-                out["failed"] = f"{side} on CPU{','.join(map(str, cores))}: sched_setaffinity: {exc.strerror}"
+                out["failed"] = (
+                    f"{side} on CPU{','.join(map(str, cores))}: sched_setaffinity: {exc.strerror}"
+                )
                 break
     finally:
         os.sched_setaffinity(0, before)

@@ -56,7 +56,11 @@ def source_tokens(mode: str, ref: Sequence[int], rng: random.Random) -> list[int
         return [rng.randrange(VOCAB)] * rng.randrange(1, 2 * len(ref) + 2)
     if mode == "shift":
         k = rng.randrange(1, 5)
-        return list(ref[k:]) if rng.random() < 0.5 else [rng.randrange(VOCAB) for _ in range(k)] + list(ref)
+        return (
+            list(ref[k:])
+            if rng.random() < 0.5
+            else [rng.randrange(VOCAB) for _ in range(k)] + list(ref)
+        )
     if mode == "eos_mid":
         out = edit(ref, rng, 0.1)
         out.insert(rng.randrange(len(out) + 1), EOS)
@@ -67,7 +71,9 @@ def source_tokens(mode: str, ref: Sequence[int], rng: random.Random) -> list[int
     return list(ref) + [rng.randrange(VOCAB) for _ in range(3 * len(ref) + 5)]
 
 
-def publish_all(buf: CandidateBuffer, tokens: list[int], rng: random.Random, with_conf: bool) -> None:
+def publish_all(
+    buf: CandidateBuffer, tokens: list[int], rng: random.Random, with_conf: bool
+) -> None:
     """Publish in random batches (empty ones too) at random, sometimes very late, times."""
     t = 0
     i = 0
@@ -105,7 +111,9 @@ class AdversarialDrafter:
         elif self.mode == "repeat":
             toks = [prefix[-1]] * count
         else:  # "eos": the drafter emits EOS early, then keeps drafting past it
-            toks = cont[: rng.randrange(0, 4)] + [EOS] + [rng.randrange(VOCAB) for _ in range(count)]
+            toks = (
+                cont[: rng.randrange(0, 4)] + [EOS] + [rng.randrange(VOCAB) for _ in range(count)]
+            )
         toks = toks[:count]
         conf = [rng.random() for _ in toks] if self.with_conf else None
         if stop_below is not None:
@@ -121,7 +129,15 @@ class AdversarialDrafter:
 
 def price(op: Op, now: int) -> int:
     """A simple virtual cost model (ns) so rounds interleave with publication times."""
-    base = {"target_step": 10, "verify": 10, "draft": 3, "paired": 4, "refresh": 1, "loop": 1, "align": 0}
+    base = {
+        "target_step": 10,
+        "verify": 10,
+        "draft": 3,
+        "paired": 4,
+        "refresh": 1,
+        "loop": 1,
+        "align": 0,
+    }
     return base[op.kind] + op.width + op.count + op.catch_up
 
 

@@ -22,7 +22,6 @@ from as2d_cli.bundle.elf import EM_AARCH64, read_elf
 from as2d_cli.bundle.recipe import Recipe
 
 
-
 def test_manifest_lists_every_component() -> None:
     result = shared_build()
     m = mf.load(result.archive.with_name(mf.MANIFEST))
@@ -33,7 +32,9 @@ def test_manifest_lists_every_component() -> None:
     assert {f"{w['name']}=={w['version']}" for w in m["wheels"]} == set(recipe.wheels)
     by_path = {f["path"]: f for f in m["files"]}
     components = {f["component"] for f in m["files"]}
-    assert {f"debian:{p}" for p in ("libc6", "python3.11-minimal", "libpython3.11-stdlib")} <= components
+    assert {
+        f"debian:{p}" for p in ("libc6", "python3.11-minimal", "libpython3.11-stdlib")
+    } <= components
     assert {"wheel:numpy", "wheel:onnxruntime", "project"} <= components
     # Every project file (minus host-only parts) is inside with the checkout's hash.
     root = project_snapshot()
@@ -42,12 +43,22 @@ def test_manifest_lists_every_component() -> None:
     for rel, digest in expected:
         assert by_path[f"app/{rel}"]["sha256"] == digest, rel
     assert not any(p.startswith(("app/as2d_cli/cli/", "app/as2d_cli/bundle/")) for p in by_path)
-    assets = sorted(f"app/{p.relative_to(root).as_posix()}" for p in (root / "as2d_cli" / "assets").rglob("*")
-                    if p.is_file() and "__pycache__" not in p.parts)
+    assets = sorted(
+        f"app/{p.relative_to(root).as_posix()}"
+        for p in (root / "as2d_cli" / "assets").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
     assert m["project"]["assets"] == assets
     # The runtime's pieces are where the launch line expects them.
-    for rel in ("ld-linux-aarch64.so.1", "python3.11", "lib/libc.so.6", "lib/libstdc++.so.6",
-                "python/lib/python3.11/os.py", "site/numpy/__init__.py", "site/onnxruntime/__init__.py"):
+    for rel in (
+        "ld-linux-aarch64.so.1",
+        "python3.11",
+        "lib/libc.so.6",
+        "lib/libstdc++.so.6",
+        "python/lib/python3.11/os.py",
+        "site/numpy/__init__.py",
+        "site/onnxruntime/__init__.py",
+    ):
         assert rel in by_path, rel
     assert by_path["python3.11"]["mode"] == 0o755
     assert not any("/tests/" in p or p.endswith(".pyc") for p in by_path)
@@ -75,7 +86,10 @@ def test_archive_matches_manifest(tmp_path: Path) -> None:
     # Every shipped ELF is arm64, and every library it needs is in the bundle.
     names = {p.name for p in (tmp_path / "b" / "lib").iterdir()} | {"ld-linux-aarch64.so.1"}
     names |= {p.name for p in (tmp_path / "b" / "site").rglob("*.so*")}
-    for rel in ("python3.11", "site/onnxruntime/capi/onnxruntime_pybind11_state.cpython-311-aarch64-linux-gnu.so"):
+    for rel in (
+        "python3.11",
+        "site/onnxruntime/capi/onnxruntime_pybind11_state.cpython-311-aarch64-linux-gnu.so",
+    ):
         info = read_elf(tmp_path / "b" / rel)
         assert info.machine == EM_AARCH64
         assert set(info.needed) <= names, set(info.needed) - names
@@ -87,7 +101,11 @@ def test_archive_matches_manifest(tmp_path: Path) -> None:
 def test_second_build_is_cache_hit() -> None:
     first = shared_build()
     again = build_bundle(project_root=project_snapshot())
-    assert again.cache_hit and again.manifest_hash == first.manifest_hash and again.archive == first.archive
+    assert (
+        again.cache_hit
+        and again.manifest_hash == first.manifest_hash
+        and again.archive == first.archive
+    )
 
 
 @pytest.mark.slow  # a full second build (~15 s); benchmarks/bundle_build.py checks the same every run
@@ -113,9 +131,24 @@ def test_cli_build_json_and_out(tmp_path: Path) -> None:
     result = shared_build()
     env = {**os.environ}
     out = tmp_path / "phone-bundle.tar.gz"
-    proc = subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", "bundle", "build", "--json", "--out", str(out),
-                           "--project", str(project_snapshot())],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "as2d_cli.cli.main",
+            "bundle",
+            "build",
+            "--json",
+            "--out",
+            str(out),
+            "--project",
+            str(project_snapshot()),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["cache_hit"] is True
@@ -128,9 +161,23 @@ def test_cli_build_json_and_out(tmp_path: Path) -> None:
     # A different file already there is never overwritten.
     other = tmp_path / "other.tar.gz"
     other.write_bytes(b"mine")
-    proc = subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", "bundle", "build", "--out", str(other),
-                           "--project", str(project_snapshot())],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "as2d_cli.cli.main",
+            "bundle",
+            "build",
+            "--out",
+            str(other),
+            "--project",
+            str(project_snapshot()),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert "already exists and differs" in proc.stderr and "Traceback" not in proc.stderr
     assert other.read_bytes() == b"mine"
@@ -143,9 +190,17 @@ def test_build_leaves_the_hosts_package_state_alone() -> None:
         pytest.skip("not a Debian-family host")
 
     def state() -> tuple[str, float, float]:
-        foreign = subprocess.run(["dpkg", "--print-foreign-architectures"], capture_output=True, text=True).stdout
-        return foreign, Path("/var/lib/dpkg/status").stat().st_mtime, Path("/var/lib/apt/lists").stat().st_mtime
+        foreign = subprocess.run(
+            ["dpkg", "--print-foreign-architectures"], capture_output=True, text=True
+        ).stdout
+        return (
+            foreign,
+            Path("/var/lib/dpkg/status").stat().st_mtime,
+            Path("/var/lib/apt/lists").stat().st_mtime,
+        )
 
     before = state()
-    build_bundle(project_root=project_snapshot(), refresh=True)  # forces a private `apt-get update` too
+    build_bundle(
+        project_root=project_snapshot(), refresh=True
+    )  # forces a private `apt-get update` too
     assert state() == before

@@ -29,7 +29,7 @@ VOCAB, HIDDEN, STEPS = 48, 24, 24
 # Runs with whatever python starts it: two threads, each with its own session pinned to
 # one intra-op thread, greedily decode from different start tokens. Also checks the
 # stdlib modules the bundle keeps (and that the pruned ones are really gone).
-DECODE_SCRIPT = r'''
+DECODE_SCRIPT = r"""
 import hashlib, json, sys, threading
 import numpy as np
 import onnxruntime as ort
@@ -64,7 +64,7 @@ except ImportError:
     pruned = True
 print(json.dumps({"results": results, "sha": hashlib.sha256(b"as2d").hexdigest(), "pruned_sqlite3": pruned,
                   "numpy": np.__version__, "ort": ort.__version__}))
-''' % {"hidden": HIDDEN, "steps": STEPS}
+""" % {"hidden": HIDDEN, "steps": STEPS}
 
 
 @functools.lru_cache(maxsize=1)
@@ -107,13 +107,21 @@ def toy_decoder(path: Path, seed: int = 7) -> Path:
         helper.make_node("MatMul", ["new_state", "out"], ["logits"]),
     ]
     graph = helper.make_graph(
-        nodes, "toy_decoder",
-        [helper.make_tensor_value_info("token", TensorProto.INT64, [1]),
-         helper.make_tensor_value_info("state", TensorProto.FLOAT, [1, HIDDEN])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, VOCAB]),
-         helper.make_tensor_value_info("new_state", TensorProto.FLOAT, [1, HIDDEN])],
-        [numpy_helper.from_array(emb, "emb"), numpy_helper.from_array(rec, "rec"),
-         numpy_helper.from_array(out, "out")],
+        nodes,
+        "toy_decoder",
+        [
+            helper.make_tensor_value_info("token", TensorProto.INT64, [1]),
+            helper.make_tensor_value_info("state", TensorProto.FLOAT, [1, HIDDEN]),
+        ],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, VOCAB]),
+            helper.make_tensor_value_info("new_state", TensorProto.FLOAT, [1, HIDDEN]),
+        ],
+        [
+            numpy_helper.from_array(emb, "emb"),
+            numpy_helper.from_array(rec, "rec"),
+            numpy_helper.from_array(out, "out"),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -123,7 +131,9 @@ def toy_decoder(path: Path, seed: int = 7) -> Path:
 
 
 def host_decode(script: Path, model: Path) -> dict:
-    proc = subprocess.run([sys.executable, str(script), str(model)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(model)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

@@ -36,12 +36,18 @@ def test_deploy_once_then_run_decoder_same_tokens_as_host(arm64_phone, tmp_path:
     first = deploy(device, build.archive)
     assert first.pushed and first.manifest_hash == build.manifest_hash
     assert first.path == posixpath.join(bundle_area(device), build.manifest_hash[:16])
-    assert first.preflight.cpuinfo_processors == arm64_phone.phone.profile.n_cpus == first.preflight.sysfs_cpus
+    assert (
+        first.preflight.cpuinfo_processors
+        == arm64_phone.phone.profile.n_cpus
+        == first.preflight.sysfs_cpus
+    )
     assert not first.rseq_off
     t0 = time.monotonic()
     second = deploy(device, build.archive)
     assert not second.pushed and second.path == first.path
-    print(f"push+unpack {first.push_seconds:.1f} s; second deploy (skipped push) {time.monotonic() - t0:.1f} s")
+    print(
+        f"push+unpack {first.push_seconds:.1f} s; second deploy (skipped push) {time.monotonic() - t0:.1f} s"
+    )
     # Only the bundle directory is left in the area: the archive and .partial are gone.
     assert device.list_dir(bundle_area(device)) == [build.manifest_hash[:16], "smoke"]
 
@@ -51,12 +57,16 @@ def test_deploy_once_then_run_decoder_same_tokens_as_host(arm64_phone, tmp_path:
     with device.run_dir("bundletest") as run:
         device.push(model, f"{run}/toy.onnx")
         device.push(script, f"{run}/decode.py")
-        result = device.shell(first.command([f"{run}/decode.py", f"{run}/toy.onnx"], run), deadline_s=240)
+        result = device.shell(
+            first.command([f"{run}/decode.py", f"{run}/toy.onnx"], run), deadline_s=240
+        )
         assert result.exit_code == 0, result.stderr[-3000:]
         assert "LD_PRELOAD" in arm64_phone.phone.history[-1]  # started through `env -u LD_PRELOAD`
     got = json.loads(result.stdout)
     want = host_decode(script, model)
-    assert {k: v["tokens"] for k, v in got["results"].items()} == {k: v["tokens"] for k, v in want["results"].items()}
+    assert {k: v["tokens"] for k, v in got["results"].items()} == {
+        k: v["tokens"] for k, v in want["results"].items()
+    }
     assert got["ort"] == "1.32.0" and got["numpy"] == "2.4.6"
 
 
@@ -80,7 +90,12 @@ def test_cli_deploy_is_skipped_when_held_and_remove_cleans_up(arm64_phone) -> No
     deploy(device, archive)
     base = [sys.executable, "-m", "as2d_cli.cli.main", "bundle"]
     where = ["--phone", arm64_phone.serial, "--adb-port", str(arm64_phone.adb_port)]
-    proc = subprocess.run([*base, "deploy", *where, "--archive", str(archive)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [*base, "deploy", *where, "--archive", str(archive)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "already there (same manifest hash), not pushed" in proc.stdout
     assert "env -u LD_PRELOAD" in proc.stdout and "native.runner" in proc.stdout
@@ -107,19 +122,31 @@ def test_runner_on_the_arm64_phone_through_the_runner_host_gives_host_tokens(arm
 
     project = project_snapshot()
     corpus = project / "as2d_cli" / "assets" / "corpus" / "manifest.json"
-    if not ((project / "as2d_cli" / "assets" / "models" / "models.json").is_file() and corpus.is_file()):
+    if not (
+        (project / "as2d_cli" / "assets" / "models" / "models.json").is_file() and corpus.is_file()
+    ):
         pytest.skip("the shipped models or corpus are not in as2d_cli/assets yet")
-    window = min(json.loads(corpus.read_text())["windows"], key=lambda w: (w["seconds"], w["id"]))["id"]
+    window = min(json.loads(corpus.read_text())["windows"], key=lambda w: (w["seconds"], w["id"]))[
+        "id"
+    ]
     cmd = {"op": "decode", "window": window, "method": "as2d", "max_tokens": 12, "events": True}
     device = arm64_phone.device()
     runner = open_runner(device, launcher=BundleLauncher(deploy(device, shared_build().archive)))
     got = runner.call(cmd)
     assert got["event"] == "result" and got["rounds"] and got["events"]
-    assert any("ld-linux-aarch64.so.1" in s and "native.runner" in s for s in arm64_phone.phone.history)
+    assert any(
+        "ld-linux-aarch64.so.1" in s and "native.runner" in s for s in arm64_phone.phone.history
+    )
     lines = [{"op": "hello"}, {"op": "load"}, {**cmd, "method": "target-only"}, {"op": "quit"}]
-    host = subprocess.run([sys.executable, "-m", "native.runner"], input="".join(json.dumps(x) + "\n" for x in lines),
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(project)},
-                          cwd=project, timeout=300)
+    host = subprocess.run(
+        [sys.executable, "-m", "native.runner"],
+        input="".join(json.dumps(x) + "\n" for x in lines),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(project)},
+        cwd=project,
+        timeout=300,
+    )
     want = [json.loads(x) for x in host.stdout.splitlines() if '"result"' in x]
     assert want and got["tokens"] == want[0]["tokens"]
 
@@ -130,12 +157,38 @@ def test_calibrate_quick_end_to_end_through_the_bundle(arm64_phone, tmp_path: Pa
     import subprocess
     import sys
 
-    env = {**os.environ, **arm64_phone.env, "AS2D_PHONE_RUNTIME": "bundle"}  # native/launch.py: the real-phone runtime
+    env = {
+        **os.environ,
+        **arm64_phone.env,
+        "AS2D_PHONE_RUNTIME": "bundle",
+    }  # native/launch.py: the real-phone runtime
     before = len(arm64_phone.phone.history)
-    proc = subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", "calibrate", "--phone", arm64_phone.serial,
-                           "--quick", "--rest", "0", "--interval", "0", "--out", str(tmp_path)],
-                          capture_output=True, text=True, env=env, timeout=1800)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "as2d_cli.cli.main",
+            "calibrate",
+            "--phone",
+            arm64_phone.serial,
+            "--quick",
+            "--rest",
+            "0",
+            "--interval",
+            "0",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list(tmp_path.glob("*.profile.yaml")) and list(tmp_path.glob("*.savings.png"))
-    starts = [s for s in arm64_phone.phone.history[before:] if "ld-linux-aarch64.so.1" in s and "native.runner" in s]
+    starts = [
+        s
+        for s in arm64_phone.phone.history[before:]
+        if "ld-linux-aarch64.so.1" in s and "native.runner" in s
+    ]
     assert starts, "the runner was not started from the bundle"

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_bundle_common import DECODE_SCRIPT, STEPS, host_decode, need_qemu, shared_build, toy_decoder, unpacked
+from test_bundle_common import (
+    DECODE_SCRIPT,
+    STEPS,
+    host_decode,
+    need_qemu,
+    shared_build,
+    toy_decoder,
+    unpacked,
+)
 
 from as2d_cli.bundle import launch, qemu
 
@@ -21,7 +29,9 @@ def bundle_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return unpacked(tmp_path_factory.mktemp("qemu"))
 
 
-def test_bundle_decodes_same_tokens_as_host_in_two_threads(bundle_dir: Path, tmp_path: Path) -> None:
+def test_bundle_decodes_same_tokens_as_host_in_two_threads(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
     model = toy_decoder(tmp_path / "toy.onnx")
     script = tmp_path / "decode.py"
     script.write_text(DECODE_SCRIPT)
@@ -29,8 +39,13 @@ def test_bundle_decodes_same_tokens_as_host_in_two_threads(bundle_dir: Path, tmp
     cpuinfo.write_text(qemu.arm64_cpuinfo())
     home = tmp_path / "home"
     home.mkdir()
-    start = launch.launch(shared_build().manifest, str(bundle_dir), [str(script), str(model)],
-                          home=str(home), tmpdir=str(home))
+    start = launch.launch(
+        shared_build().manifest,
+        str(bundle_dir),
+        [str(script), str(model)],
+        home=str(home),
+        tmpdir=str(home),
+    )
     t0 = time.monotonic()
     proc = qemu.run(bundle_dir, start.argv, start.env, cpuinfo=cpuinfo, timeout=240)
     seconds = time.monotonic() - t0
@@ -54,16 +69,28 @@ def test_guest_sees_arm64_cpuinfo_and_a_clean_environment(bundle_dir: Path, tmp_
     crashes on the host's x86 text), and no host variable leaks in."""
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(qemu.arm64_cpuinfo(3))
-    start = launch.launch(shared_build().manifest, str(bundle_dir),
-                          ["-c", "import numpy; print(open('/proc/cpuinfo').read().count('CPU part'), numpy.__version__)"],
-                          home=str(tmp_path), tmpdir=str(tmp_path))
+    start = launch.launch(
+        shared_build().manifest,
+        str(bundle_dir),
+        [
+            "-c",
+            "import numpy; print(open('/proc/cpuinfo').read().count('CPU part'), numpy.__version__)",
+        ],
+        home=str(tmp_path),
+        tmpdir=str(tmp_path),
+    )
     proc = qemu.run(bundle_dir, start.argv, start.env, cpuinfo=cpuinfo)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["3", "2.4.6"]
     # Host environment never leaks into the guest: only the launch variables (and PATH).
-    start = launch.launch(shared_build().manifest, str(bundle_dir),
-                          ["-c", "import os, sys; print(sorted(k for k in os.environ)); print(sys.prefix)"],
-                          home=str(tmp_path), tmpdir=str(tmp_path), rseq_off=True)
+    start = launch.launch(
+        shared_build().manifest,
+        str(bundle_dir),
+        ["-c", "import os, sys; print(sorted(k for k in os.environ)); print(sys.prefix)"],
+        home=str(tmp_path),
+        tmpdir=str(tmp_path),
+        rseq_off=True,
+    )
     proc = qemu.run(bundle_dir, start.argv, start.env, cpuinfo=cpuinfo)
     assert proc.returncode == 0, proc.stderr[-2000:]
     keys, prefix = proc.stdout.splitlines()
@@ -71,7 +98,7 @@ def test_guest_sees_arm64_cpuinfo_and_a_clean_environment(bundle_dir: Path, tmp_
     assert "GLIBC_TUNABLES" in start.env and prefix == str(bundle_dir / "python")
 
 
-LIBS_SCRIPT = r'''
+LIBS_SCRIPT = r"""
 import json, sys
 import numpy as np, soundfile as sf
 from tokenizers import Tokenizer
@@ -79,10 +106,12 @@ data, rate = sf.read(sys.argv[1], dtype="float32")
 np.save(sys.argv[3], data)
 ids = Tokenizer.from_file(sys.argv[2]).encode("the quick brown fox jumps over the lazy dog, twice").ids
 print(json.dumps({"rate": rate, "ids": ids}))
-'''
+"""
 
 
-def test_bundle_reads_corpus_audio_and_vocabulary_like_the_host(bundle_dir: Path, tmp_path: Path) -> None:
+def test_bundle_reads_corpus_audio_and_vocabulary_like_the_host(
+    bundle_dir: Path, tmp_path: Path
+) -> None:
     """soundfile (libsndfile) and tokenizers from their aarch64 wheels: the corpus audio
     decodes to the host's samples (to float rounding: Vorbis decoding is float code) and
     the vocabulary gives the host's token ids."""
@@ -95,18 +124,25 @@ def test_bundle_reads_corpus_audio_and_vocabulary_like_the_host(bundle_dir: Path
     script.write_text(LIBS_SCRIPT)
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(qemu.arm64_cpuinfo())
-    start = launch.launch(shared_build().manifest, str(bundle_dir),
-                          [str(script), str(audio[0]), str(vocab), str(tmp_path / "arm.npy")],
-                          home=str(tmp_path), tmpdir=str(tmp_path))
+    start = launch.launch(
+        shared_build().manifest,
+        str(bundle_dir),
+        [str(script), str(audio[0]), str(vocab), str(tmp_path / "arm.npy")],
+        home=str(tmp_path),
+        tmpdir=str(tmp_path),
+    )
     proc = qemu.run(bundle_dir, start.argv, start.env, cpuinfo=cpuinfo)
     assert proc.returncode == 0, proc.stderr[-2000:]
     import subprocess
     import sys
 
-    host = subprocess.run([sys.executable, str(script), str(audio[0]), str(vocab), str(tmp_path / "host.npy")],
-                          capture_output=True, text=True, check=True)
+    host = subprocess.run(
+        [sys.executable, str(script), str(audio[0]), str(vocab), str(tmp_path / "host.npy")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(proc.stdout) == json.loads(host.stdout)
     arm, ref = np.load(tmp_path / "arm.npy"), np.load(tmp_path / "host.npy")
     assert arm.shape == ref.shape and arm.size > 16000
     np.testing.assert_allclose(arm, ref, rtol=0, atol=1e-6)
-

@@ -29,15 +29,36 @@ SHA = "0" * 64
 
 def _manifest() -> dict:
     return {
-        "schema": mf.SCHEMA, "version": mf.VERSION, "arch": "arm64", "recipe": Recipe().to_json(),
-        "launch": {"loader": "ld-linux-aarch64.so.1", "library_path": "lib", "python": "python3.11",
-                   "pythonhome": "python", "pythonpath": ["app", "site"]},
-        "debian_packages": [{"name": "libc6", "version": "2.36", "arch": "arm64", "filename": "x.deb",
-                             "size": 1, "sha256": SHA}],
-        "wheels": [{"name": "numpy", "version": "2.4.6", "filename": "n.whl", "sha256": SHA, "size": 1}],
+        "schema": mf.SCHEMA,
+        "version": mf.VERSION,
+        "arch": "arm64",
+        "recipe": Recipe().to_json(),
+        "launch": {
+            "loader": "ld-linux-aarch64.so.1",
+            "library_path": "lib",
+            "python": "python3.11",
+            "pythonhome": "python",
+            "pythonpath": ["app", "site"],
+        },
+        "debian_packages": [
+            {
+                "name": "libc6",
+                "version": "2.36",
+                "arch": "arm64",
+                "filename": "x.deb",
+                "size": 1,
+                "sha256": SHA,
+            }
+        ],
+        "wheels": [
+            {"name": "numpy", "version": "2.4.6", "filename": "n.whl", "sha256": SHA, "size": 1}
+        ],
         "project": {"packages": ["native"], "excludes": [], "files": 1, "assets": []},
-        "files": [{"path": "python3.11", "size": 1, "sha256": SHA, "mode": 0o755, "component": "debian:x"}],
-        "dropped": [], "totals": {"files": 1, "bytes": 1},
+        "files": [
+            {"path": "python3.11", "size": 1, "sha256": SHA, "mode": 0o755, "component": "debian:x"}
+        ],
+        "dropped": [],
+        "totals": {"files": 1, "bytes": 1},
     }
 
 
@@ -85,10 +106,15 @@ def test_preflight_on_this_host_and_hidden_cpu_files() -> None:
     with pytest.raises(DeviceError, match="32-bit"):
         parse_preflight("@cpuinfo\nprocessor\t: 0\n@sysfs\ncpu0\n@arch\narmv8l\n@end\n", "phone1")
     with pytest.raises(DeviceError, match="unexpected answer"):
-        parse_preflight("@cpuinfo\nprocessor\t: 0\n", "phone1")  # cut short: the phone left mid-answer
+        parse_preflight(
+            "@cpuinfo\nprocessor\t: 0\n", "phone1"
+        )  # cut short: the phone left mid-answer
     # What a phone that hides /proc/cpuinfo really answers to the script.
-    hidden = subprocess.run(["sh", "-c", PREFLIGHT.replace("/proc/cpuinfo", "/nonexistent/cpuinfo")],
-                            capture_output=True, text=True).stdout
+    hidden = subprocess.run(
+        ["sh", "-c", PREFLIGHT.replace("/proc/cpuinfo", "/nonexistent/cpuinfo")],
+        capture_output=True,
+        text=True,
+    ).stdout
     with pytest.raises(DeviceError, match="hidden"):
         parse_preflight(hidden.replace("x86_64", "aarch64"), "phone1")
 
@@ -97,10 +123,20 @@ def test_elf_reader_agrees_with_readelf() -> None:
     readelf = shutil.which("readelf")
     if readelf is None:
         pytest.skip("readelf (binutils) not installed")
-    lib = Path(subprocess.run([sys.executable, "-c", "import _ctypes; print(_ctypes.__file__)"],
-                              capture_output=True, text=True, check=True).stdout.strip())
-    dyn = subprocess.run([readelf, "-d", str(lib)], capture_output=True, text=True, check=True).stdout
-    needed = tuple(line.split("[", 1)[1].rstrip("]") for line in dyn.splitlines() if "(NEEDED)" in line)
+    lib = Path(
+        subprocess.run(
+            [sys.executable, "-c", "import _ctypes; print(_ctypes.__file__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    dyn = subprocess.run(
+        [readelf, "-d", str(lib)], capture_output=True, text=True, check=True
+    ).stdout
+    needed = tuple(
+        line.split("[", 1)[1].rstrip("]") for line in dyn.splitlines() if "(NEEDED)" in line
+    )
     assert read_elf(lib).needed == needed and needed
     assert read_elf(lib).machine == 62  # x86-64
 
@@ -133,22 +169,43 @@ def test_pack_is_deterministic_and_unpack_refuses_escapes(tmp_path: Path) -> Non
 
 def test_launch_line_quotes_paths_and_unsets_preload() -> None:
     m = _manifest()
-    start = launch(m, "/data/local/tmp/as2d/it's here/", ["-m", "native.runner", "--x", "a b"],
-                   home="/data/local/tmp/as2d/home", tmpdir="/data/local/tmp/as2d/tmp")
+    start = launch(
+        m,
+        "/data/local/tmp/as2d/it's here/",
+        ["-m", "native.runner", "--x", "a b"],
+        home="/data/local/tmp/as2d/home",
+        tmpdir="/data/local/tmp/as2d/tmp",
+    )
     words = shlex.split(start.shell())
     assert words[:3] == ["cd", "/data/local/tmp/as2d/it's here", "&&"]
     assert words[3:6] == ["env", "-u", "LD_PRELOAD"]
     assert "PYTHONHOME=/data/local/tmp/as2d/it's here/python" in words
-    assert "PYTHONPATH=/data/local/tmp/as2d/it's here/app:/data/local/tmp/as2d/it's here/site" in words
-    assert words[-7:] == ["./ld-linux-aarch64.so.1", "--library-path", "./lib", "./python3.11",
-                          "-m", "native.runner", "--x", "a b"][-7:]
+    assert (
+        "PYTHONPATH=/data/local/tmp/as2d/it's here/app:/data/local/tmp/as2d/it's here/site" in words
+    )
+    assert (
+        words[-7:]
+        == [
+            "./ld-linux-aarch64.so.1",
+            "--library-path",
+            "./lib",
+            "./python3.11",
+            "-m",
+            "native.runner",
+            "--x",
+            "a b",
+        ][-7:]
+    )
     assert "GLIBC_TUNABLES" not in start.env
 
 
 def test_unreachable_debian_mirror_is_one_clear_error(tmp_path: Path) -> None:
     if shutil.which("apt-get") is None:
         pytest.skip("not a Debian-family host")
-    recipe = Recipe(debian_mirror="http://127.0.0.1:9/debian", debian_security_mirror="http://127.0.0.1:9/debian-security")
+    recipe = Recipe(
+        debian_mirror="http://127.0.0.1:9/debian",
+        debian_security_mirror="http://127.0.0.1:9/debian-security",
+    )
     with pytest.raises(UserError) as err:
         build_bundle(recipe, cache=tmp_path / "cache")
     msg = str(err.value)
@@ -156,7 +213,9 @@ def test_unreachable_debian_mirror_is_one_clear_error(tmp_path: Path) -> None:
     assert "\n" not in msg
 
 
-def test_unreachable_package_index_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_package_index_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     monkeypatch.setenv("PIP_RETRIES", "0")
     monkeypatch.setenv("PIP_TIMEOUT", "2")
@@ -165,7 +224,10 @@ def test_unreachable_package_index_is_one_clear_error(tmp_path: Path, monkeypatc
     with pytest.raises(UserError) as err:
         fetch_wheels(Recipe(wheels=("numpy==2.4.6",)), tmp_path / "wheels")
     msg = str(err.value)
-    assert msg.startswith("pip download of numpy==2.4.6 for arm64 failed") and "package index is reachable" in msg
+    assert (
+        msg.startswith("pip download of numpy==2.4.6 for arm64 failed")
+        and "package index is reachable" in msg
+    )
 
 
 def test_recipe_refuses_unpinned_wheels_and_other_arches() -> None:
@@ -176,10 +238,15 @@ def test_recipe_refuses_unpinned_wheels_and_other_arches() -> None:
 
 
 def test_cli_bad_arch_is_one_line() -> None:
-    proc = subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", "bundle", "build", "--arch", "riscv64"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "as2d_cli.cli.main", "bundle", "build", "--arch", "riscv64"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: unsupported bundle architecture 'riscv64'; use one of arm64"
+    assert (
+        proc.stderr.strip() == "error: unsupported bundle architecture 'riscv64'; use one of arm64"
+    )
 
 
 def test_load_built_reads_the_manifest_from_the_archive_head(tmp_path: Path) -> None:

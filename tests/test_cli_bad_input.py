@@ -80,61 +80,142 @@ CASES = [
     ("eval-deployment-folder", ["eval", "--deployment", "DIR"], ["--deployment", "DIR"]),
     ("calibrate-out-file", ["calibrate", "--out", "FILE"], ["--out", "FILE"]),
     ("calibrate-out-under-file", ["calibrate", "--out", "FILE/sub"], ["--out", "FILE"]),
-    ("energy-out-file", ["energy", "--out", "FILE", "--phone", "k70", "--request-cmd", "true"], ["--out", "FILE"]),
+    (
+        "energy-out-file",
+        ["energy", "--out", "FILE", "--phone", "k70", "--request-cmd", "true"],
+        ["--out", "FILE"],
+    ),
     ("energy-from-run-file", ["energy", "--from-run", "FILE"], ["--from-run", "FILE"]),
     ("energy-from-run-missing", ["energy", "--from-run", "nope"], ["--from-run", "nope"]),
-    ("energy-push-folder", ["energy", "--phone", "k70", "--request-cmd", "true", "--push", "DIR"], ["--push", "DIR"]),
-    ("traces-out-under-file", ["traces", "build", "--split", "dev", "--out", "FILE/sub"], ["--out", "FILE"]),
+    (
+        "energy-push-folder",
+        ["energy", "--phone", "k70", "--request-cmd", "true", "--push", "DIR"],
+        ["--push", "DIR"],
+    ),
+    (
+        "traces-out-under-file",
+        ["traces", "build", "--split", "dev", "--out", "FILE/sub"],
+        ["--out", "FILE"],
+    ),
     ("traces-out-folder", ["traces", "build", "--split", "dev", "--out", "DIR"], ["--out", "DIR"]),
-    ("replay-out-existing", ["replay", "--profile", PROFILE, "--traces", TRACES, "--out", "EXISTING.json"],
-     ["--out", "EXISTING.json", "never overwritten"]),
-    ("replay-out-under-file", ["replay", "--profile", PROFILE, "--traces", TRACES, "--out", "FILE/r.json"],
-     ["--out", "FILE"]),
-    ("replay-deployment-folder", ["replay", "--profile", PROFILE, "--traces", TRACES, "--deployment", "DIR"],
-     ["--deployment", "DIR"]),
-    ("select-budget-out-existing", ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--out", "EXISTING.json"],
-     ["--out", "EXISTING.json"]),
+    (
+        "replay-out-existing",
+        ["replay", "--profile", PROFILE, "--traces", TRACES, "--out", "EXISTING.json"],
+        ["--out", "EXISTING.json", "never overwritten"],
+    ),
+    (
+        "replay-out-under-file",
+        ["replay", "--profile", PROFILE, "--traces", TRACES, "--out", "FILE/r.json"],
+        ["--out", "FILE"],
+    ),
+    (
+        "replay-deployment-folder",
+        ["replay", "--profile", PROFILE, "--traces", TRACES, "--deployment", "DIR"],
+        ["--deployment", "DIR"],
+    ),
+    (
+        "select-budget-out-existing",
+        ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--out", "EXISTING.json"],
+        ["--out", "EXISTING.json"],
+    ),
     ("compare-file", ["compare", "FILE", "DIR"], ["FILE"]),
     ("report-file", ["report", "FILE"], ["FILE"]),
-    ("plot-rk-out-existing", ["plot", "rk", PROFILE, "--out", "EXISTING.json"], ["--out", "EXISTING.json"]),
+    (
+        "plot-rk-out-existing",
+        ["plot", "rk", PROFILE, "--out", "EXISTING.json"],
+        ["--out", "EXISTING.json"],
+    ),
     ("plot-rk-profile-folder", ["plot", "rk", "DIR"], ["DIR"]),
     ("corpus-file", ["corpus", "list", "--corpus", "FILE"], ["--corpus", "FILE"]),
-    ("decode-candidates-folder", ["decode", "--window", "w", "--candidates", "DIR"], ["--candidates", "DIR"]),
-    ("models-import-target-file", ["models", "import", "--target", "FILE", "--drafter", "DIR", "--out", "pair"],
-     ["--target", "FILE"]),
-    ("models-import-out-existing", ["models", "import", "--target", "DIR", "--drafter", "DIR", "--out", "DIR"],
-     ["--out", "DIR", "never overwritten"]),
-    ("models-import-out-under-file", ["models", "import", "--target", "DIR", "--drafter", "DIR", "--out", "FILE/p"],
-     ["--out", "FILE"]),
+    (
+        "decode-candidates-folder",
+        ["decode", "--window", "w", "--candidates", "DIR"],
+        ["--candidates", "DIR"],
+    ),
+    (
+        "models-import-target-file",
+        ["models", "import", "--target", "FILE", "--drafter", "DIR", "--out", "pair"],
+        ["--target", "FILE"],
+    ),
+    (
+        "models-import-out-existing",
+        ["models", "import", "--target", "DIR", "--drafter", "DIR", "--out", "DIR"],
+        ["--out", "DIR", "never overwritten"],
+    ),
+    (
+        "models-import-out-under-file",
+        ["models", "import", "--target", "DIR", "--drafter", "DIR", "--out", "FILE/p"],
+        ["--out", "FILE"],
+    ),
     ("bundle-out-under-file", ["bundle", "build", "--out", "FILE/b.tar"], ["--out", "FILE"]),
     ("bundle-cache-file", ["bundle", "build", "--cache", "FILE"], ["--cache", "FILE"]),
     ("bundle-project-file", ["bundle", "build", "--project", "FILE"], ["--project", "FILE"]),
-    ("bundle-archive-folder", ["bundle", "deploy", "--phone", "k70", "--archive", "DIR"], ["--archive", "DIR"]),
+    (
+        "bundle-archive-folder",
+        ["bundle", "deploy", "--phone", "k70", "--archive", "DIR"],
+        ["--archive", "DIR"],
+    ),
     # ports
     ("emulator-port", ["emulator", "start", "--port", "70000"], ["--port"]),
     ("emulator-port-negative", ["emulator", "start", "--port", "-1"], ["--port"]),
     ("emulator-adb-port", ["emulator", "start", "--adb-port", "0"], ["--adb-port"]),
     ("devices-adb-port", ["devices", "--adb-port", "99999"], ["--adb-port"]),
     ("gate-adb-port", ["devices", "gate", "--phone", "local", "--adb-port", "0"], ["--adb-port"]),
-    ("watch-adb-port", ["devices", "watch", "--phone", "local", "--adb-port", "65536"], ["--adb-port"]),
+    (
+        "watch-adb-port",
+        ["devices", "watch", "--phone", "local", "--adb-port", "65536"],
+        ["--adb-port"],
+    ),
     ("energy-adb-port", ["energy", "--adb-port", "0"], ["--adb-port"]),
-    ("bundle-deploy-adb-port", ["bundle", "deploy", "--phone", "k70", "--adb-port", "70000"], ["--adb-port"]),
-    ("bundle-remove-adb-port", ["bundle", "remove", "--phone", "k70", "--adb-port", "-3"], ["--adb-port"]),
+    (
+        "bundle-deploy-adb-port",
+        ["bundle", "deploy", "--phone", "k70", "--adb-port", "70000"],
+        ["--adb-port"],
+    ),
+    (
+        "bundle-remove-adb-port",
+        ["bundle", "remove", "--phone", "k70", "--adb-port", "-3"],
+        ["--adb-port"],
+    ),
     # seconds
     ("gate-rest", ["devices", "gate", "--phone", "local", "--rest", "-5"], ["--rest"]),
     ("gate-interval", ["devices", "gate", "--phone", "local", "--interval", "-1"], ["--interval"]),
     ("gate-min-ghz", ["devices", "gate", "--phone", "local", "--min-ghz", "0"], ["--min-ghz"]),
     ("watch-seconds", ["devices", "watch", "--phone", "local", "--seconds", "0"], ["--seconds"]),
-    ("watch-interval", ["devices", "watch", "--phone", "local", "--interval", "-1"], ["--interval"]),
+    (
+        "watch-interval",
+        ["devices", "watch", "--phone", "local", "--interval", "-1"],
+        ["--interval"],
+    ),
     ("calibrate-rest", ["calibrate", "--rest", "-1"], ["--rest"]),
     ("calibrate-interval", ["calibrate", "--interval", "-1"], ["--interval"]),
     ("calibrate-settle", ["calibrate", "--settle", "-1"], ["--settle"]),
     ("calibrate-max-temp", ["calibrate", "--max-temp", "-5"], ["--max-temp"]),
-    ("calibrate-verifier-cores", ["calibrate", "--verifier-cores", "4095"], ["--verifier-cores", "4095"]),
-    ("calibrate-cores-overlap", ["calibrate", "--verifier-cores", "0", "--producer-cores", "0"], ["share cores"]),
-    ("calibrate-os-and-cores", ["calibrate", "--os-placement", "--producer-cores", "0"], ["--os-placement"]),
-    ("decode-producer-cores", ["decode", "--window", "w", "--producer-cores", "x"], ["--producer-cores", "CPU list"]),
-    ("eval-native-cores", ["eval", "--phone", "local", "--native", "--verifier-cores", "4095"], ["--verifier-cores"]),
+    (
+        "calibrate-verifier-cores",
+        ["calibrate", "--verifier-cores", "4095"],
+        ["--verifier-cores", "4095"],
+    ),
+    (
+        "calibrate-cores-overlap",
+        ["calibrate", "--verifier-cores", "0", "--producer-cores", "0"],
+        ["share cores"],
+    ),
+    (
+        "calibrate-os-and-cores",
+        ["calibrate", "--os-placement", "--producer-cores", "0"],
+        ["--os-placement"],
+    ),
+    (
+        "decode-producer-cores",
+        ["decode", "--window", "w", "--producer-cores", "x"],
+        ["--producer-cores", "CPU list"],
+    ),
+    (
+        "eval-native-cores",
+        ["eval", "--phone", "local", "--native", "--verifier-cores", "4095"],
+        ["--verifier-cores"],
+    ),
     ("eval-rest", ["eval", "--native", "--rest", "-1"], ["--rest"]),
     ("eval-interval", ["eval", "--native", "--interval", "-0.5"], ["--interval"]),
     ("eval-settle", ["eval", "--native", "--settle", "-1"], ["--settle"]),
@@ -145,8 +226,16 @@ CASES = [
     ("energy-discharge-wait", ["energy", "--discharge-wait-s", "-1"], ["--discharge-wait-s"]),
     # counts and limits
     ("traces-limit", ["traces", "build", "--split", "dev", "--limit", "-2"], ["--limit"]),
-    ("traces-processes", ["traces", "build", "--split", "dev", "--processes", "0"], ["--processes"]),
-    ("traces-max-tokens", ["traces", "build", "--split", "dev", "--max-tokens", "0"], ["--max-tokens"]),
+    (
+        "traces-processes",
+        ["traces", "build", "--split", "dev", "--processes", "0"],
+        ["--processes"],
+    ),
+    (
+        "traces-max-tokens",
+        ["traces", "build", "--split", "dev", "--max-tokens", "0"],
+        ["--max-tokens"],
+    ),
     ("eval-windows", ["eval", "--native", "--windows", "0"], ["--windows"]),
     ("eval-repeats", ["eval", "--native", "--repeats", "0"], ["--repeats"]),
     ("eval-warmup", ["eval", "--native", "--warmup", "-1"], ["--warmup"]),
@@ -158,31 +247,76 @@ CASES = [
     ("compare-resamples", ["compare", "DIR", "DIR", "--resamples", "5"], ["--resamples"]),
     ("compare-seed", ["compare", "DIR", "DIR", "--seed", "-1"], ["--seed"]),
     ("decode-max-tokens", ["decode", "--window", "w", "--max-tokens", "0"], ["--max-tokens"]),
-    ("select-budget-processes", ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--processes", "0"],
-     ["--processes"]),
-    ("select-budget-batch", ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--batch", "0"], ["--batch"]),
+    (
+        "select-budget-processes",
+        ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--processes", "0"],
+        ["--processes"],
+    ),
+    (
+        "select-budget-batch",
+        ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--batch", "0"],
+        ["--batch"],
+    ),
     # fractions
-    ("select-budget-tolerance", ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--tolerance", "2"],
-     ["--tolerance"]),
-    ("select-budget-threshold", ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--threshold", "-0.1"],
-     ["--threshold"]),
+    (
+        "select-budget-tolerance",
+        ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--tolerance", "2"],
+        ["--tolerance"],
+    ),
+    (
+        "select-budget-threshold",
+        ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--threshold", "-0.1"],
+        ["--threshold"],
+    ),
     # budgets and widths
-    ("select-budget-out-of-range", ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--budgets", "1-100"],
-     ["--budgets", "25-100", "1-24"]),
-    ("select-budget-zero", ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--budgets", "0-3"],
-     ["--budgets", "0"]),
-    ("select-budget-garbage", ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--budgets", "a-b"],
-     ["--budgets"]),
-    ("select-budget-unmeasured", ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--budgets", "1-20"],
-     ["--budgets", "13-20", "K13"]),
-    ("replay-budget", ["replay", "--profile", PROFILE, "--traces", TRACES, "--budget", "0"], ["--budget"]),
-    ("replay-budget-high", ["replay", "--profile", PROFILE, "--traces", TRACES, "--budget", "25"], ["--budget"]),
-    ("replay-k", ["replay", "--profile", PROFILE, "--traces", TRACES, "--method", "sd", "--k", "0"], ["--k"]),
+    (
+        "select-budget-out-of-range",
+        ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--budgets", "1-100"],
+        ["--budgets", "25-100", "1-24"],
+    ),
+    (
+        "select-budget-zero",
+        ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--budgets", "0-3"],
+        ["--budgets", "0"],
+    ),
+    (
+        "select-budget-garbage",
+        ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--budgets", "a-b"],
+        ["--budgets"],
+    ),
+    (
+        "select-budget-unmeasured",
+        ["select-budget", "--profile", PROFILE, "--traces", TRACES, "--budgets", "1-20"],
+        ["--budgets", "13-20", "K13"],
+    ),
+    (
+        "replay-budget",
+        ["replay", "--profile", PROFILE, "--traces", TRACES, "--budget", "0"],
+        ["--budget"],
+    ),
+    (
+        "replay-budget-high",
+        ["replay", "--profile", PROFILE, "--traces", TRACES, "--budget", "25"],
+        ["--budget"],
+    ),
+    (
+        "replay-k",
+        ["replay", "--profile", PROFILE, "--traces", TRACES, "--method", "sd", "--k", "0"],
+        ["--k"],
+    ),
     ("decode-budget", ["decode", "--window", "w", "--budget", "0"], ["--budget"]),
     ("decode-k", ["decode", "--window", "w", "--k", "99"], ["--k"]),
     # cores: checked against the device once it is resolved
-    ("gate-core-negative", ["devices", "gate", "--phone", "local", "--gate-core", "-1"], ["--gate-core"]),
-    ("gate-core-absent", ["devices", "gate", "--phone", "local", "--gate-core", "100000"], ["--gate-core", "100000"]),
+    (
+        "gate-core-negative",
+        ["devices", "gate", "--phone", "local", "--gate-core", "-1"],
+        ["--gate-core"],
+    ),
+    (
+        "gate-core-absent",
+        ["devices", "gate", "--phone", "local", "--gate-core", "100000"],
+        ["--gate-core", "100000"],
+    ),
     # usage
     ("unknown-option", ["eval", "--nope"], ["--nope", "as2d eval --help"]),
     ("unknown-command", ["nosuch"], ["nosuch"]),
@@ -190,7 +324,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("args,needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_and_changes_nothing(work: Path, capsys, args: list[str], needles: list[str]) -> None:
+def test_bad_input_is_one_line_and_changes_nothing(
+    work: Path, capsys, args: list[str], needles: list[str]
+) -> None:
     before = snapshot(work)
     code, out, err = run(args, capsys)
     line = assert_one_line(code, err, *needles)
@@ -203,15 +339,39 @@ def _unconfirmed_deployment(path: Path, profile: Path) -> Path:
     from as2d_cli.formats.deployment_io import make_deployment, write_deployment
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    return write_deployment(path, make_deployment("qwen", 5, 0.4, 8, profile, "k70-synthetic",
-                                                  {"split": "dev", "retained": None, "val": None}))
+    return write_deployment(
+        path,
+        make_deployment(
+            "qwen",
+            5,
+            0.4,
+            8,
+            profile,
+            "k70-synthetic",
+            {"split": "dev", "retained": None, "val": None},
+        ),
+    )
 
 
 def test_eval_refuses_an_unconfirmed_deployment_it_was_given(work: Path, capsys) -> None:
     dep = _unconfirmed_deployment(work / "dep.yaml", work / EXAMPLE)
     before = snapshot(work)
-    code, _, err = run(["eval", "--profile", EXAMPLE, "--traces", "tr", "--deployment", "dep.yaml",
-                        "--calibrations", "cal", "--results", "res"], capsys)
+    code, _, err = run(
+        [
+            "eval",
+            "--profile",
+            EXAMPLE,
+            "--traces",
+            "tr",
+            "--deployment",
+            "dep.yaml",
+            "--calibrations",
+            "cal",
+            "--results",
+            "res",
+        ],
+        capsys,
+    )
     assert_one_line(code, err, str(dep.name), "dev only", "--allow-unconfirmed")
     assert snapshot(work) == before
 
@@ -219,10 +379,24 @@ def test_eval_refuses_an_unconfirmed_deployment_it_was_given(work: Path, capsys)
 def test_eval_refuses_a_newest_unconfirmed_deployment_it_found(work: Path, capsys) -> None:
     """The newest deployment chosen on the profile was selected on dev only: eval names
     it and refuses, rather than silently evaluating it."""
-    dep = _unconfirmed_deployment(work / "cal" / "k70-synthetic" / "deployment.yaml", work / EXAMPLE)
+    dep = _unconfirmed_deployment(
+        work / "cal" / "k70-synthetic" / "deployment.yaml", work / EXAMPLE
+    )
     before = snapshot(work)
-    code, _, err = run(["eval", "--profile", EXAMPLE, "--traces", "tr", "--calibrations", "cal",
-                        "--results", "res"], capsys)
+    code, _, err = run(
+        [
+            "eval",
+            "--profile",
+            EXAMPLE,
+            "--traces",
+            "tr",
+            "--calibrations",
+            "cal",
+            "--results",
+            "res",
+        ],
+        capsys,
+    )
     assert_one_line(code, err, str(dep.relative_to(work)), "--allow-unconfirmed")
     assert snapshot(work) == before
 
@@ -230,15 +404,35 @@ def test_eval_refuses_a_newest_unconfirmed_deployment_it_found(work: Path, capsy
 def test_eval_will_not_select_on_traces_without_val_windows(work: Path, capsys) -> None:
     (work / "tr" / "example-val.jsonl").unlink()
     before = snapshot(work)
-    code, _, err = run(["eval", "--profile", EXAMPLE, "--traces", "tr", "--calibrations", "cal",
-                        "--results", "res"], capsys)
+    code, _, err = run(
+        [
+            "eval",
+            "--profile",
+            EXAMPLE,
+            "--traces",
+            "tr",
+            "--calibrations",
+            "cal",
+            "--results",
+            "res",
+        ],
+        capsys,
+    )
     assert_one_line(code, err, "val", "--allow-unconfirmed")
     assert snapshot(work) == before
 
 
-def _cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=cwd, timeout=120)
+def _cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "as2d_cli.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def test_a_malformed_adb_port_variable_is_one_line(tmp_path: Path) -> None:
@@ -248,7 +442,9 @@ def test_a_malformed_adb_port_variable_is_one_line(tmp_path: Path) -> None:
     assert proc.stdout == "" and list(tmp_path.iterdir()) == []
 
 
-def test_an_os_error_that_escapes_is_one_line_naming_the_path(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_an_os_error_that_escapes_is_one_line_naming_the_path(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
     """The last line of defence: an OSError no check foresaw prints its path, not a traceback."""
     from as2d_cli.cli import main as cli_main
 

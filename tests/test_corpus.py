@@ -103,7 +103,9 @@ def test_missing_manifest_and_audio(tmp_path: Path) -> None:
 
 
 def _as2d(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "as2d_cli.cli.main", *args], capture_output=True, text=True
+    )
 
 
 def test_cli_list_json_matches_manifest() -> None:

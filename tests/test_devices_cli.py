@@ -39,7 +39,16 @@ def test_devices_lists_local_and_the_emulated_phone(emulated_phone, capsys, monk
     local = next(r for r in rows if "local" in r.split("│")[1])
     phone = next(r for r in rows if emulated_phone.serial in r)
     assert "device" in local
-    for expected in ("k70", "23117RK66C", "SM8650", "3.3024", "Adreno750v2", "10.91", "16/36", "2026-06-01"):
+    for expected in (
+        "k70",
+        "23117RK66C",
+        "SM8650",
+        "3.3024",
+        "Adreno750v2",
+        "10.91",
+        "16/36",
+        "2026-06-01",
+    ):
         assert expected in phone
 
 
@@ -54,13 +63,17 @@ def test_devices_json_is_versioned(emulated_phone, capsys, monkeypatch) -> None:
     assert by_serial[emulated_phone.serial]["facts"]["model_id"]["value"] == "23117RK66C"
 
 
-def test_devices_tells_what_to_do_for_an_unauthorized_phone(make_emulated_phone, capsys, monkeypatch) -> None:
+def test_devices_tells_what_to_do_for_an_unauthorized_phone(
+    make_emulated_phone, capsys, monkeypatch
+) -> None:
     session = make_emulated_phone(auth_mode="unauthorized")
     code, out, _ = run_cli(["devices"], capsys, monkeypatch, session.adb_port)
     assert code == 0
     notes = [ln for ln in out.splitlines() if ln.startswith(session.serial)]
-    assert notes == [f"{session.serial} is unauthorized: unlock the phone and accept the 'Allow USB debugging?' "
-                     f"prompt (tick 'Always allow'), then retry"]
+    assert notes == [
+        f"{session.serial} is unauthorized: unlock the phone and accept the 'Allow USB debugging?' "
+        f"prompt (tick 'Always allow'), then retry"
+    ]
 
 
 def test_gate_command_pass_and_fail(make_emulated_phone, capsys, monkeypatch) -> None:
@@ -76,9 +89,13 @@ def test_gate_command_pass_and_fail(make_emulated_phone, capsys, monkeypatch) ->
 
 
 def test_unknown_phone_is_one_line(emulated_phone, capsys, monkeypatch) -> None:
-    code, out, err = run_cli(["devices", "gate", "--phone", "nokia3310"], capsys, monkeypatch, emulated_phone.adb_port)
+    code, out, err = run_cli(
+        ["devices", "gate", "--phone", "nokia3310"], capsys, monkeypatch, emulated_phone.adb_port
+    )
     assert code == 2 and out == ""
-    assert err.startswith("error: unknown --phone 'nokia3310': use one of local, k70, mi14, mi11pro, note9pro")
+    assert err.startswith(
+        "error: unknown --phone 'nokia3310': use one of local, k70, mi14, mi11pro, note9pro"
+    )
     assert err.count("\n") == 1
 
 
@@ -91,19 +108,45 @@ def _listening(port: int) -> bool:
 
 
 def test_emulator_start_runs_until_ctrl_c(tmp_path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "as2d_cli.cli.main", "emulator", "start", "--private-server",
-                             "--fault", "core-offline:5@0.2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, HOME=str(tmp_path)))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "as2d_cli.cli.main",
+            "emulator",
+            "start",
+            "--private-server",
+            "--fault",
+            "core-offline:5@0.2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, HOME=str(tmp_path)),
+    )
     try:
         first = proc.stdout.readline()
-        assert first.startswith("emulated Redmi K70 Pro (23117RK66C) at 127.0.0.1:"), first + proc.stderr.read()
+        assert first.startswith("emulated Redmi K70 Pro (23117RK66C) at 127.0.0.1:"), (
+            first + proc.stderr.read()
+        )
         serial = first.split(" at ")[1].split()[0]
         adb_port = int(first.split("adb server on port ")[1].split()[0])
         assert proc.stdout.readline().startswith("fault: CPU5 goes offline")
         time.sleep(0.4)
-        r = subprocess.run([adbutils.adb_path(), "-P", str(adb_port), "-s", serial, "shell",
-                            "cat /sys/devices/system/cpu/online"], capture_output=True, text=True, timeout=20)
+        r = subprocess.run(
+            [
+                adbutils.adb_path(),
+                "-P",
+                str(adb_port),
+                "-s",
+                serial,
+                "shell",
+                "cat /sys/devices/system/cpu/online",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         assert r.stdout == "0-4,6-7\n", r.stderr
     finally:
         proc.send_signal(signal.SIGINT)
@@ -134,8 +177,12 @@ def test_devices_without_an_adb_server_lists_the_local_host(capsys, monkeypatch)
 def test_watch_stops_with_the_monitor_error(make_emulated_phone, capsys, monkeypatch) -> None:
     session = make_emulated_phone()
     session.phone.schedule(0.25, lambda: session.phone.set_core_online(2, False))
-    code, out, err = run_cli(["devices", "watch", "--phone", session.serial, "--seconds", "5", "--interval", "0.05"],
-                             capsys, monkeypatch, session.adb_port)
+    code, out, err = run_cli(
+        ["devices", "watch", "--phone", session.serial, "--seconds", "5", "--interval", "0.05"],
+        capsys,
+        monkeypatch,
+        session.adb_port,
+    )
     assert code == 3
     assert "online 0,1,2,3,4,5,6,7" in out and "4:3.15" in out
     assert err.startswith("error: CPU2 went offline") and err.count("\n") == 1
@@ -147,14 +194,19 @@ def test_a_bad_adb_port_variable_is_one_line(capsys, monkeypatch) -> None:
         main(["devices"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ANDROID_ADB_SERVER_PORT='five' is not a TCP port") and err.count("\n") == 1
+    assert (
+        err.startswith("error: ANDROID_ADB_SERVER_PORT='five' is not a TCP port")
+        and err.count("\n") == 1
+    )
 
 
 def test_emulator_rejects_an_unknown_profile_in_one_line(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["emulator", "start", "--private-server", "--profile", "pixel"])
     assert exc.value.code == 2
-    assert capsys.readouterr().err.startswith("error: unknown --profile 'pixel'; choose one of k70, mi14")
+    assert capsys.readouterr().err.startswith(
+        "error: unknown --profile 'pixel'; choose one of k70, mi14"
+    )
 
 
 def test_phone_without_an_adb_server_says_how_to_start_one(capsys, monkeypatch) -> None:
@@ -163,5 +215,7 @@ def test_phone_without_an_adb_server_says_how_to_start_one(capsys, monkeypatch) 
     port = free_port()
     code, _, err = run_cli(["devices", "gate", "--phone", "k70"], capsys, monkeypatch, port)
     assert code == 2
-    assert err.startswith(f"error: --phone k70: no adb server runs on port {port}; start it with `adb start-server`")
+    assert err.startswith(
+        f"error: --phone k70: no adb server runs on port {port}; start it with `adb start-server`"
+    )
     assert not _listening(port)

@@ -18,15 +18,26 @@ from device_agents.base import DeviceTimeout
 from device_agents.emulator.shell import CommandContext
 
 
-def adb(session, *args: str, input: bytes | None = None, timeout: float = 20) -> subprocess.CompletedProcess[bytes]:
+def adb(
+    session, *args: str, input: bytes | None = None, timeout: float = 20
+) -> subprocess.CompletedProcess[bytes]:
     env = dict(os.environ, **session.env)
-    return subprocess.run([adbutils.adb_path(), "-P", str(session.adb_port), "-s", session.serial, *args],
-                          input=input, capture_output=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [adbutils.adb_path(), "-P", str(session.adb_port), "-s", session.serial, *args],
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def test_adb_devices_lists_the_emulated_phone_with_its_model(emulated_phone) -> None:
-    out = subprocess.run([adbutils.adb_path(), "-P", str(emulated_phone.adb_port), "devices", "-l"],
-                         capture_output=True, text=True, timeout=20).stdout
+    out = subprocess.run(
+        [adbutils.adb_path(), "-P", str(emulated_phone.adb_port), "devices", "-l"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    ).stdout
     line = next(ln for ln in out.splitlines() if ln.startswith(emulated_phone.serial))
     assert "device" in line.split()[1]
     assert "model:23117RK66C" in line and "device:manet" in line
@@ -82,7 +93,9 @@ def test_adbd_listens_on_loopback_only(emulated_phone) -> None:
     assert listener is not None and listener.getsockname()[0] == "127.0.0.1"
     # 127.0.0.2 reaches this host too (all of 127/8 is loopback on Linux): a socket bound to
     # 0.0.0.0 would answer there; one bound to 127.0.0.1 refuses.
-    others = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)} | {"127.0.0.2"}
+    others = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)} | {
+        "127.0.0.2"
+    }
     for addr in others - {"127.0.0.1"}:  # the same port on any other address is not served
         with pytest.raises(OSError):
             socket.create_connection((addr, emulated_phone.adbd.port), timeout=0.5).close()
@@ -112,9 +125,11 @@ def test_a_pushed_program_runs_as_a_real_host_process(make_emulated_phone, tmp_p
     session = make_emulated_phone()
     dev = session.device()
     script = tmp_path / "prog.py"
-    script.write_text(f"#!{sys.executable}\nimport os, sys\n"
-                      "print('pid', os.getpid(), 'args', sys.argv[1:])\n"
-                      "print('in', os.path.isfile(sys.argv[1]))\n")
+    script.write_text(
+        f"#!{sys.executable}\nimport os, sys\n"
+        "print('pid', os.getpid(), 'args', sys.argv[1:])\n"
+        "print('in', os.path.isfile(sys.argv[1]))\n"
+    )
     script.chmod(0o755)
     with dev.run_dir("prog") as rd:
         dev.push(script, f"{rd}/prog.py")
@@ -132,8 +147,10 @@ def test_closing_the_stream_kills_the_host_process(make_emulated_phone, tmp_path
     dev = session.device()
     script = tmp_path / "forever.py"
     pidfile = tmp_path / "pid"
-    script.write_text(f"#!{sys.executable}\nimport os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
-                      "print('started', flush=True)\nwhile True: time.sleep(0.05)\n")
+    script.write_text(
+        f"#!{sys.executable}\nimport os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+        "print('started', flush=True)\nwhile True: time.sleep(0.05)\n"
+    )
     script.chmod(0o755)
     with dev.run_dir("forever") as rd:
         dev.push(script, f"{rd}/forever.py")
@@ -159,7 +176,9 @@ def test_interactive_adb_shell_keeps_its_directory_and_exit_status(emulated_phon
 
 
 def test_legacy_shell_exec_out_and_sync_listing_through_adbutils(emulated_phone) -> None:
-    d = adbutils.AdbClient(host="127.0.0.1", port=emulated_phone.adb_port).device(emulated_phone.serial)
+    d = adbutils.AdbClient(host="127.0.0.1", port=emulated_phone.adb_port).device(
+        emulated_phone.serial
+    )
     assert d.shell("echo legacy; echo err >&2") == "legacy\nerr"  # shell: merges the streams
     assert adb(emulated_phone, "exec-out", "getprop ro.build.version.sdk").stdout == b"36\n"
     d.sync.push(b"abc", "/data/local/tmp/emu-ls/f.txt")

@@ -32,9 +32,9 @@ def _der(data: bytes, pos: int = 0) -> tuple[int, bytes, int]:
     pos += 2
     if length & 0x80:
         k = length & 0x7F
-        length = int.from_bytes(data[pos:pos + k], "big")
+        length = int.from_bytes(data[pos : pos + k], "big")
         pos += k
-    return tag, data[pos:pos + length], pos + length
+    return tag, data[pos : pos + length], pos + length
 
 
 def _items(body: bytes) -> list[bytes]:
@@ -48,7 +48,9 @@ def _items(body: bytes) -> list[bytes]:
 def _private_key(path: Path) -> tuple[int, int, int]:
     """(n, e, d) of adb's PEM private key (PKCS#8, or PKCS#1 'RSA PRIVATE KEY')."""
     text = path.read_text()
-    der = base64.b64decode("".join(line for line in text.splitlines() if line and not line.startswith("-----")))
+    der = base64.b64decode(
+        "".join(line for line in text.splitlines() if line and not line.startswith("-----"))
+    )
     items = _items(_der(der)[1])
     if "BEGIN PRIVATE KEY" in text:
         items = _items(_der(items[2])[1])  # PrivateKeyInfo.privateKey holds the RSAPrivateKey
@@ -68,8 +70,13 @@ def _sign(key: tuple[int, int, int], token: bytes) -> bytes:
 def other_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A second adb key pair, made by `adb keygen` (no server)."""
     path = tmp_path_factory.mktemp("otherkey") / "adbkey"
-    subprocess.run([ADB, "keygen", str(path)], check=True, capture_output=True, timeout=60,
-                   env={**os.environ, "HOME": str(path.parent)})
+    subprocess.run(
+        [ADB, "keygen", str(path)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "HOME": str(path.parent)},
+    )
     return path
 
 
@@ -83,20 +90,32 @@ def test_owner_server_is_authorized_and_runs_commands(emulated_phone, adb_server
     assert _states(emulated_phone.adb_port)[emulated_phone.serial] == "device"
     assert emulated_phone.device().shell(["echo", "authorized"]).stdout == "authorized\n"
     # The session found the key from the running server's own environment (HOME).
-    assert adbkeys.server_key_paths(adb_server.port) == [adb_server.home / ".android" / "adbkey.pub"]
+    assert adbkeys.server_key_paths(adb_server.port) == [
+        adb_server.home / ".android" / "adbkey.pub"
+    ]
 
 
 def test_another_adb_server_sees_the_phone_unauthorized(emulated_phone, tmp_path: Path) -> None:
     port = free_port()
     home = tmp_path / "home"
     (home / ".android").mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ADB_VENDOR_KEYS", "ANDROID_ADB_SERVER_PORT", "ANDROID_USER_HOME", "ANDROID_SERIAL")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in ("ADB_VENDOR_KEYS", "ANDROID_ADB_SERVER_PORT", "ANDROID_USER_HOME", "ANDROID_SERIAL")
+    }
     env.update(HOME=str(home), ADB_LIBUSB="0", ADB_MDNS="0", ADB_MDNS_AUTO_CONNECT="0")
 
     def adb(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([ADB, "-P", str(port), *args], env=env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [ADB, "-P", str(port), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
 
     try:
         adb("start-server", timeout=60)
@@ -104,7 +123,10 @@ def test_another_adb_server_sees_the_phone_unauthorized(emulated_phone, tmp_path
         assert theirs[0] not in (emulated_phone.adbd.authorized_keys or ())
         adb("connect", emulated_phone.serial)
         deadline = time.monotonic() + 20
-        while _states(port).get(emulated_phone.serial) != "unauthorized" and time.monotonic() < deadline:
+        while (
+            _states(port).get(emulated_phone.serial) != "unauthorized"
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         assert _states(port).get(emulated_phone.serial) == "unauthorized"
         r = adb("-s", emulated_phone.serial, "shell", "echo", "intruder")
@@ -121,7 +143,9 @@ def test_another_adb_server_sees_the_phone_unauthorized(emulated_phone, tmp_path
         adb("kill-server")
 
 
-def test_signature_check_accepts_only_authorized_keys(adb_server, other_key: Path, tmp_path: Path) -> None:
+def test_signature_check_accepts_only_authorized_keys(
+    adb_server, other_key: Path, tmp_path: Path
+) -> None:
     own_pem = adb_server.home / ".android" / "adbkey"
     own_pub = Path(f"{own_pem}.pub")
     own = _private_key(own_pem)
@@ -147,9 +171,16 @@ def test_signature_check_accepts_only_authorized_keys(adb_server, other_key: Pat
         accept = EmulatedAdbd(phone, authorized_keys=own_pub)
         assert accept.check_signature(token, sig) == pub
         both = tmp_path / "adb_keys"
-        both.write_text(f"# comment\n{Path(f'{other_key}.pub').read_text().strip()}\n\n{own_pub.read_text()}\n")
+        both.write_text(
+            f"# comment\n{Path(f'{other_key}.pub').read_text().strip()}\n\n{own_pub.read_text()}\n"
+        )
         assert EmulatedAdbd(phone, authorized_keys=both).check_signature(token, sig) == pub
-        assert EmulatedAdbd(phone, auth_mode="unauthorized", authorized_keys=own_pub).check_signature(token, sig) is None
+        assert (
+            EmulatedAdbd(phone, auth_mode="unauthorized", authorized_keys=own_pub).check_signature(
+                token, sig
+            )
+            is None
+        )
     finally:
         phone.close()
 
@@ -159,7 +190,9 @@ def _handshake(adbd: EmulatedAdbd, sign) -> list[wire.Message]:
     TOKEN with ``sign(token)`` until ``sign`` returns None or adbd sends CNXN."""
     seen = []
     with socket.create_connection(("127.0.0.1", adbd.port), timeout=10) as s:
-        s.sendall(wire.encode(wire.Message(wire.A_CNXN, wire.A_VERSION, wire.MAX_PAYLOAD, b"host::\0")))
+        s.sendall(
+            wire.encode(wire.Message(wire.A_CNXN, wire.A_VERSION, wire.MAX_PAYLOAD, b"host::\0"))
+        )
         while True:
             msg = wire.read_message(s)
             assert msg is not None
@@ -195,7 +228,9 @@ def test_handshake_on_the_wire(adb_server, other_key: Path) -> None:
         phone.close()
 
 
-def test_key_files_and_missing_keys_fail_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_key_files_and_missing_keys_fail_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bad = tmp_path / "keys"
     bad.write_text("not-a-key user@host\n")
     with pytest.raises(adbkeys.AdbKeyError, match=r"keys:1: not an adb public key") as err:

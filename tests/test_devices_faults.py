@@ -71,7 +71,12 @@ def test_unplug_over_wireless_keeps_the_phone_and_stops_charging(make_emulated_p
     session.phone.unplug()
     out = dev.shell(["dumpsys", "battery"]).stdout
     assert "USB powered: false" in out and "status: 3" in out
-    assert dev.read_files(["/sys/class/power_supply/battery/status"])["/sys/class/power_supply/battery/status"] == "Discharging\n"
+    assert (
+        dev.read_files(["/sys/class/power_supply/battery/status"])[
+            "/sys/class/power_supply/battery/status"
+        ]
+        == "Discharging\n"
+    )
     assert states(session)[session.serial] == "device"
 
 
@@ -86,13 +91,19 @@ def test_timed_unplug_and_replug(make_emulated_phone) -> None:
     assert session.device().shell(["echo", "ok"]).stdout == "ok\n"
 
 
-@pytest.mark.parametrize("mode,advice", [("unauthorized", "accept the 'Allow USB debugging?' prompt"),
-                                         ("offline", "replug the cable")])
-def test_unusable_phone_states_give_one_line_with_advice(make_emulated_phone, mode: str, advice: str) -> None:
+@pytest.mark.parametrize(
+    "mode,advice",
+    [("unauthorized", "accept the 'Allow USB debugging?' prompt"), ("offline", "replug the cable")],
+)
+def test_unusable_phone_states_give_one_line_with_advice(
+    make_emulated_phone, mode: str, advice: str
+) -> None:
     session = make_emulated_phone(auth_mode=mode)
     assert states(session)[session.serial] == mode
-    for call in (lambda: resolve_phone(session.serial, session.adb_port),
-                 lambda: session.device().shell(["echo", "x"], deadline_s=3)):
+    for call in (
+        lambda: resolve_phone(session.serial, session.adb_port),
+        lambda: session.device().shell(["echo", "x"], deadline_s=3),
+    ):
         with pytest.raises(DeviceUnavailable) as err:
             call()
         assert f"is {mode}" in str(err.value) and advice in str(err.value)

@@ -26,13 +26,21 @@ def test_default_gate_is_the_papers_protocol(emulated_phone) -> None:
     result = run_gate(emulated_phone.device(), sleep=slept.append)
     assert result.passed, result.failure
     assert slept == [15.0, 5.0]  # rest, then the gap between the two checks
-    assert [o.check for o in result.observations] == ["rest", "temperature", "cores_online", "ceiling",
-                                                      "cores_online", "ceiling"]
+    assert [o.check for o in result.observations] == [
+        "rest",
+        "temperature",
+        "cores_online",
+        "ceiling",
+        "cores_online",
+        "ceiling",
+    ]
     temp = result.observations[1]
     assert temp.ok and temp.detail == {"sensor": "battery", "temp_c": 31.0, "max_c": 40.0}
     ceilings = [o for o in result.observations if o.check == "ceiling"]
     assert [o.detail["core"] for o in ceilings] == [4, 4]
-    assert all(o.detail["min_khz"] == 1881600 and o.detail["ceiling_khz"] == 3148800 for o in ceilings)
+    assert all(
+        o.detail["min_khz"] == 1881600 and o.detail["ceiling_khz"] == 3148800 for o in ceilings
+    )
     record = json.loads(json.dumps(result.to_dict()))  # JSON-serialisable as stored
     assert record["passed"] and len(record["observations"]) == 6
     jsonschema.validate(record, GATE_SCHEMA)
@@ -70,7 +78,13 @@ def test_gate_fails_when_the_ceiling_drops_between_the_two_checks(make_emulated_
     result = run_gate(session.device(), config, sleep=sleep)
     ceilings = [o for o in result.observations if o.check == "ceiling"]
     assert [o.ok for o in ceilings] == [True, False]
-    assert ceilings[1].detail == {"core": 4, "ceiling_khz": 1_000_000, "min_khz": 1881600, "online": True, "check": 2}
+    assert ceilings[1].detail == {
+        "core": 4,
+        "ceiling_khz": 1_000_000,
+        "min_khz": 1881600,
+        "online": True,
+        "check": 2,
+    }
     assert not result.passed
 
 
@@ -82,8 +96,12 @@ def test_gate_threshold_exactly_met_passes(make_emulated_phone) -> None:
 
 def test_show_gate_observes_without_waiting(emulated_phone) -> None:
     rows = show_gate(emulated_phone.device())
-    assert [(name, avail) for name, avail, _ in rows] == [("rest", True), ("temperature", True),
-                                                           ("cores_online", True), ("ceiling", True)]
+    assert [(name, avail) for name, avail, _ in rows] == [
+        ("rest", True),
+        ("temperature", True),
+        ("cores_online", True),
+        ("ceiling", True),
+    ]
     assert rows[3][2] is not None and rows[3][2].ok
 
 
@@ -150,7 +168,13 @@ def test_gate_failure_before_an_episode_keeps_finished_ones(make_emulated_phone)
         return 1
 
     with pytest.raises(BatchStopped, match="episode 2/2 not started: gate failed") as err:
-        run_batch(session.device(), [heats_up, heats_up], FAST, monitor_interval_s=0.05, sleep=lambda s: None)
+        run_batch(
+            session.device(),
+            [heats_up, heats_up],
+            FAST,
+            monitor_interval_s=0.05,
+            sleep=lambda s: None,
+        )
     assert [r.result for r in err.value.completed] == [1]
     assert err.value.gate is not None and not err.value.gate.passed
 
@@ -174,8 +198,12 @@ def test_an_episode_error_stops_the_batch_with_its_message(emulated_phone) -> No
     def fails(mon: CoreMonitor) -> None:
         raise DeviceError("runner lost its model file")
 
-    with pytest.raises(BatchStopped, match="episode 1/1 stopped: runner lost its model file") as err:
-        run_batch(emulated_phone.device(), [fails], FAST, monitor_interval_s=0.05, sleep=lambda s: None)
+    with pytest.raises(
+        BatchStopped, match="episode 1/1 stopped: runner lost its model file"
+    ) as err:
+        run_batch(
+            emulated_phone.device(), [fails], FAST, monitor_interval_s=0.05, sleep=lambda s: None
+        )
     assert err.value.failure is not None and err.value.failure.kind == "episode_error"
     assert err.value.interrupted is not None and err.value.interrupted.samples
 
@@ -226,7 +254,9 @@ def test_a_phone_that_stays_hot_fails_the_gate_in_one_line(make_emulated_phone) 
     session = make_emulated_phone()
     session.phone.battery.temperature_dc = 455
     cfg = replace(FAST, cool_wait_s=0.3)
-    with pytest.raises(GateFailed, match=r"battery 45\.5 °C is above 40 °C .*after waiting .* raise --max-temp") as err:
+    with pytest.raises(
+        GateFailed, match=r"battery 45\.5 °C is above 40 °C .*after waiting .* raise --max-temp"
+    ) as err:
         require_gate(session.device(), cfg, sleep=lambda s: time.sleep(min(s, 0.05)))
     assert "\n" not in str(err.value)
     # A zone chosen by type, with a threshold it meets, passes.
@@ -256,7 +286,11 @@ def test_settle_waits_for_a_busy_then_a_stolen_device_to_be_quiet(make_emulated_
     assert "most steal 50%" in obs.message or "most steal 5" in obs.message
     session.phone.set_load(busy=0.02, steal=0.4)
     stuck = settle(dev, quiet_s=1, max_wait_s=2.5, sleep=time.sleep)
-    assert stuck.ok is None and "hypervisor steals CPU time" in stuck.message and stuck.detail["steal"] >= 0.35
+    assert (
+        stuck.ok is None
+        and "hypervisor steals CPU time" in stuck.message
+        and stuck.detail["steal"] >= 0.35
+    )
     record = run_gate(dev, replace(FAST, settle_s=1.0), sleep=lambda s: None).to_dict()
     record["observations"].insert(0, json.loads(json.dumps(obs.__dict__)))
     jsonschema.validate(record, GATE_SCHEMA)

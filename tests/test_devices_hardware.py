@@ -17,8 +17,10 @@ from device_agents.gating import GateConfig, run_gate, show_gate
 from device_agents.registry import resolve_phone
 
 NAME = os.environ.get("AS2D_TEST_PHONE")
-pytestmark = [pytest.mark.hardware,
-              pytest.mark.skipif(not NAME, reason="set AS2D_TEST_PHONE to run against a real phone")]
+pytestmark = [
+    pytest.mark.hardware,
+    pytest.mark.skipif(not NAME, reason="set AS2D_TEST_PHONE to run against a real phone"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +46,12 @@ def test_cpu_state_and_gate_show(device: Device) -> None:
 
 def test_short_gate_records_every_observation(device: Device) -> None:
     cfg = GateConfig.for_device(device)
-    result = run_gate(device, GateConfig(rest_s=0, interval_s=1, checks=2, core=cfg.core,
-                                         min_ceiling_khz=cfg.min_ceiling_khz))
+    result = run_gate(
+        device,
+        GateConfig(
+            rest_s=0, interval_s=1, checks=2, core=cfg.core, min_ceiling_khz=cfg.min_ceiling_khz
+        ),
+    )
     assert result.observations and result.observations[0].check == "rest"
 
 

@@ -30,13 +30,17 @@ def test_facts_and_cpu_state_match_sysfs() -> None:
     if not Path(f"/sys/devices/system/cpu/cpu{possible[0]}/cpufreq/cpuinfo_max_freq").exists():
         assert facts.get("cpu_peak_ghz") is None  # never guessed
     state = host.cpu_state()
-    assert sorted(state.online) == parse_cpu_list(Path("/sys/devices/system/cpu/online").read_text())
+    assert sorted(state.online) == parse_cpu_list(
+        Path("/sys/devices/system/cpu/online").read_text()
+    )
 
 
 def test_run_with_affinity_pins_the_child() -> None:
     host = LocalHost()
     cpu = min(os.sched_getaffinity(0))
-    res = host.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"], affinity={cpu})
+    res = host.run(
+        [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"], affinity={cpu}
+    )
     assert res.exit_code == 0 and res.stdout.strip() == f"[{cpu}]"
     unpinned = host.run([sys.executable, "-c", "import os; print(len(os.sched_getaffinity(0)))"])
     assert int(unpinned.stdout) == len(os.sched_getaffinity(0))

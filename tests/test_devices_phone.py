@@ -75,15 +75,19 @@ def test_cpu_state_follows_the_phone(make_emulated_phone) -> None:
     assert st.thermal_c["cpu-1-4-0"] == 71.5
 
 
-def test_push_pull_round_trip_inside_a_run_dir_that_is_removed(emulated_phone, tmp_path: Path) -> None:
+def test_push_pull_round_trip_inside_a_run_dir_that_is_removed(
+    emulated_phone, tmp_path: Path
+) -> None:
     dev = emulated_phone.device()
     src = tmp_path / "model.onnx"
     src.write_bytes(bytes(range(256)) * 1000)
     with dev.run_dir("rt") as rd:
         assert rd.startswith("/data/local/tmp/as2d-rt-")
         dev.push(src, f"{rd}/models/model.onnx")
-        assert dev.shell(["sha256sum", f"{rd}/models/model.onnx"]).stdout.split()[0] == \
-            __import__("hashlib").sha256(src.read_bytes()).hexdigest()
+        assert (
+            dev.shell(["sha256sum", f"{rd}/models/model.onnx"]).stdout.split()[0]
+            == __import__("hashlib").sha256(src.read_bytes()).hexdigest()
+        )
         dev.pull(f"{rd}/models/model.onnx", tmp_path / "back.onnx")
         assert (tmp_path / "back.onnx").read_bytes() == src.read_bytes()
     assert emulated_phone.phone.fs.stat(rd) is None
@@ -93,13 +97,20 @@ def test_push_outside_a_run_dir_is_refused(emulated_phone, tmp_path: Path) -> No
     dev = emulated_phone.device()
     src = tmp_path / "x"
     src.write_text("x")
-    for bad in ("/data/local/tmp/x", "/sdcard/x", "/data/local/tmp/as2d-run-1/../../evil", "/system/bin/x"):
+    for bad in (
+        "/data/local/tmp/x",
+        "/sdcard/x",
+        "/data/local/tmp/as2d-run-1/../../evil",
+        "/system/bin/x",
+    ):
         with pytest.raises(UserError, match="per-run directory"):
             dev.push(src, bad)
     assert emulated_phone.phone.fs.stat("/data/local/tmp/x") is None
 
 
-def test_pull_of_a_missing_file_is_one_clear_error_and_leaves_nothing(emulated_phone, tmp_path: Path) -> None:
+def test_pull_of_a_missing_file_is_one_clear_error_and_leaves_nothing(
+    emulated_phone, tmp_path: Path
+) -> None:
     with pytest.raises(DeviceError, match="does not exist"):
         emulated_phone.device().pull("/data/local/tmp/nope.bin", tmp_path / "nope.bin")
     assert list(tmp_path.iterdir()) == []
@@ -110,7 +121,9 @@ def test_resolve_phone_by_name_serial_and_errors(emulated_phone) -> None:
     assert resolve_phone("k70", port).serial == emulated_phone.serial
     assert resolve_phone(emulated_phone.serial, port).serial == emulated_phone.serial
     assert resolve_phone("local", port).kind == "local"
-    with pytest.raises(UserError, match=r"no attached phone is a Xiaomi 11 Pro \(model M2102K1AC\)") as err:
+    with pytest.raises(
+        UserError, match=r"no attached phone is a Xiaomi 11 Pro \(model M2102K1AC\)"
+    ) as err:
         resolve_phone("11pro", port)
     assert emulated_phone.serial in str(err.value)
     with pytest.raises(UserError, match="use one of local, k70, mi14, mi11pro, note9pro") as err2:

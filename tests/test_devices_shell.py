@@ -24,12 +24,31 @@ def phone() -> Iterator[ScriptedPhone]:
 
 def sh(phone: ScriptedPhone, script: str, stdin: bytes = b"") -> tuple[int, str, str]:
     out, err = bytearray(), bytearray()
-    code = phone.run_script(script, Pipe(stdin, closed=True), out.extend, err.extend, threading.Event())
+    code = phone.run_script(
+        script, Pipe(stdin, closed=True), out.extend, err.extend, threading.Event()
+    )
     return code, out.decode(), err.decode()
 
 
-@pytest.mark.parametrize("word", ["plain", "two words", "it's", 'say "hi"', "$HOME", "a;b&&c|d", "back\\slash",
-                                  "*", "~", "tab\there", "", "ünïcödé", "`id`", "$(id)"])
+@pytest.mark.parametrize(
+    "word",
+    [
+        "plain",
+        "two words",
+        "it's",
+        'say "hi"',
+        "$HOME",
+        "a;b&&c|d",
+        "back\\slash",
+        "*",
+        "~",
+        "tab\there",
+        "",
+        "ünïcödé",
+        "`id`",
+        "$(id)",
+    ],
+)
 def test_shlex_quoted_words_come_back_verbatim(phone: ScriptedPhone, word: str) -> None:
     code, out, _ = sh(phone, shlex.join(["echo", word]))
     assert code == 0 and out == word + "\n"
@@ -44,7 +63,10 @@ def test_sequencing_and_conditionals(phone: ScriptedPhone) -> None:
 
 def test_pipes_and_redirections(phone: ScriptedPhone) -> None:
     d = "/data/local/tmp/shtest"
-    assert sh(phone, f"mkdir -p {d} && echo one > {d}/f && echo two >> {d}/f && cat < {d}/f")[1] == "one\ntwo\n"
+    assert (
+        sh(phone, f"mkdir -p {d} && echo one > {d}/f && echo two >> {d}/f && cat < {d}/f")[1]
+        == "one\ntwo\n"
+    )
     assert sh(phone, f"cat {d}/f | grep tw")[1] == "two\n"
     code, out, err = sh(phone, "ls /missing 2>/dev/null; echo after")
     assert (out, err) == ("after\n", "")

@@ -17,21 +17,39 @@ S = 1_000_000_000
 T0 = 100 * S  # boot time of the first sample
 
 
-def _trace(tmp_path: Path, rows: list[tuple[float, float, float, float]], *,
-           config: bool = False, clock: int | None = None, mono_minus_boot: int = 0) -> Path:
+def _trace(
+    tmp_path: Path,
+    rows: list[tuple[float, float, float, float]],
+    *,
+    config: bool = False,
+    clock: int | None = None,
+    mono_minus_boot: int = 0,
+) -> Path:
     """rows: (t_s after T0, current A (Android sign), voltage V, charge mAh)."""
-    readings = [GaugeReading(T0 + round(t * S), round(i * 1e6), round(i * 1e6),
-                             round(v * 1e6), round(q * 1000), 50.0) for t, i, v, q in rows]
+    readings = [
+        GaugeReading(
+            T0 + round(t * S), round(i * 1e6), round(i * 1e6), round(v * 1e6), round(q * 1000), 50.0
+        )
+        for t, i, v, q in rows
+    ]
     counters = ["CURRENT", "VOLTAGE", "CHARGE", "CAPACITY_PERCENT", "CURRENT_AVG"]
     cfg = build_trace_config(CaptureSpec(duration_ms=60_000, poll_ms=1000)) if config else None
     path = tmp_path / "t.perfetto-trace"
-    path.write_bytes(encode_trace(readings, cfg, counters, sample_clock_id=clock,
-                                  mono_minus_boot_ns=mono_minus_boot))
+    path.write_bytes(
+        encode_trace(
+            readings, cfg, counters, sample_clock_id=clock, mono_minus_boot_ns=mono_minus_boot
+        )
+    )
     return path
 
 
-ROWS = [(0, -1.0, 4.0, 1000.0), (1, -2.0, 4.0, 999.5), (2, -1.0, 4.0, 999.0),
-        (3, -3.0, 3.5, 998.0), (4, -1.0, 4.0, 997.6)]
+ROWS = [
+    (0, -1.0, 4.0, 1000.0),
+    (1, -2.0, 4.0, 999.5),
+    (2, -1.0, 4.0, 999.0),
+    (3, -3.0, 3.5, 998.0),
+    (4, -1.0, 4.0, 997.6),
+]
 
 
 def test_integral_matches_hand_computed_trapezoid(tmp_path: Path) -> None:
@@ -45,10 +63,12 @@ def test_integral_matches_hand_computed_trapezoid(tmp_path: Path) -> None:
 
 def test_episode_table_figures(tmp_path: Path) -> None:
     s = read_battery_series(_trace(tmp_path, ROWS, config=True))
-    ep = Episode([
-        RequestRecord("target-only", "formal", T0, T0 + 2 * S, T0 + 2 * S, 10, 0),
-        RequestRecord("as2d", "formal", T0 + 2 * S, T0 + 3 * S, T0 + 4 * S, 5, 0),
-    ])
+    ep = Episode(
+        [
+            RequestRecord("target-only", "formal", T0, T0 + 2 * S, T0 + 2 * S, 10, 0),
+            RequestRecord("as2d", "formal", T0 + 2 * S, T0 + 3 * S, T0 + 4 * S, 5, 0),
+        ]
+    )
     a = analyse_episode(s, ep)
     t, x = a.requests
     assert t.energy_j == pytest.approx(12.0) and t.mean_power_w == pytest.approx(6.0)

@@ -31,7 +31,12 @@ from as2d_cli.energy.episode_script import (
 from as2d_cli.energy.results import load_energy_result, new_run_dir, write_results
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import FormatError, UserError
-from device_agents.emulator.battery import BatteryParams, GaugeFaults, encode_trace, simulate_readings
+from device_agents.emulator.battery import (
+    BatteryParams,
+    GaugeFaults,
+    encode_trace,
+    simulate_readings,
+)
 
 S = 1_000_000_000
 
@@ -42,28 +47,46 @@ def test_trace_config_is_binary_android_power_with_bounded_duration() -> None:
     assert isinstance(cfg, pb.TraceConfig)
     assert cfg.duration_ms == 90_000 and cfg.prefer_suspend_clock_for_duration
     assert battery_poll_ms(cfg) == 250
-    assert battery_counter_names(cfg) == ["CURRENT", "VOLTAGE", "CHARGE", "CAPACITY_PERCENT",
-                                          "CURRENT_AVG"]
+    assert battery_counter_names(cfg) == [
+        "CURRENT",
+        "VOLTAGE",
+        "CHARGE",
+        "CAPACITY_PERCENT",
+        "CURRENT_AVG",
+    ]
     assert [ds.config.name for ds in cfg.data_sources] == ["android.power"]
     assert cfg.buffers[0].size_kb > 0
-    no_avg = parse_trace_config(serialize_trace_config(
-        CaptureSpec(duration_ms=90_000, poll_ms=500, include_current_avg=False)))
+    no_avg = parse_trace_config(
+        serialize_trace_config(
+            CaptureSpec(duration_ms=90_000, poll_ms=500, include_current_avg=False)
+        )
+    )
     assert "CURRENT_AVG" not in battery_counter_names(no_avg) and battery_poll_ms(no_avg) == 500
 
 
-@pytest.mark.parametrize("spec,match", [
-    (CaptureSpec(duration_ms=0), "must be positive"),
-    (CaptureSpec(duration_ms=10**10), "at most"),
-    (CaptureSpec(duration_ms=60_000, poll_ms=10), "outside"),
-    (CaptureSpec(duration_ms=500, poll_ms=250), "fewer than 4 polls"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        (CaptureSpec(duration_ms=0), "must be positive"),
+        (CaptureSpec(duration_ms=10**10), "at most"),
+        (CaptureSpec(duration_ms=60_000, poll_ms=10), "outside"),
+        (CaptureSpec(duration_ms=500, poll_ms=250), "fewer than 4 polls"),
+    ],
+)
 def test_bad_capture_specs_are_refused(spec: CaptureSpec, match: str) -> None:
     with pytest.raises(UserError, match=match):
         serialize_trace_config(spec)
 
 
-PLAN = EpisodePlan(methods=("as2d", "target-only"), request_cmd="run {method} {phase} {index}",
-                   settle_s=1, gap_s=0.5, tail_s=1, request_budget_s=2, discharge_wait_s=3)
+PLAN = EpisodePlan(
+    methods=("as2d", "target-only"),
+    request_cmd="run {method} {phase} {index}",
+    settle_s=1,
+    gap_s=0.5,
+    tail_s=1,
+    request_budget_s=2,
+    discharge_wait_s=3,
+)
 
 
 def test_episode_script_is_straight_line_and_ordered() -> None:
@@ -76,19 +99,25 @@ def test_episode_script_is_straight_line_and_ordered() -> None:
     assert sum("grep -q Discharging" in ln for ln in body) == 3
     runs = [ln for ln in body if ln.startswith("run ")]
     assert [r.split(" >")[0] for r in runs] == [
-        "run as2d warmup 0", "run as2d formal 1",
-        "run target-only warmup 2", "run target-only formal 3"]
+        "run as2d warmup 0",
+        "run as2d formal 1",
+        "run target-only warmup 2",
+        "run target-only formal 3",
+    ]
     assert "perfetto --background-wait -c - -o /t.pt" in text
     assert PLAN.trace_duration_ms() == int((1 + 4 * 2 + 3 * 0.5 + 1) * 1000) + 1000
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(methods=()), "no methods"),
-    (dict(methods=("a b",)), "method name"),
-    (dict(methods=("x", "x")), "repeat"),
-    (dict(request_cmd="run {model}"), "invalid"),
-    (dict(method_cmds=(("sd", "x"),)), "not among"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(methods=()), "no methods"),
+        (dict(methods=("a b",)), "method name"),
+        (dict(methods=("x", "x")), "repeat"),
+        (dict(request_cmd="run {model}"), "invalid"),
+        (dict(method_cmds=(("sd", "x"),)), "not among"),
+    ],
+)
 def test_bad_plans_are_refused(kw: dict, match: str) -> None:
     base = dict(methods=("as2d",), request_cmd="run {method}")
     base.update(kw)
@@ -98,22 +127,36 @@ def test_bad_plans_are_refused(kw: dict, match: str) -> None:
 
 def test_assemble_episode_prefers_the_request_own_stamps() -> None:
     files = {
-        "req000.origin": "100.00 1.0\n", "req000.end": "102.50 1.0\n", "req000.rc": "0\n",
+        "req000.origin": "100.00 1.0\n",
+        "req000.end": "102.50 1.0\n",
+        "req000.rc": "0\n",
         "req000.out": "noise\nAS2D_REQUEST body_tokens=173\n",
-        "req001.origin": "103.00 1.0\n", "req001.end": "110.00 1.0\n", "req001.rc": "0\n",
+        "req001.origin": "103.00 1.0\n",
+        "req001.end": "110.00 1.0\n",
+        "req001.rc": "0\n",
         "req001.out": "AS2D_REQUEST body_tokens=256 origin_boot_ns=103100000000 "
-                      "target_eos_boot_ns=108000000000 end_boot_ns=109000000000\n",
-        "req002.origin": "111.00 1.0\n", "req002.end": "112.00 1.0\n", "req002.rc": "0\n",
+        "target_eos_boot_ns=108000000000 end_boot_ns=109000000000\n",
+        "req002.origin": "111.00 1.0\n",
+        "req002.end": "112.00 1.0\n",
+        "req002.rc": "0\n",
         "req002.out": "forgot to report\n",
         # req003 never ran (records missing)
         "t_trace_started": "99.00 1.0\n",
     }
     ep = assemble_episode(PLAN, files)
     a, b, c, d = ep.requests
-    assert (a.origin_ns, a.target_eos_ns, a.end_ns, a.body_tokens) == (100 * S, 102.5 * S,
-                                                                        102.5 * S, 173)
-    assert (b.origin_ns, b.target_eos_ns, b.end_ns, b.body_tokens) == (103.1 * S, 108 * S,
-                                                                        109 * S, 256)
+    assert (a.origin_ns, a.target_eos_ns, a.end_ns, a.body_tokens) == (
+        100 * S,
+        102.5 * S,
+        102.5 * S,
+        173,
+    )
+    assert (b.origin_ns, b.target_eos_ns, b.end_ns, b.body_tokens) == (
+        103.1 * S,
+        108 * S,
+        109 * S,
+        256,
+    )
     assert c.exit_code == 254 and d.exit_code == 255
     assert ep.meta["t_trace_started_boot_ns"] == str(99 * S)
     assert parse_uptime_ns("5.5 1", "x") == 5_500_000_000
@@ -147,8 +190,16 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
     d2 = new_run_dir(tmp_path / "results", "k70")
     assert d1 != d2 and d1.parent == d2.parent  # same second: a fresh folder, not the same
     spec = CaptureSpec(duration_ms=10_000)
-    path = write_results(d1, analysis, ep, trace, spec, {"serial": "x"}, {"methods": ["as2d"]},
-                         ["CURRENT", "VOLTAGE", "CHARGE"])
+    path = write_results(
+        d1,
+        analysis,
+        ep,
+        trace,
+        spec,
+        {"serial": "x"},
+        {"methods": ["as2d"]},
+        ["CURRENT", "VOLTAGE", "CHARGE"],
+    )
     doc = load_energy_result(path)
     assert doc["schema"] == "as2d.energy-result" and doc["schema_version"] == 1
     assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
@@ -176,12 +227,23 @@ def test_table_golden() -> None:
     a = EnergyAnalysis(
         requests=[],
         methods=[
-            MethodSummary("as2d", 1, 239.4, 21.13, 248, 239.4 / 248, 11.33,
-                          100 * (239.4 / 341.6 - 1), 100 * ((239.4 / 248) / (341.6 / 256) - 1)),
+            MethodSummary(
+                "as2d",
+                1,
+                239.4,
+                21.13,
+                248,
+                239.4 / 248,
+                11.33,
+                100 * (239.4 / 341.6 - 1),
+                100 * ((239.4 / 248) / (341.6 / 256) - 1),
+            ),
             MethodSummary("target-only", 1, 341.6, 32.64, 256, 341.6 / 256, 10.47, None, None),
         ],
         cross_check=CrossCheck(120.0, 145.9, 159.0, abs(145.9 - 159.0) / 159.0 * 100, ""),
-        poll_s=0.25, baseline="target-only")
+        poll_s=0.25,
+        baseline="target-only",
+    )
     md, csv_text = render_table(a)
     assert md == (
         "| Method | Energy (J) | Mean power (W) | Response (s) | Body tokens | J/token |\n"
@@ -193,7 +255,10 @@ def test_table_golden() -> None:
         "- cross-check over 120.0 s: current integrates to 145.90 mAh vs charge-counter drop "
         "159.00 mAh (8.2 % discrepancy)\n"
     )
-    assert csv_text.splitlines()[0] == "method,energy_j,mean_power_w,response_s,body_tokens,j_per_token"
+    assert (
+        csv_text.splitlines()[0]
+        == "method,energy_j,mean_power_w,response_s,body_tokens,j_per_token"
+    )
     assert csv_text.splitlines()[1].startswith("as2d,239.4,11.33,21.13,248,0.965")
 
 
@@ -204,19 +269,46 @@ def test_bundle_request_template_keeps_only_the_episode_placeholders() -> None:
     from as2d_cli.bundle.launch import Preflight
     from as2d_cli.energy.native_request import bundle_request_template
 
-    manifest = {"launch": {"pythonhome": "py", "pythonpath": ["site", "proj"],
-                           "loader": "lib/ld-linux-aarch64.so.1", "library_path": "lib",
-                           "python": "bin/python3.11"}}
-    deployed = DeployedBundle("s", "/data/local/tmp/as2d-bundle/ab{c}", manifest, "h", False,
-                              0.0, Preflight(8, 8, "aarch64"), False)
+    manifest = {
+        "launch": {
+            "pythonhome": "py",
+            "pythonpath": ["site", "proj"],
+            "loader": "lib/ld-linux-aarch64.so.1",
+            "library_path": "lib",
+            "python": "bin/python3.11",
+        }
+    }
+    deployed = DeployedBundle(
+        "s",
+        "/data/local/tmp/as2d-bundle/ab{c}",
+        manifest,
+        "h",
+        False,
+        0.0,
+        Preflight(8, 8, "aarch64"),
+        False,
+    )
     tpl = bundle_request_template(deployed, "dev-sung-004", ["--budget", "3"])
     plan = EpisodePlan(methods=("as2d",), request_cmd=tpl)
     plan.validate()
     line = tpl.format(method="as2d", phase="formal", index=7, run_dir="/data/local/tmp/as2d-e-1")
     argv = shlex.split(line)
-    assert argv[:4] == ["mkdir", "-p", "/data/local/tmp/as2d-e-1/home", "/data/local/tmp/as2d-e-1/tmp"]
+    assert argv[:4] == [
+        "mkdir",
+        "-p",
+        "/data/local/tmp/as2d-e-1/home",
+        "/data/local/tmp/as2d-e-1/tmp",
+    ]
     assert "/data/local/tmp/as2d-bundle/ab{c}" in argv  # braces in real values survive
-    tail = argv[argv.index("as2d_cli.energy.native_request") + 1:]
-    assert tail == ["--window", "dev-sung-004", "--method", "as2d", "--result",
-                    "/data/local/tmp/as2d-e-1/result-7.json", "--budget", "3"]
+    tail = argv[argv.index("as2d_cli.energy.native_request") + 1 :]
+    assert tail == [
+        "--window",
+        "dev-sung-004",
+        "--method",
+        "as2d",
+        "--result",
+        "/data/local/tmp/as2d-e-1/result-7.json",
+        "--budget",
+        "3",
+    ]
     assert "HOME=/data/local/tmp/as2d-e-1/home" in argv

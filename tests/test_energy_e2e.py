@@ -26,17 +26,41 @@ from as2d_cli.errors import UserError
 from device_agents.emulator.battery import BatteryModel, BatteryParams, EmulatedPower
 
 WORKLOAD = Path(__file__).resolve().parents[1] / "device_agents" / "energy_workload.sh"
-TIMING = ["--settle-s", "0.5", "--gap-s", "0.3", "--tail-s", "0.5",
-          "--request-budget-s", "1.4", "--discharge-wait-s", "20"]
+TIMING = [
+    "--settle-s",
+    "0.5",
+    "--gap-s",
+    "0.3",
+    "--tail-s",
+    "0.5",
+    "--request-budget-s",
+    "1.4",
+    "--discharge-wait-s",
+    "20",
+]
 TRACE_S = 0.5 + 4 * 1.4 + 3 * 0.3 + 0.5 + 1.0  # EpisodePlan.trace_duration_ms
 
 
 def _args(session, out: Path, *extra: str) -> list[str]:
-    return ["energy", "--phone", session.serial, "--adb-port", str(session.adb_port),
-            "--methods", "as2d,target-only",
-            "--method-cmd", "as2d={run_dir}/energy_workload.sh 500 40",
-            "--method-cmd", "target-only={run_dir}/energy_workload.sh 900 40",
-            "--push", str(WORKLOAD), "--out", str(out), *TIMING, *extra]
+    return [
+        "energy",
+        "--phone",
+        session.serial,
+        "--adb-port",
+        str(session.adb_port),
+        "--methods",
+        "as2d,target-only",
+        "--method-cmd",
+        "as2d={run_dir}/energy_workload.sh 500 40",
+        "--method-cmd",
+        "target-only={run_dir}/energy_workload.sh 900 40",
+        "--push",
+        str(WORKLOAD),
+        "--out",
+        str(out),
+        *TIMING,
+        *extra,
+    ]
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -58,8 +82,9 @@ def _run_dir(out: Path) -> Path:
     return d
 
 
-def test_unplugged_usb_run_writes_versioned_results(make_emulated_phone, tmp_path: Path,
-                                                    capsys) -> None:
+def test_unplugged_usb_run_writes_versioned_results(
+    make_emulated_phone, tmp_path: Path, capsys
+) -> None:
     s = make_emulated_phone(connection="usb")
     power = _power(s)
     events: list[str] = []
@@ -94,7 +119,8 @@ def test_unplugged_usb_run_writes_versioned_results(make_emulated_phone, tmp_pat
     for x in doc["requests"]:
         # Each figure is the integral over its own window of the trace kept beside it…
         assert x["energy_j"] == pytest.approx(
-            integrate_energy_j(series, x["origin_boot_ns"], x["end_boot_ns"]))
+            integrate_energy_j(series, x["origin_boot_ns"], x["end_boot_ns"])
+        )
         # …and a busy window's mean power lies between idle and busy: 250 ms polls smear
         # the load edges, so a 0.5 s request reads well below the busy level, never idle.
         assert 1.5 * p.min() < x["mean_power_w"] <= p.max()
@@ -111,7 +137,9 @@ def test_unplugged_usb_run_writes_versioned_results(make_emulated_phone, tmp_pat
     i = -series.current_ua
     dt = np.diff(series.t_ns).astype(float)
     assert c["integrated_mah"] == pytest.approx(float(np.sum((i[1:] + i[:-1]) * dt) / 2 / 3.6e15))
-    assert c["charge_drop_mah"] == pytest.approx((series.charge_uah[0] - series.charge_uah[-1]) / 1e3)
+    assert c["charge_drop_mah"] == pytest.approx(
+        (series.charge_uah[0] - series.charge_uah[-1]) / 1e3
+    )
     # The model's counter integrates the true load; the trace sees it through 250 ms
     # sample-and-hold polls. Each of the 8 load edges can be misplaced by ≤ 1 poll at
     # 1.15 A, i.e. ≤ 0.64 mAh on a ~2 mAh capture: the two readings agree within that.
@@ -125,8 +153,9 @@ def test_unplugged_usb_run_writes_versioned_results(make_emulated_phone, tmp_pat
     assert code == 2 and "never overwritten" in err and err.count("\n") == 1
 
 
-def test_plugged_in_run_is_refused_and_raw_files_kept(make_emulated_phone, tmp_path: Path,
-                                                      capsys) -> None:
+def test_plugged_in_run_is_refused_and_raw_files_kept(
+    make_emulated_phone, tmp_path: Path, capsys
+) -> None:
     # Wireless adb but the charger stays in: the phone gives up waiting for Discharging,
     # measures anyway, and the positive current must be refused, not reported.
     s = make_emulated_phone(connection="wireless")
@@ -160,14 +189,23 @@ def test_wireless_run_needs_no_replug(make_emulated_phone, tmp_path: Path, capsy
     assert {m["method"] for m in doc["methods"]} == {"as2d", "target-only"}
 
 
-def test_phone_that_is_never_unplugged_is_one_clear_error(make_emulated_phone,
-                                                           tmp_path: Path) -> None:
+def test_phone_that_is_never_unplugged_is_one_clear_error(
+    make_emulated_phone, tmp_path: Path
+) -> None:
     s = make_emulated_phone(connection="usb")
     power = _power(s)
-    plan = EpisodePlan(methods=("as2d",), request_cmd="{run_dir}/energy_workload.sh 100 5",
-                       settle_s=0, gap_s=0, tail_s=0, request_budget_s=1, discharge_wait_s=1)
-    run = EnergyRun(s.device(), plan, tmp_path / "res", "emu", push_files=[WORKLOAD],
-                    leave_timeout_s=2.0)
+    plan = EpisodePlan(
+        methods=("as2d",),
+        request_cmd="{run_dir}/energy_workload.sh 100 5",
+        settle_s=0,
+        gap_s=0,
+        tail_s=0,
+        request_budget_s=1,
+        discharge_wait_s=1,
+    )
+    run = EnergyRun(
+        s.device(), plan, tmp_path / "res", "emu", push_files=[WORKLOAD], leave_timeout_s=2.0
+    )
     said: list[str] = []
     with pytest.raises(UserError, match="still attached after 2 s.*--connection wireless"):
         run_energy(run, said.append)
@@ -180,8 +218,9 @@ MODELS = Path(__file__).resolve().parents[1] / "as2d_cli" / "assets" / "models" 
 
 
 @pytest.mark.skipif(not MODELS.exists(), reason="bundled models not trained/committed yet")
-def test_native_requests_through_the_runner_path(make_emulated_phone, tmp_path: Path,
-                                                 capsys) -> None:
+def test_native_requests_through_the_runner_path(
+    make_emulated_phone, tmp_path: Path, capsys
+) -> None:
     # The request is the native runner's real request path on the real bundled models,
     # run "on the phone" by the emulated phone's host-program launcher.
     import json
@@ -197,13 +236,41 @@ def test_native_requests_through_the_runner_path(make_emulated_phone, tmp_path: 
     s.phone.schedule(0.3, s.phone.unplug)
     # A window whose output runs to the cap (319 tokens): the longest request the dev split
     # offers, so the 100 ms gauge polls land several times inside each request.
-    cmd = ("{run_dir}/native_request.sh --window dev-multilingual-000 --method {method} "
-           "--result {run_dir}/result-{index}.json")
-    argv = ["energy", "--phone", s.serial, "--adb-port", str(s.adb_port), "--connection",
-            "wireless", "--methods", "as2d,target-only", "--request-cmd", cmd, "--warmups", "0",
-            "--push", str(wrapper), "--out", str(tmp_path / "res"), "--settle-s", "0.5",
-            "--gap-s", "0.3", "--tail-s", "0.5", "--request-budget-s", "3",
-            "--discharge-wait-s", "10", "--poll-ms", "100"]
+    cmd = (
+        "{run_dir}/native_request.sh --window dev-multilingual-000 --method {method} "
+        "--result {run_dir}/result-{index}.json"
+    )
+    argv = [
+        "energy",
+        "--phone",
+        s.serial,
+        "--adb-port",
+        str(s.adb_port),
+        "--connection",
+        "wireless",
+        "--methods",
+        "as2d,target-only",
+        "--request-cmd",
+        cmd,
+        "--warmups",
+        "0",
+        "--push",
+        str(wrapper),
+        "--out",
+        str(tmp_path / "res"),
+        "--settle-s",
+        "0.5",
+        "--gap-s",
+        "0.3",
+        "--tail-s",
+        "0.5",
+        "--request-budget-s",
+        "3",
+        "--discharge-wait-s",
+        "10",
+        "--poll-ms",
+        "100",
+    ]
     code, out, err = _run(argv, capsys)
     power.stop_all()
     assert code == 0, err
@@ -220,14 +287,16 @@ def test_native_requests_through_the_runner_path(make_emulated_phone, tmp_path: 
         assert r["energy_j"] > 0 and r["samples_in_window"] >= 2
 
 
-def test_perfetto_failure_is_one_line_and_records_are_kept(make_emulated_phone, tmp_path: Path,
-                                                           capsys) -> None:
+def test_perfetto_failure_is_one_line_and_records_are_kept(
+    make_emulated_phone, tmp_path: Path, capsys
+) -> None:
     s = make_emulated_phone(connection="wireless")
     power = _power(s)
     power.traced_enabled = False  # traced is off on this phone
     s.phone.schedule(0.3, s.phone.unplug)
-    code, out, err = _run(_args(s, tmp_path / "res", "--connection", "wireless",
-                                "--warmups", "0"), capsys)
+    code, out, err = _run(
+        _args(s, tmp_path / "res", "--connection", "wireless", "--warmups", "0"), capsys
+    )
     power.stop_all()
     assert code == 3
     (line,) = [ln for ln in err.splitlines() if not ln.startswith(">>> ")]

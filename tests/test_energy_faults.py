@@ -35,8 +35,22 @@ from device_agents.emulator.battery import (
 from device_agents.emulator.faults import apply_fault, force_battery_status, reattach
 
 # Polls every 100 ms (the gauge updates as fast): a 0.5 s request gets several readings.
-TIMING = ["--settle-s", "0.3", "--gap-s", "0.2", "--tail-s", "0.3", "--poll-ms", "100",
-          "--request-budget-s", "1", "--discharge-wait-s", "5", "--warmups", "0"]
+TIMING = [
+    "--settle-s",
+    "0.3",
+    "--gap-s",
+    "0.2",
+    "--tail-s",
+    "0.3",
+    "--poll-ms",
+    "100",
+    "--request-budget-s",
+    "1",
+    "--discharge-wait-s",
+    "5",
+    "--warmups",
+    "0",
+]
 S = 1_000_000_000
 
 
@@ -54,8 +68,9 @@ def _errors(err: str) -> list[str]:
     return [ln for ln in err.splitlines() if not ln.startswith(">>> ")]
 
 
-def _phone(make_emulated_phone, connection: str = "wireless", power: bool = True,
-           request_s: float = 0.5):
+def _phone(
+    make_emulated_phone, connection: str = "wireless", power: bool = True, request_s: float = 0.5
+):
     """A fresh phone with the battery model and a `req` command: one busy worker for
     `request_s` seconds, then the AS2D_REQUEST line."""
     s = make_emulated_phone(connection=connection)
@@ -74,8 +89,21 @@ def _phone(make_emulated_phone, connection: str = "wireless", power: bool = True
 
 
 def _args(s, out: Path, *extra: str, methods: str = "as2d") -> list[str]:
-    return ["energy", "--phone", s.serial, "--adb-port", str(s.adb_port), "--methods", methods,
-            "--request-cmd", "req {method}", "--out", str(out), *TIMING, *extra]
+    return [
+        "energy",
+        "--phone",
+        s.serial,
+        "--adb-port",
+        str(s.adb_port),
+        "--methods",
+        methods,
+        "--request-cmd",
+        "req {method}",
+        "--out",
+        str(out),
+        *TIMING,
+        *extra,
+    ]
 
 
 def _run_dirs(out: Path) -> list[Path]:
@@ -89,13 +117,21 @@ def _phone_runs(s) -> list[str]:
 
 # -- refused before anything runs ------------------------------------------------------------
 
-@pytest.mark.parametrize("fault,words", [
-    ("no-perfetto", ["no perfetto", "/system/bin/perfetto"]),
-    ("no-traced", ["traced does not run", "init.svc.traced=stopped", "setprop persist.traced.enable 1"]),
-    (None, ["no perfetto"]),  # a phone without the battery model has no perfetto at all
-])
+
+@pytest.mark.parametrize(
+    "fault,words",
+    [
+        ("no-perfetto", ["no perfetto", "/system/bin/perfetto"]),
+        (
+            "no-traced",
+            ["traced does not run", "init.svc.traced=stopped", "setprop persist.traced.enable 1"],
+        ),
+        (None, ["no perfetto"]),  # a phone without the battery model has no perfetto at all
+    ],
+)
 def test_phone_that_cannot_capture_is_refused_before_anything_is_pushed(
-        make_emulated_phone, tmp_path: Path, capsys, fault: str | None, words: list[str]) -> None:
+    make_emulated_phone, tmp_path: Path, capsys, fault: str | None, words: list[str]
+) -> None:
     s = _phone(make_emulated_phone, power=fault is not None)
     if fault:
         apply_fault(s.phone, fault)
@@ -110,13 +146,27 @@ def test_phone_that_cannot_capture_is_refused_before_anything_is_pushed(
 
 
 def test_unknown_window_is_refused_before_the_phone_is_asked_anything(
-        make_emulated_phone, tmp_path: Path, capsys) -> None:
+    make_emulated_phone, tmp_path: Path, capsys
+) -> None:
     s = _phone(make_emulated_phone, power=False)
     bundle = tmp_path / "phone-bundle.tar.gz"
     bundle.write_bytes(b"not read")
-    code, _, err = _run(["energy", "--phone", s.serial, "--adb-port", str(s.adb_port),
-                         "--bundle", str(bundle), "--window", "no-such-window",
-                         "--out", str(tmp_path / "res")], capsys)
+    code, _, err = _run(
+        [
+            "energy",
+            "--phone",
+            s.serial,
+            "--adb-port",
+            str(s.adb_port),
+            "--bundle",
+            str(bundle),
+            "--window",
+            "no-such-window",
+            "--out",
+            str(tmp_path / "res"),
+        ],
+        capsys,
+    )
     assert code == 2
     (line,) = err.splitlines()
     assert "--window no-such-window" in line and "as2d corpus list" in line
@@ -125,8 +175,10 @@ def test_unknown_window_is_refused_before_the_phone_is_asked_anything(
 
 # -- a charger at either end of the capture ---------------------------------------------------
 
+
 def test_full_battery_at_start_is_refused_though_current_is_negative(
-        make_emulated_phone, tmp_path: Path, capsys) -> None:
+    make_emulated_phone, tmp_path: Path, capsys
+) -> None:
     s = _phone(make_emulated_phone)
     s.phone.unplug()  # wireless adb: the charger is off, the current is negative…
     apply_fault(s.phone, "battery-status:Full@0")  # …but the battery says Full
@@ -172,15 +224,25 @@ def test_charger_at_the_end_only_is_refused(make_emulated_phone, tmp_path: Path,
 
 # -- what the phone wrote is pulled before its run directory goes -------------------------------
 
+
 def test_run_failing_midway_pulls_everything_first(make_emulated_phone, tmp_path: Path) -> None:
     s = _phone(make_emulated_phone)
     s.phone.unplug()
     apply_fault(s.phone, "stall:hang")  # the request never ends
-    plan = EpisodePlan(methods=("as2d",), request_cmd="hang {method}", warmups=0, settle_s=0.2,
-                       gap_s=0, tail_s=0.2, request_budget_s=1, discharge_wait_s=5)
+    plan = EpisodePlan(
+        methods=("as2d",),
+        request_cmd="hang {method}",
+        warmups=0,
+        settle_s=0.2,
+        gap_s=0,
+        tail_s=0.2,
+        request_budget_s=1,
+        discharge_wait_s=5,
+    )
     # The host gives up on the episode after the bounded trace (2.4 s) has ended.
-    run = EnergyRun(s.device(), plan, tmp_path / "res", "emu", connection="wireless",
-                    episode_timeout_s=4.0)
+    run = EnergyRun(
+        s.device(), plan, tmp_path / "res", "emu", connection="wireless", episode_timeout_s=4.0
+    )
     with pytest.raises(DeviceError) as info:
         run_energy(run, lambda _: None)
     s.power.stop_all()
@@ -188,8 +250,15 @@ def test_run_failing_midway_pulls_everything_first(make_emulated_phone, tmp_path
     msg = str(info.value)
     assert "did not finish within" in msg and str(d) in msg and "\n" not in msg
     raw = d / "raw"
-    for name in ("episode.log", "episode.err", "state", "perfetto.rc", "t_trace_started",
-                 "req000.origin", "battery_status_at_start"):
+    for name in (
+        "episode.log",
+        "episode.err",
+        "state",
+        "perfetto.rc",
+        "t_trace_started",
+        "req000.origin",
+        "battery_status_at_start",
+    ):
         assert (raw / name).exists(), name
     assert (raw / "state").read_text().strip() == "running"
     assert (d / "trace.perfetto-trace").stat().st_size > 0  # the partial trace too
@@ -197,11 +266,20 @@ def test_run_failing_midway_pulls_everything_first(make_emulated_phone, tmp_path
     assert json.loads((d / "phone_run.json").read_text())["state"] == "collected"
 
 
-def test_never_unplugged_pulls_episode_log_before_removing(make_emulated_phone,
-                                                           tmp_path: Path) -> None:
+def test_never_unplugged_pulls_episode_log_before_removing(
+    make_emulated_phone, tmp_path: Path
+) -> None:
     s = _phone(make_emulated_phone, connection="usb")
-    plan = EpisodePlan(methods=("as2d",), request_cmd="req {method}", warmups=0, settle_s=0,
-                       gap_s=0, tail_s=0, request_budget_s=1, discharge_wait_s=3)
+    plan = EpisodePlan(
+        methods=("as2d",),
+        request_cmd="req {method}",
+        warmups=0,
+        settle_s=0,
+        gap_s=0,
+        tail_s=0,
+        request_budget_s=1,
+        discharge_wait_s=3,
+    )
     run = EnergyRun(s.device(), plan, tmp_path / "res", "emu", leave_timeout_s=1.0)
     with pytest.raises(UserError, match="still attached after 1 s") as info:
         run_energy(run, lambda _: None)
@@ -215,6 +293,7 @@ def test_never_unplugged_pulls_episode_log_before_removing(make_emulated_phone,
 
 # -- a phone that vanishes keeps its run until collected ----------------------------------------
 
+
 def _wait_done(s, run_dir: str, timeout_s: float = 20.0) -> None:
     state = s.phone.fs.host_path(run_dir) / "state"
     deadline = time.monotonic() + timeout_s
@@ -225,11 +304,20 @@ def _wait_done(s, run_dir: str, timeout_s: float = 20.0) -> None:
     raise AssertionError(f"episode in {run_dir} not done")
 
 
-def test_phone_vanishing_while_unplugged_is_collected_later(make_emulated_phone, tmp_path: Path,
-                                                            capsys) -> None:
+def test_phone_vanishing_while_unplugged_is_collected_later(
+    make_emulated_phone, tmp_path: Path, capsys
+) -> None:
     s = _phone(make_emulated_phone, connection="usb")
-    plan = EpisodePlan(methods=("as2d",), request_cmd="req {method}", warmups=0, settle_s=0.3,
-                       gap_s=0, tail_s=0.3, request_budget_s=1, discharge_wait_s=5)
+    plan = EpisodePlan(
+        methods=("as2d",),
+        request_cmd="req {method}",
+        warmups=0,
+        settle_s=0.3,
+        gap_s=0,
+        tail_s=0.3,
+        request_budget_s=1,
+        discharge_wait_s=5,
+    )
     said: list[str] = []
 
     def say(msg: str) -> None:  # the user pulls the cable when told to, and loses the phone
@@ -237,8 +325,7 @@ def test_phone_vanishing_while_unplugged_is_collected_later(make_emulated_phone,
         if msg.startswith("Unplug"):
             s.phone.schedule(0.2, s.phone.unplug)
 
-    run = EnergyRun(s.device(), plan, tmp_path / "res", "emu", poll_ms=100,
-                    return_timeout_s=1.0)
+    run = EnergyRun(s.device(), plan, tmp_path / "res", "emu", poll_ms=100, return_timeout_s=1.0)
     with pytest.raises(PhoneAway) as info:
         run_energy(run, say)
     (first,) = _run_dirs(tmp_path / "res")
@@ -256,13 +343,17 @@ def test_phone_vanishing_while_unplugged_is_collected_later(make_emulated_phone,
     again = EnergyRun(s.device(), plan, tmp_path / "res", "emu", leave_timeout_s=0.5)
     with pytest.raises(UserError, match="still attached"):
         run_energy(again, lambda _: None)
-    assert len(_run_dirs(tmp_path / "res")) == 2 and sorted(p.name for p in first.rglob("*")) == kept
+    assert (
+        len(_run_dirs(tmp_path / "res")) == 2 and sorted(p.name for p in first.rglob("*")) == kept
+    )
     assert _phone_runs(s) == [Path(rec["run_dir"]).name]
 
     # --from-run cannot analyse what was never pulled; --collect can.
     code, _, err = _run(["energy", "--from-run", str(first)], capsys)
     assert code == 2 and "--collect" in err
-    code, out, err = _run(["energy", "--collect", str(first), "--adb-port", str(s.adb_port)], capsys)
+    code, out, err = _run(
+        ["energy", "--collect", str(first), "--adb-port", str(s.adb_port)], capsys
+    )
     s.power.stop_all()
     assert code == 0, err
     doc = load_energy_result(first / "energy.json")
@@ -277,8 +368,16 @@ def test_phone_vanishing_while_unplugged_is_collected_later(make_emulated_phone,
 
 def test_interrupted_host_leaves_the_run_on_the_phone(make_emulated_phone, tmp_path: Path) -> None:
     s = _phone(make_emulated_phone, connection="usb")
-    plan = EpisodePlan(methods=("as2d",), request_cmd="req {method}", warmups=0, settle_s=0,
-                       gap_s=0, tail_s=0, request_budget_s=1, discharge_wait_s=2)
+    plan = EpisodePlan(
+        methods=("as2d",),
+        request_cmd="req {method}",
+        warmups=0,
+        settle_s=0,
+        gap_s=0,
+        tail_s=0,
+        request_budget_s=1,
+        discharge_wait_s=2,
+    )
     said: list[str] = []
 
     def say(msg: str) -> None:  # Ctrl-C while the host waits for the cable
@@ -296,18 +395,34 @@ def test_interrupted_host_leaves_the_run_on_the_phone(make_emulated_phone, tmp_p
 
 
 def test_wireless_phone_vanishing_midway_is_collected_after_reattach(
-        make_emulated_phone, tmp_path: Path, capsys) -> None:
+    make_emulated_phone, tmp_path: Path, capsys
+) -> None:
     s = _phone(make_emulated_phone, connection="wireless")
     s.phone.unplug()
-    plan = EpisodePlan(methods=("as2d",), request_cmd="req {method}", warmups=0, settle_s=0.3,
-                       gap_s=0, tail_s=0.3, request_budget_s=1, discharge_wait_s=5)
+    plan = EpisodePlan(
+        methods=("as2d",),
+        request_cmd="req {method}",
+        warmups=0,
+        settle_s=0.3,
+        gap_s=0,
+        tail_s=0.3,
+        request_budget_s=1,
+        discharge_wait_s=5,
+    )
 
     def say(msg: str) -> None:
         if msg.startswith("Wireless adb"):
             s.phone.schedule(0.3, s.phone.vanish)
 
-    run = EnergyRun(s.device(), plan, tmp_path / "res", "emu", poll_ms=100,
-                    connection="wireless", return_timeout_s=1.0)
+    run = EnergyRun(
+        s.device(),
+        plan,
+        tmp_path / "res",
+        "emu",
+        poll_ms=100,
+        connection="wireless",
+        return_timeout_s=1.0,
+    )
     with pytest.raises(PhoneAway, match="--collect"):
         run_energy(run, say)
     (d,) = _run_dirs(tmp_path / "res")
@@ -321,6 +436,7 @@ def test_wireless_phone_vanishing_midway_is_collected_after_reattach(
 
 
 # -- a trace cut mid-packet ------------------------------------------------------------------------
+
 
 def _emulated_trace(tmp_path: Path) -> bytes:
     """A real trace written by the emulated phone's perfetto (its battery recorder)."""
@@ -380,10 +496,19 @@ def _salvage_folder(tmp_path: Path) -> Path:
     """A pulled run folder (one request 2–6 s into a 10 s capture) whose trace was cut in
     its last packet."""
     t0 = 2000 * S
-    rs = simulate_readings(BatteryParams(), GaugeFaults(), t0, 250, 10_000,
-                           lambda t: 1.0 if t0 + 2 * S <= t < t0 + 6 * S else 0.0)
-    data = encode_trace(rs, build_trace_config(CaptureSpec(duration_ms=10_000)),
-                        ["CURRENT", "VOLTAGE", "CHARGE", "CAPACITY_PERCENT"])
+    rs = simulate_readings(
+        BatteryParams(),
+        GaugeFaults(),
+        t0,
+        250,
+        10_000,
+        lambda t: 1.0 if t0 + 2 * S <= t < t0 + 6 * S else 0.0,
+    )
+    data = encode_trace(
+        rs,
+        build_trace_config(CaptureSpec(duration_ms=10_000)),
+        ["CURRENT", "VOLTAGE", "CHARGE", "CAPACITY_PERCENT"],
+    )
     cut = len(data) - 7
     d = tmp_path / "run"
     (d / "raw").mkdir(parents=True)
@@ -391,11 +516,19 @@ def _salvage_folder(tmp_path: Path) -> Path:
     plan = EpisodePlan(methods=("as2d",), request_cmd="req", warmups=0)
     from dataclasses import asdict
 
-    (d / "plan.json").write_text(json.dumps({"plan": asdict(plan), "poll_ms": 250,
-                                             "duration_ms": 10_000, "connection": "usb"}))
-    files = {"req000.origin": "2002.00 1\n", "req000.end": "2006.00 1\n", "req000.rc": "0\n",
-             "req000.out": "AS2D_REQUEST body_tokens=40\n",
-             "battery_status_at_start": "Discharging\n", "battery_status_at_end": "Discharging\n"}
+    (d / "plan.json").write_text(
+        json.dumps(
+            {"plan": asdict(plan), "poll_ms": 250, "duration_ms": 10_000, "connection": "usb"}
+        )
+    )
+    files = {
+        "req000.origin": "2002.00 1\n",
+        "req000.end": "2006.00 1\n",
+        "req000.rc": "0\n",
+        "req000.out": "AS2D_REQUEST body_tokens=40\n",
+        "battery_status_at_start": "Discharging\n",
+        "battery_status_at_end": "Discharging\n",
+    }
     for name, text in files.items():
         (d / "raw" / name).write_text(text)
     return d
@@ -407,7 +540,9 @@ def test_cut_trace_is_analysed_and_the_loss_is_said(tmp_path: Path, capsys) -> N
     assert lost > 0
     code, out, err = _run(["energy", "--from-run", str(d)], capsys)
     assert code == 0, err
-    assert f"cut mid-packet: {lost} of" in err and "bytes after its last whole packet were lost" in err
+    assert (
+        f"cut mid-packet: {lost} of" in err and "bytes after its last whole packet were lost" in err
+    )
     doc = load_energy_result(d / "energy.json")
     assert doc["capture"]["trace_lost_bytes"] == lost
     assert doc["requests"][0]["status"] == "ok" and doc["requests"][0]["energy_j"] > 0
@@ -416,12 +551,18 @@ def test_cut_trace_is_analysed_and_the_loss_is_said(tmp_path: Path, capsys) -> N
 
 # -- fault specs ------------------------------------------------------------------------------------
 
+
 def test_energy_fault_specs(make_emulated_phone) -> None:
     s = make_emulated_phone(connection="wireless")
     dev = s.device()
-    assert apply_fault(s.phone, "battery-status:Not-charging@0") == \
-        "the battery reports Not charging from 0 s"
-    assert dev.shell(["cat", "/sys/class/power_supply/battery/status"]).stdout.strip() == "Not charging"
+    assert (
+        apply_fault(s.phone, "battery-status:Not-charging@0")
+        == "the battery reports Not charging from 0 s"
+    )
+    assert (
+        dev.shell(["cat", "/sys/class/power_supply/battery/status"]).stdout.strip()
+        == "Not charging"
+    )
     assert "status: 4" in dev.shell(["dumpsys", "battery"]).stdout
     apply_fault(s.phone, "no-traced")
     assert dev.shell(["getprop", "persist.traced.enable"]).stdout.strip() == "0"

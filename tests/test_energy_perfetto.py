@@ -23,8 +23,9 @@ from as2d_cli.energy.perfetto_capture import (
 
 
 def test_background_capture_round_trip(emulated_phone, tmp_path: Path) -> None:
-    power = EmulatedPower(emulated_phone.phone,
-                          BatteryModel(BatteryParams(gauge_update_ms=250))).install()
+    power = EmulatedPower(
+        emulated_phone.phone, BatteryModel(BatteryParams(gauge_update_ms=250))
+    ).install()
     power.model.set_plugged(False)
     dev = emulated_phone.device()
     with dev.run_dir("perfetto") as rd:
@@ -39,8 +40,12 @@ def test_background_capture_round_trip(emulated_phone, tmp_path: Path) -> None:
         local = pull_trace(dev, trace, tmp_path / "t.perfetto-trace")
         remove_trace(dev, trace)
     s = read_battery_series(local)
-    assert s.poll_ms == 250 and s.counters_requested == ("CURRENT", "VOLTAGE", "CHARGE",
-                                                         "CAPACITY_PERCENT")
+    assert s.poll_ms == 250 and s.counters_requested == (
+        "CURRENT",
+        "VOLTAGE",
+        "CHARGE",
+        "CAPACITY_PERCENT",
+    )
     assert 7 <= len(s) <= 10  # 2 s at 4 Hz, polled in real time
     assert not s.has("current_avg_ua")  # not requested, not written
     # Samples sit on the phone's boot clock, the clock /proc/uptime reports.

@@ -26,18 +26,26 @@ S = 1_000_000_000
 T0 = 5_000 * S
 COUNTERS = ["CURRENT", "VOLTAGE", "CHARGE", "CAPACITY_PERCENT", "CURRENT_AVG"]
 # Two requests: target-only busy 4–14 s, as2d busy 16–22 s (one worker each).
-EPISODE = Episode([
-    RequestRecord("target-only", "formal", T0 + 4 * S, T0 + 14 * S, T0 + 14 * S, 256, 0),
-    RequestRecord("as2d", "formal", T0 + 16 * S, T0 + 21 * S, T0 + 22 * S, 248, 0),
-])
+EPISODE = Episode(
+    [
+        RequestRecord("target-only", "formal", T0 + 4 * S, T0 + 14 * S, T0 + 14 * S, 256, 0),
+        RequestRecord("as2d", "formal", T0 + 16 * S, T0 + 21 * S, T0 + 22 * S, 248, 0),
+    ]
+)
 
 
 def _busy(t: int) -> float:
     return 1.0 if (T0 + 4 * S <= t < T0 + 14 * S) or (T0 + 16 * S <= t < T0 + 22 * S) else 0.0
 
 
-def _series(tmp_path: Path, faults: GaugeFaults = GaugeFaults(), poll_ms: int = 250,
-            plugged=lambda t: False, counters=COUNTERS, duration_ms: int = 26_000):
+def _series(
+    tmp_path: Path,
+    faults: GaugeFaults = GaugeFaults(),
+    poll_ms: int = 250,
+    plugged=lambda t: False,
+    counters=COUNTERS,
+    duration_ms: int = 26_000,
+):
     rs = simulate_readings(BatteryParams(), faults, T0, poll_ms, duration_ms, _busy, plugged)
     cfg = build_trace_config(CaptureSpec(duration_ms=duration_ms, poll_ms=poll_ms))
     path = tmp_path / "trace.perfetto-trace"
@@ -64,7 +72,9 @@ def test_refuses_charging(tmp_path: Path) -> None:
 
 def test_charging_is_named_even_when_polls_are_sparse(tmp_path: Path) -> None:
     # A loaded phone can miss polls; if it was also charging, charging is the cause to fix.
-    s = _series(tmp_path, poll_ms=10000, plugged=lambda t: True, duration_ms=40_000)  # ≤ 1 poll per window
+    s = _series(
+        tmp_path, poll_ms=10000, plugged=lambda t: True, duration_ms=40_000
+    )  # ≤ 1 poll per window
     with pytest.raises(MeasurementRefused, match=r"positive .*charging"):
         analyse_episode(s, EPISODE)
 
@@ -102,7 +112,9 @@ def test_refuses_too_few_samples_sparse_polls(tmp_path: Path) -> None:
 
 def test_refuses_window_outside_capture(tmp_path: Path) -> None:
     s = _series(tmp_path, duration_ms=18_000)  # trace ended before the as2d request did
-    with pytest.raises(MeasurementRefused, match="as2d/formal.*too few samples.*raise the request budget"):
+    with pytest.raises(
+        MeasurementRefused, match="as2d/formal.*too few samples.*raise the request budget"
+    ):
         analyse_episode(s, EPISODE)
 
 
@@ -113,8 +125,10 @@ def test_refuses_zero_tokens(tmp_path: Path) -> None:
 
 
 def test_failed_request_is_kept_not_measured(tmp_path: Path) -> None:
-    ep = Episode(EPISODE.requests + [
-        RequestRecord("sd", "formal", T0 + 23 * S, T0 + 23 * S, T0 + 23 * S, 0, 137)])
+    ep = Episode(
+        EPISODE.requests
+        + [RequestRecord("sd", "formal", T0 + 23 * S, T0 + 23 * S, T0 + 23 * S, 0, 137)]
+    )
     a = analyse_episode(_series(tmp_path), ep)
     assert a.requests[-1].status == "failed: request exited with 137"
     assert a.requests[-1].energy_j is None
@@ -131,8 +145,9 @@ def test_refuses_charge_counter_off_by_1000(tmp_path: Path) -> None:
 def test_steady_load_is_not_mistaken_for_a_stale_gauge(tmp_path: Path) -> None:
     # A noiseless gauge under a constant load repeats the same current for the whole
     # window; the charge counter still falls, so this is a measurement, not a frozen gauge.
-    rs = simulate_readings(BatteryParams(current_noise=0.0), GaugeFaults(), T0, 250, 26_000,
-                           lambda t: 1.0)
+    rs = simulate_readings(
+        BatteryParams(current_noise=0.0), GaugeFaults(), T0, 250, 26_000, lambda t: 1.0
+    )
     path = tmp_path / "steady.perfetto-trace"
     path.write_bytes(encode_trace(rs, None, COUNTERS))
     s = read_battery_series(path)
@@ -140,21 +155,34 @@ def test_steady_load_is_not_mistaken_for_a_stale_gauge(tmp_path: Path) -> None:
     a = analyse_episode(s, EPISODE)
     assert all(r.status == "ok" for r in a.requests)
     assert a.requests[0].mean_power_w == pytest.approx(
-        1.570 * float(s.voltage_uv[16:57].mean()) * 1e-6, rel=0.01)
+        1.570 * float(s.voltage_uv[16:57].mean()) * 1e-6, rel=0.01
+    )
 
 
 # -- a charger at either end of the capture (battery status, not only positive current) ----
 
-@pytest.mark.parametrize("meta,words", [
-    ({"battery_status_at_start": "Full", "battery_status_at_end": "Discharging"},
-     ["status Full at the start of the capture", "below full", "unplug"]),
-    ({"battery_status_at_start": "Discharging", "battery_status_at_end": "Charging"},
-     ["status Charging at the end of the capture", "disconnect USB"]),
-    ({"battery_status_at_start": "Not charging", "battery_status_at_end": "Full"},
-     ["Not charging at the start, Full at the end", "disconnect USB", "below full"]),
-    ({"battery_status_at_start": "Charging", "battery_status_at_end": "Charging"},
-     ["Charging at the start and at the end"]),
-])
+
+@pytest.mark.parametrize(
+    "meta,words",
+    [
+        (
+            {"battery_status_at_start": "Full", "battery_status_at_end": "Discharging"},
+            ["status Full at the start of the capture", "below full", "unplug"],
+        ),
+        (
+            {"battery_status_at_start": "Discharging", "battery_status_at_end": "Charging"},
+            ["status Charging at the end of the capture", "disconnect USB"],
+        ),
+        (
+            {"battery_status_at_start": "Not charging", "battery_status_at_end": "Full"},
+            ["Not charging at the start, Full at the end", "disconnect USB", "below full"],
+        ),
+        (
+            {"battery_status_at_start": "Charging", "battery_status_at_end": "Charging"},
+            ["Charging at the start and at the end"],
+        ),
+    ],
+)
 def test_refuses_a_charger_status_at_either_end(tmp_path: Path, meta: dict, words: list) -> None:
     # The gauge shows a discharging phone throughout: only the status tells.
     s = _series(tmp_path)
@@ -174,8 +202,10 @@ def test_charger_status_names_positive_current_when_there_is_some(tmp_path: Path
 
 def test_discharging_or_unrecorded_status_is_measured(tmp_path: Path) -> None:
     s = _series(tmp_path)
-    for meta in ({}, {"battery_status_at_start": "Discharging",
-                      "battery_status_at_end": "Discharging"}):
+    for meta in (
+        {},
+        {"battery_status_at_start": "Discharging", "battery_status_at_end": "Discharging"},
+    ):
         a = analyse_episode(s, Episode(EPISODE.requests, meta))
         assert all(r.status == "ok" for r in a.requests)
 
@@ -184,15 +214,18 @@ def test_status_is_read_from_dumpsys_when_power_supply_is_unreadable() -> None:
     from as2d_cli.energy.episode_script import EpisodePlan, assemble_episode
 
     plan = EpisodePlan(methods=("as2d",), request_cmd="x", warmups=0)
-    files = {"battery_status_at_start": "",
-             "battery_dumpsys_at_start": "Current Battery Service state:\n  status: 5\n  level: 100\n",
-             "battery_status_at_end": "Discharging\n"}
+    files = {
+        "battery_status_at_start": "",
+        "battery_dumpsys_at_start": "Current Battery Service state:\n  status: 5\n  level: 100\n",
+        "battery_status_at_end": "Discharging\n",
+    }
     meta = assemble_episode(plan, files).meta
     assert meta["battery_status_at_start"] == "Full"
     assert meta["battery_status_at_end"] == "Discharging"
 
 
 # -- option combinations that cannot measure are refused before anything runs ----------------
+
 
 def _cli(argv: list[str], capsys) -> tuple[int, str]:
     from as2d_cli.cli.main import main
@@ -205,24 +238,44 @@ def _cli(argv: list[str], capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["--phone", "local", "--connection", "wireless", "--request-cmd", "x"],
-     ["--phone local with --connection wireless", "no battery counters Perfetto can read"]),
-    (["--phone", "local", "--request-cmd", "x"],
-     ["--phone local cannot measure", "no battery counters Perfetto can read"]),
-    (["--phone", "local", "--connection", "bluetooth", "--request-cmd", "x"],
-     ["--connection 'bluetooth' must be usb", "or wireless"]),
-    (["--phone", "k70", "--request-cmd", "x", "--window", "dev-sung-004"],
-     ["--window names the corpus window the bundle", "drop --window or pass --bundle"]),
-    (["--from-run", "{tmp}", "--phone", "k70", "--poll-ms", "100"],
-     ["--from-run analyses a folder that was already measured", "--phone, --poll-ms"]),
-    (["--from-run", "{tmp}", "--connection", "wireless"], ["--connection cannot apply"]),
-    (["--collect", "{tmp}", "--methods", "as2d"], ["--collect fetches", "--methods cannot apply"]),
-    (["--collect", "{tmp}", "--from-run", "{tmp}"], ["--from-run DIR", "--collect DIR", "not both"]),
-    (["--collect", "{tmp}/nothing-here"], ["--collect", "no such folder"]),
-])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (
+            ["--phone", "local", "--connection", "wireless", "--request-cmd", "x"],
+            ["--phone local with --connection wireless", "no battery counters Perfetto can read"],
+        ),
+        (
+            ["--phone", "local", "--request-cmd", "x"],
+            ["--phone local cannot measure", "no battery counters Perfetto can read"],
+        ),
+        (
+            ["--phone", "local", "--connection", "bluetooth", "--request-cmd", "x"],
+            ["--connection 'bluetooth' must be usb", "or wireless"],
+        ),
+        (
+            ["--phone", "k70", "--request-cmd", "x", "--window", "dev-sung-004"],
+            ["--window names the corpus window the bundle", "drop --window or pass --bundle"],
+        ),
+        (
+            ["--from-run", "{tmp}", "--phone", "k70", "--poll-ms", "100"],
+            ["--from-run analyses a folder that was already measured", "--phone, --poll-ms"],
+        ),
+        (["--from-run", "{tmp}", "--connection", "wireless"], ["--connection cannot apply"]),
+        (
+            ["--collect", "{tmp}", "--methods", "as2d"],
+            ["--collect fetches", "--methods cannot apply"],
+        ),
+        (
+            ["--collect", "{tmp}", "--from-run", "{tmp}"],
+            ["--from-run DIR", "--collect DIR", "not both"],
+        ),
+        (["--collect", "{tmp}/nothing-here"], ["--collect", "no such folder"]),
+    ],
+)
 def test_unmeasurable_combinations_are_one_line_before_anything_runs(
-        tmp_path: Path, capsys, monkeypatch, argv: list, words: list) -> None:
+    tmp_path: Path, capsys, monkeypatch, argv: list, words: list
+) -> None:
     import device_agents.registry as registry
 
     def no_device(*a, **k):  # nothing may reach for a device
@@ -230,8 +283,11 @@ def test_unmeasurable_combinations_are_one_line_before_anything_runs(
 
     monkeypatch.setattr(registry, "resolve_phone", no_device)
     measuring = "--from-run" not in argv and "--collect" not in argv
-    argv = ["energy", *[a.replace("{tmp}", str(tmp_path)) for a in argv],
-            *(["--out", str(tmp_path / "res")] if measuring else [])]
+    argv = [
+        "energy",
+        *[a.replace("{tmp}", str(tmp_path)) for a in argv],
+        *(["--out", str(tmp_path / "res")] if measuring else []),
+    ]
     code, err = _cli(argv, capsys)
     assert code == 2
     (line,) = err.splitlines()

@@ -45,8 +45,16 @@ common = dict(
 
 def run_checked(policy, sc, *, buffer=None, drafter=None) -> None:
     target = new_target(sc)
-    ep = Episode(policy, target, sc.ref[0], eos_id=EOS, max_tokens=sc.max_tokens,
-                 clock=VirtualClock(price), buffer=buffer, drafter=drafter)
+    ep = Episode(
+        policy,
+        target,
+        sc.ref[0],
+        eos_id=EOS,
+        max_tokens=sc.max_tokens,
+        clock=VirtualClock(price),
+        buffer=buffer,
+        drafter=drafter,
+    )
     limit = physical_width_limit(policy)
     rounds = 0
     while not ep.done:
@@ -89,12 +97,21 @@ def test_standard_sd_exact(seed, length, cap_slack, eos_end, k, mode, conf):
 
 
 @EXAMPLES
-@given(**common, cap=st.integers(1, 24), threshold=st.sampled_from([0.0, 0.4, 0.9, 1.1]),
-       mode=st.sampled_from(DRAFT_MODES), conf=st.booleans(), recycle=st.booleans())
+@given(
+    **common,
+    cap=st.integers(1, 24),
+    threshold=st.sampled_from([0.0, 0.4, 0.9, 1.1]),
+    mode=st.sampled_from(DRAFT_MODES),
+    conf=st.booleans(),
+    recycle=st.booleans(),
+)
 def test_asp_exact(seed, length, cap_slack, eos_end, cap, threshold, mode, conf, recycle):
     sc = make_scenario(seed, length, cap_slack, eos_end)
-    run_checked(ASP(threshold=threshold, cap=cap, recycle=recycle), sc,
-                drafter=AdversarialDrafter(mode, sc.ref, seed, conf))
+    run_checked(
+        ASP(threshold=threshold, cap=cap, recycle=recycle),
+        sc,
+        drafter=AdversarialDrafter(mode, sc.ref, seed, conf),
+    )
 
 
 def _buffer(sc, mode, conf) -> CandidateBuffer:
@@ -105,12 +122,24 @@ def _buffer(sc, mode, conf) -> CandidateBuffer:
 
 
 @EXAMPLES
-@given(**common, budget=st.integers(1, 16), window=st.integers(0, 10), lookback=st.integers(0, 10),
-       threshold=st.sampled_from([None, 0.4, 0.9]), mode=st.sampled_from(SOURCE_MODES), conf=st.booleans())
-def test_as2d_exact(seed, length, cap_slack, eos_end, budget, window, lookback, threshold, mode, conf):
+@given(
+    **common,
+    budget=st.integers(1, 16),
+    window=st.integers(0, 10),
+    lookback=st.integers(0, 10),
+    threshold=st.sampled_from([None, 0.4, 0.9]),
+    mode=st.sampled_from(SOURCE_MODES),
+    conf=st.booleans(),
+)
+def test_as2d_exact(
+    seed, length, cap_slack, eos_end, budget, window, lookback, threshold, mode, conf
+):
     sc = make_scenario(seed, length, cap_slack, eos_end)
-    run_checked(As2d(budget=budget, threshold=threshold, window=window, lookback=lookback), sc,
-                buffer=_buffer(sc, mode, conf))
+    run_checked(
+        As2d(budget=budget, threshold=threshold, window=window, lookback=lookback),
+        sc,
+        buffer=_buffer(sc, mode, conf),
+    )
 
 
 @EXAMPLES

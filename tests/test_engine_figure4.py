@@ -24,7 +24,9 @@ def test_figure4_accept_correct_realign_verify() -> None:
     buf.publish([R, A, B, C, D], 0)  # (a) only published candidates enter verification
     buf.publish([E, F], 5 * MS)  # the producer keeps generating while the target checks
     target = FunctionTarget(decide)
-    ep = Episode(As2d(budget=4), target, R, eos_id=EOS, max_tokens=64, clock=VirtualClock(price), buffer=buf)
+    ep = Episode(
+        As2d(budget=4), target, R, eos_id=EOS, max_tokens=64, clock=VirtualClock(price), buffer=buf
+    )
     res = ep.run()
     assert res.tokens == TARGET
     r1, r2, r3 = res.rounds

@@ -135,8 +135,15 @@ def test_buffer_snapshot_by_time_and_threaded_publication() -> None:
 def test_sd_charges_catch_up_after_full_acceptance() -> None:
     ref = [5, 1, 2, 3, 4, 6, 7, 8, 1, 2, EOS]
     conts = [ref[n + 1 :] + [3] * 20 for n in range(len(ref))]  # a perfect drafter
-    ep = Episode(StandardSD(4), SequenceTarget(ref), ref[0], eos_id=EOS, max_tokens=100,
-                 clock=VirtualClock(zero), drafter=SequenceDrafter(ref, conts))
+    ep = Episode(
+        StandardSD(4),
+        SequenceTarget(ref),
+        ref[0],
+        eos_id=EOS,
+        max_tokens=100,
+        clock=VirtualClock(zero),
+        drafter=SequenceDrafter(ref, conts),
+    )
     res = ep.run()
     assert res.tokens == ref
     # The last round accepts 2 and EOS among its drafts ends the output there.
@@ -152,15 +159,24 @@ def test_asp_confidence_stop_includes_low_token_and_recycles() -> None:
     # At the root (n=0) the drafter substitutes 9 for 2 but is right afterwards.
     conts = {0: [1, 9, 3, 4, 6], 2: [3, 4, 6, 7, EOS], 6: [EOS]}
     confs = {0: [0.9, 0.9, 0.9, 0.9, 0.3], 2: [0.9] * 5, 6: [0.9]}
-    ep = Episode(ASP(threshold=0.4, cap=24), SequenceTarget(ref), ref[0], eos_id=EOS, max_tokens=100,
-                 clock=VirtualClock(zero), drafter=SequenceDrafter(ref, conts, confs, eos_id=EOS))
+    ep = Episode(
+        ASP(threshold=0.4, cap=24),
+        SequenceTarget(ref),
+        ref[0],
+        eos_id=EOS,
+        max_tokens=100,
+        clock=VirtualClock(zero),
+        drafter=SequenceDrafter(ref, conts, confs, eos_id=EOS),
+    )
     res = ep.run()
     assert res.tokens == ref
     r1, r2, r3 = res.rounds
     assert (r1.offered, r1.accepted, r1.new_root) == (5, 1, 2)  # 5 drafts: low-conf 6 included
     # The paired forward at n=2 proposes 3 = old draft at the same position: reuse 3 4 6.
     assert (r2.recycled, r2.offered, r2.accepted, r2.new_root) == (3, 3, 3, 7)
-    assert ep.clock.intervals and any(i.op.kind == "refresh" and i.op.width == 3 for i in ep.clock.intervals)
+    assert ep.clock.intervals and any(
+        i.op.kind == "refresh" and i.op.width == 3 for i in ep.clock.intervals
+    )
     assert (r3.offered, r3.accepted, r3.recycled) == (1, 1, 0) and res.eos
 
 
@@ -174,8 +190,15 @@ def test_asp_refresh_reaches_a_stateful_drafter_with_the_reused_suffix() -> None
         def refresh(self, prefix, reused) -> None:  # a runtime drafter recomputes its cache here
             calls.append((list(prefix), list(reused)))
 
-    ep = Episode(ASP(threshold=0.4, cap=24), SequenceTarget(ref), ref[0], eos_id=EOS, max_tokens=100,
-                 clock=VirtualClock(zero), drafter=Refreshing(ref, conts, confs, eos_id=EOS))
+    ep = Episode(
+        ASP(threshold=0.4, cap=24),
+        SequenceTarget(ref),
+        ref[0],
+        eos_id=EOS,
+        max_tokens=100,
+        clock=VirtualClock(zero),
+        drafter=Refreshing(ref, conts, confs, eos_id=EOS),
+    )
     assert ep.run().tokens == ref
     assert calls == [([5, 1, 2], [3, 4, 6])]  # after the corrected root, the old suffix
 
@@ -185,7 +208,15 @@ def test_as2d_falls_back_to_k1_when_nothing_is_ready_and_respects_budget() -> No
     buf = CandidateBuffer()
     buf.publish(ref[:8], 25)  # arrives after two target-alone rounds
     clock = VirtualClock(lambda op, now: 10 if op.kind == "verify" else 0)
-    ep = Episode(As2d(budget=3, threshold=None), SequenceTarget(ref), ref[0], eos_id=EOS, max_tokens=100, clock=clock, buffer=buf)
+    ep = Episode(
+        As2d(budget=3, threshold=None),
+        SequenceTarget(ref),
+        ref[0],
+        eos_id=EOS,
+        max_tokens=100,
+        clock=clock,
+        buffer=buf,
+    )
     res = ep.run()
     assert res.tokens == ref
     widths = [r.width for r in res.rounds]
@@ -198,16 +229,27 @@ def test_cap_ends_output_where_target_alone_would() -> None:
     for policy in (TargetOnly(), As2d(budget=8)):
         buf = CandidateBuffer()
         buf.publish(ref, 0)
-        ep = Episode(policy, SequenceTarget(ref), ref[0], eos_id=EOS, max_tokens=10,
-                     clock=VirtualClock(zero), buffer=buf)
+        ep = Episode(
+            policy,
+            SequenceTarget(ref),
+            ref[0],
+            eos_id=EOS,
+            max_tokens=10,
+            clock=VirtualClock(zero),
+            buffer=buf,
+        )
         res = ep.run()
         assert res.tokens == ref[:10] and res.capped and not res.eos
 
 
 def test_engine_refuses_misuse() -> None:
     with pytest.raises(EngineError):
-        Episode(As2d(budget=2), SequenceTarget([1, EOS]), 1, eos_id=EOS, max_tokens=5, clock=WallClock())
-    ep = Episode(TargetOnly(), SequenceTarget([1, EOS]), 1, eos_id=EOS, max_tokens=5, clock=WallClock())
+        Episode(
+            As2d(budget=2), SequenceTarget([1, EOS]), 1, eos_id=EOS, max_tokens=5, clock=WallClock()
+        )
+    ep = Episode(
+        TargetOnly(), SequenceTarget([1, EOS]), 1, eos_id=EOS, max_tokens=5, clock=WallClock()
+    )
     ep.run()
     with pytest.raises(EngineError):
         ep.step()

@@ -20,9 +20,24 @@ def setup(tmp_path: Path) -> dict:
     tr.mkdir()
     for split in ("dev", "val", "test"):
         shutil.copy(DATA / f"example-{split}.jsonl", tr)
-    return {"traces": tr, "cal": tmp_path / "cal", "res": tmp_path / "res",
-            "args": ["eval", "--phone", "k70", "--profile", str(DATA / "example-profile.yaml"), "--traces", str(tr),
-                     "--calibrations", str(tmp_path / "cal"), "--results", str(tmp_path / "res")]}
+    return {
+        "traces": tr,
+        "cal": tmp_path / "cal",
+        "res": tmp_path / "res",
+        "args": [
+            "eval",
+            "--phone",
+            "k70",
+            "--profile",
+            str(DATA / "example-profile.yaml"),
+            "--traces",
+            str(tr),
+            "--calibrations",
+            str(tmp_path / "cal"),
+            "--results",
+            str(tmp_path / "res"),
+        ],
+    }
 
 
 def _run(args: list[str], capsys) -> tuple[int, str, str]:
@@ -54,8 +69,10 @@ def test_eval_table_golden_and_results(setup, capsys) -> None:
     prov = res["provenance"]
     assert prov["profile"]["synthetic"] is True and prov["pair"]["name"] == "bundled"
     assert prov["deployment"]["validation_retained"] in (True, False) and len(prov["traces"]) == 3
-    verdict = "retained on validation" if prov["deployment"]["validation_retained"] else "NOT retained"
-    lines = out[len(golden):].splitlines()[:3]
+    verdict = (
+        "retained on validation" if prov["deployment"]["validation_retained"] else "NOT retained"
+    )
+    lines = out[len(golden) :].splitlines()[:3]
     assert [x.split()[0] for x in lines] == ["profile", "deployment", "traces"]
     assert "synthetic" in lines[0] and verdict in lines[1] and "model pair bundled" in lines[2]
     deps = list((setup["cal"]).rglob("deployment*.yaml"))
@@ -84,7 +101,9 @@ def test_tidy_tables_repool_to_the_results(setup, capsys) -> None:
 
     def pooled(rows: pd.DataFrame) -> float:
         by_config = rows.groupby("config").agg(tokens=("tokens", "sum"), ms=("time_ms", "sum"))
-        return float((by_config["tokens"] / (by_config["ms"] / 1e3)).mean())  # SD: the mean over its K
+        return float(
+            (by_config["tokens"] / (by_config["ms"] / 1e3)).mean()
+        )  # SD: the mean over its K
 
     summary = pd.read_csv(folder / "summary.csv")
     for m in res["methods"]:
@@ -92,7 +111,9 @@ def test_tidy_tables_repool_to_the_results(setup, capsys) -> None:
         assert pooled(rows) == pytest.approx(m["tps"], rel=1e-9)
         for d, tps in m["tps_by_dataset"].items():
             assert pooled(rows[rows["dataset"] == d]) == pytest.approx(tps, rel=1e-9)
-        got = summary[(summary["method"] == m["method"]) & (summary["dataset"] == "all")]["tps"].item()
+        got = summary[(summary["method"] == m["method"]) & (summary["dataset"] == "all")][
+            "tps"
+        ].item()
         assert got == pytest.approx(m["tps"], rel=1e-12)
     # the slower flag, per configuration: As²d's single configuration gives the table's count
     as2d = per[per["method"] == "as2d"]
@@ -109,7 +130,9 @@ def test_compare_two_profiles_golden_and_refusals(setup, capsys, tmp_path: Path)
     assert code == 0, err
     slow = yaml.safe_load((DATA / "example-profile.yaml").read_text())
     slow["costs"]["target_step_ms"] *= 1.25
-    slow["costs"]["verify"]["idle_ms"] = {k: v * 1.25 for k, v in slow["costs"]["verify"]["idle_ms"].items()}
+    slow["costs"]["verify"]["idle_ms"] = {
+        k: v * 1.25 for k, v in slow["costs"]["verify"]["idle_ms"].items()
+    }
     (tmp_path / "slow.profile.yaml").write_text(yaml.safe_dump(slow))
     args = list(setup["args"])
     args[args.index("--profile") + 1] = str(tmp_path / "slow.profile.yaml")
@@ -154,29 +177,52 @@ def test_a_deployments_threshold_and_batch_reach_every_consumer(setup, tmp_path:
     th, batch = 0.6, 3
     assert (th, batch) != (DEFAULT_THRESHOLD, DEFAULT_BATCH)
     sel, rep = select_report(profile, files, threshold=th, batch=batch)
-    assert (sel.threshold, sel.batch) == (th, batch) and rep["threshold"] == th and rep["batch"] == batch
+    assert (
+        (sel.threshold, sel.batch) == (th, batch)
+        and rep["threshold"] == th
+        and rep["batch"] == batch
+    )
     dep_path = write_selection(sel, rep, profile, tmp_path / "deployment.yaml")
     dep = load_deployment(dep_path, profile=profile)
     assert (dep.threshold, dep.batch) == (th, batch)
 
-    out = run_eval("k70", profile=profile, traces=setup["traces"], deployment=dep_path, results=tmp_path / "res")
+    out = run_eval(
+        "k70",
+        profile=profile,
+        traces=setup["traces"],
+        deployment=dep_path,
+        results=tmp_path / "res",
+    )
     ev = out.evaluation
     as2d = ev.runs["as2d"].specs[0]
-    assert (as2d.threshold, as2d.batch) == (th, batch) and ev.runs["as2d-no-bc"].specs[0].batch == batch
+    assert (as2d.threshold, as2d.batch) == (th, batch) and ev.runs["as2d-no-bc"].specs[
+        0
+    ].batch == batch
     assert (ev.oracle["catalog"]["threshold"], ev.oracle["catalog"]["batch"]) == (th, batch)
     # the oracle's replay of the selected configuration is the As²d run itself
     assert ev.oracle["tps_selected"] == pytest.approx(ev.runs["as2d"].pooled_tps())
     doc = json.loads(out.results.read_text())["results"]["deployment"]
     assert (doc["threshold"], doc["batch"]) == (th, batch)
     # and the settings matter: the default ones replay to another time
-    default = run_eval("k70", profile=profile, traces=setup["traces"], results=tmp_path / "res2",
-                       calibrations=tmp_path / "cal2").evaluation
+    default = run_eval(
+        "k70",
+        profile=profile,
+        traces=setup["traces"],
+        results=tmp_path / "res2",
+        calibrations=tmp_path / "cal2",
+    ).evaluation
     assert default.runs["as2d"].specs[0].batch == DEFAULT_BATCH
 
     import dataclasses
 
     # the example traces name the paper's sources; the runner serves its own (drafter)
-    cmd = {"op": "decode", "window": "w", "method": "as2d", **native_commands(dep, 24)["as2d"], "source": "drafter"}
+    cmd = {
+        "op": "decode",
+        "window": "w",
+        "method": "as2d",
+        **native_commands(dep, 24)["as2d"],
+        "source": "drafter",
+    }
     assert policy_for(decode_settings(cmd)) == as2d.policy()
     assert method_spec(decode_settings(cmd)) == dataclasses.replace(as2d, source="drafter")
 
@@ -191,13 +237,43 @@ def test_compare_native_uses_each_windows_median_repetition(tmp_path: Path, caps
     def run(name: str, as2d_ms: list[float]) -> Path:
         folder = tmp_path / name
         folder.mkdir()
-        (folder / "results.json").write_text(json.dumps({"kind": "eval", "results": {"split": "test", "datasets": ["read"]}}))
+        (folder / "results.json").write_text(
+            json.dumps({"kind": "eval", "results": {"split": "test", "datasets": ["read"]}})
+        )
         rows = []
         for w in range(6):
             for rep in range(3):
-                rows.append([f"w{w}", "read", rep, "target-only", "target-only", 50, 1000.0 + w, None, None, True])
-                rows.append([f"w{w}", "read", rep, "as2d", "as2d(drafter/b7)", 50, as2d_ms[rep] + w, None, None, True])
-        pd.DataFrame(rows, columns=NATIVE_COLUMNS).to_csv(folder / "native_per_window.csv", index=False)
+                rows.append(
+                    [
+                        f"w{w}",
+                        "read",
+                        rep,
+                        "target-only",
+                        "target-only",
+                        50,
+                        1000.0 + w,
+                        None,
+                        None,
+                        True,
+                    ]
+                )
+                rows.append(
+                    [
+                        f"w{w}",
+                        "read",
+                        rep,
+                        "as2d",
+                        "as2d(drafter/b7)",
+                        50,
+                        as2d_ms[rep] + w,
+                        None,
+                        None,
+                        True,
+                    ]
+                )
+        pd.DataFrame(rows, columns=NATIVE_COLUMNS).to_csv(
+            folder / "native_per_window.csv", index=False
+        )
         return folder
 
     a, b = run("a", [1000.0, 1000.0, 1000.0]), run("b", [500.0, 500.0, 9000.0])
@@ -205,7 +281,9 @@ def test_compare_native_uses_each_windows_median_repetition(tmp_path: Path, caps
     assert code == 0, err
     rows = {(r["method"], r["dataset"]): r for r in json.loads(out)["rows"]}
     assert rows[("target-only", "all")]["ratio"] == pytest.approx(1.0)
-    assert rows[("as2d", "all")]["ratio"] == pytest.approx(sum(1000.0 + w for w in range(6)) / sum(500.0 + w for w in range(6)))
+    assert rows[("as2d", "all")]["ratio"] == pytest.approx(
+        sum(1000.0 + w for w in range(6)) / sum(500.0 + w for w in range(6))
+    )
     code, _, err = _run(["compare", str(a), str(tmp_path)], capsys)
     assert code == 2
     (tmp_path / "c").mkdir()
@@ -251,8 +329,18 @@ def test_regenerated_traces_get_a_fresh_selection(setup, capsys) -> None:
 
 def test_eval_errors_are_one_line(setup, capsys) -> None:
     args = setup["args"]
-    code, out, err = _run(["eval", "--phone", "nowhere", "--traces", str(setup["traces"]),
-                           "--calibrations", str(setup["cal"])], capsys)
+    code, out, err = _run(
+        [
+            "eval",
+            "--phone",
+            "nowhere",
+            "--traces",
+            str(setup["traces"]),
+            "--calibrations",
+            str(setup["cal"]),
+        ],
+        capsys,
+    )
     assert code == 2 and "as2d calibrate --phone nowhere" in err and "Traceback" not in err
     code, out, err = _run(args + ["--split", "calib"], capsys)
     assert code == 2 and "no 'calib' windows" in err
@@ -270,10 +358,30 @@ def test_native_summary_pools_each_windows_repetitions_and_reports_drift() -> No
     # w2: one pass each, natively 0.1 s, replayed 0.125 s: −20 %.
     for m in METHODS:
         for rep, (w, nat, rep_s) in enumerate([("w1", 0.1, 0.2), ("w2", 0.1, 0.125)]):
-            rows.append({"window": w, "rep": 0, "method": m, "divergence": None, "res": {"n_tokens": 100, "time_ms": nat * 1e3},
-                         "tps_native": 100 / nat, "tps_replay": 100 / rep_s, "error_percent": 100 * (nat / rep_s - 1)})
-        rows.append({"window": "w1", "rep": 1, "method": m, "divergence": None, "res": {"n_tokens": 100, "time_ms": 300.0},
-                     "tps_native": 100 / 0.3, "tps_replay": 100 / 0.2, "error_percent": 100 * (0.3 / 0.2 - 1)})
+            rows.append(
+                {
+                    "window": w,
+                    "rep": 0,
+                    "method": m,
+                    "divergence": None,
+                    "res": {"n_tokens": 100, "time_ms": nat * 1e3},
+                    "tps_native": 100 / nat,
+                    "tps_replay": 100 / rep_s,
+                    "error_percent": 100 * (nat / rep_s - 1),
+                }
+            )
+        rows.append(
+            {
+                "window": "w1",
+                "rep": 1,
+                "method": m,
+                "divergence": None,
+                "res": {"n_tokens": 100, "time_ms": 300.0},
+                "tps_native": 100 / 0.3,
+                "tps_replay": 100 / 0.2,
+                "error_percent": 100 * (0.3 / 0.2 - 1),
+            }
+        )
     s = summarize(rows)["methods"]["sd"]
     assert s["runs"] == 3 and s["windows"] == 2
     assert s["mae_percent"] == pytest.approx((0 + 20) / 2)
@@ -281,7 +389,9 @@ def test_native_summary_pools_each_windows_repetitions_and_reports_drift() -> No
     summ = summarize(rows)
     assert summ["target_only_tps_per_pass"] == pytest.approx([200 / 0.2, 100 / 0.3])
     assert "device drift: target-only TPS per pass 1000.0 / 333.3" in render_native(summ)
-    assert render_native(summ) == (DATA / "eval" / "native.golden.txt").read_text()  # the whole table
+    assert (
+        render_native(summ) == (DATA / "eval" / "native.golden.txt").read_text()
+    )  # the whole table
 
 
 def test_native_summary_median_agreement_ignores_one_preempted_repetition() -> None:
@@ -292,13 +402,24 @@ def test_native_summary_median_agreement_ignores_one_preempted_repetition() -> N
     rows = []
     for m in METHODS:
         for rep, nat in enumerate([0.20, 0.22, 0.60, 0.18, 0.19]):  # replayed 0.2 s each time
-            rows.append({"window": "w1", "rep": rep, "method": m, "divergence": None,
-                         "res": {"n_tokens": 100, "time_ms": nat * 1e3},
-                         "tps_native": 100 / nat, "tps_replay": 100 / 0.2, "error_percent": 100 * (nat / 0.2 - 1)})
+            rows.append(
+                {
+                    "window": "w1",
+                    "rep": rep,
+                    "method": m,
+                    "divergence": None,
+                    "res": {"n_tokens": 100, "time_ms": nat * 1e3},
+                    "tps_native": 100 / nat,
+                    "tps_replay": 100 / 0.2,
+                    "error_percent": 100 * (nat / 0.2 - 1),
+                }
+            )
     s = summarize(rows)["methods"]["as2d"]
     assert s["mae_median_percent"] == pytest.approx(0.0, abs=1e-9)
     assert s["pooled_error_median_percent"] == pytest.approx(0.0, abs=1e-9)
-    assert s["mae_percent"] == pytest.approx(100 * (1.39 / 1.0 - 1))  # pooled: the preempted run counts
+    assert s["mae_percent"] == pytest.approx(
+        100 * (1.39 / 1.0 - 1)
+    )  # pooled: the preempted run counts
     assert "MAE % (median)" in render_native(summarize(rows))
 
 
@@ -313,14 +434,27 @@ def test_native_summary_drift_adjusted_agreement_removes_the_devices_common_mode
         for w in ("w1", "w2"):
             for m in METHODS:
                 rep_s = 0.2
-                nat = rep_s * slow * (1.1 if m == "sd" else 1.0)  # SD natively 10 % slower than its replay says
-                rows.append({"window": w, "rep": rep, "method": m, "divergence": None,
-                             "res": {"n_tokens": 100, "time_ms": nat * 1e3},
-                             "tps_native": 100 / nat, "tps_replay": 100 / rep_s, "error_percent": 100 * (nat / rep_s - 1)})
+                nat = (
+                    rep_s * slow * (1.1 if m == "sd" else 1.0)
+                )  # SD natively 10 % slower than its replay says
+                rows.append(
+                    {
+                        "window": w,
+                        "rep": rep,
+                        "method": m,
+                        "divergence": None,
+                        "res": {"n_tokens": 100, "time_ms": nat * 1e3},
+                        "tps_native": 100 / nat,
+                        "tps_replay": 100 / rep_s,
+                        "error_percent": 100 * (nat / rep_s - 1),
+                    }
+                )
     summ = summarize(rows)
     to, sd = summ["methods"]["target-only"], summ["methods"]["sd"]
     assert summ["drift_factor_per_pass"] == pytest.approx([1.0, 1.5])
-    assert to["pooled_error_percent"] == pytest.approx(100 * (0.5 / 0.4 - 1))  # the drift alone: +25 %
+    assert to["pooled_error_percent"] == pytest.approx(
+        100 * (0.5 / 0.4 - 1)
+    )  # the drift alone: +25 %
     assert to["pooled_error_drift_adjusted_percent"] == pytest.approx(0.0)
     assert to["mae_drift_adjusted_percent"] == pytest.approx(0.0)
     assert sd["mae_percent"] == pytest.approx(100 * (0.55 / 0.4 - 1))
@@ -337,12 +471,26 @@ def test_a_warm_up_divergence_is_reported_with_its_method() -> None:
 
     ref = {"tokens": [5, 6, 7], "margins": [1.0, 0.5, 2.0]}
     d = divergence(ref, {"tokens": [5, 9, 7], "margins": [1.0, 0.4, 2.0]})
-    rows = [{"window": "w1", "rep": 0, "method": m, "divergence": None, "res": {"n_tokens": 3, "time_ms": 3.0},
-             "tps_native": 1000.0, "tps_replay": 1000.0, "error_percent": 0.0} for m in METHODS]
+    rows = [
+        {
+            "window": "w1",
+            "rep": 0,
+            "method": m,
+            "divergence": None,
+            "res": {"n_tokens": 3, "time_ms": 3.0},
+            "tps_native": 1000.0,
+            "tps_replay": 1000.0,
+            "error_percent": 0.0,
+        }
+        for m in METHODS
+    ]
     summ = summarize(rows)
     summ["warmup_divergences"] = [{"window": "w1", "run": "sd", **d}]
     text = render_native(summ)
-    assert "DIVERGENCE sd on w1 (warm-up): position 1, target-only 6 (top-2 margin 0.5) vs 9 (margin 0.4)" in text
+    assert (
+        "DIVERGENCE sd on w1 (warm-up): position 1, target-only 6 (top-2 margin 0.5) vs 9 (margin 0.4)"
+        in text
+    )
 
 
 def test_native_summary_reports_the_devices_repeatability_and_the_oracle_fit_floor() -> None:
@@ -363,15 +511,27 @@ def test_native_summary_reports_the_devices_repeatability_and_the_oracle_fit_flo
             for rep in range(4):
                 f = (0.9 if rep % 2 == 0 else 1.1) if wiggle else 1.0
                 for m in METHODS:
-                    rows.append({"window": f"w{i}", "rep": rep, "method": m, "divergence": None, "audio_s": audio,
-                                 "res": {"n_tokens": n, "time_ms": t * f}, "tps_native": n / (t * f / 1e3),
-                                 "tps_replay": n / (t / 1e3), "error_percent": 0.0})
+                    rows.append(
+                        {
+                            "window": f"w{i}",
+                            "rep": rep,
+                            "method": m,
+                            "divergence": None,
+                            "audio_s": audio,
+                            "res": {"n_tokens": n, "time_ms": t * f},
+                            "tps_native": n / (t * f / 1e3),
+                            "tps_replay": n / (t / 1e3),
+                            "error_percent": 0.0,
+                        }
+                    )
         return rows
 
     exact = summarize(rows_for({}, wiggle=False))
     fit = exact["target_only_oracle_fit"]
     assert fit["windows"] == 6 and fit["mae_percent"] == pytest.approx(0.0, abs=1e-6)
-    assert (fit["step_ms"], fit["per_cached_token_ms"], fit["per_audio_s_ms"]) == pytest.approx((a, b, c))
+    assert (fit["step_ms"], fit["per_cached_token_ms"], fit["per_audio_s_ms"]) == pytest.approx(
+        (a, b, c)
+    )
     assert exact["methods"]["sd"]["split_half_percent"] == pytest.approx(0.0)
     off = summarize(rows_for({2: 1.2}, wiggle=False))["target_only_oracle_fit"]
     assert off["mae_percent"] > 2.0  # one window the form cannot follow
@@ -386,31 +546,62 @@ def test_replay_gap_pools_each_figure_and_measures_publication_lags() -> None:
     from as2d_cli.evaluate.replay_gap import gap_summary, render_gap
 
     def facts(t, v, rounds, acc, pubs, fin):
-        return {"time_ms": t, "verifier_ms": v, "not_verifying_ms": t - v, "rounds": rounds, "accepted": acc, "proposed": acc + 2,
-                "publications_ms": pubs, "producer_finished_ms": fin}
+        return {
+            "time_ms": t,
+            "verifier_ms": v,
+            "not_verifying_ms": t - v,
+            "rounds": rounds,
+            "accepted": acc,
+            "proposed": acc + 2,
+            "publications_ms": pubs,
+            "producer_finished_ms": fin,
+        }
 
     rows = [
-        {"method": "as2d", "native_facts": facts(100.0, 90.0, 10, 20, [10.0, 30.0, 60.0], 70.0),
-         "replay_facts": facts(80.0, 72.0, 8, 24, [5.0, 20.0], 50.0)},
-        {"method": "as2d", "native_facts": facts(300.0, 270.0, 30, 40, [40.0], 90.0),
-         "replay_facts": facts(300.0, 270.0, 30, 40, [40.0, 80.0], 90.0)},
-        {"method": "target-only", "native_facts": facts(50.0, 50.0, 9, 0, [], None),
-         "replay_facts": facts(55.0, 55.0, 9, 0, [], None)},
-        {"method": "sd", "native_facts": None, "replay_facts": None},  # a row without figures: skipped
+        {
+            "method": "as2d",
+            "native_facts": facts(100.0, 90.0, 10, 20, [10.0, 30.0, 60.0], 70.0),
+            "replay_facts": facts(80.0, 72.0, 8, 24, [5.0, 20.0], 50.0),
+        },
+        {
+            "method": "as2d",
+            "native_facts": facts(300.0, 270.0, 30, 40, [40.0], 90.0),
+            "replay_facts": facts(300.0, 270.0, 30, 40, [40.0, 80.0], 90.0),
+        },
+        {
+            "method": "target-only",
+            "native_facts": facts(50.0, 50.0, 9, 0, [], None),
+            "replay_facts": facts(55.0, 55.0, 9, 0, [], None),
+        },
+        {
+            "method": "sd",
+            "native_facts": None,
+            "replay_facts": None,
+        },  # a row without figures: skipped
     ]
     g = gap_summary(rows)
     assert set(g) == {"as2d", "target-only"}
     a = g["as2d"]
     assert a["runs"] == 2 and a["time_ms"]["ratio"] == pytest.approx(380 / 400)
-    assert a["verifier_ms"]["ratio"] == pytest.approx(342 / 360) and a["not_verifying_ms"]["ratio"] == pytest.approx(38 / 40)
-    assert a["rounds"]["ratio"] == pytest.approx(38 / 40) and a["accepted"]["ratio"] == pytest.approx(64 / 60)
+    assert a["verifier_ms"]["ratio"] == pytest.approx(342 / 360) and a["not_verifying_ms"][
+        "ratio"
+    ] == pytest.approx(38 / 40)
+    assert a["rounds"]["ratio"] == pytest.approx(38 / 40) and a["accepted"][
+        "ratio"
+    ] == pytest.approx(64 / 60)
     assert a["publications"] == 3  # matched pairs only: 2 + 1
     assert a["publication_lag_ms"] == pytest.approx(5.0)  # lags 5, 10, 0
     assert a["first_publication_lag_ms"] == pytest.approx(2.5)  # 5 and 0
     assert a["producer_finish_lag_ms"] == pytest.approx(10.0)  # 20 and 0
     t = g["target-only"]
-    assert t["time_ms"]["ratio"] == pytest.approx(1.1) and t["publications"] == 0 and t["publication_lag_ms"] is None
+    assert (
+        t["time_ms"]["ratio"] == pytest.approx(1.1)
+        and t["publications"] == 0
+        and t["publication_lag_ms"] is None
+    )
     text = "\n".join(render_gap(g))
     assert "as2d" in text and "+5.0, +2.5, +10.0 (3 publications)" in text and "1.100" in text
-    assert "20.0/19.0" in text and "0.0/0.0" in text  # T − V per run: as2d (40 vs 38 over 2), target-only
+    assert (
+        "20.0/19.0" in text and "0.0/0.0" in text
+    )  # T − V per run: as2d (40 vs 38 over 2), target-only
     assert render_gap({}) == []

@@ -19,7 +19,12 @@ def _measured(folder: Path, name: str, created: str, **device: str) -> Path:
     doc = yaml.safe_load((DATA / "example-profile.yaml").read_text())
     doc["synthetic"] = False
     doc["created"] = created
-    doc["device"] = {"name": name, "serial": "as2demu0001", "connection": "127.0.0.1:5555", **device}
+    doc["device"] = {
+        "name": name,
+        "serial": "as2demu0001",
+        "connection": "127.0.0.1:5555",
+        **device,
+    }
     path = folder / f"{name}-{created.replace(':', '')}.profile.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -42,7 +47,9 @@ def test_the_newest_measured_profile_wins_over_the_shipped_one(tmp_path: Path) -
     os.utime(newer, (1, 1))  # the recorded time decides, not the file's
     mi14 = _measured(cal, "mi14", "2026-12-03T10:00:00Z")
     assert find_profile("k70", cal) == newer and older.exists()
-    assert find_profile("as2demu0001", cal) == mi14  # by hardware serial: the newest of that phone's
+    assert (
+        find_profile("as2demu0001", cal) == mi14
+    )  # by hardware serial: the newest of that phone's
     # A synthetic profile the user keeps in calibrations/ is used only when none was measured.
     shutil.copy(SHIPPED_PROFILES / "k70.profile.yaml", cal / "mi11pro.profile.yaml")
     assert find_profile("11pro", cal) == cal / "mi11pro.profile.yaml"

@@ -36,7 +36,12 @@ def test_deployment_example_has_the_documented_keys():
 
 
 def test_every_schema_file_is_named_in_the_doc():
-    for name in ("trace.schema.json", "trace-window.schema.json", "profile.schema.json",
-                 "deployment.schema.json", "results.schema.json"):
+    for name in (
+        "trace.schema.json",
+        "trace-window.schema.json",
+        "profile.schema.json",
+        "deployment.schema.json",
+        "results.schema.json",
+    ):
         json_schema(name)  # ships as package data
         assert name in DOC

@@ -12,7 +12,12 @@ import yaml
 
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import check_version, next_free, write_atomic
-from as2d_cli.formats.deployment_io import deployment_to_doc, load_deployment, make_deployment, write_deployment
+from as2d_cli.formats.deployment_io import (
+    deployment_to_doc,
+    load_deployment,
+    make_deployment,
+    write_deployment,
+)
 from as2d_cli.formats.results import load_results, make_results, write_results
 
 DATA = Path(__file__).parent / "data"
@@ -20,13 +25,27 @@ PROFILE = DATA / "example-profile.yaml"
 
 
 def test_deployment_round_trip(tmp_path):
-    d = make_deployment("qwen", 7, 0.4, 8, PROFILE, "k70-synthetic", {"split": "dev", "tps": 27.92, "ranking": ((7, 27.9),)},
-                        device_facts={"name": "k70-synthetic", "soc": "SM8650"})
+    d = make_deployment(
+        "qwen",
+        7,
+        0.4,
+        8,
+        PROFILE,
+        "k70-synthetic",
+        {"split": "dev", "tps": 27.92, "ranking": ((7, 27.9),)},
+        device_facts={"name": "k70-synthetic", "soc": "SM8650"},
+    )
     out = write_deployment(tmp_path / "k70.deployment.yaml", d)
     back = load_deployment(out, profile=PROFILE)
     assert back.max_width == 8 and back.selection["ranking"] == [[7, 27.9]]
     assert back.environment["device"] == {"name": "k70-synthetic", "soc": "SM8650"}
-    assert (back.source, back.budget, back.threshold, back.batch, back.profile) == (d.source, 7, 0.4, 8, d.profile)
+    assert (back.source, back.budget, back.threshold, back.batch, back.profile) == (
+        d.source,
+        7,
+        0.4,
+        8,
+        d.profile,
+    )
     assert back.environment["toolkit_version"] and back.environment["created"].endswith("Z")
 
 
@@ -40,12 +59,15 @@ def test_deployment_profile_mismatch(tmp_path):
     assert "was selected with profile" in str(e.value) and "select again" in str(e.value)
 
 
-@pytest.mark.parametrize("edit,key", [
-    (lambda d: d["config"].update(budget=0), "config.budget"),
-    (lambda d: d["config"].update(threshold=1.5), "config.threshold"),
-    (lambda d: d["profile"].update(sha256="abc"), "profile.sha256"),
-    (lambda d: d.update(version=3), "version 3 is newer"),
-])
+@pytest.mark.parametrize(
+    "edit,key",
+    [
+        (lambda d: d["config"].update(budget=0), "config.budget"),
+        (lambda d: d["config"].update(threshold=1.5), "config.threshold"),
+        (lambda d: d["profile"].update(sha256="abc"), "profile.sha256"),
+        (lambda d: d.update(version=3), "version 3 is newer"),
+    ],
+)
 def test_deployment_bad_input(tmp_path, edit, key):
     doc = deployment_to_doc(make_deployment("qwen", 7, 0.4, 8, PROFILE, "k70", {}))
     edit(doc)
@@ -64,7 +86,12 @@ def test_deployment_write_refuses_invalid(tmp_path):
 
 
 def test_results_round_trip_and_no_overwrite(tmp_path):
-    doc = make_results("replay", {"tps": 16.96, "windows": [1, 2]}, inputs={"profile": PROFILE}, device={"name": "k70"})
+    doc = make_results(
+        "replay",
+        {"tps": 16.96, "windows": [1, 2]},
+        inputs={"profile": PROFILE},
+        device={"name": "k70"},
+    )
     out = write_results(tmp_path / "r.json", doc)
     back = load_results(out, kind="replay")
     assert back["results"] == {"tps": 16.96, "windows": [1, 2]}
@@ -84,8 +111,17 @@ def test_results_refuse_impossible_numbers(tmp_path):
     with pytest.raises(FormatError, match=r"results.tps: value inf is not a finite number"):
         make_results("replay", {"tps": math.inf})
     with pytest.raises(FormatError, match="not a finite number"):
-        write_results(tmp_path / "r.json", {"schema": "as2d.results", "version": 1, "kind": "x", "environment": {},
-                                            "inputs": {}, "results": {"x": float("nan")}})
+        write_results(
+            tmp_path / "r.json",
+            {
+                "schema": "as2d.results",
+                "version": 1,
+                "kind": "x",
+                "environment": {},
+                "inputs": {},
+                "results": {"x": float("nan")},
+            },
+        )
     assert not list(tmp_path.iterdir())
 
 
@@ -114,7 +150,11 @@ def test_next_free_and_atomic_write(tmp_path):
     g = tmp_path / "t.jsonl.gz"
     write_atomic(g, b"x")
     assert next_free(g) == tmp_path / "t-2.jsonl.gz"
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["r-2.json", "r.json", "t.jsonl.gz"]  # no temp files left
+    assert sorted(x.name for x in tmp_path.iterdir()) == [
+        "r-2.json",
+        "r.json",
+        "t.jsonl.gz",
+    ]  # no temp files left
     mask = os.umask(0)
     os.umask(mask)
     assert p.stat().st_mode & 0o777 == 0o666 & ~mask  # not mkstemp's private 0600
@@ -122,7 +162,9 @@ def test_next_free_and_atomic_write(tmp_path):
 
 def test_stepwise_upgrade_machinery():
     ups = {1: lambda d: {**d, "b": d["a"] * 2}}
-    doc = check_version({"schema": "s", "version": 1, "a": 2}, schema="s", version=2, where="f", upgrades=ups)
+    doc = check_version(
+        {"schema": "s", "version": 1, "a": 2}, schema="s", version=2, where="f", upgrades=ups
+    )
     assert doc == {"schema": "s", "version": 2, "a": 2, "b": 4}
     with pytest.raises(FormatError, match="version 0 is older.*cannot be upgraded"):
         check_version({"schema": "s", "version": 0}, schema="s", version=2, where="f", upgrades=ups)

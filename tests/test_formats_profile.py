@@ -68,7 +68,9 @@ def test_costs_and_op_pricing():
     assert p.refresh_ms(0) == 0.0
     assert p.op_ms(Op("target_step")) == 59.391
     assert p.op_ms(Op("verify", width=8)) == 112.656
-    assert p.op_ms(Op("draft", count=3, catch_up=1, rows=3)) == pytest.approx(4 * 23.347 + 3 * 0.951)
+    assert p.op_ms(Op("draft", count=3, catch_up=1, rows=3)) == pytest.approx(
+        4 * 23.347 + 3 * 0.951
+    )
     assert p.op_ms(Op("loop")) == 10.738
     assert p.op_ms(Op("refresh", width=5)) == p.drafter.refresh_ms[5]
     q = p.source("qwen")
@@ -77,11 +79,17 @@ def test_costs_and_op_pricing():
 
 
 def test_missing_width_is_an_error_naming_width_and_file(tmp_path, doc):
-    doc["costs"]["verify"]["idle_ms"] = {k: v for k, v in doc["costs"]["verify"]["idle_ms"].items() if k != "K9"}
+    doc["costs"]["verify"]["idle_ms"] = {
+        k: v for k, v in doc["costs"]["verify"]["idle_ms"].items() if k != "K9"
+    }
     doc["costs"]["verify"]["concurrent_ratio"].pop("K9")
     path = _save(tmp_path, doc)
     p = load_profile(path)
-    for call in (lambda: p.verify_ms(9), lambda: p.verify_ms(9, True), lambda: p.op_ms(Op("verify", width=9))):
+    for call in (
+        lambda: p.verify_ms(9),
+        lambda: p.verify_ms(9, True),
+        lambda: p.op_ms(Op("verify", width=9)),
+    ):
         with pytest.raises(FormatError) as e:
             call()
         assert "width K9 was not measured" in str(e.value) and str(path) in str(e.value)
@@ -94,7 +102,9 @@ def test_source_ratio_table_overrides(tmp_path, doc):
     doc["costs"]["sources"]["parakeet"]["verify_concurrent_ratio"] = {"K1": 1.5, "K2": 1.25}
     p = load_profile(_save(tmp_path, doc))
     assert p.verify_ms(2, True, "parakeet") == pytest.approx(p.verify_ms(2) * 1.25)
-    assert p.verify_ms(2, True, "qwen") == pytest.approx(p.verify_ms(2) * p.verify_concurrent_ratio[2])
+    assert p.verify_ms(2, True, "qwen") == pytest.approx(
+        p.verify_ms(2) * p.verify_concurrent_ratio[2]
+    )
     with pytest.raises(FormatError, match="concurrent/idle ratio for verification width K3"):
         p.verify_ms(3, True, "parakeet")
 
@@ -120,20 +130,27 @@ def test_v1_reads_as_v2_without_context(tmp_path, doc):
     doc["costs"].pop("context", None)
     p = load_profile(_save(tmp_path, doc))
     assert p.version == 2 and p.context is None
-    assert p.source("qwen").startup_for(30.0, 10.0) == p.source("qwen").startup_ms  # flat without a slope
+    assert (
+        p.source("qwen").startup_for(30.0, 10.0) == p.source("qwen").startup_ms
+    )  # flat without a slope
 
 
 def test_context_round_trip(tmp_path, doc):
-    doc["costs"]["context"] = {"ref_tokens": 64, "ref_audio_s": 10.0,
-                               "target": {"ms_per_token": 0.01, "ms_per_audio_s": 0.5},
-                               "drafter": {"ms_per_token": 0.002}}
+    doc["costs"]["context"] = {
+        "ref_tokens": 64,
+        "ref_audio_s": 10.0,
+        "target": {"ms_per_token": 0.01, "ms_per_audio_s": 0.5},
+        "drafter": {"ms_per_token": 0.002},
+    }
     doc["costs"]["sources"]["qwen"]["startup_ms_per_audio_s"] = 2.0
     p = load_profile(_save(tmp_path, doc))
     c = p.context
     assert c is not None and c.drafter_ms_per_audio_s == 0.0
     assert c.target_ms(164, 12.0) == pytest.approx(0.01 * 100 + 0.5 * 2.0)
     assert c.drafter_ms(0, 10.0) == pytest.approx(-0.128)
-    assert p.source("qwen").startup_for(12.0, c.ref_audio_s) == pytest.approx(p.source("qwen").startup_ms + 4.0)
+    assert p.source("qwen").startup_for(12.0, c.ref_audio_s) == pytest.approx(
+        p.source("qwen").startup_ms + 4.0
+    )
     again = load_profile(write_profile(tmp_path / "again.yaml", p))
     assert again.context == c and again.source("qwen").startup_ms_per_audio_s == 2.0
     doc["costs"]["context"]["target"]["ms_per_frame"] = 1.0
@@ -152,7 +169,9 @@ def test_zero_verify_cost_refused(tmp_path, doc):
 
 def test_ratio_without_idle_width(tmp_path, doc):
     doc["costs"]["verify"]["concurrent_ratio"]["K30"] = 1.1
-    assert "concurrent_ratio.K30: a ratio for a width with no idle measurement" in _err(_save(tmp_path, doc))
+    assert "concurrent_ratio.K30: a ratio for a width with no idle measurement" in _err(
+        _save(tmp_path, doc)
+    )
 
 
 def test_bad_width_key(tmp_path, doc):
@@ -166,7 +185,9 @@ def test_chunked_source_needs_chunk_cost(tmp_path, doc):
 
 
 def test_unquoted_timestamp_is_accepted(tmp_path):
-    text = dump_profile(synthetic_profile()).replace("created: '1970-01-01T00:00:00Z'", "created: 2026-11-29T10:00:00Z")
+    text = dump_profile(synthetic_profile()).replace(
+        "created: '1970-01-01T00:00:00Z'", "created: 2026-11-29T10:00:00Z"
+    )
     p = tmp_path / "p.yaml"
     p.write_text(text)
     assert load_profile(p).created.startswith("2026-11-29")
@@ -199,8 +220,11 @@ def test_numpy_and_tuple_values_are_written_as_plain_yaml(tmp_path):
     import numpy as np
 
     p = synthetic_profile()
-    q = dataclasses.replace(p, target_step_ms=np.float64(59.391),
-                            device={**p.device, "clusters": ((0, 1), (2, 4)), "ram_gib": np.float32(10.5)})
+    q = dataclasses.replace(
+        p,
+        target_step_ms=np.float64(59.391),
+        device={**p.device, "clusters": ((0, 1), (2, 4)), "ram_gib": np.float32(10.5)},
+    )
     back = load_profile(write_profile(tmp_path / "np.yaml", q))
     assert back.target_step_ms == 59.391 and back.device["clusters"] == [[0, 1], [2, 4]]
     assert back.device["ram_gib"] == 10.5
@@ -208,22 +232,33 @@ def test_numpy_and_tuple_values_are_written_as_plain_yaml(tmp_path):
 
 # ------------------------------------------------------------------ costs.in_loop
 
-IN_LOOP = {"sd": {"verify": 1.21, "draft": 1.04}, "asp": {"refresh": 1.02, "verify": 1.18},
-           "as2d": {"verify": 1.06}}
+IN_LOOP = {
+    "sd": {"verify": 1.21, "draft": 1.04},
+    "asp": {"refresh": 1.02, "verify": 1.18},
+    "as2d": {"verify": 1.06},
+}
 
 
 def test_in_loop_round_trip(tmp_path, doc):
     doc["costs"]["in_loop"] = IN_LOOP
-    doc["costs"]["context"] = {"ref_tokens": 64, "ref_audio_s": 10.0, "target": {"ms_per_token": 0.01}}
+    doc["costs"]["context"] = {
+        "ref_tokens": 64,
+        "ref_audio_s": 10.0,
+        "target": {"ms_per_token": 0.01},
+    }
     p = load_profile(_save(tmp_path, doc))
     assert p.version == 2
     assert p.in_loop == IN_LOOP and list(p.in_loop) == ["as2d", "asp", "sd"]
     assert list(p.in_loop["asp"]) == ["refresh", "verify"]
     assert p.in_loop_ratio("sd", "verify") == 1.21 and p.in_loop_ratio("as2d", "verify") == 1.06
-    assert p.in_loop_ratio("asp", "draft") == 1.0 and p.in_loop_ratio("asp", "paired") == 1.0  # absent kind
+    assert (
+        p.in_loop_ratio("asp", "draft") == 1.0 and p.in_loop_ratio("asp", "paired") == 1.0
+    )  # absent kind
     out = write_profile(tmp_path / "again.yaml", p)
     written = yaml.safe_load(out.read_text())["costs"]
-    assert list(written)[list(written).index("in_loop") - 1] == "context"  # written right after context
+    assert (
+        list(written)[list(written).index("in_loop") - 1] == "context"
+    )  # written right after context
     assert list(written["in_loop"]) == ["as2d", "asp", "sd"]
     again = load_profile(out)
     assert dataclasses.replace(again, path=p.path) == p
@@ -238,24 +273,29 @@ def test_in_loop_absent_is_one(tmp_path, doc):
             assert p.in_loop_ratio(fam, kind) == 1.0
     doc["costs"]["in_loop"] = {"sd": {"draft": 1.1}}
     q = load_profile(_save(tmp_path, doc))
-    assert q.in_loop_ratio("asp", "verify") == 1.0 and q.in_loop_ratio("sd", "verify") == 1.0  # absent family / kind
+    assert (
+        q.in_loop_ratio("asp", "verify") == 1.0 and q.in_loop_ratio("sd", "verify") == 1.0
+    )  # absent family / kind
     assert q.in_loop_ratio("sd", "draft") == 1.1
 
 
-@pytest.mark.parametrize("block,key,words", [
-    ({"medusa": {"verify": 1.1}}, "costs.in_loop.medusa", "unknown method family"),
-    ({"as2d": {"draft": 1.1}}, "costs.in_loop.as2d.draft", "unknown op kind"),
-    ({"sd": {"loop": 1.1}}, "costs.in_loop.sd.loop", "unknown op kind"),
-    ({"sd": {"verify": 0}}, "costs.in_loop.sd.verify", "finite number > 0"),
-    ({"sd": {"verify": -1.2}}, "costs.in_loop.sd.verify", "finite number > 0"),
-    ({"asp": {"paired": "1.2"}}, "costs.in_loop.asp.paired", "finite number > 0"),
-    ({"asp": {"refresh": True}}, "costs.in_loop.asp.refresh", "finite number > 0"),
-    ({"sd": {"verify": float("inf")}}, "costs.in_loop.sd.verify", "finite number > 0"),
-    ({"sd": {"verify": float("nan")}}, "costs.in_loop.sd.verify", "finite number > 0"),
-    ({"sd": {"verify": None}}, "costs.in_loop.sd.verify", "finite number > 0"),
-    ({"sd": [1.2]}, "costs.in_loop.sd", "expected a mapping"),
-    ([1.2], "costs.in_loop", "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "block,key,words",
+    [
+        ({"medusa": {"verify": 1.1}}, "costs.in_loop.medusa", "unknown method family"),
+        ({"as2d": {"draft": 1.1}}, "costs.in_loop.as2d.draft", "unknown op kind"),
+        ({"sd": {"loop": 1.1}}, "costs.in_loop.sd.loop", "unknown op kind"),
+        ({"sd": {"verify": 0}}, "costs.in_loop.sd.verify", "finite number > 0"),
+        ({"sd": {"verify": -1.2}}, "costs.in_loop.sd.verify", "finite number > 0"),
+        ({"asp": {"paired": "1.2"}}, "costs.in_loop.asp.paired", "finite number > 0"),
+        ({"asp": {"refresh": True}}, "costs.in_loop.asp.refresh", "finite number > 0"),
+        ({"sd": {"verify": float("inf")}}, "costs.in_loop.sd.verify", "finite number > 0"),
+        ({"sd": {"verify": float("nan")}}, "costs.in_loop.sd.verify", "finite number > 0"),
+        ({"sd": {"verify": None}}, "costs.in_loop.sd.verify", "finite number > 0"),
+        ({"sd": [1.2]}, "costs.in_loop.sd", "expected a mapping"),
+        ([1.2], "costs.in_loop", "expected a mapping"),
+    ],
+)
 def test_in_loop_bad_entries_refused(tmp_path, doc, block, key, words):
     doc["costs"]["in_loop"] = block
     msg = _err(_save(tmp_path, doc))
@@ -274,11 +314,18 @@ def test_in_loop_schema_matches_the_reader(doc):
 
     schema = json_schema("profile.schema.json")
     block = schema["properties"]["costs"]["properties"]["in_loop"]
-    assert {f: tuple(block["properties"][f]["properties"]) for f in block["properties"]} == IN_LOOP_KINDS
+    assert {
+        f: tuple(block["properties"][f]["properties"]) for f in block["properties"]
+    } == IN_LOOP_KINDS
     doc["costs"]["in_loop"] = IN_LOOP
     jsonschema.validate(doc, schema)
-    for bad in ({"medusa": {"verify": 1.1}}, {"as2d": {"draft": 1.1}}, {"sd": {"verify": 0}},
-                {"sd": {"verify": -1.0}}, {"sd": {"verify": "1.2"}}):
+    for bad in (
+        {"medusa": {"verify": 1.1}},
+        {"as2d": {"draft": 1.1}},
+        {"sd": {"verify": 0}},
+        {"sd": {"verify": -1.0}},
+        {"sd": {"verify": "1.2"}},
+    ):
         doc["costs"]["in_loop"] = bad
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(doc, schema)

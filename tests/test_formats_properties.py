@@ -14,7 +14,16 @@ from hypothesis import strategies as st
 
 from as2d_cli.errors import FormatError
 from as2d_cli.formats.common import json_schema
-from as2d_cli.formats.trace import AUTOREGRESSIVE, CHUNKED, Chunk, DrafterTrace, SourceInfo, SourceTrace, TraceSet, WindowTrace
+from as2d_cli.formats.trace import (
+    AUTOREGRESSIVE,
+    CHUNKED,
+    Chunk,
+    DrafterTrace,
+    SourceInfo,
+    SourceTrace,
+    TraceSet,
+    WindowTrace,
+)
 from as2d_cli.formats.trace_io import dump_traces, load_traces, window_record
 
 EOS = 2
@@ -38,29 +47,70 @@ def windows(draw, i: int = 0) -> WindowTrace:
     eligible = draw(st.booleans())
     cap = draw(st.integers(1, 4))
     n_pos = len(ref) - 1
-    conts = tuple(tuple(draw(st.lists(st.integers(0, VOCAB - 1), min_size=cap, max_size=cap))) for _ in range(n_pos))
+    conts = tuple(
+        tuple(draw(st.lists(st.integers(0, VOCAB - 1), min_size=cap, max_size=cap)))
+        for _ in range(n_pos)
+    )
     confs = tuple(tuple(draw(st.lists(conf, min_size=cap, max_size=cap))) for _ in range(n_pos))
-    drafter = draw(st.sampled_from([None, DrafterTrace(cap, conts, confs), DrafterTrace(cap, conts, None)]))
+    drafter = draw(
+        st.sampled_from([None, DrafterTrace(cap, conts, confs), DrafterTrace(cap, conts, None)])
+    )
     return WindowTrace(
-        id=f"w{i}-{draw(st.text('abc', min_size=1, max_size=4))}", dataset=draw(st.sampled_from(["ami", "fleurs"])),
-        split="test", audio_seconds=draw(st.floats(0, 100, allow_nan=False)), task="asr",
-        language=draw(st.sampled_from(["en", "zh"])), reference=ref, eos=not capped, capped=capped,
-        max_tokens=max_tokens, eos_id=EOS,
+        id=f"w{i}-{draw(st.text('abc', min_size=1, max_size=4))}",
+        dataset=draw(st.sampled_from(["ami", "fleurs"])),
+        split="test",
+        audio_seconds=draw(st.floats(0, 100, allow_nan=False)),
+        task="asr",
+        language=draw(st.sampled_from(["en", "zh"])),
+        reference=ref,
+        eos=not capped,
+        capped=capped,
+        max_tokens=max_tokens,
+        eos_id=EOS,
         sources={
-            "ar": SourceTrace(AUTOREGRESSIVE, tuple(ar), None if arc is None else tuple(arc), None, draw(st.booleans()), True),
-            "ch": SourceTrace(CHUNKED, tuple(t for c in chunks for t in c.tokens) if eligible else (), None,
-                              chunks if eligible else (), True, eligible),
+            "ar": SourceTrace(
+                AUTOREGRESSIVE,
+                tuple(ar),
+                None if arc is None else tuple(arc),
+                None,
+                draw(st.booleans()),
+                True,
+            ),
+            "ch": SourceTrace(
+                CHUNKED,
+                tuple(t for c in chunks for t in c.tokens) if eligible else (),
+                None,
+                chunks if eligible else (),
+                True,
+                eligible,
+            ),
         },
-        drafter=drafter, default_source="ar",
+        drafter=drafter,
+        default_source="ar",
     )
 
 
 def _set(ws: list[WindowTrace]) -> TraceSet:
-    prov = {"models": {"target": "t"}, "tokenizer": {"name": "tiny", "vocab_size": VOCAB}, "toolkit_version": "0", "created": "x"}
-    return TraceSet(prov, EOS, {"ar": SourceInfo("ar", AUTOREGRESSIVE), "ch": SourceInfo("ch", CHUNKED)}, "ar", tuple(ws))
+    prov = {
+        "models": {"target": "t"},
+        "tokenizer": {"name": "tiny", "vocab_size": VOCAB},
+        "toolkit_version": "0",
+        "created": "x",
+    }
+    return TraceSet(
+        prov,
+        EOS,
+        {"ar": SourceInfo("ar", AUTOREGRESSIVE), "ch": SourceInfo("ch", CHUNKED)},
+        "ar",
+        tuple(ws),
+    )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(st.lists(windows(), min_size=0, max_size=4, unique_by=lambda w: w.id))
 def test_any_valid_trace_round_trips(tmp_path_factory, ws):
     p = tmp_path_factory.mktemp("rt") / "t.jsonl"
@@ -76,7 +126,9 @@ MUTATIONS = {
     "token string": lambda r: r["sources"]["ar"]["tokens"].append("7"),
     "token negative": lambda r: r["sources"]["ar"]["tokens"].append(-1),
     "token bool": lambda r: r["sources"]["ar"]["tokens"].append(True),
-    "confidence > 1": lambda r: r["sources"]["ar"].__setitem__("confidences", [1.5] * len(r["sources"]["ar"]["tokens"])),
+    "confidence > 1": lambda r: r["sources"]["ar"].__setitem__(
+        "confidences", [1.5] * len(r["sources"]["ar"]["tokens"])
+    ),
     "missing id": lambda r: r.pop("id"),
     "eos not bool": lambda r: r.__setitem__("eos", 1),
     "max_tokens zero": lambda r: r.__setitem__("max_tokens", 0),
@@ -93,10 +145,25 @@ MUTATIONS = {
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
 def test_hand_validator_and_schema_agree(tmp_path, name):
-    w = WindowTrace("w", "ami", "test", 3.0, "asr", "en", (5, 6, EOS), True, False, 10, EOS,
-                    {"ar": SourceTrace(AUTOREGRESSIVE, (5, 6), (0.9, 0.8)),
-                     "ch": SourceTrace(CHUNKED, (5,), None, (Chunk((5,), 2.56),))},
-                    DrafterTrace(2, ((6, EOS), (EOS, 9)), ((0.9, 0.8), (0.7, 0.2))), "ar")
+    w = WindowTrace(
+        "w",
+        "ami",
+        "test",
+        3.0,
+        "asr",
+        "en",
+        (5, 6, EOS),
+        True,
+        False,
+        10,
+        EOS,
+        {
+            "ar": SourceTrace(AUTOREGRESSIVE, (5, 6), (0.9, 0.8)),
+            "ch": SourceTrace(CHUNKED, (5,), None, (Chunk((5,), 2.56),)),
+        },
+        DrafterTrace(2, ((6, EOS), (EOS, 9)), ((0.9, 0.8), (0.7, 0.2))),
+        "ar",
+    )
     good = window_record(w)
     schema = json_schema("trace-window.schema.json")
     jsonschema.validate(good, schema)

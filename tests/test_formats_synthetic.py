@@ -32,14 +32,20 @@ def test_drafter_is_a_consistent_greedy_model():
 
 
 def _first_token_agreement(ts, dataset: str) -> float:
-    hits = [c[0] == w.reference[n + 1] for w in ts.windows if w.dataset == dataset
-            for n, c in enumerate(w.drafter.continuations)]
+    hits = [
+        c[0] == w.reference[n + 1]
+        for w in ts.windows
+        if w.dataset == dataset
+        for n, c in enumerate(w.drafter.continuations)
+    ]
     return statistics.fmean(hits)
 
 
 def test_dataset_difficulty_shows_in_drafter_and_sources():
     ts = synthetic_traces(2, scale=0.1)
-    assert _first_token_agreement(ts, "librispeech") > 0.88 > 0.75 > _first_token_agreement(ts, "ami")
+    assert (
+        _first_token_agreement(ts, "librispeech") > 0.88 > 0.75 > _first_token_agreement(ts, "ami")
+    )
     for w in ts.windows:
         q = w.sources["qwen"]
         assert q.eligible and q.confidences is not None and len(q.confidences) == len(q.tokens)

@@ -55,11 +55,16 @@ def test_round_trip(tmp_path, small, name):
 def test_committed_examples_match_generator(split):
     ts = load_traces(DATA / f"example-{split}.jsonl", split=split)
     assert ts.windows == example_traces(split).windows
-    assert any(w.capped for w in ts.windows) and any(not w.sources["parakeet"].eligible for w in ts.windows)
+    assert any(w.capped for w in ts.windows) and any(
+        not w.sources["parakeet"].eligible for w in ts.windows
+    )
 
 
 def test_examples_satisfy_the_published_json_schemas():
-    header_schema, window_schema = json_schema("trace.schema.json"), json_schema("trace-window.schema.json")
+    header_schema, window_schema = (
+        json_schema("trace.schema.json"),
+        json_schema("trace-window.schema.json"),
+    )
     for split in ("dev", "val", "test"):
         recs = [json.loads(x) for x in (DATA / f"example-{split}.jsonl").read_text().splitlines()]
         jsonschema.validate(recs[0], header_schema)
@@ -114,7 +119,12 @@ def test_unknown_source(tmp_path, small):
     recs = _lines(small)
     recs[2]["sources"]["whisper"] = {"tokens": [1, 2], "eligible": True}
     m = _err(_write(tmp_path, recs))
-    assert "line 3" in m and f"window {recs[2]['id']}" in m and "sources.whisper" in m and "unknown source" in m
+    assert (
+        "line 3" in m
+        and f"window {recs[2]['id']}" in m
+        and "sources.whisper" in m
+        and "unknown source" in m
+    )
 
 
 def test_declared_source_missing(tmp_path, small):
@@ -123,7 +133,9 @@ def test_declared_source_missing(tmp_path, small):
     assert "sources.sensevoice: declared in the header but missing" in _err(_write(tmp_path, recs))
 
 
-@pytest.mark.parametrize("bad,shown", [(1.5, "1.5"), ("12", "'12'"), (None, "None"), (True, "True")])
+@pytest.mark.parametrize(
+    "bad,shown", [(1.5, "1.5"), ("12", "'12'"), (None, "None"), (True, "True")]
+)
 def test_tokens_of_wrong_type(tmp_path, small, bad, shown):
     recs = _lines(small)
     recs[1]["sources"]["qwen"]["tokens"][3] = bad
@@ -134,19 +146,25 @@ def test_tokens_of_wrong_type(tmp_path, small, bad, shown):
 def test_reference_token_outside_vocab(tmp_path, small):
     recs = _lines(small)
     recs[1]["reference"][0] = 10**9
-    assert "reference[0]: token id 1000000000 is outside the vocabulary" in _err(_write(tmp_path, recs))
+    assert "reference[0]: token id 1000000000 is outside the vocabulary" in _err(
+        _write(tmp_path, recs)
+    )
 
 
 def test_drafter_confidence_out_of_range(tmp_path, small):
     recs = _lines(small)
     recs[1]["drafter"]["confidences"][2][5] = 1.5
-    assert "drafter.confidences[2][5]: confidence must be a number in [0, 1], got 1.5" in _err(_write(tmp_path, recs))
+    assert "drafter.confidences[2][5]: confidence must be a number in [0, 1], got 1.5" in _err(
+        _write(tmp_path, recs)
+    )
 
 
 def test_drafter_wrong_length(tmp_path, small):
     recs = _lines(small)
     recs[1]["drafter"]["continuations"][0] = recs[1]["drafter"]["continuations"][0][:-1]
-    assert "drafter.continuations[0]: 23 tokens, expected exactly cap=24" in _err(_write(tmp_path, recs))
+    assert "drafter.continuations[0]: 23 tokens, expected exactly cap=24" in _err(
+        _write(tmp_path, recs)
+    )
 
 
 def test_split_disagrees_with_request(tmp_path, small):
@@ -200,7 +218,9 @@ def test_truncated_at_line_boundary(tmp_path, small):
     lines = dump_traces(small).decode().splitlines(keepends=True)
     p = tmp_path / "t.jsonl"
     p.write_text("".join(lines[:-2]))
-    assert f"header announces {len(lines) - 1} windows but the file holds {len(lines) - 3}" in _err(p)
+    assert f"header announces {len(lines) - 1} windows but the file holds {len(lines) - 3}" in _err(
+        p
+    )
 
 
 def test_truncated_gzip(tmp_path, small):
@@ -244,7 +264,9 @@ def test_default_source_must_serve_the_window(small):
     import dataclasses
 
     w = next(w for w in small.windows if not w.sources["parakeet"].eligible)
-    dead = dataclasses.replace(w, sources={**w.sources, "qwen": dataclasses.replace(w.sources["qwen"], eligible=False)})
+    dead = dataclasses.replace(
+        w, sources={**w.sources, "qwen": dataclasses.replace(w.sources["qwen"], eligible=False)}
+    )
     with pytest.raises(UserError, match="neither 'parakeet' nor the default source 'qwen'"):
         dead.source_for("parakeet")
     orphan = dataclasses.replace(w, default_source=None)
@@ -259,4 +281,6 @@ def test_vocab_from_tokenizer_and_disagreement(tmp_path, small):
     assert "outside the vocabulary (size 151936)" in _err(_write(tmp_path, recs))
     recs = _lines(small)
     recs[0]["vocab_size"] = 1000
-    assert "key vocab_size: 1000 disagrees with provenance.tokenizer.vocab_size 151936" in _err(_write(tmp_path, recs, "b.jsonl"))
+    assert "key vocab_size: 1000 disagrees with provenance.tokenizer.vocab_size 151936" in _err(
+        _write(tmp_path, recs, "b.jsonl")
+    )

@@ -22,13 +22,22 @@ PACKAGES = ["as2d_cli", "device_agents", "native"]
 LAYERS: dict[str, int] = {
     "as2d_cli.errors": 0,
     "as2d_cli": 1,  # the package root (its version) and the core libraries below
-    "as2d_cli.formats": 1, "as2d_cli.engine": 1, "as2d_cli.stats": 1,
-    "as2d_cli.corpus": 2, "as2d_cli.models": 2, "as2d_cli.synthetic": 2,
+    "as2d_cli.formats": 1,
+    "as2d_cli.engine": 1,
+    "as2d_cli.stats": 1,
+    "as2d_cli.corpus": 2,
+    "as2d_cli.models": 2,
+    "as2d_cli.synthetic": 2,
     "native": 3,  # the runner: what runs on a device
     "device_agents": 4,  # the host's view of devices
-    "device_agents.emulator": 5, "as2d_cli.bundle": 5,  # the emulated phone; the phone runtime
-    "native.host": 6, "native.launch": 6,  # starting runners on devices
-    "as2d_cli.replay": 7, "as2d_cli.tracegen": 7, "as2d_cli.calibration": 7, "as2d_cli.evaluate": 7,
+    "device_agents.emulator": 5,
+    "as2d_cli.bundle": 5,  # the emulated phone; the phone runtime
+    "native.host": 6,
+    "native.launch": 6,  # starting runners on devices
+    "as2d_cli.replay": 7,
+    "as2d_cli.tracegen": 7,
+    "as2d_cli.calibration": 7,
+    "as2d_cli.evaluate": 7,
     "as2d_cli.energy": 7,
     "as2d_cli.cli": 9,
 }
@@ -49,9 +58,13 @@ MODULES = _modules()
 def _imports(path: Path) -> list[str]:
     """Project modules ``path`` imports (``from a import b`` also names ``a.b``)."""
     tree = ast.parse(path.read_text())
-    hidden = {id(n) for node in ast.walk(tree)
-              if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-              for stmt in node.body for n in ast.walk(stmt)}
+    hidden = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for n in ast.walk(stmt)
+    }
     out: list[str] = []
     for node in ast.walk(tree):
         if id(node) in hidden:
@@ -79,7 +92,9 @@ def _graph() -> dict[str, set[str]]:
     for mod, path in MODULES.items():
         for imported in _imports(path):
             target = _module_of(imported)
-            if target and target != mod and not mod.startswith(target + "."):  # a package's own root
+            if (
+                target and target != mod and not mod.startswith(target + ".")
+            ):  # a package's own root
                 graph[mod].add(target)
     return graph
 
@@ -87,11 +102,13 @@ def _graph() -> dict[str, set[str]]:
 def test_every_module_imports() -> None:
     """One interpreter imports every module in turn (a broken import anywhere fails)."""
     names = sorted(MODULES)
-    code = ("import importlib, sys\nbad = []\n"
-            f"for n in {names!r}:\n"
-            "    try:\n        importlib.import_module(n)\n"
-            "    except Exception as e:\n        bad.append(f'{n}: {type(e).__name__}: {e}')\n"
-            "print('\\n'.join(bad)); sys.exit(1 if bad else 0)\n")
+    code = (
+        "import importlib, sys\nbad = []\n"
+        f"for n in {names!r}:\n"
+        "    try:\n        importlib.import_module(n)\n"
+        "    except Exception as e:\n        bad.append(f'{n}: {type(e).__name__}: {e}')\n"
+        "print('\\n'.join(bad)); sys.exit(1 if bad else 0)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -99,13 +116,20 @@ def test_every_module_imports() -> None:
 def test_the_package_walk_finds_every_module() -> None:
     walked = set(PACKAGES)
     for pkg in PACKAGES:
-        walked |= {i.name for i in pkgutil.walk_packages(importlib.import_module(pkg).__path__, prefix=f"{pkg}.")}
+        walked |= {
+            i.name
+            for i in pkgutil.walk_packages(importlib.import_module(pkg).__path__, prefix=f"{pkg}.")
+        }
     assert walked == set(MODULES)
 
 
 def _upward(graph: dict[str, set[str]]) -> list[str]:
-    return [f"{m} (layer {_layer(m)}) imports {t} (layer {_layer(t)})"
-            for m, targets in graph.items() for t in sorted(targets) if _layer(t) > _layer(m)]
+    return [
+        f"{m} (layer {_layer(m)}) imports {t} (layer {_layer(t)})"
+        for m, targets in graph.items()
+        for t in sorted(targets)
+        if _layer(t) > _layer(m)
+    ]
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -157,15 +181,20 @@ def test_a_cycle_and_an_upward_import_would_be_found(tmp_path: Path) -> None:
     """The checks can fail: an import inside a function counts, one under TYPE_CHECKING
     does not; a lower module importing its importer is a cycle; the engine importing the
     CLI is upward."""
-    (tmp_path / "m.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                   "    from as2d_cli.cli import main\ndef f():\n    from native import host\n")
+    (tmp_path / "m.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from as2d_cli.cli import main\ndef f():\n    from native import host\n"
+    )
     assert _imports(tmp_path / "m.py") == ["native", "native.host"]
     graph = {m: set(t) for m, t in _graph().items()}
     assert "as2d_cli.engine.policies" in graph["as2d_cli.engine.methods"]
     graph["as2d_cli.engine.policies"].add("as2d_cli.engine.methods")
     graph["as2d_cli.engine.buffer"].add("as2d_cli.cli.main")
     assert ["as2d_cli.engine.methods", "as2d_cli.engine.policies"] in _cycles(graph)
-    assert any(u.startswith("as2d_cli.engine.buffer (layer 1) imports as2d_cli.cli.main") for u in _upward(graph))
+    assert any(
+        u.startswith("as2d_cli.engine.buffer (layer 1) imports as2d_cli.cli.main")
+        for u in _upward(graph)
+    )
 
 
 def test_core_never_imports_cli() -> None:

@@ -53,7 +53,9 @@ def test_target_listens(target: OrtTarget, reference: list[int]) -> None:
 
 
 @pytest.mark.parametrize("width", [2, 8, 16])
-def test_batched_verification_equals_sequential(target: OrtTarget, reference: list[int], width: int) -> None:
+def test_batched_verification_equals_sequential(
+    target: OrtTarget, reference: list[int], width: int
+) -> None:
     """Root + (width-1) correct candidates per call: every decision equals the reference."""
     assert target.start(AUDIO) == reference[0]
     pos = 0
@@ -98,7 +100,9 @@ def test_drafter_follows_prefix_with_cache_reuse(reference: list[int]) -> None:
         b = reused.draft(reference[:n], 6)
         assert a.tokens == b.tokens and np.allclose(a.confidences, b.confidences, atol=atol)
         assert len(a.tokens) == 6 and all(0.0 < c <= 1.0 for c in a.confidences)
-        assert fresh.draft(reference[:n], 6) == a  # the same calls again: the same draft, to the bit
+        assert (
+            fresh.draft(reference[:n], 6) == a
+        )  # the same calls again: the same draft, to the bit
         fresh.start(AUDIO)
 
 
@@ -143,7 +147,9 @@ def test_drafter_source_reads_the_targets_encoder_states(target: OrtTarget) -> N
     own, shared = DrafterSource(model, AUDIO), DrafterSource(model, AUDIO, hidden=target.hidden)
     shared.start()  # the projection alone
     own.start()
-    assert np.array_equal(own._cross.k, shared._cross.k) and np.array_equal(own._cross.v, shared._cross.v)
+    assert np.array_equal(own._cross.k, shared._cross.k) and np.array_equal(
+        own._cross.v, shared._cross.v
+    )
     assert [s[0][0] for s in _drain(own)] == [s[0][0] for s in _drain(shared)]
     d = OrtDrafter(BUNDLE)
     d.start(AUDIO, target.hidden)
@@ -152,7 +158,9 @@ def test_drafter_source_reads_the_targets_encoder_states(target: OrtTarget) -> N
 
 def test_shared_encoder_of_another_width_is_refused(tmp_path: Path) -> None:
     d = _edited_bundle(tmp_path, lambda m: m["models"]["drafter"]["dims"].update(enc_d=128))
-    with pytest.raises(UserError, match="reads 'target'.s encoder states of width 256, but was built for 128"):
+    with pytest.raises(
+        UserError, match="reads 'target'.s encoder states of width 256, but was built for 128"
+    ):
         Seq2SeqModel(load_bundle(d), "drafter")
 
 
@@ -201,11 +209,14 @@ def test_changed_file_is_named(tmp_path: Path) -> None:
         load_bundle(d)
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda m: m.update(version=99), "upgrade as2d"),
-    (lambda m: m.update(schema="x"), "schema"),
-    (lambda m: m["models"]["target"].pop("files"), "models.target has no 'files'"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m.update(version=99), "upgrade as2d"),
+        (lambda m: m.update(schema="x"), "schema"),
+        (lambda m: m["models"]["target"].pop("files"), "models.target has no 'files'"),
+    ],
+)
 def test_bad_manifest_is_refused(tmp_path: Path, edit, message: str) -> None:
     d = _edited_bundle(tmp_path, edit)
     with pytest.raises(FormatError, match=message):
@@ -240,8 +251,13 @@ def test_quantized_decoders_are_as_the_manifest_says() -> None:
         for n in nbits:
             attr = {a.name: a.i for a in n.attribute}
             assert (attr["bits"], attr["block_size"], attr["accuracy_level"]) == (
-                q["bits"], q["block_size"], q["accuracy_level"]), n.name
-            assert (len(n.input) > 3 and n.input[3] != "") != q["symmetric"], n.name  # zero points: asymmetric only
+                q["bits"],
+                q["block_size"],
+                q["accuracy_level"],
+            ), n.name
+            assert (len(n.input) > 3 and n.input[3] != "") != q["symmetric"], (
+                n.name
+            )  # zero points: asymmetric only
 
 
 def test_distillation_transcripts_are_the_targets_greedy_output(reference: list[int]) -> None:
@@ -262,7 +278,9 @@ def test_distillation_transcripts_are_the_targets_greedy_output(reference: list[
     assert greedy_from_mel(model, mel, len(reference) - 2) is None
 
 
-def test_training_composites_join_same_setting_utterances_end_to_end(tmp_path: Path, monkeypatch) -> None:
+def test_training_composites_join_same_setting_utterances_end_to_end(
+    tmp_path: Path, monkeypatch
+) -> None:
     """train.py --concat: long training items are short utterances of one language and
     setting joined end to end — the features piece by piece, the labels (and auxiliary
     targets) concatenated — each used once more, at most 20 s, the originals kept."""
@@ -281,9 +299,19 @@ def test_training_composites_join_same_setting_utterances_end_to_end(tmp_path: P
     for i in range(60):
         frames = int(rng.integers(100, 900))
         text = " ".join(rng.choice(words, size=int(rng.integers(2, 8))))
-        items.append({"id": f"u{i}", "setting": ["read", "sung"][i % 2], "language": ["en", "de"][i % 3 == 0],
-                      "text": text, "offset": off, "frames": frames})
-        feats.append(np.full((frames, 80), i, dtype=np.float32))  # each utterance's frames hold its number
+        items.append(
+            {
+                "id": f"u{i}",
+                "setting": ["read", "sung"][i % 2],
+                "language": ["en", "de"][i % 3 == 0],
+                "text": text,
+                "offset": off,
+                "frames": frames,
+            }
+        )
+        feats.append(
+            np.full((frames, 80), i, dtype=np.float32)
+        )  # each utterance's frames hold its number
         off += frames
     shard = tmp_path / "train_shards" / "1"
     shard.mkdir(parents=True)
@@ -311,16 +339,20 @@ def test_training_composites_join_same_setting_utterances_end_to_end(tmp_path: P
     at = 0
     for p in data.items[k]["id"].split("+"):
         n = by_id[p]["frames"]
-        assert (mel[at: at + n] == int(p[1:])).all()
+        assert (mel[at : at + n] == int(p[1:])).all()
         at += n
 
     # --fresh-concat: every epoch its own grouping of the same utterances; an epoch's batches
     # are the same whenever it is built (a resumed run), and the single utterances stay.
     fresh = train.Data("target", 4000, 48, concat=1.0, fresh_concat=True)
+
     def groups(d: "train.Data", epoch: int) -> tuple[set[str], list[list[str]]]:
         d.epoch_order(epoch)
-        return ({it["id"] for it in d.items if "+" in it["id"]},
-                [sorted(d.items[i]["id"] for i in ids) for ids in d.batches])
+        return (
+            {it["id"] for it in d.items if "+" in it["id"]},
+            [sorted(d.items[i]["id"] for i in ids) for ids in d.batches],
+        )
+
     first, later = groups(fresh, 1), groups(fresh, 2)
     assert first[0] != later[0] and groups(fresh, 1) == first
     assert [it["id"] for it in fresh.items[:60]] == [it["id"] for it in items]
@@ -346,7 +378,9 @@ def test_shared_encoder_drafter_reads_the_targets_exported_encoder_states(tmp_pa
 
     torch.manual_seed(0)
     tgt, old = Seq2Seq(TARGET), Seq2Seq(DRAFTER)
-    with torch.no_grad():  # trained-like weights: the exporter shares identical fresh LayerNorm tensors
+    with (
+        torch.no_grad()
+    ):  # trained-like weights: the exporter shares identical fresh LayerNorm tensors
         for p in [*tgt.parameters(), *old.parameters()]:
             p.normal_(0.0, 0.05)
     torch.save({"model": tgt.state_dict()}, tmp_path / "t.pt")
@@ -354,43 +388,77 @@ def test_shared_encoder_drafter_reads_the_targets_exported_encoder_states(tmp_pa
     m = Seq2Seq(SHARED_DRAFTER)
     train.init_shared(m, tmp_path / "t.pt", tmp_path / "d.pt")
     sd = m.state_dict()
-    assert all(torch.equal(v, tgt.state_dict()[k]) for k, v in sd.items() if k.startswith("encoder."))
-    assert torch.equal(sd["decoder.layers.1.mlp.0.weight"], old.state_dict()["decoder.layers.1.mlp.0.weight"])
-    assert sd["decoder.layers.0.ck.weight"].shape == (192, 256)  # fresh: 256-wide encoder in, 192 out
+    assert all(
+        torch.equal(v, tgt.state_dict()[k]) for k, v in sd.items() if k.startswith("encoder.")
+    )
+    assert torch.equal(
+        sd["decoder.layers.1.mlp.0.weight"], old.state_dict()["decoder.layers.1.mlp.0.weight"]
+    )
+    assert sd["decoder.layers.0.ck.weight"].shape == (
+        192,
+        256,
+    )  # fresh: 256-wide encoder in, 192 out
 
     tgt.eval()
     m.eval()
     enc_path, cross_path = tmp_path / "enc.onnx", tmp_path / "cross.onnx"
     mel = torch.randn(1, 123, 80) * 0.3
     with torch.no_grad():
-        export._export(export.EncoderExport(tgt), (mel,), enc_path, ["mel"], ["cross_k", "cross_v", "hidden"],
-                       {"mel": {1: "frames"}, "cross_k": {3: "s"}, "cross_v": {3: "s"}, "hidden": {1: "s"}})
+        export._export(
+            export.EncoderExport(tgt),
+            (mel,),
+            enc_path,
+            ["mel"],
+            ["cross_k", "cross_v", "hidden"],
+            {"mel": {1: "frames"}, "cross_k": {3: "s"}, "cross_v": {3: "s"}, "hidden": {1: "s"}},
+        )
         hidden = export.EncoderExport(tgt)(mel)[2]
-        export._export(export.CrossExport(m), (hidden,), cross_path, ["hidden"], ["cross_k", "cross_v"],
-                       {"hidden": {1: "s"}, "cross_k": {3: "s"}, "cross_v": {3: "s"}})
+        export._export(
+            export.CrossExport(m),
+            (hidden,),
+            cross_path,
+            ["hidden"],
+            ["cross_k", "cross_v"],
+            {"hidden": {1: "s"}, "cross_k": {3: "s"}, "cross_v": {3: "s"}},
+        )
         want = export.EncoderExport(m)(mel)  # the drafter encoding the audio itself
     import onnxruntime as ort
 
-    (h,) = ort.InferenceSession(str(enc_path), providers=["CPUExecutionProvider"]).run(["hidden"], {"mel": mel.numpy()})
-    got = ort.InferenceSession(str(cross_path), providers=["CPUExecutionProvider"]).run(None, {"hidden": h})
+    (h,) = ort.InferenceSession(str(enc_path), providers=["CPUExecutionProvider"]).run(
+        ["hidden"], {"mel": mel.numpy()}
+    )
+    got = ort.InferenceSession(str(cross_path), providers=["CPUExecutionProvider"]).run(
+        None, {"hidden": h}
+    )
     assert max(float(np.abs(g - w.numpy()).max()) for g, w in zip(got, want[:2])) < 1e-4
-    found = {**{k: v for k, v in from_onnx.onnx_params(enc_path).items() if k.startswith("encoder.")},
-             **from_onnx.onnx_params(cross_path)}
+    found = {
+        **{k: v for k, v in from_onnx.onnx_params(enc_path).items() if k.startswith("encoder.")},
+        **from_onnx.onnx_params(cross_path),
+    }
     assert {k for k in sd if k.startswith("encoder.") or ".ck." in k or ".cv." in k} <= set(found)
     assert all(np.array_equal(v, sd[k].numpy()) for k, v in found.items())
 
     with torch.no_grad():  # weights that are exactly float16 are stored as float16, losslessly
         for p in tgt.encoder.parameters():
             p.copy_(p.half().float())
-        export._export(export.EncoderExport(tgt), (mel,), enc_path, ["mel"], ["cross_k", "cross_v", "hidden"],
-                       {"mel": {1: "frames"}, "cross_k": {3: "s"}, "cross_v": {3: "s"}, "hidden": {1: "s"}})
+        export._export(
+            export.EncoderExport(tgt),
+            (mel,),
+            enc_path,
+            ["mel"],
+            ["cross_k", "cross_v", "hidden"],
+            {"mel": {1: "frames"}, "cross_k": {3: "s"}, "cross_v": {3: "s"}, "hidden": {1: "s"}},
+        )
         before = enc_path.stat().st_size
         saved = export.store_exact_fp16(enc_path)
         want = export.EncoderExport(tgt)(mel)
     assert saved > 0.3 * before and enc_path.stat().st_size < before - saved * 0.9
     assert export._check(enc_path, {"mel": mel.numpy()}, [x.numpy() for x in want]) < 1e-4
-    assert all(np.array_equal(v, tgt.state_dict()[k].numpy()) for k, v in from_onnx.onnx_params(enc_path).items()
-               if k.startswith("encoder."))
+    assert all(
+        np.array_equal(v, tgt.state_dict()[k].numpy())
+        for k, v in from_onnx.onnx_params(enc_path).items()
+        if k.startswith("encoder.")
+    )
 
 
 def test_deeper_shared_drafter_starts_as_its_warm_start(tmp_path: Path) -> None:
@@ -416,8 +484,15 @@ def test_deeper_shared_drafter_starts_as_its_warm_start(tmp_path: Path) -> None:
     train.init_shared(old, tmp_path / "t.pt", tmp_path / "d.pt")  # the same encoder in both
     new = deep.decoder.layers[-1]
     with torch.no_grad():
-        assert float(new.o.weight.abs().sum() + new.co.weight.abs().sum() + new.mlp[2].weight.abs().sum()) == 0.0
-        assert float(new.qkv.weight.abs().sum()) > 0  # the rest of the layer is fresh, ready to learn
+        assert (
+            float(
+                new.o.weight.abs().sum() + new.co.weight.abs().sum() + new.mlp[2].weight.abs().sum()
+            )
+            == 0.0
+        )
+        assert (
+            float(new.qkv.weight.abs().sum()) > 0
+        )  # the rest of the layer is fresh, ready to learn
     deep.eval()
     old.eval()
     mel = torch.randn(200, 80) * 0.3

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from as2d_cli.models.features import HOP, N_MELS, SAMPLE_RATE, _mel_to_hz, _hz_to_mel, log_mel, mel_filters
+from as2d_cli.models.features import (
+    HOP,
+    N_MELS,
+    SAMPLE_RATE,
+    _mel_to_hz,
+    _hz_to_mel,
+    log_mel,
+    mel_filters,
+)
 
 
 def test_shape_and_range() -> None:
@@ -21,7 +29,9 @@ def test_a_tone_peaks_in_its_mel_band() -> None:
     for hz in (300.0, 1000.0, 4000.0):
         f = log_mel((0.3 * np.sin(2 * np.pi * hz * t)).astype(np.float32))
         band = int(np.argmax(f[20:-20].mean(axis=0)))
-        centres = _mel_to_hz(np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(8000.0)), N_MELS + 2))[1:-1]
+        centres = _mel_to_hz(
+            np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(8000.0)), N_MELS + 2)
+        )[1:-1]
         assert abs(centres[band] - hz) <= 0.08 * hz + 40, (hz, centres[band])
 
 

@@ -50,7 +50,7 @@ def test_features_equal_the_reference_extractor(key: str) -> None:
     assert ours.shape == (int(bins), 3000) and ref.shape == (int(bins), 500)
     assert np.abs(ours[:, :500] - ref).max() < 2e-4
     # past the audio (zero padding up to 30 s) every value is the floor: the maximum less 8, scaled
-    tail = ours[:, len(audio) // 160 + 2:]
+    tail = ours[:, len(audio) // 160 + 2 :]
     assert np.allclose(tail, ours.max() - 2.0, atol=1e-5)
 
 
@@ -65,25 +65,53 @@ def test_layouts_are_detected() -> None:
     t = find_export(TARGET)
     assert t.layout == "flat" and t.merged and t.encoder.name == "encoder_model.onnx"
     d = find_export(DRAFTER)
-    assert d.layout == "onnx" and not d.merged and d.with_past is not None and d.with_past.name == "decoder_with_past_model.onnx"
+    assert (
+        d.layout == "onnx"
+        and not d.merged
+        and d.with_past is not None
+        and d.with_past.name == "decoder_with_past_model.onnx"
+    )
     q = find_export(DRAFTER, "quantized")
-    assert q.encoder.name == "encoder_model_quantized.onnx" and q.decoder.name == "decoder_model_quantized.onnx"
+    assert (
+        q.encoder.name == "encoder_model_quantized.onnx"
+        and q.decoder.name == "decoder_model_quantized.onnx"
+    )
 
 
 def test_a_missing_variant_names_the_ones_there() -> None:
-    with pytest.raises(UserError, match=r"no encoder_model_q4\.onnx; its variants are: \(plain\), quantized"):
+    with pytest.raises(
+        UserError, match=r"no encoder_model_q4\.onnx; its variants are: \(plain\), quantized"
+    ):
         find_export(DRAFTER, "q4")
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: (d / "config.json").unlink(), "is not a Hugging Face Whisper export: config.json"),
-    (lambda d: (d / "onnx" / "decoder_model.onnx").unlink() or (d / "onnx" / "decoder_with_past_model.onnx").unlink()
-     or (d / "onnx" / "decoder_model_quantized.onnx").unlink() or (d / "onnx" / "decoder_with_past_model_quantized.onnx").unlink(),
-     "has an encoder but no decoder"),
-    (lambda d: (d / "onnx" / "decoder_with_past_model.onnx").unlink(), "decoder_with_past_model.onnx is missing"),
-    (lambda d: (d / "tokenizer.json").unlink(), "has no tokenizer.json"),
-    (lambda d: (d / "config.json").write_text(json.dumps({"model_type": "bert"})), "'bert' model, not Whisper"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda d: (d / "config.json").unlink(),
+            "is not a Hugging Face Whisper export: config.json",
+        ),
+        (
+            lambda d: (
+                (d / "onnx" / "decoder_model.onnx").unlink()
+                or (d / "onnx" / "decoder_with_past_model.onnx").unlink()
+                or (d / "onnx" / "decoder_model_quantized.onnx").unlink()
+                or (d / "onnx" / "decoder_with_past_model_quantized.onnx").unlink()
+            ),
+            "has an encoder but no decoder",
+        ),
+        (
+            lambda d: (d / "onnx" / "decoder_with_past_model.onnx").unlink(),
+            "decoder_with_past_model.onnx is missing",
+        ),
+        (lambda d: (d / "tokenizer.json").unlink(), "has no tokenizer.json"),
+        (
+            lambda d: (d / "config.json").write_text(json.dumps({"model_type": "bert"})),
+            "'bert' model, not Whisper",
+        ),
+    ],
+)
 def test_bad_folders_get_one_line(tmp_path: Path, edit, message: str) -> None:
     d = _copy(tmp_path, DRAFTER, "d")
     edit(d)
@@ -98,12 +126,21 @@ def test_prompt_from_generation_config() -> None:
     tok = json.loads((TARGET / "tokenizer.json").read_text())
     ids = {t["content"]: t["id"] for t in tok["added_tokens"]}
     assert build_prompt(gen, "transcribe", "de", "t") == (
-        ids["<|startoftranscript|>"], ids["<|de|>"], ids["<|transcribe|>"], ids["<|notimestamps|>"])
+        ids["<|startoftranscript|>"],
+        ids["<|de|>"],
+        ids["<|transcribe|>"],
+        ids["<|notimestamps|>"],
+    )
     assert build_prompt(gen, "translate", "en", "t")[2] == ids["<|translate|>"]
     with pytest.raises(UserError, match="no language 'ja'"):
         build_prompt(gen, "transcribe", "ja", "t")
-    english_only = {k: v for k, v in gen.items() if k not in ("lang_to_id", "task_to_id")} | {"is_multilingual": False}
-    assert build_prompt(english_only, "transcribe", None, "t") == (ids["<|startoftranscript|>"], ids["<|notimestamps|>"])
+    english_only = {k: v for k, v in gen.items() if k not in ("lang_to_id", "task_to_id")} | {
+        "is_multilingual": False
+    }
+    assert build_prompt(english_only, "transcribe", None, "t") == (
+        ids["<|startoftranscript|>"],
+        ids["<|notimestamps|>"],
+    )
     with pytest.raises(UserError, match="English-only model can only transcribe"):
         build_prompt(english_only, "translate", None, "t")
 
@@ -133,7 +170,12 @@ def test_target_only_equals_transformers_greedy_generation(pair: Path) -> None:
         ref = by_model["target"]["transcribe"]
         toks = greedy_decode(target, w.load_audio(), None, ref["language"])
         assert _same_as_generate(toks, ref["sequence"], target.eos_id, target.max_length), wid
-        assert target._cross.prompt[1] == json.loads((TARGET / "generation_config.json").read_text())["lang_to_id"][f"<|{w.language}|>"]
+        assert (
+            target._cross.prompt[1]
+            == json.loads((TARGET / "generation_config.json").read_text())["lang_to_id"][
+                f"<|{w.language}|>"
+            ]
+        )
 
 
 def test_drafter_and_translate_equal_transformers(pair: Path) -> None:
@@ -157,7 +199,9 @@ def test_outputs_depend_on_the_audio() -> None:
 
 
 # ---------------------------------------------------------------------------- every method exact
-def test_every_method_commits_the_targets_tokens(pair: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_method_commits_the_targets_tokens(
+    pair: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from native.protocol import decode_settings
     from native.request import load_models, run_request
 
@@ -167,12 +211,27 @@ def test_every_method_commits_the_targets_tokens(pair: Path, monkeypatch: pytest
         for wid in list(REFERENCE["windows"])[:2]:
             w = CORPUS.get(wid)
             audio = w.load_audio()
-            ref = run_request(models, audio, decode_settings({"method": "target-only", "window": wid}), language=w.language)
+            ref = run_request(
+                models,
+                audio,
+                decode_settings({"method": "target-only", "window": wid}),
+                language=w.language,
+            )
             assert ref["pair"] == "tiny" and ref["language"] == w.language
-            for method, extra in [("sd", {"k": 5}), ("asp", {}), ("as2d", {"budget": 3}), ("as2d", {"source": "ctc"}),
-                                  ("as2d-no-td", {}), ("as2d-no-bc", {})]:
-                res = run_request(models, audio, decode_settings({"method": method, "window": wid, **extra}),
-                                  language=w.language)
+            for method, extra in [
+                ("sd", {"k": 5}),
+                ("asp", {}),
+                ("as2d", {"budget": 3}),
+                ("as2d", {"source": "ctc"}),
+                ("as2d-no-td", {}),
+                ("as2d-no-bc", {}),
+            ]:
+                res = run_request(
+                    models,
+                    audio,
+                    decode_settings({"method": method, "window": wid, **extra}),
+                    language=w.language,
+                )
                 assert res["tokens"] == ref["tokens"], (wid, method, extra)
                 a = res["accounting_ns"]
                 assert a["T"] == a["D"] + a["V"] - a["O"] + a["H"]
@@ -180,7 +239,9 @@ def test_every_method_commits_the_targets_tokens(pair: Path, monkeypatch: pytest
         models.close()
 
 
-def test_quantized_variant_imports_and_stays_exact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_quantized_variant_imports_and_stays_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from native.protocol import decode_settings
     from native.request import load_models, run_request
 
@@ -188,17 +249,25 @@ def test_quantized_variant_imports_and_stays_exact(tmp_path: Path, monkeypatch: 
     p = import_pair(TARGET, DRAFTER, tmp_path / "q", drafter_variant="quantized", copy=True)
     manifest = json.loads((p / "models.json").read_text())
     assert manifest["models"]["drafter"]["variant"] == "quantized"
-    assert all(not Path(f).is_absolute() for f in manifest["models"]["drafter"]["sha256"])  # copied in
+    assert all(
+        not Path(f).is_absolute() for f in manifest["models"]["drafter"]["sha256"]
+    )  # copied in
     models = load_models(str(p))
     w = CORPUS.get("dev-read-000")
     audio = w.load_audio()
-    ref = run_request(models, audio, decode_settings({"method": "target-only", "window": w.id}), language="en")
-    res = run_request(models, audio, decode_settings({"method": "as2d", "window": w.id}), language="en")
+    ref = run_request(
+        models, audio, decode_settings({"method": "target-only", "window": w.id}), language="en"
+    )
+    res = run_request(
+        models, audio, decode_settings({"method": "as2d", "window": w.id}), language="en"
+    )
     assert res["tokens"] == ref["tokens"]
     models.close()
 
 
-def test_a_drafter_reading_the_targets_encoder_is_encoded_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_drafter_reading_the_targets_encoder_is_encoded_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A drafter that kept its teacher's encoder (here: the target itself as drafter) reads
     the target's encoder states: its source starts from them, stays exact, and publishes
     exactly the target's tokens."""
@@ -208,14 +277,21 @@ def test_a_drafter_reading_the_targets_encoder_is_encoded_once(tmp_path: Path, m
     monkeypatch.setenv("AS2D_PRODUCER", "thread")
     p = import_pair(TARGET, TARGET, tmp_path / "self", drafter_reads_target_encoder=True, copy=True)
     entry = json.loads((p / "models.json").read_text())["models"]["drafter"]
-    assert entry["encoder_from"] == "target" and entry["files"]["encoder"] == "target/encoder_model.onnx"
+    assert (
+        entry["encoder_from"] == "target"
+        and entry["files"]["encoder"] == "target/encoder_model.onnx"
+    )
     assert not (p / "drafter" / "encoder_model.onnx").exists()
     models = load_models(str(p))
     assert models.drafter_reads_target_encoder
     w = CORPUS.get("dev-read-000")
     audio = w.load_audio()
-    ref = run_request(models, audio, decode_settings({"method": "target-only", "window": w.id}), language="en")
-    res = run_request(models, audio, decode_settings({"method": "as2d", "window": w.id}), language="en")
+    ref = run_request(
+        models, audio, decode_settings({"method": "target-only", "window": w.id}), language="en"
+    )
+    res = run_request(
+        models, audio, decode_settings({"method": "as2d", "window": w.id}), language="en"
+    )
     src = res["source_tokens"]  # what the source published before the target finished
     assert res["tokens"] == ref["tokens"] and src and src == ref["tokens"][: len(src)]
     # (how much of it the target accepts depends on the two threads' pace on this machine)
@@ -238,7 +314,9 @@ def test_import_refuses_different_tokenizers(tmp_path: Path) -> None:
     a, b = sorted(vocab, key=vocab.get)[10:12]
     vocab[a], vocab[b] = vocab[b], vocab[a]
     (d / "tokenizer.json").write_text(json.dumps(tok))
-    with pytest.raises(UserError, match=rf"differs from the target's .* at 2 id\(s\), first: {vocab[b]} ") as err:
+    with pytest.raises(
+        UserError, match=rf"differs from the target's .* at 2 id\(s\), first: {vocab[b]} "
+    ) as err:
         import_pair(TARGET, d, tmp_path / "out")
     assert "\n" not in str(err.value)
     _no_leftovers(tmp_path, "out")
@@ -266,7 +344,9 @@ def test_import_refuses_mel_bins_the_encoder_does_not_take(tmp_path: Path) -> No
     _no_leftovers(tmp_path, "out")
 
 
-def test_import_never_overwrites_and_refuses_an_encoder_only_folder(tmp_path: Path, pair: Path) -> None:
+def test_import_never_overwrites_and_refuses_an_encoder_only_folder(
+    tmp_path: Path, pair: Path
+) -> None:
     with pytest.raises(UserError, match="never overwritten"):
         import_pair(TARGET, DRAFTER, pair)
     d = _copy(tmp_path, DRAFTER, "d")
@@ -289,7 +369,9 @@ def test_the_pair_identity_covers_every_models_files(pair: Path) -> None:
         m = copy.deepcopy(b.manifest)
         key = next(k for k in m["models"][role]["sha256"] if k.endswith("encoder_model.onnx"))
         m["models"][role]["sha256"][key] = "0" * 64
-        assert ModelBundle(b.directory, m, b.vocab).identity()["sha256"] != b.identity()["sha256"], role
+        assert (
+            ModelBundle(b.directory, m, b.vocab).identity()["sha256"] != b.identity()["sha256"]
+        ), role
 
 
 def test_task_and_language_are_refused_for_the_bundled_pair() -> None:
@@ -305,7 +387,10 @@ def test_external_data_files_are_carried_and_hashed(tmp_path: Path) -> None:
     p = import_pair(t, DRAFTER, tmp_path / "p", copy=True)
     entry = json.loads((p / "models.json").read_text())["models"]["target"]
     assert entry["external_data"] == ["target/encoder_model.onnx_data"]
-    assert "target/encoder_model.onnx_data" in entry["sha256"] and (p / "target" / "encoder_model.onnx_data").is_file()
+    assert (
+        "target/encoder_model.onnx_data" in entry["sha256"]
+        and (p / "target" / "encoder_model.onnx_data").is_file()
+    )
 
 
 def test_a_changed_file_is_refused_at_load(tmp_path: Path) -> None:
@@ -329,43 +414,91 @@ def test_models_check_passes_on_the_pair(pair: Path) -> None:
 
 # ---------------------------------------------------------------------------- commands
 def _as2d(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", *args], capture_output=True, text=True,
-                          timeout=600, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "as2d_cli.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+    )
 
 
 def test_decode_with_the_pair_prints_the_reference_tokens(pair: Path) -> None:
     ref = REFERENCE["windows"]["dev-read-000"]["target"]["transcribe"]["sequence"]
     eos = load_bundle(pair).vocab.eot
     for method in ("target-only", "as2d", "sd"):
-        r = _as2d("decode", "--phone", "local", "--models", str(pair), "--window", "dev-read-000",
-                  "--method", method, "--json")
+        r = _as2d(
+            "decode",
+            "--phone",
+            "local",
+            "--models",
+            str(pair),
+            "--window",
+            "dev-read-000",
+            "--method",
+            method,
+            "--json",
+        )
         assert r.returncode == 0, r.stderr
         res = json.loads(r.stdout)
-        assert res["tokens"] == ref + [eos] and res["pair"] == "tiny" and res["language"] == "en", method
+        assert res["tokens"] == ref + [eos] and res["pair"] == "tiny" and res["language"] == "en", (
+            method
+        )
 
 
 def test_import_cli_refusal_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
-    r = _as2d("models", "import", "--target", str(TARGET), "--drafter", str(DRAFTER), "--out", str(tmp_path / "p"),
-              "--drafter-variant", "fp16")
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "variants are: (plain), quantized" in r.stderr
+    r = _as2d(
+        "models",
+        "import",
+        "--target",
+        str(TARGET),
+        "--drafter",
+        str(DRAFTER),
+        "--out",
+        str(tmp_path / "p"),
+        "--drafter-variant",
+        "fp16",
+    )
+    assert (
+        r.returncode == 2
+        and r.stderr.count("\n") == 1
+        and "variants are: (plain), quantized" in r.stderr
+    )
     assert list(tmp_path.iterdir()) == []
 
 
-def test_traces_record_the_pair_and_another_pairs_profile_is_refused(pair: Path, tmp_path: Path) -> None:
+def test_traces_record_the_pair_and_another_pairs_profile_is_refused(
+    pair: Path, tmp_path: Path
+) -> None:
     from as2d_cli.formats.trace_io import load_traces
     from as2d_cli.replay.report import load_inputs
     from as2d_cli.tracegen.build import build_traces
 
-    out = build_traces("dev", tmp_path / "dev.jsonl.gz", models_dir=str(pair), limit=2, processes=1, max_tokens=16)
+    out = build_traces(
+        "dev", tmp_path / "dev.jsonl.gz", models_dir=str(pair), limit=2, processes=1, max_tokens=16
+    )
     ts = load_traces(out)
     prov = ts.provenance["pair"]
     assert prov["name"] == "tiny" and prov["task"] == "transcribe" and len(prov["sha256"]) == 64
     assert set(ts.sources) == {"drafter", "ctc"} and all(len(w.reference) <= 16 for w in ts.windows)
     # the same process then tracing the bundled pair gets the bundled pair, not the last one loaded
-    bundled = load_traces(build_traces("dev", tmp_path / "b.jsonl.gz", limit=1, processes=1, max_tokens=8))
-    assert bundled.provenance["pair"]["name"] == "bundled" and bundled.eos_id == load_bundle().vocab.eot
-    shipped = Path(__file__).resolve().parents[1] / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml"
-    with pytest.raises(UserError, match="built with pair 'tiny' but the profile was measured with the bundled pair"):
+    bundled = load_traces(
+        build_traces("dev", tmp_path / "b.jsonl.gz", limit=1, processes=1, max_tokens=8)
+    )
+    assert (
+        bundled.provenance["pair"]["name"] == "bundled"
+        and bundled.eos_id == load_bundle().vocab.eot
+    )
+    shipped = (
+        Path(__file__).resolve().parents[1]
+        / "as2d_cli"
+        / "assets"
+        / "profiles"
+        / "k70.profile.yaml"
+    )
+    with pytest.raises(
+        UserError, match="built with pair 'tiny' but the profile was measured with the bundled pair"
+    ):
         load_inputs(shipped, out)
     # a build interrupted with one pair does not resume with another
     partial = tmp_path / "val.jsonl.gz.partial.jsonl"

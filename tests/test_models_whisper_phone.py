@@ -20,7 +20,12 @@ WINDOW = "dev-read-000"
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # referenced files (not copied): the phone copy must still be self-contained
-    return import_pair(DATA / "target", DATA / "drafter", tmp_path_factory.mktemp("pair") / "tiny", ctc=DATA / "ctc")
+    return import_pair(
+        DATA / "target",
+        DATA / "drafter",
+        tmp_path_factory.mktemp("pair") / "tiny",
+        ctc=DATA / "ctc",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +34,24 @@ def host_tokens(pair: Path) -> list[int]:
     try:
         local.call({"op": "hello"})
         local.call({"op": "load", "models": str(pair)})
-        return local.call({"op": "decode", "window": WINDOW, "method": "target-only", "events": False})["tokens"]
+        return local.call(
+            {"op": "decode", "window": WINDOW, "method": "target-only", "events": False}
+        )["tokens"]
     finally:
         local.close()
 
 
-def test_the_payload_carries_the_pair_to_the_phone(emulated_phone, pair: Path, host_tokens: list[int]) -> None:  # type: ignore[no-untyped-def]
+def test_the_payload_carries_the_pair_to_the_phone(
+    emulated_phone, pair: Path, host_tokens: list[int]
+) -> None:  # type: ignore[no-untyped-def]
     enable_python(emulated_phone.phone)
     runner = open_runner(emulated_phone.device(), str(pair))
-    got = runner.batch([{"op": "decode", "window": WINDOW, "method": m, "events": False, "source": s}
-                        for m, s in (("as2d", "drafter"), ("as2d", "ctc"), ("sd", "drafter"))])
+    got = runner.batch(
+        [
+            {"op": "decode", "window": WINDOW, "method": m, "events": False, "source": s}
+            for m, s in (("as2d", "drafter"), ("as2d", "ctc"), ("sd", "drafter"))
+        ]
+    )
     assert [r["tokens"] for r in got] == [host_tokens] * 3
     assert {r["pair"] for r in got} == {"tiny"}
     # what went to the phone: the manifest names files inside the pushed folder only
@@ -47,7 +60,9 @@ def test_the_payload_carries_the_pair_to_the_phone(emulated_phone, pair: Path, h
 
 
 @pytest.mark.slow  # ~70 s (a second bundle and qemu); benchmarks/bundle_pair.py runs the same path
-def test_the_arm64_bundle_carries_the_pair_under_qemu(adb_server, pair: Path, host_tokens: list[int]) -> None:  # type: ignore[no-untyped-def]
+def test_the_arm64_bundle_carries_the_pair_under_qemu(
+    adb_server, pair: Path, host_tokens: list[int]
+) -> None:  # type: ignore[no-untyped-def]
     from test_bundle_common import need_qemu, project_snapshot
 
     from as2d_cli.bundle.build import build_bundle, pair_folder
@@ -69,8 +84,14 @@ def test_the_arm64_bundle_carries_the_pair_under_qemu(adb_server, pair: Path, ho
         runner = open_runner(device, str(pair), launcher=launcher)
         got = runner.call({"op": "decode", "window": WINDOW, "method": "as2d", "events": False})
         assert got["tokens"] == host_tokens and got["pair"] == "tiny"
-        carried = json.loads(device.read_files([f"{deployed.path}/app/{rel}/models.json"])[f"{deployed.path}/app/{rel}/models.json"])
+        carried = json.loads(
+            device.read_files([f"{deployed.path}/app/{rel}/models.json"])[
+                f"{deployed.path}/app/{rel}/models.json"
+            ]
+        )
         # the phone's copy is self-contained: every file is named inside the pair's folder
-        assert not any(Path(f).is_absolute() for m in carried["models"].values() for f in m["sha256"])
+        assert not any(
+            Path(f).is_absolute() for m in carried["models"].values() for f in m["sha256"]
+        )
     finally:
         session.stop()

@@ -26,8 +26,16 @@ from as2d_cli.formats.profile_io import load_profile
 from device_agents.emulator.python import enable_python
 from device_agents.gating import GateConfig
 from native.host import DeviceRunner, LocalRunner, RunnerError, open_runner
-from native.launch import (MARKER, RUNTIME_AREA, BundleLauncher, PythonPayloadLauncher, build_payload,
-                           choose_launcher, probe_python, push_windows)
+from native.launch import (
+    MARKER,
+    RUNTIME_AREA,
+    BundleLauncher,
+    PythonPayloadLauncher,
+    build_payload,
+    choose_launcher,
+    probe_python,
+    push_windows,
+)
 
 MODELS = Path(os.environ["AS2D_TEST_MODELS"]) if os.environ.get("AS2D_TEST_MODELS") else None
 MAX = 40
@@ -66,14 +74,18 @@ def test_payload_is_pushed_once_and_the_code_runs_from_the_pushed_copy(py_phone,
         marker = posixpath.join(path, MARKER)
         assert dev.read_files([marker])[marker].strip() == part.digest and part.digest[:16] in path
     area = posixpath.join("/data/local/tmp", RUNTIME_AREA)
-    assert sorted(dev.list_dir(area)) == sorted(posixpath.basename(p) for p in (launcher.app, launcher.models_dir))
+    assert sorted(dev.list_dir(area)) == sorted(
+        posixpath.basename(p) for p in (launcher.app, launcher.models_dir)
+    )
     host_copy = str(py_phone.phone.fs.host_path(launcher.app))
     probe = "import as2d_cli, native.runner, numpy; print(as2d_cli.__file__); print(native.runner.__file__)"
     with dev.run_dir("probe") as rd:
         res = dev.shell(launcher.command(["-c", probe], rd, {}), deadline_s=60)
     assert res.exit_code == 0, res.stderr
     code_files = res.stdout.split()
-    assert len(code_files) == 2 and all(f.startswith(host_copy + "/app/") for f in code_files), code_files
+    assert len(code_files) == 2 and all(f.startswith(host_copy + "/app/") for f in code_files), (
+        code_files
+    )
     # Nothing but the payload area is left under /data/local/tmp once runs are over.
     assert dev.list_dir("/data/local/tmp") == [RUNTIME_AREA]
 
@@ -85,8 +97,9 @@ def test_payload_archives_are_reproducible_and_a_damaged_cache_entry_is_repacked
     two = pack_part("app", app_files(), cache=tmp_path / "b")
     assert one.digest == two.digest and one.archive.read_bytes() == two.archive.read_bytes()
     names = set(one.manifest["files"])
-    assert "app/native/runner.py" in names and not any(n.startswith(("app/as2d_cli/cli/", "app/as2d_cli/assets/"))
-                                                       for n in names)
+    assert "app/native/runner.py" in names and not any(
+        n.startswith(("app/as2d_cli/cli/", "app/as2d_cli/assets/")) for n in names
+    )
     whole = one.archive.read_bytes()
     one.archive.write_bytes(whole[:200])  # a truncated cache entry
     again = pack_part("app", app_files(), cache=tmp_path / "a")
@@ -101,7 +114,9 @@ def test_a_phone_without_python_gets_the_bundle_strategy(make_emulated_phone) ->
         choose_launcher(dev, runtime="python")
     with pytest.raises(UserError, match="AS2D_PHONE_RUNTIME='arm32' is not a runtime"):
         choose_launcher(dev, runtime="arm32")
-    assert BundleLauncher.name == "bundle"  # auto would deploy the arm64 bundle (tests/test_bundle_phone.py)
+    assert (
+        BundleLauncher.name == "bundle"
+    )  # auto would deploy the arm64 bundle (tests/test_bundle_phone.py)
 
 
 def test_only_the_needed_windows_are_pushed(py_phone) -> None:
@@ -127,16 +142,32 @@ def test_decode_on_the_phone_gives_the_local_runners_tokens(py_phone, launcher) 
     try:
         local.call({"op": "hello"})
         local.call({"op": "load", "models": str(MODELS) if MODELS else None})
-        ref = local.call({"op": "decode", "window": wid, "method": "target-only", "max_tokens": MAX, "events": False})
+        ref = local.call(
+            {
+                "op": "decode",
+                "window": wid,
+                "method": "target-only",
+                "max_tokens": MAX,
+                "events": False,
+            }
+        )
     finally:
         local.close()
     runner = open_runner(py_phone.device(), launcher=launcher)
     assert isinstance(runner, DeviceRunner)
-    hello, got, tgt = runner.batch([
-        {"op": "hello"},
-        {"op": "decode", "window": wid, "method": "as2d", "max_tokens": MAX, "events": False},
-        {"op": "decode", "window": wid, "method": "target-only", "max_tokens": MAX, "events": False},
-    ])
+    hello, got, tgt = runner.batch(
+        [
+            {"op": "hello"},
+            {"op": "decode", "window": wid, "method": "as2d", "max_tokens": MAX, "events": False},
+            {
+                "op": "decode",
+                "window": wid,
+                "method": "target-only",
+                "max_tokens": MAX,
+                "events": False,
+            },
+        ]
+    )
     assert hello["protocol"] == "as2d.runner" and hello["pid"] > 0
     assert got["tokens"] == ref["tokens"] == tgt["tokens"] and len(ref["tokens"]) >= 2
     assert got["method"] == "as2d" and got["time_ms"] > 0
@@ -144,7 +175,9 @@ def test_decode_on_the_phone_gives_the_local_runners_tokens(py_phone, launcher) 
     assert acc["T"] == acc["D"] + acc["V"] - acc["O"] + acc["H"]
 
 
-def test_a_code_change_pushes_only_the_code_and_models_come_from_the_pushed_copy(make_emulated_phone, tmp_path) -> None:
+def test_a_code_change_pushes_only_the_code_and_models_come_from_the_pushed_copy(
+    make_emulated_phone, tmp_path
+) -> None:
     import shutil
 
     from native.launch import PACKAGES, PROJECT_ROOT, app_files, deploy_payload, pack_part
@@ -156,15 +189,25 @@ def test_a_code_change_pushes_only_the_code_and_models_come_from_the_pushed_copy
     assert isinstance(first, PythonPayloadLauncher) and first.pushed == ("app", "models")
     # The same models with edited code: only the code part goes to the phone again.
     for pkg in PACKAGES:
-        shutil.copytree(PROJECT_ROOT / pkg, tmp_path / "src" / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            PROJECT_ROOT / pkg, tmp_path / "src" / pkg, ignore=shutil.ignore_patterns("__pycache__")
+        )
     with open(tmp_path / "src" / "native" / "runner.py", "a") as f:
         f.write("\n# edited\n")
     edited = pack_part("app", app_files(tmp_path / "src"), cache=tmp_path / "cache")
     second = deploy_payload(dev, edited, build_payload(MODELS)[1])
-    assert second.pushed == ("app",) and second.models_dir == first.models_dir and second.app != first.app
-    assert sorted(dev.list_dir(second.area)) == sorted(posixpath.basename(p) for p in (second.app, second.models_dir))
+    assert (
+        second.pushed == ("app",)
+        and second.models_dir == first.models_dir
+        and second.app != first.app
+    )
+    assert sorted(dev.list_dir(second.area)) == sorted(
+        posixpath.basename(p) for p in (second.app, second.models_dir)
+    )
     # The runner loads the models from the pushed copy: remove one file there and load fails.
-    dev.shell(["rm", posixpath.join(second.models_dir, "models", "target_decoder.onnx")]).check("removing a model")
+    dev.shell(["rm", posixpath.join(second.models_dir, "models", "target_decoder.onnx")]).check(
+        "removing a model"
+    )
     with pytest.raises(RunnerError, match="target_decoder.onnx is missing"):
         open_runner(dev, launcher=second).call({"op": "hello"})
 
@@ -173,8 +216,34 @@ def _plan(window: str) -> list[Step]:
     """Calibration's structure at test size (idle and concurrent verify, every probe kind)."""
     c = {"op": "calibrate", "window": window}
     return [
-        Step("verify-idle", "verify", {**c, "what": "verify", "widths": [1, 2, 4], "offsets": [0], "warmup": 1, "reps": 2, "producer": False}, 1),
-        Step("verify-busy", "verify+producer", {**c, "what": "verify", "widths": [1, 2, 4], "offsets": [0], "warmup": 1, "reps": 2, "producer": True}, 1),
+        Step(
+            "verify-idle",
+            "verify",
+            {
+                **c,
+                "what": "verify",
+                "widths": [1, 2, 4],
+                "offsets": [0],
+                "warmup": 1,
+                "reps": 2,
+                "producer": False,
+            },
+            1,
+        ),
+        Step(
+            "verify-busy",
+            "verify+producer",
+            {
+                **c,
+                "what": "verify",
+                "widths": [1, 2, 4],
+                "offsets": [0],
+                "warmup": 1,
+                "reps": 2,
+                "producer": True,
+            },
+            1,
+        ),
         Step("target-step", "target", {**c, "what": "target_step", "reps": 4}, 1),
         Step("source-drafter", "src", {**c, "what": "source", "source": "drafter", "limit": 16}, 1),
         Step("source-ctc", "ctc", {**c, "what": "source", "source": "ctc"}, 1),
@@ -183,7 +252,9 @@ def _plan(window: str) -> list[Step]:
     ]
 
 
-def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(make_emulated_phone, tmp_path) -> None:
+def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(
+    make_emulated_phone, tmp_path
+) -> None:
     session = make_emulated_phone()
     enable_python(session.phone)
     dev = session.device()
@@ -198,9 +269,17 @@ def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(make_emul
         if len(calls) == 3:  # after two steps: the gate before the third sees it
             session.phone.set_core_online(6, False)
 
-    with pytest.raises(DeviceError, match=r"gate failed before target: .*CPU6.*2 finished steps kept in .*resume") as err:
-        calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener,
-                  progress=core_goes_offline)
+    with pytest.raises(
+        DeviceError, match=r"gate failed before target: .*CPU6.*2 finished steps kept in .*resume"
+    ) as err:
+        calibrate(
+            dev,
+            out_dir=tmp_path,
+            plan=plan,
+            gate=_fast_gate(dev),
+            open_runner=opener,
+            progress=core_goes_offline,
+        )
     assert "\n" not in str(err.value)
     partial = next((tmp_path / ".partial").iterdir())
     kept = [json.loads(x) for x in (partial / "samples.jsonl").read_text().splitlines()]
@@ -223,8 +302,9 @@ def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(make_emul
     assert dev.list_dir("/data/local/tmp") == [RUNTIME_AREA]
 
 
-def test_a_core_going_offline_mid_step_stops_the_calibration_and_keeps_the_record(make_emulated_phone,
-                                                                                  tmp_path) -> None:
+def test_a_core_going_offline_mid_step_stops_the_calibration_and_keeps_the_record(
+    make_emulated_phone, tmp_path
+) -> None:
     """The 1 Hz monitor runs beside every calibration step: CPU5 going offline while the
     third step runs (the emulated phone's ``core-offline:5@T`` fault) stops the calibration
     in one line naming the core and the time; the finished steps' samples, every monitor
@@ -259,15 +339,28 @@ def test_a_core_going_offline_mid_step_stops_the_calibration_and_keeps_the_recor
 
         threading.Thread(target=watch, daemon=True).start()
 
-    with pytest.raises(DeviceError, match=r"^calibration stopped: CPU5 went offline on .* s into target \(at "
-                       r"\d\d:\d\d:\d\d\).*2 finished steps kept in .*run the same `as2d calibrate`") as err:
-        calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener,
-                  progress=offline_while_the_third_step_runs, monitor_interval_s=0.1)
+    with pytest.raises(
+        DeviceError,
+        match=r"^calibration stopped: CPU5 went offline on .* s into target \(at "
+        r"\d\d:\d\d:\d\d\).*2 finished steps kept in .*run the same `as2d calibrate`",
+    ) as err:
+        calibrate(
+            dev,
+            out_dir=tmp_path,
+            plan=plan,
+            gate=_fast_gate(dev),
+            open_runner=opener,
+            progress=offline_while_the_third_step_runs,
+            monitor_interval_s=0.1,
+        )
     assert "\n" not in str(err.value)
     partial = next((tmp_path / ".partial").iterdir())
     assert partial.name.startswith("k70-as2demu0001-")  # keyed by the phone, not its connection
     kept = [json.loads(x) for x in (partial / "samples.jsonl").read_text().splitlines()]
-    assert {s["step"] for s in kept} == {"verify-idle", "verify-busy"}  # the interrupted step's are not
+    assert {s["step"] for s in kept} == {
+        "verify-idle",
+        "verify-busy",
+    }  # the interrupted step's are not
     records = [json.loads(x) for x in (partial / "monitor.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == ["verify-idle", "verify-busy", "target-step"]
     assert records[0]["failure"] is None and records[0]["samples"]
@@ -279,20 +372,42 @@ def test_a_core_going_offline_mid_step_stops_the_calibration_and_keeps_the_recor
     assert 5 not in records[-1]["samples"][-1]["online"]
 
     session.phone.set_core_online(5, True)
-    res = calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener,
-                    monitor_interval_s=0.1)
+    res = calibrate(
+        dev,
+        out_dir=tmp_path,
+        plan=plan,
+        gate=_fast_gate(dev),
+        open_runner=opener,
+        monitor_interval_s=0.1,
+    )
     assert res.resumed_steps == 2
     prof = load_profile(res.profile_path)
     assert prof.device["name"] == "k70" and prof.device["serial"] == "as2demu0001"
     assert prof.device["connection"] == session.serial
     assert res.profile_path.name.startswith("k70-")
     # The gate records of the interrupted run survive the resume.
-    assert [g["step"] for g in prof.device["gates"]] == ["verify-idle", "verify-busy", "target-step",
-                                                         "target-step", "source-drafter"]
-    stored = [json.loads(x) for x in res.profile_path.with_name(
-        res.profile_path.name.replace(".profile.yaml", ".monitor.jsonl")).read_text().splitlines()]
-    assert [r["step"] for r in stored] == ["verify-idle", "verify-busy", "target-step", "target-step",
-                                           "source-drafter"]
+    assert [g["step"] for g in prof.device["gates"]] == [
+        "verify-idle",
+        "verify-busy",
+        "target-step",
+        "target-step",
+        "source-drafter",
+    ]
+    stored = [
+        json.loads(x)
+        for x in res.profile_path.with_name(
+            res.profile_path.name.replace(".profile.yaml", ".monitor.jsonl")
+        )
+        .read_text()
+        .splitlines()
+    ]
+    assert [r["step"] for r in stored] == [
+        "verify-idle",
+        "verify-busy",
+        "target-step",
+        "target-step",
+        "source-drafter",
+    ]
 
 
 def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone, tmp_path) -> None:
@@ -310,9 +425,17 @@ def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone
         if len(calls) == 3:  # the phone leaves while the third step's runner runs
             session.phone.vanish_on_command("python3")
 
-    with pytest.raises(DeviceError, match=r"^target: phone .* disconnected .*2 finished steps kept in .*resume") as err:
-        calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener,
-                  progress=unplug_during_third)
+    with pytest.raises(
+        DeviceError, match=r"^target: phone .* disconnected .*2 finished steps kept in .*resume"
+    ) as err:
+        calibrate(
+            dev,
+            out_dir=tmp_path,
+            plan=plan,
+            gate=_fast_gate(dev),
+            open_runner=opener,
+            progress=unplug_during_third,
+        )
     assert "\n" not in str(err.value)
     partial = next((tmp_path / ".partial").iterdir())
     assert json.loads((partial / "done.json").read_text()) == ["verify-idle", "verify-busy"]
@@ -325,7 +448,6 @@ def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone
     assert res.resumed_steps == 2 and load_profile(res.profile_path).target_step_ms > 0
 
 
-
 def test_cli_calibrate_quick_and_decode_on_the_emulated_phone(py_phone, tmp_path) -> None:
     """The commands a person types, as subprocesses through the real adb server (the
     bundled models: this pushes them unless the phone already holds them)."""
@@ -334,9 +456,25 @@ def test_cli_calibrate_quick_and_decode_on_the_emulated_phone(py_phone, tmp_path
 
     env = {**os.environ, **py_phone.env}
     base = [sys.executable, "-m", "as2d_cli.cli.main"]
-    cal = subprocess.run([*base, "calibrate", "--phone", py_phone.serial, "--quick", "--rest", "0",
-                          "--interval", "0.05", "--out", str(tmp_path)], env=env, text=True, capture_output=True,
-                         timeout=300)
+    cal = subprocess.run(
+        [
+            *base,
+            "calibrate",
+            "--phone",
+            py_phone.serial,
+            "--quick",
+            "--rest",
+            "0",
+            "--interval",
+            "0.05",
+            "--out",
+            str(tmp_path),
+        ],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
     assert cal.returncode == 0, cal.stderr[-2000:]
     profile = next(tmp_path.glob("*.profile.yaml"))
     prof = load_profile(profile)
@@ -345,25 +483,68 @@ def test_cli_calibrate_quick_and_decode_on_the_emulated_phone(py_phone, tmp_path
     from as2d_cli.calibration.run import episode_windows, short_calibration_window
 
     main_window, ctc_window = calibration_windows()
-    steps = make_plan(main_window, quick=True, ctc_window=ctc_window, short_window=short_calibration_window(main_window),
-                      episode_windows=episode_windows(main_window))
-    assert len(prof.device["gates"]) == len(steps) == 11 and all(g["passed"] for g in prof.device["gates"])
-    assert prof.context is not None and prof.context.ref_audio_s > 0  # two window lengths, offsets 0 and 64
-    assert prof.in_loop and "sd" in prof.in_loop  # native episodes ran on the phone (windows pushed there)
+    steps = make_plan(
+        main_window,
+        quick=True,
+        ctc_window=ctc_window,
+        short_window=short_calibration_window(main_window),
+        episode_windows=episode_windows(main_window),
+    )
+    assert len(prof.device["gates"]) == len(steps) == 11 and all(
+        g["passed"] for g in prof.device["gates"]
+    )
+    assert (
+        prof.context is not None and prof.context.ref_audio_s > 0
+    )  # two window lengths, offsets 0 and 64
+    assert (
+        prof.in_loop and "sd" in prof.in_loop
+    )  # native episodes ran on the phone (windows pushed there)
     wid = _shortest_test_window()
-    dec = subprocess.run([*base, "decode", "--phone", py_phone.serial, "--window", wid, "--method", "as2d",
-                          "--max-tokens", str(MAX), "--json"], env=env, text=True, capture_output=True, timeout=300)
+    dec = subprocess.run(
+        [
+            *base,
+            "decode",
+            "--phone",
+            py_phone.serial,
+            "--window",
+            wid,
+            "--method",
+            "as2d",
+            "--max-tokens",
+            str(MAX),
+            "--json",
+        ],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
     assert dec.returncode == 0, dec.stderr[-2000:]
     got = json.loads(dec.stdout)
     assert got["method"] == "as2d" and got["n_tokens"] == len(got["tokens"]) >= 2
     assert got["producer_mode"] == "process"  # the source's worker process started on the phone too
-    bad = subprocess.run([*base, "decode", "--phone", py_phone.serial, "--window", "no-such-window", "--method",
-                          "as2d"], env=env, text=True, capture_output=True, timeout=300)
+    bad = subprocess.run(
+        [
+            *base,
+            "decode",
+            "--phone",
+            py_phone.serial,
+            "--window",
+            "no-such-window",
+            "--method",
+            "as2d",
+        ],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
     assert bad.returncode != 0 and "no-such-window" in bad.stderr and "Traceback" not in bad.stderr
 
 
-
-def test_eval_native_gates_each_window_on_the_phone(make_emulated_phone, tmp_path, monkeypatch, capsys) -> None:
+def test_eval_native_gates_each_window_on_the_phone(
+    make_emulated_phone, tmp_path, monkeypatch, capsys
+) -> None:
     """`as2d eval --native` reads the phone's sysfs before each window: an offline core
     stops it before any native run, in one line (the replay results are already written)."""
     import shutil
@@ -380,15 +561,38 @@ def test_eval_native_gates_each_window_on_the_phone(make_emulated_phone, tmp_pat
     for split in ("dev", "val", "test"):
         shutil.copy(data / f"example-{split}.jsonl", tr)
     with pytest.raises(SystemExit) as e:
-        main(["eval", "--phone", session.serial, "--profile", str(data / "example-profile.yaml"), "--traces", str(tr),
-              "--calibrations", str(tmp_path / "cal"), "--results", str(tmp_path / "res"), "--native",
-              "--windows", "1", "--rest", "0", "--interval", "0.05"])
+        main(
+            [
+                "eval",
+                "--phone",
+                session.serial,
+                "--profile",
+                str(data / "example-profile.yaml"),
+                "--traces",
+                str(tr),
+                "--calibrations",
+                str(tmp_path / "cal"),
+                "--results",
+                str(tmp_path / "res"),
+                "--native",
+                "--windows",
+                "1",
+                "--rest",
+                "0",
+                "--interval",
+                "0.05",
+            ]
+        )
     err = capsys.readouterr().err
     assert e.value.code == 3, err
-    assert "native window 1/6" in err  # 1 window × (1 warm-up + 5 measured passes) and "not started: gate failed: CPU3 offline" in err and "Traceback" not in err
+    assert (
+        "native window 1/6" in err
+    )  # 1 window × (1 warm-up + 5 measured passes) and "not started: gate failed: CPU3 offline" in err and "Traceback" not in err
     # The runner started once (hello, load); no window was decoded.
     assert sum("native.runner" in s for s in session.phone.history) == 1
-    assert list((tmp_path / "res").glob("*/results.json")) and not list((tmp_path / "res").glob("*/native.json"))
+    assert list((tmp_path / "res").glob("*/results.json")) and not list(
+        (tmp_path / "res").glob("*/native.json")
+    )
 
 
 @pytest.mark.slow
@@ -412,7 +616,9 @@ def test_arm64_phone_runs_the_runner_from_the_bundle(adb_server) -> None:  # typ
         cmd = {"op": "decode", "window": wid, "method": "as2d", "max_tokens": 8, "events": False}
         hello, got = open_runner(session.device(), launcher=launcher).batch([{"op": "hello"}, cmd])
         assert hello["protocol"] == "as2d.runner"
-        assert any("ld-linux-aarch64.so.1" in s and "AS2D_CORPUS" in s for s in session.phone.history)
+        assert any(
+            "ld-linux-aarch64.so.1" in s and "AS2D_CORPUS" in s for s in session.phone.history
+        )
     finally:
         session.stop()
     local = LocalRunner()

@@ -32,7 +32,15 @@ def runner():
 
 
 def _decode(r, method, **kw):
-    return r.call({"op": "decode", "window": kw.pop("window", r.window), "method": method, "max_tokens": MAX, **kw})
+    return r.call(
+        {
+            "op": "decode",
+            "window": kw.pop("window", r.window),
+            "method": method,
+            "max_tokens": MAX,
+            **kw,
+        }
+    )
 
 
 def test_every_method_commits_target_only_tokens(runner) -> None:
@@ -49,7 +57,13 @@ def test_every_method_commits_target_only_tokens(runner) -> None:
         kinds = {e["op"] for e in res["events"]}
         if method in ("as2d", "as2d-no-bc"):
             # The producer may not publish before a fast target ends; what it did publish is logged.
-            assert "verify" in kinds and kinds <= {"verify", "align", "source_step", "publish", "producer_done"}
+            assert "verify" in kinds and kinds <= {
+                "verify",
+                "align",
+                "source_step",
+                "publish",
+                "producer_done",
+            }
             pubs = [e for e in res["events"] if e["op"] == "publish"]
             assert sum(e["count"] for e in pubs) == len(res["source_tokens"])
             assert max(r["width"] for r in res["rounds"]) <= (8 if method == "as2d" else 25)
@@ -64,8 +78,13 @@ def test_chunked_source_and_perfect_external_candidates(runner) -> None:
     ctc = _decode(runner, "as2d", window=runner.english, source="ctc")
     assert ctc["tokens"] == ref["tokens"] and ctc["source"] == "ctc"
     # The target's own output published at once: every candidate is accepted, rounds shrink.
-    ext = _decode(runner, "as2d", window=runner.english, source="external",
-                  candidates=[{"t_ms": 0, "tokens": ref["tokens"]}])
+    ext = _decode(
+        runner,
+        "as2d",
+        window=runner.english,
+        source="external",
+        candidates=[{"t_ms": 0, "tokens": ref["tokens"]}],
+    )
     assert ext["tokens"] == ref["tokens"]
     decoded = ref["n_tokens"] - 1
     rounds = ext["summary"]["rounds"]
@@ -85,9 +104,14 @@ def test_source_runs_in_its_own_process_and_publishes_its_own_sequence(runner) -
     from native.producer_process import ProcessProducer, ProducerWorker
 
     res = _decode(runner, "as2d", window=runner.english, source="drafter")
-    assert res["producer_mode"] == "process" and res["tokens"] == _decode(runner, "target-only", window=runner.english)["tokens"]
+    assert (
+        res["producer_mode"] == "process"
+        and res["tokens"] == _decode(runner, "target-only", window=runner.english)["tokens"]
+    )
     steps = [e for e in res["events"] if e["op"] == "source_step"]
-    assert steps and steps[0]["tokens"] == 0 and all(e["end_ns"] >= e["t_ns"] >= 0 for e in steps)  # startup first
+    assert (
+        steps and steps[0]["tokens"] == 0 and all(e["end_ns"] >= e["t_ns"] >= 0 for e in steps)
+    )  # startup first
 
     audio = load_corpus().get(runner.english).load_audio()
     own = DrafterSource(Seq2SeqModel(load_bundle(), "drafter", 1), audio, 20)
@@ -125,8 +149,15 @@ def test_bad_commands_get_one_error_event(runner) -> None:
     with pytest.raises(RunnerError, match="no window"):
         runner.call({"op": "decode", "window": "nope", "method": "sd"})
     with pytest.raises(RunnerError, match="t_ms"):
-        runner.call({"op": "decode", "window": runner.window, "method": "as2d", "source": "external",
-                     "candidates": [{"tokens": [1]}]})
+        runner.call(
+            {
+                "op": "decode",
+                "window": runner.window,
+                "method": "as2d",
+                "source": "external",
+                "candidates": [{"tokens": [1]}],
+            }
+        )
     assert runner.call({"op": "hello"})["event"] == "hello"  # still alive
 
 
@@ -137,7 +168,10 @@ def test_runner_file_mode(tmp_path) -> None:
     cmds = tmp_path / "c.jsonl"
     out = tmp_path / "e.jsonl"
     cmds.write_text('{"op":"hello"}\nnot json\n{"op":"quit"}\n')
-    subprocess.run([sys.executable, "-m", "native.runner", "--commands", str(cmds), "--out", str(out)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "native.runner", "--commands", str(cmds), "--out", str(out)],
+        check=True,
+    )
     events = [json.loads(x) for x in out.read_text().splitlines()]
     assert [e["event"] for e in events] == ["hello", "error", "bye"]
     assert "not JSON" in events[1]["message"]
@@ -151,8 +185,17 @@ def test_a_dead_producer_process_is_replaced_for_the_next_request() -> None:
     w = sorted(load_corpus().split("dev"), key=lambda w: w.seconds)[0]
     audio = w.load_audio()
     models = load_models()
-    s = {"method": "as2d", "source": "drafter", "budget": 2, "threshold": 0.4, "batch": 8, "window_bound": 8, "lookback": 8,
-         "max_tokens": 24, "events": False}
+    s = {
+        "method": "as2d",
+        "source": "drafter",
+        "budget": 2,
+        "threshold": 0.4,
+        "batch": 8,
+        "window_bound": 8,
+        "lookback": 8,
+        "max_tokens": 24,
+        "events": False,
+    }
     try:
         first = run_request(models, audio, s, language=w.language)
         assert first["producer_mode"] == "process"
@@ -196,7 +239,9 @@ def test_no_second_thread_of_the_runner_spins_while_the_target_decodes(runner) -
     after = _thread_ticks(hello["pid"])
     used = sorted((after[t] - before.get(t, 0) for t in after), reverse=True)
     assert used[0] >= 20, f"the decodes took too little CPU to tell ({used})"
-    assert sum(used[1:]) <= 0.2 * used[0], f"threads other than the decoding one used {used[1:]} ticks vs {used[0]}"
+    assert sum(used[1:]) <= 0.2 * used[0], (
+        f"threads other than the decoding one used {used[1:]} ticks vs {used[0]}"
+    )
 
 
 def test_a_native_runs_replay_keeps_its_publications_and_prices_the_same_work(runner) -> None:
@@ -209,15 +254,30 @@ def test_a_native_runs_replay_keeps_its_publications_and_prices_the_same_work(ru
 
     res = _decode(runner, "as2d", window=runner.english, source="ctc", budget=3, events=False)
     assert res["source"] == "ctc" and res["publications_ms"]
-    profile = load_profile(Path(__file__).resolve().parents[1] / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml")
-    w = native_trace(runner.english, "read", res, eos_id=int(res["tokens"][-1]) if res["eos"] else -1, audio_s=5.0)
+    profile = load_profile(
+        Path(__file__).resolve().parents[1]
+        / "as2d_cli"
+        / "assets"
+        / "profiles"
+        / "k70.profile.yaml"
+    )
+    w = native_trace(
+        runner.english,
+        "read",
+        res,
+        eos_id=int(res["tokens"][-1]) if res["eos"] else -1,
+        audio_s=5.0,
+    )
     tps, rep = replay_native(profile, w, res)
     nat = native_facts(res)
     assert tps and tps > 0
     assert len(rep["publications_ms"]) == len(nat["publications_ms"])
-    assert rep["publications_ms"] == sorted(rep["publications_ms"]) and rep["producer_finished_ms"] > 0
+    assert (
+        rep["publications_ms"] == sorted(rep["publications_ms"]) and rep["producer_finished_ms"] > 0
+    )
     assert 0 < rep["verifier_ms"] <= rep["time_ms"] and rep["rounds"] >= 1
     assert nat["verifier_ms"] == pytest.approx(res["accounting_ms"]["V"])
     g = gap_summary([{"method": "as2d", "native_facts": nat, "replay_facts": rep}])["as2d"]
-    assert g["publications"] == len(nat["publications_ms"]) and g["time_ms"]["ratio"] == pytest.approx(
-        rep["time_ms"] / nat["time_ms"])
+    assert g["publications"] == len(nat["publications_ms"]) and g["time_ms"][
+        "ratio"
+    ] == pytest.approx(rep["time_ms"] / nat["time_ms"])

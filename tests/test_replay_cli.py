@@ -37,7 +37,9 @@ def same(got, want, path: str = "$") -> None:
 
 
 def as2d(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "as2d_cli.cli.main", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "as2d_cli.cli.main", *args], cwd=cwd, capture_output=True, text=True
+    )
 
 
 @pytest.fixture()
@@ -60,9 +62,21 @@ GOLDENS = {
 
 @pytest.mark.parametrize("name", list(GOLDENS))
 def test_replay_json_matches_golden(name: str) -> None:
-    method = name if name in ("target-only", "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc") else "as2d"
-    proc = as2d("replay", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--method", method,
-                *GOLDENS[name], "--json", cwd=DATA)
+    method = (
+        name if name in ("target-only", "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc") else "as2d"
+    )
+    proc = as2d(
+        "replay",
+        "--profile",
+        "profile.yaml",
+        "--traces",
+        "traces.jsonl.gz",
+        "--method",
+        method,
+        *GOLDENS[name],
+        "--json",
+        cwd=DATA,
+    )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     path = GOLDEN / f"replay-{name}.json"
@@ -80,13 +94,27 @@ def test_replay_json_matches_golden(name: str) -> None:
             assert a["T"] == a["D"] + a["V"] - a["O"] + a["H"] == c["time_ns"]
 
 
-SHARED = DATA.parent  # the formats engineer's committed example (dev/val/test files, synthetic K70 profile)
+SHARED = (
+    DATA.parent
+)  # the formats engineer's committed example (dev/val/test files, synthetic K70 profile)
 
 
-@pytest.mark.parametrize("method,extra", [("as2d", []), ("sd", ["--no-spans"]), ("asp", ["--no-spans"])])
+@pytest.mark.parametrize(
+    "method,extra", [("as2d", []), ("sd", ["--no-spans"]), ("asp", ["--no-spans"])]
+)
 def test_replay_json_on_the_shared_example_matches_golden(method: str, extra: list[str]) -> None:
-    proc = as2d("replay", "--profile", "example-profile.yaml", "--traces", "example-test.jsonl", "--method", method,
-                *extra, "--json", cwd=SHARED)
+    proc = as2d(
+        "replay",
+        "--profile",
+        "example-profile.yaml",
+        "--traces",
+        "example-test.jsonl",
+        "--method",
+        method,
+        *extra,
+        "--json",
+        cwd=SHARED,
+    )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     path = GOLDEN / f"example-test-{method}.json"
@@ -99,16 +127,43 @@ def test_replay_json_on_the_shared_example_matches_golden(method: str, extra: li
 def test_select_budget_over_separate_dev_and_val_files(tmp_path: Path) -> None:
     for name in ("example-profile.yaml", "example-dev.jsonl", "example-val.jsonl"):
         shutil.copy(SHARED / name, tmp_path / name)
-    proc = as2d("select-budget", "--profile", "example-profile.yaml", "--traces", "example-dev.jsonl",
-                "--traces", "example-val.jsonl", "--budgets", "1-10", "--processes", "2", "--out", "dep.yaml", "--json",
-                cwd=tmp_path)
+    proc = as2d(
+        "select-budget",
+        "--profile",
+        "example-profile.yaml",
+        "--traces",
+        "example-dev.jsonl",
+        "--traces",
+        "example-val.jsonl",
+        "--budgets",
+        "1-10",
+        "--processes",
+        "2",
+        "--out",
+        "dep.yaml",
+        "--json",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     assert rep["dev"]["windows"] > 0 and rep["val"]["windows"] > 0
-    assert [r["path"] for r in rep["inputs"]["traces"]] == ["example-dev.jsonl", "example-val.jsonl"]
+    assert [r["path"] for r in rep["inputs"]["traces"]] == [
+        "example-dev.jsonl",
+        "example-val.jsonl",
+    ]
     assert (tmp_path / "dep.yaml").exists()
-    dup = as2d("select-budget", "--profile", "example-profile.yaml", "--traces", "example-dev.jsonl",
-               "--traces", "example-dev.jsonl", "--out", "dep2.yaml", cwd=tmp_path)
+    dup = as2d(
+        "select-budget",
+        "--profile",
+        "example-profile.yaml",
+        "--traces",
+        "example-dev.jsonl",
+        "--traces",
+        "example-dev.jsonl",
+        "--out",
+        "dep2.yaml",
+        cwd=tmp_path,
+    )
     _one_line_error(dup, "appears in")
     assert not (tmp_path / "dep2.yaml").exists()
 
@@ -120,22 +175,52 @@ def test_sd_summary_is_mean_of_per_k_pooled_tps_and_window_mean() -> None:
     assert rep["summary"]["tps"] == pytest.approx(sum(per_k) / 4, rel=1e-12)
     for c in rep["summary"]["configs"]:
         toks = sum(w["configs"][0]["tokens"] for w in rep["windows"])
-        t = sum(next(x for x in w["configs"] if x["config"] == c["config"])["time_ns"] for w in rep["windows"])
+        t = sum(
+            next(x for x in w["configs"] if x["config"] == c["config"])["time_ns"]
+            for w in rep["windows"]
+        )
         assert c["tps"] == pytest.approx(toks / (t / 1e9), rel=1e-12)
     for w in rep["windows"]:
         assert w["tps"] == pytest.approx(sum(c["tps"] for c in w["configs"]) / 4, rel=1e-12)
 
 
 def test_human_output_and_results_file(work: Path) -> None:
-    proc = as2d("replay", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--method", "as2d",
-                "--split", "val", "--out", "r.json", cwd=work)
+    proc = as2d(
+        "replay",
+        "--profile",
+        "profile.yaml",
+        "--traces",
+        "traces.jsonl.gz",
+        "--method",
+        "as2d",
+        "--split",
+        "val",
+        "--out",
+        "r.json",
+        cwd=work,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert "as2d(qwen/b7)" in proc.stdout and "vs target-only" in proc.stdout and "wrote r.json" in proc.stdout
+    assert (
+        "as2d(qwen/b7)" in proc.stdout
+        and "vs target-only" in proc.stdout
+        and "wrote r.json" in proc.stdout
+    )
     doc = json.loads((work / "r.json").read_text())
     assert doc["schema"] == "as2d.results" and doc["kind"] == "replay"
-    assert len(doc["results"]["windows"]) == 6 and all(w["split"] == "val" for w in doc["results"]["windows"])
+    assert len(doc["results"]["windows"]) == 6 and all(
+        w["split"] == "val" for w in doc["results"]["windows"]
+    )
     before = (work / "r.json").read_bytes()
-    again = as2d("replay", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--out", "r.json", cwd=work)
+    again = as2d(
+        "replay",
+        "--profile",
+        "profile.yaml",
+        "--traces",
+        "traces.jsonl.gz",
+        "--out",
+        "r.json",
+        cwd=work,
+    )
     assert again.returncode == 2 and "never overwritten" in again.stderr
     assert (work / "r.json").read_bytes() == before
 
@@ -159,7 +244,17 @@ def _rewrite_traces(work: Path, edit) -> None:
 
 
 def _run_bad(work: Path, *extra: str) -> subprocess.CompletedProcess:
-    proc = as2d("replay", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--out", "out.json", *extra, cwd=work)
+    proc = as2d(
+        "replay",
+        "--profile",
+        "profile.yaml",
+        "--traces",
+        "traces.jsonl.gz",
+        "--out",
+        "out.json",
+        *extra,
+        cwd=work,
+    )
     assert not (work / "out.json").exists()  # nothing written on failure
     return proc
 
@@ -217,8 +312,19 @@ def test_options_that_do_not_apply_are_refused(work: Path) -> None:
 
 
 def test_select_budget_writes_a_versioned_deployment_and_never_overwrites(work: Path) -> None:
-    proc = as2d("select-budget", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--budgets", "1-12",
-                "--processes", "1", "--json", cwd=work)
+    proc = as2d(
+        "select-budget",
+        "--profile",
+        "profile.yaml",
+        "--traces",
+        "traces.jsonl.gz",
+        "--budgets",
+        "1-12",
+        "--processes",
+        "1",
+        "--json",
+        cwd=work,
+    )
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     dest = work / rep["deployment"]
@@ -232,17 +338,47 @@ def test_select_budget_writes_a_versioned_deployment_and_never_overwrites(work: 
     assert rep["dev"]["windows"] == 6 and rep["val"]["windows"] == 6
     assert rep["dev"]["oracle"]["tps_oracle"] >= rep["dev"]["tps"]
     # A second run picks a fresh name; an explicit existing --out is refused.
-    again = as2d("select-budget", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--budgets", "1-4",
-                 "--processes", "1", cwd=work)
+    again = as2d(
+        "select-budget",
+        "--profile",
+        "profile.yaml",
+        "--traces",
+        "traces.jsonl.gz",
+        "--budgets",
+        "1-4",
+        "--processes",
+        "1",
+        cwd=work,
+    )
     assert again.returncode == 0, again.stderr
     assert (dest.parent / "deployment-2.yaml").exists()
     before = dest.read_bytes()
-    refused = as2d("select-budget", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--budgets", "1-2",
-                   "--out", str(dest), cwd=work)
+    refused = as2d(
+        "select-budget",
+        "--profile",
+        "profile.yaml",
+        "--traces",
+        "traces.jsonl.gz",
+        "--budgets",
+        "1-2",
+        "--out",
+        str(dest),
+        cwd=work,
+    )
     _one_line_error(refused, "never overwritten")
     assert dest.read_bytes() == before
     # The deployment drives a replay (checked against the profile's hash).
-    r = as2d("replay", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--deployment", str(dest), "--json", cwd=work)
+    r = as2d(
+        "replay",
+        "--profile",
+        "profile.yaml",
+        "--traces",
+        "traces.jsonl.gz",
+        "--deployment",
+        str(dest),
+        "--json",
+        cwd=work,
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["configs"] == [f"as2d({rep['source']}/b{rep['budget']})"]
 
@@ -250,8 +386,20 @@ def test_select_budget_writes_a_versioned_deployment_and_never_overwrites(work: 
 def test_deployment_from_another_profile_is_refused(work: Path) -> None:
     from as2d_cli.formats.deployment_io import make_deployment, write_deployment
 
-    write_deployment(work / "dep.yaml", make_deployment("qwen", 5, 0.4, 8, work / "profile.yaml", "k70", {}))
-    ok = as2d("replay", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--deployment", "dep.yaml", "--json", cwd=work)
+    write_deployment(
+        work / "dep.yaml", make_deployment("qwen", 5, 0.4, 8, work / "profile.yaml", "k70", {})
+    )
+    ok = as2d(
+        "replay",
+        "--profile",
+        "profile.yaml",
+        "--traces",
+        "traces.jsonl.gz",
+        "--deployment",
+        "dep.yaml",
+        "--json",
+        cwd=work,
+    )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["configs"] == ["as2d(qwen/b5)"]
     (work / "profile.yaml").write_text((work / "profile.yaml").read_text() + "\n# edited\n")
@@ -260,7 +408,16 @@ def test_deployment_from_another_profile_is_refused(work: Path) -> None:
 
 @pytest.mark.parametrize("method", ["as2d", "sd"])
 def test_replay_table_matches_golden(method: str) -> None:
-    proc = as2d("replay", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--method", method, cwd=DATA)
+    proc = as2d(
+        "replay",
+        "--profile",
+        "profile.yaml",
+        "--traces",
+        "traces.jsonl.gz",
+        "--method",
+        method,
+        cwd=DATA,
+    )
     assert proc.returncode == 0, proc.stderr
     path = GOLDEN / f"replay-{method}.table.txt"
     if UPDATE:
@@ -269,8 +426,18 @@ def test_replay_table_matches_golden(method: str) -> None:
 
 
 def test_select_budget_text_matches_golden(work: Path) -> None:
-    proc = as2d("select-budget", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--budgets", "1-12",
-                "--processes", "1", cwd=work)
+    proc = as2d(
+        "select-budget",
+        "--profile",
+        "profile.yaml",
+        "--traces",
+        "traces.jsonl.gz",
+        "--budgets",
+        "1-12",
+        "--processes",
+        "1",
+        cwd=work,
+    )
     assert proc.returncode == 0, proc.stderr
     path = GOLDEN / "select-budget.txt"
     if UPDATE:

@@ -16,8 +16,14 @@ from replay_helpers import EOS, hand_profile, hand_window
 MS = 1_000_000
 # At the hand window's 10 s: a target call at cache c costs +(c + 2) ms; a drafter forward
 # at cache c costs +0.5·(c − 2) ms.
-CTX = ContextCosts(ref_tokens=2, ref_audio_s=8.0, target_ms_per_token=1.0, target_ms_per_audio_s=2.0,
-                   drafter_ms_per_token=0.5, drafter_ms_per_audio_s=0.0)
+CTX = ContextCosts(
+    ref_tokens=2,
+    ref_audio_s=8.0,
+    target_ms_per_token=1.0,
+    target_ms_per_audio_s=2.0,
+    drafter_ms_per_token=0.5,
+    drafter_ms_per_audio_s=0.0,
+)
 
 
 def ctx_profile(**kw):
@@ -57,7 +63,9 @@ def test_producer_startup_and_steps_follow_the_context() -> None:
     # Startup 10 + 1·(10 − 8) = 12; steps i = 0..4 at 1.5 × (20 + 0.5·(i − 2)); publication 1.
     p = ctx_profile()
     w = hand_window([5, 1, 2, 3, EOS])
-    tl = build_timeline("qwen", w.sources["qwen"], p.source("qwen"), 8, context=p.context, audio_s=w.audio_seconds)
+    tl = build_timeline(
+        "qwen", w.sources["qwen"], p.source("qwen"), 8, context=p.context, audio_s=w.audio_seconds
+    )
     steps = sum(1.5 * (20 + 0.5 * (i - 2)) for i in range(5))
     assert tl.publications[0].at == pytest.approx((12 + steps + 1) * MS, abs=5)
     # As²d: two concurrent K1 (cache 0, 1: 2 × (50 + 2), 2 × (50 + 3)) then K3 idle at cache 2 (70 + 4).

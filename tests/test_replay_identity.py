@@ -30,7 +30,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("method,kw", CASES, ids=[f"{m}-{kw.get('source', '')}{kw.get('budget', '')}" for m, kw in CASES])
+@pytest.mark.parametrize(
+    "method,kw", CASES, ids=[f"{m}-{kw.get('source', '')}{kw.get('budget', '')}" for m, kw in CASES]
+)
 def test_identity_and_exactness_on_every_window(data, method, kw) -> None:
     ts, prof = data
     run = run_method(ts.windows, prof, method, default_source=ts.default_source, **kw)
@@ -47,7 +49,9 @@ def test_identity_and_exactness_on_every_window(data, method, kw) -> None:
             # The terms agree with the stored spans.
             assert r.D == measure(r.producer_spans) and r.V == measure(r.verifier_spans)
             assert r.O == measure(intersect(r.producer_spans, r.verifier_spans))
-            assert r.H == r.time_ns - measure(merge(r.producer_spans + r.verifier_spans, 0, r.time_ns))
+            assert r.H == r.time_ns - measure(
+                merge(r.producer_spans + r.verifier_spans, 0, r.time_ns)
+            )
             assert sum(r.width_histogram.values()) == r.rounds
             assert max(r.width_histogram) <= spec.max_width
             if spec.method == "target-only":

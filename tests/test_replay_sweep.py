@@ -76,12 +76,17 @@ def test_ranking_and_oracle(data, cat) -> None:
     orc = oracle(cat, best.source, best.budget)
     # The oracle takes each window's least time over the whole catalog.
     per_window_min = cat.times.reshape(len(cat.window_ids), -1).min(axis=1)
-    assert orc.tps_oracle == pytest.approx(cat.tokens.sum() / (per_window_min.sum() / 1e9), rel=1e-12)
+    assert orc.tps_oracle == pytest.approx(
+        cat.tokens.sum() / (per_window_min.sum() / 1e9), rel=1e-12
+    )
     assert orc.tps_oracle >= orc.tps_selected == pytest.approx(best.tps, rel=1e-12)
     assert orc.gap_percent == pytest.approx(100 * (1 - best.tps / orc.tps_oracle), rel=1e-12)
     for (wid, src, b), i in zip(orc.choices, range(len(cat.window_ids))):
         j = cat.budgets.index(b)
-        assert min(cat.times[i, s_, j] for s_ in range(3) if cat.used[i][s_] == src) == per_window_min[i]
+        assert (
+            min(cat.times[i, s_, j] for s_ in range(3) if cat.used[i][s_] == src)
+            == per_window_min[i]
+        )
     with pytest.raises(UserError):
         oracle(cat, "qwen", 99)
 
@@ -89,7 +94,9 @@ def test_ranking_and_oracle(data, cat) -> None:
 def test_rank_ties_prefer_the_smaller_budget() -> None:
     from as2d_cli.replay.sweep import CatalogTimes
 
-    t = np.array([[[10, 10, 20], [10, 30, 30]]], dtype=np.int64)  # one window, 2 sources × 3 budgets
+    t = np.array(
+        [[[10, 10, 20], [10, 30, 30]]], dtype=np.int64
+    )  # one window, 2 sources × 3 budgets
     cat = CatalogTimes(["w"], ["d"], np.array([5]), ["a", "b"], [1, 2, 3], t, t, [["a", "b"]])
     assert [(r.source, r.budget) for r in rank(cat)[:3]] == [("a", 1), ("b", 1), ("a", 2)]
 
@@ -97,7 +104,9 @@ def test_rank_ties_prefer_the_smaller_budget() -> None:
 def test_select_budget_on_dev_with_val_retention() -> None:
     dev = synthetic_traces(seed=5, scale=0.03, drafter=False, split="dev")
     val = synthetic_traces(seed=6, scale=0.03, drafter=False, split="val")
-    ts = TraceSet(dev.provenance, dev.eos_id, dev.sources, dev.default_source, dev.windows + val.windows)
+    ts = TraceSet(
+        dev.provenance, dev.eos_id, dev.sources, dev.default_source, dev.windows + val.windows
+    )
     prof = synthetic_profile()
     sel = select_budget(ts, prof, budgets=range(1, 11), processes=1)
     devcat = sweep(dev.windows, prof, SOURCES, range(1, 11), processes=1)
@@ -110,11 +119,22 @@ def test_select_budget_on_dev_with_val_retention() -> None:
     assert sel.val["retained"] == (chosen_val >= 0.99 * valcat.pooled_tps().max())
     # No dev windows: a clear error; a budget beyond the profile's widths is dropped, not zero-cost.
     with pytest.raises(UserError, match="no 'dev' windows"):
-        select_budget(TraceSet(val.provenance, val.eos_id, val.sources, val.default_source, val.windows), prof)
+        select_budget(
+            TraceSet(val.provenance, val.eos_id, val.sources, val.default_source, val.windows), prof
+        )
     small = synthetic_profile(max_width=9)
-    sel2 = select_budget(TraceSet(dev.provenance, dev.eos_id, dev.sources, dev.default_source, dev.windows), small,
-                         budgets=range(1, 13), processes=1)
-    assert sel2.catalog["budgets"] == list(range(1, 9)) and sel2.catalog["dropped_budgets"] == [9, 10, 11, 12]
+    sel2 = select_budget(
+        TraceSet(dev.provenance, dev.eos_id, dev.sources, dev.default_source, dev.windows),
+        small,
+        budgets=range(1, 13),
+        processes=1,
+    )
+    assert sel2.catalog["budgets"] == list(range(1, 9)) and sel2.catalog["dropped_budgets"] == [
+        9,
+        10,
+        11,
+        12,
+    ]
     assert sel2.val is None
 
 

@@ -88,7 +88,11 @@ def test_autoregressive_batches_of_eight_and_final_partial_batch() -> None:
     w = hand_window([5, EOS], qwen=toks)
     tl = build_timeline("qwen", w.sources["qwen"], p.source("qwen"), 8)
     # startup 10, steps of 30, publication 1 after every 8 tokens and after the last 3.
-    assert [pub.at for pub in tl.publications] == [(10 + 240 + 1) * MS, (10 + 480 + 2) * MS, (10 + 570 + 3) * MS]
+    assert [pub.at for pub in tl.publications] == [
+        (10 + 240 + 1) * MS,
+        (10 + 480 + 2) * MS,
+        (10 + 570 + 3) * MS,
+    ]
     assert [len(pub.tokens) for pub in tl.publications] == [8, 8, 3]
     assert tl.finish == 583 * MS
 
@@ -163,15 +167,25 @@ def test_prices_agree_with_the_profiles_own_op_pricing() -> None:
 
     prof = synthetic_profile()
     price = serial_price(prof, 25)
-    ops = [Op("verify", width=k) for k in range(1, 26)] + [
-        Op("draft", count=c, catch_up=u, rows=r) for c in (0, 1, 7, 24) for u in (0, 1) for r in (0, 3)
-    ] + [Op("paired", rows=1), Op("loop")] + [Op("refresh", width=w) for w in range(1, 25)]
+    ops = (
+        [Op("verify", width=k) for k in range(1, 26)]
+        + [
+            Op("draft", count=c, catch_up=u, rows=r)
+            for c in (0, 1, 7, 24)
+            for u in (0, 1)
+            for r in (0, 3)
+        ]
+        + [Op("paired", rows=1), Op("loop")]
+        + [Op("refresh", width=w) for w in range(1, 25)]
+    )
     for op in ops:
         assert price(op, 0) == ms_to_ns(prof.op_ms(op)), op
     prep = Prepared(prof, as2d(budget=24, source="parakeet"))
     dp = decoupled_price(prep.table("parakeet"), prep.align_ns, finish=10)
     for k in range(1, 26):
-        assert dp(Op("verify", width=k), 9) == ms_to_ns(prof.op_ms(Op("verify", width=k), True, "parakeet"))
+        assert dp(Op("verify", width=k), 9) == ms_to_ns(
+            prof.op_ms(Op("verify", width=k), True, "parakeet")
+        )
         assert dp(Op("verify", width=k), 10) == ms_to_ns(prof.op_ms(Op("verify", width=k)))
     assert dp(Op("align"), 0) == ms_to_ns(prof.align_ms)
 
@@ -185,6 +199,8 @@ def test_missing_drafter_and_source_kind_mismatch_are_clear_errors() -> None:
     w = dataclasses.replace(hand_window([5, 1, 2, 3, EOS]), drafter=None)
     with pytest.raises(FormatError, match="window w0: no drafter continuations"):
         replay_window(w, Prepared(p, MethodSpec("asp", budget=4)))
-    chunked_qwen = dataclasses.replace(p, sources={**p.sources, "qwen": SourceCosts("qwen", "chunked", chunk_ms_idle=5.0)})
+    chunked_qwen = dataclasses.replace(
+        p, sources={**p.sources, "qwen": SourceCosts("qwen", "chunked", chunk_ms_idle=5.0)}
+    )
     with pytest.raises(FormatError, match="autoregressive in the trace but chunked in the profile"):
         replay_window(hand_window([5, 1, EOS]), Prepared(chunked_qwen, as2d()))

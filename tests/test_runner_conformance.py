@@ -22,8 +22,20 @@ from as2d_cli.models.bundle import load_bundle
 VECTORS = Path(__file__).parent / "data" / "runner" / "vectors.jsonl"
 ROOT = Path(__file__).resolve().parents[1]
 TERMINAL = {"hello", "loaded", "result", "calibrated", "error", "bye"}
-RESULT_FIELDS = {"tokens", "n_tokens", "eos", "capped", "time_ms", "tps", "accounting_ns", "accounting_ms",
-                 "summary", "margins", "method", "source"}
+RESULT_FIELDS = {
+    "tokens",
+    "n_tokens",
+    "eos",
+    "capped",
+    "time_ms",
+    "tps",
+    "accounting_ns",
+    "accounting_ms",
+    "summary",
+    "margins",
+    "method",
+    "source",
+}
 
 
 def _load() -> tuple[dict, list[dict]]:
@@ -34,7 +46,9 @@ def _load() -> tuple[dict, list[dict]]:
 @pytest.fixture(scope="module")
 def runner():
     argv = shlex.split(os.environ.get("AS2D_RUNNER", "")) or [sys.executable, "-m", "native.runner"]
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(ROOT), bufsize=1)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(ROOT), bufsize=1
+    )
 
     def call(cmd: dict) -> list[dict]:
         proc.stdin.write(json.dumps(cmd) + "\n")
@@ -59,8 +73,10 @@ def test_vectors_match_the_bundled_models() -> None:
     header, vectors = _load()
     assert header["schema"] == "as2d.runner-vectors" and header["version"] == 1
     models = {name: info["sha256"] for name, info in load_bundle().manifest["models"].items()}
-    assert header["models"] == models, ("the bundled models changed since the vectors were recorded: "
-                                        "run python training/record_runner_vectors.py")
+    assert header["models"] == models, (
+        "the bundled models changed since the vectors were recorded: "
+        "run python training/record_runner_vectors.py"
+    )
     assert len(vectors) >= 10
 
 
@@ -78,7 +94,9 @@ def test_runner_answers_every_vector(runner) -> None:
             assert exp["message_contains"] in ev["message"] and "\n" not in ev["message"]
             continue
         assert RESULT_FIELDS <= set(ev), sorted(RESULT_FIELDS - set(ev))
-        assert ev["tokens"] == exp["tokens"], f"{v['command']['method']} on {v['command']['window']} diverged"
+        assert ev["tokens"] == exp["tokens"], (
+            f"{v['command']['method']} on {v['command']['window']} diverged"
+        )
         a = ev["accounting_ns"]
         assert a["T"] == a["D"] + a["V"] - a["O"] + a["H"] and a["T"] > 0
         rounds = ev.get("rounds")

@@ -34,19 +34,26 @@ def test_by_dataset_and_all():
     outs = [O("a", "x", 10, 1.0), O("b", "y", 30, 2.0), O("c", "x", 5, 4.0)]
     got = tps_by_dataset(outs)
     assert list(got) == ["x", "y", "all"]
-    assert got["x"] == pytest.approx(15 / 5) and got["y"] == pytest.approx(15.0) and got["all"] == pytest.approx(45 / 7)
+    assert (
+        got["x"] == pytest.approx(15 / 5)
+        and got["y"] == pytest.approx(15.0)
+        and got["all"] == pytest.approx(45 / 7)
+    )
 
 
 def test_from_ns():
     assert O.from_ns("a", "x", 3, 1_500_000_000).time_s == 1.5
 
 
-@pytest.mark.parametrize("make", [
-    lambda: O("a", "x", -1, 1.0),
-    lambda: O("a", "x", 3, -0.5),
-    lambda: O("a", "x", 3, math.nan),
-    lambda: O("a", "x", 3, math.inf),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: O("a", "x", -1, 1.0),
+        lambda: O("a", "x", 3, -0.5),
+        lambda: O("a", "x", 3, math.nan),
+        lambda: O("a", "x", 3, math.inf),
+    ],
+)
 def test_impossible_outcomes_refused(make):
     with pytest.raises(ImpossibleFigure) as e:
         make()
@@ -102,7 +109,10 @@ def test_oracle_and_gap():
         ("parakeet", 7): [O("a", "x", 10, 1.0), O("b", "x", 20, 3.0)],
     }
     r = oracle(cat)
-    assert r.choice == {"a": ("qwen", 3), "b": ("qwen", 7)}  # first minimum in catalog order breaks the tie
+    assert r.choice == {
+        "a": ("qwen", 3),
+        "b": ("qwen", 7),
+    }  # first minimum in catalog order breaks the tie
     assert r.tps == pytest.approx(30 / 3.0)
     selected = pooled_tps(cat[("qwen", 7)])  # 30/4
     assert oracle_gap(selected, r.tps) == pytest.approx(100 * (1 - 7.5 / 10))
@@ -138,6 +148,11 @@ def test_slowdown_refuses_mismatch_and_bad_baseline():
 
 
 def test_cdf():
-    assert cdf({"a": 3.0, "b": 1.0, "c": 2.0, "d": 2.0}) == [(1.0, 0.25), (2.0, 0.5), (2.0, 0.75), (3.0, 1.0)]
+    assert cdf({"a": 3.0, "b": 1.0, "c": 2.0, "d": 2.0}) == [
+        (1.0, 0.25),
+        (2.0, 0.5),
+        (2.0, 0.75),
+        (3.0, 1.0),
+    ]
     with pytest.raises(ImpossibleFigure):
         cdf([])

@@ -30,10 +30,19 @@ def test_synthetic_cohort_has_the_papers_shape(traces):
 def test_target_only_anchor_is_16_96_tps(traces):
     step_ns = ms_to_ns(synthetic_profile().target_step_ms)
     assert step_ns == 59_391_000
-    outs = [Outcome.from_ns(w.id, w.dataset, w.n_tokens, (w.n_tokens - 1) * step_ns) for w in traces.windows]
+    outs = [
+        Outcome.from_ns(w.id, w.dataset, w.n_tokens, (w.n_tokens - 1) * step_ns)
+        for w in traces.windows
+    ]
     tps = tps_by_dataset(outs)
     assert round(tps["all"], 2) == 16.96
     assert tps["all"] == pytest.approx(94_511 / (93_823 * 0.059391), rel=1e-12)
     # The K70 target-only row of Table 8, per dataset.
-    table8 = {"librispeech": 16.92, "ami": 16.92, "fleurs": 16.94, "kespeech": 17.00, "m4singer": 17.04}
+    table8 = {
+        "librispeech": 16.92,
+        "ami": 16.92,
+        "fleurs": 16.94,
+        "kespeech": 17.00,
+        "m4singer": 17.04,
+    }
     assert {d: round(tps[d], 2) for d in table8} == table8

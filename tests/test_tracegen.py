@@ -30,12 +30,22 @@ def test_build_resume_and_content(tmp_path) -> None:
     partial = out.with_name(out.name + ".partial.jsonl")
     lines = [json.loads(x) for x in partial.read_text().splitlines()]
     # the pair that made the partial first, then the one finished window
-    assert lines[0]["pair"]["name"] == "bundled" and [x["id"] for x in lines[1:]] == seen[1:2] and not out.exists()
+    assert (
+        lines[0]["pair"]["name"] == "bundled"
+        and [x["id"] for x in lines[1:]] == seen[1:2]
+        and not out.exists()
+    )
     events: list[str] = []
-    path = build_traces("dev", out, limit=2, processes=1, progress=lambda n, t, w: events.append(w), max_tokens=MAX)
+    path = build_traces(
+        "dev", out, limit=2, processes=1, progress=lambda n, t, w: events.append(w), max_tokens=MAX
+    )
     assert events[0] == "resumed" and not partial.exists()
     ts = load_traces(path, split="dev")
-    assert len(ts.windows) == 2 and set(ts.sources) == {"drafter", "ctc"} and ts.default_source == "drafter"
+    assert (
+        len(ts.windows) == 2
+        and set(ts.sources) == {"drafter", "ctc"}
+        and ts.default_source == "drafter"
+    )
 
     models = load_models()
     corpus = load_corpus()

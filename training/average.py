@@ -18,19 +18,27 @@ import torch
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("out", type=Path)
     ap.add_argument("ckpts", type=Path, nargs="+")
     a = ap.parse_args()
     if a.out.exists():
-        raise SystemExit(f"{a.out} exists: name another file (a checkpoint is never overwritten here)")
+        raise SystemExit(
+            f"{a.out} exists: name another file (a checkpoint is never overwritten here)"
+        )
     saved = [torch.load(p, weights_only=False) for p in a.ckpts]
     dims = {str(s["dims"]) for s in saved}
     if len(dims) != 1:
         raise SystemExit("the checkpoints have different model dimensions: they are not one run")
     last = saved[-1]
-    last["model"] = {k: (sum(s["model"][k].float() for s in saved) / len(saved)).to(v.dtype)
-                     if v.is_floating_point() else v for k, v in last["model"].items()}
+    last["model"] = {
+        k: (sum(s["model"][k].float() for s in saved) / len(saved)).to(v.dtype)
+        if v.is_floating_point()
+        else v
+        for k, v in last["model"].items()
+    }
     last["state"]["averaged_from"] = [str(p) for p in a.ckpts]
     tmp = a.out.with_suffix(".tmp")
     torch.save(last, tmp)

@@ -42,19 +42,28 @@ def ctc_wer(rec: CtcRecognizer, windows: list) -> tuple[int, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("onnx", nargs="*", type=Path, help="CTC model files to score (default: the bundled one)")
+    ap.add_argument(
+        "onnx", nargs="*", type=Path, help="CTC model files to score (default: the bundled one)"
+    )
     a = ap.parse_args()
     rec = CtcRecognizer(load_bundle(), threads=1)
     corpus = load_corpus()
-    windows = [w for split in ("dev", "val") for w in corpus.split(split) if rec.eligible(w.language)]
+    windows = [
+        w for split in ("dev", "val") for w in corpus.split(split) if rec.eligible(w.language)
+    ]
     for path in a.onnx or [None]:
         if path is not None:
             if not path.is_file():
-                print(f"error: {path} is not a file; give ONNX files of the CTC model", file=sys.stderr)
+                print(
+                    f"error: {path} is not a file; give ONNX files of the CTC model",
+                    file=sys.stderr,
+                )
                 return 2
             rec.session = make_session(path, 1)
         e, n = ctc_wer(rec, windows)
-        print(f"{path or 'bundled ctc.onnx'}: WER {e / n:.4f} ({e}/{n} words, {len(windows)} English dev+val windows)")
+        print(
+            f"{path or 'bundled ctc.onnx'}: WER {e / n:.4f} ({e}/{n} words, {len(windows)} English dev+val windows)"
+        )
     return 0
 
 

@@ -45,7 +45,10 @@ def main() -> int:
         labels = args[2]
         args = args[:1]
     if len(args) != 1:
-        print("usage: " + next(line.strip() for line in __doc__.splitlines() if "training/dev_ce.py" in line))
+        print(
+            "usage: "
+            + next(line.strip() for line in __doc__.splitlines() if "training/dev_ce.py" in line)
+        )
         return 2
     sys.argv[1:] = args
     targets = _target_tokens() if labels == "target" else {}

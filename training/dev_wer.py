@@ -53,7 +53,10 @@ def main() -> int:
     a = ap.parse_args()
     missing = [str(p) for p in a.ckpt if not p.is_file()]
     if missing:
-        print(f"error: no checkpoint at {', '.join(missing)}: give train.py checkpoint files", file=sys.stderr)
+        print(
+            f"error: no checkpoint at {', '.join(missing)}: give train.py checkpoint files",
+            file=sys.stderr,
+        )
         return 2
     torch.set_num_threads(a.threads)
     corpus = load_corpus()
@@ -66,7 +69,11 @@ def main() -> int:
     for s in settings + ["all"]:
         cells = []
         for _, _, r in rows:
-            e, n = (sum(v[0] for v in r.values()), sum(v[1] for v in r.values())) if s == "all" else r[s]
+            e, n = (
+                (sum(v[0] for v in r.values()), sum(v[1] for v in r.values()))
+                if s == "all"
+                else r[s]
+            )
             cells.append(f"{e / max(1, n):12.3f}")
         print(f"{s:13s} " + " ".join(cells))
     return 0

@@ -68,18 +68,24 @@ def load(directory: Path, sha: str) -> dict[str, list[int] | None]:
 
 def save(directory: Path, sha: str, items: dict) -> None:
     tmp = directory / (OUT + ".tmp")
-    tmp.write_text(json.dumps({"schema": SCHEMA, "version": 1, "target_sha256": sha, "items": items}))
+    tmp.write_text(
+        json.dumps({"schema": SCHEMA, "version": 1, "target_sha256": sha, "items": items})
+    )
     os.replace(tmp, directory / OUT)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    ap.add_argument("--set", type=int, required=True, help="training set: 0 = the base set, N = shard N")
+    ap.add_argument(
+        "--set", type=int, required=True, help="training set: 0 = the base set, N = shard N"
+    )
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     directory = set_dir(args.set)
     if not (directory / "index.json").exists():
-        raise SystemExit(f"no training set at {directory}: run training/make_corpus.py --only train --shard {args.set}")
+        raise SystemExit(
+            f"no training set at {directory}: run training/make_corpus.py --only train --shard {args.set}"
+        )
     bundle = load_bundle()
     info = bundle.model("target")
     sha = info["sha256"][info["files"]["decoder"]]
@@ -92,17 +98,23 @@ def main() -> int:
     for n, it in enumerate(items):
         if it["id"] in done:
             continue
-        mel = np.asarray(feats[it["offset"]: it["offset"] + it["frames"]])
+        mel = np.asarray(feats[it["offset"] : it["offset"] + it["frames"]])
         done[it["id"]] = greedy_from_mel(model, mel, limit)
         fresh += 1
         if fresh % 200 == 0:
             save(directory, sha, done)
             rate = fresh / (time.time() - t0)
-            print(f"{len(done)}/{len(items)} utterances, {rate:.1f}/s, "
-                  f"{(len(items) - len(done)) / rate / 60:.1f} min left", flush=True)
+            print(
+                f"{len(done)}/{len(items)} utterances, {rate:.1f}/s, "
+                f"{(len(items) - len(done)) / rate / 60:.1f} min left",
+                flush=True,
+            )
     save(directory, sha, done)
     loops = sum(v is None for v in done.values())
-    print(f"{directory}: {len(done)} transcripts ({loops} without EOS, left out of training)", flush=True)
+    print(
+        f"{directory}: {len(done)} transcripts ({loops} without EOS, left out of training)",
+        flush=True,
+    )
     return 0
 
 

@@ -131,9 +131,19 @@ def load(kind: str):
     return model, dims, saved["state"]
 
 
-def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict) -> None:
-    torch.onnx.export(module, args, str(path), input_names=inputs, output_names=outputs,
-                      dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+def _export(
+    module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict
+) -> None:
+    torch.onnx.export(
+        module,
+        args,
+        str(path),
+        input_names=inputs,
+        output_names=outputs,
+        dynamic_axes=axes,
+        opset_version=OPSET,
+        dynamo=False,
+    )
 
 
 def store_exact_fp16(path: Path, min_size: int = 256) -> int:
@@ -149,13 +159,24 @@ def store_exact_fp16(path: Path, min_size: int = 256) -> int:
     saved, keep, casts = 0, [], []
     for init in g.initializer:
         arr = numpy_helper.to_array(init)
-        if arr.dtype != np.float32 or arr.size < min_size or not np.array_equal(arr.astype(np.float16).astype(np.float32), arr):
+        if (
+            arr.dtype != np.float32
+            or arr.size < min_size
+            or not np.array_equal(arr.astype(np.float16).astype(np.float32), arr)
+        ):
             keep.append(init)
             continue
         half = numpy_helper.from_array(arr.astype(np.float16), init.name + "__fp16")
         keep.append(half)
-        casts.append(helper.make_node("Cast", [half.name], [init.name], to=onnx.TensorProto.FLOAT,
-                                      name=init.name + "__cast"))
+        casts.append(
+            helper.make_node(
+                "Cast",
+                [half.name],
+                [init.name],
+                to=onnx.TensorProto.FLOAT,
+                name=init.name + "__cast",
+            )
+        )
         saved += arr.size * 2
     if casts:
         del g.initializer[:]
@@ -171,7 +192,13 @@ def store_exact_fp16(path: Path, min_size: int = 256) -> int:
 # cross K/V from memory, not by arithmetic (a 192-wide step moved ~9 MB), and ONNX Runtime's
 # MatMulNBits with int8 compute (accuracy_level 4) runs the weight MatMuls from a quarter of
 # the bytes. Only proposals change — the target verifies every token, and stays float32.
-INT8 = {"op": "com.microsoft.MatMulNBits", "bits": 8, "block_size": 32, "symmetric": True, "accuracy_level": 4}
+INT8 = {
+    "op": "com.microsoft.MatMulNBits",
+    "bits": 8,
+    "block_size": 32,
+    "symmetric": True,
+    "accuracy_level": 4,
+}
 
 
 def quantize_matmuls(path: Path) -> int:
@@ -180,14 +207,24 @@ def quantize_matmuls(path: Path) -> int:
     import logging
 
     import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
-                                                                 MatMulNBitsQuantizer)
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
 
-    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)  # a line per node
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(
+        logging.WARNING
+    )  # a line per node
 
-    kw = {"bits": INT8["bits"], "block_size": INT8["block_size"], "is_symmetric": INT8["symmetric"],
-          "accuracy_level": INT8["accuracy_level"]}
-    q = MatMulNBitsQuantizer(onnx.load(str(path)), algo_config=DefaultWeightOnlyQuantConfig(**kw), **kw)
+    kw = {
+        "bits": INT8["bits"],
+        "block_size": INT8["block_size"],
+        "is_symmetric": INT8["symmetric"],
+        "accuracy_level": INT8["accuracy_level"],
+    }
+    q = MatMulNBitsQuantizer(
+        onnx.load(str(path)), algo_config=DefaultWeightOnlyQuantConfig(**kw), **kw
+    )
     q.process()
     q.model.save_model_to_file(str(path), use_external_data_format=False)
     return sum(n.op_type == "MatMulNBits" for n in onnx.load(str(path)).graph.node)
@@ -203,8 +240,10 @@ def _errors(path: Path, cases: list[tuple[dict, list]]) -> dict[int, float]:
     for feeds, expected in cases:
         got = sess.run(None, feeds)
         if len(got) != len(expected):
-            raise SystemExit(f"{path} has {len(got)} outputs, expected {len(expected)}: export the target first "
-                             "(python training/export.py --models target drafter)")
+            raise SystemExit(
+                f"{path} has {len(got)} outputs, expected {len(expected)}: export the target first "
+                "(python training/export.py --models target drafter)"
+            )
         for i, (g, e) in enumerate(zip(got, expected)):
             if e is not None:
                 worst[i] = max(worst.get(i, 0.0), float(np.max(np.abs(g - e))))
@@ -222,7 +261,9 @@ def shares_target_encoder(model: Seq2Seq) -> bool:
         return False
     tgt = torch.load(path, weights_only=False)["model"]
     own = {k: v for k, v in model.state_dict().items() if k.startswith("encoder.")}
-    return all(k in tgt and tgt[k].shape == v.shape and torch.equal(tgt[k], v) for k, v in own.items())
+    return all(
+        k in tgt and tgt[k].shape == v.shape and torch.equal(tgt[k], v) for k, v in own.items()
+    )
 
 
 def export_seq2seq(kind: str, int8: bool = False) -> dict:
@@ -237,19 +278,50 @@ def export_seq2seq(kind: str, int8: bool = False) -> dict:
         if shared:
             # No encoder file: at run time this model reads the target's encoder states. The
             # target's shipped encoder must produce the states this model was trained on.
-            _export(CrossExport(model), (hidden,), cross_path, ["hidden"], ["cross_k", "cross_v"],
-                    {"hidden": {1: "enc_frames"}, "cross_k": {3: "enc_frames"}, "cross_v": {3: "enc_frames"}})
-            err_enc = max(_check(OUT / "target_encoder.onnx", {"mel": mel.numpy()}, [None, None, hidden.numpy()]),
-                          _check(cross_path, {"hidden": hidden.numpy()}, [ck.numpy(), cv.numpy()]))
-            enc_path.unlink(missing_ok=True)  # a previous export's own encoder is no longer part of the bundle
+            _export(
+                CrossExport(model),
+                (hidden,),
+                cross_path,
+                ["hidden"],
+                ["cross_k", "cross_v"],
+                {
+                    "hidden": {1: "enc_frames"},
+                    "cross_k": {3: "enc_frames"},
+                    "cross_v": {3: "enc_frames"},
+                },
+            )
+            err_enc = max(
+                _check(
+                    OUT / "target_encoder.onnx", {"mel": mel.numpy()}, [None, None, hidden.numpy()]
+                ),
+                _check(cross_path, {"hidden": hidden.numpy()}, [ck.numpy(), cv.numpy()]),
+            )
+            enc_path.unlink(
+                missing_ok=True
+            )  # a previous export's own encoder is no longer part of the bundle
         else:
-            _export(EncoderExport(model), (mel,), enc_path, ["mel"], ["cross_k", "cross_v", "hidden"],
-                    {"mel": {1: "frames"}, "cross_k": {3: "enc_frames"}, "cross_v": {3: "enc_frames"},
-                     "hidden": {1: "enc_frames"}})
+            _export(
+                EncoderExport(model),
+                (mel,),
+                enc_path,
+                ["mel"],
+                ["cross_k", "cross_v", "hidden"],
+                {
+                    "mel": {1: "frames"},
+                    "cross_k": {3: "enc_frames"},
+                    "cross_v": {3: "enc_frames"},
+                    "hidden": {1: "enc_frames"},
+                },
+            )
             halved = store_exact_fp16(enc_path)
             if halved:
-                print(f"{kind}: {halved / 1e6:.1f} MB of exactly-float16 encoder weights stored as float16", flush=True)
-            err_enc = _check(enc_path, {"mel": mel.numpy()}, [ck.numpy(), cv.numpy(), hidden.numpy()])
+                print(
+                    f"{kind}: {halved / 1e6:.1f} MB of exactly-float16 encoder weights stored as float16",
+                    flush=True,
+                )
+            err_enc = _check(
+                enc_path, {"mel": mel.numpy()}, [ck.numpy(), cv.numpy(), hidden.numpy()]
+            )
             cross_path.unlink(missing_ok=True)
         tokens = torch.randint(3, dims.vocab, (1, 3))
         pk = torch.randn(L, 1, H, 5, dh)
@@ -260,10 +332,17 @@ def export_seq2seq(kind: str, int8: bool = False) -> dict:
             tokens = torch.randint(3, dims.vocab, (1, k))
             pk, pv = torch.randn(L, 1, H, t, dh), torch.randn(L, 1, H, t, dh)
             args = decoder_feeds(tokens, pk, pv, ck, cv)
-            checks.append(({n: a.numpy() for n, a in zip(ins, args)}, [e.numpy() for e in DecoderExport(model)(*args)]))
+            checks.append(
+                (
+                    {n: a.numpy() for n, a in zip(ins, args)},
+                    [e.numpy() for e in DecoderExport(model)(*args)],
+                )
+            )
         err_dec = max(_errors(dec_path, checks).values())
     if err_enc > 1e-3 or err_dec > 1e-3:
-        raise SystemExit(f"{kind}: ONNX differs from torch (encoder {err_enc:.2e}, decoder {err_dec:.2e})")
+        raise SystemExit(
+            f"{kind}: ONNX differs from torch (encoder {err_enc:.2e}, decoder {err_dec:.2e})"
+        )
     quant = None
     if int8:  # checked in float first (above): the quantized file's error is the rounding's alone
         quant = {**INT8, "matmuls": quantize_matmuls(dec_path)}
@@ -271,15 +350,27 @@ def export_seq2seq(kind: str, int8: bool = False) -> dict:
         quant["max_abs_error"], quant["max_abs_logit_error"] = max(errs.values()), errs[0]
     first = cross_path if shared else enc_path
     entry = {
-        "kind": "seq2seq", "dims": dims.to_dict(),
+        "kind": "seq2seq",
+        "dims": dims.to_dict(),
         "files": {"cross" if shared else "encoder": first.name, "decoder": dec_path.name},
         "sha256": {first.name: sha256(first), dec_path.name: sha256(dec_path)},
         # a sharing drafter's count leaves out the target's encoder it reads
-        "params": sum(p.numel() for n, p in model.named_parameters()
-                      if not n.startswith("ctc_head") and not (shared and n.startswith("encoder."))),
-        "trained": {"steps": state["step"], "epochs": state["epoch"], "wall_seconds": round(state["wall"]),
-                    # weights averaged over this many checkpoints of the run's last minutes
-                    **({"averaged_checkpoints": len(state["averaged_from"])} if state.get("averaged_from") else {})},
+        "params": sum(
+            p.numel()
+            for n, p in model.named_parameters()
+            if not n.startswith("ctc_head") and not (shared and n.startswith("encoder."))
+        ),
+        "trained": {
+            "steps": state["step"],
+            "epochs": state["epoch"],
+            "wall_seconds": round(state["wall"]),
+            # weights averaged over this many checkpoints of the run's last minutes
+            **(
+                {"averaged_checkpoints": len(state["averaged_from"])}
+                if state.get("averaged_from")
+                else {}
+            ),
+        },
         "export_max_abs_error": {"encoder": err_enc, "decoder": err_dec},
     }
     if quant is not None:
@@ -294,16 +385,32 @@ def export_ctc() -> dict:
     path = OUT / "ctc.onnx"
     mel = torch.randn(1, 256, 80) * 0.3
     with torch.no_grad():
-        _export(CtcExport(model), (mel,), path, ["mel"], ["log_probs"], {"mel": {1: "frames"}, "log_probs": {1: "enc_frames"}})
+        _export(
+            CtcExport(model),
+            (mel,),
+            path,
+            ["mel"],
+            ["log_probs"],
+            {"mel": {1: "frames"}, "log_probs": {1: "enc_frames"}},
+        )
         mel2 = torch.randn(1, 311, 80) * 0.3
         err = _check(path, {"mel": mel2.numpy()}, [CtcExport(model)(mel2).numpy()])
     if err > 1e-3:
         raise SystemExit(f"ctc: ONNX differs from torch ({err:.2e})")
     return {
-        "kind": "ctc", "dims": dims.to_dict(), "files": {"model": path.name}, "sha256": {path.name: sha256(path)},
-        "params": sum(p.numel() for p in model.parameters()), "chars": "ctc_chars.json",
-        "languages": ["en"], "chunk_seconds": 2.56,
-        "trained": {"steps": state["step"], "epochs": state["epoch"], "wall_seconds": round(state["wall"])},
+        "kind": "ctc",
+        "dims": dims.to_dict(),
+        "files": {"model": path.name},
+        "sha256": {path.name: sha256(path)},
+        "params": sum(p.numel() for p in model.parameters()),
+        "chars": "ctc_chars.json",
+        "languages": ["en"],
+        "chunk_seconds": 2.56,
+        "trained": {
+            "steps": state["step"],
+            "epochs": state["epoch"],
+            "wall_seconds": round(state["wall"]),
+        },
         "export_max_abs_error": {"model": err},
     }
 
@@ -311,21 +418,40 @@ def export_ctc() -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="+", default=["target", "drafter", "ctc"])
-    ap.add_argument("--int8", nargs="*", default=["drafter"], choices=["target", "drafter"],
-                    help="decoders shipped with 8-bit weights (default: the drafter's; the target's output "
-                         "is the reference every method must reproduce, so it stays float32)")
+    ap.add_argument(
+        "--int8",
+        nargs="*",
+        default=["drafter"],
+        choices=["target", "drafter"],
+        help="decoders shipped with 8-bit weights (default: the drafter's; the target's output "
+        "is the reference every method must reproduce, so it stays float32)",
+    )
     args = ap.parse_args()
     manifest_path = OUT / "models.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    manifest.update({"schema": "as2d.models", "version": 2, "tokenizer": "tokenizer.json",
-                     "specials": {"pad": 0, "sot": 1, "eot": 2, "unk": 3}, "sample_rate": 16000,
-                     "features": "as2d_cli.models.features.log_mel (80 log-mel, 10 ms hop)"})
+    manifest.update(
+        {
+            "schema": "as2d.models",
+            "version": 2,
+            "tokenizer": "tokenizer.json",
+            "specials": {"pad": 0, "sot": 1, "eot": 2, "unk": 3},
+            "sample_rate": 16000,
+            "features": "as2d_cli.models.features.log_mel (80 log-mel, 10 ms hop)",
+        }
+    )
     manifest.setdefault("models", {})
-    manifest["sha256"] = {"tokenizer.json": sha256(OUT / "tokenizer.json"), "ctc_chars.json": sha256(OUT / "ctc_chars.json")}
+    manifest["sha256"] = {
+        "tokenizer.json": sha256(OUT / "tokenizer.json"),
+        "ctc_chars.json": sha256(OUT / "ctc_chars.json"),
+    }
     logs = OUT / "training_logs"
     logs.mkdir(exist_ok=True)
-    for kind in sorted(args.models, key=["target", "drafter", "ctc"].index):  # a sharing drafter checks the target's file
-        manifest["models"][kind] = export_ctc() if kind == "ctc" else export_seq2seq(kind, kind in args.int8)
+    for kind in sorted(
+        args.models, key=["target", "drafter", "ctc"].index
+    ):  # a sharing drafter checks the target's file
+        manifest["models"][kind] = (
+            export_ctc() if kind == "ctc" else export_seq2seq(kind, kind in args.int8)
+        )
         shutil.copy(WORK / kind / "log.jsonl", logs / f"{kind}.jsonl")
         print(kind, json.dumps(manifest["models"][kind]["export_max_abs_error"]), flush=True)
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")

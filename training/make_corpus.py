@@ -54,12 +54,32 @@ OPUS_LEVEL = 0.9  # libsndfile compression level -> about 16-24 kbit/s for speec
 
 ENGLISH_VARIANTS = ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5"]
 READ_VOICES = ["en-us", "en-gb"]
-ACCENT_VOICES = ["en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-029", "en-us-nyc", "en-gb-x-rp"]
+ACCENT_VOICES = [
+    "en-gb-scotland",
+    "en-gb-x-gbclan",
+    "en-gb-x-gbcwmd",
+    "en-029",
+    "en-us-nyc",
+    "en-gb-x-rp",
+]
 OTHER_LANGS = {"de": "de_DE", "es": "es_ES"}
 
 _SKIP_MODULES = {
-    "antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "ensurepip",
-    "lib2to3", "pydoc", "test", "msilib", "winreg", "winsound", "msvcrt", "nt",
+    "antigravity",
+    "this",
+    "idlelib",
+    "tkinter",
+    "turtle",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "pydoc",
+    "test",
+    "msilib",
+    "winreg",
+    "winsound",
+    "msvcrt",
+    "nt",
 }
 
 
@@ -75,8 +95,10 @@ def english_sentences() -> list[str]:
         except Exception:  # platform modules that do not exist here
             continue
         objs = [mod] + [
-            v for k, v in sorted(vars(mod).items())
-            if not k.startswith("_") and (inspect.isclass(v) or inspect.isfunction(v))
+            v
+            for k, v in sorted(vars(mod).items())
+            if not k.startswith("_")
+            and (inspect.isclass(v) or inspect.isfunction(v))
             and getattr(v, "__module__", "") == name
         ]
         for obj in objs:
@@ -132,8 +154,14 @@ def split_sentences(sentences: list[str], split: str) -> list[str]:
 class TextSource:
     """Draws segment texts for one split: real sentences or random word sequences."""
 
-    def __init__(self, split: str, rng: np.random.Generator, sentences: list[str], en_words: list[str],
-                 sentence_p: float = 0.6):
+    def __init__(
+        self,
+        split: str,
+        rng: np.random.Generator,
+        sentences: list[str],
+        en_words: list[str],
+        sentence_p: float = 0.6,
+    ):
         self.rng = rng
         self.sentence_p = sentence_p
         self.sentences = split_sentences(sentences, split)
@@ -187,7 +215,13 @@ def sung(text: str, voice: str, rng: np.random.Generator) -> np.ndarray:
     for w in text.split():
         level = int(np.clip(level + rng.integers(-2, 3), 0, len(steps) - 1))
         parts.append(f'<prosody pitch="{steps[level]:+d}%">{w}</prosody>')
-    x = espeak("<speak>" + " ".join(parts) + "</speak>", voice, int(rng.integers(95, 135)), int(rng.integers(40, 70)), ssml=True)
+    x = espeak(
+        "<speak>" + " ".join(parts) + "</speak>",
+        voice,
+        int(rng.integers(95, 135)),
+        int(rng.integers(40, 70)),
+        ssml=True,
+    )
     return vibrato(x, rng)
 
 
@@ -228,25 +262,37 @@ def make_item(spec: dict) -> dict:
         pieces.append(np.zeros(int(MIN_SECONDS * SAMPLE_RATE) - total + 160, np.float32))
     audio = np.concatenate(pieces)[: int(MAX_SECONDS * SAMPLE_RATE)]
     if setting == "meeting":
-        other = np.concatenate([espeak(s, spec["voice2"], spec["rate2"], spec["pitch2"]) for s in spec["segments2"]])
+        other = np.concatenate(
+            [espeak(s, spec["voice2"], spec["rate2"], spec["pitch2"]) for s in spec["segments2"]]
+        )
         start = int(rng.integers(0, max(1, len(audio) // 3)))
         other = other[: max(0, len(audio) - start)]
         gain = 10 ** (-rng.uniform(8.0, 13.0) / 20.0) * rms(audio) / rms(other)
         audio[start : start + len(other)] += gain * other
         snr_db = rng.uniform(10.0, 20.0)
         audio += coloured_noise(len(audio), rng) * rms(audio) * 10 ** (-snr_db / 20.0)
-    audio = audio * (10 ** (-rng.uniform(1.0, 12.0) / 20.0) / max(float(np.max(np.abs(audio))), 1e-6))
-    out = {"id": spec["id"], "seconds": round(len(audio) / SAMPLE_RATE, 3), "text": normalize_text(" ".join(used))}
+    audio = audio * (
+        10 ** (-rng.uniform(1.0, 12.0) / 20.0) / max(float(np.max(np.abs(audio))), 1e-6)
+    )
+    out = {
+        "id": spec["id"],
+        "seconds": round(len(audio) / SAMPLE_RATE, 3),
+        "text": normalize_text(" ".join(used)),
+    }
     if spec["split"] == "train":
         # Pass through the same codec as the shipped windows so train and eval audio match.
         buf = io.BytesIO()
-        sf.write(buf, audio, SAMPLE_RATE, format="OGG", subtype="OPUS", compression_level=OPUS_LEVEL)
+        sf.write(
+            buf, audio, SAMPLE_RATE, format="OGG", subtype="OPUS", compression_level=OPUS_LEVEL
+        )
         buf.seek(0)
         decoded, _ = sf.read(buf, dtype="float32")
         out["features"] = log_mel(decoded).astype(np.float16)
     else:
         path = ASSETS / "audio" / f"{spec['id']}.ogg"
-        sf.write(path, audio, SAMPLE_RATE, format="OGG", subtype="OPUS", compression_level=OPUS_LEVEL)
+        sf.write(
+            path, audio, SAMPLE_RATE, format="OGG", subtype="OPUS", compression_level=OPUS_LEVEL
+        )
         out["audio"] = f"audio/{path.name}"
     return out
 
@@ -257,8 +303,16 @@ def estimate_seconds(text: str, setting: str, rate: int) -> float:
     return 0.62 * len(text.split()) * 60.0 / wpm + 0.3  # espeak runs ~1.6x faster than -s says
 
 
-def window_spec(idx: str, split: str, setting: str, rng: np.random.Generator, texts: TextSource,
-                lo: float, hi: float, single: bool = False) -> dict:
+def window_spec(
+    idx: str,
+    split: str,
+    setting: str,
+    rng: np.random.Generator,
+    texts: TextSource,
+    lo: float,
+    hi: float,
+    single: bool = False,
+) -> dict:
     if setting == "multilingual":
         lang = ["en", "de", "es"][int(rng.integers(3))]
     else:
@@ -285,8 +339,14 @@ def window_spec(idx: str, split: str, setting: str, rng: np.random.Generator, te
         if single or total >= target:
             break
     spec = {
-        "id": idx, "split": split, "setting": setting, "language": lang, "voice": voice,
-        "rate": rate, "pitch": int(rng.integers(30, 71)), "segments": segments,
+        "id": idx,
+        "split": split,
+        "setting": setting,
+        "language": lang,
+        "voice": voice,
+        "rate": rate,
+        "pitch": int(rng.integers(30, 71)),
+        "segments": segments,
         "seed": int(rng.integers(2**31)),
     }
     if setting == "meeting":
@@ -298,8 +358,9 @@ def window_spec(idx: str, split: str, setting: str, rng: np.random.Generator, te
     return spec
 
 
-def build_specs(split: str, n: int, seed_offset: int, sentences: list[str], en_words: list[str],
-                shard: int = 0) -> list[dict]:
+def build_specs(
+    split: str, n: int, seed_offset: int, sentences: list[str], en_words: list[str], shard: int = 0
+) -> list[dict]:
     rng = np.random.default_rng(SEED + seed_offset)
     # Extra training shards draw more random-word segments: the 1,875 training sentences
     # repeat in every shard, and the models otherwise memorise them.
@@ -311,32 +372,53 @@ def build_specs(split: str, n: int, seed_offset: int, sentences: list[str], en_w
             setting = SETTINGS[i % len(SETTINGS)]
             long = rng.random() < 0.2
             lo, hi = (6.0, 20.0) if long else (1.0, 9.0)
-            specs.append(window_spec(f"{prefix}-{i:06d}", split, setting, rng, texts, lo, hi, single=not long))
+            specs.append(
+                window_spec(
+                    f"{prefix}-{i:06d}", split, setting, rng, texts, lo, hi, single=not long
+                )
+            )
     else:
         for setting in SETTINGS:
             for i in range(n):
-                specs.append(window_spec(f"{split}-{setting}-{i:03d}", split, setting, rng, texts, 4.0, 20.0))
+                specs.append(
+                    window_spec(f"{split}-{setting}-{i:03d}", split, setting, rng, texts, 4.0, 20.0)
+                )
     return specs
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--train-utterances", type=int, default=6000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", choices=["eval", "train"], default=None)
-    ap.add_argument("--shard", type=int, default=0,
-                    help="training shard: 0 is training/work/train; N > 0 writes training/work/train_shards/N "
-                         "from seed offset 100 + N (more data, same sentences, new words, voices and mixes)")
+    ap.add_argument(
+        "--shard",
+        type=int,
+        default=0,
+        help="training shard: 0 is training/work/train; N > 0 writes training/work/train_shards/N "
+        "from seed offset 100 + N (more data, same sentences, new words, voices and mixes)",
+    )
     args = ap.parse_args()
 
     sentences = english_sentences()
-    en_words = sorted(set(faker_words("en_US")) | {w for s in sentences if split_of(s) == "train" for w in s.split()})
-    espeak_version = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True).stdout.strip()
+    en_words = sorted(
+        set(faker_words("en_US"))
+        | {w for s in sentences if split_of(s) == "train" for w in s.split()}
+    )
+    espeak_version = subprocess.run(
+        ["espeak-ng", "--version"], capture_output=True, text=True
+    ).stdout.strip()
     import faker
 
     generator = {
-        "script": "training/make_corpus.py", "seed": SEED, "espeak_ng": espeak_version,
-        "faker": faker.VERSION, "python": sys.version.split()[0], "opus_compression_level": OPUS_LEVEL,
+        "script": "training/make_corpus.py",
+        "seed": SEED,
+        "espeak_ng": espeak_version,
+        "faker": faker.VERSION,
+        "python": sys.version.split()[0],
+        "opus_compression_level": OPUS_LEVEL,
     }
     with Pool(args.workers) as pool:
         if args.only in (None, "eval"):
@@ -348,33 +430,69 @@ def main() -> None:
             windows = []
             for s in specs:
                 r = results[s["id"]]
-                windows.append({
-                    "id": s["id"], "split": s["split"], "setting": s["setting"], "language": s["language"],
-                    "seconds": r["seconds"], "voice": s["voice"], "audio": r["audio"], "text": r["text"],
-                })
-            manifest = {"schema": SCHEMA, "version": VERSION, "sample_rate": SAMPLE_RATE,
-                        "generator": generator, "windows": windows}
-            (ASSETS / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
-            print(f"eval: {len(windows)} windows, {sum(w['seconds'] for w in windows):.0f} s", flush=True)
+                windows.append(
+                    {
+                        "id": s["id"],
+                        "split": s["split"],
+                        "setting": s["setting"],
+                        "language": s["language"],
+                        "seconds": r["seconds"],
+                        "voice": s["voice"],
+                        "audio": r["audio"],
+                        "text": r["text"],
+                    }
+                )
+            manifest = {
+                "schema": SCHEMA,
+                "version": VERSION,
+                "sample_rate": SAMPLE_RATE,
+                "generator": generator,
+                "windows": windows,
+            }
+            (ASSETS / "manifest.json").write_text(
+                json.dumps(manifest, indent=1, ensure_ascii=False) + "\n"
+            )
+            print(
+                f"eval: {len(windows)} windows, {sum(w['seconds'] for w in windows):.0f} s",
+                flush=True,
+            )
         if args.only in (None, "train"):
             out = WORK if args.shard == 0 else WORK.parent / "train_shards" / str(args.shard)
             out.mkdir(parents=True, exist_ok=True)
-            specs = build_specs("train", args.train_utterances, 0 if args.shard == 0 else 100 + args.shard,
-                                sentences, en_words, shard=args.shard)
+            specs = build_specs(
+                "train",
+                args.train_utterances,
+                0 if args.shard == 0 else 100 + args.shard,
+                sentences,
+                en_words,
+                shard=args.shard,
+            )
             feats, index = [], []
             offset = 0
             for k, r in enumerate(pool.imap(make_item, specs, chunksize=8)):
                 s = specs[k]
                 f = r["features"]
                 feats.append(f)
-                index.append({"id": s["id"], "setting": s["setting"], "language": s["language"],
-                              "text": r["text"], "offset": offset, "frames": int(len(f))})
+                index.append(
+                    {
+                        "id": s["id"],
+                        "setting": s["setting"],
+                        "language": s["language"],
+                        "text": r["text"],
+                        "offset": offset,
+                        "frames": int(len(f)),
+                    }
+                )
                 offset += len(f)
                 if k % 1000 == 0:
                     print(f"train: {k}/{len(specs)}", flush=True)
             np.save(out / "features.npy", np.concatenate(feats))
-            (out / "index.json").write_text(json.dumps({"generator": {**generator, "shard": args.shard}, "items": index},
-                                                       ensure_ascii=False))
+            (out / "index.json").write_text(
+                json.dumps(
+                    {"generator": {**generator, "shard": args.shard}, "items": index},
+                    ensure_ascii=False,
+                )
+            )
             print(f"train: {len(index)} utterances, {offset / 100:.0f} s", flush=True)
 
 

@@ -27,15 +27,23 @@ def main() -> None:
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIALS, initial_alphabet=ALPHABET + ["▁"],
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=SPECIALS,
+        initial_alphabet=ALPHABET + ["▁"],
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     OUT.mkdir(parents=True, exist_ok=True)
     tok.save(str(OUT / "tokenizer.json"))
     chars = ["<blank>", " "] + ALPHABET
-    (OUT / "ctc_chars.json").write_text(json.dumps({"blank": 0, "chars": chars}, ensure_ascii=False) + "\n")
+    (OUT / "ctc_chars.json").write_text(
+        json.dumps({"blank": 0, "chars": chars}, ensure_ascii=False) + "\n"
+    )
     n = sum(len(tok.encode(t).ids) for t in texts)
-    print(f"vocab {tok.get_vocab_size()}, {n} tokens over {len(texts)} training texts ({n / max(1, sum(len(t.split()) for t in texts)):.2f} per word)")
+    print(
+        f"vocab {tok.get_vocab_size()}, {n} tokens over {len(texts)} training texts ({n / max(1, sum(len(t.split()) for t in texts)):.2f} per word)"
+    )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,17 @@ class Dims:
 
     def encoder_dims(self) -> "Dims":
         """The dimensions the encoder (and the encoder's CTC head) are built with."""
-        return Dims(**{**asdict(self), "d": self.enc_d or self.d, "heads": self.enc_heads or self.heads,
-                       "ffn": self.enc_ffn or self.ffn, "enc_d": 0, "enc_heads": 0, "enc_ffn": 0})
+        return Dims(
+            **{
+                **asdict(self),
+                "d": self.enc_d or self.d,
+                "heads": self.enc_heads or self.heads,
+                "ffn": self.enc_ffn or self.ffn,
+                "enc_d": 0,
+                "enc_heads": 0,
+                "enc_ffn": 0,
+            }
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -52,7 +61,9 @@ TARGET = Dims(d=256, heads=4, enc_layers=4, dec_layers=4, ffn=1024)
 DRAFTER = Dims(d=192, heads=3, enc_layers=3, dec_layers=2, ffn=768)
 # The drafter's decoder on a frozen copy of the target's encoder (train.py --shared-encoder):
 # both models then hear the same acoustic evidence, so the drafter errs where the target does.
-SHARED_DRAFTER = Dims(d=192, heads=3, enc_layers=4, dec_layers=2, ffn=768, enc_d=256, enc_heads=4, enc_ffn=1024)
+SHARED_DRAFTER = Dims(
+    d=192, heads=3, enc_layers=4, dec_layers=2, ffn=768, enc_d=256, enc_heads=4, enc_ffn=1024
+)
 # The character CTC runs at 50 frames/s: espeak speaks ~26 characters/s (median, test
 # split; up to 33), and CTC needs at least one frame per character, so at 25 frames/s most
 # utterances had no valid alignment (their loss was zeroed) and the model barely learned.
@@ -78,8 +89,13 @@ def sinusoids(length: int | torch.Tensor, d: int) -> torch.Tensor:
     return torch.cat([torch.sin(ang), torch.cos(ang)], dim=1)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-              keep: list | None = None) -> torch.Tensor:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    keep: list | None = None,
+) -> torch.Tensor:
     """q (B,H,Q,dh), k/v (B,H,T,dh), mask broadcastable to (B,H,Q,T), True = may attend.
     ``keep`` (training only) receives the attention weights."""
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
@@ -125,7 +141,9 @@ class EncLayer(nn.Module):
         self.conv = dm.conv_kernel > 0
         if self.conv:  # conformer-style local context: learns alignments far sooner
             self.ln_c = nn.LayerNorm(dm.d)
-            self.dw = nn.Conv1d(dm.d, dm.d, dm.conv_kernel, padding=dm.conv_kernel // 2, groups=dm.d)
+            self.dw = nn.Conv1d(
+                dm.d, dm.d, dm.conv_kernel, padding=dm.conv_kernel // 2, groups=dm.d
+            )
             self.pw = nn.Linear(dm.d, dm.d)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -150,7 +168,9 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList([EncLayer(dm) for _ in range(dm.enc_layers)])
         self.ln = nn.LayerNorm(dm.d)
 
-    def forward(self, mel: torch.Tensor, lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, mel: torch.Tensor, lengths: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         x = self.front(mel)
         x = x + sinusoids(x.shape[1], self.d).to(x.dtype)
         mask = None
@@ -174,7 +194,9 @@ class DecLayer(nn.Module):
         self.cv = nn.Linear(dm.enc_d or dm.d, dm.d)
         self.co = nn.Linear(dm.d, dm.d)
         self.mlp = nn.Sequential(nn.Linear(dm.d, dm.ffn), nn.GELU(), nn.Linear(dm.ffn, dm.d))
-        self.keep: list | None = None  # training: collects cross-attention weights (guided-attention loss)
+        self.keep: list | None = (
+            None  # training: collects cross-attention weights (guided-attention loss)
+        )
 
     def cross_kv(self, enc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b, s, _ = enc.shape
@@ -188,9 +210,19 @@ class DecLayer(nn.Module):
         k = torch.cat([past_k, k], dim=2)
         v = torch.cat([past_v, v], dim=2)
         width = self.h * self.dh
-        x = x + _drop(self.o(attention(q, k, v, self_mask).transpose(1, 2).reshape(b, n, width)), self.training)
+        x = x + _drop(
+            self.o(attention(q, k, v, self_mask).transpose(1, 2).reshape(b, n, width)),
+            self.training,
+        )
         q = self.cq(self.ln2(x)).view(b, n, self.h, self.dh).transpose(1, 2)
-        x = x + _drop(self.co(attention(q, cross_k, cross_v, cross_mask, self.keep).transpose(1, 2).reshape(b, n, width)), self.training)
+        x = x + _drop(
+            self.co(
+                attention(q, cross_k, cross_v, cross_mask, self.keep)
+                .transpose(1, 2)
+                .reshape(b, n, width)
+            ),
+            self.training,
+        )
         return x + _drop(self.mlp(self.ln3(x)), self.training), k, v
 
 
@@ -265,7 +297,10 @@ class Seq2Seq(nn.Module):
             self.encoder.eval()  # no dropout: the same encoder output the target computes
             with torch.no_grad():
                 enc, mask = self.encoder(mel, mel_lengths)
-            self.last_enc = (enc, mask)  # train.py --teacher: the target's decoder reads the same encoding
+            self.last_enc = (
+                enc,
+                mask,
+            )  # train.py --teacher: the target's decoder reads the same encoding
         else:
             enc, mask = self.encoder(mel, mel_lengths)
         ck, cv = self.decoder.cross_kv(enc)

@@ -31,13 +31,24 @@ def _espeak(texts: list[str], voice: str) -> list[str]:
         f.write("".join(t.replace(".", " ") + ".\n" for t in texts))
         name = f.name
     try:
-        out = subprocess.run(["espeak-ng", "-q", "--ipa", "-v", voice, "-f", name], capture_output=True, text=True,
-                             check=True).stdout.splitlines()
+        out = subprocess.run(
+            ["espeak-ng", "-q", "--ipa", "-v", voice, "-f", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
     finally:
         Path(name).unlink(missing_ok=True)
     if len(out) != len(texts):  # fall back to one run per text rather than misalign
-        out = [subprocess.run(["espeak-ng", "-q", "--ipa", "-v", voice, t], capture_output=True, text=True,
-                              check=True).stdout.replace("\n", " ") for t in texts]
+        out = [
+            subprocess.run(
+                ["espeak-ng", "-q", "--ipa", "-v", voice, t],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.replace("\n", " ")
+            for t in texts
+        ]
     return [" ".join("".join(c for c in line if c not in DROP).split()) for line in out]
 
 

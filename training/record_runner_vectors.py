@@ -26,30 +26,72 @@ def main() -> None:
     corpus = load_corpus()
     windows = []
     for setting in ("read", "multilingual"):
-        ws = sorted((w for w in corpus.split("dev") if w.setting == setting), key=lambda w: w.seconds)
+        ws = sorted(
+            (w for w in corpus.split("dev") if w.setting == setting), key=lambda w: w.seconds
+        )
         windows.append(ws[0].id)
     r = LocalRunner()
     r.call({"op": "hello"})
     r.call({"op": "load"})
     vectors = []
     for wid in windows:
-        ref = r.call({"op": "decode", "window": wid, "method": "target-only", "max_tokens": MAX, "events": False})
-        for method, extra in (("target-only", {}), ("sd", {"k": 6}), ("asp", {}), ("as2d", {"budget": 5}),
-                              ("as2d", {"source": "ctc"}), ("as2d-no-td", {"budget": 3}), ("as2d-no-bc", {}),
-                              ("as2d", {"source": "external", "candidates": [{"t_ms": 0, "tokens": ref["tokens"][:20]},
-                                                                             {"t_ms": 5, "tokens": ref["tokens"][20:]}]})):
+        ref = r.call(
+            {
+                "op": "decode",
+                "window": wid,
+                "method": "target-only",
+                "max_tokens": MAX,
+                "events": False,
+            }
+        )
+        for method, extra in (
+            ("target-only", {}),
+            ("sd", {"k": 6}),
+            ("asp", {}),
+            ("as2d", {"budget": 5}),
+            ("as2d", {"source": "ctc"}),
+            ("as2d-no-td", {"budget": 3}),
+            ("as2d-no-bc", {}),
+            (
+                "as2d",
+                {
+                    "source": "external",
+                    "candidates": [
+                        {"t_ms": 0, "tokens": ref["tokens"][:20]},
+                        {"t_ms": 5, "tokens": ref["tokens"][20:]},
+                    ],
+                },
+            ),
+        ):
             cmd = {"op": "decode", "window": wid, "method": method, "max_tokens": MAX, **extra}
             vectors.append({"command": cmd, "expect": {"event": "result", "tokens": ref["tokens"]}})
-    for cmd, needle in (({"op": "fly"}, "unknown op"),
-                        ({"op": "decode", "window": windows[0], "method": "magic"}, "'method' must be one of"),
-                        ({"op": "decode", "window": "no-such-window", "method": "sd"}, "no window"),
-                        ({"op": "decode", "window": windows[0], "method": "as2d", "source": "external",
-                          "candidates": [{"tokens": [1]}]}, "t_ms")):
+    for cmd, needle in (
+        ({"op": "fly"}, "unknown op"),
+        ({"op": "decode", "window": windows[0], "method": "magic"}, "'method' must be one of"),
+        ({"op": "decode", "window": "no-such-window", "method": "sd"}, "no window"),
+        (
+            {
+                "op": "decode",
+                "window": windows[0],
+                "method": "as2d",
+                "source": "external",
+                "candidates": [{"tokens": [1]}],
+            },
+            "t_ms",
+        ),
+    ):
         vectors.append({"command": cmd, "expect": {"event": "error", "message_contains": needle}})
     r.close()
     hashes = {name: info["sha256"] for name, info in bundle.manifest["models"].items()}
-    header = {"schema": "as2d.runner-vectors", "version": 1, "protocol": "as2d.runner", "protocol_version": 1,
-              "models": hashes, "tokenizer_sha256": bundle.manifest["sha256"], "max_tokens": MAX}
+    header = {
+        "schema": "as2d.runner-vectors",
+        "version": 1,
+        "protocol": "as2d.runner",
+        "protocol_version": 1,
+        "models": hashes,
+        "tokenizer_sha256": bundle.manifest["sha256"],
+        "max_tokens": MAX,
+    }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("".join(json.dumps(x) + "\n" for x in [header, *vectors]), encoding="utf-8")
     print(f"wrote {len(vectors)} vectors to {OUT}")

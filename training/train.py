@@ -56,13 +56,27 @@ def char_table() -> dict[str, int]:
 class Data:
     """Training items bucketed into padded batches of at most `batch_frames` mel frames."""
 
-    def __init__(self, kind: str, batch_frames: int, max_items: int, short_frames: int = 1000,
-                 shards: int | None = None, aux: str = "tokens", only: set[int] | None = None,
-                 labels: str = "reference", concat: float = 0.0, max_tokens: int = 240,
-                 fresh_concat: bool = False):
+    def __init__(
+        self,
+        kind: str,
+        batch_frames: int,
+        max_items: int,
+        short_frames: int = 1000,
+        shards: int | None = None,
+        aux: str = "tokens",
+        only: set[int] | None = None,
+        labels: str = "reference",
+        concat: float = 0.0,
+        max_tokens: int = 240,
+        fresh_concat: bool = False,
+    ):
         # The base set plus extra shards 1..``shards`` (training/make_corpus.py --shard N;
         # None: every shard present).
-        extra = sorted((WORK / "train_shards").glob("*"), key=lambda p: int(p.name)) if (WORK / "train_shards").exists() else []
+        extra = (
+            sorted((WORK / "train_shards").glob("*"), key=lambda p: int(p.name))
+            if (WORK / "train_shards").exists()
+            else []
+        )
         if shards is not None:
             extra = [d for d in extra if int(d.name) <= shards]
         dirs = [d for d in [WORK / "train", *extra] if (d / "index.json").exists()]
@@ -82,13 +96,17 @@ class Data:
             for d in dirs:
                 path = d / "target_tokens.json"
                 if not path.exists():
-                    raise SystemExit(f"{path} is missing: run training/distill.py --set "
-                                     f"{0 if d == WORK / 'train' else d.name} first")
+                    raise SystemExit(
+                        f"{path} is missing: run training/distill.py --set "
+                        f"{0 if d == WORK / 'train' else d.name} first"
+                    )
                 distilled.update(json.loads(path.read_text())["items"])
             missing = [it["id"] for it in idx if it["id"] not in distilled]
             if missing:
-                raise SystemExit(f"{len(missing)} utterances (first {missing[0]}) have no target transcript: "
-                                 "finish training/distill.py on their set")
+                raise SystemExit(
+                    f"{len(missing)} utterances (first {missing[0]}) have no target transcript: "
+                    "finish training/distill.py on their set"
+                )
             idx = [it for it in idx if distilled[it["id"]] is not None]  # no repetition loops
         if kind == "ctc":
             table = char_table()
@@ -101,15 +119,20 @@ class Data:
             self.labels = [[table[c] for c in text if c in table] for text in texts]
         else:
             tok = load_tokenizer()
-            self.labels = ([list(distilled[it["id"]]) for it in idx] if distilled is not None
-                           else [tok.encode(it["text"]).ids for it in idx])
+            self.labels = (
+                [list(distilled[it["id"]]) for it in idx]
+                if distilled is not None
+                else [tok.encode(it["text"]).ids for it in idx]
+            )
         self.aux = self.labels  # the encoder's auxiliary CTC targets
         if kind != "ctc" and aux == "phones":
             import phonemes
 
             per_dir = [phonemes.transcriptions(d, items) for d, items in zip(dirs, raw)]
             table = phonemes.inventory(WORK / "phoneme_inventory.json", per_dir)
-            by_id = {it["id"]: ph for items, group in zip(raw, per_dir) for it, ph in zip(items, group)}
+            by_id = {
+                it["id"]: ph for items, group in zip(raw, per_dir) for it, ph in zip(items, group)
+            }
             self.aux = [[table[c] for c in by_id[it["id"]]] for it in idx]
         for it in idx:
             it["pieces"] = [(it["shard"], it["offset"], it["frames"])]
@@ -126,11 +149,13 @@ class Data:
         kind, concat, max_tokens = self._concat
         batch_frames, max_items, short_frames = self._limits
         idx = self.items
-        del idx[self.base_items:], self.labels[self.base_items:]
+        del idx[self.base_items :], self.labels[self.base_items :]
         if self.aux is not self.labels:
-            del self.aux[self.base_items:]
+            del self.aux[self.base_items :]
         if concat > 0:
-            self._add_composites(idx, kind, concat, max_tokens, 4242 + (epoch if self.fresh_concat else 0))
+            self._add_composites(
+                idx, kind, concat, max_tokens, 4242 + (epoch if self.fresh_concat else 0)
+            )
         self.built_for = epoch
         order = sorted(range(len(idx)), key=lambda i: idx[i]["frames"])
         self.batches: list[list[int]] = []
@@ -145,9 +170,15 @@ class Data:
             self.batches.append(cur)
         # Curriculum: the first epoch uses only batches of short utterances (cheap steps
         # while the model learns to listen); later epochs use everything.
-        self.short = [b for b, ids in enumerate(self.batches) if max(idx[i]["frames"] for i in ids) <= short_frames]
+        self.short = [
+            b
+            for b, ids in enumerate(self.batches)
+            if max(idx[i]["frames"] for i in ids) <= short_frames
+        ]
 
-    def _add_composites(self, idx: list[dict], kind: str, fraction: float, max_tokens: int, seed: int) -> None:
+    def _add_composites(
+        self, idx: list[dict], kind: str, fraction: float, max_tokens: int, seed: int
+    ) -> None:
         """Packs a fraction of the short single utterances, each used once more, into long
         items of 6-20 s (same language and setting, features and labels joined end to end).
 
@@ -183,11 +214,20 @@ class Data:
             if len(group) < 2:
                 continue
             first = idx[group[0]]
-            idx.append({"id": "+".join(idx[j]["id"] for j in group), "setting": first["setting"],
-                        "language": first["language"], "text": " ".join(idx[j]["text"] for j in group),
-                        "frames": sum(idx[j]["frames"] for j in group), "shard": first["shard"],
-                        "pieces": [p for j in group for p in idx[j]["pieces"]]})
-            self.labels.append([t for k, j in enumerate(group) for t in (space if k else []) + self.labels[j]])
+            idx.append(
+                {
+                    "id": "+".join(idx[j]["id"] for j in group),
+                    "setting": first["setting"],
+                    "language": first["language"],
+                    "text": " ".join(idx[j]["text"] for j in group),
+                    "frames": sum(idx[j]["frames"] for j in group),
+                    "shard": first["shard"],
+                    "pieces": [p for j in group for p in idx[j]["pieces"]],
+                }
+            )
+            self.labels.append(
+                [t for k, j in enumerate(group) for t in (space if k else []) + self.labels[j]]
+            )
             if self.aux is not self.labels:
                 self.aux.append([t for j in group for t in self.aux[j]])
         self.composites = sum(len(g) >= 2 for g in made)
@@ -210,7 +250,9 @@ class Data:
         for k, i in enumerate(ids):
             at = 0
             for shard, offset, n in self.items[i]["pieces"]:
-                mel[k, at : at + n] = torch.from_numpy(np.array(self.feats[shard][offset : offset + n], dtype=np.float32))
+                mel[k, at : at + n] = torch.from_numpy(
+                    np.array(self.feats[shard][offset : offset + n], dtype=np.float32)
+                )
                 at += n
         lengths = torch.tensor(frames)
         labs = [self.labels[i] for i in ids]
@@ -246,7 +288,9 @@ def spec_augment(mel: torch.Tensor, lengths: torch.Tensor, gen: torch.Generator)
     return mel
 
 
-def ctc_loss(logits: torch.Tensor, mel_lengths: torch.Tensor, labs: list[list[int]], stride: int) -> torch.Tensor:
+def ctc_loss(
+    logits: torch.Tensor, mel_lengths: torch.Tensor, labs: list[list[int]], stride: int
+) -> torch.Tensor:
     lp = F.log_softmax(logits, dim=-1).transpose(0, 1)  # (S,B,C)
     in_len = out_frames(mel_lengths, stride)
     flat = torch.tensor([t for x in labs for t in x], dtype=torch.long)
@@ -264,7 +308,9 @@ def ctc_infeasible(items: list[dict], labels: list[list[int]], stride: int) -> f
     return bad / max(1, len(items))
 
 
-def guided_attention_loss(model: Seq2Seq, mel_lengths: torch.Tensor, labs: list[list[int]], g: float = 0.2) -> torch.Tensor:
+def guided_attention_loss(
+    model: Seq2Seq, mel_lengths: torch.Tensor, labs: list[list[int]], g: float = 0.2
+) -> torch.Tensor:
     """Penalise cross-attention far from the diagonal token n/N ≈ frame t/T (Tachibana et
     al., 2017): speech is roughly monotonic and evenly paced, and the decoder otherwise
     takes thousands of steps to find where it is in long windows."""
@@ -334,12 +380,19 @@ def init_shared(model: Seq2Seq, target_ckpt: Path, drafter_ckpt: Path | None) ->
     tgt = torch.load(target_ckpt, weights_only=False)["model"]
     enc = {k: v for k, v in tgt.items() if k.startswith(("encoder.", "ctc_head."))}
     if any(own[k].shape != v.shape for k, v in enc.items()) or len(enc) != sum(
-            k.startswith(("encoder.", "ctc_head.")) for k in own):
-        raise SystemExit(f"{target_ckpt}: its encoder does not have the shared drafter's encoder shape")
+        k.startswith(("encoder.", "ctc_head.")) for k in own
+    ):
+        raise SystemExit(
+            f"{target_ckpt}: its encoder does not have the shared drafter's encoder shape"
+        )
     dec = {}
     if drafter_ckpt is not None:
         src = torch.load(drafter_ckpt, weights_only=False)["model"]
-        dec = {k: v for k, v in src.items() if k.startswith("decoder.") and k in own and own[k].shape == v.shape}
+        dec = {
+            k: v
+            for k, v in src.items()
+            if k.startswith("decoder.") and k in own and own[k].shape == v.shape
+        }
     # Exactly the target's weights: export.py then ships no encoder for the drafter, which
     # reads the target's encoder states at run time (models.json ``encoder_from``).
     model.load_state_dict({**own, **enc, **dec})
@@ -353,9 +406,12 @@ def init_shared(model: Seq2Seq, target_ckpt: Path, drafter_ckpt: Path | None) ->
             for lin in (layer.o, layer.co, layer.mlp[2]):
                 lin.weight.zero_()
                 lin.bias.zero_()
-    print(f"shared encoder from {target_ckpt} ({len(enc)} tensors); decoder: {len(dec)} tensors from "
-          f"{drafter_ckpt}, the rest fresh" + (f"; layers {added} added as the identity" if added else ""),
-          flush=True)
+    print(
+        f"shared encoder from {target_ckpt} ({len(enc)} tensors); decoder: {len(dec)} tensors from "
+        f"{drafter_ckpt}, the rest fresh"
+        + (f"; layers {added} added as the identity" if added else ""),
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -368,55 +424,123 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--ctc-weight", type=float, default=0.3)
-    ap.add_argument("--aux", choices=["tokens", "phones"], default="tokens",
-                    help="the encoder's auxiliary CTC targets: the BPE tokens, or espeak-ng's phonemes of the text "
-                         "(training/phonemes.py; the same head, ids from 4)")
-    ap.add_argument("--guide-weight", type=float, default=0.0, help="guided cross-attention loss weight (0: off)")
+    ap.add_argument(
+        "--aux",
+        choices=["tokens", "phones"],
+        default="tokens",
+        help="the encoder's auxiliary CTC targets: the BPE tokens, or espeak-ng's phonemes of the text "
+        "(training/phonemes.py; the same head, ids from 4)",
+    )
+    ap.add_argument(
+        "--guide-weight",
+        type=float,
+        default=0.0,
+        help="guided cross-attention loss weight (0: off)",
+    )
     ap.add_argument("--specaug", action="store_true", help="SpecAugment the training features")
-    ap.add_argument("--dropout", type=float, default=0.0, help="residual-branch dropout while training")
-    ap.add_argument("--aux-head-steps", type=int, default=0,
-                    help="train the auxiliary CTC head alone (encoder detached) for this many steps "
-                         "after the start step: a rebuilt checkpoint (from_onnx.py) has a fresh head whose "
-                         "first gradients would otherwise disturb the trained encoder")
-    ap.add_argument("--shards", type=int, default=None, help="extra corpus shards to use (default: all present)")
-    ap.add_argument("--only-sets", default=None,
-                    help="comma-separated training sets to use, exactly (0 = the base set, N = shard N)")
-    ap.add_argument("--labels", choices=["reference", "target"], default="reference",
-                    help="decoder/CTC targets: the reference text, or the bundled target's greedy transcripts "
-                         "(training/distill.py; sequence-level distillation for the drafter and the CTC source; "
-                         "the auxiliary phoneme targets stay the reference's)")
-    ap.add_argument("--concat", type=float, default=0.0,
-                    help="also pack this fraction of the short single utterances into long 6-20 s items "
-                         "(same language and setting, joined end to end): evaluation windows are long")
-    ap.add_argument("--fresh-concat", action="store_true",
-                    help="with --concat: new composites every epoch (another grouping of the same "
-                         "utterances), not one fixed set")
-    ap.add_argument("--bf16", action="store_true",
-                    help="bfloat16 autocast for the forward pass (weights, optimiser and losses stay float32); "
-                         "about twice the steps per second on CPUs with AVX512-BF16 or AMX")
-    ap.add_argument("--shared-encoder", type=Path, default=None, metavar="TARGET_CKPT",
-                    help="drafter only, on a fresh start: the drafter's decoder on a frozen copy of this target "
-                         "checkpoint's encoder (models.SHARED_DRAFTER); its self-attention, MLP and embedding "
-                         "start from --init-decoder, its cross-attention K/V projections fresh")
-    ap.add_argument("--init-decoder", type=Path, default=None, metavar="DRAFTER_CKPT",
-                    help="with --shared-encoder: the checkpoint whose decoder starts the new one")
-    ap.add_argument("--dec-layers", type=int, default=None,
-                    help="with --shared-encoder, a new run: decoder layers (default: models.SHARED_DRAFTER's); "
-                         "layers beyond --init-decoder's start as the identity")
-    ap.add_argument("--teacher", type=Path, default=None, metavar="TARGET_CKPT",
-                    help="also match this target checkpoint's next-token distributions (KL, weight --kd-weight) "
-                         "at every teacher-forced position: word-level distillation beside --labels target")
-    ap.add_argument("--kd-weight", type=float, default=0.5, help="with --teacher: the KL term's share of the loss")
-    ap.add_argument("--out", default=None, help="work folder under training/work (default: the model's name)")
+    ap.add_argument(
+        "--dropout", type=float, default=0.0, help="residual-branch dropout while training"
+    )
+    ap.add_argument(
+        "--aux-head-steps",
+        type=int,
+        default=0,
+        help="train the auxiliary CTC head alone (encoder detached) for this many steps "
+        "after the start step: a rebuilt checkpoint (from_onnx.py) has a fresh head whose "
+        "first gradients would otherwise disturb the trained encoder",
+    )
+    ap.add_argument(
+        "--shards", type=int, default=None, help="extra corpus shards to use (default: all present)"
+    )
+    ap.add_argument(
+        "--only-sets",
+        default=None,
+        help="comma-separated training sets to use, exactly (0 = the base set, N = shard N)",
+    )
+    ap.add_argument(
+        "--labels",
+        choices=["reference", "target"],
+        default="reference",
+        help="decoder/CTC targets: the reference text, or the bundled target's greedy transcripts "
+        "(training/distill.py; sequence-level distillation for the drafter and the CTC source; "
+        "the auxiliary phoneme targets stay the reference's)",
+    )
+    ap.add_argument(
+        "--concat",
+        type=float,
+        default=0.0,
+        help="also pack this fraction of the short single utterances into long 6-20 s items "
+        "(same language and setting, joined end to end): evaluation windows are long",
+    )
+    ap.add_argument(
+        "--fresh-concat",
+        action="store_true",
+        help="with --concat: new composites every epoch (another grouping of the same "
+        "utterances), not one fixed set",
+    )
+    ap.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bfloat16 autocast for the forward pass (weights, optimiser and losses stay float32); "
+        "about twice the steps per second on CPUs with AVX512-BF16 or AMX",
+    )
+    ap.add_argument(
+        "--shared-encoder",
+        type=Path,
+        default=None,
+        metavar="TARGET_CKPT",
+        help="drafter only, on a fresh start: the drafter's decoder on a frozen copy of this target "
+        "checkpoint's encoder (models.SHARED_DRAFTER); its self-attention, MLP and embedding "
+        "start from --init-decoder, its cross-attention K/V projections fresh",
+    )
+    ap.add_argument(
+        "--init-decoder",
+        type=Path,
+        default=None,
+        metavar="DRAFTER_CKPT",
+        help="with --shared-encoder: the checkpoint whose decoder starts the new one",
+    )
+    ap.add_argument(
+        "--dec-layers",
+        type=int,
+        default=None,
+        help="with --shared-encoder, a new run: decoder layers (default: models.SHARED_DRAFTER's); "
+        "layers beyond --init-decoder's start as the identity",
+    )
+    ap.add_argument(
+        "--teacher",
+        type=Path,
+        default=None,
+        metavar="TARGET_CKPT",
+        help="also match this target checkpoint's next-token distributions (KL, weight --kd-weight) "
+        "at every teacher-forced position: word-level distillation beside --labels target",
+    )
+    ap.add_argument(
+        "--kd-weight",
+        type=float,
+        default=0.5,
+        help="with --teacher: the KL term's share of the loss",
+    )
+    ap.add_argument(
+        "--out", default=None, help="work folder under training/work (default: the model's name)"
+    )
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
     ap.add_argument("--eval-every", type=int, default=250)
-    ap.add_argument("--anneal-from", type=int, default=None,
-                    help="with --anneal-steps: the step-based form of --deadline (reproduces a timed run "
-                         "from its log): re-warm to --lr at this step, decay linearly to 0 over --anneal-steps")
+    ap.add_argument(
+        "--anneal-from",
+        type=int,
+        default=None,
+        help="with --anneal-steps: the step-based form of --deadline (reproduces a timed run "
+        "from its log): re-warm to --lr at this step, decay linearly to 0 over --anneal-steps",
+    )
     ap.add_argument("--anneal-steps", type=int, default=None)
-    ap.add_argument("--deadline", type=float, default=None,
-                    help="unix time: re-warm to --lr over --warmup steps from the resumed step, then decay "
-                         "linearly in wall time to 0 at the deadline and stop (a time-budgeted anneal)")
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="unix time: re-warm to --lr over --warmup steps from the resumed step, then decay "
+        "linearly in wall time to 0 at the deadline and stop (a time-budgeted anneal)",
+    )
     args = ap.parse_args()
     import models as model_defs
 
@@ -442,10 +566,21 @@ def main() -> None:
         dims, frozen = Dims(**head["dims"]), bool(head.get("frozen_encoder", False))
         del head
     elif frozen:
-        dims = dataclasses.replace(SHARED_DRAFTER, dec_layers=args.dec_layers or SHARED_DRAFTER.dec_layers)
+        dims = dataclasses.replace(
+            SHARED_DRAFTER, dec_layers=args.dec_layers or SHARED_DRAFTER.dec_layers
+        )
     only = {int(x) for x in args.only_sets.split(",")} if args.only_sets else None
-    data = Data(kind, args.batch_frames, args.max_items, shards=args.shards, aux=args.aux, only=only,
-                labels=args.labels, concat=args.concat, fresh_concat=args.fresh_concat)
+    data = Data(
+        kind,
+        args.batch_frames,
+        args.max_items,
+        shards=args.shards,
+        aux=args.aux,
+        only=only,
+        labels=args.labels,
+        concat=args.concat,
+        fresh_concat=args.fresh_concat,
+    )
     if kind == "ctc":
         model = CtcModel(dims, len(char_table()) + 1)
     else:
@@ -459,9 +594,15 @@ def main() -> None:
     if args.teacher is not None:
         if kind == "ctc":
             raise SystemExit("--teacher is for the encoder-decoders")
-        teacher = Seq2Seq.from_saved(torch.load(args.teacher, weights_only=False)).requires_grad_(False)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr,
-                            betas=(0.9, 0.98), weight_decay=0.01)
+        teacher = Seq2Seq.from_saved(torch.load(args.teacher, weights_only=False)).requires_grad_(
+            False
+        )
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=args.lr,
+        betas=(0.9, 0.98),
+        weight_decay=0.01,
+    )
     state = {"step": 0, "epoch": 0, "pos": 0, "wall": 0.0}
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
@@ -476,17 +617,41 @@ def main() -> None:
     dev_feats = [torch.from_numpy(log_mel(w.load_audio())) for w in dev]
     log = open(out / "log.jsonl", "a")
     n_params = sum(p.numel() for p in model.parameters())
-    log.write(json.dumps({"event": "start", "step": state["step"], "params": n_params, "dims": dims.to_dict(),
-                          "shards": data.shards, "items": len(data.items),
-                          "batches_per_epoch": len(data.batches), "short_batches": len(data.short), "composites": getattr(data, "composites", 0),
-                          "ctc_infeasible": round(ctc_infeasible(data.items, data.aux, dims.stride), 4), "frozen_encoder": frozen,
-                          "args": vars(args)}, default=str) + "\n")
+    log.write(
+        json.dumps(
+            {
+                "event": "start",
+                "step": state["step"],
+                "params": n_params,
+                "dims": dims.to_dict(),
+                "shards": data.shards,
+                "items": len(data.items),
+                "batches_per_epoch": len(data.batches),
+                "short_batches": len(data.short),
+                "composites": getattr(data, "composites", 0),
+                "ctc_infeasible": round(ctc_infeasible(data.items, data.aux, dims.stride), 4),
+                "frozen_encoder": frozen,
+                "args": vars(args),
+            },
+            default=str,
+        )
+        + "\n"
+    )
     log.flush()
 
     def save() -> None:
         tmp = out / "ckpt.tmp"
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": state, "dims": dims.to_dict(),
-                    "frozen_encoder": frozen, "torch_rng": torch.get_rng_state()}, tmp)
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "opt": opt.state_dict(),
+                "state": state,
+                "dims": dims.to_dict(),
+                "frozen_encoder": frozen,
+                "torch_rng": torch.get_rng_state(),
+            },
+            tmp,
+        )
         os.replace(tmp, ckpt)
 
     stop = {"now": False}
@@ -501,7 +666,9 @@ def main() -> None:
     acc = {"loss": 0.0, "ce": 0.0, "ctc": 0.0, "n": 0}
     # Shards were added (or composites changed): start a fresh epoch over all. Fresh
     # composites vary in number by epoch, so those runs compare the single utterances.
-    key, count = ("base_items", data.base_items) if data.fresh_concat else ("items", len(data.items))
+    key, count = (
+        ("base_items", data.base_items) if data.fresh_concat else ("items", len(data.items))
+    )
     seen = state.get(key, -1 if "items" in state else count)  # -1: the last run counted otherwise
     if seen != count:
         state["epoch"] += 1
@@ -513,11 +680,17 @@ def main() -> None:
     aux_head_until = state.setdefault("aux_head_until", start_step + args.aux_head_steps)
     if args.deadline is not None:
         old = state.get("anneal")
-        if old is not None and old["deadline"] <= start_time:  # that anneal ended: a new one starts here
+        if (
+            old is not None and old["deadline"] <= start_time
+        ):  # that anneal ended: a new one starts here
             state.setdefault("anneals_done", []).append(old)
             state.pop("anneal")
-        state.setdefault("anneal", {"from_step": start_step, "from_time": start_time, "deadline": args.deadline})
-        state["anneal"]["deadline"] = args.deadline  # a later command may move the deadline; the origin stays
+        state.setdefault(
+            "anneal", {"from_step": start_step, "from_time": start_time, "deadline": args.deadline}
+        )
+        state["anneal"]["deadline"] = (
+            args.deadline
+        )  # a later command may move the deadline; the origin stays
     # The losses (and the guided-attention penalty, which promotes the kept maps) run in float32.
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)
     while state["step"] < args.max_steps and not stop["now"]:
@@ -561,7 +734,9 @@ def main() -> None:
             with autocast:
                 logits, ctc_logits = model(mel, lengths, inp, head_only_aux=step <= aux_head_until)
             logits, ctc_logits = logits.float(), ctc_logits.float()
-            ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
+            ce = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100
+            )
             if teacher is not None:
                 with torch.no_grad(), autocast:
                     if frozen:  # the drafter's frozen encoder is the teacher's: reuse its states
@@ -599,8 +774,19 @@ def main() -> None:
         acc["ctc"] += cl.item()
         acc["n"] += 1
         if step % 25 == 0:
-            rec = {"step": step, "epoch": state["epoch"], "lr": round(lr, 6), "wall_s": round(state["wall"], 1)}
-            rec.update({k: round(acc[k] / acc["n"], 4) for k in ("loss", "ce", "ctc", "guide", "kd") if k in acc})
+            rec = {
+                "step": step,
+                "epoch": state["epoch"],
+                "lr": round(lr, 6),
+                "wall_s": round(state["wall"], 1),
+            }
+            rec.update(
+                {
+                    k: round(acc[k] / acc["n"], 4)
+                    for k in ("loss", "ce", "ctc", "guide", "kd")
+                    if k in acc
+                }
+            )
             log.write(json.dumps(rec) + "\n")
             log.flush()
             print(rec, flush=True)
@@ -615,10 +801,23 @@ def main() -> None:
             save()
             t_last_ckpt = time.time()
     save()
-    log.write(json.dumps({"event": "stop", "step": state["step"], "wall_s": round(state["wall"], 1),
-                          "reason": "signal" if stop["now"] else "max_steps" if state["step"] >= args.max_steps else "anneal end",
-                          "anneal": state.get("anneal"),
-                          "anneals_done": state.get("anneals_done", [])}) + "\n")
+    log.write(
+        json.dumps(
+            {
+                "event": "stop",
+                "step": state["step"],
+                "wall_s": round(state["wall"], 1),
+                "reason": "signal"
+                if stop["now"]
+                else "max_steps"
+                if state["step"] >= args.max_steps
+                else "anneal end",
+                "anneal": state.get("anneal"),
+                "anneals_done": state.get("anneals_done", []),
+            }
+        )
+        + "\n"
+    )
     log.flush()
 
 

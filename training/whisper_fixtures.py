@@ -38,19 +38,50 @@ ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "training" / "work" / "whisper"
 OUT = ROOT / "tests" / "data" / "whisper"
 LANGUAGES = ["en", "de", "es", "fr"]
-SPECIALS = (["<|endoftext|>", "<|startoftranscript|>"] + [f"<|{x}|>" for x in LANGUAGES]
-            + ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nospeech|>",
-               "<|notimestamps|>"])
+SPECIALS = (
+    ["<|endoftext|>", "<|startoftranscript|>"]
+    + [f"<|{x}|>" for x in LANGUAGES]
+    + [
+        "<|translate|>",
+        "<|transcribe|>",
+        "<|startoflm|>",
+        "<|startofprev|>",
+        "<|nospeech|>",
+        "<|notimestamps|>",
+    ]
+)
 MAX_TARGET = 128
 FEATURE_FRAMES = 500
 DIMS = {
-    "target": dict(num_mel_bins=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                   decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128),
-    "drafter": dict(num_mel_bins=80, d_model=48, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
-                    decoder_attention_heads=4, encoder_ffn_dim=96, decoder_ffn_dim=96),
+    "target": dict(
+        num_mel_bins=128,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+    ),
+    "drafter": dict(
+        num_mel_bins=80,
+        d_model=48,
+        encoder_layers=2,
+        decoder_layers=1,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=96,
+        decoder_ffn_dim=96,
+    ),
 }
-REFERENCE_WINDOWS = ["dev-read-000", "dev-meeting-001", "dev-sung-002", "dev-multilingual-000",
-                     "dev-accented-003", "val-read-004"]
+REFERENCE_WINDOWS = [
+    "dev-read-000",
+    "dev-meeting-001",
+    "dev-sung-002",
+    "dev-multilingual-000",
+    "dev-accented-003",
+    "val-read-004",
+]
 
 
 def tokenizer():
@@ -70,20 +101,33 @@ def configs(name: str, tok):
 
     sp = ids(tok)
     vocab = tok.get_vocab_size()
-    cfg = WhisperConfig(vocab_size=vocab, max_source_positions=1500, max_target_positions=MAX_TARGET,
-                        decoder_start_token_id=sp["<|startoftranscript|>"], eos_token_id=sp["<|endoftext|>"],
-                        bos_token_id=sp["<|endoftext|>"], pad_token_id=sp["<|endoftext|>"],
-                        begin_suppress_tokens=None, suppress_tokens=None, **DIMS[name])
+    cfg = WhisperConfig(
+        vocab_size=vocab,
+        max_source_positions=1500,
+        max_target_positions=MAX_TARGET,
+        decoder_start_token_id=sp["<|startoftranscript|>"],
+        eos_token_id=sp["<|endoftext|>"],
+        bos_token_id=sp["<|endoftext|>"],
+        pad_token_id=sp["<|endoftext|>"],
+        begin_suppress_tokens=None,
+        suppress_tokens=None,
+        **DIMS[name],
+    )
     gen = GenerationConfig(
-        decoder_start_token_id=sp["<|startoftranscript|>"], eos_token_id=sp["<|endoftext|>"],
-        bos_token_id=sp["<|endoftext|>"], pad_token_id=sp["<|endoftext|>"], max_length=MAX_TARGET,
-        is_multilingual=True, lang_to_id={f"<|{x}|>": sp[f"<|{x}|>"] for x in LANGUAGES},
+        decoder_start_token_id=sp["<|startoftranscript|>"],
+        eos_token_id=sp["<|endoftext|>"],
+        bos_token_id=sp["<|endoftext|>"],
+        pad_token_id=sp["<|endoftext|>"],
+        max_length=MAX_TARGET,
+        is_multilingual=True,
+        lang_to_id={f"<|{x}|>": sp[f"<|{x}|>"] for x in LANGUAGES},
         task_to_id={"transcribe": sp["<|transcribe|>"], "translate": sp["<|translate|>"]},
         no_timestamps_token_id=sp["<|notimestamps|>"],
         # As Whisper's: never the special tokens below; not a space or EOS first.
         suppress_tokens=[sp["<|startoflm|>"], sp["<|startofprev|>"], sp["<|nospeech|>"], 0, 3],
         begin_suppress_tokens=[tok.token_to_id("▁"), sp["<|endoftext|>"]],
-        forced_decoder_ids=None, return_timestamps=False,
+        forced_decoder_ids=None,
+        return_timestamps=False,
     )
     return cfg, gen
 
@@ -107,8 +151,16 @@ def train(name: str, minutes: float, seed: int) -> None:
     for w in windows:
         feats.append(fe(w.load_audio(), sampling_rate=16000, return_tensors="np").input_features[0])
         text = tok.encode(w.text, add_special_tokens=False).ids[: MAX_TARGET - 6]
-        seqs.append([sp["<|startoftranscript|>"], sp[f"<|{w.language}|>"], sp["<|transcribe|>"],
-                     sp["<|notimestamps|>"], *text, sp["<|endoftext|>"]])
+        seqs.append(
+            [
+                sp["<|startoftranscript|>"],
+                sp[f"<|{w.language}|>"],
+                sp["<|transcribe|>"],
+                sp["<|notimestamps|>"],
+                *text,
+                sp["<|endoftext|>"],
+            ]
+        )
     feats = torch.tensor(np.stack(feats))
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
     rng = np.random.default_rng(seed)
@@ -127,7 +179,9 @@ def train(name: str, minutes: float, seed: int) -> None:
             lab[r, : len(s) - 1] = torch.tensor(s[1:])
             lab[r, :3] = -100  # the prompt is given, not learned
         logits = model(input_features=feats[batch], decoder_input_ids=inp).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), lab.reshape(-1))
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), lab.reshape(-1)
+        )
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -166,8 +220,19 @@ def package() -> None:
         dst = tmp / name
         if dst.exists():
             shutil.rmtree(dst)
-        subprocess.run(["optimum-cli", "export", "onnx", "--model", str(WORK / name), "--task",
-                        "automatic-speech-recognition-with-past", str(dst)], check=True)
+        subprocess.run(
+            [
+                "optimum-cli",
+                "export",
+                "onnx",
+                "--model",
+                str(WORK / name),
+                "--task",
+                "automatic-speech-recognition-with-past",
+                str(dst),
+            ],
+            check=True,
+        )
     # target: flat, merged decoder
     t = OUT / "target"
     t.mkdir()
@@ -182,13 +247,18 @@ def package() -> None:
         shutil.copy(WORK / "drafter" / f, d / f)
     for f in ["encoder_model", "decoder_model", "decoder_with_past_model"]:
         shutil.copy(tmp / "drafter" / f"{f}.onnx", d / "onnx" / f"{f}.onnx")
-        quantize_dynamic(str(d / "onnx" / f"{f}.onnx"), str(d / "onnx" / f"{f}_quantized.onnx"),
-                         weight_type=QuantType.QUInt8)
+        quantize_dynamic(
+            str(d / "onnx" / f"{f}.onnx"),
+            str(d / "onnx" / f"{f}_quantized.onnx"),
+            weight_type=QuantType.QUInt8,
+        )
 
     make_ctc(OUT / "ctc", tmp)
     corpus = load_corpus()
-    ref: dict = {"generator": "transformers " + __import__("transformers").__version__ + " greedy generate",
-                 "windows": {}}
+    ref: dict = {
+        "generator": "transformers " + __import__("transformers").__version__ + " greedy generate",
+        "windows": {},
+    }
     feats: dict[str, np.ndarray] = {}
     for name in ("target", "drafter"):
         model = WhisperForConditionalGeneration.from_pretrained(WORK / name).eval()
@@ -204,10 +274,18 @@ def package() -> None:
                 if task == "translate" and wid != REFERENCE_WINDOWS[0]:
                     continue
                 with torch.no_grad():
-                    out = model.generate(x, language=w.language, task=task, do_sample=False, num_beams=1,
-                                         return_timestamps=False)
+                    out = model.generate(
+                        x,
+                        language=w.language,
+                        task=task,
+                        do_sample=False,
+                        num_beams=1,
+                        return_timestamps=False,
+                    )
                 ref["windows"].setdefault(wid, {}).setdefault(name, {})[task] = {
-                    "language": w.language, "sequence": [int(i) for i in out[0].tolist()]}
+                    "language": w.language,
+                    "sequence": [int(i) for i in out[0].tolist()],
+                }
     (OUT / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
     np.savez_compressed(OUT / "features.npz", **feats)
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
@@ -223,10 +301,21 @@ def make_ctc(dst: Path, tmp: Path) -> None:
     torch.manual_seed(2)
     chars = ["<pad>", "<s>", "</s>", "<unk>", "|"] + list("abcdefghijklmnopqrstuvwxyz'")
     vocab = {c: i for i, c in enumerate(chars)}
-    cfg = Wav2Vec2Config(vocab_size=len(chars), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=64, conv_dim=(32, 32, 32), conv_stride=(5, 4, 4), conv_kernel=(10, 4, 4),
-                         num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, pad_token_id=0,
-                         do_stable_layer_norm=False, feat_extract_norm="group")
+    cfg = Wav2Vec2Config(
+        vocab_size=len(chars),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=(32, 32, 32),
+        conv_stride=(5, 4, 4),
+        conv_kernel=(10, 4, 4),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        pad_token_id=0,
+        do_stable_layer_norm=False,
+        feat_extract_norm="group",
+    )
     src = tmp / "ctc-hf"
     Wav2Vec2ForCTC(cfg).save_pretrained(src)
     Wav2Vec2FeatureExtractor(do_normalize=True, return_attention_mask=False).save_pretrained(src)
@@ -234,8 +323,19 @@ def make_ctc(dst: Path, tmp: Path) -> None:
     out = tmp / "ctc-onnx"
     if out.exists():
         shutil.rmtree(out)
-    subprocess.run(["optimum-cli", "export", "onnx", "--model", str(src), "--task", "automatic-speech-recognition",
-                    str(out)], check=True)
+    subprocess.run(
+        [
+            "optimum-cli",
+            "export",
+            "onnx",
+            "--model",
+            str(src),
+            "--task",
+            "automatic-speech-recognition",
+            str(out),
+        ],
+        check=True,
+    )
     dst.mkdir(parents=True)
     shutil.copy(out / "model.onnx", dst / "model.onnx")
     shutil.copy(src / "vocab.json", dst / "vocab.json")

@@ -25,7 +25,9 @@ _APT_HINT = (
     "check that Debian's package mirror is reachable (try `apt-get update`), "
     "or pass another mirror with --debian-mirror"
 )
-_URI_LINE = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) (?P<algo>\w+):(?P<hash>[0-9a-f]+)$")
+_URI_LINE = re.compile(
+    r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) (?P<algo>\w+):(?P<hash>[0-9a-f]+)$"
+)
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,9 @@ class PrivateApt:
             hint=_APT_HINT,
         )
         if self.lists_age() is None:
-            raise UserError(f"apt-get update fetched no {self.recipe.arch} package lists; {_APT_HINT}")
+            raise UserError(
+                f"apt-get update fetched no {self.recipe.arch} package lists; {_APT_HINT}"
+            )
         for f in (self.root / "lists").glob("*Packages*"):
             f.touch()
         return True
@@ -152,23 +156,37 @@ class PrivateApt:
             if not m:
                 continue
             if m["algo"].upper() != "SHA256":
-                raise UserError(f"apt reported a {m['algo']} hash for {m['file']}; a SHA256 hash is required")
+                raise UserError(
+                    f"apt reported a {m['algo']} hash for {m['file']}; a SHA256 hash is required"
+                )
             fname = m["file"]
             name, version, arch = unquote(fname[: -len(".deb")]).split("_")
-            found.append(DebPackage(name, version, arch, fname, int(m["size"]), m["hash"], m["uri"]))
+            found.append(
+                DebPackage(name, version, arch, fname, int(m["size"]), m["hash"], m["uri"])
+            )
         missing = sorted(set(names) - {p.name for p in found})
         if missing:
-            raise UserError(f"apt could not resolve {', '.join(missing)} for {self.recipe.arch}; {_APT_HINT}")
+            raise UserError(
+                f"apt could not resolve {', '.join(missing)} for {self.recipe.arch}; {_APT_HINT}"
+            )
         return sorted(found, key=lambda p: p.name)
 
-    def fetch(self, packages: list[DebPackage], into: Path, memo: HashMemo | None = None) -> list[Path]:
+    def fetch(
+        self, packages: list[DebPackage], into: Path, memo: HashMemo | None = None
+    ) -> list[Path]:
         """Download the packages not yet in ``into`` (verifying each SHA-256); return their paths."""
         into.mkdir(parents=True, exist_ok=True)
         memo = memo or HashMemo()
         todo = [p for p in packages if not _good(into / p.filename, p.sha256, memo)]
         if todo:
             run_tool(
-                [self.apt_get, *self._options(), "-qq", "download", *[f"{p.name}={p.version}" for p in todo]],
+                [
+                    self.apt_get,
+                    *self._options(),
+                    "-qq",
+                    "download",
+                    *[f"{p.name}={p.version}" for p in todo],
+                ],
                 what=f"downloading {len(todo)} {self.recipe.arch} packages",
                 hint=_APT_HINT,
                 cwd=into,

@@ -151,9 +151,13 @@ def assemble(
         _add_wheel(tree, wheel, path)
     _add_project(tree, recipe, project_root)
     if recipe.loader not in tree.origin:
-        raise UserError(f"no {recipe.loader} in the Debian packages; keep libc6 in the bundle recipe")
+        raise UserError(
+            f"no {recipe.loader} in the Debian packages; keep libc6 in the bundle recipe"
+        )
     if "python3.11" not in tree.origin:
-        raise UserError("no python3.11 in the Debian packages; keep python3.11-minimal in the bundle recipe")
+        raise UserError(
+            "no python3.11 in the Debian packages; keep python3.11-minimal in the bundle recipe"
+        )
     _prune(tree)
     _prune_libraries(tree)
     return tree
@@ -171,7 +175,9 @@ def _add_debian(tree: Tree, recipe: Recipe, root: Path, comp: str, ma: str) -> N
                 continue  # dangling link into a package we do not ship, or a linker script
             info = read_elf(real)
             if info.machine != EM_AARCH64:
-                raise UserError(f"{entry.name} in {comp} is not an arm64 library; check the bundle recipe's arch")
+                raise UserError(
+                    f"{entry.name} in {comp} is not an arm64 library; check the bundle recipe's arch"
+                )
             # Store each library once, under the name the loader looks for.
             name = info.soname or entry.name
             if entry.name != name and (libdir / name).exists():
@@ -210,7 +216,9 @@ def _add_project(tree: Tree, recipe: Recipe, project_root: Path) -> None:
     for pkg in recipe.project_packages:
         base = project_root / pkg
         if not (base / "__init__.py").is_file():
-            raise UserError(f"project package {base} is missing; build the bundle from a checkout of the project")
+            raise UserError(
+                f"project package {base} is missing; build the bundle from a checkout of the project"
+            )
         for path in sorted(base.rglob("*")):
             rel_src = path.relative_to(project_root).as_posix()
             if not path.is_file() or excluded(rel_src, recipe.project_excludes):
@@ -234,7 +242,9 @@ def _prune(tree: Tree) -> None:
 def _prune_libraries(tree: Tree) -> None:
     """Keep the DT_NEEDED closure of the bundle's non-library ELF files; fail on a gap."""
     libs = {rel.split("/", 1)[1]: rel for rel in tree.origin if rel.startswith("lib/")}
-    provided = set(libs) | {_soname(tree, rel) for rel in tree.origin if rel.startswith("site/") and ".so" in rel}
+    provided = set(libs) | {
+        _soname(tree, rel) for rel in tree.origin if rel.startswith("site/") and ".so" in rel
+    }
     provided.add(next(r for r in tree.origin if r.startswith("ld-")))
     roots = [rel for rel in tree.origin if not rel.startswith("lib/") and _is_elf_rel(tree, rel)]
     missing: list[str] = []
@@ -254,7 +264,8 @@ def _prune_libraries(tree: Tree) -> None:
                 todo.append(libs[need])
     if missing:
         raise UserError(
-            "the bundle is incomplete: " + "; ".join(sorted(missing)[:5])
+            "the bundle is incomplete: "
+            + "; ".join(sorted(missing)[:5])
             + "; add the Debian package that provides it to the bundle recipe"
         )
     for name, rel in sorted(libs.items()):
@@ -271,6 +282,6 @@ def _soname(tree: Tree, rel: str) -> str:
 
 
 def _is_elf_rel(tree: Tree, rel: str) -> bool:
-    return (rel.endswith(".so") or ".so." in rel or rel in ("python3.11",) or rel.startswith("ld-")) and is_elf(
-        tree.root / rel
-    )
+    return (
+        rel.endswith(".so") or ".so." in rel or rel in ("python3.11",) or rel.startswith("ld-")
+    ) and is_elf(tree.root / rel)

@@ -55,7 +55,9 @@ def default_project_root() -> Path:
     return Path(as2d_cli.__file__).resolve().parent.parent
 
 
-def project_files(recipe: Recipe, project_root: Path, memo: HashMemo | None = None) -> list[tuple[str, str]]:
+def project_files(
+    recipe: Recipe, project_root: Path, memo: HashMemo | None = None
+) -> list[tuple[str, str]]:
     """(relative path, SHA-256) of every project file the bundle will carry."""
     memo = memo or HashMemo()
     out = []
@@ -109,7 +111,9 @@ def add_pair(project: Path, models_dir: Path) -> str:
     for name, src in files:
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest / name)
-    (dest / "models.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    (dest / "models.json").write_text(
+        json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+    )
     return rel
 
 
@@ -145,12 +149,16 @@ def build_bundle(
     if models is not None:
         import tempfile
 
-        snap = Path(tempfile.mkdtemp(prefix="pair-", dir=root.parent if root.parent.exists() else None))
+        snap = Path(
+            tempfile.mkdtemp(prefix="pair-", dir=root.parent if root.parent.exists() else None)
+        )
         try:
             say(f"adding model pair {models}")
             snapshot_project(recipe, project_root, snap)
             add_pair(snap, Path(models))
-            return build_bundle(recipe, project_root=snap, cache=cache, refresh=refresh, progress=progress)
+            return build_bundle(
+                recipe, project_root=snap, cache=cache, refresh=refresh, progress=progress
+            )
         finally:
             shutil.rmtree(snap, ignore_errors=True)
     with _locked(root / "build.lock"):
@@ -162,23 +170,40 @@ def build_bundle(
 
 
 def _build_locked(
-    recipe: Recipe, project_root: Path, root: Path, refresh: bool, say: Progress, start: float, memo: HashMemo
+    recipe: Recipe,
+    project_root: Path,
+    root: Path,
+    refresh: bool,
+    say: Progress,
+    start: float,
+    memo: HashMemo,
 ) -> BuildResult:
-    apt_dir = root / "apt" / f"{recipe.arch}-{recipe.debian_suite}-{sha256_text(recipe.debian_mirror + recipe.debian_security_mirror)[:8]}"
+    apt_dir = (
+        root
+        / "apt"
+        / f"{recipe.arch}-{recipe.debian_suite}-{sha256_text(recipe.debian_mirror + recipe.debian_security_mirror)[:8]}"
+    )
     apt = PrivateApt(recipe, apt_dir)
     say("checking the Debian package lists")
     if apt.update(force=refresh):
         say("fetched the Debian arm64 package lists")
     debs = apt.resolve(recipe.debian_packages)
     say("fetching wheels")
-    wheels = fetch_wheels(recipe, root / "wheels" / f"cp{recipe.python_version.replace('.', '')}-{recipe.arch}", memo)
+    wheels = fetch_wheels(
+        recipe, root / "wheels" / f"cp{recipe.python_version.replace('.', '')}-{recipe.arch}", memo
+    )
     files = project_files(recipe, project_root, memo)
-    key = sha256_text(json.dumps({
-        "recipe": recipe.to_json(),
-        "debs": [p.to_json() for p in debs],
-        "wheels": [w.to_json() for w, _ in wheels],
-        "project": files,
-    }, sort_keys=True))
+    key = sha256_text(
+        json.dumps(
+            {
+                "recipe": recipe.to_json(),
+                "debs": [p.to_json() for p in debs],
+                "wheels": [w.to_json() for w, _ in wheels],
+                "project": files,
+            },
+            sort_keys=True,
+        )
+    )
     out_dir = root / "bundles" / key[:16]
     archive = out_dir / ARCHIVE_NAME.format(arch=recipe.arch)
     hit = _cached(out_dir, archive, memo)
@@ -228,7 +253,12 @@ def _build_locked(
     (tree.root / mf.MANIFEST_HASH).write_text(digest + "\n")
     say("packing")
     out_dir.mkdir(parents=True, exist_ok=True)
-    pack(tree.root, [*tree.origin, mf.MANIFEST, mf.MANIFEST_HASH], archive, lead=(mf.MANIFEST, mf.MANIFEST_HASH))
+    pack(
+        tree.root,
+        [*tree.origin, mf.MANIFEST, mf.MANIFEST_HASH],
+        archive,
+        lead=(mf.MANIFEST, mf.MANIFEST_HASH),
+    )
     shutil.copyfile(tree.root / mf.MANIFEST, out_dir / mf.MANIFEST)
     info = {
         "manifest_sha256": digest,
@@ -271,7 +301,9 @@ def _cached(out_dir: Path, archive: Path, memo: HashMemo) -> dict | None:
         manifest = mf.load(out_dir / mf.MANIFEST)
     except (json.JSONDecodeError, FormatError):
         return None
-    if memo.sha256(archive) != info.get("archive_sha256") or mf.manifest_hash(manifest) != info.get("manifest_sha256"):
+    if memo.sha256(archive) != info.get("archive_sha256") or mf.manifest_hash(manifest) != info.get(
+        "manifest_sha256"
+    ):
         return None
     return manifest
 
@@ -295,8 +327,12 @@ def load_built(archive: Path) -> tuple[dict, str]:
     try:
         manifest = mf.validate(json.loads(raw), f"{archive}:{mf.MANIFEST}")
     except json.JSONDecodeError as exc:
-        raise FormatError(f"{archive}: its {mf.MANIFEST} is not valid JSON ({exc.msg}); rebuild with `as2d bundle build`") from None
+        raise FormatError(
+            f"{archive}: its {mf.MANIFEST} is not valid JSON ({exc.msg}); rebuild with `as2d bundle build`"
+        ) from None
     digest = mf.manifest_hash(manifest)
     if read_member(archive, mf.MANIFEST_HASH).decode().strip() != digest:
-        raise FormatError(f"{archive}: {mf.MANIFEST_HASH} does not match its manifest; rebuild with `as2d bundle build`")
+        raise FormatError(
+            f"{archive}: {mf.MANIFEST_HASH} does not match its manifest; rebuild with `as2d bundle build`"
+        )
     return manifest, digest

@@ -7,7 +7,9 @@ import json
 import os
 from pathlib import Path
 
-from as2d_cli.formats.common import sha256_file  # one implementation; re-exported for the bundle modules
+from as2d_cli.formats.common import (
+    sha256_file,
+)  # one implementation; re-exported for the bundle modules
 
 __all__ = ["cache_root", "sha256_file", "sha256_text"]
 
@@ -21,9 +23,6 @@ def cache_root(override: Path | None = None) -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "as2d" / "bundle"
-
-
-
 
 
 def sha256_text(text: str) -> str:
@@ -56,7 +55,9 @@ class HashMemo:
 
     def save(self) -> None:
         if self.path is not None:
-            self._memo = {k: v for k, v in self._memo.items() if os.path.exists(k)}  # forget deleted files
+            self._memo = {
+                k: v for k, v in self._memo.items() if os.path.exists(k)
+            }  # forget deleted files
             tmp = self.path.with_name(self.path.name + ".tmp")
             tmp.write_text(json.dumps(self._memo))
             tmp.replace(self.path)

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from as2d_cli.bundle.build import load_built
-from as2d_cli.bundle.launch import PREFLIGHT, SIGSYS_EXIT, Launch, Preflight, launch, parse_preflight
+from as2d_cli.bundle.launch import (
+    PREFLIGHT,
+    SIGSYS_EXIT,
+    Launch,
+    Preflight,
+    launch,
+    parse_preflight,
+)
 from as2d_cli.bundle.manifest import MANIFEST_HASH
 from as2d_cli.errors import DeviceError
 from device_agents.base import Device
@@ -42,8 +49,14 @@ class DeployedBundle:
 
     def launch(self, args: Sequence[str], run_dir: str) -> Launch:
         """Start ``python3.11 ARGS`` with HOME and TMPDIR inside the per-run directory."""
-        return launch(self.manifest, self.path, args, home=posixpath.join(run_dir, "home"),
-                      tmpdir=posixpath.join(run_dir, "tmp"), rseq_off=self.rseq_off)
+        return launch(
+            self.manifest,
+            self.path,
+            args,
+            home=posixpath.join(run_dir, "home"),
+            tmpdir=posixpath.join(run_dir, "tmp"),
+            rseq_off=self.rseq_off,
+        )
 
     def command(self, args: Sequence[str], run_dir: str) -> str:
         """One shell line: make the run's HOME and TMPDIR, then start the bundle."""
@@ -61,26 +74,38 @@ def deploy(device: Device, archive: Path, *, deadline_s: float = 900.0) -> Deplo
     preflight = parse_preflight(device.shell(PREFLIGHT, deadline_s=30).stdout, device.serial)
     area = bundle_area(device)
     target = posixpath.join(area, digest[:16])
-    held = device.read_files([posixpath.join(target, MANIFEST_HASH)]).get(posixpath.join(target, MANIFEST_HASH))
+    held = device.read_files([posixpath.join(target, MANIFEST_HASH)]).get(
+        posixpath.join(target, MANIFEST_HASH)
+    )
     pushed, seconds = False, 0.0
     if (held or "").strip() != digest:
         start = time.monotonic()
         remote = posixpath.join(area, "bundle.tar.gz")
         partial = target + ".partial"
-        device.shell(["rm", "-rf", area], deadline_s=120).check(f"removing the old bundle in {area}")
+        device.shell(["rm", "-rf", area], deadline_s=120).check(
+            f"removing the old bundle in {area}"
+        )
         device.shell(["mkdir", "-p", partial], deadline_s=30).check(f"creating {partial}")
         device.push(archive, remote, deadline_s=deadline_s)
         q = shlex.quote
         device.shell(
             f"tar -xzf {q(remote)} -C {q(partial)} && rm -f {q(remote)} && mv {q(partial)} {q(target)}",
             deadline_s=deadline_s,
-        ).check(f"unpacking the bundle into {target} (needs toybox tar, Android 10 or newer, and ~{manifest['totals']['bytes'] // 2**20 + 60} MiB free)")
-        held = device.read_files([posixpath.join(target, MANIFEST_HASH)]).get(posixpath.join(target, MANIFEST_HASH))
+        ).check(
+            f"unpacking the bundle into {target} (needs toybox tar, Android 10 or newer, and ~{manifest['totals']['bytes'] // 2**20 + 60} MiB free)"
+        )
+        held = device.read_files([posixpath.join(target, MANIFEST_HASH)]).get(
+            posixpath.join(target, MANIFEST_HASH)
+        )
         if (held or "").strip() != digest:
-            raise DeviceError(f"{device.serial}: the bundle in {target} is incomplete after unpacking; "
-                              "check free space under /data/local/tmp and retry")
+            raise DeviceError(
+                f"{device.serial}: the bundle in {target} is incomplete after unpacking; "
+                "check free space under /data/local/tmp and retry"
+            )
         pushed, seconds = True, time.monotonic() - start
-    deployed = DeployedBundle(device.serial, target, manifest, digest, pushed, seconds, preflight, False)
+    deployed = DeployedBundle(
+        device.serial, target, manifest, digest, pushed, seconds, preflight, False
+    )
     return _smoke(device, deployed, area)
 
 
@@ -88,7 +113,9 @@ def _smoke(device: Device, deployed: DeployedBundle, area: str) -> DeployedBundl
     """Start Python once; a SIGSYS death means a seccomp filter refuses glibc's rseq."""
     for rseq_off in (False, True):
         candidate = DeployedBundle(**{**deployed.__dict__, "rseq_off": rseq_off})
-        result = device.shell(candidate.command(SMOKE, posixpath.join(area, "smoke")), deadline_s=120)
+        result = device.shell(
+            candidate.command(SMOKE, posixpath.join(area, "smoke")), deadline_s=120
+        )
         if result.exit_code == 0 and "as2d-bundle-ok" in result.stdout:
             return candidate
         if result.exit_code != SIGSYS_EXIT:
@@ -108,7 +135,9 @@ def remove(device: Device) -> bool:
     return present
 
 
-def ensure_deployed(device: Device, archive: Path | None = None, models: Path | None = None) -> DeployedBundle:
+def ensure_deployed(
+    device: Device, archive: Path | None = None, models: Path | None = None
+) -> DeployedBundle:
     """The bundle on ``device``: ``archive`` if given, else this checkout's (built or cached,
     carrying the model pair ``models`` when given)."""
     if archive is None:

@@ -41,7 +41,7 @@ def _parse(path: Path, data: mmap.mmap) -> ElfInfo:
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ValueError(f"{path} is not a 64-bit little-endian ELF file")
     machine = struct.unpack_from("<H", data, 18)[0]
-    phoff, = struct.unpack_from("<Q", data, 32)
+    (phoff,) = struct.unpack_from("<Q", data, 32)
     phentsize, phnum = struct.unpack_from("<HH", data, 54)
     loads: list[tuple[int, int, int]] = []
     dynamic: tuple[int, int] | None = None

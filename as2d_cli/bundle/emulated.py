@@ -39,7 +39,9 @@ def _map(ctx: CommandContext, value: str) -> str:
     """Phone paths in writable areas (also inside PATH-like lists) to their host paths."""
     fs = ctx.phone.fs
     parts = value.split(":")
-    return ":".join(str(fs.host_path(p)) if p.startswith("/") and fs.writable(p) else p for p in parts)
+    return ":".join(
+        str(fs.host_path(p)) if p.startswith("/") and fs.writable(p) else p for p in parts
+    )
 
 
 def _launcher(ctx: CommandContext, host_path: str) -> int:
@@ -47,11 +49,18 @@ def _launcher(ctx: CommandContext, host_path: str) -> int:
     if not (is_elf(path) and read_elf(path).machine == EM_AARCH64):
         return default_launcher(ctx, host_path)
     cpuinfo = ctx.phone.fs.root / CPUINFO_FILE
-    cpuinfo.write_text(qemu.arm64_cpuinfo())  # the host's CPU count: the guest reads the host's sysfs
+    cpuinfo.write_text(
+        qemu.arm64_cpuinfo()
+    )  # the host's CPU count: the guest reads the host's sysfs
     args = [_map(ctx, a) for a in ctx.argv[1:]]
     env = {k: _map(ctx, v) for k, v in ctx.env.items()}
     # `env -i`: the guest sees exactly the phone shell's environment, as on a phone.
-    argv = [shutil.which("env") or "/usr/bin/env", "-i", *[f"{k}={v}" for k, v in sorted(env.items())], *qemu.wrap([host_path, *args], cpuinfo)]
+    argv = [
+        shutil.which("env") or "/usr/bin/env",
+        "-i",
+        *[f"{k}={v}" for k, v in sorted(env.items())],
+        *qemu.wrap([host_path, *args], cpuinfo),
+    ]
     return ctx.run_host(argv)
 
 

@@ -60,7 +60,13 @@ def launch(
     }
     if rseq_off:
         env["GLIBC_TUNABLES"] = RSEQ_OFF
-    argv = [f"./{spec['loader']}", "--library-path", f"./{spec['library_path']}", f"./{spec['python']}", *args]
+    argv = [
+        f"./{spec['loader']}",
+        "--library-path",
+        f"./{spec['library_path']}",
+        f"./{spec['python']}",
+        *args,
+    ]
     return Launch(d, env, argv)
 
 
@@ -91,16 +97,24 @@ def parse_preflight(output: str, device: str) -> Preflight:
         elif line and current is not None:
             current.append(line)
     if "end" not in sections:
-        raise DeviceError(f"{device}: unexpected answer to the bundle preflight check ({output.strip()[:80]!r}); reconnect the phone and retry")
+        raise DeviceError(
+            f"{device}: unexpected answer to the bundle preflight check ({output.strip()[:80]!r}); reconnect the phone and retry"
+        )
     pf = Preflight(
         sum(1 for line in sections.get("cpuinfo", []) if line.startswith("processor")),
-        sum(1 for name in sections.get("sysfs", []) if name.startswith("cpu") and name[3:].isdigit()),
+        sum(
+            1 for name in sections.get("sysfs", []) if name.startswith("cpu") and name[3:].isdigit()
+        ),
         (sections.get("arch") or [""])[0],
     )
     if pf.machine and pf.machine not in ("aarch64", "arm64", "armv8l"):
-        raise DeviceError(f"{device}: CPU architecture is {pf.machine}, the bundle is arm64; use an arm64 phone")
+        raise DeviceError(
+            f"{device}: CPU architecture is {pf.machine}, the bundle is arm64; use an arm64 phone"
+        )
     if pf.machine == "armv8l":
-        raise DeviceError(f"{device}: runs a 32-bit kernel userland (armv8l); the arm64 bundle needs a 64-bit Android")
+        raise DeviceError(
+            f"{device}: runs a 32-bit kernel userland (armv8l); the arm64 bundle needs a 64-bit Android"
+        )
     if pf.cpuinfo_processors == 0:
         raise DeviceError(
             f"{device}: /proc/cpuinfo is hidden or lists no processors, which onnxruntime's CPU detection needs; "

@@ -38,32 +38,46 @@ def describe_files(root: Path, origin: dict[str, str]) -> list[dict]:
     files = []
     for rel in sorted(origin):
         path = root / rel
-        files.append({
-            "path": rel,
-            "size": path.stat().st_size,
-            "sha256": sha256_file(path),
-            "mode": 0o755 if path.stat().st_mode & 0o111 else 0o644,
-            "component": origin[rel],
-        })
+        files.append(
+            {
+                "path": rel,
+                "size": path.stat().st_size,
+                "sha256": sha256_file(path),
+                "mode": 0o755 if path.stat().st_mode & 0o111 else 0o644,
+                "component": origin[rel],
+            }
+        )
     return files
 
 
 def validate(data: object, source: str) -> dict:
     """Check schema name, version and structure; raise FormatError naming ``source``."""
     if not isinstance(data, dict):
-        raise FormatError(f"{source}: not a bundle manifest (expected a JSON object); rebuild with `as2d bundle build`")
+        raise FormatError(
+            f"{source}: not a bundle manifest (expected a JSON object); rebuild with `as2d bundle build`"
+        )
     if data.get("schema") != SCHEMA:
-        raise FormatError(f"{source}: schema is {data.get('schema')!r}, expected {SCHEMA!r}; rebuild with `as2d bundle build`")
+        raise FormatError(
+            f"{source}: schema is {data.get('schema')!r}, expected {SCHEMA!r}; rebuild with `as2d bundle build`"
+        )
     version = data.get("version")
     if not isinstance(version, int) or version != VERSION:
         newer = isinstance(version, int) and version > VERSION
-        what = "newer than this toolkit reads; upgrade as2d" if newer else "older than this toolkit reads; rebuild with `as2d bundle build`"
-        raise FormatError(f"{source}: bundle manifest version {version!r} is {what} (reads version {VERSION})")
+        what = (
+            "newer than this toolkit reads; upgrade as2d"
+            if newer
+            else "older than this toolkit reads; rebuild with `as2d bundle build`"
+        )
+        raise FormatError(
+            f"{source}: bundle manifest version {version!r} is {what} (reads version {VERSION})"
+        )
     try:
         jsonschema.validate(data, _schema())
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "top level"
-        raise FormatError(f"{source}: invalid bundle manifest at {where}: {exc.message}; rebuild with `as2d bundle build`") from None
+        raise FormatError(
+            f"{source}: invalid bundle manifest at {where}: {exc.message}; rebuild with `as2d bundle build`"
+        ) from None
     return data
 
 
@@ -72,9 +86,13 @@ def load(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise FormatError(f"{path}: no bundle manifest there; build one with `as2d bundle build`") from None
+        raise FormatError(
+            f"{path}: no bundle manifest there; build one with `as2d bundle build`"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise FormatError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); rebuild with `as2d bundle build`") from None
+        raise FormatError(
+            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); rebuild with `as2d bundle build`"
+        ) from None
     return validate(data, str(path))
 
 
@@ -83,6 +101,10 @@ def verify_tree(root: Path, manifest: dict) -> list[str]:
     bad = []
     for entry in manifest["files"]:
         path = root / entry["path"]
-        if not path.is_file() or path.stat().st_size != entry["size"] or sha256_file(path) != entry["sha256"]:
+        if (
+            not path.is_file()
+            or path.stat().st_size != entry["size"]
+            or sha256_file(path) != entry["sha256"]
+        ):
             bad.append(entry["path"])
     return bad

@@ -14,7 +14,9 @@ from as2d_cli.errors import FormatError
 FIXED_MTIME = 1577836800
 
 
-def pack(root: Path, paths: list[str], out: Path, level: int = 1, lead: tuple[str, ...] = ()) -> None:
+def pack(
+    root: Path, paths: list[str], out: Path, level: int = 1, lead: tuple[str, ...] = ()
+) -> None:
     """Write ``paths`` (relative to ``root``) into a reproducible .tar.gz at ``out``.
 
     Level 1: the ONNX weights and shared libraries barely compress (level 6 saves ~4%
@@ -54,13 +56,23 @@ def unpack(archive: Path, into: Path) -> None:
         with tarfile.open(archive, "r:gz") as tar:
             members = tar.getmembers()
             for m in members:
-                if m.name.startswith("/") or ".." in m.name.split("/") or not (m.isfile() or m.isdir()):
-                    raise FormatError(f"{archive}: unsafe entry {m.name!r}; rebuild with `as2d bundle build`")
+                if (
+                    m.name.startswith("/")
+                    or ".." in m.name.split("/")
+                    or not (m.isfile() or m.isdir())
+                ):
+                    raise FormatError(
+                        f"{archive}: unsafe entry {m.name!r}; rebuild with `as2d bundle build`"
+                    )
             tar.extractall(into, members=members, filter="fully_trusted")
     except (tarfile.TarError, OSError, EOFError) as exc:
         if isinstance(exc, FileNotFoundError):
-            raise FormatError(f"{archive}: no such bundle archive; build one with `as2d bundle build`") from None
-        raise FormatError(f"{archive}: not a readable bundle archive ({exc}); rebuild with `as2d bundle build`") from None
+            raise FormatError(
+                f"{archive}: no such bundle archive; build one with `as2d bundle build`"
+            ) from None
+        raise FormatError(
+            f"{archive}: not a readable bundle archive ({exc}); rebuild with `as2d bundle build`"
+        ) from None
 
 
 def read_member(archive: Path, name: str) -> bytes:
@@ -73,10 +85,11 @@ def read_member(archive: Path, name: str) -> bytes:
                     assert f is not None
                     return f.read()
     except FileNotFoundError:
-        raise FormatError(f"{archive}: no such bundle archive; build one with `as2d bundle build`") from None
+        raise FormatError(
+            f"{archive}: no such bundle archive; build one with `as2d bundle build`"
+        ) from None
     except (tarfile.TarError, OSError, EOFError) as exc:
-        raise FormatError(f"{archive}: not a readable bundle archive ({exc}); rebuild with `as2d bundle build`") from None
+        raise FormatError(
+            f"{archive}: not a readable bundle archive ({exc}); rebuild with `as2d bundle build`"
+        ) from None
     raise FormatError(f"{archive}: no {name} inside; rebuild with `as2d bundle build`")
-
-
-

@@ -57,12 +57,27 @@ def require_qemu(arch: str = "arm64") -> str:
 def wrap(argv: Sequence[str], cpuinfo: Path, arch: str = "arm64") -> list[str]:
     """``argv`` (loader first) run by qemu in a mount namespace with ``cpuinfo`` over /proc/cpuinfo."""
     qemu = require_qemu(arch)
-    userns = [] if os.geteuid() == 0 else ["-r"]  # unprivileged: map ourselves to root in a user namespace
+    userns = (
+        [] if os.geteuid() == 0 else ["-r"]
+    )  # unprivileged: map ourselves to root in a user namespace
     mount = shutil.which("mount") or "/bin/mount"
     script = f'{mount} --bind "$1" /proc/cpuinfo || exit 125; shift; exec "$@"'
     # Absolute paths throughout: callers may hand the guest a phone's PATH.
-    return [shutil.which("unshare") or "unshare", *userns, "-m", "--propagation", "private", "--",
-            "/bin/sh", "-c", script, "sh", str(cpuinfo), qemu, *argv]
+    return [
+        shutil.which("unshare") or "unshare",
+        *userns,
+        "-m",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+        "sh",
+        str(cpuinfo),
+        qemu,
+        *argv,
+    ]
 
 
 def run(
@@ -81,6 +96,11 @@ def run(
     """
     clean = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **env}
     return subprocess.run(
-        wrap(argv, cpuinfo), cwd=bundle_dir, env=clean, input=input, capture_output=True, text=True,
+        wrap(argv, cpuinfo),
+        cwd=bundle_dir,
+        env=clean,
+        input=input,
+        capture_output=True,
+        text=True,
         timeout=timeout,
     )

@@ -20,7 +20,9 @@ SUPPORTED_ARCHES = ("arm64",)
 LOADER = {"arm64": "ld-linux-aarch64.so.1"}
 MULTIARCH = {"arm64": "aarch64-linux-gnu"}
 QEMU = {"arm64": "qemu-aarch64-static"}
-WHEEL_PLATFORMS = {"arm64": ("manylinux2014_aarch64", "manylinux_2_17_aarch64", "manylinux_2_28_aarch64")}
+WHEEL_PLATFORMS = {
+    "arm64": ("manylinux2014_aarch64", "manylinux_2_17_aarch64", "manylinux_2_28_aarch64")
+}
 
 # The interpreter and the libraries CPython's kept stdlib modules link against. Libraries
 # of modules we drop (sqlite3, readline, curses, dbm, nis, crypt) are left out on purpose.
@@ -81,7 +83,9 @@ class Recipe:
             )
         for spec in self.wheels:
             if "==" not in spec:
-                raise UserError(f"wheel {spec!r} must be pinned as NAME==VERSION so the bundle is reproducible")
+                raise UserError(
+                    f"wheel {spec!r} must be pinned as NAME==VERSION so the bundle is reproducible"
+                )
 
     @property
     def loader(self) -> str:

@@ -24,7 +24,12 @@ def run_tool(
     """Run a tool, returning stdout; on failure raise a UserError naming the last error line."""
     try:
         proc = subprocess.run(
-            list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            list(argv),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
         )
     except FileNotFoundError:
         raise UserError(f"{argv[0]} not found; {hint}") from None

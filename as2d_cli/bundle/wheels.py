@@ -39,11 +39,18 @@ class Wheel:
         return self.spec.split("==")[1]
 
     def to_json(self) -> dict:
-        return {"name": self.name, "version": self.version, "filename": self.filename,
-                "sha256": self.sha256, "size": self.size}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "filename": self.filename,
+            "sha256": self.sha256,
+            "size": self.size,
+        }
 
 
-def fetch_wheels(recipe: Recipe, into: Path, memo: HashMemo | None = None) -> list[tuple[Wheel, Path]]:
+def fetch_wheels(
+    recipe: Recipe, into: Path, memo: HashMemo | None = None
+) -> list[tuple[Wheel, Path]]:
     """Each pinned wheel of the recipe, from the cache or downloaded into it."""
     into.mkdir(parents=True, exist_ok=True)
     memo = memo or HashMemo()
@@ -52,7 +59,11 @@ def fetch_wheels(recipe: Recipe, into: Path, memo: HashMemo | None = None) -> li
     out: list[tuple[Wheel, Path]] = []
     for spec in recipe.wheels:
         entry = lock.get(spec)
-        if entry and (into / entry["filename"]).is_file() and memo.sha256(into / entry["filename"]) == entry["sha256"]:
+        if (
+            entry
+            and (into / entry["filename"]).is_file()
+            and memo.sha256(into / entry["filename"]) == entry["sha256"]
+        ):
             path = into / entry["filename"]
         else:
             path = _download(recipe, spec, into)
@@ -64,16 +75,38 @@ def fetch_wheels(recipe: Recipe, into: Path, memo: HashMemo | None = None) -> li
 
 def _download(recipe: Recipe, spec: str, into: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=into) as tmp:
-        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                "--disable-pip-version-check", "--no-input", "-q",
-                "--python-version", recipe.python_version, "--implementation", "cp",
-                "--abi", "cp" + recipe.python_version.replace(".", ""), "-d", tmp]
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-q",
+            "--python-version",
+            recipe.python_version,
+            "--implementation",
+            "cp",
+            "--abi",
+            "cp" + recipe.python_version.replace(".", ""),
+            "-d",
+            tmp,
+        ]
         for plat in recipe.wheel_platforms:
             argv += ["--platform", plat]
-        run_tool([*argv, spec], what=f"pip download of {spec} for {recipe.arch}", hint=_PIP_HINT, timeout=600)
+        run_tool(
+            [*argv, spec],
+            what=f"pip download of {spec} for {recipe.arch}",
+            hint=_PIP_HINT,
+            timeout=600,
+        )
         got = sorted(Path(tmp).glob("*.whl"))
         if len(got) != 1:
-            raise UserError(f"pip download of {spec} gave {len(got)} wheels, expected one; {_PIP_HINT}")
+            raise UserError(
+                f"pip download of {spec} gave {len(got)} wheels, expected one; {_PIP_HINT}"
+            )
         dest = into / got[0].name
         shutil.move(str(got[0]), dest)
         return dest

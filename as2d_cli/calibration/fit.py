@@ -22,8 +22,13 @@ from as2d_cli.formats.profile import ContextCosts, CostProfile, DrafterCosts, Fi
 DRAFTER_PROBE_CACHE = 17.0  # the serial drafter probes run after SOT and 16 reference tokens
 
 
-def loop_residuals(samples: Iterable[Mapping[str, Any]], verify_ms: Mapping[int, float], draft_ms: float,
-                   ctx: ContextCosts | None = None, catch_up_ms: float | None = None) -> list[float]:
+def loop_residuals(
+    samples: Iterable[Mapping[str, Any]],
+    verify_ms: Mapping[int, float],
+    draft_ms: float,
+    ctx: ContextCosts | None = None,
+    catch_up_ms: float | None = None,
+) -> list[float]:
     """Per serial round: wall time minus its drafter forwards (catch-ups at their own cost
     when the sample separates them) and its verification, each at the fitted cost (at the
     round's cache length when context terms exist) — the work the profile does not
@@ -61,7 +66,9 @@ def _med(g: Mapping[str, list[float]], key: str, default: float | None = None) -
     if not v:
         if default is not None:
             return default
-        raise UserError(f"calibration has no samples for {key!r}; rerun `as2d calibrate` (it resumes) to measure it")
+        raise UserError(
+            f"calibration has no samples for {key!r}; rerun `as2d calibrate` (it resumes) to measure it"
+        )
     return float(median(v))
 
 
@@ -89,7 +96,12 @@ def fit_context(samples: list[Mapping[str, Any]], ref_audio_s: float | None) -> 
         return None
     cells: dict[tuple[int, int, float], list[float]] = defaultdict(list)
     for s in samples:
-        if s["figure"].startswith("verify.K") and not s.get("concurrent") and "audio_s" in s and "offset" in s:
+        if (
+            s["figure"].startswith("verify.K")
+            and not s.get("concurrent")
+            and "audio_s" in s
+            and "offset" in s
+        ):
             cells[(int(s["width"]), int(s["offset"]), float(s["audio_s"]))].append(float(s["ms"]))
     if not cells:
         return None
@@ -110,7 +122,7 @@ def fit_context(samples: list[Mapping[str, Any]], ref_audio_s: float | None) -> 
             row += [a - ref_audio_s] + ([(a - ref_audio_s) * (k - 1)] if many else [])
         rows.append(row)
         y.append(float(median(v)))
-    coef = _lstsq(rows, y)[len(widths):]
+    coef = _lstsq(rows, y)[len(widths) :]
     t_tok = coef.pop(0) if vary_t else 0.0
     t_tok_w = coef.pop(0) if vary_t and many else 0.0
     t_aud = coef.pop(0) if vary_a else 0.0
@@ -121,24 +133,46 @@ def fit_context(samples: list[Mapping[str, Any]], ref_audio_s: float | None) -> 
     t_tok, t_aud = max(0.0, t_tok), max(0.0, t_aud)
     t_tok_w = max(t_tok_w, -t_tok / top) if top else 0.0
     t_aud_w = max(t_aud_w, -t_aud / top) if top else 0.0
-    steps = _trim([s for s in samples if s["figure"] == "sources.drafter.step" and "audio_s" in s and "position" in s])
+    steps = _trim(
+        [
+            s
+            for s in samples
+            if s["figure"] == "sources.drafter.step" and "audio_s" in s and "position" in s
+        ]
+    )
     d_tok = d_aud = 0.0
     positions = [int(s["position"]) for s in steps]
     if positions and max(positions) - min(positions) >= MIN_TOKEN_SPAN:
         auds = [float(s["audio_s"]) for s in steps]
         two = max(auds) - min(auds) >= MIN_AUDIO_SPAN_S
-        rows = [[1.0, float(s["position"]) - REF_TOKENS] + ([float(s["audio_s"]) - ref_audio_s] if two else []) for s in steps]
+        rows = [
+            [1.0, float(s["position"]) - REF_TOKENS]
+            + ([float(s["audio_s"]) - ref_audio_s] if two else [])
+            for s in steps
+        ]
         c = _lstsq(rows, [float(s["ms"]) for s in steps])
         d_tok, d_aud = c[1], (c[2] if two else 0.0)
     # Longer caches and longer audio never make a call cheaper: a negative fit is noise.
-    return ContextCosts(ref_tokens=REF_TOKENS, ref_audio_s=ref_audio_s, target_ms_per_token=t_tok,
-                        target_ms_per_audio_s=t_aud, drafter_ms_per_token=max(0.0, d_tok),
-                        drafter_ms_per_audio_s=max(0.0, d_aud), target_ms_per_token_per_width=t_tok_w,
-                        target_ms_per_audio_s_per_width=t_aud_w)
+    return ContextCosts(
+        ref_tokens=REF_TOKENS,
+        ref_audio_s=ref_audio_s,
+        target_ms_per_token=t_tok,
+        target_ms_per_audio_s=t_aud,
+        drafter_ms_per_token=max(0.0, d_tok),
+        drafter_ms_per_audio_s=max(0.0, d_aud),
+        target_ms_per_token_per_width=t_tok_w,
+        target_ms_per_audio_s_per_width=t_aud_w,
+    )
 
 
-def _at_ref(samples: list[Mapping[str, Any]], ctx: ContextCosts | None, *, figure: str, drafter: bool = False,
-            position: float | None = None) -> list[float]:
+def _at_ref(
+    samples: list[Mapping[str, Any]],
+    ctx: ContextCosts | None,
+    *,
+    figure: str,
+    drafter: bool = False,
+    position: float | None = None,
+) -> list[float]:
     """A figure's samples (already only the reference window's), each moved to the
     reference cache length with the fitted slope (its own ``position``, or the probe's
     fixed one)."""
@@ -149,22 +183,48 @@ def _at_ref(samples: list[Mapping[str, Any]], ctx: ContextCosts | None, *, figur
         ms = float(s["ms"])
         if ctx is not None:
             pos = float(s.get("position", position if position is not None else ctx.ref_tokens))
-            ms -= (ctx.drafter_ms(pos, ctx.ref_audio_s) if drafter else ctx.target_ms(pos, ctx.ref_audio_s))
+            ms -= (
+                ctx.drafter_ms(pos, ctx.ref_audio_s)
+                if drafter
+                else ctx.target_ms(pos, ctx.ref_audio_s)
+            )
         out.append(ms)
     return out
 
 
-def fit_profile(samples: list[Mapping[str, Any]], device: Mapping[str, Any], *, notes: str = "",
-                created: str = "", ref_audio_s: float | None = None) -> CostProfile:
+def fit_profile(
+    samples: list[Mapping[str, Any]],
+    device: Mapping[str, Any],
+    *,
+    notes: str = "",
+    created: str = "",
+    ref_audio_s: float | None = None,
+) -> CostProfile:
     ctx = fit_context(samples, ref_audio_s)
     all_samples = samples
-    if ctx is not None:  # figures are quoted at the reference window; the short one only fed the slopes
-        samples = [s for s in samples if float(s.get("audio_s", ref_audio_s)) == ref_audio_s
-                   or s["figure"] == "sources.drafter.startup"]
+    if (
+        ctx is not None
+    ):  # figures are quoted at the reference window; the short one only fed the slopes
+        samples = [
+            s
+            for s in samples
+            if float(s.get("audio_s", ref_audio_s)) == ref_audio_s
+            or s["figure"] == "sources.drafter.startup"
+        ]
     g = group(samples)
-    idle = {int(k.split("K")[1]): float(median(v)) for k, v in g.items() if k.startswith("verify.K") and v}
-    flat_idle = dict(idle)  # medians over the sweep's offsets: the concurrent ratios compare like with like
-    conc = {int(k.split("K")[1]): float(median(v)) for k, v in g.items() if k.startswith("verify_concurrent.K") and v}
+    idle = {
+        int(k.split("K")[1]): float(median(v))
+        for k, v in g.items()
+        if k.startswith("verify.K") and v
+    }
+    flat_idle = dict(
+        idle
+    )  # medians over the sweep's offsets: the concurrent ratios compare like with like
+    conc = {
+        int(k.split("K")[1]): float(median(v))
+        for k, v in g.items()
+        if k.startswith("verify_concurrent.K") and v
+    }
     if not idle:
         raise UserError("calibration has no verification samples; rerun `as2d calibrate`")
     ratios = {k: conc[k] / flat_idle[k] for k in idle if k in conc and flat_idle[k] > 0}
@@ -172,8 +232,12 @@ def fit_profile(samples: list[Mapping[str, Any]], device: Mapping[str, Any], *, 
         moved: dict[int, list[float]] = defaultdict(list)
         for s in samples:
             if s["figure"].startswith("verify.K") and not s.get("concurrent"):
-                moved[int(s["width"])].append(float(s["ms"]) - ctx.target_ms(float(s.get("offset", ctx.ref_tokens)),
-                                                                              ctx.ref_audio_s, int(s["width"])))
+                moved[int(s["width"])].append(
+                    float(s["ms"])
+                    - ctx.target_ms(
+                        float(s.get("offset", ctx.ref_tokens)), ctx.ref_audio_s, int(s["width"])
+                    )
+                )
         idle = {k: float(median(v)) for k, v in moved.items()}
     if ratios and len(ratios) < len(idle):
         # Widths measured idle but not concurrently take the median measured ratio (D.2.4).
@@ -181,50 +245,99 @@ def fit_profile(samples: list[Mapping[str, Any]], device: Mapping[str, Any], *, 
         ratios = {k: ratios.get(k, fill) for k in idle}
     elif not ratios:
         ratios = {k: 1.0 for k in idle}
-    flat_step = _med(g, "sources.drafter.step", 0.0)  # over all positions: the concurrent ratio's baseline
-    if ctx is not None:  # figures probed at a fixed or recorded cache length, moved to the reference
-        for fig in ("drafter.step", "drafter.catch_up", "drafter.paired", *[k for k in g if k.startswith("drafter.refresh.K")]):
+    flat_step = _med(
+        g, "sources.drafter.step", 0.0
+    )  # over all positions: the concurrent ratio's baseline
+    if (
+        ctx is not None
+    ):  # figures probed at a fixed or recorded cache length, moved to the reference
+        for fig in (
+            "drafter.step",
+            "drafter.catch_up",
+            "drafter.paired",
+            *[k for k in g if k.startswith("drafter.refresh.K")],
+        ):
             if g.get(fig):
-                g[fig] = _at_ref(samples, ctx, figure=fig, drafter=True, position=DRAFTER_PROBE_CACHE)
+                g[fig] = _at_ref(
+                    samples, ctx, figure=fig, drafter=True, position=DRAFTER_PROBE_CACHE
+                )
         for fig, is_drafter in (("sources.drafter.step", True), ("target_step", False)):
             if g.get(fig):
                 g[fig] = _at_ref(samples, ctx, figure=fig, drafter=is_drafter)
-    refresh = {int(k.split("K")[1]): float(median(v)) for k, v in g.items() if k.startswith("drafter.refresh.K") and v}
+    refresh = {
+        int(k.split("K")[1]): float(median(v))
+        for k, v in g.items()
+        if k.startswith("drafter.refresh.K") and v
+    }
     drafter = None
     if g.get("drafter.step"):
-        drafter = DrafterCosts(step_ms=_med(g, "drafter.step"), catch_up_ms=_med(g, "drafter.catch_up"),
-                               paired_ms=_med(g, "drafter.paired"), row_ms=_med(g, "drafter.row"), refresh_ms=refresh)
+        drafter = DrafterCosts(
+            step_ms=_med(g, "drafter.step"),
+            catch_up_ms=_med(g, "drafter.catch_up"),
+            paired_ms=_med(g, "drafter.paired"),
+            row_ms=_med(g, "drafter.row"),
+            refresh_ms=refresh,
+        )
     sources: dict[str, SourceCosts] = {}
     if g.get("sources.drafter.step"):
         step = _med(g, "sources.drafter.step")
         step_c = _med(g, "sources.drafter.step_concurrent", flat_step)
-        startup, startup_slope = _startup(all_samples, "drafter", ref_audio_s) if ctx is not None else (None, 0.0)
-        sources["drafter"] = SourceCosts("drafter", "autoregressive", step_ms_idle=step,
-                                         publish_ms=_med(g, "sources.drafter.publish", 0.0),
-                                         startup_ms=startup if startup is not None else _med(g, "sources.drafter.startup", 0.0),
-                                         concurrent_ratio=step_c / flat_step if flat_step > 0 else 1.0,
-                                         startup_ms_per_audio_s=startup_slope)
+        startup, startup_slope = (
+            _startup(all_samples, "drafter", ref_audio_s) if ctx is not None else (None, 0.0)
+        )
+        sources["drafter"] = SourceCosts(
+            "drafter",
+            "autoregressive",
+            step_ms_idle=step,
+            publish_ms=_med(g, "sources.drafter.publish", 0.0),
+            startup_ms=startup if startup is not None else _med(g, "sources.drafter.startup", 0.0),
+            concurrent_ratio=step_c / flat_step if flat_step > 0 else 1.0,
+            startup_ms_per_audio_s=startup_slope,
+        )
     if g.get("sources.ctc.chunk"):
-        sources["ctc"] = SourceCosts("ctc", "chunked", chunk_ms_idle=_med(g, "sources.ctc.chunk"),
-                                     publish_ms=_med(g, "sources.ctc.publish", 0.0),
-                                     startup_ms=_med(g, "sources.ctc.startup", 0.0),
-                                     concurrent_ratio=sources["drafter"].concurrent_ratio if "drafter" in sources else 1.0)
+        sources["ctc"] = SourceCosts(
+            "ctc",
+            "chunked",
+            chunk_ms_idle=_med(g, "sources.ctc.chunk"),
+            publish_ms=_med(g, "sources.ctc.publish", 0.0),
+            startup_ms=_med(g, "sources.ctc.startup", 0.0),
+            concurrent_ratio=sources["drafter"].concurrent_ratio if "drafter" in sources else 1.0,
+        )
     target_step = _med(g, "target_step")
     if drafter is not None and g.get("loop_round"):
         g["loop"] = loop_residuals(samples, idle, drafter.step_ms, ctx, drafter.catch_up_ms)
     loop = max(0.0, _med(g, "loop", 0.0))
     episodes = any(s["figure"].startswith("loop.") for s in all_samples)
-    fit = Fit(method="median of measured calls per figure (warm-ups excluded); concurrent/idle ratio per width = "
-                     "median concurrent / median idle, unclipped; widths without concurrent samples take the median ratio"
-                     + ("; then corrected by native episodes (in-loop costs: as2d_cli.calibration.in_loop)" if episodes else ""),
-              samples={k: tuple(v) for k, v in sorted(g.items()) if not k.startswith("loop.")}, notes=notes)
-    profile = CostProfile(device=dict(device), target_step_ms=target_step, verify_idle_ms=idle,
-                          verify_concurrent_ratio=ratios, loop_ms=loop, align_ms=0.0, drafter=drafter,
-                          sources=sources, fit=fit, created=created, context=ctx)
+    fit = Fit(
+        method="median of measured calls per figure (warm-ups excluded); concurrent/idle ratio per width = "
+        "median concurrent / median idle, unclipped; widths without concurrent samples take the median ratio"
+        + (
+            "; then corrected by native episodes (in-loop costs: as2d_cli.calibration.in_loop)"
+            if episodes
+            else ""
+        ),
+        samples={k: tuple(v) for k, v in sorted(g.items()) if not k.startswith("loop.")},
+        notes=notes,
+    )
+    profile = CostProfile(
+        device=dict(device),
+        target_step_ms=target_step,
+        verify_idle_ms=idle,
+        verify_concurrent_ratio=ratios,
+        loop_ms=loop,
+        align_ms=0.0,
+        drafter=drafter,
+        sources=sources,
+        fit=fit,
+        created=created,
+        context=ctx,
+    )
     return apply_in_loop(profile, all_samples)
 
 
-def _startup(samples: list[Mapping[str, Any]], source: str, ref_audio_s: float | None) -> tuple[float | None, float]:
+def _startup(
+    samples: list[Mapping[str, Any]], source: str, ref_audio_s: float | None
+) -> tuple[float | None, float]:
     """A source's startup at the reference audio length and its slope per audio second
     (0 when it was measured on one length only)."""
     by: dict[float, list[float]] = defaultdict(list)

@@ -64,7 +64,10 @@ class _Pricer:
         if self.ctx is None or n <= 0:
             return 0.0
         pos = float(s.get("position", 0))
-        return n * self.ctx.drafter_ms(pos, self._audio(s)) + self.ctx.drafter_ms_per_token * n * (n - 1) / 2
+        return (
+            n * self.ctx.drafter_ms(pos, self._audio(s))
+            + self.ctx.drafter_ms_per_token * n * (n - 1) / 2
+        )
 
     def op(self, s: Mapping[str, Any], op: str) -> float | None:
         p = self.p
@@ -73,7 +76,9 @@ class _Pricer:
                 return self.target(s, int(s["width"]))
             if op == "draft":
                 n = int(s.get("count", 0)) + int(s.get("catch_up", 0))
-                return p.draft_ms(int(s.get("count", 0)), int(s.get("catch_up", 0)), int(s.get("rows", 0))) + self.drafter_extra(s, n)
+                return p.draft_ms(
+                    int(s.get("count", 0)), int(s.get("catch_up", 0)), int(s.get("rows", 0))
+                ) + self.drafter_extra(s, n)
             if op == "paired":
                 return p.paired_ms(int(s.get("rows", 0))) + self.drafter_extra(s, 1)
             if op == "refresh":
@@ -108,8 +113,10 @@ def typical_sums(rows: Sequence[tuple[Mapping[str, Any], float, float]]) -> tupl
         acc = per[s["window"]][s["rep"]]
         acc[0] += o
         acc[1] += p
-    return (sum(median(a[0] for a in reps.values()) for reps in per.values()),
-            sum(median(a[1] for a in reps.values()) for reps in per.values()))
+    return (
+        sum(median(a[0] for a in reps.values()) for reps in per.values()),
+        sum(median(a[1] for a in reps.values()) for reps in per.values()),
+    )
 
 
 def _ratio(samples: Sequence[Mapping[str, Any]], pricer: _Pricer, op: str) -> float | None:
@@ -141,7 +148,9 @@ def _target_step(profile: CostProfile, ops: Mapping[str, list[Mapping[str, Any]]
     two = max(auds) - min(auds) >= MIN_AUDIO_SPAN_S
 
     def row(s: Mapping[str, Any], a: float) -> list[float]:
-        return [1.0, float(s.get("position", 0)) - ctx.ref_tokens] + ([a - ctx.ref_audio_s] if two else [])
+        return [1.0, float(s.get("position", 0)) - ctx.ref_tokens] + (
+            [a - ctx.ref_audio_s] if two else []
+        )
 
     # Slopes from the steps without preemptions (over 3× their window's median), then the
     # intercept moved so the fit's total equals a typical repetition's measured total
@@ -161,12 +170,19 @@ def _target_step(profile: CostProfile, ops: Mapping[str, list[Mapping[str, Any]]
     top = max(profile.widths) - 1
     tw = max(ctx.target_ms_per_token_per_width, -b / top) if top else 0.0
     aw = max(ctx.target_ms_per_audio_s_per_width, -c / top) if top else 0.0
-    new_ctx = dataclasses.replace(ctx, target_ms_per_token=b, target_ms_per_audio_s=c,
-                                  target_ms_per_token_per_width=tw, target_ms_per_audio_s_per_width=aw)
+    new_ctx = dataclasses.replace(
+        ctx,
+        target_ms_per_token=b,
+        target_ms_per_audio_s=c,
+        target_ms_per_token_per_width=tw,
+        target_ms_per_audio_s_per_width=aw,
+    )
     return dataclasses.replace(profile, target_step_ms=a + extra, context=new_ctx)
 
 
-def _typical_steps(keep: Sequence[tuple[Mapping[str, Any], float]], row: Any) -> tuple[list[list[float]], list[float]]:
+def _typical_steps(
+    keep: Sequence[tuple[Mapping[str, Any], float]], row: Any
+) -> tuple[list[list[float]], list[float]]:
     """Least-squares rows and values: one per step, or — when every sample names its window
     and repetition and each window has MIN_REPS of them — one per (window, position) with
     the median over the repetitions, so a repetition the host slowed throughout does not
@@ -182,7 +198,9 @@ def _typical_steps(keep: Sequence[tuple[Mapping[str, Any], float]], row: Any) ->
     return [row(*first[k]) for k in groups], [median(v) for v in groups.values()]
 
 
-def _slopes(ops: Sequence[Mapping[str, Any]], ctx: Any, forwards: bool) -> tuple[float, float] | None:
+def _slopes(
+    ops: Sequence[Mapping[str, Any]], ctx: Any, forwards: bool
+) -> tuple[float, float] | None:
     """Least-squares slopes per cached token and per audio second of in-loop calls (for
     drafting ops, per forward: each forward at its own cache length); None without a
     span of audio lengths."""
@@ -192,14 +210,18 @@ def _slopes(ops: Sequence[Mapping[str, Any]], ctx: Any, forwards: bool) -> tuple
         if n <= 0:
             continue
         pos = float(s.get("position", 0)) - ctx.ref_tokens + (n - 1) / 2
-        pts.append((n, pos, float(s.get("audio_s", ctx.ref_audio_s)) - ctx.ref_audio_s, float(s["ms"])))
+        pts.append(
+            (n, pos, float(s.get("audio_s", ctx.ref_audio_s)) - ctx.ref_audio_s, float(s["ms"]))
+        )
     if len(pts) < MIN_SAMPLES or max(p[2] for p in pts) - min(p[2] for p in pts) < MIN_AUDIO_SPAN_S:
         return None
     coef = _lstsq([[n, n * pos, n * a] for n, pos, a, _ in pts], [ms for *_, ms in pts])
     return max(0.0, coef[1]), max(0.0, coef[2])
 
 
-def _serial_slopes(profile: CostProfile, by: Mapping[str, Mapping[str, list[Mapping[str, Any]]]]) -> CostProfile:
+def _serial_slopes(
+    profile: CostProfile, by: Mapping[str, Mapping[str, list[Mapping[str, Any]]]]
+) -> CostProfile:
     """The drafter's slopes from every in-loop drafting op of SD and ASP; the target's
     per-width growth from SD's verification (one wide width) against the target-only K1
     slopes. The sweeps and the source's hot steps gave these before; inside the loop the
@@ -219,13 +241,20 @@ def _serial_slopes(profile: CostProfile, by: Mapping[str, Mapping[str, list[Mapp
         top = max(profile.widths) - 1  # no width may get a negative slope
         if got is not None and k > 1 and top > 0:
             ctx = dataclasses.replace(
-                ctx, target_ms_per_token_per_width=max((got[0] - ctx.target_ms_per_token) / (k - 1), -ctx.target_ms_per_token / top),
-                target_ms_per_audio_s_per_width=max((got[1] - ctx.target_ms_per_audio_s) / (k - 1), -ctx.target_ms_per_audio_s / top))
+                ctx,
+                target_ms_per_token_per_width=max(
+                    (got[0] - ctx.target_ms_per_token) / (k - 1), -ctx.target_ms_per_token / top
+                ),
+                target_ms_per_audio_s_per_width=max(
+                    (got[1] - ctx.target_ms_per_audio_s) / (k - 1), -ctx.target_ms_per_audio_s / top
+                ),
+            )
     return dataclasses.replace(profile, context=ctx)
 
 
-def _startup(steps: Sequence[Mapping[str, Any]], ref_audio_s: float | None, chunk_ms: float | None = None
-             ) -> tuple[float, float] | None:
+def _startup(
+    steps: Sequence[Mapping[str, Any]], ref_audio_s: float | None, chunk_ms: float | None = None
+) -> tuple[float, float] | None:
     """The producer's startup (ms, ms per audio second) from the episodes' source steps.
 
     With the steps' decode-clock end times (``end_ms``) it is what the first publication
@@ -235,7 +264,9 @@ def _startup(steps: Sequence[Mapping[str, Any]], ref_audio_s: float | None, chun
     without ``end_ms``: the first step's own duration."""
     on_clock = any("end_ms" in s for s in steps)
     index = 1 if on_clock and chunk_ms is not None else 0  # a chunked source's first chunk
-    first = [s for s in steps if int(s.get("index", -1)) == index and (not on_clock or "end_ms" in s)]
+    first = [
+        s for s in steps if int(s.get("index", -1)) == index and (not on_clock or "end_ms" in s)
+    ]
     if on_clock and first:
         vals = [float(s["end_ms"]) - (chunk_ms or 0.0) for s in first]
     else:  # older samples, or no publishing step recorded: the first step's own duration
@@ -250,8 +281,9 @@ def _startup(steps: Sequence[Mapping[str, Any]], ref_audio_s: float | None, chun
     return max(0.0, sum(vals) / len(vals)), 0.0
 
 
-def _source(profile: CostProfile, name: str, ops: Mapping[str, list[Mapping[str, Any]]],
-            pricer: _Pricer) -> SourceCosts | None:
+def _source(
+    profile: CostProfile, name: str, ops: Mapping[str, list[Mapping[str, Any]]], pricer: _Pricer
+) -> SourceCosts | None:
     """The source's costs as measured next to a running target."""
     if name not in profile.sources:
         return None
@@ -263,14 +295,24 @@ def _source(profile: CostProfile, name: str, ops: Mapping[str, list[Mapping[str,
     # A chunked source's first step is an empty start(); on the decode clock its first
     # chunk's excess over the steady chunk is charged as startup (_startup), so that chunk
     # stays out of the steady ratio too (older samples without ``end_ms`` keep it).
-    first_chunk = src.kind != "autoregressive" and any("end_ms" in s for s in ops.get("source_step", []))
+    first_chunk = src.kind != "autoregressive" and any(
+        "end_ms" in s for s in ops.get("source_step", [])
+    )
     for s in ops.get("source_step", []):
         i = int(s.get("index", 0))
-        if i == 0 or (first_chunk and i == 1) or not s.get("concurrent") or int(s.get("tokens", 0)) == 0:
+        if (
+            i == 0
+            or (first_chunk and i == 1)
+            or not s.get("concurrent")
+            or int(s.get("tokens", 0)) == 0
+        ):
             continue  # startup, or after the target's end, or the final partial publication
         if src.kind == "autoregressive":
-            p = src.step_ms_idle + (ctx.drafter_ms(int(s["index"]) - 1, float(s.get("audio_s", ctx.ref_audio_s)))
-                                    if ctx is not None else 0.0)
+            p = src.step_ms_idle + (
+                ctx.drafter_ms(int(s["index"]) - 1, float(s.get("audio_s", ctx.ref_audio_s)))
+                if ctx is not None
+                else 0.0
+            )
         else:
             p = src.chunk_ms_idle
         rows.append((s, float(s["ms"]), max(p, 1e-6)))

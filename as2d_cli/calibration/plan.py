@@ -26,9 +26,16 @@ class Step:
     weight: float  # rough relative duration, for the progress estimate
 
 
-def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("drafter", "ctc"),
-              ctc_window: str | None = None, short_window: str | None = None,
-              episode_windows: tuple[str, ...] = (), max_length: int | None = None) -> list[Step]:
+def make_plan(
+    window: str,
+    *,
+    quick: bool = False,
+    sources: tuple[str, ...] = ("drafter", "ctc"),
+    ctc_window: str | None = None,
+    short_window: str | None = None,
+    episode_windows: tuple[str, ...] = (),
+    max_length: int | None = None,
+) -> list[Step]:
     """``short_window`` (a shorter recording): idle verifier sweeps and the drafter source
     there too, so the fit can separate cost by audio length from cost by cache length.
     ``episode_windows``: native episodes of every method on each (in-loop costs).
@@ -43,35 +50,122 @@ def make_plan(window: str, *, quick: bool = False, sources: tuple[str, ...] = ("
     for off in offsets:
         for producer in (False, True):
             tag = "concurrent" if producer else "idle"
-            steps.append(Step(f"verify-{tag}-{off}", f"verifier sweep K{widths[0]}–{widths[-1]} @ offset {off} ({tag})",
-                              {"op": "calibrate", "what": "verify", "window": window, "widths": widths,
-                               "offsets": [off], "warmup": 1, "reps": reps, "producer": producer},
-                              len(widths) * (reps + 1) * 0.2))
+            steps.append(
+                Step(
+                    f"verify-{tag}-{off}",
+                    f"verifier sweep K{widths[0]}–{widths[-1]} @ offset {off} ({tag})",
+                    {
+                        "op": "calibrate",
+                        "what": "verify",
+                        "window": window,
+                        "widths": widths,
+                        "offsets": [off],
+                        "warmup": 1,
+                        "reps": reps,
+                        "producer": producer,
+                    },
+                    len(widths) * (reps + 1) * 0.2,
+                )
+            )
     if short_window and short_window != window:
-        steps.append(Step("verify-idle-short", f"verifier sweep K{widths[0]}–{widths[-1]} on a short window (idle)",
-                          {"op": "calibrate", "what": "verify", "window": short_window, "widths": widths,
-                           "offsets": offsets[:2], "warmup": 1, "reps": reps, "producer": False},
-                          len(widths) * (reps + 1) * 0.2))
+        steps.append(
+            Step(
+                "verify-idle-short",
+                f"verifier sweep K{widths[0]}–{widths[-1]} on a short window (idle)",
+                {
+                    "op": "calibrate",
+                    "what": "verify",
+                    "window": short_window,
+                    "widths": widths,
+                    "offsets": offsets[:2],
+                    "warmup": 1,
+                    "reps": reps,
+                    "producer": False,
+                },
+                len(widths) * (reps + 1) * 0.2,
+            )
+        )
         if "drafter" in sources:
-            steps.append(Step("source-drafter-short", "source drafter alone on a short window",
-                              {"op": "calibrate", "what": "source", "source": "drafter", "window": short_window}, 2))
-    steps.append(Step("target-step", "scalar target steps",
-                      {"op": "calibrate", "what": "target_step", "window": window, "reps": 256 if not quick else 64}, 3))
+            steps.append(
+                Step(
+                    "source-drafter-short",
+                    "source drafter alone on a short window",
+                    {
+                        "op": "calibrate",
+                        "what": "source",
+                        "source": "drafter",
+                        "window": short_window,
+                    },
+                    2,
+                )
+            )
+    steps.append(
+        Step(
+            "target-step",
+            "scalar target steps",
+            {
+                "op": "calibrate",
+                "what": "target_step",
+                "window": window,
+                "reps": 256 if not quick else 64,
+            },
+            3,
+        )
+    )
     for s in sources:
         w = ctc_window if s == "ctc" and ctc_window else window
-        steps.append(Step(f"source-{s}", f"source {s} alone",
-                          {"op": "calibrate", "what": "source", "source": s, "window": w}, 4))
-    steps.append(Step("drafter", "serial drafter probes",
-                      {"op": "calibrate", "what": "drafter", "window": window, "reps": reps, "widths": widths}, 4))
+        steps.append(
+            Step(
+                f"source-{s}",
+                f"source {s} alone",
+                {"op": "calibrate", "what": "source", "source": s, "window": w},
+                4,
+            )
+        )
+    steps.append(
+        Step(
+            "drafter",
+            "serial drafter probes",
+            {
+                "op": "calibrate",
+                "what": "drafter",
+                "window": window,
+                "reps": reps,
+                "widths": widths,
+            },
+            4,
+        )
+    )
     if not episode_windows:  # the episodes' serial rounds give the loop residual otherwise
-        steps.append(Step("loop", "serial SD rounds (loop residual)",
-                          {"op": "calibrate", "what": "loop", "window": window, "reps": 3 if not quick else 1,
-                           "max_tokens": 200}, 4))
+        steps.append(
+            Step(
+                "loop",
+                "serial SD rounds (loop residual)",
+                {
+                    "op": "calibrate",
+                    "what": "loop",
+                    "window": window,
+                    "reps": 3 if not quick else 1,
+                    "max_tokens": 200,
+                },
+                4,
+            )
+        )
     else:
-        steps.append(Step("episodes", f"native episodes of every method on {len(episode_windows)} windows",
-                          {"op": "calibrate", "what": "episodes", "window": episode_windows[0],
-                           "windows": list(episode_windows[1:]), "reps": 5 if not quick else 1},
-                          5 * len(episode_windows)))
+        steps.append(
+            Step(
+                "episodes",
+                f"native episodes of every method on {len(episode_windows)} windows",
+                {
+                    "op": "calibrate",
+                    "what": "episodes",
+                    "window": episode_windows[0],
+                    "windows": list(episode_windows[1:]),
+                    "reps": 5 if not quick else 1,
+                },
+                5 * len(episode_windows),
+            )
+        )
     return steps
 
 

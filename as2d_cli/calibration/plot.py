@@ -17,7 +17,9 @@ def plot_savings(idle_samples: Mapping[int, Sequence[float]], path: Path, title:
     v1 = sum(idle_samples[1]) / len(idle_samples[1])
     ks = sorted(idle_samples)
     r = [100 * (1 - (sum(idle_samples[k]) / len(idle_samples[k])) / (k * v1)) for k in ks]
-    err = [100 * (stdev(idle_samples[k]) if len(idle_samples[k]) > 1 else 0.0) / (k * v1) for k in ks]
+    err = [
+        100 * (stdev(idle_samples[k]) if len(idle_samples[k]) > 1 else 0.0) / (k * v1) for k in ks
+    ]
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=120)
     ax.bar(ks, r, yerr=err, color="#4477aa", capsize=2)
     ax.set_xlabel("physical verification width K")

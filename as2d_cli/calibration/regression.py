@@ -10,5 +10,7 @@ MIN_AUDIO_SPAN_S = 2.0  # windows must span this many seconds for an audio slope
 
 def lstsq(rows: list[list[float]], y: list[float]) -> list[float]:
     """Least-squares coefficients of ``rows @ coef ≈ y``."""
-    coef, *_ = np.linalg.lstsq(np.asarray(rows, dtype=float), np.asarray(y, dtype=float), rcond=None)
+    coef, *_ = np.linalg.lstsq(
+        np.asarray(rows, dtype=float), np.asarray(y, dtype=float), rcond=None
+    )
     return [float(c) for c in coef]

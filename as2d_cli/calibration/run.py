@@ -56,7 +56,11 @@ def short_calibration_window(main: str, corpus: Any = None) -> str | None:
 
     corpus = corpus or load_corpus()
     long = corpus.get(main)
-    dev = [w for w in corpus.split("dev") if w.language == "en" and w.id != main and w.seconds < 0.6 * long.seconds]
+    dev = [
+        w
+        for w in corpus.split("dev")
+        if w.language == "en" and w.id != main and w.seconds < 0.6 * long.seconds
+    ]
     read = [w for w in dev if w.setting == "read"] or dev
     return min(read, key=lambda w: w.seconds).id if read else None
 
@@ -68,7 +72,9 @@ def episode_windows(main: str, corpus: Any = None, n: int = 6) -> tuple[str, ...
     from as2d_cli.corpus.manifest import load_corpus
 
     corpus = corpus or load_corpus()
-    dev = sorted((w for w in corpus.split("dev") if w.language == "en"), key=lambda w: (w.seconds, w.id))
+    dev = sorted(
+        (w for w in corpus.split("dev") if w.language == "en"), key=lambda w: (w.seconds, w.id)
+    )
     if len(dev) <= n:
         return tuple(w.id for w in dev)
     return tuple(dict.fromkeys(dev[round(i * (len(dev) - 1) / (n - 1))].id for i in range(n)))
@@ -103,8 +109,10 @@ class _Partial:
         _write(self.done_file, json.dumps(done))
 
     def kept(self, done: list[str]) -> str:
-        return (f"{len(done)} finished step{'s' if len(done) != 1 else ''} kept in {self.folder}; run the same "
-                "`as2d calibrate` command again to resume from there")
+        return (
+            f"{len(done)} finished step{'s' if len(done) != 1 else ''} kept in {self.folder}; run the same "
+            "`as2d calibrate` command again to resume from there"
+        )
 
 
 def calibrate(
@@ -136,16 +144,30 @@ def calibrate(
     from as2d_cli.corpus.manifest import load_corpus
 
     corpus = load_corpus()
-    if window is not None and corpus.get(window).split == "test":  # an unknown id: one line from get()
-        raise UserError(f"--window {window} is a test window; calibrate on dev or val audio "
-                        "(calibration is kept apart from the test split), or leave --window out")
-    pair = load_bundle(models, check_hashes=False, task=task, language=language)  # the runner checks the files
+    if (
+        window is not None and corpus.get(window).split == "test"
+    ):  # an unknown id: one line from get()
+        raise UserError(
+            f"--window {window} is a test window; calibrate on dev or val audio "
+            "(calibration is kept apart from the test split), or leave --window out"
+        )
+    pair = load_bundle(
+        models, check_hashes=False, task=task, language=language
+    )  # the runner checks the files
     ident = pair.identity()
-    steps = plan if plan is not None else make_plan(
-        win, quick=quick, ctc_window=ctc_win, short_window=None if window else short_calibration_window(win, corpus),
-        episode_windows=(win,) if window else episode_windows(win, corpus),
-        sources=("drafter", "ctc") if pair.has("ctc") else ("drafter",),
-        max_length=None if models is None else pair.max_length())
+    steps = (
+        plan
+        if plan is not None
+        else make_plan(
+            win,
+            quick=quick,
+            ctc_window=ctc_win,
+            short_window=None if window else short_calibration_window(win, corpus),
+            episode_windows=(win,) if window else episode_windows(win, corpus),
+            sources=("drafter", "ctc") if pair.has("ctc") else ("drafter",),
+            max_length=None if models is None else pair.max_length(),
+        )
+    )
     who = identify(device)
     # Keyed by what the device is, not how it is reached: a wireless serial changes per connection.
     key = f"{who.key}-{plan_hash(steps)}" + ("" if models is None else f"-{ident['sha256'][:12]}")
@@ -154,28 +176,67 @@ def calibrate(
     done = partial.done()
     resumed = len(done)
     gate_cfg = gate or GateConfig.for_device(device)
-    runner_opts = {"models": None if models is None else str(models), "target_cores": cores[0],
-                   "producer_cores": cores[1], "task": task, "language": language}
-    gates = _run_steps(device, steps, partial, done, gate_cfg, open_runner, runner_opts, corpus.seconds(),
-                       progress, monitor_interval_s)
+    runner_opts = {
+        "models": None if models is None else str(models),
+        "target_cores": cores[0],
+        "producer_cores": cores[1],
+        "task": task,
+        "language": language,
+    }
+    gates = _run_steps(
+        device,
+        steps,
+        partial,
+        done,
+        gate_cfg,
+        open_runner,
+        runner_opts,
+        corpus.seconds(),
+        progress,
+        monitor_interval_s,
+    )
     samples = [json.loads(x) for x in partial.samples.read_text().splitlines() if x.strip()]
-    gates = [json.loads(x) for x in partial.gates.read_text().splitlines() if x.strip()]  # earlier runs' too
+    gates = [
+        json.loads(x) for x in partial.gates.read_text().splitlines() if x.strip()
+    ]  # earlier runs' too
     facts = device.facts().to_dict()
-    dev_block = {**who.to_dict(), "facts": facts, "gates": gates, "calibration_window": win, "plan": key,
-                 "cores": {"target": cores[0], "producer": cores[1]}}
-    if models is not None:  # which pair these costs belong to (the bundled pair's profiles carry none)
+    dev_block = {
+        **who.to_dict(),
+        "facts": facts,
+        "gates": gates,
+        "calibration_window": win,
+        "plan": key,
+        "cores": {"target": cores[0], "producer": cores[1]},
+    }
+    if (
+        models is not None
+    ):  # which pair these costs belong to (the bundled pair's profiles carry none)
         dev_block["pair"] = ident
-    profile = fit_profile(samples, dev_block,
-                          notes=f"{'quick' if quick else 'full'} calibration on {win}",
-                          ref_audio_s=corpus.seconds().get(win),
-                          created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    profile = fit_profile(
+        samples,
+        dev_block,
+        notes=f"{'quick' if quick else 'full'} calibration on {win}",
+        ref_audio_s=corpus.seconds().get(win),
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
     profile_path, plot_path, samples_path = _write_outputs(out_dir, who, profile, samples, partial)
-    return CalibrationResult(profile_path, plot_path, samples_path, len(steps), resumed, gates, time.time() - t_start)
+    return CalibrationResult(
+        profile_path, plot_path, samples_path, len(steps), resumed, gates, time.time() - t_start
+    )
 
 
-def _run_steps(device: Any, steps: list[Step], partial: _Partial, done: list[str], gate_cfg: Any,
-               open_runner: Callable[..., Any] | None, runner_opts: dict[str, Any], seconds: dict[str, float],
-               progress: Progress | None, monitor_interval_s: float) -> list[dict]:
+def _run_steps(
+    device: Any,
+    steps: list[Step],
+    partial: _Partial,
+    done: list[str],
+    gate_cfg: Any,
+    open_runner: Callable[..., Any] | None,
+    runner_opts: dict[str, Any],
+    seconds: dict[str, float],
+    progress: Progress | None,
+    monitor_interval_s: float,
+) -> list[dict]:
     """Gate and run every step not done yet, under the monitor; append each step's samples,
     gate record and monitor record as it finishes. Returns the gate records of this run."""
     from as2d_cli.errors import Interrupted
@@ -206,7 +267,9 @@ def _run_steps(device: Any, steps: list[Step], partial: _Partial, done: list[str
             gates.append(rec)
             _append(partial.gates, [rec])
             if not result.passed:
-                raise DeviceError(f"gate failed before {step.label}: {result.failure}; {partial.kept(done)}")
+                raise DeviceError(
+                    f"gate failed before {step.label}: {result.failure}; {partial.kept(done)}"
+                )
             if runner is None:
                 runner = (open_runner or default_open)(device, **runner_opts)
             got: list[dict] = []
@@ -218,7 +281,9 @@ def _run_steps(device: Any, steps: list[Step], partial: _Partial, done: list[str
                     got.append(ev)
 
             before = CpuTimes.read(device)
-            monitor = CoreMonitor(device, monitor_interval_s, on_trip=lambda _rec, r=runner: _abort(r)).start()
+            monitor = CoreMonitor(
+                device, monitor_interval_s, on_trip=lambda _rec, r=runner: _abort(r)
+            ).start()
             error: DeviceError | None = None
             try:
                 runner.call(step.command, on_event=collect)
@@ -230,21 +295,28 @@ def _run_steps(device: Any, steps: list[Step], partial: _Partial, done: list[str
                 after = CpuTimes.read(device)
             except DeviceError:  # the device left; the step's error says so below
                 after = None
-            mrec = {"step": step.key, **monitor.record(),
-                    "cpu": after.since(before) if before is not None and after is not None else None}
+            mrec = {
+                "step": step.key,
+                **monitor.record(),
+                "cpu": after.since(before) if before is not None and after is not None else None,
+            }
             _append(partial.monitor, [mrec])
             if monitor.failure is not None and monitor.failure.kind == "core_offline":
                 f = monitor.failure
                 gone = ",".join(map(str, f.detail.get("offline", [])))
-                raise DeviceError(f"calibration stopped: CPU{gone} went offline on {device.serial} {f.t_s:.1f} s into "
-                                  f"{step.label} (at {time.strftime('%H:%M:%S', time.localtime(f.wall_time))}); the "
-                                  f"step's samples are discarded and the failure is recorded in {partial.monitor}; "
-                                  f"{partial.kept(done)} once the phone has cooled down")
+                raise DeviceError(
+                    f"calibration stopped: CPU{gone} went offline on {device.serial} {f.t_s:.1f} s into "
+                    f"{step.label} (at {time.strftime('%H:%M:%S', time.localtime(f.wall_time))}); the "
+                    f"step's samples are discarded and the failure is recorded in {partial.monitor}; "
+                    f"{partial.kept(done)} once the phone has cooled down"
+                )
             if error is not None:  # the device failed mid-step: say what is kept and how to go on
                 raise DeviceError(f"{step.label}: {error}; {partial.kept(done)}") from None
             for s in got:
                 s["step"] = step.key
-                w = s.get("window", step.command.get("window"))  # a probe over several windows names each
+                w = s.get(
+                    "window", step.command.get("window")
+                )  # a probe over several windows names each
                 if w in seconds:
                     s["audio_s"] = seconds[w]
             _append(partial.samples, got)
@@ -266,8 +338,9 @@ def _abort(runner: Any) -> None:
         abort()
 
 
-def _write_outputs(out_dir: Path, who: Any, profile: Any, samples: list[dict],
-                   partial: _Partial) -> tuple[Path, Path, Path]:
+def _write_outputs(
+    out_dir: Path, who: Any, profile: Any, samples: list[dict], partial: _Partial
+) -> tuple[Path, Path, Path]:
     """The profile, its raw samples, gate and monitor records and the R(K) plot, named by
     the device (never over an earlier profile); the partial folder goes last."""
     from as2d_cli.formats.profile_io import write_profile
@@ -280,8 +353,9 @@ def _write_outputs(out_dir: Path, who: Any, profile: Any, samples: list[dict],
     for s in samples:
         if s["figure"].startswith("verify.K") and not s.get("concurrent"):
             idle.setdefault(int(s["width"]), []).append(float(s["ms"]))
-    plot_path = plot_savings(idle, out_dir / f"{stem}.savings.png",
-                             f"{who.name}: per-token verification saving R(K)")
+    plot_path = plot_savings(
+        idle, out_dir / f"{stem}.savings.png", f"{who.name}: per-token verification saving R(K)"
+    )
     samples_path = out_dir / f"{stem}.samples.jsonl"
     shutil.copyfile(partial.samples, samples_path)
     shutil.copyfile(partial.gates, out_dir / f"{stem}.gates.jsonl")

@@ -23,12 +23,19 @@ from rich.console import Console
 from rich.text import Text
 
 try:  # typer ≥ 0.17 carries its own copy of click
-    from typer._click.exceptions import BadParameter, ClickException, MissingParameter, NoArgsIsHelpError, UsageError
+    from typer._click.exceptions import (
+        BadParameter,
+        ClickException,
+        MissingParameter,
+        NoArgsIsHelpError,
+        UsageError,
+    )
 except ImportError:  # pragma: no cover - older typer on click
     from click.exceptions import BadParameter, ClickException, MissingParameter, UsageError
 
     class NoArgsIsHelpError(Exception):  # type: ignore[no-redef]  # click < 8.2 prints the help itself
         exit_code = 2
+
 
 from as2d_cli import __version__
 from as2d_cli.errors import As2dError
@@ -69,8 +76,14 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, expose_value=False,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        expose_value=False,
+        help="Print the version and exit.",
+    ),
 ) -> None:
     """Target-decoupled speculative decoding (As²d) for audio language models, measured on phones."""
 
@@ -81,7 +94,9 @@ for _name in COMMANDS:
 
 def _error(message: str) -> None:
     """One line on stderr: ``error: <message>`` (the message is never read as markup)."""
-    Console(stderr=True, highlight=False, soft_wrap=True).print(Text.assemble(("error:", "bold red"), " ", message))
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        Text.assemble(("error:", "bold red"), " ", message)
+    )
 
 
 def _usage_line(exc: ClickException) -> str:
@@ -89,8 +104,11 @@ def _usage_line(exc: ClickException) -> str:
     find the command's options."""
     message = " ".join(exc.format_message().split())
     ctx = getattr(exc, "ctx", None)
-    if isinstance(exc, UsageError) and (not isinstance(exc, BadParameter) or isinstance(exc, MissingParameter)) \
-            and ctx is not None:
+    if (
+        isinstance(exc, UsageError)
+        and (not isinstance(exc, BadParameter) or isinstance(exc, MissingParameter))
+        and ctx is not None
+    ):
         message += f" (see '{ctx.command_path} --help')"
     return message
 

@@ -40,6 +40,7 @@ _RANGE = re.compile(r"^\s*(-?\d+)\s*(?:-\s*(-?\d+))?\s*$")
 def _checked(check: Callable[[Any], None]) -> Callable[[Any], Any]:
     """A click callback running ``check`` on a given value; its UserError becomes a
     usage error naming the option."""
+
     def callback(value: Any) -> Any:
         if value is None:
             return value
@@ -60,6 +61,7 @@ def _more_than_zero(value: float) -> None:
 
 # ------------------------------------------------------------------ ports
 
+
 def port(default: int | None, *flags: str, help: str) -> Any:
     """A TCP port, 1–65535."""
     return typer.Option(default, *flags, min=1, max=MAX_PORT, help=help)
@@ -77,6 +79,7 @@ def emulator_port(default: int, *flags: str, help: str) -> Any:
 
 # ------------------------------------------------------------------ time
 
+
 def seconds(default: float | None, *flags: str, help: str) -> Any:
     """A duration in seconds, ≥ 0 (0: none)."""
     return typer.Option(default, *flags, min=0.0, help=help)
@@ -93,6 +96,7 @@ def positive(default: float | None, *flags: str, help: str) -> Any:
 
 
 # ------------------------------------------------------------------ counts
+
 
 def count(default: int | None, *flags: str, help: str, minimum: int = 1) -> Any:
     """A number of things (windows, repetitions, processes, tokens…), ≥ ``minimum`` (1)."""
@@ -121,6 +125,7 @@ def fraction(default: float | None, *flags: str, help: str) -> Any:
 
 # ------------------------------------------------------------------ budgets and widths
 
+
 def budget(default: int | None, *flags: str, help: str) -> Any:
     """A proposal budget b, 1–MAX_BUDGET (physical K ≤ b+1)."""
     return typer.Option(default, *flags, min=MIN_BUDGET, max=MAX_BUDGET, help=help)
@@ -143,14 +148,18 @@ def parse_budgets(text: str) -> list[int]:
             raise UserError(f"{text!r}: expected budgets and ranges like 1-24 or 1-8,12")
         lo, hi = int(m[1]), int(m[2] if m[2] is not None else m[1])
         if lo > hi:
-            raise UserError(f"{text!r}: {part.strip()!r} counts down; write ranges low-high, like 1-24")
+            raise UserError(
+                f"{text!r}: {part.strip()!r} counts down; write ranges low-high, like 1-24"
+            )
         out.update(range(lo, hi + 1))
     if not out:
         raise UserError(f"{text!r}: no budget given; pass budgets like 1-24 or 1-8,12")
     bad = sorted(b for b in out if not MIN_BUDGET <= b <= MAX_BUDGET)
     if bad:
-        raise UserError(f"{text!r}: {spans(bad)} {'is' if len(bad) == 1 else 'are'} outside the supported "
-                        f"budgets {MIN_BUDGET}-{MAX_BUDGET} (physical K ≤ {MAX_WIDTH}); pass budgets in that range")
+        raise UserError(
+            f"{text!r}: {spans(bad)} {'is' if len(bad) == 1 else 'are'} outside the supported "
+            f"budgets {MIN_BUDGET}-{MAX_BUDGET} (physical K ≤ {MAX_WIDTH}); pass budgets in that range"
+        )
     return sorted(out)
 
 
@@ -178,6 +187,7 @@ def spans(values: list[int]) -> str:
 
 # ------------------------------------------------------------------ cores
 
+
 def core(default: int | None, *flags: str, help: str) -> Any:
     """A CPU core index, ≥ 0; check it against the device with ``check_core``."""
     return typer.Option(default, *flags, min=0, help=help)
@@ -189,40 +199,85 @@ def check_core(device: Any, index: int | None, option: str) -> None:
         return
     cpus = device.cpus()
     if index not in cpus:
-        raise UserError(f"{option} {index}: {device.serial} has cores {spans(list(cpus))}; pick one of those")
+        raise UserError(
+            f"{option} {index}: {device.serial} has cores {spans(list(cpus))}; pick one of those"
+        )
 
 
 def verifier_cores() -> Any:
-    return typer.Option(None, "--verifier-cores", metavar="CPUS",
-                        help="CPUs the verifier (target) runs on, e.g. 7 or 4-7 (default: the fastest cluster on "
-                             "a phone, the first CPU here).")
+    return typer.Option(
+        None,
+        "--verifier-cores",
+        metavar="CPUS",
+        help="CPUs the verifier (target) runs on, e.g. 7 or 4-7 (default: the fastest cluster on "
+        "a phone, the first CPU here).",
+    )
 
 
 def producer_cores() -> Any:
-    return typer.Option(None, "--producer-cores", metavar="CPUS",
-                        help="CPUs the producer (drafting source) runs on (default: the next fastest cluster on a "
-                             "phone, the second CPU here).")
+    return typer.Option(
+        None,
+        "--producer-cores",
+        metavar="CPUS",
+        help="CPUs the producer (drafting source) runs on (default: the next fastest cluster on a "
+        "phone, the second CPU here).",
+    )
 
 
 def os_placement() -> Any:
-    return typer.Option(False, "--os-placement",
-                        help="Pin nothing: measure under the OS's own placement (for phones that refuse pinning).")
+    return typer.Option(
+        False,
+        "--os-placement",
+        help="Pin nothing: measure under the OS's own placement (for phones that refuse pinning).",
+    )
 
 
 def max_temp() -> Any:
-    return typer.Option(None, "--max-temp", min=0.0, metavar="C",
-                        help="Gate: the temperature sensor must read at most C °C; a hotter device waits to cool "
-                             "(phones: 40; 0 turns the check off).")
+    return typer.Option(
+        None,
+        "--max-temp",
+        min=0.0,
+        metavar="C",
+        help="Gate: the temperature sensor must read at most C °C; a hotter device waits to cool "
+        "(phones: 40; 0 turns the check off).",
+    )
 
 
 def temp_sensor() -> Any:
-    return typer.Option(None, "--temp-sensor", metavar="SENSOR",
-                        help="Gate: battery, or a thermal zone type such as skin (default: battery).")
+    return typer.Option(
+        None,
+        "--temp-sensor",
+        metavar="SENSOR",
+        help="Gate: battery, or a thermal zone type such as skin (default: battery).",
+    )
 
 
 __all__ = [
-    "max_temp", "os_placement", "producer_cores", "temp_sensor", "verifier_cores",
-    "MAX_BUDGET", "MAX_PORT", "MAX_WIDTH", "MIN_BUDGET", "adb_port", "budget", "budget_list", "check_core", "core",
-    "count", "emulator_port", "fraction", "limit", "parse_budgets", "port", "positive", "positive_seconds",
-    "processes", "seconds", "seed", "spans", "width",
+    "max_temp",
+    "os_placement",
+    "producer_cores",
+    "temp_sensor",
+    "verifier_cores",
+    "MAX_BUDGET",
+    "MAX_PORT",
+    "MAX_WIDTH",
+    "MIN_BUDGET",
+    "adb_port",
+    "budget",
+    "budget_list",
+    "check_core",
+    "core",
+    "count",
+    "emulator_port",
+    "fraction",
+    "limit",
+    "parse_budgets",
+    "port",
+    "positive",
+    "positive_seconds",
+    "processes",
+    "seconds",
+    "seed",
+    "spans",
+    "width",
 ]

@@ -38,17 +38,23 @@ def _unwritable(path: Path) -> Path | None:
 def _creatable(path: Path, option: str, what: str) -> None:
     blocker = _blocker(path)
     if blocker is not None:
-        raise UserError(f"{option} {path}: {blocker} is a file, not a folder, so no {what} can be made under it; "
-                        f"pass a path under a folder")
+        raise UserError(
+            f"{option} {path}: {blocker} is a file, not a folder, so no {what} can be made under it; "
+            f"pass a path under a folder"
+        )
     locked = _unwritable(path)
     if locked is not None:
-        raise UserError(f"{option} {path}: {locked} is not writable; pass a {what} in a folder you can write to")
+        raise UserError(
+            f"{option} {path}: {locked} is not writable; pass a {what} in a folder you can write to"
+        )
 
 
 def folder_out(path: Path, option: str) -> Path:
     """A folder the command writes into, created when missing."""
     if path.exists() and not path.is_dir():
-        raise UserError(f"{option} {path} is a file, not a folder; pass a folder (it is created if missing)")
+        raise UserError(
+            f"{option} {path} is a file, not a folder; pass a folder (it is created if missing)"
+        )
     _creatable(path, option, "folder")
     return path
 
@@ -56,8 +62,10 @@ def folder_out(path: Path, option: str) -> Path:
 def folder_new(path: Path, option: str) -> Path:
     """A folder the command creates (never overwritten: it must not exist yet)."""
     if path.exists():
-        raise UserError(f"{option} {path} already exists and is never overwritten; pass another {option} "
-                        f"or remove it first")
+        raise UserError(
+            f"{option} {path} already exists and is never overwritten; pass another {option} "
+            f"or remove it first"
+        )
     _creatable(path, option, "folder")
     return path
 
@@ -67,8 +75,10 @@ def file_out(path: Path, option: str) -> Path:
     if path.is_dir():
         raise UserError(f"{option} {path} is a folder; pass the path of a new file")
     if path.exists():
-        raise UserError(f"{option} {path} already exists and is never overwritten; pass another {option} "
-                        f"or remove that file first")
+        raise UserError(
+            f"{option} {path} already exists and is never overwritten; pass another {option} "
+            f"or remove that file first"
+        )
     _creatable(path, option, "file")
     return path
 
@@ -117,7 +127,9 @@ def _callback(check: Callable[[Path, str], Path]) -> Callable[..., Any]:
             for v in value if isinstance(value, (list, tuple)) else (value,):
                 check(Path(v), name)
         except UserError as exc:
-            raise typer.BadParameter(str(exc).removeprefix(f"{name} "), ctx=ctx, param=param) from None
+            raise typer.BadParameter(
+                str(exc).removeprefix(f"{name} "), ctx=ctx, param=param
+            ) from None
         return value
 
     return callback

@@ -21,8 +21,16 @@ SETTINGS: tuple[str, ...] = ("read", "meeting", "multilingual", "accented", "sun
 SPLITS: tuple[str, ...] = ("dev", "val", "test")
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "assets" / "corpus"
 
-_FIELDS = {"id": str, "split": str, "setting": str, "language": str, "seconds": (int, float),
-           "voice": str, "audio": str, "text": str}
+_FIELDS = {
+    "id": str,
+    "split": str,
+    "setting": str,
+    "language": str,
+    "seconds": (int, float),
+    "voice": str,
+    "audio": str,
+    "text": str,
+}
 
 
 @dataclass(frozen=True)
@@ -43,10 +51,14 @@ class Window:
         import soundfile as sf
 
         if not self.audio.is_file():
-            raise UserError(f"corpus audio {self.audio} is missing; reinstall the package or rerun training/make_corpus.py")
+            raise UserError(
+                f"corpus audio {self.audio} is missing; reinstall the package or rerun training/make_corpus.py"
+            )
         data, rate = sf.read(self.audio, dtype="float32")
         if rate != 16_000 or data.ndim != 1:
-            raise FormatError(f"corpus audio {self.audio} is not 16 kHz mono; rerun training/make_corpus.py")
+            raise FormatError(
+                f"corpus audio {self.audio} is not 16 kHz mono; rerun training/make_corpus.py"
+            )
         return data
 
 
@@ -78,14 +90,26 @@ def load_corpus(directory: Path | None = None) -> Corpus:
     """Load and validate ``manifest.json`` in ``directory`` (default: the bundled corpus)."""
     directory = Path(directory) if directory is not None else DEFAULT_DIR
     path = directory / "manifest.json"
-    data = read_json(path, f"corpus manifest {path} not found; rerun training/make_corpus.py or reinstall the package",
-                     "regenerate it with training/make_corpus.py", FormatError)
+    data = read_json(
+        path,
+        f"corpus manifest {path} not found; rerun training/make_corpus.py or reinstall the package",
+        "regenerate it with training/make_corpus.py",
+        FormatError,
+    )
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise FormatError(f"{path}: key 'schema' must be {SCHEMA!r}; this is not an as2d corpus manifest")
+        raise FormatError(
+            f"{path}: key 'schema' must be {SCHEMA!r}; this is not an as2d corpus manifest"
+        )
     version = data.get("version")
     if version != VERSION:
-        hint = "upgrade as2d" if isinstance(version, int) and version > VERSION else "regenerate it with training/make_corpus.py"
-        raise FormatError(f"{path}: corpus manifest version {version!r} is not supported (this as2d reads {VERSION}); {hint}")
+        hint = (
+            "upgrade as2d"
+            if isinstance(version, int) and version > VERSION
+            else "regenerate it with training/make_corpus.py"
+        )
+        raise FormatError(
+            f"{path}: corpus manifest version {version!r} is not supported (this as2d reads {VERSION}); {hint}"
+        )
     items = data.get("windows")
     if not isinstance(items, list):
         raise FormatError(f"{path}: key 'windows' must be a list")
@@ -96,12 +120,26 @@ def load_corpus(directory: Path | None = None) -> Corpus:
             raise FormatError(f"{path}: windows[{i}] must be an object")
         for key, typ in _FIELDS.items():
             if not isinstance(item.get(key), typ):
-                raise FormatError(f"{path}: windows[{i}] key {key!r} is missing or has the wrong type")
+                raise FormatError(
+                    f"{path}: windows[{i}] key {key!r} is missing or has the wrong type"
+                )
         if item["split"] not in SPLITS or item["setting"] not in SETTINGS:
-            raise FormatError(f"{path}: windows[{i}] has unknown split/setting {item['split']!r}/{item['setting']!r}")
+            raise FormatError(
+                f"{path}: windows[{i}] has unknown split/setting {item['split']!r}/{item['setting']!r}"
+            )
         if item["id"] in seen:
             raise FormatError(f"{path}: window id {item['id']!r} appears twice")
         seen.add(item["id"])
-        windows.append(Window(item["id"], item["split"], item["setting"], item["language"],
-                              float(item["seconds"]), item["voice"], directory / item["audio"], item["text"]))
+        windows.append(
+            Window(
+                item["id"],
+                item["split"],
+                item["setting"],
+                item["language"],
+                float(item["seconds"]),
+                item["voice"],
+                directory / item["audio"],
+                item["text"],
+            )
+        )
     return Corpus(path, dict(data.get("generator") or {}), tuple(windows))

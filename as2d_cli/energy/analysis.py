@@ -116,29 +116,45 @@ class EnergyAnalysis:
     trace_lost_bytes: int = 0  # bytes after its last whole packet (a trace cut mid-packet)
 
 
-def analyse_request(series: BatterySeries, r: RequestRecord,
-                    limits: RefusalLimits = RefusalLimits()) -> RequestEnergy:
+def analyse_request(
+    series: BatterySeries, r: RequestRecord, limits: RefusalLimits = RefusalLimits()
+) -> RequestEnergy:
     label = f"request {r.method}/{r.phase} at boot {r.origin_ns / 1e9:.3f} s"
-    base = dict(method=r.method, phase=r.phase, origin_boot_ns=r.origin_ns,
-                target_eos_boot_ns=r.target_eos_ns, end_boot_ns=r.end_ns,
-                body_tokens=r.body_tokens, exit_code=r.exit_code)
+    base = dict(
+        method=r.method,
+        phase=r.phase,
+        origin_boot_ns=r.origin_ns,
+        target_eos_boot_ns=r.target_eos_ns,
+        end_boot_ns=r.end_ns,
+        body_tokens=r.body_tokens,
+        exit_code=r.exit_code,
+    )
     if r.exit_code != 0:
         why = _FAILURES.get(r.exit_code, f"request exited with {r.exit_code}")
         return RequestEnergy(**base, status=f"failed: {why}")
     check_window(series, r.origin_ns, r.end_ns, label, limits)
     window_s = (r.end_ns - r.origin_ns) / 1e9
     if window_s <= 0:
-        raise MeasurementRefused(f"{label}: empty energy window (origin = end); the request "
-                                 "did not run — check episode.log")
+        raise MeasurementRefused(
+            f"{label}: empty energy window (origin = end); the request "
+            "did not run — check episode.log"
+        )
     if r.body_tokens <= 0:
-        raise MeasurementRefused(f"{label}: {r.body_tokens} body tokens — J/token is "
-                                 "undefined; the request produced no output")
+        raise MeasurementRefused(
+            f"{label}: {r.body_tokens} body tokens — J/token is "
+            "undefined; the request produced no output"
+        )
     energy = integrate_energy_j(series, r.origin_ns, r.end_ns)
     inside = int(((series.t_ns >= r.origin_ns) & (series.t_ns <= r.end_ns)).sum())
     return RequestEnergy(
-        **base, status="ok", energy_j=energy, mean_power_w=energy / window_s,
-        response_s=(r.target_eos_ns - r.origin_ns) / 1e9, window_s=window_s,
-        j_per_token=energy / r.body_tokens, samples_in_window=inside,
+        **base,
+        status="ok",
+        energy_j=energy,
+        mean_power_w=energy / window_s,
+        response_s=(r.target_eos_ns - r.origin_ns) / 1e9,
+        window_s=window_s,
+        j_per_token=energy / r.body_tokens,
+        samples_in_window=inside,
     )
 
 
@@ -155,21 +171,39 @@ def cross_check(series: BatterySeries, limits: RefusalLimits = RefusalLimits()) 
     q = series.charge_uah
     qok = np.flatnonzero(np.isfinite(q))
     if qok.size < 2:
-        return CrossCheck(interval_s, integrated_mah, None, None,
-                          "no charge counter in the trace (BATTERY_COUNTER_CHARGE)")
+        return CrossCheck(
+            interval_s,
+            integrated_mah,
+            None,
+            None,
+            "no charge counter in the trace (BATTERY_COUNTER_CHARGE)",
+        )
     drop_mah = float(q[qok[0]] - q[qok[-1]]) / 1000.0
     if drop_mah <= 0:
-        return CrossCheck(interval_s, integrated_mah, drop_mah, None,
-                          "charge counter did not decrease over the capture; no cross-check")
+        return CrossCheck(
+            interval_s,
+            integrated_mah,
+            drop_mah,
+            None,
+            "charge counter did not decrease over the capture; no cross-check",
+        )
     check_crosscheck_units(integrated_mah, drop_mah, limits)
     disc = abs(integrated_mah - drop_mah) / drop_mah * 100.0
-    return CrossCheck(interval_s, integrated_mah, drop_mah, disc,
-                      "both readings come from the phone's own gauge; not an external "
-                      "calibration")
+    return CrossCheck(
+        interval_s,
+        integrated_mah,
+        drop_mah,
+        disc,
+        "both readings come from the phone's own gauge; not an external calibration",
+    )
 
 
-def analyse_episode(series: BatterySeries, episode: Episode, baseline: str | None = "target-only",
-                    limits: RefusalLimits = RefusalLimits()) -> EnergyAnalysis:
+def analyse_episode(
+    series: BatterySeries,
+    episode: Episode,
+    baseline: str | None = "target-only",
+    limits: RefusalLimits = RefusalLimits(),
+) -> EnergyAnalysis:
     """Every request (warm-ups included, failures kept) and the per-method formal pools.
     A capture whose battery status said a charger fed the phone is refused first."""
     check_battery_status(episode.meta, series)
@@ -185,8 +219,13 @@ def analyse_episode(series: BatterySeries, episode: Episode, baseline: str | Non
             continue
         e = sum(r.energy_j or 0.0 for r in ok)
         w = sum(r.window_s or 0.0 for r in ok)
-        pooled[m] = (len(ok), e, sum(r.response_s or 0.0 for r in ok),
-                     sum(r.body_tokens for r in ok), w)
+        pooled[m] = (
+            len(ok),
+            e,
+            sum(r.response_s or 0.0 for r in ok),
+            sum(r.body_tokens for r in ok),
+            w,
+        )
     base = pooled.get(baseline) if baseline else None
     methods: list[MethodSummary] = []
     for m, (n, e, resp, tok, w) in pooled.items():
@@ -196,6 +235,12 @@ def analyse_episode(series: BatterySeries, episode: Episode, baseline: str | Non
             ev = 100.0 * (e / base[1] - 1.0)
             jv = 100.0 * (jpt / (base[1] / base[3]) - 1.0)
         methods.append(MethodSummary(m, n, e, resp, tok, jpt, e / w, ev, jv))
-    return EnergyAnalysis(reqs, methods, cross_check(series, limits), poll_period_s(series),
-                          baseline if base is not None else None,
-                          trace_bytes=series.trace_bytes, trace_lost_bytes=series.lost_bytes)
+    return EnergyAnalysis(
+        reqs,
+        methods,
+        cross_check(series, limits),
+        poll_period_s(series),
+        baseline if base is not None else None,
+        trace_bytes=series.trace_bytes,
+        trace_lost_bytes=series.lost_bytes,
+    )

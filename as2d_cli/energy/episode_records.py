@@ -19,8 +19,15 @@ from as2d_cli.errors import FormatError
 
 SCHEMA = "as2d.energy-episode"
 VERSION = 1
-COLUMNS = ("method", "phase", "origin_boot_ns", "target_eos_boot_ns", "end_boot_ns",
-           "body_tokens", "exit_code")
+COLUMNS = (
+    "method",
+    "phase",
+    "origin_boot_ns",
+    "target_eos_boot_ns",
+    "end_boot_ns",
+    "body_tokens",
+    "exit_code",
+)
 PHASES = ("warmup", "formal")
 
 
@@ -45,8 +52,10 @@ def parse_episode(text: str, source: str = "episode.tsv") -> Episode:
     """Parse and check the records; every problem names the file and line."""
     lines = text.splitlines()
     if not lines or not lines[0].startswith("# "):
-        raise FormatError(f"{source}: missing header '# {SCHEMA} {VERSION}'; the episode "
-                          "script did not start — check episode.log in the run directory")
+        raise FormatError(
+            f"{source}: missing header '# {SCHEMA} {VERSION}'; the episode "
+            "script did not start — check episode.log in the run directory"
+        )
     head = lines[0][2:].split()
     if len(head) != 2 or head[0] != SCHEMA:
         raise FormatError(f"{source}: header {lines[0]!r} is not '# {SCHEMA} <version>'")
@@ -56,8 +65,10 @@ def parse_episode(text: str, source: str = "episode.tsv") -> Episode:
         raise FormatError(f"{source}: header version {head[1]!r} is not a number") from None
     if version != VERSION:
         word = "newer" if version > VERSION else "older"
-        raise FormatError(f"{source}: {SCHEMA} version {version} is {word} than this toolkit "
-                          f"reads ({VERSION}); use the as2d version that pushed the script")
+        raise FormatError(
+            f"{source}: {SCHEMA} version {version} is {word} than this toolkit "
+            f"reads ({VERSION}); use the as2d version that pushed the script"
+        )
     meta: dict[str, str] = {}
     reqs: list[RequestRecord] = []
     for no, line in enumerate(lines[1:], start=2):
@@ -70,23 +81,30 @@ def parse_episode(text: str, source: str = "episode.tsv") -> Episode:
             continue
         cells = line.split("\t")
         if len(cells) != len(COLUMNS):
-            raise FormatError(f"{source}:{no}: expected {len(COLUMNS)} tab-separated fields "
-                              f"({', '.join(COLUMNS)}), got {len(cells)}")
+            raise FormatError(
+                f"{source}:{no}: expected {len(COLUMNS)} tab-separated fields "
+                f"({', '.join(COLUMNS)}), got {len(cells)}"
+            )
         method, phase = cells[0], cells[1]
         if phase not in PHASES:
             raise FormatError(f"{source}:{no}: phase {phase!r} is not one of {PHASES}")
         try:
             origin, eos, end, tokens, rc = (int(c) for c in cells[2:])
         except ValueError:
-            raise FormatError(f"{source}:{no}: times, tokens and exit code must be integers; "
-                              f"got {cells[2:]}") from None
+            raise FormatError(
+                f"{source}:{no}: times, tokens and exit code must be integers; got {cells[2:]}"
+            ) from None
         if rc == 0 and not origin <= eos <= end:
-            raise FormatError(f"{source}:{no}: request {method}/{phase} needs origin ≤ target "
-                              f"EOS ≤ end of both workers, got {origin}, {eos}, {end}")
+            raise FormatError(
+                f"{source}:{no}: request {method}/{phase} needs origin ≤ target "
+                f"EOS ≤ end of both workers, got {origin}, {eos}, {end}"
+            )
         reqs.append(RequestRecord(method, phase, origin, eos, end, tokens, rc))
     if not reqs:
-        raise FormatError(f"{source}: no request rows; the episode ended before its first "
-                          "request — check episode.log in the run directory")
+        raise FormatError(
+            f"{source}: no request rows; the episode ended before its first "
+            "request — check episode.log in the run directory"
+        )
     return Episode(reqs, meta)
 
 
@@ -95,8 +113,9 @@ def read_episode(path: Path) -> Episode:
     try:
         return parse_episode(path.read_text(), str(path))
     except OSError as exc:
-        raise FormatError(f"cannot read {path}: {exc.strerror}; pull the run directory "
-                          "from the phone first") from exc
+        raise FormatError(
+            f"cannot read {path}: {exc.strerror}; pull the run directory from the phone first"
+        ) from exc
 
 
 def format_episode(episode: Episode) -> str:
@@ -104,6 +123,18 @@ def format_episode(episode: Episode) -> str:
     out = [f"# {SCHEMA} {VERSION}"]
     out += [f"# {k}={v}" for k, v in episode.meta.items()]
     for r in episode.requests:
-        out.append("\t".join(str(x) for x in (r.method, r.phase, r.origin_ns, r.target_eos_ns,
-                                               r.end_ns, r.body_tokens, r.exit_code)))
+        out.append(
+            "\t".join(
+                str(x)
+                for x in (
+                    r.method,
+                    r.phase,
+                    r.origin_ns,
+                    r.target_eos_ns,
+                    r.end_ns,
+                    r.body_tokens,
+                    r.exit_code,
+                )
+            )
+        )
     return "\n".join(out) + "\n"

@@ -72,8 +72,10 @@ class EpisodePlan:
             raise UserError("need ≥ 1 formal request and ≥ 0 warm-ups per method")
         for m, _ in self.method_cmds:
             if m not in self.methods:
-                raise UserError(f"a request command is given for {m!r}, which is not among "
-                                f"the methods {', '.join(self.methods)}")
+                raise UserError(
+                    f"a request command is given for {m!r}, which is not among "
+                    f"the methods {', '.join(self.methods)}"
+                )
         for m in self.methods:
             cmd = self.command_for(m)
             if not cmd.strip():
@@ -81,9 +83,11 @@ class EpisodePlan:
             try:
                 cmd.format(method="m", phase="p", index=0, run_dir="/r")
             except (KeyError, IndexError, ValueError) as exc:
-                raise UserError(f"request command template {cmd!r} is invalid ({exc}); only "
-                                "{method}, {phase}, {index}, {run_dir} are substituted — "
-                                "write literal braces as {{ }}") from None
+                raise UserError(
+                    f"request command template {cmd!r} is invalid ({exc}); only "
+                    "{method}, {phase}, {index}, {run_dir} are substituted — "
+                    "write literal braces as {{ }}"
+                ) from None
         for v, what in ((self.settle_s, "settle"), (self.gap_s, "gap"), (self.tail_s, "tail")):
             if v < 0:
                 raise UserError(f"{what} time must be ≥ 0 s")
@@ -112,8 +116,9 @@ def _sec(x: float) -> str:
     return f"{x:.3f}".rstrip("0").rstrip(".") or "0"
 
 
-def render_script(plan: EpisodePlan, run_dir: str, config_path: str, trace_path: str,
-                  toolkit_version: str) -> str:
+def render_script(
+    plan: EpisodePlan, run_dir: str, config_path: str, trace_path: str, toolkit_version: str
+) -> str:
     """The episode script for one run (all paths are on the device)."""
     plan.validate()
     q = shlex.quote
@@ -138,8 +143,9 @@ def render_script(plan: EpisodePlan, run_dir: str, config_path: str, trace_path:
     ]
     reqs = plan.requests()
     for k, pr in enumerate(reqs):
-        cmd = plan.command_for(pr.method).format(method=q(pr.method), phase=q(pr.phase), index=pr.index,
-                                      run_dir=q(r))
+        cmd = plan.command_for(pr.method).format(
+            method=q(pr.method), phase=q(pr.phase), index=pr.index, run_dir=q(r)
+        )
         base = f"{r}/{pr.stem}"
         lines += [
             f"# request {pr.index}: {pr.method} {pr.phase}",
@@ -162,8 +168,10 @@ def render_script(plan: EpisodePlan, run_dir: str, config_path: str, trace_path:
 def _battery_status_lines(r: str, when: str) -> list[str]:
     """Record the battery status (power_supply and `dumpsys battery`) at one end of the capture."""
     q = shlex.quote
-    return [f"cat {STATUS_FILE} > {q(f'{r}/battery_status_at_{when}')} 2> /dev/null",
-            f"dumpsys battery > {q(f'{r}/battery_dumpsys_at_{when}')} 2> /dev/null"]
+    return [
+        f"cat {STATUS_FILE} > {q(f'{r}/battery_status_at_{when}')} 2> /dev/null",
+        f"dumpsys battery > {q(f'{r}/battery_dumpsys_at_{when}')} 2> /dev/null",
+    ]
 
 
 def battery_status(files: dict[str, str], when: str) -> str:
@@ -185,8 +193,10 @@ def parse_uptime_ns(text: str, what: str) -> int:
     field = text.split()[0] if text.split() else ""
     m = re.fullmatch(r"(\d+)(?:\.(\d{1,9}))?", field)
     if not m:
-        raise FormatError(f"{what}: {text.strip()!r} is not a /proc/uptime reading; the "
-                          "episode was interrupted — check episode.log")
+        raise FormatError(
+            f"{what}: {text.strip()!r} is not a /proc/uptime reading; the "
+            "episode was interrupted — check episode.log"
+        )
     return int(m.group(1)) * 1_000_000_000 + int((m.group(2) or "0").ljust(9, "0"))
 
 
@@ -227,8 +237,10 @@ def assemble_episode(plan: EpisodePlan, files: dict[str, str]) -> Episode:
                 end = int(kv.get("end_boot_ns", end))
                 eos = int(kv.get("target_eos_boot_ns", end))
             except ValueError:
-                raise FormatError(f"{s}.out: AS2D_REQUEST line {found[-1]!r} has a non-integer "
-                                  "field; the request command must print integers") from None
+                raise FormatError(
+                    f"{s}.out: AS2D_REQUEST line {found[-1]!r} has a non-integer "
+                    "field; the request command must print integers"
+                ) from None
         elif rc == 0:
             rc = 254  # ran, but never said how many tokens it produced: not measurable
         reqs.append(RequestRecord(pr.method, pr.phase, origin, eos, end, tokens, rc))

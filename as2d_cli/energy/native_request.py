@@ -38,18 +38,29 @@ def request_line(res: dict[str, Any], origin: int, end: int) -> str:
     last_target = max((int(r["end_ns"]) for r in rounds), default=0)
     eos_at = min(end, origin + prefill_ns + last_target)
     body = int(res["n_tokens"]) - (1 if res.get("eos") else 0)
-    return (f"AS2D_REQUEST body_tokens={body} origin_boot_ns={origin} "
-            f"target_eos_boot_ns={eos_at} end_boot_ns={end} method={res['method']} "
-            f"n_tokens={res['n_tokens']} eos={int(bool(res.get('eos')))} "
-            f"decode_ms={float(res['time_ms']):.3f} prefill_ms={float(res['prefill_ms']):.3f}")
+    return (
+        f"AS2D_REQUEST body_tokens={body} origin_boot_ns={origin} "
+        f"target_eos_boot_ns={eos_at} end_boot_ns={end} method={res['method']} "
+        f"n_tokens={res['n_tokens']} eos={int(bool(res.get('eos')))} "
+        f"decode_ms={float(res['time_ms']):.3f} prefill_ms={float(res['prefill_ms']):.3f}"
+    )
 
 
 def bundle_request_template(deployed: Any, window: str, extra: Sequence[str] = ()) -> str:
     """The `--request-cmd` template that runs this module from a bundle deployed on a phone
     (as2d_cli.bundle.deploy.DeployedBundle): {method}, {run_dir} and {index} are left for
     the episode script; every other brace is escaped; the result lands in the run dir."""
-    args = ["-m", "as2d_cli.energy.native_request", "--window", window, "--method", _M,
-            "--result", f"{_R}/result-{_I}.json", *extra]
+    args = [
+        "-m",
+        "as2d_cli.energy.native_request",
+        "--window",
+        window,
+        "--method",
+        _M,
+        "--result",
+        f"{_R}/result-{_I}.json",
+        *extra,
+    ]
     line = deployed.command(args, _R).replace("{", "{{").replace("}", "}}")
     return line.replace(_M, "{method}").replace(_R, "{run_dir}").replace(_I, "{index}")
 
@@ -83,14 +94,22 @@ def main(argv: list[str] | None = None) -> int:
             if val is not None:
                 cmd[key] = val
         settings = decode_settings(cmd)
-        cores = [None if v is None else [int(x) for x in v.split(",") if x.strip()]
-                 for v in (a.target_cores, a.producer_cores)]
+        cores = [
+            None if v is None else [int(x) for x in v.split(",") if x.strip()]
+            for v in (a.target_cores, a.producer_cores)
+        ]
         models = load_models(a.models, threads=a.threads)
         window = load_corpus(Path(a.corpus) if a.corpus else None).get(a.window)
         audio = window.load_audio()
         origin = boot_ns()
-        res = run_request(models, audio, settings, language=window.language,
-                          target_cores=cores[0], producer_cores=cores[1])
+        res = run_request(
+            models,
+            audio,
+            settings,
+            language=window.language,
+            target_cores=cores[0],
+            producer_cores=cores[1],
+        )
         end = boot_ns()
     except As2dError as exc:
         print(f"error: {exc}", file=sys.stderr)

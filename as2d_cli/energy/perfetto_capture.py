@@ -35,30 +35,44 @@ def preflight(device: Device) -> dict[str, str]:
     who = device.serial
     listed = set(device.shell(["ls", PERFETTO_BIN, TRACED_BIN], deadline_s=15).stdout.split())
     if PERFETTO_BIN not in listed:
-        raise UserError(f"phone {who} has no perfetto ({PERFETTO_BIN} is missing): the battery "
-                        "counters are captured with Perfetto's command-line client, which "
-                        "Android 9 and later ship — update the phone or measure another one")
+        raise UserError(
+            f"phone {who} has no perfetto ({PERFETTO_BIN} is missing): the battery "
+            "counters are captured with Perfetto's command-line client, which "
+            "Android 9 and later ship — update the phone or measure another one"
+        )
     if TRACED_BIN not in listed:
-        raise UserError(f"phone {who} has no traced ({TRACED_BIN} is missing): perfetto records "
-                        "through the traced service, which Android 9 and later ship — update "
-                        "the phone or measure another one")
+        raise UserError(
+            f"phone {who} has no traced ({TRACED_BIN} is missing): perfetto records "
+            "through the traced service, which Android 9 and later ship — update "
+            "the phone or measure another one"
+        )
     state = device.shell(["getprop", "init.svc.traced"], deadline_s=15).stdout.strip()
     enabled = device.shell(["getprop", "persist.traced.enable"], deadline_s=15).stdout.strip()
     if state != "running" and enabled != "1":
-        raise UserError(f"traced does not run on phone {who} (init.svc.traced={state or 'unset'}, "
-                        f"persist.traced.enable={enabled or 'unset'}); enable it with `adb shell "
-                        "setprop persist.traced.enable 1` and rerun")
+        raise UserError(
+            f"traced does not run on phone {who} (init.svc.traced={state or 'unset'}, "
+            f"persist.traced.enable={enabled or 'unset'}); enable it with `adb shell "
+            "setprop persist.traced.enable 1` and rerun"
+        )
     status = device.shell(["cat", BATTERY_STATUS], deadline_s=15).stdout.strip()
     if not status:
-        m = re.search(r"^\s*status:\s*(\d+)\s*$",
-                      device.shell(["dumpsys", "battery"], deadline_s=15).stdout, re.M)
+        m = re.search(
+            r"^\s*status:\s*(\d+)\s*$",
+            device.shell(["dumpsys", "battery"], deadline_s=15).stdout,
+            re.M,
+        )
         status = f"dumpsys status {m.group(1)}" if m else ""
     if not status:
-        raise UserError(f"phone {who}: neither {BATTERY_STATUS} nor `dumpsys battery` gives the "
-                        "battery status; the episode waits on it and refuses a charging capture "
-                        "by it — check `adb shell dumpsys battery`")
-    return {"traced": state or "unset", "persist.traced.enable": enabled or "unset",
-            "battery_status": status}
+        raise UserError(
+            f"phone {who}: neither {BATTERY_STATUS} nor `dumpsys battery` gives the "
+            "battery status; the episode waits on it and refuses a charging capture "
+            "by it — check `adb shell dumpsys battery`"
+        )
+    return {
+        "traced": state or "unset",
+        "persist.traced.enable": enabled or "unset",
+        "battery_status": status,
+    }
 
 
 def trace_path_for(run_dir: str) -> str:
@@ -66,8 +80,9 @@ def trace_path_for(run_dir: str) -> str:
     return f"{TRACE_DIR}/{posixpath.basename(run_dir.rstrip('/'))}.perfetto-trace"
 
 
-def push_config(device: Device, run_dir: str, spec: CaptureSpec,
-                keep_copy: Path | None = None) -> str:
+def push_config(
+    device: Device, run_dir: str, spec: CaptureSpec, keep_copy: Path | None = None
+) -> str:
     """Serialize the TraceConfig, push it into the run directory; returns its device path."""
     data = serialize_trace_config(spec)
     remote = f"{run_dir.rstrip('/')}/{CONFIG_NAME}"
@@ -111,8 +126,9 @@ def device_boot_ns(device: Device) -> int:
     return parse_uptime_ns(res.stdout, f"{device.serial}:/proc/uptime")
 
 
-def wait_trace_end(device: Device, started_boot_ns: int, duration_ms: int,
-                   deadline_s: float, poll_s: float = 1.0) -> None:
+def wait_trace_end(
+    device: Device, started_boot_ns: int, duration_ms: int, deadline_s: float, poll_s: float = 1.0
+) -> None:
     """Block until the bounded trace has ended by itself (device boot clock), plus a flush
     margin. Raises DeviceError when that does not happen before `deadline_s`."""
     end_ns = started_boot_ns + duration_ms * 1_000_000 + 1_500_000_000
@@ -122,9 +138,11 @@ def wait_trace_end(device: Device, started_boot_ns: int, duration_ms: int,
         if now >= end_ns:
             return
         if time.monotonic() + min(poll_s, (end_ns - now) / 1e9) > limit:
-            raise DeviceError(f"the trace on {device.serial} should end at boot time "
-                              f"{end_ns / 1e9:.1f} s but the phone says {now / 1e9:.1f} s; "
-                              "wait and rerun with --from-run to analyse what was pulled")
+            raise DeviceError(
+                f"the trace on {device.serial} should end at boot time "
+                f"{end_ns / 1e9:.1f} s but the phone says {now / 1e9:.1f} s; "
+                "wait and rerun with --from-run to analyse what was pulled"
+            )
         time.sleep(min(poll_s, max(0.05, (end_ns - now) / 1e9)))
 
 

@@ -99,21 +99,28 @@ class EnergyRun:
 
 # -- refusals before anything runs ----------------------------------------------------------
 
+
 def check_measurable(phone: str | None, connection: str) -> None:
     """Refuse option combinations that cannot measure, before any device is touched."""
     if connection not in CONNECTIONS:
-        raise UserError(f"--connection {connection!r} must be usb (the cable is pulled for the "
-                        "capture) or wireless (adb over Wi-Fi, charger off)")
+        raise UserError(
+            f"--connection {connection!r} must be usb (the cable is pulled for the "
+            "capture) or wireless (adb over Wi-Fi, charger off)"
+        )
     if phone == "local":
         if connection == "wireless":
-            raise UserError("--phone local with --connection wireless cannot measure: wireless "
-                            "adb reaches phones, not this host, and this host has no battery "
-                            "counters Perfetto can read; measure a phone (--phone NAME or "
-                            "SERIAL, see `as2d devices`)")
-        raise UserError("--phone local cannot measure energy: this host has no battery counters "
-                        "Perfetto can read (its android.power data source exists only on "
-                        "Android phones); measure a phone (--phone NAME or SERIAL, see "
-                        "`as2d devices`)")
+            raise UserError(
+                "--phone local with --connection wireless cannot measure: wireless "
+                "adb reaches phones, not this host, and this host has no battery "
+                "counters Perfetto can read; measure a phone (--phone NAME or "
+                "SERIAL, see `as2d devices`)"
+            )
+        raise UserError(
+            "--phone local cannot measure energy: this host has no battery counters "
+            "Perfetto can read (its android.power data source exists only on "
+            "Android phones); measure a phone (--phone NAME or SERIAL, see "
+            "`as2d devices`)"
+        )
 
 
 def window_ids(window: str | list[str] | tuple[str, ...] | None) -> list[str]:
@@ -135,6 +142,7 @@ def check_windows(ids: list[str]) -> None:
 
 
 # -- presence ---------------------------------------------------------------------------------
+
 
 def _present(port: int, serial: str) -> bool:
     import adbutils
@@ -185,6 +193,7 @@ def wait_presence(port: int, serial: str, present: bool, timeout_s: float) -> bo
 
 
 # -- the phone's run directory ------------------------------------------------------------------
+
 
 @dataclass
 class _PhoneRun:
@@ -246,8 +255,9 @@ class _PhoneRun:
         elif note.exists():
             note.unlink()  # an earlier attempt's note; everything came this time
 
-    def _pull_tree(self, remote: str, local: Path, shown: str, skipped: list[str],
-                   depth: int) -> None:
+    def _pull_tree(
+        self, remote: str, local: Path, shown: str, skipped: list[str], depth: int
+    ) -> None:
         try:
             self.device.pull(remote, local)
             return
@@ -302,13 +312,21 @@ def _load_phone_run(out_dir: Path) -> dict:
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
-        raise UserError(f"{out_dir} has no {PHONE_RUN}; it is not a run folder `as2d energy` "
-                        "left on a phone — analyse it with --from-run, or rerun") from None
+        raise UserError(
+            f"{out_dir} has no {PHONE_RUN}; it is not a run folder `as2d energy` "
+            "left on a phone — analyse it with --from-run, or rerun"
+        ) from None
     except ValueError as exc:
         raise UserError(f"{path} is damaged ({exc}); rerun the measurement") from None
-    if not isinstance(doc, dict) or doc.get("schema") != PHONE_RUN_SCHEMA or doc.get("version") != 1:
-        raise UserError(f"{path} is not an {PHONE_RUN_SCHEMA} version 1 record; use the as2d "
-                        "version that measured it")
+    if (
+        not isinstance(doc, dict)
+        or doc.get("schema") != PHONE_RUN_SCHEMA
+        or doc.get("version") != 1
+    ):
+        raise UserError(
+            f"{path} is not an {PHONE_RUN_SCHEMA} version 1 record; use the as2d "
+            "version that measured it"
+        )
     for key in ("serial", "adb_port", "run_dir", "trace"):
         if key not in doc:
             raise UserError(f"{path} lacks {key!r}; rerun the measurement")
@@ -316,6 +334,7 @@ def _load_phone_run(out_dir: Path) -> dict:
 
 
 # -- analysis -------------------------------------------------------------------------------------
+
 
 def _read_text_files(folder: Path) -> dict[str, str]:
     out: dict[str, str] = {}
@@ -327,28 +346,37 @@ def _read_text_files(folder: Path) -> dict[str, str]:
     return out
 
 
-def analyse_run_folder(out_dir: Path, plan: EpisodePlan, spec: CaptureSpec,
-                       baseline: str | None, phone_facts: dict,
-                       say: Say | None = None) -> Path:
+def analyse_run_folder(
+    out_dir: Path,
+    plan: EpisodePlan,
+    spec: CaptureSpec,
+    baseline: str | None,
+    phone_facts: dict,
+    say: Say | None = None,
+) -> Path:
     """Analyse a folder holding raw/ records and the trace; write results (or refused.txt)."""
     episode = assemble_episode(plan, _read_text_files(out_dir / "raw"))
     (out_dir / "episode.tsv").write_text(format_episode(episode))
     try:
         series = read_battery_series(out_dir / TRACE_NAME)
         if series.lost_bytes and say is not None:
-            say(f"{out_dir / TRACE_NAME} was cut mid-packet: {series.lost_bytes} of "
+            say(
+                f"{out_dir / TRACE_NAME} was cut mid-packet: {series.lost_bytes} of "
                 f"{series.trace_bytes} bytes after its last whole packet were lost; analysing "
-                f"the {series.packets} whole packets")
+                f"the {series.packets} whole packets"
+            )
         analysis = analyse_episode(series, episode, baseline=baseline)
     except MeasurementRefused as exc:
         (out_dir / "refused.txt").write_text(str(exc) + "\n")
         raise MeasurementRefused(f"{exc} (trace and records kept in {out_dir})") from None
     counters = list(series.counters_requested) or list(COUNTERS_REQUIRED + COUNTERS_OPTIONAL)
-    return write_results(out_dir, analysis, episode, out_dir / TRACE_NAME, spec, phone_facts,
-                         asdict(plan), counters)
+    return write_results(
+        out_dir, analysis, episode, out_dir / TRACE_NAME, spec, phone_facts, asdict(plan), counters
+    )
 
 
 # -- the run ----------------------------------------------------------------------------------------
+
 
 def run_energy(run: EnergyRun, say: Say) -> Path:
     """The whole protocol; returns the written energy.json."""
@@ -358,8 +386,10 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
     check_measurable("local" if dev.kind == "local" else dev.serial, run.connection)
     port = getattr(dev, "port", None)
     if port is None:
-        raise UserError("the energy protocol needs a phone on an adb server; this device has "
-                        "no battery counters Perfetto can read")
+        raise UserError(
+            "the energy protocol needs a phone on an adb server; this device has "
+            "no battery counters Perfetto can read"
+        )
     spec = CaptureSpec(duration_ms=plan.trace_duration_ms(), poll_ms=run.poll_ms)
     spec.validate()
     if not run.preflight_done:
@@ -369,9 +399,18 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
     identity = identify(dev).to_dict()
     out_dir = new_run_dir(run.results_root, run.phone_label)
     (out_dir / "raw").mkdir()
-    (out_dir / "plan.json").write_text(json.dumps(
-        {"plan": asdict(plan), "poll_ms": spec.poll_ms, "duration_ms": spec.duration_ms,
-         "connection": run.connection}, indent=2) + "\n")
+    (out_dir / "plan.json").write_text(
+        json.dumps(
+            {
+                "plan": asdict(plan),
+                "poll_ms": spec.poll_ms,
+                "duration_ms": spec.duration_ms,
+                "connection": run.connection,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     trace_s = spec.duration_ms / 1000
     away_s = run.return_timeout_s if run.return_timeout_s is not None else trace_s + AWAY_GRACE_S
     episode_s = run.episode_timeout_s or plan.discharge_wait_s + trace_s + 120
@@ -381,14 +420,32 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
     facts.setdefault("identity", identity)
 
     rd = _make_remote_dir(dev)
-    ph = _PhoneRun(dev, port, rd, trace_path_for(rd), out_dir,
-                   {"episode.sh", CONFIG_NAME} | {Path(f).name for f in run.push_files})
-    _write_phone_run(out_dir, {
-        "schema": PHONE_RUN_SCHEMA, "version": 1,
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "serial": dev.serial, "adb_port": port, "connection": run.connection,
-        "identity": identity, "run_dir": rd, "trace": ph.trace, "exclude": sorted(ph.exclude),
-        "episode_timeout_s": episode_s, "phone_facts": facts, "state": "on-phone"})
+    ph = _PhoneRun(
+        dev,
+        port,
+        rd,
+        trace_path_for(rd),
+        out_dir,
+        {"episode.sh", CONFIG_NAME} | {Path(f).name for f in run.push_files},
+    )
+    _write_phone_run(
+        out_dir,
+        {
+            "schema": PHONE_RUN_SCHEMA,
+            "version": 1,
+            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "serial": dev.serial,
+            "adb_port": port,
+            "connection": run.connection,
+            "identity": identity,
+            "run_dir": rd,
+            "trace": ph.trace,
+            "exclude": sorted(ph.exclude),
+            "episode_timeout_s": episode_s,
+            "phone_facts": facts,
+            "state": "on-phone",
+        },
+    )
     th: threading.Thread | None = None
     try:
         cfg_remote = push_config(dev, rd, spec, keep_copy=out_dir / "trace_config.pb")
@@ -411,27 +468,37 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
         th.start()
         if run.connection == "usb":
             leave = run.leave_timeout_s or plan.discharge_wait_s + 30
-            say(f"Unplug the USB cable now. The phone waits up to {plan.discharge_wait_s} s for "
-                f"'Discharging', then measures for about {trace_s:.0f} s on its own.")
+            say(
+                f"Unplug the USB cable now. The phone waits up to {plan.discharge_wait_s} s for "
+                f"'Discharging', then measures for about {trace_s:.0f} s on its own."
+            )
             if not wait_presence(port, dev.serial, False, leave):
-                raise UserError(f"phone {dev.serial} is still attached after {leave:.0f} s; it "
-                                "must be unplugged for the measurement (or pass --connection "
-                                "wireless when it is on wireless adb with no charger)")
+                raise UserError(
+                    f"phone {dev.serial} is still attached after {leave:.0f} s; it "
+                    "must be unplugged for the measurement (or pass --connection "
+                    "wireless when it is on wireless adb with no charger)"
+                )
             until = datetime.now() + timedelta(seconds=trace_s + 5)
-            say(f"Unplugged. Leave it unplugged for {trace_s + 5:.0f} s (until "
-                f"{until:%H:%M:%S}), then plug it back in.")
+            say(
+                f"Unplugged. Leave it unplugged for {trace_s + 5:.0f} s (until "
+                f"{until:%H:%M:%S}), then plug it back in."
+            )
             if not wait_presence(port, dev.serial, True, away_s):
                 raise _away(ph, away_s)
             say("Phone is back; collecting the trace.")
         else:
-            say(f"Wireless adb: keep the phone off any charger; measuring for about "
-                f"{trace_s:.0f} s.")
+            say(
+                f"Wireless adb: keep the phone off any charger; measuring for about "
+                f"{trace_s:.0f} s."
+            )
         _finish_on_phone(ph, spec, episode_s, away_s, say)
     except PhoneAway:
         raise
     except KeyboardInterrupt:
-        say(f"Interrupted: the phone keeps this run in {rd} until it is collected; run "
-            f"`as2d energy --collect {out_dir}` when it is attached again.")
+        say(
+            f"Interrupted: the phone keeps this run in {rd} until it is collected; run "
+            f"`as2d energy --collect {out_dir}` when it is attached again."
+        )
         raise
     except As2dError as exc:
         raise _salvaged(ph, exc, say) from None
@@ -441,9 +508,11 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
 
 
 def _away(ph: _PhoneRun, waited_s: float) -> PhoneAway:
-    return PhoneAway(f"phone {ph.device.serial} did not come back within {waited_s:.0f} s; its "
-                     f"run stays on the phone in {ph.run_dir} — reattach it and run "
-                     f"`as2d energy --collect {ph.out_dir}`")
+    return PhoneAway(
+        f"phone {ph.device.serial} did not come back within {waited_s:.0f} s; its "
+        f"run stays on the phone in {ph.run_dir} — reattach it and run "
+        f"`as2d energy --collect {ph.out_dir}`"
+    )
 
 
 def _salvaged(ph: _PhoneRun, exc: As2dError, say: Say) -> As2dError:
@@ -455,22 +524,27 @@ def _salvaged(ph: _PhoneRun, exc: As2dError, say: Say) -> As2dError:
             ph.pull_all()
             ph.remove()
     except _PhoneGone:
-        return PhoneAway(f"{exc}; phone {ph.device.serial} left before its records were "
-                         f"pulled — they stay on it in {ph.run_dir}: reattach it and run "
-                         f"`as2d energy --collect {ph.out_dir}`")
+        return PhoneAway(
+            f"{exc}; phone {ph.device.serial} left before its records were "
+            f"pulled — they stay on it in {ph.run_dir}: reattach it and run "
+            f"`as2d energy --collect {ph.out_dir}`"
+        )
     except As2dError:
         pass  # pulling is best effort here; the original error is the one to report
     if not ph.present():
-        return PhoneAway(f"{exc}; phone {ph.device.serial} is gone — its run stays on it in "
-                         f"{ph.run_dir}: reattach it and run `as2d energy --collect {ph.out_dir}`")
+        return PhoneAway(
+            f"{exc}; phone {ph.device.serial} is gone — its run stays on it in "
+            f"{ph.run_dir}: reattach it and run `as2d energy --collect {ph.out_dir}`"
+        )
     msg = str(exc)
     if str(ph.out_dir) not in msg:
         msg = f"{msg} (what the phone wrote is in {ph.out_dir})"
     return UserError(msg) if isinstance(exc, UserError) else DeviceError(msg)
 
 
-def _finish_on_phone(ph: _PhoneRun, spec: CaptureSpec, episode_s: float, away_s: float,
-                     say: Say) -> None:
+def _finish_on_phone(
+    ph: _PhoneRun, spec: CaptureSpec, episode_s: float, away_s: float, say: Say
+) -> None:
     """Wait for the episode and the bounded trace to end, pull everything, then remove the
     phone's copy. A phone that leaves meanwhile is waited for up to `away_s`, then PhoneAway."""
     dev = ph.device
@@ -480,26 +554,33 @@ def _finish_on_phone(ph: _PhoneRun, spec: CaptureSpec, episode_s: float, away_s:
             rc = ph.cat("perfetto.rc").strip()
             if rc != "0":
                 err = ph.cat("perfetto.err").strip().splitlines()
-                raise DeviceError(f"perfetto failed on {dev.serial} (exit {rc or 'unknown'}: "
-                                  f"{err[-1] if err else 'no output'}); check that traced runs "
-                                  f"(setprop persist.traced.enable 1) — the phone's records are "
-                                  f"in {ph.raw}")
+                raise DeviceError(
+                    f"perfetto failed on {dev.serial} (exit {rc or 'unknown'}: "
+                    f"{err[-1] if err else 'no output'}); check that traced runs "
+                    f"(setprop persist.traced.enable 1) — the phone's records are "
+                    f"in {ph.raw}"
+                )
             started = parse_uptime_ns(ph.cat("t_trace_started"), "t_trace_started")
             try:
-                wait_trace_end(dev, started, spec.duration_ms,
-                               deadline_s=spec.duration_ms / 1000 + 60)
+                wait_trace_end(
+                    dev, started, spec.duration_ms, deadline_s=spec.duration_ms / 1000 + 60
+                )
             except DeviceError as exc:
                 raise ph._gone_or(exc) from None
             ph.pull_all()
             if not (ph.out_dir / TRACE_NAME).exists():
-                raise DeviceError(f"the phone has no trace at {ph.trace} although perfetto "
-                                  "started (see pull_skipped.txt)")
+                raise DeviceError(
+                    f"the phone has no trace at {ph.trace} although perfetto "
+                    "started (see pull_skipped.txt)"
+                )
             ph.remove()
             return
         except _PhoneGone:
             pass
-        say(f"Phone {dev.serial} is not reachable; waiting up to {away_s:.0f} s for it to "
-            "come back (reattach it).")
+        say(
+            f"Phone {dev.serial} is not reachable; waiting up to {away_s:.0f} s for it to "
+            "come back (reattach it)."
+        )
         if not wait_presence(ph.port, dev.serial, True, away_s):
             raise _away(ph, away_s)
         say("Phone is back.")
@@ -514,11 +595,14 @@ def _wait_episode_done(ph: _PhoneRun, budget_s: float) -> None:
         if last == "done":
             return
         time.sleep(0.5)
-    raise DeviceError(f"the episode on {ph.device.serial} did not finish within {budget_s:.0f} s "
-                      f"(state: {last or 'not started'}); see episode.log")
+    raise DeviceError(
+        f"the episode on {ph.device.serial} did not finish within {budget_s:.0f} s "
+        f"(state: {last or 'not started'}); see episode.log"
+    )
 
 
 # -- later: collect a run the phone kept, analyse a pulled folder again ---------------------------
+
 
 def _load_plan(out_dir: Path) -> tuple[EpisodePlan, CaptureSpec, str]:
     try:
@@ -530,10 +614,13 @@ def _load_plan(out_dir: Path) -> tuple[EpisodePlan, CaptureSpec, str]:
         spec = CaptureSpec(duration_ms=int(doc["duration_ms"]), poll_ms=int(doc["poll_ms"]))
         connection = doc.get("connection", "usb")
     except FileNotFoundError:
-        raise UserError(f"{out_dir} has no plan.json; pass a folder written by `as2d energy`") from None
+        raise UserError(
+            f"{out_dir} has no plan.json; pass a folder written by `as2d energy`"
+        ) from None
     except (ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{out_dir}/plan.json is damaged ({exc}); it was not written by this "
-                        "as2d version") from None
+        raise UserError(
+            f"{out_dir}/plan.json is damaged ({exc}); it was not written by this as2d version"
+        ) from None
     return plan, spec, connection
 
 
@@ -550,8 +637,9 @@ def _find_phone(port: int, rec: dict, out_dir: Path) -> Device:
 
     serial = rec["serial"]
     hw = (rec.get("identity") or {}).get("serial")
-    candidates = [serial] + [a.serial for a in list_attached(port)
-                             if a.state == "device" and a.serial != serial]
+    candidates = [serial] + [
+        a.serial for a in list_attached(port) if a.state == "device" and a.serial != serial
+    ]
     for cand in candidates:
         if not _present(port, cand):
             continue
@@ -564,39 +652,53 @@ def _find_phone(port: int, rec: dict, out_dir: Path) -> Device:
             continue
         if (props.get("ro.serialno") or props.get("ro.boot.serialno") or cand) == hw:
             return dev
-    raise UserError(f"phone {serial}{f' (serial {hw})' if hw and hw != serial else ''} is not "
-                    f"attached to the adb server on port {port}; reattach it (USB cable, or "
-                    f"`adb connect`) and run `as2d energy --collect {out_dir}` again")
+    raise UserError(
+        f"phone {serial}{f' (serial {hw})' if hw and hw != serial else ''} is not "
+        f"attached to the adb server on port {port}; reattach it (USB cable, or "
+        f"`adb connect`) and run `as2d energy --collect {out_dir}` again"
+    )
 
 
-def collect(out_dir: Path, baseline: str | None = "target-only", say: Say = lambda _: None,
-            adb_port: int | None = None, away_s: float = 60.0) -> Path:
+def collect(
+    out_dir: Path,
+    baseline: str | None = "target-only",
+    say: Say = lambda _: None,
+    adb_port: int | None = None,
+    away_s: float = 60.0,
+) -> Path:
     """Fetch a run the phone kept (the host gave up waiting, or was interrupted), then
     analyse it like a finished run. Writes energy.json only into a folder that has none."""
     out_dir = Path(out_dir)
     if (out_dir / "energy.json").exists():
-        raise UserError(f"{out_dir} already has energy.json; results are never overwritten — "
-                        "read that file")
+        raise UserError(
+            f"{out_dir} already has energy.json; results are never overwritten — read that file"
+        )
     plan, spec, connection = _load_plan(out_dir)
     rec = _load_phone_run(out_dir)
     if rec.get("state") == "collected":
-        raise UserError(f"{out_dir}: the phone's files were already collected; analyse them "
-                        f"with `as2d energy --from-run {out_dir}`")
+        raise UserError(
+            f"{out_dir}: the phone's files were already collected; analyse them "
+            f"with `as2d energy --from-run {out_dir}`"
+        )
     port = int(adb_port or rec["adb_port"])
     dev = _find_phone(port, rec, out_dir)
     ph = _PhoneRun(dev, port, rec["run_dir"], rec["trace"], out_dir, set(rec.get("exclude", [])))
     try:
         holds = ph.holds_run()
     except _PhoneGone:
-        raise UserError(f"phone {dev.serial} left again; reattach it and run "
-                        f"`as2d energy --collect {out_dir}`") from None
+        raise UserError(
+            f"phone {dev.serial} left again; reattach it and run `as2d energy --collect {out_dir}`"
+        ) from None
     if not holds:
-        raise UserError(f"phone {dev.serial} no longer holds {ph.run_dir} (removed, or the phone "
-                        "was reset); nothing to collect — rerun the measurement")
+        raise UserError(
+            f"phone {dev.serial} no longer holds {ph.run_dir} (removed, or the phone "
+            "was reset); nothing to collect — rerun the measurement"
+        )
     _keep_old_refusal(out_dir)
     say(f"Collecting {ph.run_dir} from {dev.serial} into {out_dir}.")
-    episode_s = float(rec.get("episode_timeout_s") or plan.discharge_wait_s
-                      + spec.duration_ms / 1000 + 120)
+    episode_s = float(
+        rec.get("episode_timeout_s") or plan.discharge_wait_s + spec.duration_ms / 1000 + 120
+    )
     try:
         _finish_on_phone(ph, spec, episode_s, away_s, say)
     except PhoneAway:
@@ -609,27 +711,34 @@ def collect(out_dir: Path, baseline: str | None = "target-only", say: Say = lamb
     return analyse_run_folder(out_dir, plan, spec, baseline, facts, say)
 
 
-def reanalyse(out_dir: Path, baseline: str | None = "target-only",
-              say: Say | None = None) -> Path:
+def reanalyse(out_dir: Path, baseline: str | None = "target-only", say: Say | None = None) -> Path:
     """Analyse a run folder again (after a refusal was fixed, or after replugging late).
     Writes energy.json only if the folder has none yet: results are never overwritten."""
     out_dir = Path(out_dir)
     if (out_dir / "energy.json").exists():
-        raise UserError(f"{out_dir} already has energy.json; results are never overwritten — "
-                        "read that file, or copy the folder to analyse it again")
+        raise UserError(
+            f"{out_dir} already has energy.json; results are never overwritten — "
+            "read that file, or copy the folder to analyse it again"
+        )
     plan, spec, connection = _load_plan(out_dir)
     rec: dict = {}
     if (out_dir / PHONE_RUN).exists():
         rec = _load_phone_run(out_dir)
     if not (out_dir / "raw").is_dir() or not (out_dir / TRACE_NAME).exists():
         if rec and rec.get("state") != "collected":
-            raise UserError(f"{out_dir} lacks raw/ or {TRACE_NAME}: the phone still holds the "
-                            f"run — reattach it and run `as2d energy --collect {out_dir}`")
-        raise UserError(f"{out_dir} lacks raw/ or {TRACE_NAME}; the phone's files were never "
-                        "pulled — rerun the measurement")
+            raise UserError(
+                f"{out_dir} lacks raw/ or {TRACE_NAME}: the phone still holds the "
+                f"run — reattach it and run `as2d energy --collect {out_dir}`"
+            )
+        raise UserError(
+            f"{out_dir} lacks raw/ or {TRACE_NAME}; the phone's files were never "
+            "pulled — rerun the measurement"
+        )
     if rec and rec.get("state") != "collected" and say is not None:
-        say(f"The phone still holds this run in {rec['run_dir']}; what was pulled may be "
-            f"partial — `as2d energy --collect {out_dir}` fetches all of it.")
+        say(
+            f"The phone still holds this run in {rec['run_dir']}; what was pulled may be "
+            f"partial — `as2d energy --collect {out_dir}` fetches all of it."
+        )
     _keep_old_refusal(out_dir)
     facts = dict(rec.get("phone_facts") or {})
     facts.setdefault("connection", connection)

@@ -62,8 +62,9 @@ def _frozen(a: np.ndarray) -> bool:
     return finite.size < 2 or float(np.ptp(finite)) == 0.0
 
 
-def check_window(series: BatterySeries, t0: int, t1: int, label: str,
-                 limits: RefusalLimits = RefusalLimits()) -> tuple[int, int]:
+def check_window(
+    series: BatterySeries, t0: int, t1: int, label: str, limits: RefusalLimits = RefusalLimits()
+) -> tuple[int, int]:
     """Run every refusal for one request window; returns its bracketing indices."""
     if not series.has("voltage_uv"):
         raise MeasurementRefused(
@@ -80,9 +81,9 @@ def check_window(series: BatterySeries, t0: int, t1: int, label: str,
         lo, hi = window_indices(series, t0, t1)
     except MeasurementRefused as exc:
         raise MeasurementRefused(f"{label}: {exc}") from None
-    cur = series.current_ua[lo:hi + 1]
-    volt = series.voltage_uv[lo:hi + 1]
-    ts = series.t_ns[lo:hi + 1]
+    cur = series.current_ua[lo : hi + 1]
+    volt = series.voltage_uv[lo : hi + 1]
+    ts = series.t_ns[lo : hi + 1]
     if not (np.isfinite(volt).all() and np.isfinite(cur).all()):
         raise MeasurementRefused(
             f"{label}: voltage or current is missing in some samples of the window; the "
@@ -134,10 +135,14 @@ def check_window(series: BatterySeries, t0: int, t1: int, label: str,
     # A frozen gauge repeats every counter; a steady load can repeat the current, but the
     # charge counter (and usually the voltage) still moves. Missing counters prove nothing.
     whole_s = (series.t_ns[-1] - series.t_ns[0]) / 1e9
-    whole_stale = series.t_ns.size > 2 and whole_s >= limits.stale_min_window_s and all(
-        _frozen(a) for a in (series.current_ua, series.voltage_uv, series.charge_uah))
+    whole_stale = (
+        series.t_ns.size > 2
+        and whole_s >= limits.stale_min_window_s
+        and all(_frozen(a) for a in (series.current_ua, series.voltage_uv, series.charge_uah))
+    )
     window_stale = window_s >= limits.stale_min_window_s and all(
-        _frozen(a) for a in (cur, volt, series.charge_uah[lo:hi + 1]))
+        _frozen(a) for a in (cur, volt, series.charge_uah[lo : hi + 1])
+    )
     if whole_stale or window_stale:
         raise MeasurementRefused(
             f"{label}: stale gauge — current, voltage and charge counter stay at "
@@ -152,15 +157,19 @@ def check_window(series: BatterySeries, t0: int, t1: int, label: str,
 # gauge then shows the charger's share, not the phone's own draw — even when the net
 # current stays negative (a weak charger) or near zero (a full battery held at full).
 CHARGER_STATUSES = ("Charging", "Full", "Not charging")
-DUMPSYS_STATUS = {"1": "Unknown", "2": "Charging", "3": "Discharging", "4": "Not charging",
-                  "5": "Full"}
+DUMPSYS_STATUS = {
+    "1": "Unknown",
+    "2": "Charging",
+    "3": "Discharging",
+    "4": "Not charging",
+    "5": "Full",
+}
 
 
 def check_battery_status(meta: dict[str, str], series: BatterySeries | None = None) -> None:
     """Refuse a capture whose battery status was Charging, Full or Not charging at its start
     or at its end (episode meta `battery_status_at_start` / `battery_status_at_end`)."""
-    seen = [(when, meta.get(f"battery_status_at_{when}", "").strip())
-            for when in ("start", "end")]
+    seen = [(when, meta.get(f"battery_status_at_{when}", "").strip()) for when in ("start", "end")]
     bad = [(when, st) for when, st in seen if st.lower() in (c.lower() for c in CHARGER_STATUSES)]
     if not bad:
         return
@@ -173,24 +182,30 @@ def check_battery_status(meta: dict[str, str], series: BatterySeries | None = No
         pos = np.flatnonzero(series.current_ua > 0)
         if pos.size:
             k = int(pos[0])
-            evidence = (f" (battery current positive, {series.current_ua[k]:.0f} µA at boot time "
-                        f"{series.t_ns[k] / 1e9:.3f} s)")
+            evidence = (
+                f" (battery current positive, {series.current_ua[k]:.0f} µA at boot time "
+                f"{series.t_ns[k] / 1e9:.3f} s)"
+            )
     statuses = {st.lower() for _, st in bad}
     advice = []
     if statuses & {"charging", "not charging"}:
-        advice.append("the phone was charging: unplug it — disconnect USB and any charger "
-                      "before the capture starts and keep them off until it ends (over "
-                      "wireless adb, take the charger off)")
+        advice.append(
+            "the phone was charging: unplug it — disconnect USB and any charger "
+            "before the capture starts and keep them off until it ends (over "
+            "wireless adb, take the charger off)"
+        )
     if "full" in statuses:
-        advice.append("a full battery is held at full by its charger, so the gauge does not "
-                      "show the phone's own draw: unplug it and use a battery below full (let "
-                      "it run down a few percent)")
-    raise MeasurementRefused(f"battery status {where}{evidence} — {'; '.join(advice)}; "
-                             "then rerun")
+        advice.append(
+            "a full battery is held at full by its charger, so the gauge does not "
+            "show the phone's own draw: unplug it and use a battery below full (let "
+            "it run down a few percent)"
+        )
+    raise MeasurementRefused(f"battery status {where}{evidence} — {'; '.join(advice)}; then rerun")
 
 
-def check_crosscheck_units(integrated_mah: float, drop_mah: float,
-                           limits: RefusalLimits = RefusalLimits()) -> None:
+def check_crosscheck_units(
+    integrated_mah: float, drop_mah: float, limits: RefusalLimits = RefusalLimits()
+) -> None:
     """Integrated current and the charge-counter drop must agree within a factor of 100."""
     if drop_mah <= 0 or integrated_mah <= 0:
         return

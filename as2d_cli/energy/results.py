@@ -42,8 +42,13 @@ def _schema() -> dict:
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            timeout=5,
+        )
         return out.stdout.strip() if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -65,36 +70,59 @@ def _clean(x: Any) -> Any:
 def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
     """(Markdown, CSV) of formal requests per method, as the paper's Table 15."""
     head = ["Method", "Energy (J)", "Mean power (W)", "Response (s)", "Body tokens", "J/token"]
-    rows = [[m.method, f"{m.energy_j:.1f}", f"{m.mean_power_w:.2f}", f"{m.response_s:.2f}",
-             str(m.body_tokens), f"{m.j_per_token:.3f}"] for m in analysis.methods]
+    rows = [
+        [
+            m.method,
+            f"{m.energy_j:.1f}",
+            f"{m.mean_power_w:.2f}",
+            f"{m.response_s:.2f}",
+            str(m.body_tokens),
+            f"{m.j_per_token:.3f}",
+        ]
+        for m in analysis.methods
+    ]
     md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(r) + " |" for r in rows]
     failed = [r for r in analysis.requests if r.phase == "formal" and r.status != "ok"]
     notes = []
     for m in analysis.methods:
         if m.energy_vs_baseline_percent is not None:
-            notes.append(f"{m.method} vs {analysis.baseline}: energy "
-                         f"{m.energy_vs_baseline_percent:+.1f} %, J/token "
-                         f"{m.j_per_token_vs_baseline_percent:+.1f} %")
+            notes.append(
+                f"{m.method} vs {analysis.baseline}: energy "
+                f"{m.energy_vs_baseline_percent:+.1f} %, J/token "
+                f"{m.j_per_token_vs_baseline_percent:+.1f} %"
+            )
     c = analysis.cross_check
     if c.discrepancy_percent is not None:
-        notes.append(f"cross-check over {c.interval_s:.1f} s: current integrates to "
-                     f"{c.integrated_mah:.2f} mAh vs charge-counter drop "
-                     f"{c.charge_drop_mah:.2f} mAh ({c.discrepancy_percent:.1f} % discrepancy)")
+        notes.append(
+            f"cross-check over {c.interval_s:.1f} s: current integrates to "
+            f"{c.integrated_mah:.2f} mAh vs charge-counter drop "
+            f"{c.charge_drop_mah:.2f} mAh ({c.discrepancy_percent:.1f} % discrepancy)"
+        )
     else:
         notes.append(f"cross-check: {c.note}")
     notes += [f"formal request {r.method} failed: {r.status}" for r in failed]
     if analysis.trace_lost_bytes:
-        notes.append(f"trace cut mid-packet: the last {analysis.trace_lost_bytes} of "
-                     f"{analysis.trace_bytes} bytes were lost; analysed up to the last whole "
-                     "packet")
+        notes.append(
+            f"trace cut mid-packet: the last {analysis.trace_lost_bytes} of "
+            f"{analysis.trace_bytes} bytes were lost; analysed up to the last whole "
+            "packet"
+        )
     md_text = "\n".join(md) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["method", "energy_j", "mean_power_w", "response_s", "body_tokens", "j_per_token"])
     for m in analysis.methods:
-        w.writerow([m.method, repr(m.energy_j), repr(m.mean_power_w), repr(m.response_s),
-                    m.body_tokens, repr(m.j_per_token)])
+        w.writerow(
+            [
+                m.method,
+                repr(m.energy_j),
+                repr(m.mean_power_w),
+                repr(m.response_s),
+                m.body_tokens,
+                repr(m.j_per_token),
+            ]
+        )
     return md_text, buf.getvalue()
 
 
@@ -111,49 +139,70 @@ def new_run_dir(results_root: Path, phone_name: str, now: datetime | None = None
             return cand
         except FileExistsError:
             continue
-    raise UserError(f"could not create a fresh results folder next to {base}; clean up "
-                    "old runs in that folder")
+    raise UserError(
+        f"could not create a fresh results folder next to {base}; clean up old runs in that folder"
+    )
 
 
-def write_results(out_dir: Path, analysis: EnergyAnalysis, episode: Episode, trace: Path,
-                  spec: CaptureSpec, phone: dict[str, Any], plan: dict[str, Any],
-                  counters: list[str], extra_files: dict[str, Path] | None = None) -> Path:
+def write_results(
+    out_dir: Path,
+    analysis: EnergyAnalysis,
+    episode: Episode,
+    trace: Path,
+    spec: CaptureSpec,
+    phone: dict[str, Any],
+    plan: dict[str, Any],
+    counters: list[str],
+    extra_files: dict[str, Path] | None = None,
+) -> Path:
     """Write everything into `out_dir` (fresh, from new_run_dir). Returns energy.json."""
     out_dir = Path(out_dir)
     if (out_dir / "energy.json").exists():
-        raise UserError(f"{out_dir} already holds energy.json; results are never "
-                        "overwritten — use a new run folder")
+        raise UserError(
+            f"{out_dir} already holds energy.json; results are never "
+            "overwritten — use a new run folder"
+        )
     if Path(trace).resolve() != (out_dir / TRACE_NAME).resolve():
         shutil.copyfile(trace, out_dir / TRACE_NAME)
     (out_dir / EPISODE_NAME).write_text(format_episode(episode))
     md, csv_text = render_table(analysis)
     (out_dir / "table.md").write_text(md)
     (out_dir / "table.csv").write_text(csv_text)
-    files = {"trace": TRACE_NAME, "episode": EPISODE_NAME, "table_md": "table.md",
-             "table_csv": "table.csv"}
+    files = {
+        "trace": TRACE_NAME,
+        "episode": EPISODE_NAME,
+        "table_md": "table.md",
+        "table_csv": "table.csv",
+    }
     for key, src in (extra_files or {}).items():
         dst = out_dir / Path(src).name
         if Path(src).resolve() != dst.resolve():
             shutil.copyfile(src, dst)
         files[key] = dst.name
-    doc = _clean({
-        "schema": SCHEMA,
-        "schema_version": VERSION,
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "toolkit": {"version": __version__, "git_commit": git_commit()},
-        "phone": phone,
-        "capture": {"poll_ms": spec.poll_ms, "duration_ms": spec.duration_ms,
-                    "counters": counters, "poll_s_observed": analysis.poll_s,
-                    "trace_bytes": analysis.trace_bytes,
-                    "trace_lost_bytes": analysis.trace_lost_bytes},
-        "plan": plan,
-        "episode_meta": episode.meta,
-        "files": files,
-        "requests": [r.to_dict() for r in analysis.requests],
-        "methods": [m.to_dict() for m in analysis.methods],
-        "baseline": analysis.baseline,
-        "cross_check": analysis.cross_check.to_dict(),
-    })
+    doc = _clean(
+        {
+            "schema": SCHEMA,
+            "schema_version": VERSION,
+            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "toolkit": {"version": __version__, "git_commit": git_commit()},
+            "phone": phone,
+            "capture": {
+                "poll_ms": spec.poll_ms,
+                "duration_ms": spec.duration_ms,
+                "counters": counters,
+                "poll_s_observed": analysis.poll_s,
+                "trace_bytes": analysis.trace_bytes,
+                "trace_lost_bytes": analysis.trace_lost_bytes,
+            },
+            "plan": plan,
+            "episode_meta": episode.meta,
+            "files": files,
+            "requests": [r.to_dict() for r in analysis.requests],
+            "methods": [m.to_dict() for m in analysis.methods],
+            "baseline": analysis.baseline,
+            "cross_check": analysis.cross_check.to_dict(),
+        }
+    )
     jsonschema.validate(doc, _schema())
     path = out_dir / "energy.json"
     tmp = out_dir / "energy.json.part"
@@ -173,13 +222,17 @@ def load_energy_result(path: Path) -> dict[str, Any]:
         raise FormatError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from exc
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-        raise FormatError(f"{path}: schema {got!r} is not {SCHEMA!r}; pass an energy.json "
-                          "written by `as2d energy`")
+        raise FormatError(
+            f"{path}: schema {got!r} is not {SCHEMA!r}; pass an energy.json "
+            "written by `as2d energy`"
+        )
     v = doc.get("schema_version")
     if v != VERSION:
         word = "newer" if isinstance(v, int) and v > VERSION else "older or unknown"
-        raise FormatError(f"{path}: {SCHEMA} version {v!r} is {word} than this toolkit "
-                          f"reads ({VERSION}); use the matching as2d version")
+        raise FormatError(
+            f"{path}: {SCHEMA} version {v!r} is {word} than this toolkit "
+            f"reads ({VERSION}); use the matching as2d version"
+        )
     try:
         jsonschema.validate(doc, _schema())
     except jsonschema.ValidationError as exc:

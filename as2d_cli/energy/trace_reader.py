@@ -119,14 +119,18 @@ def parse_trace(data: bytes, path: Path) -> tuple[pb.Trace, int]:
         except ValueError:
             end = -1
         if end < 0 or end == len(data):
-            raise FormatError(f"{path} is not a Perfetto protobuf trace ({first}); pull the "
-                              "binary trace, not a text export") from None
+            raise FormatError(
+                f"{path} is not a Perfetto protobuf trace ({first}); pull the "
+                "binary trace, not a text export"
+            ) from None
     trace = pb.Trace()
     try:
         trace.ParseFromString(data[:end])
     except Exception as exc:  # noqa: BLE001 - the whole packets themselves are damaged
-        raise FormatError(f"{path} is not a Perfetto protobuf trace ({exc}); pull the binary "
-                          "trace, not a text export") from None
+        raise FormatError(
+            f"{path} is not a Perfetto protobuf trace ({exc}); pull the binary "
+            "trace, not a text export"
+        ) from None
     return trace, len(data) - end
 
 
@@ -173,7 +177,8 @@ def read_battery_series(path: Path) -> BatterySeries:
                     poll_ms = int(pc.battery_poll_ms) or None
                     requested = tuple(
                         pb.AndroidPowerConfig.BatteryCounters.Name(v).removeprefix(
-                            "BATTERY_COUNTER_")
+                            "BATTERY_COUNTER_"
+                        )
                         for v in pc.battery_counters
                     )
         if not pkt.HasField("battery"):
@@ -185,23 +190,29 @@ def read_battery_series(path: Path) -> BatterySeries:
                 "to the boot-time clock; capture with the default trace clock"
             )
         b = pkt.battery
-        rows.append((
-            pkt.timestamp + offsets[clock],
-            float(b.current_ua) if b.HasField("current_ua") else nan,
-            float(b.voltage_uv) if b.HasField("voltage_uv") else nan,
-            float(b.charge_counter_uah) if b.HasField("charge_counter_uah") else nan,
-            float(b.capacity_percent) if b.HasField("capacity_percent") else nan,
-            float(b.current_avg_ua) if b.HasField("current_avg_ua") else nan,
-        ))
+        rows.append(
+            (
+                pkt.timestamp + offsets[clock],
+                float(b.current_ua) if b.HasField("current_ua") else nan,
+                float(b.voltage_uv) if b.HasField("voltage_uv") else nan,
+                float(b.charge_counter_uah) if b.HasField("charge_counter_uah") else nan,
+                float(b.capacity_percent) if b.HasField("capacity_percent") else nan,
+                float(b.current_avg_ua) if b.HasField("current_avg_ua") else nan,
+            )
+        )
     if not rows:
         if lost and not trace.packet:
-            raise FormatError(f"{path} holds no whole trace packet in its {len(data)} bytes: "
-                              "it is not a Perfetto protobuf trace, or it was cut inside its "
-                              "first packet")
+            raise FormatError(
+                f"{path} holds no whole trace packet in its {len(data)} bytes: "
+                "it is not a Perfetto protobuf trace, or it was cut inside its "
+                "first packet"
+            )
         if lost:
-            raise FormatError(f"{path} was cut mid-packet before its first battery sample "
-                              f"({lost} of {len(data)} bytes lost after the last whole "
-                              "packet); nothing to measure — rerun the measurement")
+            raise FormatError(
+                f"{path} was cut mid-packet before its first battery sample "
+                f"({lost} of {len(data)} bytes lost after the last whole "
+                "packet); nothing to measure — rerun the measurement"
+            )
         raise FormatError(
             f"{path} holds no battery counter samples; capture with the android.power data "
             "source (as2d energy builds that config)"
@@ -211,8 +222,15 @@ def read_battery_series(path: Path) -> BatterySeries:
     t = np.array([r[0] for r in rows], dtype=np.int64)
     keep = np.concatenate([[True], np.diff(t) > 0])  # drop duplicate timestamps
     return BatterySeries(
-        t_ns=t[keep], current_ua=arr[keep, 1], voltage_uv=arr[keep, 2],
-        charge_uah=arr[keep, 3], capacity_percent=arr[keep, 4], current_avg_ua=arr[keep, 5],
-        poll_ms=poll_ms, counters_requested=requested,
-        trace_bytes=len(data), lost_bytes=lost, packets=len(trace.packet),
+        t_ns=t[keep],
+        current_ua=arr[keep, 1],
+        voltage_uv=arr[keep, 2],
+        charge_uah=arr[keep, 3],
+        capacity_percent=arr[keep, 4],
+        current_avg_ua=arr[keep, 5],
+        poll_ms=poll_ms,
+        counters_requested=requested,
+        trace_bytes=len(data),
+        lost_bytes=lost,
+        packets=len(trace.packet),
     )

@@ -8,7 +8,16 @@ Public API::
 
 from as2d_cli.engine.alignment import Aligner
 from as2d_cli.engine.buffer import Batch, CandidateBuffer
-from as2d_cli.engine.clock import OTHER, PRODUCER, VERIFIER, Clock, Interval, Op, VirtualClock, WallClock
+from as2d_cli.engine.clock import (
+    OTHER,
+    PRODUCER,
+    VERIFIER,
+    Clock,
+    Interval,
+    Op,
+    VirtualClock,
+    WallClock,
+)
 from as2d_cli.engine.episode import Episode, confidence_stop
 from as2d_cli.engine.interfaces import Draft, Drafter, Source, Target
 from as2d_cli.engine.policies import (
@@ -24,8 +33,31 @@ from as2d_cli.engine.policies import (
 from as2d_cli.engine.records import EpisodeResult, RoundRecord
 
 __all__ = [
-    "ASP", "Aligner", "As2d", "Batch", "CandidateBuffer", "Clock", "Draft", "Drafter", "Episode",
-    "EpisodeResult", "Interval", "OTHER", "Op", "PRODUCER", "Policy", "RoundRecord", "StandardSD",
-    "Source", "Target", "TargetOnly", "VERIFIER", "VirtualClock", "WallClock", "confidence_stop",
-    "physical_width_limit", "without_bc", "without_td",
+    "ASP",
+    "Aligner",
+    "As2d",
+    "Batch",
+    "CandidateBuffer",
+    "Clock",
+    "Draft",
+    "Drafter",
+    "Episode",
+    "EpisodeResult",
+    "Interval",
+    "OTHER",
+    "Op",
+    "PRODUCER",
+    "Policy",
+    "RoundRecord",
+    "StandardSD",
+    "Source",
+    "Target",
+    "TargetOnly",
+    "VERIFIER",
+    "VirtualClock",
+    "WallClock",
+    "confidence_stop",
+    "physical_width_limit",
+    "without_bc",
+    "without_td",
 ]

@@ -79,7 +79,9 @@ def decompose(
     return d
 
 
-def split_intervals(intervals: Iterable[Interval]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+def split_intervals(
+    intervals: Iterable[Interval],
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """Producer and verifier spans from a clock's recorded intervals."""
     prod: list[tuple[int, int]] = []
     ver: list[tuple[int, int]] = []

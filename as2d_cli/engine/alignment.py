@@ -44,7 +44,16 @@ UNKNOWN = -1
 
 
 class Aligner:
-    __slots__ = ("pos", "status", "window", "lookback", "origin", "correction", "last_action", "last_offset")
+    __slots__ = (
+        "pos",
+        "status",
+        "window",
+        "lookback",
+        "origin",
+        "correction",
+        "last_action",
+        "last_offset",
+    )
 
     def __init__(self, window: int, lookback: int = 0) -> None:
         # The first token (selected during prefill) sits at position 0 of the source's

@@ -101,7 +101,9 @@ class VirtualClock(Clock):
     """Virtual time advanced by ``price(op, now)`` (or ``price(op, now, position)``)
     nanoseconds for every op."""
 
-    def __init__(self, price: Callable[..., int], start: int = 0, position: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, price: Callable[..., int], start: int = 0, position: Callable[[], int] | None = None
+    ) -> None:
         super().__init__()
         self._now = start
         self._price = price
@@ -115,7 +117,9 @@ class VirtualClock(Clock):
     def run(self, work: Callable[[], T], op: "Op | Callable[[T], Op]") -> T:
         start = self._now
         position = self.position
-        at = position() if position is not None else None  # before the work: the state it starts from
+        at = (
+            position() if position is not None else None
+        )  # before the work: the state it starts from
         result = work()
         if not isinstance(op, Op):
             op = op(result)

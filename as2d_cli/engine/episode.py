@@ -38,7 +38,10 @@ def _noop() -> None:
 
 
 def confidence_stop(
-    tokens: Sequence[int], confidences: Sequence[float | None] | None, limit: int, threshold: float | None
+    tokens: Sequence[int],
+    confidences: Sequence[float | None] | None,
+    limit: int,
+    threshold: float | None,
 ) -> list[int]:
     """Take up to ``limit`` tokens, stopping after the first one below ``threshold``."""
     out: list[int] = []
@@ -97,7 +100,9 @@ class Episode:
         # last rejected draft kept for ASP recycling (tokens, confidences, accepted).
         self._behind = 0
         self._rejected: tuple[tuple[int, ...], tuple[float, ...] | None, int] | None = None
-        self.result = EpisodeResult(policy=policy.name, tokens=self.tokens, eos=self.eos, capped=self.capped)
+        self.result = EpisodeResult(
+            policy=policy.name, tokens=self.tokens, eos=self.eos, capped=self.capped
+        )
         self.result.start = clock.now()
         self.result.end = self.result.start
 
@@ -167,7 +172,12 @@ class Episode:
                 catch_up = self._behind
                 d: Draft = self.clock.run(
                     lambda: self._drafter.draft(self.tokens, limit, policy.threshold),
-                    lambda d: Op("draft", count=min(len(d.tokens), limit), catch_up=catch_up, rows=min(len(d.tokens), limit)),
+                    lambda d: Op(
+                        "draft",
+                        count=min(len(d.tokens), limit),
+                        catch_up=catch_up,
+                        rows=min(len(d.tokens), limit),
+                    ),
                 )
                 chain = confidence_stop(d.tokens, d.confidences, limit, policy.threshold)
                 confs = d.confidences
@@ -179,7 +189,9 @@ class Episode:
             self._behind = 0  # the refresh processed every reused token
         return rec
 
-    def _recycle(self, policy: ASP, limit: int) -> tuple[list[int], tuple[float, ...] | None, int, int]:
+    def _recycle(
+        self, policy: ASP, limit: int
+    ) -> tuple[list[int], tuple[float, ...] | None, int, int]:
         """SpecASR draft recycling after a rejection.
 
         A paired-branch forward yields the drafter's token after the corrected prefix; if
@@ -187,7 +199,9 @@ class Episode:
         suffix from there is reused (its KV refreshed in one batch) and verified again.
         Otherwise drafting continues from that token as usual."""
         old, old_conf, a = self._rejected  # type: ignore[misc]
-        first: Draft = self.clock.run(lambda: self._drafter.draft(self.tokens, 1), Op("paired", rows=1))
+        first: Draft = self.clock.run(
+            lambda: self._drafter.draft(self.tokens, 1), Op("paired", rows=1)
+        )
         if first.tokens:
             g = first.tokens[0]
             for j in (a + 1, a, a + 2):  # same position, then target insertion, then deletion
@@ -201,12 +215,18 @@ class Episode:
                     return chain, sconf, len(chain), 0
         d: Draft = self.clock.run(
             lambda: self._drafter.draft(self.tokens, limit, policy.threshold),
-            lambda d: Op("draft", count=max(min(len(d.tokens), limit) - 1, 0), rows=max(min(len(d.tokens), limit) - 1, 0)),
+            lambda d: Op(
+                "draft",
+                count=max(min(len(d.tokens), limit) - 1, 0),
+                rows=max(min(len(d.tokens), limit) - 1, 0),
+            ),
         )
         chain = confidence_stop(d.tokens, d.confidences, limit, policy.threshold)
         return chain, d.confidences, 0, len(chain)
 
-    def _after_serial(self, chain: list[int], confs: tuple[float, ...] | None, rec: RoundRecord) -> None:
+    def _after_serial(
+        self, chain: list[int], confs: tuple[float, ...] | None, rec: RoundRecord
+    ) -> None:
         self.clock.run(_noop, _LOOP)
         rec.end = self.result.end = self.clock.now()
         self.result.drafted += rec.drafted + rec.catch_up
@@ -215,7 +235,11 @@ class Episode:
             self._rejected = None
         elif chain:
             self._behind = 0
-            self._rejected = (tuple(chain), None if confs is None else tuple(confs[: len(chain)]), rec.accepted)
+            self._rejected = (
+                tuple(chain),
+                None if confs is None else tuple(confs[: len(chain)]),
+                rec.accepted,
+            )
         else:
             self._behind = 0
             self._rejected = None
@@ -234,13 +258,22 @@ class Episode:
         if first is not None:
             usable = max(0, ready - first)
             stop = min(ready, first + min(policy.budget, self.remaining - 1))
-            chain = confidence_stop(tokens[first:stop], buf.confidences[first:stop], stop - first, policy.threshold)
+            chain = confidence_stop(
+                tokens[first:stop], buf.confidences[first:stop], stop - first, policy.threshold
+            )
         anchor_round = first is None
         rec = self._verify(chain, "verify", start, ready=usable, cursor=aligner.cursor, action="-")
         if not self.done:
             accepted, new_root = rec.accepted, rec.new_root
             self.clock.run(
-                lambda: aligner.after_call(tokens, buf.ready_count(self.clock.now()), len(chain), accepted, new_root, anchor_round),
+                lambda: aligner.after_call(
+                    tokens,
+                    buf.ready_count(self.clock.now()),
+                    len(chain),
+                    accepted,
+                    new_root,
+                    anchor_round,
+                ),
                 _ALIGN,
             )
             rec.align_action = aligner.last_action
@@ -251,7 +284,9 @@ class Episode:
         return rec
 
     # ------------------------------------------------------------ verification
-    def _verify(self, chain: list[int], kind: str, start: int, *, ready: int, cursor: int, action: str) -> RoundRecord:
+    def _verify(
+        self, chain: list[int], kind: str, start: int, *, ready: int, cursor: int, action: str
+    ) -> RoundRecord:
         """One target call: known root + chain, commit the matching greedy prefix and the
         next root, stop at EOS or the cap, and roll the target back to the committed prefix."""
         root = self.tokens[-1]

@@ -31,7 +31,15 @@ from as2d_cli.engine.defaults import (  # noqa: F401  (re-exported: every caller
     DEFAULT_THRESHOLD,
     SD_WIDTHS,
 )
-from as2d_cli.engine.policies import ASP, As2d, Policy, StandardSD, TargetOnly, without_bc, without_td
+from as2d_cli.engine.policies import (
+    ASP,
+    As2d,
+    Policy,
+    StandardSD,
+    TargetOnly,
+    without_bc,
+    without_td,
+)
 from as2d_cli.errors import UserError
 
 METHODS = ("target-only", "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc")
@@ -76,16 +84,36 @@ class MethodSpec:
             return StandardSD(self.k)
         assert self.budget is not None
         if m == "asp":
-            return ASP(threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD, cap=self.budget)
+            return ASP(
+                threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD,
+                cap=self.budget,
+            )
         if m == "as2d":
-            return As2d(budget=self.budget, threshold=self.threshold, batch=self.batch, window=self.window,
-                        lookback=self.lookback)
+            return As2d(
+                budget=self.budget,
+                threshold=self.threshold,
+                batch=self.batch,
+                window=self.window,
+                lookback=self.lookback,
+            )
         if m == "as2d-no-td":
-            return without_td(self.budget, threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD)
+            return without_td(
+                self.budget,
+                threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD,
+            )
         if m == "as2d-no-bc":
-            p = without_bc(threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD, cap=self.budget)
-            return As2d(budget=p.budget, threshold=p.threshold, batch=self.batch, window=p.window,
-                        lookback=self.lookback, name=p.name)
+            p = without_bc(
+                threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD,
+                cap=self.budget,
+            )
+            return As2d(
+                budget=p.budget,
+                threshold=p.threshold,
+                batch=self.batch,
+                window=p.window,
+                lookback=self.lookback,
+                name=p.name,
+            )
         raise UserError(f"unknown method {m!r}; choose one of {', '.join(METHODS)}")
 
     @property
@@ -126,25 +154,43 @@ def expand(
             raise UserError(f"{name} must be at least 1, got {v}")
     # Options that do not apply to a method are refused, not silently ignored.
     if k is not None and method != "sd":
-        raise UserError(f"--k sets standard SD's physical width; method {method} has none — drop --k or use --method sd")
+        raise UserError(
+            f"--k sets standard SD's physical width; method {method} has none — drop --k or use --method sd"
+        )
     if budget is not None and method in ("target-only", "sd"):
-        raise UserError(f"method {method} takes no --budget" + (" (use --k for SD's physical width)" if method == "sd" else ""))
+        raise UserError(
+            f"method {method} takes no --budget"
+            + (" (use --k for SD's physical width)" if method == "sd" else "")
+        )
     if source is not None and method not in ("as2d", "as2d-no-bc"):
-        raise UserError(f"--source picks a target-decoupled source; method {method} has none — use --method as2d or as2d-no-bc")
+        raise UserError(
+            f"--source picks a target-decoupled source; method {method} has none — use --method as2d or as2d-no-bc"
+        )
     if method == "target-only":
         return [MethodSpec("target-only")]
     if method == "sd":
         widths = (k,) if k is not None else SD_WIDTHS
         return [MethodSpec("sd", k=w) for w in widths]
     if method == "asp":
-        return [MethodSpec("asp", budget=budget if budget is not None else asp_cap(profile_max_width))]
+        return [
+            MethodSpec("asp", budget=budget if budget is not None else asp_cap(profile_max_width))
+        ]
     if method == "as2d-no-td":
         return [MethodSpec("as2d-no-td", budget=budget if budget is not None else default_budget)]
     src = source or default_source
     if src is None:
-        raise UserError("the trace declares no default source; pass --source with one of its sources")
+        raise UserError(
+            "the trace declares no default source; pass --source with one of its sources"
+        )
     if method == "as2d-no-bc":
         b = budget if budget is not None else asp_cap(profile_max_width)
         return [MethodSpec("as2d-no-bc", budget=b, source=src, batch=batch)]
-    return [MethodSpec("as2d", budget=budget if budget is not None else default_budget, source=src, batch=batch,
-                       threshold=threshold)]
+    return [
+        MethodSpec(
+            "as2d",
+            budget=budget if budget is not None else default_budget,
+            source=src,
+            batch=batch,
+            threshold=threshold,
+        )
+    ]

@@ -115,7 +115,9 @@ class SequenceDrafter:
         if stop_below is not None:
             cut = len(cont)
             for i, t in enumerate(cont):
-                if (conf is not None and conf[i] < stop_below) or (self.eos_id is not None and t == self.eos_id):
+                if (conf is not None and conf[i] < stop_below) or (
+                    self.eos_id is not None and t == self.eos_id
+                ):
                     cut = i + 1
                     break
             cont = cont[:cut]

@@ -48,15 +48,17 @@ class FixedEval:
             run = self.runs[m]
             tps = run.pooled_tps()
             slow = slowdowns(run.window_tps(), base.window_tps()) if m != "target-only" else None
-            rows.append({
-                "method": m,
-                "label": LABELS[m],
-                "configs": [s.label for s in run.specs],
-                "tps": tps,
-                "tps_by_dataset": {d: run.pooled_tps(d) for d in self.datasets},
-                "speedup": tps / b_tps if tps and b_tps else None,
-                "slower": slow,
-            })
+            rows.append(
+                {
+                    "method": m,
+                    "label": LABELS[m],
+                    "configs": [s.label for s in run.specs],
+                    "tps": tps,
+                    "tps_by_dataset": {d: run.pooled_tps(d) for d in self.datasets},
+                    "speedup": tps / b_tps if tps and b_tps else None,
+                    "slower": slow,
+                }
+            )
         return rows
 
     def cdf(self) -> dict[str, list[float]]:
@@ -67,8 +69,12 @@ class FixedEval:
             "split": self.split,
             "windows": len(self.window_ids),
             "tokens": sum(r.tokens for r in self.runs["target-only"].windows),
-            "deployment": {"source": self.deployment.source, "budget": self.deployment.budget,
-                           "threshold": self.deployment.threshold, "batch": self.deployment.batch},
+            "deployment": {
+                "source": self.deployment.source,
+                "budget": self.deployment.budget,
+                "threshold": self.deployment.threshold,
+                "batch": self.deployment.batch,
+            },
             "datasets": self.datasets,
             "methods": self.table_rows(),
             "oracle": self.oracle,
@@ -96,8 +102,12 @@ def evaluate_fixed(
         "sd": run_method(windows, profile, "sd", detail=False),
         "asp": run_method(windows, profile, "asp", detail=False),
         "as2d-no-td": run_method(windows, profile, "as2d-no-td", budget=b, detail=False),
-        "as2d-no-bc": run_method(windows, profile, "as2d-no-bc", source=src, batch=batch, detail=False),
-        "as2d": run_method(windows, profile, "as2d", budget=b, source=src, threshold=th, batch=batch, detail=False),
+        "as2d-no-bc": run_method(
+            windows, profile, "as2d-no-bc", source=src, batch=batch, detail=False
+        ),
+        "as2d": run_method(
+            windows, profile, "as2d", budget=b, source=src, threshold=th, batch=batch, detail=False
+        ),
     }
     sources, _ = catalog_sources(traces, profile, None)
     if src not in sources:
@@ -119,15 +129,26 @@ def render_table(ev: FixedEval) -> str:
     for r in rows:
         s = r["slower"]
         slower = "—" if s is None else f"{s['slower']}/{s['slower'] + s['faster'] + s['ties']}"
-        body.append([r["label"], *[_f(r["tps_by_dataset"][d]) for d in ds], _f(r["tps"]),
-                     _f(r["speedup"], 3), slower])
+        body.append(
+            [
+                r["label"],
+                *[_f(r["tps_by_dataset"][d]) for d in ds],
+                _f(r["tps"]),
+                _f(r["speedup"], 3),
+                slower,
+            ]
+        )
     out = text_table(head, body)
     o = ev.oracle
     out.append("")
-    out.append(f"pooled TPS on {len(ev.window_ids)} {ev.split} windows; fixed configuration "
-               f"{ev.deployment.source}/budget {ev.deployment.budget} (physical K ≤ {ev.deployment.budget + 1})")
-    out.append(f"oracle (per-window source × budget, hindsight): {o['tps_oracle']:.2f} TPS; selected "
-               f"{o['tps_selected']:.2f}; gap {o['gap_percent']:.2f}%")
+    out.append(
+        f"pooled TPS on {len(ev.window_ids)} {ev.split} windows; fixed configuration "
+        f"{ev.deployment.source}/budget {ev.deployment.budget} (physical K ≤ {ev.deployment.budget + 1})"
+    )
+    out.append(
+        f"oracle (per-window source × budget, hindsight): {o['tps_oracle']:.2f} TPS; selected "
+        f"{o['tps_selected']:.2f}; gap {o['gap_percent']:.2f}%"
+    )
     return "\n".join(out) + "\n"
 
 
@@ -136,7 +157,9 @@ def text_table(head: list[str], body: list[list[str]]) -> list[str]:
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
 
     return [line(head), line(["-" * w for w in widths]), *(line(b) for b in body)]
 
@@ -156,8 +179,13 @@ def plot_cdf(ev: FixedEval, path: Path, title: str = "") -> Path:
         if not vals:
             continue
         n = len(vals)
-        ax.step(vals, [(i + 1) / n for i in range(n)], where="post", label=LABELS[m],
-                linewidth=2.0 if m == "as2d" else 1.2)
+        ax.step(
+            vals,
+            [(i + 1) / n for i in range(n)],
+            where="post",
+            label=LABELS[m],
+            linewidth=2.0 if m == "as2d" else 1.2,
+        )
     ax.set_xlabel("tokens per second (per window)")
     ax.set_ylabel("fraction of windows")
     ax.legend(fontsize=7, loc="lower right")

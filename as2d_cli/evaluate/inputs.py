@@ -30,7 +30,9 @@ ASSET_TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
 SHIPPED_PROFILES = Path(__file__).resolve().parents[1] / "assets" / "profiles"
 
 
-def find_profile(phone: str, calibrations: Path, pair: dict | None = None, models: Path | None = None) -> Path:
+def find_profile(
+    phone: str, calibrations: Path, pair: dict | None = None, models: Path | None = None
+) -> Path:
     """The profile for ``phone`` and the model pair ``pair`` (its identity, None: the bundled
     pair): the newest measured on it, else a synthetic one. A synthetic profile prices the
     bundled pair only; an imported pair needs a profile measured with it
@@ -47,7 +49,11 @@ def find_profile(phone: str, calibrations: Path, pair: dict | None = None, model
             dev = doc.get("device", {}) or {}
         except (OSError, yaml.YAMLError, AttributeError):
             continue
-        if doc.get("synthetic") or not names & {dev.get("name"), dev.get("serial"), dev.get("connection")}:
+        if doc.get("synthetic") or not names & {
+            dev.get("name"),
+            dev.get("serial"),
+            dev.get("connection"),
+        }:
             continue
         if same_pair(dev.get("pair"), pair):
             measured.append((str(doc.get("created") or ""), p.stat().st_mtime, p))
@@ -59,35 +65,55 @@ def find_profile(phone: str, calibrations: Path, pair: dict | None = None, model
             return shipped
     flag = f" --models {models}" if models is not None else ""
     which = f" measured with model pair {pair['name']!r}" if pair is not None else ""
-    raise UserError(f"no cost profile for --phone {phone}{which} in {calibrations}/: run "
-                    f"`as2d calibrate --phone {phone}{flag}` first, or pass --profile FILE")
+    raise UserError(
+        f"no cost profile for --phone {phone}{which} in {calibrations}/: run "
+        f"`as2d calibrate --phone {phone}{flag}` first, or pass --profile FILE"
+    )
 
 
 def same_pair(a: dict | None, b: dict | None) -> bool:
     """Whether two recorded pair identities name the same pair (None: the bundled pair)."""
+
     def key(x: dict | None) -> str | None:
         return None if x is None or x.get("name") == "bundled" else x.get("sha256")
 
     return key(a) == key(b)
 
 
-def check_pair(profile: CostProfile, traces: TraceSet, where: str, pair: dict | None = None,
-               pair_given: bool = False) -> None:
+def check_pair(
+    profile: CostProfile,
+    traces: TraceSet,
+    where: str,
+    pair: dict | None = None,
+    pair_given: bool = False,
+) -> None:
     """Refuse traces built with one model pair against a profile measured with another
     (or against the pair the command was given), in one line naming both."""
     tp = traces.provenance.get("pair")
     pp = profile.device.get("pair")
-    name = lambda x: "the bundled pair" if x is None or x.get("name") == "bundled" else f"pair {x.get('name')!r}"  # noqa: E731
+
+    def name(x: dict | None) -> str:
+        return (
+            "the bundled pair"
+            if x is None or x.get("name") == "bundled"
+            else f"pair {x.get('name')!r}"
+        )
+
     if pair_given and not same_pair(tp, pair):
-        raise UserError(f"{where} was built with {name(tp)}, not {name(pair)}; build traces for it with "
-                        "`as2d traces build --models PAIR`")
+        raise UserError(
+            f"{where} was built with {name(tp)}, not {name(pair)}; build traces for it with "
+            "`as2d traces build --models PAIR`"
+        )
     if not same_pair(tp, pp):
-        raise UserError(f"{where} was built with {name(tp)} but the profile was measured with {name(pp)}; "
-                        "use traces and a profile of the same model pair")
+        raise UserError(
+            f"{where} was built with {name(tp)} but the profile was measured with {name(pp)}; "
+            "use traces and a profile of the same model pair"
+        )
 
 
-def deployment_candidates(profile_path: Path, device: str, calibrations: Path,
-                          traces: list[Path] | None = None) -> list[tuple[Path, dict]]:
+def deployment_candidates(
+    profile_path: Path, device: str, calibrations: Path, traces: list[Path] | None = None
+) -> list[tuple[Path, dict]]:
     """The device's deployments chosen on this profile — and, when ``traces`` are given,
     on these very trace files (a deployment selected on other traces is stale: regenerated
     traces get a fresh selection rather than an old choice) — newest first, with each
@@ -116,8 +142,9 @@ def deployment_candidates(profile_path: Path, device: str, calibrations: Path,
     return sorted(cands, key=lambda c: (c[0].stat().st_mtime, c[0].name), reverse=True)
 
 
-def find_deployment(profile_path: Path, device: str, calibrations: Path,
-                    traces: list[Path] | None = None) -> Path | None:
+def find_deployment(
+    profile_path: Path, device: str, calibrations: Path, traces: list[Path] | None = None
+) -> Path | None:
     """The newest of :func:`deployment_candidates`, or None."""
     cands = deployment_candidates(profile_path, device, calibrations, traces)
     return cands[0][0] if cands else None
@@ -133,26 +160,43 @@ def validation(selection: Mapping[str, Any] | None) -> bool | None:
     return retained if isinstance(retained, bool) else None
 
 
-def describe_deployment(path: Path, source: str, budget: int, selection: Mapping[str, Any] | None) -> str:
+def describe_deployment(
+    path: Path, source: str, budget: int, selection: Mapping[str, Any] | None
+) -> str:
     """One line: which deployment file, its configuration and what val said of it."""
-    state = {True: "checked on val: retained",
-             False: "checked on val: NOT retained (the val best beat it by more than the tolerance)",
-             None: "UNCONFIRMED: selected on dev only, never checked on val"}[validation(selection)]
+    state = {
+        True: "checked on val: retained",
+        False: "checked on val: NOT retained (the val best beat it by more than the tolerance)",
+        None: "UNCONFIRMED: selected on dev only, never checked on val",
+    }[validation(selection)]
     return f"deployment {path}: {source}/budget {budget}; {state}"
 
 
-def require_confirmed(path: Path, selection: Mapping[str, Any] | None, *, given: bool,
-                      candidates: list[tuple[Path, dict]] = ()) -> None:
+def require_confirmed(
+    path: Path,
+    selection: Mapping[str, Any] | None,
+    *,
+    given: bool,
+    candidates: list[tuple[Path, dict]] = (),
+) -> None:
     """Refuse an unconfirmed deployment (selected on dev only) in one line saying what
     to do; ``given``: the user named it (``--deployment``) rather than it being found."""
     if validation(selection) is not None:
         return
-    how = "--deployment" if given else "the newest deployment chosen on this profile and these traces"
+    how = (
+        "--deployment" if given else "the newest deployment chosen on this profile and these traces"
+    )
     confirmed = next((p for p, sel in candidates if validation(sel) is not None), None)
-    other = f", --deployment {confirmed} (checked on val)" if confirmed is not None and not given else ""
-    raise UserError(f"{path} ({how}) was selected on dev only and never checked on val; pass "
-                    f"--allow-unconfirmed to use it anyway{other}, or select again on traces with val windows "
-                    f"(`as2d select-budget --traces DEV --traces VAL`)")
+    other = (
+        f", --deployment {confirmed} (checked on val)"
+        if confirmed is not None and not given
+        else ""
+    )
+    raise UserError(
+        f"{path} ({how}) was selected on dev only and never checked on val; pass "
+        f"--allow-unconfirmed to use it anyway{other}, or select again on traces with val windows "
+        f"(`as2d select-budget --traces DEV --traces VAL`)"
+    )
 
 
 def trace_files(traces: Path | None) -> list[Path]:
@@ -162,7 +206,9 @@ def trace_files(traces: Path | None) -> list[Path]:
     files = sorted([*root.glob("*.jsonl"), *root.glob("*.jsonl.gz")]) if root.is_dir() else []
     if not files:
         where = f"{root}" if traces is not None else "the toolkit's bundled traces"
-        raise UserError(f"no trace files in {where}: pass --traces FILE, or build them with `as2d traces build`")
+        raise UserError(
+            f"no trace files in {where}: pass --traces FILE, or build them with `as2d traces build`"
+        )
     return files
 
 
@@ -176,11 +222,15 @@ def load_trace_files(files: list[Path]) -> TraceSet:
     windows = []
     for f, ts in zip(files, sets):
         if not same_pair(ts.provenance.get("pair"), first.provenance.get("pair")):
-            raise UserError(f"{f} was built with another model pair than {files[0]}; traces of one evaluation must "
-                            "come from the same models")
+            raise UserError(
+                f"{f} was built with another model pair than {files[0]}; traces of one evaluation must "
+                "come from the same models"
+            )
         if ts.eos_id != first.eos_id or set(ts.sources) != set(first.sources):
-            raise UserError(f"{f}: its EOS id or sources differ from {files[0]}; traces of one evaluation must come "
-                            "from the same models")
+            raise UserError(
+                f"{f}: its EOS id or sources differ from {files[0]}; traces of one evaluation must come "
+                "from the same models"
+            )
         for w in ts.windows:
             if w.id in seen:
                 raise UserError(f"{f}: window {w.id} appears in more than one trace file")

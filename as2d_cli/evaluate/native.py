@@ -21,16 +21,39 @@ from pathlib import Path
 from typing import Any, Callable
 
 from as2d_cli.evaluate.native_record import GATES, MONITOR, RUNS, SETTINGS, EvalRun, NativeRecord
-from as2d_cli.evaluate.native_render import NATIVE_COLUMNS, render_native, write_native_outputs, write_native_table
+from as2d_cli.evaluate.native_render import (
+    NATIVE_COLUMNS,
+    render_native,
+    write_native_outputs,
+    write_native_table,
+)
 from as2d_cli.evaluate.native_replay import collect_runs, native_trace, price_rows, replay_native
-from as2d_cli.evaluate.native_runs import native_commands, native_settings, pick_windows, resume_command, run_windows
+from as2d_cli.evaluate.native_runs import (
+    native_commands,
+    native_settings,
+    pick_windows,
+    resume_command,
+    run_windows,
+)
 from as2d_cli.evaluate.native_stats import METHODS, divergence, host_per_pass, summarize
 from as2d_cli.formats.profile_io import load_profile
 
 Say = Callable[[str], None]
 
-__all__ = ["METHODS", "NATIVE_COLUMNS", "NativeEvalOutput", "divergence", "native_commands", "native_trace",
-           "pick_windows", "render_native", "replay_native", "run_native_eval", "summarize", "write_native_table"]
+__all__ = [
+    "METHODS",
+    "NATIVE_COLUMNS",
+    "NativeEvalOutput",
+    "divergence",
+    "native_commands",
+    "native_trace",
+    "pick_windows",
+    "render_native",
+    "replay_native",
+    "run_native_eval",
+    "summarize",
+    "write_native_table",
+]
 
 
 @dataclass
@@ -40,10 +63,23 @@ class NativeEvalOutput:
     summary: dict[str, Any]
 
 
-def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1, warmup: int = 1,
-                    say: Say = lambda s: None, gate: Any = None, models: Any = None, task: str | None = None,
-                    language: str | None = None, append: bool = False, open_runner: Callable[..., Any] | None = None,
-                    monitor_interval_s: float = 1.0, measurement: Any = None) -> NativeEvalOutput:
+def run_native_eval(
+    phone: str,
+    out: Any,
+    *,
+    windows: int = 20,
+    repeats: int = 1,
+    warmup: int = 1,
+    say: Say = lambda s: None,
+    gate: Any = None,
+    models: Any = None,
+    task: str | None = None,
+    language: str | None = None,
+    append: bool = False,
+    open_runner: Callable[..., Any] | None = None,
+    monitor_interval_s: float = 1.0,
+    measurement: Any = None,
+) -> NativeEvalOutput:
     """``out``: the replay part's output (``run_eval``), or with ``append`` the interrupted
     run's folder reopened (``native_record.reopen_eval``): then only the runs its records
     lack are run, and a run made with other settings is refused. ``gate``: a device_agents
@@ -62,19 +98,55 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     gate_cfg = gate or m.gate
     run = EvalRun.of(out)
     profile = load_profile(run.profile_path)
-    requested = native_settings(device, run, profile, windows=windows, repeats=repeats, warmup=warmup,
-                                models=models, task=task, language=language)
+    requested = native_settings(
+        device,
+        run,
+        profile,
+        windows=windows,
+        repeats=repeats,
+        warmup=warmup,
+        models=models,
+        task=task,
+        language=language,
+    )
     requested["placement"] = {k: v for k, v in m.placement.to_dict().items() if k != "clusters"}
-    record = NativeRecord.resume(run.folder, requested) if append else NativeRecord.start(run.folder, requested)
+    record = (
+        NativeRecord.resume(run.folder, requested)
+        if append
+        else NativeRecord.start(run.folder, requested)
+    )
     tc, pc = m.placement.cores
     say(f"device {m.identity.describe()}; {m.placement.describe()}")
-    runner_opts = {"models": None if models is None else str(models), "target_cores": tc, "producer_cores": pc,
-                   "task": task, "language": language}
-    resume = resume_command(phone, run.folder, windows=windows, repeats=repeats, warmup=warmup, models=models,
-                            task=task, language=language, gate=gate_cfg, default_gate=GateConfig.for_device(device),
-                            placement=m.placement)
-    run_windows(device, record, gate_cfg, open_runner=open_runner or default_open_runner, runner_opts=runner_opts,
-                say=say, monitor_interval_s=monitor_interval_s, resume=resume)
+    runner_opts = {
+        "models": None if models is None else str(models),
+        "target_cores": tc,
+        "producer_cores": pc,
+        "task": task,
+        "language": language,
+    }
+    resume = resume_command(
+        phone,
+        run.folder,
+        windows=windows,
+        repeats=repeats,
+        warmup=warmup,
+        models=models,
+        task=task,
+        language=language,
+        gate=gate_cfg,
+        default_gate=GateConfig.for_device(device),
+        placement=m.placement,
+    )
+    run_windows(
+        device,
+        record,
+        gate_cfg,
+        open_runner=open_runner or default_open_runner,
+        runner_opts=runner_opts,
+        say=say,
+        monitor_interval_s=monitor_interval_s,
+        resume=resume,
+    )
 
     s = record.settings
     rows, warm = collect_runs(record.runs(), s["windows"], s["datasets"])
@@ -82,7 +154,16 @@ def run_native_eval(phone: str, out: Any, *, windows: int = 20, repeats: int = 1
     summary = summarize(rows, host_per_pass(record.monitor()))
     summary["warmup_divergences"] = warm
     files = {"settings": SETTINGS, "runs": RUNS, "gates": GATES, "monitor": MONITOR}
-    path, table = write_native_outputs(run.folder, rows, summary, device=device, profile_path=run.profile_path,
-                                       profile_device=dict(profile.device), settings=s, gates=record.gates(),
-                                       sessions=record.session + 1, files=files)
+    path, table = write_native_outputs(
+        run.folder,
+        rows,
+        summary,
+        device=device,
+        profile_path=run.profile_path,
+        profile_device=dict(profile.device),
+        settings=s,
+        gates=record.gates(),
+        sessions=record.session + 1,
+        files=files,
+    )
     return NativeEvalOutput(path, table, summary)

@@ -31,8 +31,18 @@ GATES = "native.gates.jsonl"
 MONITOR = "native_monitor.jsonl"
 RESULTS = "native.json"
 # What must match for an --append: the measurement itself and where it runs.
-COMPARED = ("window_count", "repeats", "warmup", "methods", "commands", "deployment", "profile", "pair", "device",
-            "placement")
+COMPARED = (
+    "window_count",
+    "repeats",
+    "warmup",
+    "methods",
+    "commands",
+    "deployment",
+    "profile",
+    "pair",
+    "device",
+    "placement",
+)
 
 
 @dataclass
@@ -55,12 +65,21 @@ class EvalRun:
         if isinstance(out, cls):
             return out
         ev = out.evaluation
-        return cls(out.folder, out.results, out.table, Path(out.profile_path), Path(out.deployment_path),
-                   list(ev.window_ids), {w: r.dataset for w, r in zip(ev.window_ids, ev.runs["target-only"].windows)},
-                   ev.deployment)
+        return cls(
+            out.folder,
+            out.results,
+            out.table,
+            Path(out.profile_path),
+            Path(out.deployment_path),
+            list(ev.window_ids),
+            {w: r.dataset for w, r in zip(ev.window_ids, ev.runs["target-only"].windows)},
+            ev.deployment,
+        )
 
 
-def reopen_eval(folder: Path, *, native: bool, profile: Path | None = None, deployment: Path | None = None) -> EvalRun:
+def reopen_eval(
+    folder: Path, *, native: bool, profile: Path | None = None, deployment: Path | None = None
+) -> EvalRun:
     """The results folder of an interrupted ``as2d eval --native``, for ``--append``: its
     replay results stand as written, and the native part goes on with the windows,
     deployment and profile it recorded (a ``--profile`` or ``--deployment`` given must be
@@ -69,24 +88,42 @@ def reopen_eval(folder: Path, *, native: bool, profile: Path | None = None, depl
     if not native:
         raise UserError(f"--append {folder} resumes a native evaluation; add --native")
     if not (folder / "results.json").is_file():
-        raise UserError(f"--append {folder}: not an `as2d eval` results folder (no results.json); give the folder "
-                        "an interrupted `as2d eval --native` named")
+        raise UserError(
+            f"--append {folder}: not an `as2d eval` results folder (no results.json); give the folder "
+            "an interrupted `as2d eval --native` named"
+        )
     if not (folder / SETTINGS).is_file():
-        raise UserError(f"--append {folder}: no native evaluation was started there (no {SETTINGS}); run "
-                        "`as2d eval --native` without --append")
+        raise UserError(
+            f"--append {folder}: no native evaluation was started there (no {SETTINGS}); run "
+            "`as2d eval --native` without --append"
+        )
     if (folder / RESULTS).exists():
-        raise UserError(f"--append {folder}: its native evaluation is complete ({RESULTS}); nothing to resume")
+        raise UserError(
+            f"--append {folder}: its native evaluation is complete ({RESULTS}); nothing to resume"
+        )
     s = json.loads((folder / SETTINGS).read_text(encoding="utf-8"))
     from as2d_cli.formats.common import sha256_file
 
-    for given, key, opt in ((profile, "profile", "--profile"), (deployment, "deployment", "--deployment")):
+    for given, key, opt in (
+        (profile, "profile", "--profile"),
+        (deployment, "deployment", "--deployment"),
+    ):
         if given is not None and sha256_file(given) != s[key]["sha256"]:
-            raise UserError(f"--append {folder}: that run used the {key} {s[key]['path']}, not {given}; leave "
-                            f"{opt} out (the run's own is used) or start a new run without --append")
+            raise UserError(
+                f"--append {folder}: that run used the {key} {s[key]['path']}, not {given}; leave "
+                f"{opt} out (the run's own is used) or start a new run without --append"
+            )
     dep = s["deployment"]
-    return EvalRun(folder, folder / "results.json", _text(folder / "table.txt"), Path(s["profile"]["path"]),
-                   Path(dep["path"]), list(s["windows"]), dict(s["datasets"]),
-                   SimpleNamespace(**{k: dep[k] for k in ("source", "budget", "threshold", "batch")}))
+    return EvalRun(
+        folder,
+        folder / "results.json",
+        _text(folder / "table.txt"),
+        Path(s["profile"]["path"]),
+        Path(dep["path"]),
+        list(s["windows"]),
+        dict(s["datasets"]),
+        SimpleNamespace(**{k: dep[k] for k in ("source", "budget", "threshold", "batch")}),
+    )
 
 
 class NativeRecord:
@@ -105,7 +142,9 @@ class NativeRecord:
     def start(cls, folder: Path, settings: dict[str, Any]) -> "NativeRecord":
         path = folder / SETTINGS
         if path.exists():
-            raise UserError(f"{folder} already holds a native evaluation; resume it with --append {folder}")
+            raise UserError(
+                f"{folder} already holds a native evaluation; resume it with --append {folder}"
+            )
         _write_atomic(path, json.dumps(settings, indent=1) + "\n")
         return cls(folder, settings)
 
@@ -116,10 +155,15 @@ class NativeRecord:
         differ = [k for k in COMPARED if recorded.get(k) != requested.get(k)]
         if "commands" in differ and ("deployment" in differ or "profile" in differ):
             differ.remove("commands")  # the decode settings follow from those
-        diffs = [f"{k} {_show(k, recorded.get(k))} (this command: {_show(k, requested.get(k))})" for k in differ]
+        diffs = [
+            f"{k} {_show(k, recorded.get(k))} (this command: {_show(k, requested.get(k))})"
+            for k in differ
+        ]
         if diffs:
-            raise UserError(f"--append {folder}: that run was made with {'; '.join(diffs)}; resume it with its own "
-                            "settings, or start a new run without --append")
+            raise UserError(
+                f"--append {folder}: that run was made with {'; '.join(diffs)}; resume it with its own "
+                "settings, or start a new run without --append"
+            )
         record = cls(folder, recorded)
         record.resumed = True
         return record
@@ -164,11 +208,16 @@ def _show(key: str, v: Any) -> str:
     if key == "device":
         return f"{v.get('name')} (serial {v.get('serial')})"
     if key == "pair":
-        return str(v.get("name")) + (f" {v['sha256'][:12]}" if v.get("sha256") else "") + \
-            "".join(f" {k} {v[k]}" for k in ("task", "language") if v.get(k))
+        return (
+            str(v.get("name"))
+            + (f" {v['sha256'][:12]}" if v.get("sha256") else "")
+            + "".join(f" {k} {v[k]}" for k in ("task", "language") if v.get(k))
+        )
     if key == "deployment":
-        return (f"{v['path']} ({v['source']}/budget {v['budget']}, threshold {v['threshold']}, batch {v['batch']}; "
-                f"sha256 {v['sha256'][:12]})")
+        return (
+            f"{v['path']} ({v['source']}/budget {v['budget']}, threshold {v['threshold']}, batch {v['batch']}; "
+            f"sha256 {v['sha256'][:12]})"
+        )
     if key == "profile":
         return f"{v['path']} (sha256 {v['sha256'][:12]})"
     if key == "methods":

@@ -12,46 +12,93 @@ from as2d_cli.evaluate.native_stats import STEAL_BOUND
 from as2d_cli.evaluate.replay_gap import render_gap
 from as2d_cli.formats.results import make_results, write_results
 
-NATIVE_COLUMNS = ["window", "dataset", "rep", "method", "config", "tokens", "time_ms", "tps", "tps_replay", "exact"]
+NATIVE_COLUMNS = [
+    "window",
+    "dataset",
+    "rep",
+    "method",
+    "config",
+    "tokens",
+    "time_ms",
+    "tps",
+    "tps_replay",
+    "exact",
+]
 
 
 def render_native(summary: dict[str, Any]) -> str:
-    head = ["method", "runs", "native TPS", "replay TPS", "MAE % (median)", "pooled err % (median)", "MAE % (pooled)",
-            "pooled err % (pooled)", "MAE % drift-adj", "split-half %", "exact"]
+    head = [
+        "method",
+        "runs",
+        "native TPS",
+        "replay TPS",
+        "MAE % (median)",
+        "pooled err % (median)",
+        "MAE % (pooled)",
+        "pooled err % (pooled)",
+        "MAE % drift-adj",
+        "split-half %",
+        "exact",
+    ]
     body = []
     for m, s in summary["methods"].items():
-        body.append([m, str(s["runs"]), _f(s["pooled_tps_native"]), _f(s["pooled_tps_replay"]),
-                     _f(s.get("mae_median_percent")), _f(s.get("pooled_error_median_percent"), signed=True),
-                     _f(s["mae_percent"]), _f(s["pooled_error_percent"], signed=True),
-                     _f(s.get("mae_drift_adjusted_percent")), _f(s.get("split_half_percent")),
-                     f"{s['exact']}/{s['runs']}"])
+        body.append(
+            [
+                m,
+                str(s["runs"]),
+                _f(s["pooled_tps_native"]),
+                _f(s["pooled_tps_replay"]),
+                _f(s.get("mae_median_percent")),
+                _f(s.get("pooled_error_median_percent"), signed=True),
+                _f(s["mae_percent"]),
+                _f(s["pooled_error_percent"], signed=True),
+                _f(s.get("mae_drift_adjusted_percent")),
+                _f(s.get("split_half_percent")),
+                f"{s['exact']}/{s['runs']}",
+            ]
+        )
     lines = text_table(head, body)
     r = summary.get("as2d_over_target_only_native")
     lines.append("")
-    lines.append("agreement per window: replay vs the median native time of its repetitions (D.3), and vs their pooled time")
+    lines.append(
+        "agreement per window: replay vs the median native time of its repetitions (D.3), and vs their pooled time"
+    )
     lines.append("native As²d / target-only pooled: " + ("—" if r is None else f"{r:.3f}×"))
-    lines.append("split-half: per window, the median native time of the even repetitions vs the odd ones "
-                 "(the device's own repeatability)")
+    lines.append(
+        "split-half: per window, the median native time of the even repetitions vs the odd ones "
+        "(the device's own repeatability)"
+    )
     fit = summary.get("target_only_oracle_fit")
     if fit:
-        lines.append(f"target-only oracle fit (per step a + b·cache + c·audio, fitted to these native medians): "
-                     f"MAE {fit['mae_percent']:.2f} % on {fit['windows']} windows — no profile of that form agrees "
-                     f"better with these runs (a {fit['step_ms']:.3f} ms, b {fit['per_cached_token_ms']:.4f} ms/token, "
-                     f"c {fit['per_audio_s_ms']:.4f} ms/s)")
+        lines.append(
+            f"target-only oracle fit (per step a + b·cache + c·audio, fitted to these native medians): "
+            f"MAE {fit['mae_percent']:.2f} % on {fit['windows']} windows — no profile of that form agrees "
+            f"better with these runs (a {fit['step_ms']:.3f} ms, b {fit['per_cached_token_ms']:.4f} ms/token, "
+            f"c {fit['per_audio_s_ms']:.4f} ms/s)"
+        )
     per = [x for x in summary.get("target_only_tps_per_pass", []) if x]
     if len(per) > 1:
-        lines.append("device drift: target-only TPS per pass " + " / ".join(f"{x:.1f}" for x in per)
-                     + f" ({100 * (max(per) / min(per) - 1):.1f} % apart)")
+        lines.append(
+            "device drift: target-only TPS per pass "
+            + " / ".join(f"{x:.1f}" for x in per)
+            + f" ({100 * (max(per) / min(per) - 1):.1f} % apart)"
+        )
     host = summary.get("host_cpu_per_pass") or []
     if host:
-        lines.append("host CPU steal per pass (/proc/stat over each window's runs): "
-                     + " / ".join(f"{100 * p['steal']:.1f}" + (" (warm-up)" if p["warmup"] else "") for p in host)
-                     + " %")
+        lines.append(
+            "host CPU steal per pass (/proc/stat over each window's runs): "
+            + " / ".join(
+                f"{100 * p['steal']:.1f}" + (" (warm-up)" if p["warmup"] else "") for p in host
+            )
+            + " %"
+        )
     if summary.get("host_bound"):
         lines.append(_host_bound_line(summary["host_bound"], len(summary["methods"])))
     if summary.get("drift_factor_per_pass"):
-        lines.append("drift-adj: each pass's replay scaled by target-only's native/replayed time in that pass "
-                     "(" + " / ".join(f"{f:.3f}" for f in summary["drift_factor_per_pass"]) + ")")
+        lines.append(
+            "drift-adj: each pass's replay scaled by target-only's native/replayed time in that pass "
+            "(" + " / ".join(f"{f:.3f}" for f in summary["drift_factor_per_pass"]) + ")"
+        )
     lines += render_gap(summary.get("replay_gap") or {})
     for d in summary.get("warmup_divergences", []):
         lines.append(_divergence_line(d["run"], d, "warm-up"))
@@ -67,20 +114,29 @@ def _host_bound_line(b: dict[str, Any], n_methods: int) -> str:
     parts = []
     within = b.get("methods_within_drift") or {}
     if within:
-        whose = (f"every method's MAE % (median) (at most {max(within.values()):.2f} %)" if len(within) == n_methods
-                 else "the MAE % (median) of " + ", ".join(f"{m} ({v:.2f})" for m, v in within.items()))
-        parts.append(f"target-only's native TPS moved {b['drift_percent']:.1f} % between passes, more than {whose}")
+        whose = (
+            f"every method's MAE % (median) (at most {max(within.values()):.2f} %)"
+            if len(within) == n_methods
+            else "the MAE % (median) of " + ", ".join(f"{m} ({v:.2f})" for m, v in within.items())
+        )
+        parts.append(
+            f"target-only's native TPS moved {b['drift_percent']:.1f} % between passes, more than {whose}"
+        )
     if b.get("steal_over"):
-        parts.append(f"CPU steal reached {100 * b['max_steal']:.1f} % in a measured pass "
-                     f"(over {100 * STEAL_BOUND:g} %)")
+        parts.append(
+            f"CPU steal reached {100 * b['max_steal']:.1f} % in a measured pass "
+            f"(over {100 * STEAL_BOUND:g} %)"
+        )
     why = "the host's drift between passes" if within else "the host's shared CPU"
     return f"host bound: {'; '.join(parts)} — {why}, not the profile, bounds this agreement"
 
 
 def _divergence_line(method: str, d: dict, when: str) -> str:
-    return (f"DIVERGENCE {method} on {d['window']} ({when}): position {d['position']}, target-only "
-            f"{d['target_only']} (top-2 margin {d['margin_target_only']}) vs {d['method']} "
-            f"(margin {d['margin_method']})")
+    return (
+        f"DIVERGENCE {method} on {d['window']} ({when}): position {d['position']}, target-only "
+        f"{d['target_only']} (top-2 margin {d['margin_target_only']}) vs {d['method']} "
+        f"(margin {d['margin_method']})"
+    )
 
 
 def _f(x: float | None, signed: bool = False) -> str:
@@ -105,37 +161,81 @@ def write_native_table(rows: list[dict], path: Path) -> Path:
     native runs, which `as2d compare --native` reads."""
     import pandas as pd
 
-    recs = [{"window": r["window"], "dataset": r["dataset"], "rep": r["rep"], "method": r["method"],
-             "config": _config(r["res"]),
-             "tokens": r["res"]["n_tokens"], "time_ms": r["res"]["time_ms"], "tps": r["tps_native"],
-             "tps_replay": r["tps_replay"], "exact": r["divergence"] is None} for r in rows]
+    recs = [
+        {
+            "window": r["window"],
+            "dataset": r["dataset"],
+            "rep": r["rep"],
+            "method": r["method"],
+            "config": _config(r["res"]),
+            "tokens": r["res"]["n_tokens"],
+            "time_ms": r["res"]["time_ms"],
+            "tps": r["tps_native"],
+            "tps_replay": r["tps_replay"],
+            "exact": r["divergence"] is None,
+        }
+        for r in rows
+    ]
     pd.DataFrame(recs, columns=NATIVE_COLUMNS).to_csv(path, index=False)
     return path
 
 
-def write_native_outputs(folder: Path, rows: list[dict], summary: dict[str, Any], *, device: Any,
-                         profile_path: Path, profile_device: dict[str, Any], settings: dict[str, Any],
-                         gates: list[dict], sessions: int, files: dict[str, str]) -> tuple[Path, str]:
+def write_native_outputs(
+    folder: Path,
+    rows: list[dict],
+    summary: dict[str, Any],
+    *,
+    device: Any,
+    profile_path: Path,
+    profile_device: dict[str, Any],
+    settings: dict[str, Any],
+    gates: list[dict],
+    sessions: int,
+    files: dict[str, str],
+) -> tuple[Path, str]:
     """``native.json``, ``native.txt``, ``native_per_window.csv`` and the plot; returns the
     results path and the table."""
     table = render_native(summary)
-    doc = make_results("eval-native", {
-        "device": device.serial, "identity": settings["device"], "profile": str(profile_path),
-        "windows": settings["windows"], "repeats": settings["repeats"], "warmup": settings["warmup"],
-        "sessions": sessions, "records": files,
-        "summary": summary, "gates": gates,
-        "rows": [{k: v for k, v in r.items() if k != "res"} | {
-            "tokens": r["res"]["n_tokens"], "time_ms": r["res"]["time_ms"], "eos": r["res"]["eos"],
-            "accounting_ms": r["res"]["accounting_ms"],
-            "config": {kk: r["res"].get(kk) for kk in ("k", "budget", "source", "cap", "threshold", "batch")},
-        } for r in rows],
-    }, inputs={"profile": profile_path}, device=profile_device)
+    doc = make_results(
+        "eval-native",
+        {
+            "device": device.serial,
+            "identity": settings["device"],
+            "profile": str(profile_path),
+            "windows": settings["windows"],
+            "repeats": settings["repeats"],
+            "warmup": settings["warmup"],
+            "sessions": sessions,
+            "records": files,
+            "summary": summary,
+            "gates": gates,
+            "rows": [
+                {k: v for k, v in r.items() if k != "res"}
+                | {
+                    "tokens": r["res"]["n_tokens"],
+                    "time_ms": r["res"]["time_ms"],
+                    "eos": r["res"]["eos"],
+                    "accounting_ms": r["res"]["accounting_ms"],
+                    "config": {
+                        kk: r["res"].get(kk)
+                        for kk in ("k", "budget", "source", "cap", "threshold", "batch")
+                    },
+                }
+                for r in rows
+            ],
+        },
+        inputs={"profile": profile_path},
+        device=profile_device,
+    )
     path = write_results(folder / "native.json", doc)
     (folder / "native.txt").write_text(table, encoding="utf-8")
     table_path = write_native_table(rows, folder / "native_per_window.csv")
     if rows:
         from as2d_cli.evaluate.report import plot_native
 
-        plot_native(table_path, folder / "native_vs_replay.png",
-                    f"{device.serial} · profile {Path(profile_path).name}\nreplay vs native per window")
+        plot_native(
+            table_path,
+            folder / "native_vs_replay.png",
+            f"{device.serial} · profile {Path(profile_path).name}\nreplay vs native per window",
+        )
     return path, table

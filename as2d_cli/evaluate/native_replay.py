@@ -10,11 +10,20 @@ from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec
 from as2d_cli.evaluate.native_stats import METHODS, divergence
 from as2d_cli.evaluate.replay_gap import native_facts, replay_facts
 from as2d_cli.formats.profile import CostProfile
-from as2d_cli.formats.trace import AUTOREGRESSIVE, CHUNKED, Chunk, DrafterTrace, SourceTrace, WindowTrace
+from as2d_cli.formats.trace import (
+    AUTOREGRESSIVE,
+    CHUNKED,
+    Chunk,
+    DrafterTrace,
+    SourceTrace,
+    WindowTrace,
+)
 from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
 
 
-def native_trace(window: str, dataset: str, res: dict, eos_id: int, audio_s: float = 0.0) -> WindowTrace:
+def native_trace(
+    window: str, dataset: str, res: dict, eos_id: int, audio_s: float = 0.0
+) -> WindowTrace:
     """The trajectory a native run produced, as a one-window trace for replay (``audio_s``
     prices the profile's audio-length terms)."""
     ref = tuple(res["tokens"])
@@ -24,10 +33,17 @@ def native_trace(window: str, dataset: str, res: dict, eos_id: int, audio_s: flo
         confs = res.get("source_confidences")
         conf = None if confs is None or any(c is None for c in confs) else tuple(confs)
         if res["source"] == "ctc":
-            chunks = tuple(Chunk(toks[off:off + n], 2.56 * (i + 1)) for i, (_, off, n) in enumerate(res["publications_ms"]))
-            sources[res["source"]] = SourceTrace(CHUNKED, toks, None, chunks, eos=True, eligible=True)
+            chunks = tuple(
+                Chunk(toks[off : off + n], 2.56 * (i + 1))
+                for i, (_, off, n) in enumerate(res["publications_ms"])
+            )
+            sources[res["source"]] = SourceTrace(
+                CHUNKED, toks, None, chunks, eos=True, eligible=True
+            )
         else:
-            sources[res["source"]] = SourceTrace(AUTOREGRESSIVE, toks, conf, None, eos=bool(toks) and toks[-1] == eos_id)
+            sources[res["source"]] = SourceTrace(
+                AUTOREGRESSIVE, toks, conf, None, eos=bool(toks) and toks[-1] == eos_id
+            )
     drafter = None
     if res.get("drafts"):
         longest: dict[int, dict] = {}
@@ -39,13 +55,31 @@ def native_trace(window: str, dataset: str, res: dict, eos_id: int, audio_s: flo
         # the recorded confidences; the trace's cap is the method's, not the longest draft.
         cap = max([len(d["tokens"]) for d in longest.values()] + [int(res.get("cap") or 0)])
         conts = tuple(tuple(longest[p]["tokens"]) if p in longest else () for p in range(len(ref)))
-        confs_ = tuple(tuple(longest[p]["confidences"] or ()) if p in longest else () for p in range(len(ref)))
+        confs_ = tuple(
+            tuple(longest[p]["confidences"] or ()) if p in longest else () for p in range(len(ref))
+        )
         drafter = DrafterTrace(cap, conts, confs_)
-    return WindowTrace(window, dataset, "test", audio_s, "asr", "", ref, bool(res["eos"]), bool(res["capped"]),
-                       int(res["max_tokens"]), eos_id, sources, drafter, None)
+    return WindowTrace(
+        window,
+        dataset,
+        "test",
+        audio_s,
+        "asr",
+        "",
+        ref,
+        bool(res["eos"]),
+        bool(res["capped"]),
+        int(res["max_tokens"]),
+        eos_id,
+        sources,
+        drafter,
+        None,
+    )
 
 
-def replay_native(profile: CostProfile, w: WindowTrace, res: dict) -> tuple[float | None, dict[str, Any]]:
+def replay_native(
+    profile: CostProfile, w: WindowTrace, res: dict
+) -> tuple[float | None, dict[str, Any]]:
     """The replayed TPS of a native run's trajectory, and the replay's figures for the
     op-by-op comparison (``replay_gap``)."""
     m = res["method"]
@@ -54,17 +88,26 @@ def replay_native(profile: CostProfile, w: WindowTrace, res: dict) -> tuple[floa
     elif m == "sd":
         spec = MethodSpec("sd", k=res["k"])
     elif m == "asp":
-        spec = MethodSpec("asp", budget=res["cap"], threshold=res.get("threshold", DEFAULT_THRESHOLD))
+        spec = MethodSpec(
+            "asp", budget=res["cap"], threshold=res.get("threshold", DEFAULT_THRESHOLD)
+        )
     else:  # the run's own settings (the deployment's), so the replay prices the same policy
-        spec = MethodSpec("as2d", budget=res["budget"], source=res["source"],
-                          threshold=res.get("threshold", DEFAULT_THRESHOLD), batch=res.get("batch") or DEFAULT_BATCH)
+        spec = MethodSpec(
+            "as2d",
+            budget=res["budget"],
+            source=res["source"],
+            threshold=res.get("threshold", DEFAULT_THRESHOLD),
+            batch=res.get("batch") or DEFAULT_BATCH,
+        )
     prep = Prepared(profile, spec)
     tl = timeline_for(w, prep, spec.source) if spec.decoupled and spec.source is not None else None
     r = replay_window(w, prep, detail=True, timeline=tl)
     return r.tps, replay_facts(r, tl[1] if tl is not None else None)
 
 
-def collect_runs(runs: list[dict], windows: list[str], datasets: dict[str, str]) -> tuple[list[dict], list[dict]]:
+def collect_runs(
+    runs: list[dict], windows: list[str], datasets: dict[str, str]
+) -> tuple[list[dict], list[dict]]:
     """The run records (``native.runs.jsonl``) as measured rows in pass, window and method
     order, each with its divergence from target-only on the same window and pass; and the
     warm-up passes' divergences (``run`` names the method there)."""
@@ -72,17 +115,30 @@ def collect_runs(runs: list[dict], windows: list[str], datasets: dict[str, str])
     order = {w: i for i, w in enumerate(windows)}
     rows: list[dict] = []
     warm: list[dict] = []
-    for wid, rep in sorted({(w, rep) for w, rep, _ in by}, key=lambda k: (k[1], order.get(k[0], len(order)), k[0])):
+    for wid, rep in sorted(
+        {(w, rep) for w, rep, _ in by}, key=lambda k: (k[1], order.get(k[0], len(order)), k[0])
+    ):
         got = {m: by[(wid, rep, m)] for m in METHODS if (wid, rep, m) in by}
         ref = got.get("target-only")
         if rep < 0:
             # (``d["method"]`` is the method's token there; the run is named apart)
-            warm += [{"window": wid, "run": m, **d} for m in METHODS
-                     if m in got and ref is not None and (d := divergence(ref, got[m])) is not None]
+            warm += [
+                {"window": wid, "run": m, **d}
+                for m in METHODS
+                if m in got and ref is not None and (d := divergence(ref, got[m])) is not None
+            ]
             continue
         for m, res in got.items():
-            rows.append({"window": wid, "dataset": datasets.get(wid, ""), "rep": rep, "method": m, "res": res,
-                         "divergence": divergence(ref, res) if ref is not None else None})
+            rows.append(
+                {
+                    "window": wid,
+                    "dataset": datasets.get(wid, ""),
+                    "rep": rep,
+                    "method": m,
+                    "res": res,
+                    "divergence": divergence(ref, res) if ref is not None else None,
+                }
+            )
     return rows, warm
 
 
@@ -92,7 +148,9 @@ def price_rows(rows: list[dict], profile: CostProfile) -> list[dict]:
     from as2d_cli.corpus.manifest import load_corpus
 
     seconds = load_corpus().seconds()
-    ref_s = profile.context.ref_audio_s if profile.context is not None else 0.0  # unknown window: no audio term
+    ref_s = (
+        profile.context.ref_audio_s if profile.context is not None else 0.0
+    )  # unknown window: no audio term
     eos_id = _eos(rows)
     for r in rows:
         res = r["res"]
@@ -101,8 +159,11 @@ def price_rows(rows: list[dict], profile: CostProfile) -> list[dict]:
         r["tps_native"] = res["tps"]
         r["tps_replay"], r["replay_facts"] = replay_native(profile, w, res)
         r["native_facts"] = native_facts(res)
-        r["error_percent"] = (100.0 * (r["tps_replay"] / r["tps_native"] - 1.0)
-                              if r["tps_replay"] and r["tps_native"] else None)
+        r["error_percent"] = (
+            100.0 * (r["tps_replay"] / r["tps_native"] - 1.0)
+            if r["tps_replay"] and r["tps_native"]
+            else None
+        )
     return rows
 
 

@@ -45,12 +45,27 @@ def native_commands(dep: Any, asp_cap_: int) -> dict[str, dict[str, Any]]:
         "target-only": {},
         "sd": {"k": DEFAULT_SD_K},
         "asp": {"cap": asp_cap_},
-        "as2d": {"budget": dep.budget, "source": dep.source, "threshold": dep.threshold, "batch": dep.batch},
+        "as2d": {
+            "budget": dep.budget,
+            "source": dep.source,
+            "threshold": dep.threshold,
+            "batch": dep.batch,
+        },
     }
 
 
-def native_settings(device: Any, run: EvalRun, profile: Any, *, windows: int, repeats: int, warmup: int,
-                    models: Path | None, task: str | None, language: str | None) -> dict[str, Any]:
+def native_settings(
+    device: Any,
+    run: EvalRun,
+    profile: Any,
+    *,
+    windows: int,
+    repeats: int,
+    warmup: int,
+    models: Path | None,
+    task: str | None,
+    language: str | None,
+) -> dict[str, Any]:
     """What this command would measure (``native.settings.json``; compared on --append)."""
     from as2d_cli.engine.methods import asp_cap
     from as2d_cli.formats.common import sha256_file
@@ -64,25 +79,64 @@ def native_settings(device: Any, run: EvalRun, profile: Any, *, windows: int, re
         pair = load_bundle(models, check_hashes=False, task=task, language=language).identity()
     picks = pick_windows(run.window_ids, run.datasets, windows)
     dep = run.deployment
-    ident = {k: v for k, v in identify(device).to_dict().items() if k != "connection"}  # not how it is reached
+    ident = {
+        k: v for k, v in identify(device).to_dict().items() if k != "connection"
+    }  # not how it is reached
     return {
-        "schema": "as2d.native-run", "version": 1,
-        "windows": picks, "datasets": {w: run.datasets[w] for w in picks}, "window_count": windows,
-        "repeats": repeats, "warmup": warmup, "methods": list(METHODS),
+        "schema": "as2d.native-run",
+        "version": 1,
+        "windows": picks,
+        "datasets": {w: run.datasets[w] for w in picks},
+        "window_count": windows,
+        "repeats": repeats,
+        "warmup": warmup,
+        "methods": list(METHODS),
         "commands": native_commands(dep, asp_cap(profile.max_width)),
-        "deployment": {"path": str(Path(run.deployment_path).resolve()), "sha256": sha256_file(run.deployment_path),
-                       "source": dep.source, "budget": dep.budget, "threshold": dep.threshold, "batch": dep.batch},
-        "profile": {"path": str(Path(run.profile_path).resolve()), "sha256": sha256_file(run.profile_path)},
-        "pair": pair, "device": ident,
+        "deployment": {
+            "path": str(Path(run.deployment_path).resolve()),
+            "sha256": sha256_file(run.deployment_path),
+            "source": dep.source,
+            "budget": dep.budget,
+            "threshold": dep.threshold,
+            "batch": dep.batch,
+        },
+        "profile": {
+            "path": str(Path(run.profile_path).resolve()),
+            "sha256": sha256_file(run.profile_path),
+        },
+        "pair": pair,
+        "device": ident,
     }
 
 
-def resume_command(phone: str, folder: Path, *, windows: int, repeats: int, warmup: int, models: Path | None,
-                   task: str | None, language: str | None, gate: Any, default_gate: Any,
-                   placement: Any = None) -> str:
+def resume_command(
+    phone: str,
+    folder: Path,
+    *,
+    windows: int,
+    repeats: int,
+    warmup: int,
+    models: Path | None,
+    task: str | None,
+    language: str | None,
+    gate: Any,
+    default_gate: Any,
+    placement: Any = None,
+) -> str:
     """The command that resumes this run: its own settings and ``--append FOLDER``."""
-    parts = ["as2d", "eval", "--phone", phone, "--native", "--windows", str(windows), "--repeats", str(repeats),
-             "--warmup", str(warmup)]
+    parts = [
+        "as2d",
+        "eval",
+        "--phone",
+        phone,
+        "--native",
+        "--windows",
+        str(windows),
+        "--repeats",
+        str(repeats),
+        "--warmup",
+        str(warmup),
+    ]
     for opt, val in (("--models", models), ("--task", task), ("--language", language)):
         if val is not None:
             parts += [opt, str(val)]
@@ -96,7 +150,10 @@ def resume_command(phone: str, folder: Path, *, windows: int, repeats: int, warm
     if placement is not None and placement.how == "os":
         parts += ["--os-placement"]
     elif placement is not None and placement.how == "option":
-        for opt, cores in (("--verifier-cores", placement.verifier), ("--producer-cores", placement.producer)):
+        for opt, cores in (
+            ("--verifier-cores", placement.verifier),
+            ("--producer-cores", placement.producer),
+        ):
             if cores:
                 parts += [opt, ",".join(map(str, cores))]
     return shlex.join(parts + ["--append", str(folder)])
@@ -121,8 +178,17 @@ def units(windows: list[str], repeats: int, warmup: int) -> list[Unit]:
     return out
 
 
-def run_windows(device: Any, record: NativeRecord, gate_cfg: Any, *, open_runner: Callable[..., Any],
-                runner_opts: dict[str, Any], say: Say, monitor_interval_s: float, resume: str) -> None:
+def run_windows(
+    device: Any,
+    record: NativeRecord,
+    gate_cfg: Any,
+    *,
+    open_runner: Callable[..., Any],
+    runner_opts: dict[str, Any],
+    say: Say,
+    monitor_interval_s: float,
+    resume: str,
+) -> None:
     """Gate and run every window × pass × method the record does not hold yet, appending
     each run, gate and monitor record as it finishes. Ctrl-C becomes
     :class:`~as2d_cli.errors.Interrupted`, and a device error or a core going offline a
@@ -135,30 +201,49 @@ def run_windows(device: Any, record: NativeRecord, gate_cfg: Any, *, open_runner
     todo = [u for u in plan if any((u.window, u.rep, m) not in done for m in u.order)]
     n_runs = len(plan) * len(METHODS)
     if record.resumed:
-        say(f"resuming the native evaluation in {record.folder}: {len(done)} of {n_runs} runs finished, "
-            f"{n_runs - len(done)} to run")
+        say(
+            f"resuming the native evaluation in {record.folder}: {len(done)} of {n_runs} runs finished, "
+            f"{n_runs - len(done)} to run"
+        )
     if not todo:
         return
-    say(f"native runs on {device.serial}: {len(s['windows'])} windows × {len(METHODS)} methods × {s['repeats']} "
-        "repeats" + (f" after {s['warmup']} warm-up pass(es)" if s["warmup"] else ""))
+    say(
+        f"native runs on {device.serial}: {len(s['windows'])} windows × {len(METHODS)} methods × {s['repeats']} "
+        "repeats" + (f" after {s['warmup']} warm-up pass(es)" if s["warmup"] else "")
+    )
     hint = lambda: f"{record.kept()}; resume with `{resume}`"  # noqa: E731
     try:
         with open_runner(device, **runner_opts) as runner:
             runner.call({"op": "hello"})
             settled = None
-            if gate_cfg.settle_s > 0:  # once per session, with the models loaded, before its first window
+            if (
+                gate_cfg.settle_s > 0
+            ):  # once per session, with the models loaded, before its first window
                 from device_agents.gating import settle
 
-                say(f"waiting until the host has been quiet for {gate_cfg.settle_s:g} s (--settle 0 skips)")
+                say(
+                    f"waiting until the host has been quiet for {gate_cfg.settle_s:g} s (--settle 0 skips)"
+                )
                 settled = settle(device, gate_cfg.settle_s)
                 say(settled.message)
             for u in todo:
                 where = f"native window {u.index}/{len(plan)} ({u.window}{', warm-up' if u.rep < 0 else ''})"
                 _gate(device, record, gate_cfg, u, settled if u is todo[0] else None, where, hint)
-                _run_unit(device, runner, record, u, [m for m in u.order if (u.window, u.rep, m) not in done],
-                          done, monitor_interval_s, where, hint)
-                say(f"[{u.index}/{len(plan)}] {'warm-up ' if u.rep < 0 else ''}{u.window}: "
-                    + "  ".join(f"{m} {done[(u.window, u.rep, m)]:.1f}" for m in METHODS))
+                _run_unit(
+                    device,
+                    runner,
+                    record,
+                    u,
+                    [m for m in u.order if (u.window, u.rep, m) not in done],
+                    done,
+                    monitor_interval_s,
+                    where,
+                    hint,
+                )
+                say(
+                    f"[{u.index}/{len(plan)}] {'warm-up ' if u.rep < 0 else ''}{u.window}: "
+                    + "  ".join(f"{m} {done[(u.window, u.rep, m)]:.1f}" for m in METHODS)
+                )
     except KeyboardInterrupt:
         raise Interrupted(f"native evaluation interrupted; {hint()}") from None
     except DeviceError as exc:
@@ -167,8 +252,15 @@ def run_windows(device: Any, record: NativeRecord, gate_cfg: Any, *, open_runner
         raise DeviceError(f"native evaluation stopped: {exc}; {hint()}") from None
 
 
-def _gate(device: Any, record: NativeRecord, gate_cfg: Any, u: Unit, settled: Any, where: str,
-          hint: Callable[[], str]) -> None:
+def _gate(
+    device: Any,
+    record: NativeRecord,
+    gate_cfg: Any,
+    u: Unit,
+    settled: Any,
+    where: str,
+    hint: Callable[[], str],
+) -> None:
     from device_agents.gating import run_gate
 
     g = run_gate(device, gate_cfg)  # the device's sysfs, before every window
@@ -180,9 +272,17 @@ def _gate(device: Any, record: NativeRecord, gate_cfg: Any, u: Unit, settled: An
         raise DeviceError(f"{where} not started: {g.failure}; {hint()}")
 
 
-def _run_unit(device: Any, runner: Any, record: NativeRecord, u: Unit, methods: list[str],
-              done: dict[tuple[str, int, str], float], monitor_interval_s: float, where: str,
-              hint: Callable[[], str]) -> None:
+def _run_unit(
+    device: Any,
+    runner: Any,
+    record: NativeRecord,
+    u: Unit,
+    methods: list[str],
+    done: dict[tuple[str, int, str], float],
+    monitor_interval_s: float,
+    where: str,
+    hint: Callable[[], str],
+) -> None:
     """One window's missing runs in one pass under the core monitor. Locally each method is
     one runner call, recorded as it returns; on a phone the window's methods are one batch
     (one runner start), recorded when it returns. A run the monitor tripped during is not
@@ -194,7 +294,9 @@ def _run_unit(device: Any, runner: Any, record: NativeRecord, u: Unit, methods: 
 
     def keep(m: str, res: dict) -> None:
         res["cap"] = cmds[m].get("cap")
-        record.append(RUNS, {"window": u.window, "rep": u.rep, "warmup": u.rep < 0, "method": m, "res": res})
+        record.append(
+            RUNS, {"window": u.window, "rep": u.rep, "warmup": u.rep < 0, "method": m, "res": res}
+        )
         done[(u.window, u.rep, m)] = res["tps"]
         finished.append(m)
 
@@ -224,15 +326,26 @@ def _run_unit(device: Any, runner: Any, record: NativeRecord, u: Unit, methods: 
         cpu = None
         if before is not None and after is not None:
             cpu = {**after.since(before), "jiffies": after.total - before.total}
-        record.append(MONITOR, {"window": u.window, "rep": u.rep, "methods": methods, "finished": finished,
-                                **monitor.record(), "cpu": cpu})
+        record.append(
+            MONITOR,
+            {
+                "window": u.window,
+                "rep": u.rep,
+                "methods": methods,
+                "finished": finished,
+                **monitor.record(),
+                "cpu": cpu,
+            },
+        )
     f = monitor.failure
     if f is not None and f.kind == "core_offline":
         gone = ",".join(map(str, f.detail.get("offline", [])))
-        raise DeviceError(f"native evaluation stopped: CPU{gone} went offline on {device.serial} {f.t_s:.1f} s into "
-                          f"{where} (at {time.strftime('%H:%M:%S', time.localtime(f.wall_time))}); the runs in "
-                          f"flight are discarded and the failure is recorded in {record.path(MONITOR)}; {hint()} "
-                          "once the phone has cooled down")
+        raise DeviceError(
+            f"native evaluation stopped: CPU{gone} went offline on {device.serial} {f.t_s:.1f} s into "
+            f"{where} (at {time.strftime('%H:%M:%S', time.localtime(f.wall_time))}); the runs in "
+            f"flight are discarded and the failure is recorded in {record.path(MONITOR)}; {hint()} "
+            "once the phone has cooled down"
+        )
     if error is not None or f is not None:
         raise DeviceError(f"{where}: {error if error is not None else f.message}; {hint()}")
 

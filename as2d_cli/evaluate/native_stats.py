@@ -26,8 +26,13 @@ def divergence(ref: dict, res: dict) -> dict | None:
         return None
     i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     ma, mb = ref.get("margins") or [], res.get("margins") or []
-    return {"position": i, "target_only": a[i] if i < len(a) else None, "method": b[i] if i < len(b) else None,
-            "margin_target_only": ma[i] if i < len(ma) else None, "margin_method": mb[i] if i < len(mb) else None}
+    return {
+        "position": i,
+        "target_only": a[i] if i < len(a) else None,
+        "method": b[i] if i < len(b) else None,
+        "margin_target_only": ma[i] if i < len(ma) else None,
+        "margin_method": mb[i] if i < len(mb) else None,
+    }
 
 
 def _drift_factors(rows: list[dict]) -> dict[int, float]:
@@ -41,8 +46,9 @@ def _drift_factors(rows: list[dict]) -> dict[int, float]:
     return {rep: nat / rep_t for rep, (nat, rep_t) in acc.items() if rep_t > 0}
 
 
-def _agreement(sel: list[dict], scale: Callable[[dict], float | None], how: str = "pool"
-               ) -> tuple[float | None, float | None, int]:
+def _agreement(
+    sel: list[dict], scale: Callable[[dict], float | None], how: str = "pool"
+) -> tuple[float | None, float | None, int]:
     """(MAE over windows, pooled error, windows) with each run's replayed time multiplied
     by ``scale(row)`` (1 for the frozen profile; rows whose scale is None are left out).
 
@@ -77,7 +83,11 @@ def _split_half(sel: list[dict]) -> float | None:
     halves: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for r in sel:
         halves[r["window"]][r["rep"] % 2].append(float(r["res"]["time_ms"]))
-    errs = [100.0 * abs(median(a) / median(b) - 1.0) for a, b in halves.values() if a and b and median(b) > 0]
+    errs = [
+        100.0 * abs(median(a) / median(b) - 1.0)
+        for a, b in halves.values()
+        if a and b and median(b) > 0
+    ]
     return sum(errs) / len(errs) if errs else None
 
 
@@ -100,8 +110,13 @@ def target_only_oracle_fit(rows: list[dict]) -> dict[str, Any] | None:
     y = np.array([median(v) for v in per.values()])
     coef = np.linalg.lstsq(x, y, rcond=None)[0]
     err = 100.0 * (x @ coef / y - 1.0)
-    return {"windows": len(per), "mae_percent": float(np.mean(np.abs(err))),
-            "step_ms": float(coef[0]), "per_cached_token_ms": float(coef[1]), "per_audio_s_ms": float(coef[2])}
+    return {
+        "windows": len(per),
+        "mae_percent": float(np.mean(np.abs(err))),
+        "step_ms": float(coef[0]),
+        "per_cached_token_ms": float(coef[1]),
+        "per_audio_s_ms": float(coef[2]),
+    }
 
 
 def host_per_pass(monitor_records: Iterable[dict]) -> list[dict[str, Any]]:
@@ -118,8 +133,11 @@ def host_per_pass(monitor_records: Iterable[dict]) -> list[dict[str, Any]]:
         a[0] += cpu["busy"] * cpu["jiffies"]
         a[1] += cpu["steal"] * cpu["jiffies"]
         a[2] += cpu["jiffies"]
-    return [{"pass": rep, "warmup": rep < 0, "busy": round(b / j, 4), "steal": round(s / j, 4)}
-            for rep, (b, s, j) in sorted(acc.items()) if j > 0]
+    return [
+        {"pass": rep, "warmup": rep < 0, "busy": round(b / j, 4), "steal": round(s / j, 4)}
+        for rep, (b, s, j) in sorted(acc.items())
+        if j > 0
+    ]
 
 
 def host_bound(summary: dict[str, Any]) -> dict[str, Any] | None:
@@ -128,14 +146,23 @@ def host_bound(summary: dict[str, Any]) -> dict[str, Any] | None:
     method's MAE (median), or a measured pass ran with more than 5 % CPU steal."""
     per = [x for x in summary.get("target_only_tps_per_pass", []) if x]
     drift = 100.0 * (max(per) / min(per) - 1.0) if len(per) > 1 else None
-    within = {m: s["mae_median_percent"] for m, s in summary["methods"].items()
-              if drift is not None and s.get("mae_median_percent") is not None and s["mae_median_percent"] < drift}
+    within = {
+        m: s["mae_median_percent"]
+        for m, s in summary["methods"].items()
+        if drift is not None
+        and s.get("mae_median_percent") is not None
+        and s["mae_median_percent"] < drift
+    }
     steals = [p["steal"] for p in summary.get("host_cpu_per_pass", []) if not p["warmup"]]
     steal = max(steals) if steals else None
     if not within and not (steal is not None and steal > STEAL_BOUND):
         return None
-    return {"drift_percent": drift, "methods_within_drift": within, "max_steal": steal,
-            "steal_over": steal is not None and steal > STEAL_BOUND}
+    return {
+        "drift_percent": drift,
+        "methods_within_drift": within,
+        "max_steal": steal,
+        "steal_over": steal is not None and steal > STEAL_BOUND,
+    }
 
 
 def summarize(rows: list[dict], host: list[dict] | None = None) -> dict[str, Any]:
@@ -146,7 +173,11 @@ def summarize(rows: list[dict], host: list[dict] | None = None) -> dict[str, Any
         sel = [r for r in rows if r["method"] == m]
         tok = sum(r["res"]["n_tokens"] for r in sel)
         t_nat = sum(r["res"]["time_ms"] for r in sel) / 1e3
-        t_rep = sum(r["res"]["n_tokens"] / r["tps_replay"] for r in sel if r["tps_replay"]) if sel else 0.0
+        t_rep = (
+            sum(r["res"]["n_tokens"] / r["tps_replay"] for r in sel if r["tps_replay"])
+            if sel
+            else 0.0
+        )
         errs = [r["error_percent"] for r in sel if r["error_percent"] is not None]
         inexact = [r for r in sel if r["divergence"] is not None]
         mae, pooled, n_windows = _agreement(sel, lambda r: 1.0)
@@ -169,7 +200,9 @@ def summarize(rows: list[dict], host: list[dict] | None = None) -> dict[str, Any
             "pooled_error_drift_adjusted_percent": pooled_adj,
             "split_half_percent": _split_half(sel),
             "exact": len(sel) - len(inexact),
-            "divergences": [{"window": r["window"], "rep": r["rep"], **r["divergence"]} for r in inexact],
+            "divergences": [
+                {"window": r["window"], "rep": r["rep"], **r["divergence"]} for r in inexact
+            ],
         }
     out["drift_factor_per_pass"] = [drift[k] for k in sorted(drift)]
     out["replay_gap"] = gap_summary(rows)

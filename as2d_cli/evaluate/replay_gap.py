@@ -31,20 +31,34 @@ def native_facts(res: Mapping[str, Any]) -> dict[str, Any]:
     summ = res.get("summary") or {}
     t = float(res["time_ms"])
     v = float(acc.get("V", 0.0))
-    return {"time_ms": t, "verifier_ms": v, "not_verifying_ms": t - v, "rounds": int(summ.get("rounds", 0)),
-            "accepted": int(summ.get("accepted", 0)), "proposed": int(summ.get("proposed", 0)),
-            "publications_ms": [float(p[0]) for p in res.get("publications_ms") or []],
-            "producer_finished_ms": res.get("producer_finished_ms")}
+    return {
+        "time_ms": t,
+        "verifier_ms": v,
+        "not_verifying_ms": t - v,
+        "rounds": int(summ.get("rounds", 0)),
+        "accepted": int(summ.get("accepted", 0)),
+        "proposed": int(summ.get("proposed", 0)),
+        "publications_ms": [float(p[0]) for p in res.get("publications_ms") or []],
+        "producer_finished_ms": res.get("producer_finished_ms"),
+    }
 
 
 def replay_facts(rep: WindowReplay, timeline: ProducerTimeline | None) -> dict[str, Any]:
     """The same figures of its replay (``rep`` from a ``detail`` run)."""
     t = rep.time_ns / 1e6
     v = rep.V / 1e6
-    return {"time_ms": t, "verifier_ms": v, "not_verifying_ms": t - v, "rounds": rep.rounds, "accepted": rep.accepted,
-            "proposed": rep.proposed,
-            "publications_ms": [p.at / 1e6 for p in timeline.publications] if timeline is not None else [],
-            "producer_finished_ms": timeline.finish / 1e6 if timeline is not None else None}
+    return {
+        "time_ms": t,
+        "verifier_ms": v,
+        "not_verifying_ms": t - v,
+        "rounds": rep.rounds,
+        "accepted": rep.accepted,
+        "proposed": rep.proposed,
+        "publications_ms": [p.at / 1e6 for p in timeline.publications]
+        if timeline is not None
+        else [],
+        "producer_finished_ms": timeline.finish / 1e6 if timeline is not None else None,
+    }
 
 
 def _lags(pairs: Iterable[tuple[Sequence[float], Sequence[float]]]) -> list[float]:
@@ -66,11 +80,17 @@ def gap_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
             nat = sum(r["native_facts"][k] for r in sel)
             rep = sum(r["replay_facts"][k] for r in sel)
             d[k] = {"native": nat, "replay": rep, "ratio": rep / nat if nat else None}
-        pairs = [(r["native_facts"]["publications_ms"], r["replay_facts"]["publications_ms"]) for r in sel]
+        pairs = [
+            (r["native_facts"]["publications_ms"], r["replay_facts"]["publications_ms"])
+            for r in sel
+        ]
         lags, first = _lags(pairs), _lags((nat[:1], rep[:1]) for nat, rep in pairs)
-        fin = [r["native_facts"]["producer_finished_ms"] - r["replay_facts"]["producer_finished_ms"] for r in sel
-               if r["native_facts"]["producer_finished_ms"] is not None
-               and r["replay_facts"]["producer_finished_ms"] is not None]
+        fin = [
+            r["native_facts"]["producer_finished_ms"] - r["replay_facts"]["producer_finished_ms"]
+            for r in sel
+            if r["native_facts"]["producer_finished_ms"] is not None
+            and r["replay_facts"]["producer_finished_ms"] is not None
+        ]
         d["publications"] = sum(min(len(a), len(b)) for a, b in pairs)
         d["publication_lag_ms"] = median(lags) if lags else None
         d["first_publication_lag_ms"] = median(first) if first else None
@@ -97,15 +117,22 @@ def render_gap(gap: Mapping[str, Mapping[str, Any]]) -> list[str]:
         x, n = d["not_verifying_ms"], d["runs"]
         return f"{x['native'] / n:.1f}/{x['replay'] / n:.1f}"
 
-    lines = ["", "replay ÷ native, pooled over each method's runs (the same trajectories; T − V: time the "
-             "verifier is not busy, ms per run, native/replay):",
-             f"{'method':<12} {'T':>7} {'V':>7} {'T − V':>11} {'rounds':>7} {'accepted':>8}   publication lag ms "
-             "(native − replay: median, first, producer end)"]
+    lines = [
+        "",
+        "replay ÷ native, pooled over each method's runs (the same trajectories; T − V: time the "
+        "verifier is not busy, ms per run, native/replay):",
+        f"{'method':<12} {'T':>7} {'V':>7} {'T − V':>11} {'rounds':>7} {'accepted':>8}   publication lag ms "
+        "(native − replay: median, first, producer end)",
+    ]
     for m, d in gap.items():
         lag = ""
         if d["publications"]:
-            lag = (f"   {ms(d['publication_lag_ms'])}, {ms(d['first_publication_lag_ms'])}, "
-                   f"{ms(d['producer_finish_lag_ms'])} ({d['publications']} publications)")
-        lines.append(f"{m:<12} {ratio(d, 'time_ms'):>7} {ratio(d, 'verifier_ms'):>7} {idle(d):>11} "
-                     f"{ratio(d, 'rounds'):>7} {ratio(d, 'accepted'):>8}{lag}")
+            lag = (
+                f"   {ms(d['publication_lag_ms'])}, {ms(d['first_publication_lag_ms'])}, "
+                f"{ms(d['producer_finish_lag_ms'])} ({d['publications']} publications)"
+            )
+        lines.append(
+            f"{m:<12} {ratio(d, 'time_ms'):>7} {ratio(d, 'verifier_ms'):>7} {idle(d):>11} "
+            f"{ratio(d, 'rounds'):>7} {ratio(d, 'accepted'):>8}{lag}"
+        )
     return lines

@@ -45,8 +45,11 @@ def _window_tps(per: Any, method: str) -> Any:
 
 
 def _md(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|",
-            *("| " + " | ".join(r) + " |" for r in rows)]
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
 
 
 def _f(x: float | None, nd: int = 2, pct: bool = False) -> str:
@@ -70,13 +73,19 @@ def render_tables(doc: dict, per: Any) -> str:
     out = [f"# Evaluation tables: {res.get('windows')} {res.get('split')} windows", ""]
     dep = res.get("deployment", {})
     prov = res.get("provenance") or {}
-    out.append(f"Fixed configuration {dep.get('source')}/budget {dep.get('budget')} (threshold {dep.get('threshold')}, "
-               f"batch {dep.get('batch')}); profile {prov.get('profile', {}).get('path', '?')}"
-               + (" (synthetic)" if prov.get("profile", {}).get("synthetic") else "")
-               + f"; model pair {prov.get('pair', {}).get('name', 'bundled')}.")
+    out.append(
+        f"Fixed configuration {dep.get('source')}/budget {dep.get('budget')} (threshold {dep.get('threshold')}, "
+        f"batch {dep.get('batch')}); profile {prov.get('profile', {}).get('path', '?')}"
+        + (" (synthetic)" if prov.get("profile", {}).get("synthetic") else "")
+        + f"; model pair {prov.get('pair', {}).get('name', 'bundled')}."
+    )
     out += ["", "## Pooled TPS per dataset (Tables 1 and 8)", ""]
     out += _md(["method", *cols], [[LABELS[m], *(_f(pooled[m][d]) for d in cols)] for m in methods])
-    out += ["", "Gain over target-only and over the fastest baseline (standard SD or SpecASR-ASP, per dataset):", ""]
+    out += [
+        "",
+        "Gain over target-only and over the fastest baseline (standard SD or SpecASR-ASP, per dataset):",
+        "",
+    ]
     rows = []
     for m in methods:
         if m == "target-only":
@@ -84,7 +93,10 @@ def render_tables(doc: dict, per: Any) -> str:
         cells = []
         for d in cols:
             to, x = pooled["target-only"][d], pooled[m][d]
-            best = max((pooled[b][d] for b in BASELINES if b in pooled and pooled[b][d] is not None), default=None)
+            best = max(
+                (pooled[b][d] for b in BASELINES if b in pooled and pooled[b][d] is not None),
+                default=None,
+            )
             g1 = 100 * (x / to - 1) if x and to else None
             g2 = 100 * (x / best - 1) if x and best and m not in BASELINES else None
             cells.append(f"{_f(g1, 1, True)} / {_f(g2, 1, True)}")
@@ -99,7 +111,7 @@ def render_tables(doc: dict, per: Any) -> str:
         if m == "target-only":
             continue
         w = _window_tps(per, m)
-        both = (w.notna() & base.reindex(w.index).notna())
+        both = w.notna() & base.reindex(w.index).notna()
         loss = 100 * (1 - w[both] / base.reindex(w.index)[both])
         slow = loss[loss > 1e-9 * 100]
         cells = []
@@ -108,8 +120,14 @@ def render_tables(doc: dict, per: Any) -> str:
             n, k = len(ids), len(slow.index.intersection(ids))
             cells.append(f"{k}/{n} ({100 * k / n:.1f} %)" if n else "—")
         rows4.append([LABELS[m], *cells])
-        rows12.append([LABELS[m], str(len(slow)), _f(float(slow.median()) if len(slow) else None, 1),
-                       _f(float(slow.max()) if len(slow) else None, 1)])
+        rows12.append(
+            [
+                LABELS[m],
+                str(len(slow)),
+                _f(float(slow.median()) if len(slow) else None, 1),
+                _f(float(slow.max()) if len(slow) else None, 1),
+            ]
+        )
     out += _md(["method", *cols], rows4)
     out += ["", "Loss of the slower windows, 100·(1 − TPS/TPS_target-only) %:", ""]
     out += _md(["method", "slower windows", "median loss %", "max loss %"], rows12)
@@ -117,23 +135,54 @@ def render_tables(doc: dict, per: Any) -> str:
     out += ["", "## Ablations (Table 5)", ""]
     abl = [m for m in ("as2d", "as2d-no-td", "as2d-no-bc") if m in pooled]
     a_all = pooled.get("as2d", {}).get("all")
-    out += _md(["method", "pooled TPS", "× target-only", "× As²d"],
-               [[LABELS[m], _f(pooled[m]["all"]),
-                 _f(pooled[m]["all"] / pooled["target-only"]["all"], 3) if pooled[m]["all"] else "—",
-                 _f(pooled[m]["all"] / a_all, 3) if pooled[m]["all"] and a_all else "—"] for m in abl])
+    out += _md(
+        ["method", "pooled TPS", "× target-only", "× As²d"],
+        [
+            [
+                LABELS[m],
+                _f(pooled[m]["all"]),
+                _f(pooled[m]["all"] / pooled["target-only"]["all"], 3) if pooled[m]["all"] else "—",
+                _f(pooled[m]["all"] / a_all, 3) if pooled[m]["all"] and a_all else "—",
+            ]
+            for m in abl
+        ],
+    )
 
     if "sd" in pooled:
         sd = per[per["method"] == "sd"]
-        configs = sorted(set(sd["config"]), key=lambda c: int(c.rsplit("k", 1)[-1]) if c.rsplit("k", 1)[-1].isdigit() else 0)
+        configs = sorted(
+            set(sd["config"]),
+            key=lambda c: int(c.rsplit("k", 1)[-1]) if c.rsplit("k", 1)[-1].isdigit() else 0,
+        )
         out += ["", "## Standard SD at each physical width K (Table 9)", ""]
-        out += _md(["K", *cols], [[c, *(_f(_pooled(sd[(sd["config"] == c) & ((sd["dataset"] == d) if d != "all" else True)]))
-                                        for d in cols)] for c in configs])
+        out += _md(
+            ["K", *cols],
+            [
+                [
+                    c,
+                    *(
+                        _f(
+                            _pooled(
+                                sd[
+                                    (sd["config"] == c)
+                                    & ((sd["dataset"] == d) if d != "all" else True)
+                                ]
+                            )
+                        )
+                        for d in cols
+                    ),
+                ]
+                for c in configs
+            ],
+        )
 
     o = res.get("oracle") or {}
     if o:
         out += ["", "## Hindsight oracle (Table 2, all windows)", ""]
-        out += _md(["oracle TPS", "selected TPS", "gap %"],
-                   [[_f(o.get("tps_oracle")), _f(o.get("tps_selected")), _f(o.get("gap_percent"))]])
+        out += _md(
+            ["oracle TPS", "selected TPS", "gap %"],
+            [[_f(o.get("tps_oracle")), _f(o.get("tps_selected")), _f(o.get("gap_percent"))]],
+        )
     return "\n".join(out) + "\n"
 
 
@@ -170,10 +219,14 @@ def plot_native(table: Path, path: Path, title: str) -> Path:
     import matplotlib.pyplot as plt
 
     runs = pd.read_csv(table)
-    med = runs.groupby(["method", "window"], as_index=False).agg(native=("tps", "median"), replay=("tps_replay", "first"))
+    med = runs.groupby(["method", "window"], as_index=False).agg(
+        native=("tps", "median"), replay=("tps_replay", "first")
+    )
     fig, ax = plt.subplots(figsize=(4.6, 4.2), dpi=120)
     for m, g in med.groupby("method"):
-        ax.scatter(g["native"], g["replay"], s=14, label=str(m))  # native SD runs one K: the method's name
+        ax.scatter(
+            g["native"], g["replay"], s=14, label=str(m)
+        )  # native SD runs one K: the method's name
     lo = float(min(med["native"].min(), med["replay"].min()))
     hi = float(max(med["native"].max(), med["replay"].max()))
     ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.7)
@@ -196,7 +249,9 @@ def plot_rk(profile_path: Path, path: Path, title: str | None = None) -> Path:
     idle = {int(k): [float(v)] for k, v in prof.verify_idle_ms.items()}
     if 1 not in idle:
         raise UserError(f"{profile_path} has no K1 verification cost: R(K) is relative to it")
-    return plot_savings(idle, path, title or f"{prof.device.get('name', '')}: per-token verification saving R(K)")
+    return plot_savings(
+        idle, path, title or f"{prof.device.get('name', '')}: per-token verification saving R(K)"
+    )
 
 
 def write_report(folder: Path) -> list[Path]:
@@ -206,8 +261,10 @@ def write_report(folder: Path) -> list[Path]:
     res = doc["results"]
     prov = res.get("provenance") or {}
     when = str(doc.get("environment", {}).get("created", ""))[:10]
-    title = (f"{prov.get('profile', {}).get('device', '')} · profile {Path(prov.get('profile', {}).get('path', '?')).name} · "
-             f"{res.get('deployment', {}).get('source')}/b{res.get('deployment', {}).get('budget')} · {when}")
+    title = (
+        f"{prov.get('profile', {}).get('device', '')} · profile {Path(prov.get('profile', {}).get('path', '?')).name} · "
+        f"{res.get('deployment', {}).get('source')}/b{res.get('deployment', {}).get('budget')} · {when}"
+    )
     out = [folder / "tables.md"]
     out[0].write_text(render_tables(doc, per), encoding="utf-8")
     out.append(plot_datasets(doc, per, folder / "datasets.png", title))

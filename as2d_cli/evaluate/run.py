@@ -14,7 +14,12 @@ from typing import Any, Callable
 from as2d_cli.errors import UserError
 from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
 from as2d_cli.evaluate.inputs import (
-    check_pair, deployment_candidates, describe_deployment, find_profile, load_trace_files, require_confirmed,
+    check_pair,
+    deployment_candidates,
+    describe_deployment,
+    find_profile,
+    load_trace_files,
+    require_confirmed,
     trace_files,
 )
 from as2d_cli.formats.common import next_free, safe_name
@@ -63,26 +68,44 @@ def run_eval(
     prof = load_profile(profile_path)
     files = trace_files(traces if traces is not None or models is None else Path(models) / "traces")
     ts = load_trace_files(files)
-    check_pair(prof, ts, str(files[0]) if len(files) == 1 else f"the traces in {files[0].parent}", pair, models is not None)
+    check_pair(
+        prof,
+        ts,
+        str(files[0]) if len(files) == 1 else f"the traces in {files[0].parent}",
+        pair,
+        models is not None,
+    )
     if not any(w.split == split for w in ts.windows):
         raise UserError(f"the traces hold no {split!r} windows; pass traces with that split")
     device = safe_name(str(prof.device.get("name") or phone), "device")
-    candidates = [] if deployment is not None else deployment_candidates(profile_path, device, calibrations, files)
+    candidates = (
+        []
+        if deployment is not None
+        else deployment_candidates(profile_path, device, calibrations, files)
+    )
     dep_path = deployment or (candidates[0][0] if candidates else None)
     selected_now = False
     if dep_path is None and not allow_unconfirmed and not any(w.split == "val" for w in ts.windows):
-        raise UserError("no deployment chosen on this profile and these traces yet, and the traces hold no 'val' "
-                        "windows to confirm a new selection on; pass traces with val windows (or "
-                        "--allow-unconfirmed to select on dev only)")
+        raise UserError(
+            "no deployment chosen on this profile and these traces yet, and the traces hold no 'val' "
+            "windows to confirm a new selection on; pass traces with val windows (or "
+            "--allow-unconfirmed to select on dev only)"
+        )
     if dep_path is None:
         from as2d_cli.replay.report import write_selection
         from as2d_cli.replay.selection import select_budget
 
-        say(f"no deployment chosen on {profile_path} yet: selecting one on the dev/val splits first")
+        say(
+            f"no deployment chosen on {profile_path} yet: selecting one on the dev/val splits first"
+        )
         sel = select_budget(ts, prof)
-        report = {"catalog": sel.catalog, "dev": sel.dev, "val": sel.val,
-                  "ranking": [r.to_json() for r in sel.ranking[:10]],
-                  "inputs": {"traces": [input_ref(f) for f in files]}}
+        report = {
+            "catalog": sel.catalog,
+            "dev": sel.dev,
+            "val": sel.val,
+            "ranking": [r.to_json() for r in sel.ranking[:10]],
+            "inputs": {"traces": [input_ref(f) for f in files]},
+        }
         out = next_free(calibrations / device / "deployment.yaml")
         out.parent.mkdir(parents=True, exist_ok=True)
         dep_path = write_selection(sel, report, profile_path, out)
@@ -90,7 +113,9 @@ def run_eval(
         say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
     dep = load_deployment(dep_path, profile=profile_path)
     if not allow_unconfirmed:
-        require_confirmed(Path(dep_path), dep.selection, given=deployment is not None, candidates=candidates)
+        require_confirmed(
+            Path(dep_path), dep.selection, given=deployment is not None, candidates=candidates
+        )
     say(describe_deployment(Path(dep_path), dep.source, dep.budget, dep.selection))
     say(f"replaying every method over the {split} split with {profile_path}")
     ev = evaluate_fixed(ts, prof, dep, split=split)
@@ -103,31 +128,54 @@ def run_eval(
     folder.mkdir(parents=True)
     prov = provenance(prof, Path(profile_path), dep, Path(dep_path), files, ts)
     table = render_table(ev) + render_provenance(prov)
-    inputs = {"profile": profile_path, "deployment": dep_path, **{f"traces{i}": f for i, f in enumerate(files)}}
-    doc = make_results("eval", {**ev.to_json(), "provenance": prov}, inputs=inputs, device=dict(prof.device))
+    inputs = {
+        "profile": profile_path,
+        "deployment": dep_path,
+        **{f"traces{i}": f for i, f in enumerate(files)},
+    }
+    doc = make_results(
+        "eval", {**ev.to_json(), "provenance": prov}, inputs=inputs, device=dict(prof.device)
+    )
     res_path = write_results(folder / "results.json", doc)
     (folder / "table.txt").write_text(table, encoding="utf-8")
     from as2d_cli.evaluate.tables import write_tables
 
     write_tables(ev, {w.id: w for w in ts.windows}, folder)
-    plot = plot_cdf(ev, folder / "cdf.png", f"{device} · profile {Path(profile_path).name} · "
-                    f"{dep.source}/b{dep.budget} · {stamp[:8]}")
+    plot = plot_cdf(
+        ev,
+        folder / "cdf.png",
+        f"{device} · profile {Path(profile_path).name} · {dep.source}/b{dep.budget} · {stamp[:8]}",
+    )
     from as2d_cli.evaluate.report import write_report
 
     write_report(folder)  # tables.md, datasets.png, rk.png: the paper's tables and figures
-    return EvalOutput(folder, res_path, table, plot, ev, Path(dep_path), selected_now, Path(profile_path))
+    return EvalOutput(
+        folder, res_path, table, plot, ev, Path(dep_path), selected_now, Path(profile_path)
+    )
 
 
-def provenance(prof: Any, profile_path: Path, dep: Any, dep_path: Path, files: list[Path], ts: Any) -> dict[str, Any]:
+def provenance(
+    prof: Any, profile_path: Path, dep: Any, dep_path: Path, files: list[Path], ts: Any
+) -> dict[str, Any]:
     """What a table was computed from: the profile (and whether it is synthetic), the
     deployment (and whether validation retained it), the traces and their model pair."""
     pair = ts.provenance.get("pair") or {"name": "bundled"}
     retained = (dep.selection or {}).get("retained")
     return {
-        "profile": {"path": str(profile_path), "device": str(prof.device.get("name", "")),
-                    "synthetic": bool(prof.synthetic), "pair": (prof.device.get("pair") or {"name": "bundled"})["name"]},
-        "deployment": {"path": str(dep_path), "source": dep.source, "budget": dep.budget, "threshold": dep.threshold,
-                       "batch": dep.batch, "validation_retained": retained},
+        "profile": {
+            "path": str(profile_path),
+            "device": str(prof.device.get("name", "")),
+            "synthetic": bool(prof.synthetic),
+            "pair": (prof.device.get("pair") or {"name": "bundled"})["name"],
+        },
+        "deployment": {
+            "path": str(dep_path),
+            "source": dep.source,
+            "budget": dep.budget,
+            "threshold": dep.threshold,
+            "batch": dep.batch,
+            "validation_retained": retained,
+        },
         "traces": [str(f) for f in files],
         "pair": {k: pair.get(k) for k in ("name", "task", "language")},
     }
@@ -136,11 +184,16 @@ def provenance(prof: Any, profile_path: Path, dep: Any, dep_path: Path, files: l
 def render_provenance(prov: dict[str, Any]) -> str:
     p, d = prov["profile"], prov["deployment"]
     kind = "synthetic: published costs, not measured here" if p["synthetic"] else "measured"
-    val = {True: "retained on validation", False: "NOT retained on validation", None: "not validated"}[
-        d["validation_retained"]]
+    val = {
+        True: "retained on validation",
+        False: "NOT retained on validation",
+        None: "not validated",
+    }[d["validation_retained"]]
     traces = prov["traces"]
     where = traces[0] if len(traces) == 1 else f"{len(traces)} files in {Path(traces[0]).parent}"
-    return (f"profile     {p['path']} ({p['device']}; {kind})\n"
-            f"deployment  {d['path']} ({d['source']}/budget {d['budget']}, threshold {d['threshold']}, "
-            f"batch {d['batch']}; {val})\n"
-            f"traces      {where} (model pair {prov['pair']['name']})\n")
+    return (
+        f"profile     {p['path']} ({p['device']}; {kind})\n"
+        f"deployment  {d['path']} ({d['source']}/budget {d['budget']}, threshold {d['threshold']}, "
+        f"batch {d['batch']}; {val})\n"
+        f"traces      {where} (model pair {prov['pair']['name']})\n"
+    )

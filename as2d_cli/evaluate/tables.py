@@ -14,8 +14,25 @@ from typing import Any, Mapping
 
 from as2d_cli.evaluate.fixed import LABELS, ORDER, FixedEval
 
-PER_WINDOW_COLUMNS = ["window", "split", "dataset", "language", "audio_s", "method", "config", "source", "tokens",
-                      "time_ms", "tps", "rounds", "accepted", "proposed", "eos", "capped", "slower"]
+PER_WINDOW_COLUMNS = [
+    "window",
+    "split",
+    "dataset",
+    "language",
+    "audio_s",
+    "method",
+    "config",
+    "source",
+    "tokens",
+    "time_ms",
+    "tps",
+    "rounds",
+    "accepted",
+    "proposed",
+    "eos",
+    "capped",
+    "slower",
+]
 
 
 def per_window_rows(ev: FixedEval, meta: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -29,13 +46,29 @@ def per_window_rows(ev: FixedEval, meta: Mapping[str, Any]) -> list[dict[str, An
             for r in replays:
                 w = meta[r.window]
                 tps, b = r.tps, base.get(r.window)
-                rows.append({
-                    "window": r.window, "split": w.split, "dataset": r.dataset, "language": w.language,
-                    "audio_s": float(w.audio_seconds), "method": m, "config": spec.label, "source": r.source,
-                    "tokens": r.tokens, "time_ms": r.time_ns / 1e6, "tps": tps, "rounds": r.rounds,
-                    "accepted": r.accepted, "proposed": r.proposed, "eos": r.eos, "capped": r.capped,
-                    "slower": None if m == "target-only" or tps is None or b is None else bool(tps < b),
-                })
+                rows.append(
+                    {
+                        "window": r.window,
+                        "split": w.split,
+                        "dataset": r.dataset,
+                        "language": w.language,
+                        "audio_s": float(w.audio_seconds),
+                        "method": m,
+                        "config": spec.label,
+                        "source": r.source,
+                        "tokens": r.tokens,
+                        "time_ms": r.time_ns / 1e6,
+                        "tps": tps,
+                        "rounds": r.rounds,
+                        "accepted": r.accepted,
+                        "proposed": r.proposed,
+                        "eos": r.eos,
+                        "capped": r.capped,
+                        "slower": None
+                        if m == "target-only" or tps is None or b is None
+                        else bool(tps < b),
+                    }
+                )
     return rows
 
 
@@ -49,8 +82,17 @@ def summary_rows(ev: FixedEval) -> list[dict[str, Any]]:
             sel = None if d == "all" else d
             rows = [r for r in run.windows if sel is None or r.dataset == sel]
             tps, b = run.pooled_tps(sel), base.pooled_tps(sel)
-            out.append({"method": m, "label": LABELS[m], "dataset": d, "windows": len(rows),
-                        "configs": len(run.specs), "tps": tps, "speedup": tps / b if tps and b else None})
+            out.append(
+                {
+                    "method": m,
+                    "label": LABELS[m],
+                    "dataset": d,
+                    "windows": len(rows),
+                    "configs": len(run.specs),
+                    "tps": tps,
+                    "speedup": tps / b if tps and b else None,
+                }
+            )
     return out
 
 

@@ -43,13 +43,19 @@ def check_version(
     ``where`` names the file (and line) for the message. ``upgrades[v]`` turns version v
     into v+1; versions with no path to ``version`` are refused."""
     if not isinstance(doc, dict):
-        raise FormatError(f"{where}: expected a JSON/YAML object with 'schema' and 'version', got {type(doc).__name__}; is this an {schema} file?")
+        raise FormatError(
+            f"{where}: expected a JSON/YAML object with 'schema' and 'version', got {type(doc).__name__}; is this an {schema} file?"
+        )
     got = doc.get("schema")
     if got != schema:
-        raise FormatError(f"{where}: schema is {got!r}, expected {schema!r}; pass an {schema} file here")
+        raise FormatError(
+            f"{where}: schema is {got!r}, expected {schema!r}; pass an {schema} file here"
+        )
     v = doc.get("version")
     if type(v) is not int:
-        raise FormatError(f"{where}: key 'version' must be an integer, got {v!r}; the file is damaged or not an {schema} file")
+        raise FormatError(
+            f"{where}: key 'version' must be an integer, got {v!r}; the file is damaged or not an {schema} file"
+        )
     if v > version:
         raise FormatError(
             f"{where}: {schema} version {v} is newer than this toolkit reads (version {version}); "
@@ -96,7 +102,9 @@ def _dotted(path: Any) -> str:
 def validate_schema(doc: Any, name: str, where: str) -> None:
     """Validate ``doc`` against a shipped JSON Schema; the first error becomes one line."""
     v = _validator(name)
-    errors = sorted(v.iter_errors(doc), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(
+        v.iter_errors(doc), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
+    )
     if errors:
         e = errors[0]
         key = _dotted(e.absolute_path) or "(top level)"
@@ -120,8 +128,11 @@ def git_commit() -> str:
     """The project's git commit (``unknown`` outside a checkout)."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-            cwd=Path(__file__).resolve().parent, timeout=5,
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            timeout=5,
         )
         return out.stdout.strip() if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
@@ -196,8 +207,10 @@ def _umask() -> int:
 
 
 def _exists(p: Path) -> str:
-    return (f"{p}: already exists and is never overwritten; choose another output name or remove that file "
-            "(only commands that offer --force replace it)")
+    return (
+        f"{p}: already exists and is never overwritten; choose another output name or remove that file "
+        "(only commands that offer --force replace it)"
+    )
 
 
 def write_atomic(path: str | Path, data: bytes, *, force: bool = False) -> Path:

@@ -8,7 +8,14 @@ from typing import Any
 import yaml
 
 from as2d_cli.errors import FormatError
-from as2d_cli.formats.common import check_version, environment, plain, sha256_file, validate_schema, write_atomic
+from as2d_cli.formats.common import (
+    check_version,
+    environment,
+    plain,
+    sha256_file,
+    validate_schema,
+    write_atomic,
+)
 from as2d_cli.formats.deployment import SCHEMA, VERSION, Deployment, ProfileRef
 from as2d_cli.formats.profile_io import iso_dates, read_yaml
 
@@ -17,15 +24,23 @@ def deployment_from_doc(doc: Any, where: str) -> Deployment:
     doc = iso_dates(doc)
     if isinstance(doc, dict) and isinstance(doc.get("environment"), dict):
         iso_dates(doc["environment"])
-    doc = check_version(doc, schema=SCHEMA, version=VERSION, where=where,
-                        remedy_old="select again with `as2d select-budget`")
+    doc = check_version(
+        doc,
+        schema=SCHEMA,
+        version=VERSION,
+        where=where,
+        remedy_old="select again with `as2d select-budget`",
+    )
     validate_schema(doc, "deployment.schema.json", where)
     c, p = doc["config"], doc["profile"]
     return Deployment(
-        source=c["source"], budget=c["budget"],
-        threshold=None if c["threshold"] is None else float(c["threshold"]), batch=c["batch"],
+        source=c["source"],
+        budget=c["budget"],
+        threshold=None if c["threshold"] is None else float(c["threshold"]),
+        batch=c["batch"],
         profile=ProfileRef(p["path"], p["sha256"], p.get("device", "")),
-        selection=dict(doc["selection"]), environment=dict(doc["environment"]),
+        selection=dict(doc["selection"]),
+        environment=dict(doc["environment"]),
     )
 
 
@@ -44,19 +59,39 @@ def load_deployment(path: str | Path, *, profile: str | Path | None = None) -> D
     return d
 
 
-def make_deployment(source: str, budget: int, threshold: float | None, batch: int, profile_path: str | Path,
-                    device: str, selection: dict[str, Any], device_facts: dict[str, Any] | None = None) -> Deployment:
+def make_deployment(
+    source: str,
+    budget: int,
+    threshold: float | None,
+    batch: int,
+    profile_path: str | Path,
+    device: str,
+    selection: dict[str, Any],
+    device_facts: dict[str, Any] | None = None,
+) -> Deployment:
     """A new deployment for ``profile_path`` (hashed now) with fresh environment metadata
     (``device_facts``, e.g. the profile's ``device`` section, go into the environment)."""
-    return Deployment(source, budget, threshold, batch, ProfileRef(str(profile_path), sha256_file(profile_path), device),
-                      selection, environment(device_facts))
+    return Deployment(
+        source,
+        budget,
+        threshold,
+        batch,
+        ProfileRef(str(profile_path), sha256_file(profile_path), device),
+        selection,
+        environment(device_facts),
+    )
 
 
 def deployment_to_doc(d: Deployment) -> dict:
     return {
         "schema": SCHEMA,
         "version": VERSION,
-        "config": {"source": d.source, "budget": d.budget, "threshold": d.threshold, "batch": d.batch},
+        "config": {
+            "source": d.source,
+            "budget": d.budget,
+            "threshold": d.threshold,
+            "batch": d.batch,
+        },
         "profile": {"path": d.profile.path, "sha256": d.profile.sha256, "device": d.profile.device},
         "selection": dict(d.selection),
         "environment": dict(d.environment) or environment(),
@@ -65,7 +100,10 @@ def deployment_to_doc(d: Deployment) -> dict:
 
 def write_deployment(path: str | Path, d: Deployment, *, force: bool = False) -> Path:
     doc = plain(deployment_to_doc(d))
-    text = ("# as2d.deployment v1 — the fixed configuration chosen before test evaluation.\n"
-            "# Field reference: docs/formats.md.\n" + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100))
+    text = (
+        "# as2d.deployment v1 — the fixed configuration chosen before test evaluation.\n"
+        "# Field reference: docs/formats.md.\n"
+        + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
+    )
     deployment_from_doc(yaml.safe_load(text), str(path))  # never write an invalid file
     return write_atomic(path, text.encode("utf-8"), force=force)

@@ -139,12 +139,18 @@ class ContextCosts:
 
     def target_ms(self, tokens: float, audio_s: float, width: int = 1) -> float:
         """Extra ms (may be negative) for a width-``width`` target call at cache length ``tokens``."""
-        audio_slope = self.target_ms_per_audio_s + (width - 1) * self.target_ms_per_audio_s_per_width
-        return self.target_token_slope(width) * (tokens - self.ref_tokens) + audio_slope * (audio_s - self.ref_audio_s)
+        audio_slope = (
+            self.target_ms_per_audio_s + (width - 1) * self.target_ms_per_audio_s_per_width
+        )
+        return self.target_token_slope(width) * (tokens - self.ref_tokens) + audio_slope * (
+            audio_s - self.ref_audio_s
+        )
 
     def drafter_ms(self, tokens: float, audio_s: float) -> float:
         """Extra ms (may be negative) for one drafter forward at cache length ``tokens``."""
-        return self.drafter_ms_per_token * (tokens - self.ref_tokens) + self.drafter_ms_per_audio_s * (audio_s - self.ref_audio_s)
+        return self.drafter_ms_per_token * (
+            tokens - self.ref_tokens
+        ) + self.drafter_ms_per_audio_s * (audio_s - self.ref_audio_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +213,9 @@ class CostProfile:
     # ------------------------------------------------------- serial drafter
     def _drafter(self) -> DrafterCosts:
         if self.drafter is None:
-            raise FormatError(f"{self.path}: no 'drafter' costs; standard SD and SpecASR-ASP need them — recalibrate with drafter probes")
+            raise FormatError(
+                f"{self.path}: no 'drafter' costs; standard SD and SpecASR-ASP need them — recalibrate with drafter probes"
+            )
         return self.drafter
 
     def draft_ms(self, count: int, catch_up: int = 0, rows: int = 0) -> float:

@@ -14,7 +14,16 @@ import yaml
 from as2d_cli import __version__
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import check_version, git_commit, plain, validate_schema, write_atomic
-from as2d_cli.formats.profile import IN_LOOP_KINDS, SCHEMA, VERSION, ContextCosts, CostProfile, DrafterCosts, Fit, SourceCosts
+from as2d_cli.formats.profile import (
+    IN_LOOP_KINDS,
+    SCHEMA,
+    VERSION,
+    ContextCosts,
+    CostProfile,
+    DrafterCosts,
+    Fit,
+    SourceCosts,
+)
 
 _K = re.compile(r"^K([1-9][0-9]*)$")
 
@@ -42,7 +51,9 @@ def read_yaml(path: Path, what: str) -> Any:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise FormatError(f"{path}: not valid YAML{at} ({problem}); the file is truncated or damaged — fix or regenerate it") from None
+        raise FormatError(
+            f"{path}: not valid YAML{at} ({problem}); the file is truncated or damaged — fix or regenerate it"
+        ) from None
 
 
 def iso_dates(doc: Any) -> Any:
@@ -56,8 +67,14 @@ def iso_dates(doc: Any) -> Any:
 
 def profile_from_doc(doc: Any, where: str) -> CostProfile:
     doc = iso_dates(doc)
-    doc = check_version(doc, schema=SCHEMA, version=VERSION, where=where, upgrades=_UPGRADES,
-                        remedy_old="recalibrate the device with `as2d calibrate`")
+    doc = check_version(
+        doc,
+        schema=SCHEMA,
+        version=VERSION,
+        where=where,
+        upgrades=_UPGRADES,
+        remedy_old="recalibrate the device with `as2d calibrate`",
+    )
     _check_in_loop(doc, where)  # before the schema: its messages name the exact family/kind
     validate_schema(doc, "profile.schema.json", where)
     c = doc["costs"]
@@ -65,32 +82,60 @@ def profile_from_doc(doc: Any, where: str) -> CostProfile:
     ratio = _widths(c["verify"]["concurrent_ratio"])
     extra = sorted(set(ratio) - set(idle))
     if extra:
-        raise FormatError(f"{where}: key costs.verify.concurrent_ratio.K{extra[0]}: a ratio for a width with no idle measurement; measure K{extra[0]} idle or drop the ratio")
+        raise FormatError(
+            f"{where}: key costs.verify.concurrent_ratio.K{extra[0]}: a ratio for a width with no idle measurement; measure K{extra[0]} idle or drop the ratio"
+        )
     d = c.get("drafter")
-    drafter = None if d is None else DrafterCosts(
-        step_ms=float(d["step_ms"]), catch_up_ms=float(d["catch_up_ms"]), paired_ms=float(d["paired_ms"]),
-        row_ms=float(d["row_ms"]), refresh_ms=_widths(d["refresh_ms"]),
+    drafter = (
+        None
+        if d is None
+        else DrafterCosts(
+            step_ms=float(d["step_ms"]),
+            catch_up_ms=float(d["catch_up_ms"]),
+            paired_ms=float(d["paired_ms"]),
+            row_ms=float(d["row_ms"]),
+            refresh_ms=_widths(d["refresh_ms"]),
+        )
     )
     sources = {}
     for name, s in (c.get("sources") or {}).items():
         own = _widths(s.get("verify_concurrent_ratio"))
         bad = sorted(set(own) - set(idle))
         if bad:
-            raise FormatError(f"{where}: key costs.sources.{name}.verify_concurrent_ratio.K{bad[0]}: no idle measurement for that width; measure it or drop the ratio")
+            raise FormatError(
+                f"{where}: key costs.sources.{name}.verify_concurrent_ratio.K{bad[0]}: no idle measurement for that width; measure it or drop the ratio"
+            )
         sources[name] = SourceCosts(
-            name=name, kind=s["kind"], step_ms_idle=float(s.get("step_ms", 0.0)), chunk_ms_idle=float(s.get("chunk_ms", 0.0)),
-            publish_ms=float(s["publish_ms"]), startup_ms=float(s["startup_ms"]),
-            concurrent_ratio=float(s["concurrent_ratio"]), verify_concurrent_ratio=own or None,
+            name=name,
+            kind=s["kind"],
+            step_ms_idle=float(s.get("step_ms", 0.0)),
+            chunk_ms_idle=float(s.get("chunk_ms", 0.0)),
+            publish_ms=float(s["publish_ms"]),
+            startup_ms=float(s["startup_ms"]),
+            concurrent_ratio=float(s["concurrent_ratio"]),
+            verify_concurrent_ratio=own or None,
             startup_ms_per_audio_s=float(s.get("startup_ms_per_audio_s", 0.0)),
         )
     f = doc["fit"]
-    fit = Fit(method=f["method"], samples={k: tuple(float(x) for x in v) for k, v in f["samples"].items()},
-              notes=f.get("notes", ""))
+    fit = Fit(
+        method=f["method"],
+        samples={k: tuple(float(x) for x in v) for k, v in f["samples"].items()},
+        notes=f.get("notes", ""),
+    )
     return CostProfile(
-        device=dict(doc["device"]), target_step_ms=float(c["target_step_ms"]), verify_idle_ms=idle,
-        verify_concurrent_ratio=ratio, loop_ms=float(c["loop_ms"]), align_ms=float(c["align_ms"]),
-        drafter=drafter, sources=sources, fit=fit, synthetic=bool(doc.get("synthetic", False)),
-        created=str(doc["created"]), path=where, context=_context(c.get("context")),
+        device=dict(doc["device"]),
+        target_step_ms=float(c["target_step_ms"]),
+        verify_idle_ms=idle,
+        verify_concurrent_ratio=ratio,
+        loop_ms=float(c["loop_ms"]),
+        align_ms=float(c["align_ms"]),
+        drafter=drafter,
+        sources=sources,
+        fit=fit,
+        synthetic=bool(doc.get("synthetic", False)),
+        created=str(doc["created"]),
+        path=where,
+        context=_context(c.get("context")),
         in_loop=_in_loop(c.get("in_loop")),
     )
 
@@ -107,13 +152,16 @@ def _context(d: dict | None) -> ContextCosts | None:
     if not d:
         return None
     t, dr = d.get("target") or {}, d.get("drafter") or {}
-    return ContextCosts(ref_tokens=float(d["ref_tokens"]), ref_audio_s=float(d["ref_audio_s"]),
-                        target_ms_per_token=float(t.get("ms_per_token", 0.0)),
-                        target_ms_per_audio_s=float(t.get("ms_per_audio_s", 0.0)),
-                        target_ms_per_token_per_width=float(t.get("ms_per_token_per_width", 0.0)),
-                        target_ms_per_audio_s_per_width=float(t.get("ms_per_audio_s_per_width", 0.0)),
-                        drafter_ms_per_token=float(dr.get("ms_per_token", 0.0)),
-                        drafter_ms_per_audio_s=float(dr.get("ms_per_audio_s", 0.0)))
+    return ContextCosts(
+        ref_tokens=float(d["ref_tokens"]),
+        ref_audio_s=float(d["ref_audio_s"]),
+        target_ms_per_token=float(t.get("ms_per_token", 0.0)),
+        target_ms_per_audio_s=float(t.get("ms_per_audio_s", 0.0)),
+        target_ms_per_token_per_width=float(t.get("ms_per_token_per_width", 0.0)),
+        target_ms_per_audio_s_per_width=float(t.get("ms_per_audio_s_per_width", 0.0)),
+        drafter_ms_per_token=float(dr.get("ms_per_token", 0.0)),
+        drafter_ms_per_audio_s=float(dr.get("ms_per_audio_s", 0.0)),
+    )
 
 
 _IN_LOOP_FIX = "recalibrate with `as2d calibrate` (or drop the entry: an absent ratio is 1.0)"
@@ -126,29 +174,46 @@ def _check_in_loop(doc: dict, where: str) -> None:
         return
     d = c["in_loop"]
     if not isinstance(d, dict):
-        raise FormatError(f"{where}: key costs.in_loop: expected a mapping of method family to {{op kind: ratio}}, "
-                          f"got {type(d).__name__}; {_IN_LOOP_FIX}")
+        raise FormatError(
+            f"{where}: key costs.in_loop: expected a mapping of method family to {{op kind: ratio}}, "
+            f"got {type(d).__name__}; {_IN_LOOP_FIX}"
+        )
     for fam, kinds in d.items():
         allowed = IN_LOOP_KINDS.get(fam) if isinstance(fam, str) else None
         if allowed is None:
-            raise FormatError(f"{where}: key costs.in_loop.{fam}: unknown method family {fam!r} "
-                              f"(known: {', '.join(sorted(IN_LOOP_KINDS))}); {_IN_LOOP_FIX}")
+            raise FormatError(
+                f"{where}: key costs.in_loop.{fam}: unknown method family {fam!r} "
+                f"(known: {', '.join(sorted(IN_LOOP_KINDS))}); {_IN_LOOP_FIX}"
+            )
         if not isinstance(kinds, dict):
-            raise FormatError(f"{where}: key costs.in_loop.{fam}: expected a mapping of op kind to ratio, "
-                              f"got {type(kinds).__name__}; {_IN_LOOP_FIX}")
+            raise FormatError(
+                f"{where}: key costs.in_loop.{fam}: expected a mapping of op kind to ratio, "
+                f"got {type(kinds).__name__}; {_IN_LOOP_FIX}"
+            )
         for kind, r in kinds.items():
             if kind not in allowed:
-                raise FormatError(f"{where}: key costs.in_loop.{fam}.{kind}: unknown op kind {kind!r} for family {fam!r} "
-                                  f"(allowed: {', '.join(allowed)}); {_IN_LOOP_FIX}")
-            if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
-                raise FormatError(f"{where}: key costs.in_loop.{fam}.{kind}: ratio must be a finite number > 0, got {r!r}; "
-                                  f"{_IN_LOOP_FIX}")
+                raise FormatError(
+                    f"{where}: key costs.in_loop.{fam}.{kind}: unknown op kind {kind!r} for family {fam!r} "
+                    f"(allowed: {', '.join(allowed)}); {_IN_LOOP_FIX}"
+                )
+            if (
+                isinstance(r, bool)
+                or not isinstance(r, (int, float))
+                or not math.isfinite(r)
+                or r <= 0
+            ):
+                raise FormatError(
+                    f"{where}: key costs.in_loop.{fam}.{kind}: ratio must be a finite number > 0, got {r!r}; "
+                    f"{_IN_LOOP_FIX}"
+                )
 
 
 def _in_loop(d: dict | None) -> dict[str, dict[str, float]] | None:
     if d is None:
         return None
-    return {fam: {k: float(r) for k, r in sorted(kinds.items())} for fam, kinds in sorted(d.items())}
+    return {
+        fam: {k: float(r) for k, r in sorted(kinds.items())} for fam, kinds in sorted(d.items())
+    }
 
 
 def load_profile(path: str | Path) -> CostProfile:
@@ -161,10 +226,18 @@ def profile_to_doc(p: CostProfile) -> dict:
         "target_step_ms": p.target_step_ms,
         "loop_ms": p.loop_ms,
         "align_ms": p.align_ms,
-        "verify": {"idle_ms": _kkeys(dict(p.verify_idle_ms)), "concurrent_ratio": _kkeys(dict(p.verify_concurrent_ratio))},
-        "drafter": None if p.drafter is None else {
-            "step_ms": p.drafter.step_ms, "catch_up_ms": p.drafter.catch_up_ms, "paired_ms": p.drafter.paired_ms,
-            "row_ms": p.drafter.row_ms, "refresh_ms": _kkeys(dict(p.drafter.refresh_ms)),
+        "verify": {
+            "idle_ms": _kkeys(dict(p.verify_idle_ms)),
+            "concurrent_ratio": _kkeys(dict(p.verify_concurrent_ratio)),
+        },
+        "drafter": None
+        if p.drafter is None
+        else {
+            "step_ms": p.drafter.step_ms,
+            "catch_up_ms": p.drafter.catch_up_ms,
+            "paired_ms": p.drafter.paired_ms,
+            "row_ms": p.drafter.row_ms,
+            "refresh_ms": _kkeys(dict(p.drafter.refresh_ms)),
         },
         "sources": {},
     }
@@ -174,7 +247,9 @@ def profile_to_doc(p: CostProfile) -> dict:
             sd["step_ms"] = s.step_ms_idle
         else:
             sd["chunk_ms"] = s.chunk_ms_idle
-        sd.update(publish_ms=s.publish_ms, startup_ms=s.startup_ms, concurrent_ratio=s.concurrent_ratio)
+        sd.update(
+            publish_ms=s.publish_ms, startup_ms=s.startup_ms, concurrent_ratio=s.concurrent_ratio
+        )
         if s.verify_concurrent_ratio:
             sd["verify_concurrent_ratio"] = _kkeys(dict(s.verify_concurrent_ratio))
         if s.startup_ms_per_audio_s:
@@ -183,14 +258,23 @@ def profile_to_doc(p: CostProfile) -> dict:
     if p.context is not None:
         c = p.context
         costs["context"] = {
-            "ref_tokens": c.ref_tokens, "ref_audio_s": c.ref_audio_s,
-            "target": {"ms_per_token": c.target_ms_per_token, "ms_per_audio_s": c.target_ms_per_audio_s,
-                       "ms_per_token_per_width": c.target_ms_per_token_per_width,
-                       "ms_per_audio_s_per_width": c.target_ms_per_audio_s_per_width},
-            "drafter": {"ms_per_token": c.drafter_ms_per_token, "ms_per_audio_s": c.drafter_ms_per_audio_s},
+            "ref_tokens": c.ref_tokens,
+            "ref_audio_s": c.ref_audio_s,
+            "target": {
+                "ms_per_token": c.target_ms_per_token,
+                "ms_per_audio_s": c.target_ms_per_audio_s,
+                "ms_per_token_per_width": c.target_ms_per_token_per_width,
+                "ms_per_audio_s_per_width": c.target_ms_per_audio_s_per_width,
+            },
+            "drafter": {
+                "ms_per_token": c.drafter_ms_per_token,
+                "ms_per_audio_s": c.drafter_ms_per_audio_s,
+            },
         }
     if p.in_loop is not None:
-        costs["in_loop"] = {fam: dict(sorted(kinds.items())) for fam, kinds in sorted(p.in_loop.items())}
+        costs["in_loop"] = {
+            fam: dict(sorted(kinds.items())) for fam, kinds in sorted(p.in_loop.items())
+        }
     return {
         "schema": SCHEMA,
         "version": VERSION,
@@ -200,7 +284,11 @@ def profile_to_doc(p: CostProfile) -> dict:
         "git_commit": git_commit(),
         "device": dict(p.device),
         "costs": costs,
-        "fit": {"method": p.fit.method, "notes": p.fit.notes, "samples": {k: list(v) for k, v in p.fit.samples.items()}},
+        "fit": {
+            "method": p.fit.method,
+            "notes": p.fit.notes,
+            "samples": {k: list(v) for k, v in p.fit.samples.items()},
+        },
     }
 
 

@@ -16,13 +16,29 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from as2d_cli.errors import FormatError, UserError
-from as2d_cli.formats.common import check_version, environment, next_free, sha256_file, validate_schema, write_atomic
+from as2d_cli.formats.common import (
+    check_version,
+    environment,
+    next_free,
+    sha256_file,
+    validate_schema,
+    write_atomic,
+)
 
 SCHEMA = "as2d.results"
 VERSION = 1
 # Version history: 1 — first release.
 
-__all__ = ["SCHEMA", "VERSION", "make_results", "write_results", "load_results", "input_ref", "next_free", "to_jsonable"]
+__all__ = [
+    "SCHEMA",
+    "VERSION",
+    "make_results",
+    "write_results",
+    "load_results",
+    "input_ref",
+    "next_free",
+    "to_jsonable",
+]
 
 
 def to_jsonable(x: Any, where: str = "results") -> Any:
@@ -36,7 +52,9 @@ def to_jsonable(x: Any, where: str = "results") -> Any:
     if hasattr(x, "item") and callable(x.item) and not isinstance(x, (str, bytes)):
         x = x.item()  # numpy scalar
     if isinstance(x, float) and not math.isfinite(x):
-        raise FormatError(f"{where}: value {x} is not a finite number; an impossible figure cannot be stored — check the inputs that produced it")
+        raise FormatError(
+            f"{where}: value {x} is not a finite number; an impossible figure cannot be stored — check the inputs that produced it"
+        )
     return x
 
 
@@ -44,8 +62,13 @@ def input_ref(path: str | Path) -> dict:
     return {"path": str(path), "sha256": sha256_file(path)}
 
 
-def make_results(kind: str, results: Mapping[str, Any], *, inputs: Mapping[str, str | Path] | None = None,
-                 device: Mapping[str, Any] | None = None) -> dict:
+def make_results(
+    kind: str,
+    results: Mapping[str, Any],
+    *,
+    inputs: Mapping[str, str | Path] | None = None,
+    device: Mapping[str, Any] | None = None,
+) -> dict:
     """A results document with fresh environment metadata and hashed inputs."""
     return {
         "schema": SCHEMA,
@@ -74,9 +97,19 @@ def load_results(path: str | Path, kind: str | None = None) -> dict:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise FormatError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); the file is truncated or damaged") from None
-    doc = check_version(doc, schema=SCHEMA, version=VERSION, where=str(path), remedy_old="rerun the command that produced it")
+        raise FormatError(
+            f"{path}: not valid JSON ({e.msg} at line {e.lineno}); the file is truncated or damaged"
+        ) from None
+    doc = check_version(
+        doc,
+        schema=SCHEMA,
+        version=VERSION,
+        where=str(path),
+        remedy_old="rerun the command that produced it",
+    )
     validate_schema(doc, "results.schema.json", str(path))
     if kind is not None and doc["kind"] != kind:
-        raise FormatError(f"{path}: holds {doc['kind']!r} results, expected {kind!r}; pass a {kind} results file")
+        raise FormatError(
+            f"{path}: holds {doc['kind']!r} results, expected {kind!r}; pass a {kind} results file"
+        )
     return doc

@@ -80,7 +80,9 @@ class DrafterTrace:
     continuations: tuple[tuple[int, ...], ...]
     confidences: tuple[tuple[float, ...], ...] | None = None
 
-    def for_engine(self) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[float, ...], ...] | None]:
+    def for_engine(
+        self,
+    ) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[float, ...], ...] | None]:
         """(continuations, confidences) as SequenceDrafter takes them."""
         return self.continuations, self.confidences
 
@@ -118,14 +120,20 @@ class WindowTrace:
 
         src = self.sources.get(name)
         if src is None:
-            raise UserError(f"window {self.id}: no source {name!r} in the trace (has {', '.join(sorted(self.sources)) or 'none'}); pick one of those")
+            raise UserError(
+                f"window {self.id}: no source {name!r} in the trace (has {', '.join(sorted(self.sources)) or 'none'}); pick one of those"
+            )
         if src.eligible:
             return name, src
         fb = self.default_source
         if fb is None or fb == name or fb not in self.sources:
-            raise UserError(f"window {self.id}: source {name!r} cannot serve language {self.language!r} and the trace declares no default source to fall back to; add default_source to the trace header")
+            raise UserError(
+                f"window {self.id}: source {name!r} cannot serve language {self.language!r} and the trace declares no default source to fall back to; add default_source to the trace header"
+            )
         if not self.sources[fb].eligible:
-            raise UserError(f"window {self.id}: neither {name!r} nor the default source {fb!r} can serve language {self.language!r}; drop the window or regenerate it with a source that can")
+            raise UserError(
+                f"window {self.id}: neither {name!r} nor the default source {fb!r} can serve language {self.language!r}; drop the window or regenerate it with a source that can"
+            )
         return fb, self.sources[fb]
 
 
@@ -140,8 +148,15 @@ class TraceSet:
     version: int = VERSION
 
     def by_split(self, split: str) -> "TraceSet":
-        return TraceSet(self.provenance, self.eos_id, self.sources, self.default_source,
-                        tuple(w for w in self.windows if w.split == split), self.schema, self.version)
+        return TraceSet(
+            self.provenance,
+            self.eos_id,
+            self.sources,
+            self.default_source,
+            tuple(w for w in self.windows if w.split == split),
+            self.schema,
+            self.version,
+        )
 
     def window(self, window_id: str) -> WindowTrace:
         for w in self.windows:
@@ -149,7 +164,9 @@ class TraceSet:
                 return w
         from as2d_cli.errors import UserError
 
-        raise UserError(f"no window {window_id!r} in the trace set; list the ids with `as2d replay --json`")
+        raise UserError(
+            f"no window {window_id!r} in the trace set; list the ids with `as2d replay --json`"
+        )
 
     @property
     def datasets(self) -> tuple[str, ...]:

@@ -37,8 +37,22 @@ from as2d_cli.formats.trace import (
 HEADER_SCHEMA = "trace.schema.json"
 WINDOW_SCHEMA = "trace-window.schema.json"
 _FIX = "regenerate the trace or fix that record"
-_WINDOW_KEYS = frozenset({"id", "dataset", "split", "audio_seconds", "task", "language", "reference",
-                          "eos", "capped", "max_tokens", "sources", "drafter"})
+_WINDOW_KEYS = frozenset(
+    {
+        "id",
+        "dataset",
+        "split",
+        "audio_seconds",
+        "task",
+        "language",
+        "reference",
+        "eos",
+        "capped",
+        "max_tokens",
+        "sources",
+        "drafter",
+    }
+)
 _SOURCE_KEYS = frozenset({"kind", "eligible", "eos", "tokens", "confidences", "chunks"})
 
 
@@ -65,13 +79,21 @@ def _open_lines(path: Path) -> Iterator[tuple[int, str]]:
     except FileNotFoundError:
         raise UserError(f"{path}: no such trace file; check the --traces path") from None
     except IsADirectoryError:
-        raise UserError(f"{path}: is a folder, not a trace file; pass a .jsonl or .jsonl.gz file") from None
+        raise UserError(
+            f"{path}: is a folder, not a trace file; pass a .jsonl or .jsonl.gz file"
+        ) from None
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise FormatError(f"{path}: gzip data is truncated or corrupt ({e}); copy the file again or regenerate it") from None
+        raise FormatError(
+            f"{path}: gzip data is truncated or corrupt ({e}); copy the file again or regenerate it"
+        ) from None
     except PermissionError:
-        raise UserError(f"{path}: not readable (permission denied); fix its permissions or copy it") from None
+        raise UserError(
+            f"{path}: not readable (permission denied); fix its permissions or copy it"
+        ) from None
     except UnicodeDecodeError:
-        raise FormatError(f"{path}: not UTF-8 text (a .gz file without the .gz extension?); name gzip files *.jsonl.gz") from None
+        raise FormatError(
+            f"{path}: not UTF-8 text (a .gz file without the .gz extension?); name gzip files *.jsonl.gz"
+        ) from None
 
 
 def load_traces(path: str | Path, *, split: str | None = None, strict: bool = False) -> TraceSet:
@@ -92,24 +114,43 @@ def load_traces(path: str | Path, *, split: str | None = None, strict: bool = Fa
         try:
             doc = json.loads(line)
         except json.JSONDecodeError as e:
-            raise FormatError(f"{where}: not valid JSON ({e.msg} at column {e.colno}); the file is truncated or damaged — {_FIX}") from None
+            raise FormatError(
+                f"{where}: not valid JSON ({e.msg} at column {e.colno}); the file is truncated or damaged — {_FIX}"
+            ) from None
         if header is None:
-            header = check_version(doc, schema=SCHEMA, version=VERSION, where=where,
-                                   remedy_old="regenerate the traces with this toolkit")
+            header = check_version(
+                doc,
+                schema=SCHEMA,
+                version=VERSION,
+                where=where,
+                remedy_old="regenerate the traces with this toolkit",
+            )
             validate_schema(header, HEADER_SCHEMA, where)
             eos_id = header["eos_id"]
             vocab = header.get("vocab_size")
             tok_vocab = header["provenance"]["tokenizer"].get("vocab_size")
             if vocab is not None and tok_vocab is not None and vocab != tok_vocab:
-                raise FormatError(f"{where}: key vocab_size: {vocab} disagrees with provenance.tokenizer.vocab_size {tok_vocab}; fix the header")
+                raise FormatError(
+                    f"{where}: key vocab_size: {vocab} disagrees with provenance.tokenizer.vocab_size {tok_vocab}; fix the header"
+                )
             vocab = vocab if vocab is not None else tok_vocab
-            declared = {n: SourceInfo(n, s["kind"], s.get("model", "")) for n, s in header["sources"].items()}
+            declared = {
+                n: SourceInfo(n, s["kind"], s.get("model", ""))
+                for n, s in header["sources"].items()
+            }
             default_source = header.get("default_source")
-            if default_source is not None and declared.get(default_source, SourceInfo("", "")).kind != AUTOREGRESSIVE:
-                raise FormatError(f"{where}: key default_source: {default_source!r} is not a declared autoregressive source; declare it under 'sources' or fix the name")
+            if (
+                default_source is not None
+                and declared.get(default_source, SourceInfo("", "")).kind != AUTOREGRESSIVE
+            ):
+                raise FormatError(
+                    f"{where}: key default_source: {default_source!r} is not a declared autoregressive source; declare it under 'sources' or fix the name"
+                )
             hsplit = header.get("split")
             if split is not None and hsplit is not None and hsplit != split:
-                raise FormatError(f"{path}: holds the {hsplit!r} split but {split!r} was requested; pass the {split} trace file")
+                raise FormatError(
+                    f"{path}: holds the {hsplit!r} split but {split!r} was requested; pass the {split} trace file"
+                )
             continue
         wid = doc.get("id") if isinstance(doc, dict) else None
         wwhere = f"{where} (window {wid})" if isinstance(wid, str) else where
@@ -121,18 +162,26 @@ def load_traces(path: str | Path, *, split: str | None = None, strict: bool = Fa
             fix = "" if ";" in b.msg else f"; {_FIX}"  # the message may carry its own remedy
             raise FormatError(f"{wwhere}: key {b.key}: {b.msg}{fix}") from None
         if w.id in seen:
-            raise FormatError(f"{wwhere}: window id {w.id!r} appears twice; remove the duplicate record")
+            raise FormatError(
+                f"{wwhere}: window id {w.id!r} appears twice; remove the duplicate record"
+            )
         seen.add(w.id)
         if header.get("split") is not None and w.split != header["split"]:
-            raise FormatError(f"{wwhere}: key split: window is in split {w.split!r} but the file header says {header['split']!r}; fix the record or the header")
+            raise FormatError(
+                f"{wwhere}: key split: window is in split {w.split!r} but the file header says {header['split']!r}; fix the record or the header"
+            )
         if split is not None and w.split != split:
-            raise FormatError(f"{wwhere}: key split: window is in split {w.split!r} but {split!r} was requested; pass the {split} trace file or split the traces first")
+            raise FormatError(
+                f"{wwhere}: key split: window is in split {w.split!r} but {split!r} was requested; pass the {split} trace file or split the traces first"
+            )
         windows.append(w)
     if header is None:
         raise FormatError(f"{path}: empty file, no header line; pass an {SCHEMA} file")
     expect = header["windows"]
     if len(windows) != expect:
-        raise FormatError(f"{path}: header announces {expect} windows but the file holds {len(windows)}; the file is truncated or was edited — regenerate it")
+        raise FormatError(
+            f"{path}: header announces {expect} windows but the file holds {len(windows)}; the file is truncated or was edited — regenerate it"
+        )
     prov = dict(header.get("provenance", {}))
     return TraceSet(prov, eos_id, declared, default_source, tuple(windows))
 
@@ -152,7 +201,10 @@ def _tokens(x: Any, key: str, vocab: int | None, allow_empty: bool = True) -> tu
     if lo < 0:
         raise _Bad(f"{key}[{x.index(lo)}]", f"token id {lo} is negative")
     if vocab is not None and hi >= vocab:
-        raise _Bad(f"{key}[{x.index(hi)}]", f"token id {hi} is outside the vocabulary (size {vocab}); sources must map to target token ids")
+        raise _Bad(
+            f"{key}[{x.index(hi)}]",
+            f"token id {hi} is outside the vocabulary (size {vocab}); sources must map to target token ids",
+        )
     return tuple(x)
 
 
@@ -184,13 +236,21 @@ def _req(doc: dict, key: str, types: tuple[type, ...], prefix: str = "") -> Any:
     return v
 
 
-def _window(doc: Any, eos_id: int, vocab: int | None, declared: dict[str, SourceInfo],
-            default_source: str | None) -> WindowTrace:
+def _window(
+    doc: Any,
+    eos_id: int,
+    vocab: int | None,
+    declared: dict[str, SourceInfo],
+    default_source: str | None,
+) -> WindowTrace:
     if not isinstance(doc, dict):
         raise _Bad("(record)", f"expected a JSON object, got {type(doc).__name__}")
     extra = doc.keys() - _WINDOW_KEYS
     if extra:
-        raise _Bad(sorted(extra)[0], "unknown key (a typo, or a newer trace version?); remove it or upgrade as2d")
+        raise _Bad(
+            sorted(extra)[0],
+            "unknown key (a typo, or a newer trace version?); remove it or upgrade as2d",
+        )
     wid = _req(doc, "id", (str,))
     dataset = _req(doc, "dataset", (str,))
     split = _req(doc, "split", (str,))
@@ -208,11 +268,17 @@ def _window(doc: Any, eos_id: int, vocab: int | None, declared: dict[str, Source
     if len(ref) > max_tokens:
         raise _Bad("reference", f"{len(ref)} tokens exceed max_tokens {max_tokens}")
     if eos == capped:
-        raise _Bad("eos", "exactly one of 'eos' and 'capped' must be true (the reference ends at EOS or at the cap)")
+        raise _Bad(
+            "eos",
+            "exactly one of 'eos' and 'capped' must be true (the reference ends at EOS or at the cap)",
+        )
     if eos and ref[-1] != eos_id:
         raise _Bad("reference", f"eos is true but the last token is {ref[-1]}, not EOS {eos_id}")
     if capped and len(ref) != max_tokens:
-        raise _Bad("capped", f"capped is true but the reference has {len(ref)} tokens, not max_tokens {max_tokens}")
+        raise _Bad(
+            "capped",
+            f"capped is true but the reference has {len(ref)} tokens, not max_tokens {max_tokens}",
+        )
     if eos_id in ref[:-1]:
         raise _Bad(f"reference[{ref.index(eos_id)}]", "EOS before the end of the reference")
     srcs_doc = _req(doc, "sources", (dict,))
@@ -220,15 +286,35 @@ def _window(doc: Any, eos_id: int, vocab: int | None, declared: dict[str, Source
     for name, s in srcs_doc.items():
         info = declared.get(name)
         if info is None:
-            raise _Bad(f"sources.{name}", f"unknown source (the header declares {', '.join(sorted(declared)) or 'none'}); declare it in the header or drop it")
+            raise _Bad(
+                f"sources.{name}",
+                f"unknown source (the header declares {', '.join(sorted(declared)) or 'none'}); declare it in the header or drop it",
+            )
         sources[name] = _source(s, info, f"sources.{name}.", vocab)
     missing = sorted(set(declared) - set(sources))
     if missing:
-        raise _Bad(f"sources.{missing[0]}", "declared in the header but missing from this window; give it (with eligible: false if it cannot serve the language)")
+        raise _Bad(
+            f"sources.{missing[0]}",
+            "declared in the header but missing from this window; give it (with eligible: false if it cannot serve the language)",
+        )
     dr = doc.get("drafter")
     drafter = None if dr is None else _drafter(dr, len(ref), vocab)
-    return WindowTrace(wid, dataset, split, float(audio), task, language, ref, eos, capped,
-                       max_tokens, eos_id, sources, drafter, default_source)
+    return WindowTrace(
+        wid,
+        dataset,
+        split,
+        float(audio),
+        task,
+        language,
+        ref,
+        eos,
+        capped,
+        max_tokens,
+        eos_id,
+        sources,
+        drafter,
+        default_source,
+    )
 
 
 def _source(s: Any, info: SourceInfo, p: str, vocab: int | None) -> SourceTrace:
@@ -261,13 +347,18 @@ def _source(s: Any, info: SourceInfo, p: str, vocab: int | None) -> SourceTrace:
         ct = _tokens(_req(c, "tokens", (list,), q), q + "tokens", vocab)
         end = _req(c, "audio_end_s", (int, float), q)
         if end < last_end:
-            raise _Bad(q + "audio_end_s", f"{end} is before the previous chunk's end {last_end}; chunks must be in audio order")
+            raise _Bad(
+                q + "audio_end_s",
+                f"{end} is before the previous chunk's end {last_end}; chunks must be in audio order",
+            )
         last_end = end
         cc = _confs(c.get("confidences"), q + "confidences", len(ct))
         chunks.append(Chunk(ct, float(end), cc))
         flat.extend(ct)
     if "tokens" in s and tuple(s["tokens"]) != tuple(flat):
-        raise _Bad(p + "tokens", "differ from the chunks' tokens concatenated; drop 'tokens' or fix it")
+        raise _Bad(
+            p + "tokens", "differ from the chunks' tokens concatenated; drop 'tokens' or fix it"
+        )
     conf = None
     if chunks and all(c.confidences is not None for c in chunks):
         conf = tuple(x for c in chunks for x in c.confidences)  # type: ignore[union-attr]
@@ -282,26 +373,40 @@ def _drafter(d: Any, n_ref: int, vocab: int | None) -> DrafterTrace:
         raise _Bad("drafter.cap", f"must be >= 1, got {cap}")
     conts = _req(d, "continuations", (list,), "drafter.")
     if len(conts) not in (n_ref - 1, n_ref) or (n_ref > 1 and not conts):
-        raise _Bad("drafter.continuations", f"{len(conts)} positions for a {n_ref}-token reference; give one per target-path position (at least {n_ref - 1})")
+        raise _Bad(
+            "drafter.continuations",
+            f"{len(conts)} positions for a {n_ref}-token reference; give one per target-path position (at least {n_ref - 1})",
+        )
     confs = d.get("confidences")
     if confs is not None and (type(confs) is not list or len(confs) != len(conts)):
         raise _Bad("drafter.confidences", "must be null or one list per continuation")
     # Whole-matrix fast path (one type/range scan); the per-row path finds the culprit.
-    if (all(type(c) is list for c in conts) and set(map(len, conts)) <= {cap}
-            and (confs is None or (all(type(c) is list for c in confs) and set(map(len, confs)) <= {cap}))):
+    if (
+        all(type(c) is list for c in conts)
+        and set(map(len, conts)) <= {cap}
+        and (
+            confs is None or (all(type(c) is list for c in confs) and set(map(len, confs)) <= {cap})
+        )
+    ):
         flat = list(chain.from_iterable(conts))
-        ok = not flat or (set(map(type, flat)) == _INT and min(flat) >= 0 and (vocab is None or max(flat) < vocab))
+        ok = not flat or (
+            set(map(type, flat)) == _INT and min(flat) >= 0 and (vocab is None or max(flat) < vocab)
+        )
         if ok and confs is not None:
             fc = list(chain.from_iterable(confs))
             ok = not fc or (set(map(type, fc)) == _FLOAT and min(fc) >= 0.0 and max(fc) <= 1.0)
         if ok:
-            return DrafterTrace(cap, tuple(map(tuple, conts)), None if confs is None else tuple(map(tuple, confs)))
+            return DrafterTrace(
+                cap, tuple(map(tuple, conts)), None if confs is None else tuple(map(tuple, confs))
+            )
     out_t: list[tuple[int, ...]] = []
     out_c: list[tuple[float, ...]] = []
     for i, c in enumerate(conts):
         t = _tokens(c, f"drafter.continuations[{i}]", vocab)
         if len(t) != cap:
-            raise _Bad(f"drafter.continuations[{i}]", f"{len(t)} tokens, expected exactly cap={cap}")
+            raise _Bad(
+                f"drafter.continuations[{i}]", f"{len(t)} tokens, expected exactly cap={cap}"
+            )
         out_t.append(t)
         if confs is not None:
             out_c.append(_confs(confs[i], f"drafter.confidences[{i}]", cap))  # type: ignore[arg-type]
@@ -318,7 +423,11 @@ def header_record(ts: TraceSet, split: str | None = None) -> dict:
         "sources": {n: {"kind": s.kind, "model": s.model} for n, s in ts.sources.items()},
         "windows": len(ts.windows),
     }
-    vocab = ts.provenance.get("tokenizer", {}).get("vocab_size") if isinstance(ts.provenance.get("tokenizer"), dict) else None
+    vocab = (
+        ts.provenance.get("tokenizer", {}).get("vocab_size")
+        if isinstance(ts.provenance.get("tokenizer"), dict)
+        else None
+    )
     if vocab is not None:
         h["vocab_size"] = vocab
     if ts.default_source is not None:
@@ -330,9 +439,17 @@ def header_record(ts: TraceSet, split: str | None = None) -> dict:
 
 def window_record(w: WindowTrace) -> dict:
     rec: dict[str, Any] = {
-        "id": w.id, "dataset": w.dataset, "split": w.split, "audio_seconds": w.audio_seconds,
-        "task": w.task, "language": w.language, "reference": list(w.reference),
-        "eos": w.eos, "capped": w.capped, "max_tokens": w.max_tokens, "sources": {},
+        "id": w.id,
+        "dataset": w.dataset,
+        "split": w.split,
+        "audio_seconds": w.audio_seconds,
+        "task": w.task,
+        "language": w.language,
+        "reference": list(w.reference),
+        "eos": w.eos,
+        "capped": w.capped,
+        "max_tokens": w.max_tokens,
+        "sources": {},
     }
     for name, s in w.sources.items():
         if s.kind == CHUNKED:
@@ -347,13 +464,16 @@ def window_record(w: WindowTrace) -> dict:
             rec["sources"][name] = {
                 "tokens": list(s.tokens),
                 "confidences": None if s.confidences is None else list(s.confidences),
-                "eos": s.eos, "eligible": s.eligible,
+                "eos": s.eos,
+                "eligible": s.eligible,
             }
     if w.drafter is not None:
         rec["drafter"] = {
             "cap": w.drafter.cap,
             "continuations": [list(c) for c in w.drafter.continuations],
-            "confidences": None if w.drafter.confidences is None else [list(c) for c in w.drafter.confidences],
+            "confidences": None
+            if w.drafter.confidences is None
+            else [list(c) for c in w.drafter.confidences],
         }
     return rec
 
@@ -367,13 +487,17 @@ def dump_traces(ts: TraceSet, split: str | None = None) -> bytes:
     return out.getvalue().encode("utf-8")
 
 
-def write_traces(path: str | Path, ts: TraceSet, *, split: str | None = None, force: bool = False) -> Path:
+def write_traces(
+    path: str | Path, ts: TraceSet, *, split: str | None = None, force: bool = False
+) -> Path:
     """Write atomically; ``.gz`` compresses. Refuses to overwrite unless ``force``."""
     path = Path(path)
     if split is not None:
         bad = [w.id for w in ts.windows if w.split != split]
         if bad:
-            raise UserError(f"window {bad[0]} is in split {ts.window(bad[0]).split!r}, not {split!r}; filter with TraceSet.by_split first")
+            raise UserError(
+                f"window {bad[0]} is in split {ts.window(bad[0]).split!r}, not {split!r}; filter with TraceSet.by_split first"
+            )
     data = dump_traces(ts, split)
     if path.name.endswith(".gz"):
         data = gzip.compress(data, compresslevel=6, mtime=0)

@@ -30,7 +30,9 @@ class Vocabulary:
         try:
             self._tok = Tokenizer.from_file(str(path))
         except Exception as exc:  # the library raises its own exception types
-            raise FormatError(f"tokenizer {path} cannot be read ({exc}); reinstall the package") from None
+            raise FormatError(
+                f"tokenizer {path} cannot be read ({exc}); reinstall the package"
+            ) from None
         self.sot = int(specials["sot"])
         self.eot = int(specials["eot"])
         self.pad = int(specials["pad"])
@@ -43,7 +45,9 @@ class Vocabulary:
     def encode(self, text: str) -> list[int]:
         """Text to token ids as the model would emit them mid-transcript (no special tokens)."""
         text = " ".join(text.split())
-        return list(self._tok.encode(self._lead + text, add_special_tokens=False).ids) if text else []
+        return (
+            list(self._tok.encode(self._lead + text, add_special_tokens=False).ids) if text else []
+        )
 
     def decode(self, ids: list[int] | tuple[int, ...]) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
@@ -76,14 +80,21 @@ class ModelBundle:
         for role, info in self.manifest["models"].items():
             hashes.update({f"{role}/{Path(k).name}": v for k, v in info.get("sha256", {}).items()})
         digest = hashlib.sha256(json.dumps(sorted(hashes.items())).encode()).hexdigest()
-        return {"name": self.name, "task": self.task or "transcribe", "language": self.language, "sha256": digest}
+        return {
+            "name": self.name,
+            "task": self.task or "transcribe",
+            "language": self.language,
+            "sha256": digest,
+        }
 
     def max_length(self) -> int:
         """The target's committed-token limit: decoder positions less its prompt."""
         info = self.model("target")
         if info["kind"] == "whisper-onnx":
             gen = json.loads(self.path(info["files"]["generation"]).read_text(encoding="utf-8"))
-            prompt = build_prompt(gen, self.task or info.get("task", "transcribe"), self.language, "target")
+            prompt = build_prompt(
+                gen, self.task or info.get("task", "transcribe"), self.language, "target"
+            )
             return int(info["dims"]["max_tokens"]) - len(prompt)
         return int(info["dims"]["max_tokens"]) - 1
 
@@ -95,8 +106,10 @@ class ModelBundle:
             return self.manifest["models"][name]
         except KeyError:
             have = ", ".join(sorted(self.manifest.get("models", {}))) or "none"
-            raise UserError(f"model {name!r} is not in {self.directory / 'models.json'} (it has: {have}); "
-                            "run training/export.py to add it") from None
+            raise UserError(
+                f"model {name!r} is not in {self.directory / 'models.json'} (it has: {have}); "
+                "run training/export.py to add it"
+            ) from None
 
     def path(self, filename: str) -> Path:
         return self.directory / filename
@@ -106,24 +119,45 @@ class ModelBundle:
         return list(json.loads(self.path(info["chars"]).read_text(encoding="utf-8"))["chars"])
 
 
-def load_bundle(directory: Path | None = None, check_hashes: bool = True, *, task: str | None = None,
-                language: str | None = None) -> ModelBundle:
+def load_bundle(
+    directory: Path | None = None,
+    check_hashes: bool = True,
+    *,
+    task: str | None = None,
+    language: str | None = None,
+) -> ModelBundle:
     """Read models.json in ``directory`` (default: the bundled models) and check its files."""
     directory = Path(directory) if directory is not None else DEFAULT_DIR
     path = directory / "models.json"
-    manifest = read_json(path, f"model manifest {path} not found; reinstall the package, run training/export.py "
-                               "or, for your own pair, `as2d models import`", "rerun training/export.py", FormatError)
+    manifest = read_json(
+        path,
+        f"model manifest {path} not found; reinstall the package, run training/export.py "
+        "or, for your own pair, `as2d models import`",
+        "rerun training/export.py",
+        FormatError,
+    )
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
-        raise FormatError(f"{path}: key 'schema' must be {SCHEMA!r}; this is not an as2d model manifest")
+        raise FormatError(
+            f"{path}: key 'schema' must be {SCHEMA!r}; this is not an as2d model manifest"
+        )
     version = manifest.get("version")
     if version not in READS:
-        hint = "upgrade as2d" if isinstance(version, int) and version > VERSION else "rerun training/export.py"
-        raise FormatError(f"{path}: model manifest version {version!r} is not supported (this as2d reads {VERSION}); {hint}")
+        hint = (
+            "upgrade as2d"
+            if isinstance(version, int) and version > VERSION
+            else "rerun training/export.py"
+        )
+        raise FormatError(
+            f"{path}: model manifest version {version!r} is not supported (this as2d reads {VERSION}); {hint}"
+        )
     for key in ("tokenizer", "specials", "models", "sha256"):
         if key not in manifest:
             raise FormatError(f"{path}: key {key!r} is missing; rerun training/export.py")
-    fix = ("re-import the pair with `as2d models import`" if manifest.get("imported")
-           else "reinstall the package or rerun training/export.py")
+    fix = (
+        "re-import the pair with `as2d models import`"
+        if manifest.get("imported")
+        else "reinstall the package or rerun training/export.py"
+    )
     hashes = dict(manifest["sha256"])
     for name, info in manifest["models"].items():
         for key in ("kind", "dims", "files", "sha256"):
@@ -135,14 +169,19 @@ def load_bundle(directory: Path | None = None, check_hashes: bool = True, *, tas
         if not f.is_file():
             raise UserError(f"model file {f} is missing (listed in {path}); {fix}")
         if check_hashes and sha256_file(f) != digest:
-            raise UserError(f"model file {f} does not match its SHA-256 in {path}; it was changed or truncated: {fix}")
+            raise UserError(
+                f"model file {f} does not match its SHA-256 in {path}; it was changed or truncated: {fix}"
+            )
     vocab = Vocabulary(directory / manifest["tokenizer"], manifest["specials"])
     if task is not None and task not in ("transcribe", "translate"):
         raise UserError(f"unknown --task {task!r}; use transcribe or translate")
     if (task is not None or language is not None) and not any(
-            m.get("kind") == "whisper-onnx" for m in manifest["models"].values()):
-        raise UserError(f"--task and --language select a Whisper pair's prompt; the pair in {directory} has no "
-                        "Whisper model (drop them, or pass --models PAIR)")
+        m.get("kind") == "whisper-onnx" for m in manifest["models"].values()
+    ):
+        raise UserError(
+            f"--task and --language select a Whisper pair's prompt; the pair in {directory} has no "
+            "Whisper model (drop them, or pass --models PAIR)"
+        )
     return ModelBundle(directory, manifest, vocab, task, language)
 
 
@@ -165,9 +204,15 @@ def portable_files(bundle: ModelBundle) -> tuple[list[tuple[str, Path]], dict]:
     out[manifest["tokenizer"]] = bundle.directory / manifest["tokenizer"]
     for role, info in manifest["models"].items():
         info["sha256"] = {place(k, role): v for k, v in info["sha256"].items()}
-        info["files"] = {k: (f"{role}/{Path(v).name}" if Path(v).is_absolute() else v) for k, v in info["files"].items()}
+        info["files"] = {
+            k: (f"{role}/{Path(v).name}" if Path(v).is_absolute() else v)
+            for k, v in info["files"].items()
+        }
         if "external_data" in info:
-            info["external_data"] = [f"{role}/{Path(v).name}" if Path(v).is_absolute() else v for v in info["external_data"]]
+            info["external_data"] = [
+                f"{role}/{Path(v).name}" if Path(v).is_absolute() else v
+                for v in info["external_data"]
+            ]
         for key in ("chars",):  # unhashed side files of the bundled models
             if key in info:
                 out[info[key]] = bundle.directory / info[key]

@@ -35,7 +35,9 @@ def _reference(model: Any, cross: Any, length: int) -> tuple[list[int], Any]:
     return toks, base
 
 
-def check_model(model: Any, audio: np.ndarray, language: str | None, reps: int = 3) -> dict[str, Any]:
+def check_model(
+    model: Any, audio: np.ndarray, language: str | None, reps: int = 3
+) -> dict[str, Any]:
     """The width, rollback and cost checks for one model on one window."""
     cross = model.encode(audio, language)
     toks, base = _reference(model, cross, max(WIDTHS) + 2)
@@ -60,7 +62,9 @@ def check_model(model: Any, audio: np.ndarray, language: str | None, reps: int =
         arg = [int(x) for x in wide.argmax(axis=-1)]
         diff = [i for i in range(k) if arg[i] != seq_arg[i]]
         if diff:
-            mismatches.append({"width": k, "positions": diff, "min_margin": min(seq_margin[i] for i in diff)})
+            mismatches.append(
+                {"width": k, "positions": diff, "min_margin": min(seq_margin[i] for i in diff)}
+            )
         per_width.append({"width": k, "ms": statistics.median(times[1:]), "agree": not diff})
     # Rollback: extend the cache by 8 tokens, truncate back, repeat a call: same logits.
     long_logits, long_cache = model.decode(toks[:8], base, cross)
@@ -68,51 +72,86 @@ def check_model(model: Any, audio: np.ndarray, language: str | None, reps: int =
     again, _ = model.decode(toks[:8], back, cross)
     finite = np.isfinite(long_logits)  # suppressed tokens are -inf in both
     same_mask = np.array_equal(finite, np.isfinite(again))
-    rollback_diff = float(np.max(np.abs(again[finite] - long_logits[finite]))) if same_mask else float("inf")
-    return {"tokens": toks, "widths": per_width, "mismatches": mismatches,
-            "rollback_exact": same_mask and bool(np.array_equal(again.argmax(-1), long_logits.argmax(-1))),
-            "rollback_max_abs_diff": rollback_diff}
+    rollback_diff = (
+        float(np.max(np.abs(again[finite] - long_logits[finite]))) if same_mask else float("inf")
+    )
+    return {
+        "tokens": toks,
+        "widths": per_width,
+        "mismatches": mismatches,
+        "rollback_exact": same_mask
+        and bool(np.array_equal(again.argmax(-1), long_logits.argmax(-1))),
+        "rollback_max_abs_diff": rollback_diff,
+    }
 
 
-def check_pair(bundle: Any, windows: list[Any], *, reps: int = 3,
-               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def check_pair(
+    bundle: Any, windows: list[Any], *, reps: int = 3, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
     """Load the pair's target and drafter and check both on ``windows``."""
     from as2d_cli.models.target import OrtTarget, greedy_decode
 
     say = progress or (lambda _m: None)
     target = OrtTarget(bundle)
     drafter = open_seq2seq(bundle, "drafter")
-    out: dict[str, Any] = {"pair": bundle.name, "directory": str(bundle.directory), "windows": [],
-                           "models": {name: info["kind"] for name, info in bundle.manifest["models"].items()}}
+    out: dict[str, Any] = {
+        "pair": bundle.name,
+        "directory": str(bundle.directory),
+        "windows": [],
+        "models": {name: info["kind"] for name, info in bundle.manifest["models"].items()},
+    }
     for w in windows:
         say(f"{w.id}: target greedy decode")
         audio = w.load_audio()
         t0 = time.perf_counter()
         toks = greedy_decode(target, audio, None, w.language)
         ms = (time.perf_counter() - t0) * 1e3
-        row: dict[str, Any] = {"id": w.id, "language": w.language, "target_tokens": len(toks),
-                               "eos": toks[-1] == target.eos_id, "decode_ms": ms,
-                               "text": bundle.vocab.decode(toks)}
+        row: dict[str, Any] = {
+            "id": w.id,
+            "language": w.language,
+            "target_tokens": len(toks),
+            "eos": toks[-1] == target.eos_id,
+            "decode_ms": ms,
+            "text": bundle.vocab.decode(toks),
+        }
         for name, model in (("target", target.model), ("drafter", drafter)):
             say(f"{w.id}: {name} widths 1..16 and rollback")
             row[name] = check_model(model, audio, w.language, reps)
         out["windows"].append(row)
-    out["ok"] = all(not r[m]["mismatches"] and r[m]["rollback_exact"] for r in out["windows"] for m in ("target", "drafter"))
+    out["ok"] = all(
+        not r[m]["mismatches"] and r[m]["rollback_exact"]
+        for r in out["windows"]
+        for m in ("target", "drafter")
+    )
     return out
 
 
 def render_check(res: dict[str, Any]) -> str:
-    lines = [f"pair {res['pair']} ({res['directory']}): " + ", ".join(f"{k} {v}" for k, v in res["models"].items())]
+    lines = [
+        f"pair {res['pair']} ({res['directory']}): "
+        + ", ".join(f"{k} {v}" for k, v in res["models"].items())
+    ]
     for r in res["windows"]:
-        lines.append(f"{r['id']} [{r['language']}]: target {r['target_tokens']} tokens "
-                     f"({'EOS' if r['eos'] else 'capped'}) in {r['decode_ms']:.0f} ms: {r['text'][:70]!r}")
+        lines.append(
+            f"{r['id']} [{r['language']}]: target {r['target_tokens']} tokens "
+            f"({'EOS' if r['eos'] else 'capped'}) in {r['decode_ms']:.0f} ms: {r['text'][:70]!r}"
+        )
         for m in ("target", "drafter"):
             c = r[m]
             bad = c["mismatches"]
-            agree = "K-wide = sequential for K=1..16" if not bad else (
-                f"K-wide differs from sequential at K={','.join(str(x['width']) for x in bad)} "
-                f"(smallest top-2 margin {min(x['min_margin'] for x in bad):.3g})")
-            roll = "rollback exact" if c["rollback_exact"] else f"rollback differs ({c['rollback_max_abs_diff']:.3g})"
+            agree = (
+                "K-wide = sequential for K=1..16"
+                if not bad
+                else (
+                    f"K-wide differs from sequential at K={','.join(str(x['width']) for x in bad)} "
+                    f"(smallest top-2 margin {min(x['min_margin'] for x in bad):.3g})"
+                )
+            )
+            roll = (
+                "rollback exact"
+                if c["rollback_exact"]
+                else f"rollback differs ({c['rollback_max_abs_diff']:.3g})"
+            )
             lines.append(f"  {m}: {agree}; {roll}")
     lines.append("call cost (ms, median) by width K on this host:")
     lines.append("  K       " + " ".join(f"{k:>6}" for k in WIDTHS))
@@ -121,7 +160,11 @@ def render_check(res: dict[str, Any]) -> str:
         for r in res["windows"]:
             for w in r[m]["widths"]:
                 cols.setdefault(w["width"], []).append(w["ms"])
-        lines.append(f"  {m:<8}" + " ".join(f"{statistics.median(cols[k]):>6.2f}" if k in cols else f"{'-':>6}"
-                                           for k in WIDTHS))
+        lines.append(
+            f"  {m:<8}"
+            + " ".join(
+                f"{statistics.median(cols[k]):>6.2f}" if k in cols else f"{'-':>6}" for k in WIDTHS
+            )
+        )
     lines.append("pair OK" if res["ok"] else "pair has width or rollback differences (see above)")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+
 @dataclass
 class Cross:
     """Per-request encoder output: every decoder layer's cross-attention K/V (a stacked
@@ -44,8 +45,6 @@ class Cross:
 Cache = tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
 
 
-
-
 @runtime_checkable
 class DecoderModel(Protocol):
     """One encoder-decoder: encode a request once, then decoder calls of K tokens over a cache."""
@@ -59,20 +58,18 @@ class DecoderModel(Protocol):
         transcript, language, task, no-timestamps)."""
         ...
 
-    def encode_request(self, audio: np.ndarray, hidden: np.ndarray | None = None,
-                       language: str | None = None) -> Cross:
+    def encode_request(
+        self, audio: np.ndarray, hidden: np.ndarray | None = None, language: str | None = None
+    ) -> Cross:
         """Encode one request's audio (or read ``hidden``, the encoder states of the model
         whose encoder this one shares); the result carries the request's prompt."""
         ...
 
-    def encode(self, audio: np.ndarray, language: str | None = None) -> Cross:
-        ...
+    def encode(self, audio: np.ndarray, language: str | None = None) -> Cross: ...
 
-    def shares_encoder_of(self, other: Any) -> bool:
-        ...
+    def shares_encoder_of(self, other: Any) -> bool: ...
 
-    def empty_cache(self) -> Cache:
-        ...
+    def empty_cache(self) -> Cache: ...
 
     def decode(self, tokens: Sequence[int], past: Cache, cross: Cross) -> tuple[np.ndarray, Cache]:
         """Process ``tokens`` after the ``past`` positions in ONE call: the logits (K, V)

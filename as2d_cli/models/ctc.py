@@ -25,7 +25,9 @@ class ChunkedRecognizer:
     def _chunking(self, bundle: ModelBundle, info: dict) -> None:
         self.vocab = bundle.vocab
         self.languages = tuple(info.get("languages", ["en"]))
-        self.chunk_samples = int(round(float(info.get("chunk_seconds", CHUNK_SECONDS)) * SAMPLE_RATE))
+        self.chunk_samples = int(
+            round(float(info.get("chunk_seconds", CHUNK_SECONDS)) * SAMPLE_RATE)
+        )
 
     def eligible(self, language: str) -> bool:
         return language in self.languages

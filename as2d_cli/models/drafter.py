@@ -31,7 +31,9 @@ class OrtDrafter:
         self._cache = self.model.empty_cache()
         self._next: tuple[int, float] | None = None  # greedy choice after _seq, if known
 
-    def start(self, audio: np.ndarray, hidden: np.ndarray | None = None, language: str | None = None) -> None:
+    def start(
+        self, audio: np.ndarray, hidden: np.ndarray | None = None, language: str | None = None
+    ) -> None:
         """Encode the request; ``hidden`` (the target's encoder states for it) replaces the
         audio encoding when this drafter shares the target's encoder."""
         self._cross = self.model.encode_request(audio, hidden, language)
@@ -56,7 +58,9 @@ class OrtDrafter:
             common += 1
         if common == len(context) and common == len(self._seq) and self._next is not None:
             return
-        if common == len(context):  # context is a strict prefix of the cache: recompute its last token
+        if common == len(
+            context
+        ):  # context is a strict prefix of the cache: recompute its last token
             common -= 1
         self._seq = self._seq[:common]
         self._cache = truncate_cache(self._cache, common)

@@ -54,7 +54,9 @@ def read_tokens(folder: Path) -> tuple[list[str], str]:
     for name in ("tokens.txt", "vocab.txt"):
         f = folder / name
         if f.is_file():
-            lines = [ln.rstrip("\n") for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
+            lines = [
+                ln.rstrip("\n") for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()
+            ]
             parts = [ln.rsplit(" ", 1) for ln in lines]
             if all(len(p) == 2 and p[1].isdigit() for p in parts):
                 tokens = [""] * (max(int(p[1]) for p in parts) + 1)
@@ -70,7 +72,9 @@ def _onnx_file(folder: Path) -> Path:
         return folder / "model.onnx"
     found = sorted(folder.glob("*.onnx"))
     if len(found) != 1:
-        raise UserError(f"{folder} must hold model.onnx or exactly one .onnx file (found {len(found)}); {CTC_HINT}")
+        raise UserError(
+            f"{folder} must hold model.onnx or exactly one .onnx file (found {len(found)}); {CTC_HINT}"
+        )
     return found[0]
 
 
@@ -87,22 +91,32 @@ def import_ctc(folder: Path, work: Path, copy: bool, target_tokenizer: Path) -> 
     try:
         sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own exception types for bad files
-        raise UserError(f"ONNX Runtime cannot load {model} ({str(exc).splitlines()[0]}); {CTC_HINT}") from None
+        raise UserError(
+            f"ONNX Runtime cannot load {model} ({str(exc).splitlines()[0]}); {CTC_HINT}"
+        ) from None
     ins, outs = sess.get_inputs(), sess.get_outputs()
     if len(ins) != 1 or len(ins[0].shape) != 2 or ins[0].type != "tensor(float)":
-        raise UserError(f"{model} must take one float input of shape (batch, samples) (raw 16 kHz audio); it takes "
-                        f"{[(i.name, i.shape, i.type) for i in ins]}; {CTC_HINT}")
+        raise UserError(
+            f"{model} must take one float input of shape (batch, samples) (raw 16 kHz audio); it takes "
+            f"{[(i.name, i.shape, i.type) for i in ins]}; {CTC_HINT}"
+        )
     width = outs[0].shape[-1] if len(outs[0].shape) == 3 else None
     if width is None:
-        raise UserError(f"{model}'s first output must be (batch, frames, vocabulary); it is {outs[0].shape}; {CTC_HINT}")
+        raise UserError(
+            f"{model}'s first output must be (batch, frames, vocabulary); it is {outs[0].shape}; {CTC_HINT}"
+        )
     blank = next((tokens.index(b) for b in BLANKS if b in tokens), None)
     if isinstance(width, int):
         if width == len(tokens) + 1 and blank is None:
             blank = len(tokens)
         elif width != len(tokens):
-            raise UserError(f"{model} scores {width} tokens but {folder / vocab_name} lists {len(tokens)}; {CTC_HINT}")
+            raise UserError(
+                f"{model} scores {width} tokens but {folder / vocab_name} lists {len(tokens)}; {CTC_HINT}"
+            )
     if blank is None:
-        raise UserError(f"{folder / vocab_name} names no blank token ({', '.join(BLANKS)}); {CTC_HINT}")
+        raise UserError(
+            f"{folder / vocab_name} names no blank token ({', '.join(BLANKS)}); {CTC_HINT}"
+        )
     normalize = False
     pre = folder / "preprocessor_config.json"
     if pre.is_file():
@@ -118,10 +132,18 @@ def import_ctc(folder: Path, work: Path, copy: bool, target_tokenizer: Path) -> 
     else:
         model_ref = str(model.resolve())
     files = {"model": model_ref, "vocab": f"ctc/{vocab_name}"}
-    return {"kind": "ctc-onnx", "source": str(folder.resolve()), "input": ins[0].name, "blank": int(blank),
-            "normalize": normalize, "chunk_seconds": CHUNK_SECONDS, "languages": ["en"],
-            "dims": {"vocab": len(tokens)}, "files": files,
-            "sha256": {f: sha256_file(work / f) for f in files.values()}}
+    return {
+        "kind": "ctc-onnx",
+        "source": str(folder.resolve()),
+        "input": ins[0].name,
+        "blank": int(blank),
+        "normalize": normalize,
+        "chunk_seconds": CHUNK_SECONDS,
+        "languages": ["en"],
+        "dims": {"vocab": len(tokens)},
+        "files": files,
+        "sha256": {f: sha256_file(work / f) for f in files.values()},
+    }
 
 
 class ExternalCtc(ChunkedRecognizer):
@@ -129,11 +151,16 @@ class ExternalCtc(ChunkedRecognizer):
 
     def __init__(self, bundle: Any, threads: int = 1) -> None:
         info = bundle.model("ctc")
-        self.session = make_session(bundle.path(info["files"]["model"]), threads,
-                                    "re-import the pair with `as2d models import --ctc`")
+        self.session = make_session(
+            bundle.path(info["files"]["model"]),
+            threads,
+            "re-import the pair with `as2d models import --ctc`",
+        )
         self.input = str(info.get("input", self.session.get_inputs()[0].name))
         vocab_path = bundle.path(info["files"]["vocab"])
-        self.tokens, _ = read_tokens(vocab_path.parent)  # the pair's ctc/ folder holds only this vocabulary
+        self.tokens, _ = read_tokens(
+            vocab_path.parent
+        )  # the pair's ctc/ folder holds only this vocabulary
         self.blank = int(info["blank"])
         self.normalize = bool(info.get("normalize", False))
         self._chunking(bundle, info)
@@ -145,8 +172,11 @@ class ExternalCtc(ChunkedRecognizer):
         if self.normalize:
             x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
         out = self.session.run(None, {self.input: x[None]})[0][0]
-        pieces = [self.tokens[i] for i in greedy_ctc(out.argmax(axis=-1), self.blank) if i < len(self.tokens)]
+        pieces = [
+            self.tokens[i]
+            for i in greedy_ctc(out.argmax(axis=-1), self.blank)
+            if i < len(self.tokens)
+        ]
         pieces = [p for p in pieces if p not in DROP and p not in BLANKS]
         text = "".join(pieces).replace("|", " ").replace("▁", " ")
         return " ".join(text.split())
-

@@ -17,5 +17,7 @@ def open_seq2seq(bundle: ModelBundle, name: str, threads: int = 1) -> DecoderMod
         return Seq2SeqModel(bundle, name, threads)
     if kind == "whisper-onnx":
         return WhisperModel(bundle, name, threads)
-    raise UserError(f"model {name!r} in {bundle.directory} is a {kind!r} model, not an encoder-decoder "
-                    "(kinds: seq2seq, whisper-onnx)")
+    raise UserError(
+        f"model {name!r} in {bundle.directory} is a {kind!r} model, not an encoder-decoder "
+        "(kinds: seq2seq, whisper-onnx)"
+    )

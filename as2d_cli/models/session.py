@@ -25,17 +25,23 @@ def make_session(path, threads: int = 1, hint: str = "rerun training/export.py")
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
     try:
-        return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(
+            str(path), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
     except Exception as exc:  # ORT raises its own exception types for bad files
-        raise UserError(f"ONNX Runtime cannot load {path} ({str(exc).splitlines()[0]}); {hint}") from None
+        raise UserError(
+            f"ONNX Runtime cannot load {path} ({str(exc).splitlines()[0]}); {hint}"
+        ) from None
 
 
 def _check_io(sess, path, inputs: list[str], outputs: list[str]) -> None:
     have_in = [i.name for i in sess.get_inputs()]
     have_out = [o.name for o in sess.get_outputs()]
     if have_in != inputs or have_out != outputs:
-        raise UserError(f"{path} has inputs {have_in} and outputs {have_out}, expected {inputs} -> {outputs}; "
-                        "it does not belong to this as2d version: rerun training/export.py")
+        raise UserError(
+            f"{path} has inputs {have_in} and outputs {have_out}, expected {inputs} -> {outputs}; "
+            "it does not belong to this as2d version: rerun training/export.py"
+        )
 
 
 ENCODER_IO = (["mel"], ["cross_k", "cross_v", "hidden"])
@@ -46,10 +52,10 @@ def decoder_io(layers: int) -> tuple[list[str], list[str]]:
     """The decoder file's input and output names (models.json v2): per-layer caches and cross
     K/V, because ONNX Runtime copies every slice it takes of a stacked input."""
     per = lambda name: [f"{name}_{i}" for i in range(layers)]  # noqa: E731
-    return (["tokens", *per("past_k"), *per("past_v"), *per("cross_k"), *per("cross_v")],
-            ["logits", *per("present_k"), *per("present_v")])
-
-
+    return (
+        ["tokens", *per("past_k"), *per("past_v"), *per("cross_k"), *per("cross_v")],
+        ["logits", *per("present_k"), *per("present_v")],
+    )
 
 
 def cache_length(cache: Cache) -> int:
@@ -75,21 +81,27 @@ class Seq2SeqModel:
     def __init__(self, bundle: ModelBundle, name: str, threads: int = 1) -> None:
         info = bundle.model(name)
         if info["kind"] != "seq2seq":
-            raise UserError(f"model {name!r} in {bundle.directory} is a {info['kind']} model, not an encoder-decoder")
+            raise UserError(
+                f"model {name!r} in {bundle.directory} is a {info['kind']} model, not an encoder-decoder"
+            )
         self.name = name
         self.dims = dict(info["dims"])
         self.vocab = bundle.vocab
         if int(self.dims["vocab"]) != bundle.vocab.size:
-            raise UserError(f"model {name!r} has a {self.dims['vocab']}-token output but the tokenizer has "
-                            f"{bundle.vocab.size}; the bundle is mixed: rerun training/export.py")
+            raise UserError(
+                f"model {name!r} has a {self.dims['vocab']}-token output but the tokenizer has "
+                f"{bundle.vocab.size}; the bundle is mixed: rerun training/export.py"
+            )
         self.max_positions = int(self.dims["max_tokens"])
         self.encoder_from: str | None = info.get("encoder_from")
         if self.encoder_from is not None:
             owner = bundle.model(self.encoder_from)
             enc_path = bundle.path(owner["files"]["encoder"])
             if int(owner["dims"]["d"]) != int(self.dims["enc_d"]):
-                raise UserError(f"model {name!r} reads {self.encoder_from!r}'s encoder states of width "
-                                f"{owner['dims']['d']}, but was built for {self.dims['enc_d']}: rerun training/export.py")
+                raise UserError(
+                    f"model {name!r} reads {self.encoder_from!r}'s encoder states of width "
+                    f"{owner['dims']['d']}, but was built for {self.dims['enc_d']}: rerun training/export.py"
+                )
             cross_path = bundle.path(info["files"]["cross"])
             self.cross = make_session(cross_path, threads)
             _check_io(self.cross, cross_path, *CROSS_IO)
@@ -124,12 +136,15 @@ class Seq2SeqModel:
         """The cross-attention K/V from the shared encoder's states for this request (the
         ``encoder_from`` model's :attr:`Cross.hidden`): a projection, no audio encoding."""
         if self.encoder_from is None:
-            raise UserError(f"model {self.name!r} has its own encoder; it cannot read another model's states")
+            raise UserError(
+                f"model {self.name!r} has its own encoder; it cannot read another model's states"
+            )
         k, v = self.cross.run(None, {"hidden": hidden})
         return Cross(k, v, hidden, self.prompt_for())
 
-    def encode_request(self, audio: np.ndarray, hidden: np.ndarray | None = None,
-                       language: str | None = None) -> Cross:
+    def encode_request(
+        self, audio: np.ndarray, hidden: np.ndarray | None = None, language: str | None = None
+    ) -> Cross:
         """The request's encoding: from ``hidden`` (the ``encoder_from`` model's states for
         this audio) when this model reads another's encoder and they are given, else from the
         audio itself."""
@@ -145,11 +160,15 @@ class Seq2SeqModel:
     def empty_cache(self) -> Cache:
         return self._empty
 
-    def decode(self, tokens: list[int] | tuple[int, ...], past: Cache, cross: Cross) -> tuple[np.ndarray, Cache]:
+    def decode(
+        self, tokens: list[int] | tuple[int, ...], past: Cache, cross: Cross
+    ) -> tuple[np.ndarray, Cache]:
         """Process ``tokens`` after ``past``: logits (K, V) and the present cache."""
         if cache_length(past) + len(tokens) > self.max_positions:
-            raise UserError(f"{self.name}: {cache_length(past) + len(tokens)} decoder positions exceed the model's "
-                            f"{self.max_positions}; lower the generation limit")
+            raise UserError(
+                f"{self.name}: {cache_length(past) + len(tokens)} decoder positions exceed the model's "
+                f"{self.max_positions}; lower the generation limit"
+            )
         # cross.k[i] of the stacked (L, 1, H, S, dh) encoder output is a contiguous view
         values = [np.asarray(tokens, dtype=np.int64)[None], *past[0], *past[1], *cross.k, *cross.v]
         out = self.decoder.run(None, dict(zip(self._io[0], values)))

@@ -31,15 +31,20 @@ from as2d_cli.models.external_ctc import ExternalCtc
 from as2d_cli.models.session import Cross, _check_io, make_session, softmax_max
 
 
-
 class DrafterSource:
     """The drafter as an independent producer (Qwen3-ASR 0.6B's role in the paper)."""
 
     source_id = "drafter"
     kind = "autoregressive"
 
-    def __init__(self, model: DecoderModel, audio: np.ndarray, limit: int | None = None,
-                 hidden: np.ndarray | None = None, language: str | None = None) -> None:
+    def __init__(
+        self,
+        model: DecoderModel,
+        audio: np.ndarray,
+        limit: int | None = None,
+        hidden: np.ndarray | None = None,
+        language: str | None = None,
+    ) -> None:
         self.model = model
         self.audio = audio
         # The target's encoder states for this request, when the drafter shares the target's
@@ -95,8 +100,10 @@ def open_ctc(bundle: ModelBundle, threads: int = 1) -> Any:
     from as2d_cli.errors import UserError
 
     if not bundle.has("ctc"):
-        raise UserError(f"the model pair {bundle.directory} has no CTC source; use --source drafter, "
-                        "or import the pair with --ctc DIR")
+        raise UserError(
+            f"the model pair {bundle.directory} has no CTC source; use --source drafter, "
+            "or import the pair with --ctc DIR"
+        )
     kind = bundle.model("ctc")["kind"]
     if kind == "ctc-onnx":
         return ExternalCtc(bundle, threads)

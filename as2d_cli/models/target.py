@@ -25,10 +25,14 @@ class OrtTarget:
     def __init__(self, bundle: ModelBundle, threads: int = 1, name: str = "target") -> None:
         self.model = open_seq2seq(bundle, name, threads)
         self.eos_id = bundle.vocab.eot
-        self._prompt = len(self.model.prompt_for())  # entries held in the cache before the committed tokens
+        self._prompt = len(
+            self.model.prompt_for()
+        )  # entries held in the cache before the committed tokens
         self._cross: Cross | None = None
         self._cache = self.model.empty_cache()
-        self.last_margins: np.ndarray | None = None  # top-2 logit margin per position of the last call
+        self.last_margins: np.ndarray | None = (
+            None  # top-2 logit margin per position of the last call
+        )
 
     @property
     def max_length(self) -> int:
@@ -39,7 +43,9 @@ class OrtTarget:
         """Encode ``audio`` and prefill the request's prompt; returns the first token."""
         self._cross = self.model.encode(audio, language)
         self._prompt = len(self._cross.prompt)
-        logits, self._cache = self.model.decode(list(self._cross.prompt), self.model.empty_cache(), self._cross)
+        logits, self._cache = self.model.decode(
+            list(self._cross.prompt), self.model.empty_cache(), self._cross
+        )
         self.last_margins = top2_margin(logits[-1:])
         return int(logits[-1].argmax())
 
@@ -68,8 +74,9 @@ class OrtTarget:
         self._cache = truncate_cache(self._cache, keep)
 
 
-def greedy_decode(target: OrtTarget, audio: np.ndarray, limit: int | None = None,
-                  language: str | None = None) -> list[int]:
+def greedy_decode(
+    target: OrtTarget, audio: np.ndarray, limit: int | None = None, language: str | None = None
+) -> list[int]:
     """Target-only reference: first token from prefill, then one decoder call per token.
 
     Returns the committed tokens including the final EOS (if reached before ``limit``).

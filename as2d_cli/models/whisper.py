@@ -60,13 +60,21 @@ class WhisperExport:
     def external_data(self) -> list[Path]:
         """The ONNX files' external-data files (large exports keep their weights beside them:
         ``model.onnx_data``, or ``model.onnx.data``)."""
-        return [f.parent / name for f in (self.encoder, self.decoder, self.with_past) if f is not None
-                for name in (f"{f.name}_data", f"{f.name}.data") if (f.parent / name).is_file()]
+        return [
+            f.parent / name
+            for f in (self.encoder, self.decoder, self.with_past)
+            if f is not None
+            for name in (f"{f.name}_data", f"{f.name}.data")
+            if (f.parent / name).is_file()
+        ]
 
 
 def _json(path: Path, what: str) -> dict:
-    data = read_json(path, f"{path.parent} is not a Hugging Face Whisper export: {path.name} ({what}) is missing; {HINT}",
-                     HINT)
+    data = read_json(
+        path,
+        f"{path.parent} is not a Hugging Face Whisper export: {path.name} ({what}) is missing; {HINT}",
+        HINT,
+    )
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a JSON object; {HINT}")
     return data
@@ -87,22 +95,30 @@ def find_export(directory: Path, variant: str | None = None) -> WhisperExport:
     float files). Raises one UserError naming the file and what to do."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise UserError(f"{directory} is not a folder; give the folder optimum-cli exported the model into")
+        raise UserError(
+            f"{directory} is not a folder; give the folder optimum-cli exported the model into"
+        )
     config = _json(directory / "config.json", "the model configuration")
     if config.get("model_type") != "whisper":
-        raise UserError(f"{directory / 'config.json'} describes a {config.get('model_type')!r} model, not Whisper; "
-                        "as2d reads Whisper-architecture encoder-decoder exports")
+        raise UserError(
+            f"{directory / 'config.json'} describes a {config.get('model_type')!r} model, not Whisper; "
+            "as2d reads Whisper-architecture encoder-decoder exports"
+        )
     if variants(directory):
         layout, onnx_dir = "flat", directory
     elif (directory / "onnx").is_dir() and variants(directory / "onnx"):
         layout, onnx_dir = "onnx", directory / "onnx"
     else:
-        raise UserError(f"{directory} has no {ENCODER}.onnx (neither beside config.json nor under onnx/); {HINT}")
+        raise UserError(
+            f"{directory} has no {ENCODER}.onnx (neither beside config.json nor under onnx/); {HINT}"
+        )
     have = variants(onnx_dir)
     suffix = "" if not variant else f"_{variant}"
     if (variant or "") not in have:
         names = ", ".join(v or "(plain)" for v in have)
-        raise UserError(f"{onnx_dir} has no {ENCODER}{suffix}.onnx; its variants are: {names} (choose one with --variant, or --drafter-variant for the drafter)")
+        raise UserError(
+            f"{onnx_dir} has no {ENCODER}{suffix}.onnx; its variants are: {names} (choose one with --variant, or --drafter-variant for the drafter)"
+        )
     encoder = onnx_dir / f"{ENCODER}{suffix}.onnx"
     merged = onnx_dir / f"{MERGED}{suffix}.onnx"
     plain, past = onnx_dir / f"{DECODER}{suffix}.onnx", onnx_dir / f"{WITH_PAST}{suffix}.onnx"
@@ -112,16 +128,26 @@ def find_export(directory: Path, variant: str | None = None) -> WhisperExport:
         decoder, with_past = plain, past
     elif plain.is_file() or past.is_file():
         missing = past if plain.is_file() else plain
-        raise UserError(f"{missing} is missing: a split decoder needs both {plain.name} and {past.name} "
-                        f"(or use {merged.name}); {HINT}")
+        raise UserError(
+            f"{missing} is missing: a split decoder needs both {plain.name} and {past.name} "
+            f"(or use {merged.name}); {HINT}"
+        )
     else:
-        raise UserError(f"{onnx_dir} has an encoder but no decoder ({merged.name}, or {plain.name} + {past.name}); "
-                        f"an encoder-only export cannot decode: {HINT}")
-    generation = _json(directory / "generation_config.json", "the decoder prompt and token suppression")
+        raise UserError(
+            f"{onnx_dir} has an encoder but no decoder ({merged.name}, or {plain.name} + {past.name}); "
+            f"an encoder-only export cannot decode: {HINT}"
+        )
+    generation = _json(
+        directory / "generation_config.json", "the decoder prompt and token suppression"
+    )
     if not (directory / "tokenizer.json").is_file():
-        raise UserError(f"{directory} has no tokenizer.json; save the model's fast tokenizer beside its config "
-                        "(tokenizer.save_pretrained)")
-    return WhisperExport(directory, layout, variant or None, encoder, decoder, with_past, config, generation)
+        raise UserError(
+            f"{directory} has no tokenizer.json; save the model's fast tokenizer beside its config "
+            "(tokenizer.save_pretrained)"
+        )
+    return WhisperExport(
+        directory, layout, variant or None, encoder, decoder, with_past, config, generation
+    )
 
 
 class WhisperModel:
@@ -147,45 +173,74 @@ class WhisperModel:
         self._features_in = self.encoder.get_inputs()[0].name
         shape = self.encoder.get_inputs()[0].shape
         if len(shape) != 3 or shape[1] != self.n_mels:
-            raise UserError(f"{enc_path} takes features of shape {shape}, but the model's config.json says "
-                            f"{self.n_mels} mel bins; the export and its config do not match: {hint}")
+            raise UserError(
+                f"{enc_path} takes features of shape {shape}, but the model's config.json says "
+                f"{self.n_mels} mel bins; the export and its config do not match: {hint}"
+            )
         self.decoder = make_session(bundle.path(files["decoder"]), threads, hint)
-        self.with_past = make_session(bundle.path(files["with_past"]), threads, hint) if files.get("with_past") else None
+        self.with_past = (
+            make_session(bundle.path(files["with_past"]), threads, hint)
+            if files.get("with_past")
+            else None
+        )
         self.layers = int(dims["dec_layers"])
         self._dec_out = [o.name for o in self.decoder.get_outputs()]
         self._past_out = [o.name for o in (self.with_past or self.decoder).get_outputs()]
         # Feed and fetch names per layer, built once (the decoder is called once per token).
         pkv = "past_key_values.{}.{}.{}"
-        self._self_in = [(pkv.format(i, "decoder", "key"), pkv.format(i, "decoder", "value")) for i in range(self.layers)]
-        self._cross_in = [(pkv.format(i, "encoder", "key"), pkv.format(i, "encoder", "value")) for i in range(self.layers)]
-        self._self_out = [(f"present.{i}.decoder.key", f"present.{i}.decoder.value") for i in range(self.layers)]
-        self._cross_out = [(f"present.{i}.encoder.key", f"present.{i}.encoder.value") for i in range(self.layers)]
+        self._self_in = [
+            (pkv.format(i, "decoder", "key"), pkv.format(i, "decoder", "value"))
+            for i in range(self.layers)
+        ]
+        self._cross_in = [
+            (pkv.format(i, "encoder", "key"), pkv.format(i, "encoder", "value"))
+            for i in range(self.layers)
+        ]
+        self._self_out = [
+            (f"present.{i}.decoder.key", f"present.{i}.decoder.value") for i in range(self.layers)
+        ]
+        self._cross_out = [
+            (f"present.{i}.encoder.key", f"present.{i}.encoder.value") for i in range(self.layers)
+        ]
         H, dh = int(dims["heads"]), int(dims["head_dim"])
         empty = tuple(np.zeros((1, H, 0, dh), dtype=np.float32) for _ in range(self.layers))
         self._empty: Cache = (empty, empty)
         self._dummy_enc = np.zeros((1, H, 1, dh), dtype=np.float32)
         vocab_out = int(dims["vocab"])
-        sup = [int(t) for t in (self.generation.get("suppress_tokens") or []) if 0 <= int(t) < vocab_out]
+        sup = [
+            int(t)
+            for t in (self.generation.get("suppress_tokens") or [])
+            if 0 <= int(t) < vocab_out
+        ]
         self.suppress = np.asarray(sorted(set(sup)), dtype=np.int64)
-        beg = [int(t) for t in (self.generation.get("begin_suppress_tokens") or []) if 0 <= int(t) < vocab_out]
+        beg = [
+            int(t)
+            for t in (self.generation.get("begin_suppress_tokens") or [])
+            if 0 <= int(t) < vocab_out
+        ]
         self.begin_suppress = np.asarray(sorted(set(beg)), dtype=np.int64)
 
     # ------------------------------------------------------------------ requests
     def prompt_for(self, language: str | None = None) -> tuple[int, ...]:
-        return build_prompt(self.generation, self.task, self.language or language, f"model {self.name!r}")
+        return build_prompt(
+            self.generation, self.task, self.language or language, f"model {self.name!r}"
+        )
 
     def features(self, audio: np.ndarray) -> np.ndarray:
         if len(audio) > N_SAMPLES:
-            raise UserError(f"{len(audio) / SAMPLE_RATE:.1f} s of audio is longer than Whisper's 30 s window; "
-                            "split it into windows of at most 30 s")
+            raise UserError(
+                f"{len(audio) / SAMPLE_RATE:.1f} s of audio is longer than Whisper's 30 s window; "
+                "split it into windows of at most 30 s"
+            )
         return whisper_log_mel(audio, self.n_mels)[None]
 
     def encode(self, audio: np.ndarray, language: str | None = None) -> Cross:
         (hidden,) = self.encoder.run(None, {self._features_in: self.features(audio)})
         return Cross(None, None, hidden, self.prompt_for(language))
 
-    def encode_request(self, audio: np.ndarray, hidden: np.ndarray | None = None,
-                       language: str | None = None) -> Cross:
+    def encode_request(
+        self, audio: np.ndarray, hidden: np.ndarray | None = None, language: str | None = None
+    ) -> Cross:
         """The request's encoding: ``hidden`` (the owner's encoder states for this audio)
         when this model reads another's encoder and they are given, else its own pass."""
         if hidden is not None and self.encoder_from is not None:
@@ -202,26 +257,37 @@ class WhisperModel:
     def decode(self, tokens: Sequence[int], past: Cache, cross: Cross) -> tuple[np.ndarray, Cache]:
         n = cache_length(past)
         if n + len(tokens) > self.max_positions:
-            raise UserError(f"{self.name}: {n + len(tokens)} decoder positions exceed the model's "
-                            f"{self.max_positions}; lower the generation limit")
+            raise UserError(
+                f"{self.name}: {n + len(tokens)} decoder positions exceed the model's "
+                f"{self.max_positions}; lower the generation limit"
+            )
         ids = np.asarray(tokens, dtype=np.int64)[None]
         if n == 0:  # the first call: no cache yet, it computes the cross-attention K/V
             feeds: dict[str, Any] = {"input_ids": ids, "encoder_hidden_states": cross.hidden}
             if self.with_past is None:
                 feeds["use_cache_branch"] = np.array([False])
                 for (sk, sv), (ck, cv), k, v in zip(self._self_in, self._cross_in, *past):
-                    feeds[sk], feeds[sv], feeds[ck], feeds[cv] = k, v, self._dummy_enc, self._dummy_enc
+                    feeds[sk], feeds[sv], feeds[ck], feeds[cv] = (
+                        k,
+                        v,
+                        self._dummy_enc,
+                        self._dummy_enc,
+                    )
             out = dict(zip(self._dec_out, self.decoder.run(None, feeds)))
             cross.k = tuple(out[k] for k, _ in self._cross_out)
             cross.v = tuple(out[v] for _, v in self._cross_out)
         else:
             if cross.k is None:
-                raise EngineError(f"{self.name}: a cached decoder call before the first call of the request")
+                raise EngineError(
+                    f"{self.name}: a cached decoder call before the first call of the request"
+                )
             feeds = {"input_ids": ids}
             if self.with_past is None:
                 feeds["use_cache_branch"] = np.array([True])
                 feeds["encoder_hidden_states"] = cross.hidden
-            for (sk, sv), (ck, cv), k, v, xk, xv in zip(self._self_in, self._cross_in, *past, cross.k, cross.v):
+            for (sk, sv), (ck, cv), k, v, xk, xv in zip(
+                self._self_in, self._cross_in, *past, cross.k, cross.v
+            ):
                 feeds[sk], feeds[sv] = np.ascontiguousarray(k), np.ascontiguousarray(v)
                 feeds[ck], feeds[cv] = xk, xv
             out = dict(zip(self._past_out, (self.with_past or self.decoder).run(None, feeds)))

@@ -40,7 +40,9 @@ def _mel_to_hz(m: np.ndarray) -> np.ndarray:
 def mel_filters(n_mels: int) -> np.ndarray:
     """(N_FFT // 2 + 1, n_mels) triangular filters, each scaled by 2 / its bandwidth."""
     fft_freqs = np.linspace(0.0, SAMPLE_RATE // 2, N_FFT // 2 + 1)
-    edges = _mel_to_hz(np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(8000.0)), n_mels + 2))
+    edges = _mel_to_hz(
+        np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(8000.0)), n_mels + 2)
+    )
     width = np.diff(edges)
     rel = edges[None, :] - fft_freqs[:, None]  # (bins, n_mels + 2)
     rising = -rel[:, :-2] / width[:-1]

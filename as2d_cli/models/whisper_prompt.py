@@ -23,9 +23,13 @@ def build_prompt(generation: dict, task: str, language: str | None, where: str) 
         key = f"<|{code}|>"
         if key not in lang_to_id:
             have = ", ".join(sorted(k.strip("<|>") for k in lang_to_id))
-            raise UserError(f"{where}: the model has no language {code!r} (it knows: {have}); pass one with --language")
+            raise UserError(
+                f"{where}: the model has no language {code!r} (it knows: {have}); pass one with --language"
+            )
         if task not in task_to_id:
-            raise UserError(f"{where}: the model has no task {task!r} (it knows: {', '.join(sorted(task_to_id))})")
+            raise UserError(
+                f"{where}: the model has no task {task!r} (it knows: {', '.join(sorted(task_to_id))})"
+            )
         prompt += [int(lang_to_id[key]), int(task_to_id[task])]
     elif task != "transcribe":
         raise UserError(f"{where}: an English-only model can only transcribe; drop --task {task}")

@@ -24,8 +24,16 @@ from as2d_cli.errors import EngineError, FormatError
 from as2d_cli.formats.profile import CostProfile, ms_to_ns
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.engine.methods import MethodSpec
-from as2d_cli.replay.pricing import (Price, WidthTable, in_loop, in_loop_ratios, require_refresh, serial_price,
-                                     target_only_price, with_context)
+from as2d_cli.replay.pricing import (
+    Price,
+    WidthTable,
+    in_loop,
+    in_loop_ratios,
+    require_refresh,
+    serial_price,
+    target_only_price,
+    with_context,
+)
 from as2d_cli.replay.producer import ProducerTimeline, build_timeline
 
 
@@ -86,7 +94,13 @@ class WindowReplay:
             "target_end_ns": self.target_end_ns,
             "draft_forwards": self.draft_forwards,
             "paired_forwards": self.paired_forwards,
-            "accounting_ns": {"T": self.time_ns, "D": self.D, "V": self.V, "O": self.O, "H": self.H},
+            "accounting_ns": {
+                "T": self.time_ns,
+                "D": self.D,
+                "V": self.V,
+                "O": self.O,
+                "H": self.H,
+            },
         }
         if spans:
             d["producer_spans_ns"] = [list(s) for s in self.producer_spans]
@@ -141,12 +155,16 @@ def decoupled_price(table: WidthTable, align_ns: int, finish: int) -> Price:
     return price
 
 
-def _episode(w: WindowTrace, prep: Prepared, clock: VirtualClock, *, buffer=None, keep_rounds: bool) -> Episode:
+def _episode(
+    w: WindowTrace, prep: Prepared, clock: VirtualClock, *, buffer=None, keep_rounds: bool
+) -> Episode:
     drafter = None
     if prep.spec.serial:
         d = w.drafter
         if d is None:
-            raise FormatError(f"window {w.id}: no drafter continuations in the trace; {prep.spec.method} needs them — regenerate the trace with the drafter")
+            raise FormatError(
+                f"window {w.id}: no drafter continuations in the trace; {prep.spec.method} needs them — regenerate the trace with the drafter"
+            )
         need = prep.spec.max_width - 1
         if d.cap < need:
             raise FormatError(
@@ -155,15 +173,26 @@ def _episode(w: WindowTrace, prep: Prepared, clock: VirtualClock, *, buffer=None
             )
         conts, confs = d.for_engine()
         drafter = SequenceDrafter(w.reference, conts, confs, eos_id=w.eos_id)
-    return Episode(prep.policy, SequenceTarget(w.reference), w.first_token, eos_id=w.eos_id,
-                   max_tokens=w.max_tokens, clock=clock, buffer=buffer, drafter=drafter, keep_rounds=keep_rounds)
+    return Episode(
+        prep.policy,
+        SequenceTarget(w.reference),
+        w.first_token,
+        eos_id=w.eos_id,
+        max_tokens=w.max_tokens,
+        clock=clock,
+        buffer=buffer,
+        drafter=drafter,
+        keep_rounds=keep_rounds,
+    )
 
 
 def _run(ep: Episode, w: WindowTrace) -> None:
     try:
         ep.run()
     except EngineError as exc:
-        raise FormatError(f"window {w.id}: the trace's reference cannot be replayed ({exc}); its reference, EOS and max_tokens disagree — regenerate the window") from None
+        raise FormatError(
+            f"window {w.id}: the trace's reference cannot be replayed ({exc}); its reference, EOS and max_tokens disagree — regenerate the window"
+        ) from None
     if len(ep.tokens) != len(w.reference) or ep.tokens != list(w.reference):
         raise FormatError(
             f"window {w.id}: replay committed {len(ep.tokens)} tokens but the reference has {len(w.reference)} "
@@ -174,8 +203,15 @@ def _run(ep: Episode, w: WindowTrace) -> None:
 def timeline_for(w: WindowTrace, prep: Prepared, source: str) -> tuple[str, ProducerTimeline]:
     used, st = w.source_for(source)
     costs = prep.profile.source(used)
-    return used, build_timeline(used, st, costs, prep.spec.batch, where=f"window {w.id}: ",
-                                context=prep.profile.context, audio_s=w.audio_seconds)
+    return used, build_timeline(
+        used,
+        st,
+        costs,
+        prep.spec.batch,
+        where=f"window {w.id}: ",
+        context=prep.profile.context,
+        audio_s=w.audio_seconds,
+    )
 
 
 def _ratio(table: WidthTable, finish: int):
@@ -188,7 +224,13 @@ def _ratio(table: WidthTable, finish: int):
     return ratio
 
 
-def replay_window(w: WindowTrace, prep: Prepared, *, detail: bool = True, timeline: tuple[str, ProducerTimeline] | None = None) -> WindowReplay:
+def replay_window(
+    w: WindowTrace,
+    prep: Prepared,
+    *,
+    detail: bool = True,
+    timeline: tuple[str, ProducerTimeline] | None = None,
+) -> WindowReplay:
     """Replay ``w`` under ``prep``'s configuration. ``detail`` keeps spans and D/V/O/H."""
     spec = prep.spec
     used: str | None = None
@@ -219,9 +261,19 @@ def replay_window(w: WindowTrace, prep: Prepared, *, detail: bool = True, timeli
     t_end = clock.now()
     T = tl.drain_end(t_end) if tl is not None else t_end
     out = WindowReplay(
-        window=w.id, dataset=w.dataset, config=spec.label, tokens=len(res.tokens), time_ns=T,
-        rounds=res.n_rounds, proposed=res.proposed, accepted=res.accepted, eos=res.eos, capped=res.capped,
-        width_histogram=dict(res.width_histogram), source=used, target_end_ns=t_end,
+        window=w.id,
+        dataset=w.dataset,
+        config=spec.label,
+        tokens=len(res.tokens),
+        time_ns=T,
+        rounds=res.n_rounds,
+        proposed=res.proposed,
+        accepted=res.accepted,
+        eos=res.eos,
+        capped=res.capped,
+        width_histogram=dict(res.width_histogram),
+        source=used,
+        target_end_ns=t_end,
     )
     if detail:
         prod, ver = split_intervals(clock.intervals)

@@ -31,7 +31,9 @@ Price = Callable[[Op, int], int]
 def _ns(ms: float, what: str, profile: CostProfile) -> int:
     ns = ms_to_ns(ms)
     if ns < 0:
-        raise FormatError(f"{profile.path}: {what} costs {ms} ms, a negative cost; fix the profile or recalibrate")
+        raise FormatError(
+            f"{profile.path}: {what} costs {ms} ms, a negative cost; fix the profile or recalibrate"
+        )
     return ns
 
 
@@ -53,20 +55,32 @@ class WidthTable:
             self.idle[k] = _ns(profile.verify_ms(k), f"verification K{k}", profile)
             if concurrent:
                 try:
-                    self.conc[k] = _ns(profile.verify_ms(k, True, source), f"concurrent verification K{k}", profile)
+                    self.conc[k] = _ns(
+                        profile.verify_ms(k, True, source), f"concurrent verification K{k}", profile
+                    )
                 except FormatError:
                     pass  # no ratio for this width: refused only if a concurrent K-call happens
-        self.ratio = {k: self.conc[k] / self.idle[k] for k in self.conc if self.idle.get(k)}  # concurrent/idle
+        self.ratio = {
+            k: self.conc[k] / self.idle[k] for k in self.conc if self.idle.get(k)
+        }  # concurrent/idle
 
     def require(self, max_width: int, concurrent: bool = False) -> None:
         """Refuse now if any width 1..max_width is missing (a method could ask for it)."""
-        missing = [k for k in range(1, max_width + 1) if k not in self.idle or (concurrent and k not in self.conc)]
+        missing = [
+            k
+            for k in range(1, max_width + 1)
+            if k not in self.idle or (concurrent and k not in self.conc)
+        ]
         if not missing:
             return
         top = 0
         while top + 1 in self.idle and (not concurrent or top + 1 in self.conc):
             top += 1
-        what = "concurrent verification (idle cost or concurrent/idle ratio)" if concurrent else "verification"
+        what = (
+            "concurrent verification (idle cost or concurrent/idle ratio)"
+            if concurrent
+            else "verification"
+        )
         span = f"K{missing[0]}" if len(missing) == 1 else f"K{missing[0]}–K{missing[-1]}"
         raise FormatError(
             f"{self.profile.path}: this configuration can ask for physical width K{max_width}, but {what} "
@@ -123,7 +137,9 @@ def serial_price(profile: CostProfile, max_width: int) -> Price:
         if kind == "refresh":
             c = refresh.get(op.width)
             if c is None:
-                c = refresh[op.width] = _ns(profile.refresh_ms(op.width), f"refresh width {op.width}", profile)
+                c = refresh[op.width] = _ns(
+                    profile.refresh_ms(op.width), f"refresh width {op.width}", profile
+                )
             return c
         raise FormatError(f"serial method asked to price a {op.kind!r} op")  # engine contract
 
@@ -136,8 +152,9 @@ def require_refresh(profile: CostProfile, cap: int) -> None:
         profile.refresh_ms(w)
 
 
-def with_context(base: Price, ctx: ContextCosts, audio_s: float,
-                 ratio: Callable[[Op, int], float] | None = None) -> Callable[[Op, int, int], int]:
+def with_context(
+    base: Price, ctx: ContextCosts, audio_s: float, ratio: Callable[[Op, int], float] | None = None
+) -> Callable[[Op, int, int], int]:
     """``base`` plus the profile's context terms for one window of ``audio_s`` seconds.
 
     Called as price(op, now, cache) with the target's cache length before the call (the
@@ -186,7 +203,9 @@ def in_loop_ratios(profile: CostProfile, method: str) -> dict[str, float]:
     return {k: r for k, r in (profile.in_loop.get(family) or {}).items() if r != 1.0}
 
 
-def in_loop(price: Callable[..., int], ratios: dict[str, float], finish: int | None = None) -> Callable[..., int]:
+def in_loop(
+    price: Callable[..., int], ratios: dict[str, float], finish: int | None = None
+) -> Callable[..., int]:
     """``price`` with each op scaled by its kind's in-loop ratio. With ``finish`` (a
     target-decoupled method), the ratio applies only once the producer has finished: calls
     before that pay the source's concurrent ratios instead."""

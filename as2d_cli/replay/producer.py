@@ -46,9 +46,23 @@ class ProducerTimeline:
     segment (the producer is in service on [0, finish)).
     """
 
-    __slots__ = ("source", "starts", "ends", "kinds", "publications", "finish", "n_tokens", "_buffer")
+    __slots__ = (
+        "source",
+        "starts",
+        "ends",
+        "kinds",
+        "publications",
+        "finish",
+        "n_tokens",
+        "_buffer",
+    )
 
-    def __init__(self, source: str, segments: list[tuple[str, int]], publications: list[tuple[int, tuple[int, ...], tuple[float, ...] | None]]) -> None:
+    def __init__(
+        self,
+        source: str,
+        segments: list[tuple[str, int]],
+        publications: list[tuple[int, tuple[int, ...], tuple[float, ...] | None]],
+    ) -> None:
         self.source = source
         self.starts: list[int] = []
         self.ends: list[int] = []
@@ -102,8 +116,16 @@ class ProducerTimeline:
         return buf
 
 
-def build_timeline(name: str, trace: SourceTrace, costs: SourceCosts, batch: int, *, where: str = "",
-                   context: ContextCosts | None = None, audio_s: float | None = None) -> ProducerTimeline:
+def build_timeline(
+    name: str,
+    trace: SourceTrace,
+    costs: SourceCosts,
+    batch: int,
+    *,
+    where: str = "",
+    context: ContextCosts | None = None,
+    audio_s: float | None = None,
+) -> ProducerTimeline:
     """The producer's timeline with concurrent costs (the target is in service throughout).
 
     With ``context`` and ``audio_s``, the startup follows the window's length and step i of
@@ -116,7 +138,10 @@ def build_timeline(name: str, trace: SourceTrace, costs: SourceCosts, batch: int
             f"use a profile calibrated for this source"
         )
     use_ctx = context is not None and audio_s is not None
-    startup = ms_to_ns(costs.startup_for(audio_s, context.ref_audio_s) if use_ctx else costs.startup_ms)  # type: ignore[union-attr]
+    if context is not None and audio_s is not None:
+        startup = ms_to_ns(costs.startup_for(audio_s, context.ref_audio_s))
+    else:
+        startup = ms_to_ns(costs.startup_ms)
     publish = ms_to_ns(costs.publish_ms)
     segments: list[tuple[str, int]] = [(STARTUP, startup)]
     pubs: list[tuple[int, tuple[int, ...], tuple[float, ...] | None]] = []
@@ -124,7 +149,9 @@ def build_timeline(name: str, trace: SourceTrace, costs: SourceCosts, batch: int
     if trace.kind == AUTOREGRESSIVE:
         step = ms_to_ns(costs.step_ms(True))
         if step <= 0:
-            raise FormatError(f"{where}source {name!r} has a non-positive step cost; fix the profile or recalibrate")
+            raise FormatError(
+                f"{where}source {name!r} has a non-positive step cost; fix the profile or recalibrate"
+            )
         toks = trace.tokens
         conf = trace.confidences
         n = len(toks)
@@ -146,12 +173,16 @@ def build_timeline(name: str, trace: SourceTrace, costs: SourceCosts, batch: int
     elif trace.kind == CHUNKED:
         chunk = ms_to_ns(costs.chunk_ms(True))
         if chunk <= 0:
-            raise FormatError(f"{where}source {name!r} has a non-positive chunk cost; fix the profile or recalibrate")
+            raise FormatError(
+                f"{where}source {name!r} has a non-positive chunk cost; fix the profile or recalibrate"
+            )
         for ch in trace.chunks or ():
             segments.append((CHUNK, chunk))
             segments.append((PUBLISH, publish))
             t += chunk + publish
             pubs.append((t, tuple(ch.tokens), ch.confidences))
     else:
-        raise FormatError(f"{where}source {name!r} has unknown kind {trace.kind!r}; expected autoregressive or chunked")
+        raise FormatError(
+            f"{where}source {name!r} has unknown kind {trace.kind!r}; expected autoregressive or chunked"
+        )
     return ProducerTimeline(name, segments, pubs)

@@ -44,16 +44,24 @@ def merge_traces(sets: Sequence[tuple[str, TraceSet]]) -> TraceSet:
     sources = dict(base.sources)
     for path, ts in rest:
         if ts.eos_id != base.eos_id:
-            raise UserError(f"{path}: EOS id {ts.eos_id} differs from {first_path}'s {base.eos_id}; pass traces of one target model")
+            raise UserError(
+                f"{path}: EOS id {ts.eos_id} differs from {first_path}'s {base.eos_id}; pass traces of one target model"
+            )
         if ts.default_source != base.default_source:
-            raise UserError(f"{path}: default source {ts.default_source!r} differs from {first_path}'s {base.default_source!r}; pass traces made together")
+            raise UserError(
+                f"{path}: default source {ts.default_source!r} differs from {first_path}'s {base.default_source!r}; pass traces made together"
+            )
         for name, info in ts.sources.items():
             if name in sources and sources[name].kind != info.kind:
-                raise UserError(f"{path}: source {name!r} is {info.kind} but {sources[name].kind} in {first_path}; pass traces made together")
+                raise UserError(
+                    f"{path}: source {name!r} is {info.kind} but {sources[name].kind} in {first_path}; pass traces made together"
+                )
             sources.setdefault(name, info)
         for w in ts.windows:
             if w.id in seen:
-                raise UserError(f"{path}: window {w.id} also appears in {seen[w.id]}; pass each window once")
+                raise UserError(
+                    f"{path}: window {w.id} also appears in {seen[w.id]}; pass each window once"
+                )
             seen[w.id] = path
             windows.append(w)
     return TraceSet(base.provenance, base.eos_id, sources, base.default_source, tuple(windows))
@@ -68,7 +76,9 @@ def _paths(traces_path: str | Path | Sequence[str | Path]) -> list[Path]:
     return paths
 
 
-def load_inputs(profile_path: str | Path, traces_path: str | Path | Sequence[str | Path]) -> tuple[CostProfile, TraceSet]:
+def load_inputs(
+    profile_path: str | Path, traces_path: str | Path | Sequence[str | Path]
+) -> tuple[CostProfile, TraceSet]:
     """Load and validate the profile and one or more trace files (merged)."""
     from as2d_cli.evaluate.inputs import check_pair
 
@@ -106,15 +116,28 @@ def replay_report(
         dep = load_deployment(deployment_path, profile=profile_path)
     default_budget = dep.budget if dep is not None else DEFAULT_BUDGET
     default_source = dep.source if dep is not None else traces.default_source
-    extra: dict[str, Any] = {"batch": dep.batch, "threshold": dep.threshold} if dep is not None else {}
-    run = run_method(windows, profile, method, budget=budget, source=source, k=k,
-                     default_source=default_source, default_budget=default_budget, **extra)
+    extra: dict[str, Any] = (
+        {"batch": dep.batch, "threshold": dep.threshold} if dep is not None else {}
+    )
+    run = run_method(
+        windows,
+        profile,
+        method,
+        budget=budget,
+        source=source,
+        k=k,
+        default_source=default_source,
+        default_budget=default_budget,
+        **extra,
+    )
     summary = run.summary()
     if method != "target-only":
         base = run_method(windows, profile, "target-only", detail=False)
         summary["vs_target_only"] = {
             "tps": base.pooled_tps(),
-            "speedup": (summary["tps"] / base.pooled_tps()) if summary["tps"] and base.pooled_tps() else None,
+            "speedup": (summary["tps"] / base.pooled_tps())
+            if summary["tps"] and base.pooled_tps()
+            else None,
             "windows": slowdowns(run.window_tps(), base.window_tps()),
         }
     wtps = run.window_tps()
@@ -122,8 +145,13 @@ def replay_report(
     summary["cdf"] = [list(p) for p in cdf(timed)] if timed else []
     per_window = []
     for i, w in enumerate(windows):
-        entry = {"window": w.id, "dataset": w.dataset, "split": w.split, "tps": wtps[i],
-                 "configs": [rows[i].to_json(spans=spans) for rows in run.runs]}
+        entry = {
+            "window": w.id,
+            "dataset": w.dataset,
+            "split": w.split,
+            "tps": wtps[i],
+            "configs": [rows[i].to_json(spans=spans) for rows in run.runs],
+        }
         per_window.append(entry)
     inputs = {"profile": _ref(profile_path), "traces": _trace_refs(traces_path)}
     if deployment_path is not None:
@@ -159,9 +187,19 @@ def select_report(
         raise UserError(f"--processes {processes}: give at least 1")
     profile, traces = load_inputs(profile_path, traces_path)
     if batch < 1 or (threshold is not None and not 0.0 <= threshold <= 1.0):
-        raise UserError(f"--batch {batch} / --threshold {threshold}: give a batch >= 1 and a threshold in [0, 1]")
-    sel = select_budget(traces, profile, sources=sources, budgets=budgets, tolerance=tolerance, processes=processes,
-                        threshold=threshold, batch=batch)
+        raise UserError(
+            f"--batch {batch} / --threshold {threshold}: give a batch >= 1 and a threshold in [0, 1]"
+        )
+    sel = select_budget(
+        traces,
+        profile,
+        sources=sources,
+        budgets=budgets,
+        tolerance=tolerance,
+        processes=processes,
+        threshold=threshold,
+        batch=batch,
+    )
     report = {
         "schema": SELECTION_SCHEMA,
         "version": SELECTION_VERSION,
@@ -178,7 +216,9 @@ def default_deployment_path(profile: CostProfile, root: str | Path = "calibratio
     return Path(root) / device / "deployment.yaml"
 
 
-def write_selection(sel: Selection, report: dict, profile_path: str | Path, out: str | Path) -> Path:
+def write_selection(
+    sel: Selection, report: dict, profile_path: str | Path, out: str | Path
+) -> Path:
     """Write the chosen fixed configuration as an ``as2d.deployment`` file (never overwrites)."""
     profile = load_profile(profile_path)
     selection = {
@@ -193,5 +233,13 @@ def write_selection(sel: Selection, report: dict, profile_path: str | Path, out:
     }
     if Path(out).exists():
         raise UserError(f"{out}: already exists and is never overwritten; pass another --out")
-    dep = make_deployment(sel.source, sel.budget, sel.threshold, sel.batch, profile_path, str(profile.device.get("name", "")), selection)
+    dep = make_deployment(
+        sel.source,
+        sel.budget,
+        sel.threshold,
+        sel.batch,
+        profile_path,
+        str(profile.device.get("name", "")),
+        selection,
+    )
     return write_deployment(out, dep)

@@ -16,7 +16,13 @@ from as2d_cli.errors import UserError
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.replay.driver import Prepared, WindowReplay, replay_window
-from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_BUDGET, DEFAULT_THRESHOLD, MethodSpec, expand
+from as2d_cli.engine.methods import (
+    DEFAULT_BATCH,
+    DEFAULT_BUDGET,
+    DEFAULT_THRESHOLD,
+    MethodSpec,
+    expand,
+)
 from as2d_cli.stats.compare import TIE, sd_summary, sd_window_tps, slowdown
 from as2d_cli.stats.pooled import Outcome, pooled_tps
 
@@ -52,8 +58,10 @@ class MethodRun:
         return self.method == "sd"
 
     def _by_k(self, dataset: str | None = None) -> dict[int, list[Outcome]]:
-        return {spec.k: outcomes([r for r in rows if dataset is None or r.dataset == dataset])  # type: ignore[misc]
-                for spec, rows in zip(self.specs, self.runs)}
+        return {
+            spec.k: outcomes([r for r in rows if dataset is None or r.dataset == dataset])  # type: ignore[misc]
+            for spec, rows in zip(self.specs, self.runs)
+        }
 
     def pooled_tps(self, dataset: str | None = None) -> float | None:
         """Pooled TPS (SD: the mean over K of the per-K pooled TPS, D.1.3)."""
@@ -71,7 +79,10 @@ class MethodRun:
         timed = [all(rows[i].time_ns > 0 for rows in self.runs) for i in range(len(self.runs[0]))]
         if self.is_sd:
             ks = [s.k for s in self.specs]
-            by_k = {s.k: outcomes([r for r, ok in zip(rows, timed) if ok]) for s, rows in zip(self.specs, self.runs)}
+            by_k = {
+                s.k: outcomes([r for r, ok in zip(rows, timed) if ok])
+                for s, rows in zip(self.specs, self.runs)
+            }
             vals = sd_window_tps(by_k, ks) if any(timed) else {}  # type: ignore[arg-type]
         else:
             vals = {o.window: o.tps for o, ok in zip(outcomes(self.runs[0]), timed) if ok}
@@ -90,22 +101,26 @@ class MethodRun:
             prop = sum(r.proposed for r in rows)
             acc = sum(r.accepted for r in rows)
             decoded = sum(r.tokens - 1 for r in rows)
-            per_config.append({
-                "config": spec.label,
-                "windows": len(rows),
-                "tokens": toks,
-                "time_ms": sum(r.time_ns for r in rows) / 1e6,
-                "tps": pooled(rows),
-                "rounds": sum(r.rounds for r in rows),
-                "draft_forwards": sum(r.draft_forwards for r in rows),
-                "paired_forwards": sum(r.paired_forwards for r in rows),
-                "proposed": prop,
-                "accepted": acc,
-                "acceptance": acc / prop if prop else 0.0,
-                "coverage": acc / decoded if decoded else 0.0,
-                "width_histogram": {str(k): v for k, v in sorted(hist.items())},
-                "accounting_ms": {k: sum(getattr(r, k) for r in rows) / 1e6 for k in ("D", "V", "O", "H")},
-            })
+            per_config.append(
+                {
+                    "config": spec.label,
+                    "windows": len(rows),
+                    "tokens": toks,
+                    "time_ms": sum(r.time_ns for r in rows) / 1e6,
+                    "tps": pooled(rows),
+                    "rounds": sum(r.rounds for r in rows),
+                    "draft_forwards": sum(r.draft_forwards for r in rows),
+                    "paired_forwards": sum(r.paired_forwards for r in rows),
+                    "proposed": prop,
+                    "accepted": acc,
+                    "acceptance": acc / prop if prop else 0.0,
+                    "coverage": acc / decoded if decoded else 0.0,
+                    "width_histogram": {str(k): v for k, v in sorted(hist.items())},
+                    "accounting_ms": {
+                        k: sum(getattr(r, k) for r in rows) / 1e6 for k in ("D", "V", "O", "H")
+                    },
+                }
+            )
         return {
             "method": self.method,
             "tps": self.pooled_tps(),
@@ -130,8 +145,17 @@ def run_method(
 ) -> MethodRun:
     if not windows:
         raise UserError("no windows to replay; check the trace file and the split")
-    specs = expand(method, budget=budget, source=source, k=k, profile_max_width=profile.max_width,
-                   default_source=default_source, default_budget=default_budget, batch=batch, threshold=threshold)
+    specs = expand(
+        method,
+        budget=budget,
+        source=source,
+        k=k,
+        profile_max_width=profile.max_width,
+        default_source=default_source,
+        default_budget=default_budget,
+        batch=batch,
+        threshold=threshold,
+    )
     preps = [Prepared(profile, s) for s in specs]  # widths/sources/costs checked before any window
     for prep in preps:
         if prep.spec.decoupled:
@@ -144,11 +168,25 @@ def slowdowns(method_tps: Sequence[float | None], base_tps: Sequence[float | Non
     """Windows faster/slower than the baseline (ties within 1e-9), with the median and
     maximum TPS loss (percent) among the slower ones (D.4.5), via the statistics module.
     Windows without a TPS (a one-token output) are counted apart as ``undefined``."""
-    keep = [i for i, (m, b) in enumerate(zip(method_tps, base_tps)) if m is not None and b is not None]
+    keep = [
+        i for i, (m, b) in enumerate(zip(method_tps, base_tps)) if m is not None and b is not None
+    ]
     undefined = len(method_tps) - len(keep)
     if not keep:
-        return {"faster": 0, "slower": 0, "ties": 0, "undefined": undefined,
-                "median_loss_percent": None, "max_loss_percent": None}
+        return {
+            "faster": 0,
+            "slower": 0,
+            "ties": 0,
+            "undefined": undefined,
+            "median_loss_percent": None,
+            "max_loss_percent": None,
+        }
     sl = slowdown({str(i): method_tps[i] for i in keep}, {str(i): base_tps[i] for i in keep})  # type: ignore[misc]
-    return {"faster": sl.faster, "slower": sl.slower, "ties": sl.ties, "undefined": undefined,
-            "median_loss_percent": sl.median_loss_pct, "max_loss_percent": sl.max_loss_pct}
+    return {
+        "faster": sl.faster,
+        "slower": sl.slower,
+        "ties": sl.ties,
+        "undefined": undefined,
+        "median_loss_percent": sl.median_loss_pct,
+        "max_loss_percent": sl.max_loss_pct,
+    }

@@ -42,7 +42,9 @@ def rank(cat: CatalogTimes) -> list[Ranked]:
     """Every catalog configuration by pooled TPS, best first (ties: smaller budget, then
     the catalog's source order — the cheaper, simpler setting wins a tie)."""
     tps = cat.pooled_tps()
-    out = [(float(tps[s, b]), -b, -s) for s in range(len(cat.sources)) for b in range(len(cat.budgets))]
+    out = [
+        (float(tps[s, b]), -b, -s) for s in range(len(cat.sources)) for b in range(len(cat.budgets))
+    ]
     out.sort(reverse=True)
     return [Ranked(cat.sources[-s], cat.budgets[-b], t) for t, b, s in out]
 
@@ -56,9 +58,13 @@ class OracleResult:
     same_as_selected: int  # windows whose oracle choice is the selected configuration
 
     def to_json(self, per_window: bool = False) -> dict:
-        d: dict[str, Any] = {"tps_selected": self.tps_selected, "tps_oracle": self.tps_oracle,
-             "gap_percent": self.gap_percent, "windows": len(self.choices),
-             "same_as_selected": self.same_as_selected}
+        d: dict[str, Any] = {
+            "tps_selected": self.tps_selected,
+            "tps_oracle": self.tps_oracle,
+            "gap_percent": self.gap_percent,
+            "windows": len(self.choices),
+            "same_as_selected": self.same_as_selected,
+        }
         if per_window:
             d["choices"] = [{"window": w, "source": s, "budget": b} for w, s, b in self.choices]
         return d
@@ -67,7 +73,9 @@ class OracleResult:
 def oracle(cat: CatalogTimes, source: str, budget: int) -> OracleResult:
     """Per-window hindsight oracle over the catalog versus the fixed (source, budget)."""
     if source not in cat.sources or budget not in cat.budgets:
-        raise UserError(f"configuration {source}/budget {budget} is not in the catalog ({', '.join(cat.sources)} × budgets {cat.budgets[0]}–{cat.budgets[-1]})")
+        raise UserError(
+            f"configuration {source}/budget {budget} is not in the catalog ({', '.join(cat.sources)} × budgets {cat.budgets[0]}–{cat.budgets[-1]})"
+        )
     s, b = cat.sources.index(source), cat.budgets.index(budget)
     W = len(cat.window_ids)
     flat = cat.times.reshape(W, -1)
@@ -79,7 +87,9 @@ def oracle(cat: CatalogTimes, source: str, budget: int) -> OracleResult:
     tps_sel = tokens / (int(t_sel.sum()) / 1e9)
     tps_or = tokens / (int(t_oracle.sum()) / 1e9)
     B = len(cat.budgets)
-    choices = [(cat.window_ids[i], cat.used[i][best[i] // B], cat.budgets[best[i] % B]) for i in range(W)]
+    choices = [
+        (cat.window_ids[i], cat.used[i][best[i] // B], cat.budgets[best[i] % B]) for i in range(W)
+    ]
     same = int(np.sum(t_oracle == t_sel))
     return OracleResult(tps_sel, tps_or, oracle_gap(tps_sel, tps_or), choices, same)
 
@@ -93,7 +103,9 @@ class Selection:
     ranking: list[Ranked]
     catalog: dict
     excluded_sources: dict[str, str] = field(default_factory=dict)
-    threshold: float | None = DEFAULT_THRESHOLD  # As²d's confidence stop the catalog was replayed with
+    threshold: float | None = (
+        DEFAULT_THRESHOLD  # As²d's confidence stop the catalog was replayed with
+    )
     batch: int = DEFAULT_BATCH  # and its publication batch
 
     @property
@@ -115,20 +127,26 @@ class Selection:
         }
 
 
-def catalog_sources(traces: TraceSet, profile: CostProfile, requested: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
+def catalog_sources(
+    traces: TraceSet, profile: CostProfile, requested: Sequence[str] | None
+) -> tuple[list[str], dict[str, str]]:
     """The sources to search: those requested, else every trace source the profile has
     costs for (the others are reported as excluded, never silently dropped)."""
     declared = list(traces.sources)
     if requested:
         for s in requested:
             if s not in traces.sources:
-                raise UserError(f"source {s!r} is not in the traces (they declare {', '.join(declared) or 'none'}); pick one of those")
+                raise UserError(
+                    f"source {s!r} is not in the traces (they declare {', '.join(declared) or 'none'}); pick one of those"
+                )
             profile.source(s)  # refuses a source the profile has no costs for
         return list(requested), {}
     usable = [s for s in declared if s in profile.sources]
     excluded = {s: "no costs in the profile" for s in declared if s not in profile.sources}
     if not usable:
-        raise UserError(f"{profile.path}: has costs for none of the trace's sources ({', '.join(declared)}); calibrate one of them first")
+        raise UserError(
+            f"{profile.path}: has costs for none of the trace's sources ({', '.join(declared)}); calibrate one of them first"
+        )
     return usable, excluded
 
 
@@ -147,7 +165,9 @@ def _feasible(profile: CostProfile, sources: Sequence[str], budget: int) -> bool
     return True
 
 
-def feasible_budgets(profile: CostProfile, sources: Sequence[str], budgets: Sequence[int]) -> list[int]:
+def feasible_budgets(
+    profile: CostProfile, sources: Sequence[str], budgets: Sequence[int]
+) -> list[int]:
     """The budgets (ascending) whose every width 1..b+1 the profile measured, idle and
     concurrent next to each source: the catalog's budget axis."""
     return [b for b in sorted(set(int(x) for x in budgets)) if _feasible(profile, sources, b)]
@@ -172,34 +192,68 @@ def select_budget(
     dev = [w for w in traces.windows if w.split == dev_split]
     if not dev:
         have = sorted({w.split for w in traces.windows})
-        raise UserError(f"the traces hold no {dev_split!r} windows (splits: {', '.join(have) or 'none'}); pass development traces")
+        raise UserError(
+            f"the traces hold no {dev_split!r} windows (splits: {', '.join(have) or 'none'}); pass development traces"
+        )
     budgets = sorted(set(int(b) for b in budgets))
     srcs, excluded = catalog_sources(traces, profile, sources)
     usable_budgets = feasible_budgets(profile, srcs, budgets)
     if not usable_budgets:
-        raise UserError(f"{profile.path}: none of budgets {budgets[0]}–{budgets[-1]} has its width measured (profile max K{profile.max_width}); lower --budgets")
+        raise UserError(
+            f"{profile.path}: none of budgets {budgets[0]}–{budgets[-1]} has its width measured (profile max K{profile.max_width}); lower --budgets"
+        )
     dropped = [b for b in budgets if b not in usable_budgets]
-    cat = sweep(dev, profile, srcs, usable_budgets, processes=processes, threshold=threshold, batch=batch)
+    cat = sweep(
+        dev, profile, srcs, usable_budgets, processes=processes, threshold=threshold, batch=batch
+    )
     ranking = rank(cat)
     best = ranking[0]
     orc = oracle(cat, best.source, best.budget)
-    dev_info = {"split": dev_split, "windows": len(dev), "tokens": int(cat.tokens.sum()),
-                "tps": best.tps, "oracle": orc.to_json()}
+    dev_info = {
+        "split": dev_split,
+        "windows": len(dev),
+        "tokens": int(cat.tokens.sum()),
+        "tps": best.tps,
+        "oracle": orc.to_json(),
+    }
     val_info = None
     val = [w for w in traces.windows if w.split == val_split]
     if val:
-        vcat = sweep(val, profile, srcs, usable_budgets, processes=processes, threshold=threshold, batch=batch)
+        vcat = sweep(
+            val,
+            profile,
+            srcs,
+            usable_budgets,
+            processes=processes,
+            threshold=threshold,
+            batch=batch,
+        )
         vrank = rank(vcat)
         chosen = next(r for r in vrank if r.source == best.source and r.budget == best.budget)
         pos = vrank.index(chosen) + 1
         vbest = vrank[0]
         retained = chosen.tps >= (1.0 - tolerance) * vbest.tps
-        val_info = {"split": val_split, "windows": len(val), "tokens": int(vcat.tokens.sum()),
-                    "tps": chosen.tps, "rank": pos, "best": vbest.to_json(),
-                    "retention": chosen.tps / vbest.tps, "tolerance": tolerance, "retained": retained}
-    catalog = {"sources": srcs, "budgets": usable_budgets, "configurations": len(srcs) * len(usable_budgets),
-               "dropped_budgets": dropped, "ranking": "pooled TPS on the development split"}
-    return Selection(best.source, best.budget, dev_info, val_info, ranking, catalog, excluded, threshold, batch)
+        val_info = {
+            "split": val_split,
+            "windows": len(val),
+            "tokens": int(vcat.tokens.sum()),
+            "tps": chosen.tps,
+            "rank": pos,
+            "best": vbest.to_json(),
+            "retention": chosen.tps / vbest.tps,
+            "tolerance": tolerance,
+            "retained": retained,
+        }
+    catalog = {
+        "sources": srcs,
+        "budgets": usable_budgets,
+        "configurations": len(srcs) * len(usable_budgets),
+        "dropped_budgets": dropped,
+        "ranking": "pooled TPS on the development split",
+    }
+    return Selection(
+        best.source, best.budget, dev_info, val_info, ranking, catalog, excluded, threshold, batch
+    )
 
 
 def windows_of(traces: TraceSet, split: str | None) -> list[WindowTrace]:
@@ -208,5 +262,7 @@ def windows_of(traces: TraceSet, split: str | None) -> list[WindowTrace]:
     ws = [w for w in traces.windows if w.split == split]
     if not ws:
         have = sorted({w.split for w in traces.windows})
-        raise UserError(f"the traces hold no {split!r} windows (splits: {', '.join(have) or 'none'}); pick one of those with --split")
+        raise UserError(
+            f"the traces hold no {split!r} windows (splits: {', '.join(have) or 'none'}); pick one of those with --split"
+        )
     return ws

@@ -59,8 +59,18 @@ _STATE: dict = {}
 def _chunk_job(args: tuple[int, int]) -> tuple:
     lo, hi = args
     windows: Sequence[WindowTrace] = _STATE["windows"]
-    return (lo, *_run_chunk(windows[lo:hi], _STATE["profile"], _STATE["sources"], _STATE["budgets"], _STATE["threshold"],
-                            _STATE["batch"], _STATE["reuse"]))
+    return (
+        lo,
+        *_run_chunk(
+            windows[lo:hi],
+            _STATE["profile"],
+            _STATE["sources"],
+            _STATE["budgets"],
+            _STATE["threshold"],
+            _STATE["batch"],
+            _STATE["reuse"],
+        ),
+    )
 
 
 def _chunk_job_pickled(args: tuple) -> tuple:
@@ -82,7 +92,15 @@ def _run_chunk(windows, profile, sources, budgets, threshold, batch, reuse=True)
     rounds = np.zeros((len(windows), S, B), dtype=np.int64)
     simulated = 0
     used: list[list[str]] = []
-    preps = [[Prepared(profile, MethodSpec("as2d", budget=b, source=s, threshold=threshold, batch=batch)) for b in budgets] for s in sources]
+    preps = [
+        [
+            Prepared(
+                profile, MethodSpec("as2d", budget=b, source=s, threshold=threshold, batch=batch)
+            )
+            for b in budgets
+        ]
+        for s in sources
+    ]
     for i, w in enumerate(windows):
         row: list[str] = []
         for j, s in enumerate(sources):
@@ -135,7 +153,9 @@ def sweep(
     # or source fails here with one line, before any worker starts.
     for s in sources:
         for b in budgets:
-            Prepared(profile, MethodSpec("as2d", budget=b, source=s, threshold=threshold, batch=batch)).table(s)
+            Prepared(
+                profile, MethodSpec("as2d", budget=b, source=s, threshold=threshold, batch=batch)
+            ).table(s)
     procs = processes if processes is not None else default_processes()
     W = len(windows)
     n_chunks = 1 if procs <= 1 else min(W, procs * 8)
@@ -154,10 +174,19 @@ def sweep(
         simulated[0] += n
 
     if procs <= 1 or len(bounds) == 1:
-        collect(0, *_run_chunk(list(windows), profile, list(sources), budgets, threshold, batch, reuse))
+        collect(
+            0, *_run_chunk(list(windows), profile, list(sources), budgets, threshold, batch, reuse)
+        )
     elif "fork" in mp.get_all_start_methods():
-        _STATE.update(windows=list(windows), profile=profile, sources=list(sources), budgets=budgets, threshold=threshold,
-                      batch=batch, reuse=reuse)
+        _STATE.update(
+            windows=list(windows),
+            profile=profile,
+            sources=list(sources),
+            budgets=budgets,
+            threshold=threshold,
+            batch=batch,
+            reuse=reuse,
+        )
         try:
             with mp.get_context("fork").Pool(procs) as pool:
                 for lo, *rest in pool.imap_unordered(_chunk_job, bounds):
@@ -165,7 +194,10 @@ def sweep(
         finally:
             _STATE.clear()
     else:  # pragma: no cover - platforms without fork
-        jobs = [(lo, list(windows[lo:hi]), profile, list(sources), budgets, threshold, batch, reuse) for lo, hi in bounds]
+        jobs = [
+            (lo, list(windows[lo:hi]), profile, list(sources), budgets, threshold, batch, reuse)
+            for lo, hi in bounds
+        ]
         with mp.get_context("spawn").Pool(procs) as pool:
             for lo, *rest in pool.imap_unordered(_chunk_job_pickled, jobs):
                 collect(lo, *rest)

@@ -20,6 +20,17 @@ from as2d_cli.stats.compare import (
 )
 
 __all__ = [
-    "ImpossibleFigure", "Outcome", "pooled_tps", "tps_by_dataset", "window_tps",
-    "OracleResult", "Slowdown", "cdf", "oracle", "oracle_gap", "sd_summary", "sd_window_tps", "slowdown",
+    "ImpossibleFigure",
+    "Outcome",
+    "pooled_tps",
+    "tps_by_dataset",
+    "window_tps",
+    "OracleResult",
+    "Slowdown",
+    "cdf",
+    "oracle",
+    "oracle_gap",
+    "sd_summary",
+    "sd_window_tps",
+    "slowdown",
 ]

@@ -8,20 +8,34 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Hashable, Mapping, Sequence
 
-from as2d_cli.stats.pooled import ALL, ImpossibleFigure, Outcome, by_window, pooled_tps, same_windows, tps_by_dataset
+from as2d_cli.stats.pooled import (
+    ALL,
+    ImpossibleFigure,
+    Outcome,
+    by_window,
+    pooled_tps,
+    same_windows,
+    tps_by_dataset,
+)
 
 SD_WIDTHS = (5, 6, 7, 8)
 TIE = 1e-9
 
 
-def _k_sets(by_k: Mapping[int, Sequence[Outcome]], ks: Sequence[int]) -> dict[int, Sequence[Outcome]]:
+def _k_sets(
+    by_k: Mapping[int, Sequence[Outcome]], ks: Sequence[int]
+) -> dict[int, Sequence[Outcome]]:
     missing = [k for k in ks if k not in by_k]
     if missing:
-        raise ImpossibleFigure(f"standard SD results lack K={missing[0]}; replay every K in {tuple(ks)} before summarizing")
+        raise ImpossibleFigure(
+            f"standard SD results lack K={missing[0]}; replay every K in {tuple(ks)} before summarizing"
+        )
     return {k: by_k[k] for k in ks}
 
 
-def sd_summary(by_k: Mapping[int, Sequence[Outcome]], ks: Sequence[int] = SD_WIDTHS) -> dict[str, float]:
+def sd_summary(
+    by_k: Mapping[int, Sequence[Outcome]], ks: Sequence[int] = SD_WIDTHS
+) -> dict[str, float]:
     """Per dataset and over all windows: the mean over K of per-K pooled TPS (D.1.3)."""
     sets = _k_sets(by_k, ks)
     same_windows({str(k): by_window(v, f"SD K={k}") for k, v in sets.items()})
@@ -29,7 +43,9 @@ def sd_summary(by_k: Mapping[int, Sequence[Outcome]], ks: Sequence[int] = SD_WID
     return {d: statistics.fmean(p[d] for p in per_k) for d in per_k[0]}
 
 
-def sd_window_tps(by_k: Mapping[int, Sequence[Outcome]], ks: Sequence[int] = SD_WIDTHS) -> dict[str, float]:
+def sd_window_tps(
+    by_k: Mapping[int, Sequence[Outcome]], ks: Sequence[int] = SD_WIDTHS
+) -> dict[str, float]:
     """Per window: the mean of that window's TPS at each K (what CDFs and slowdowns use)."""
     sets = {str(k): by_window(v, f"SD K={k}") for k, v in _k_sets(by_k, ks).items()}
     ids = same_windows(sets)
@@ -70,14 +86,18 @@ def oracle(catalog: Mapping[Hashable, Sequence[Outcome]]) -> OracleResult:
                 best_k, best = k, o
         choice[w] = best_k  # type: ignore[assignment]
         chosen.append(best)  # type: ignore[arg-type]
-    return OracleResult(choice, tuple(chosen), pooled_tps(chosen, "the oracle"), tps_by_dataset(chosen))
+    return OracleResult(
+        choice, tuple(chosen), pooled_tps(chosen, "the oracle"), tps_by_dataset(chosen)
+    )
 
 
 def oracle_gap(selected_tps: float, oracle_tps: float) -> float:
     """100 · (1 − TPS_selected / TPS_oracle), both pooled over the same windows."""
     for name, v in (("selected", selected_tps), ("oracle", oracle_tps)):
         if not math.isfinite(v) or v <= 0:
-            raise ImpossibleFigure(f"{name} TPS {v!r} must be a positive finite number to form the oracle gap")
+            raise ImpossibleFigure(
+                f"{name} TPS {v!r} must be a positive finite number to form the oracle gap"
+            )
     return 100.0 * (1.0 - selected_tps / oracle_tps)
 
 
@@ -97,29 +117,39 @@ class Slowdown:
     ratios: Mapping[str, float]
 
 
-def slowdown(method: Mapping[str, float], baseline: Mapping[str, float], tol: float = TIE) -> Slowdown:
+def slowdown(
+    method: Mapping[str, float], baseline: Mapping[str, float], tol: float = TIE
+) -> Slowdown:
     """Per-window TPS of a method against per-window TPS of the baseline (target-only)."""
     if method.keys() != baseline.keys():
         extra = sorted(method.keys() ^ baseline.keys())
-        raise ImpossibleFigure(f"method and baseline cover different windows (e.g. {extra[0]}); compare the same windows")
+        raise ImpossibleFigure(
+            f"method and baseline cover different windows (e.g. {extra[0]}); compare the same windows"
+        )
     if not method:
         raise ImpossibleFigure("no windows to compare")
     ratios: dict[str, float] = {}
     for w, b in baseline.items():
         m = method[w]
         if not (math.isfinite(b) and b > 0 and math.isfinite(m) and m >= 0):
-            raise ImpossibleFigure(f"window {w}: TPS {m!r} vs baseline {b!r} cannot be compared; both must be finite and the baseline positive")
+            raise ImpossibleFigure(
+                f"window {w}: TPS {m!r} vs baseline {b!r} cannot be compared; both must be finite and the baseline positive"
+            )
         ratios[w] = m / b
     slower = tuple(w for w, r in ratios.items() if r < 1.0 - tol)
     faster = sum(1 for r in ratios.values() if r > 1.0 + tol)
     losses = [100.0 * (1.0 - ratios[w]) for w in slower]
     n = len(ratios)
     return Slowdown(
-        n=n, faster=faster, slower=len(slower), ties=n - faster - len(slower),
+        n=n,
+        faster=faster,
+        slower=len(slower),
+        ties=n - faster - len(slower),
         slower_fraction=len(slower) / n,
         median_loss_pct=statistics.median(losses) if losses else None,
         max_loss_pct=max(losses) if losses else None,
-        slower_windows=slower, ratios=ratios,
+        slower_windows=slower,
+        ratios=ratios,
     )
 
 
@@ -134,5 +164,16 @@ def cdf(values: Mapping[str, float] | Sequence[float]) -> list[tuple[float, floa
     return [(x, (i + 1) / n) for i, x in enumerate(xs)]
 
 
-__all__ = ["ALL", "SD_WIDTHS", "TIE", "OracleResult", "Slowdown", "cdf", "oracle", "oracle_gap",
-           "sd_summary", "sd_window_tps", "slowdown"]
+__all__ = [
+    "ALL",
+    "SD_WIDTHS",
+    "TIE",
+    "OracleResult",
+    "Slowdown",
+    "cdf",
+    "oracle",
+    "oracle_gap",
+    "sd_summary",
+    "sd_window_tps",
+    "slowdown",
+]

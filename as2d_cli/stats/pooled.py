@@ -31,11 +31,17 @@ class Outcome:
 
     def __post_init__(self) -> None:
         if type(self.tokens) is not int and not float(self.tokens).is_integer():
-            raise ImpossibleFigure(f"window {self.window}: token count {self.tokens!r} is not an integer")
+            raise ImpossibleFigure(
+                f"window {self.window}: token count {self.tokens!r} is not an integer"
+            )
         if self.tokens < 0:
-            raise ImpossibleFigure(f"window {self.window}: negative token count {self.tokens}; the result is corrupt — rerun it")
+            raise ImpossibleFigure(
+                f"window {self.window}: negative token count {self.tokens}; the result is corrupt — rerun it"
+            )
         if not math.isfinite(self.time_s) or self.time_s < 0:
-            raise ImpossibleFigure(f"window {self.window}: decode time {self.time_s!r} s is negative or not finite; the result is corrupt — rerun it")
+            raise ImpossibleFigure(
+                f"window {self.window}: decode time {self.time_s!r} s is negative or not finite; the result is corrupt — rerun it"
+            )
 
     @classmethod
     def from_ns(cls, window: str, dataset: str, tokens: int, time_ns: int) -> "Outcome":
@@ -63,7 +69,9 @@ def pooled_tps(outcomes: Iterable[Outcome], what: str = "these windows") -> floa
     if n == 0:
         raise ImpossibleFigure(f"no windows to pool for {what}; check the split/dataset filter")
     if time <= 0:
-        raise ImpossibleFigure(f"{tokens} tokens over zero total decode time for {what}: tokens/s is undefined")
+        raise ImpossibleFigure(
+            f"{tokens} tokens over zero total decode time for {what}: tokens/s is undefined"
+        )
     return tokens / time
 
 
@@ -82,7 +90,9 @@ def window_tps(outcomes: Sequence[Outcome]) -> dict[str, float]:
     out: dict[str, float] = {}
     for o in outcomes:
         if o.window in out:
-            raise ImpossibleFigure(f"window {o.window} appears twice in one configuration's results; deduplicate them")
+            raise ImpossibleFigure(
+                f"window {o.window} appears twice in one configuration's results; deduplicate them"
+            )
         out[o.window] = o.tps
     return out
 
@@ -91,7 +101,9 @@ def by_window(outcomes: Sequence[Outcome], what: str) -> dict[str, Outcome]:
     out: dict[str, Outcome] = {}
     for o in outcomes:
         if o.window in out:
-            raise ImpossibleFigure(f"window {o.window} appears twice in {what}; deduplicate the results")
+            raise ImpossibleFigure(
+                f"window {o.window} appears twice in {what}; deduplicate the results"
+            )
         out[o.window] = o
     return out
 

@@ -22,7 +22,9 @@ from as2d_cli.errors import UserError
 DRAFTER_CAP = DEFAULT_ASP_CAP  # ASP's largest cap: SD and ASP never ask for more
 SOURCE_SLACK = 8  # a source may run a little past the target's cap
 
-_LOADED: tuple[tuple[str | None, str | None, str | None], Any] | None = None  # this process's pair, and its key
+_LOADED: tuple[tuple[str | None, str | None, str | None], Any] | None = (
+    None  # this process's pair, and its key
+)
 
 
 def _models(directory: str | None, task: str | None = None, language: str | None = None) -> Any:
@@ -39,7 +41,9 @@ def _models(directory: str | None, task: str | None = None, language: str | None
     return _LOADED[1]
 
 
-def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: int | None = None) -> dict:
+def trace_window(
+    window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: int | None = None
+) -> dict:
     """One window's trace record (the ``as2d.trace`` window record as a dict)."""
     from as2d_cli.models.target import greedy_decode
 
@@ -57,8 +61,14 @@ def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: i
         for t, c in unit:
             toks.append(int(t))
             confs.append(round(float(c), 6))
-    sources: dict[str, Any] = {"drafter": {"tokens": toks, "confidences": confs,
-                                           "eos": bool(toks) and toks[-1] == target.eos_id, "eligible": True}}
+    sources: dict[str, Any] = {
+        "drafter": {
+            "tokens": toks,
+            "confidences": confs,
+            "eos": bool(toks) and toks[-1] == target.eos_id,
+            "eligible": True,
+        }
+    }
     # The chunked CTC recognizer (English only; others fall back, D.4.3).
     if models.ctc_eligible(window.language):
         ctc = models.source("ctc", audio, max_tokens + SOURCE_SLACK)
@@ -67,22 +77,38 @@ def trace_window(window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: i
         i = 0
         while (unit := ctc.step()) is not None:
             i += 1
-            chunks.append({"tokens": [int(t) for t, _ in unit], "audio_end_s": round(min(2.56 * i, window.seconds), 3)})
+            chunks.append(
+                {
+                    "tokens": [int(t) for t, _ in unit],
+                    "audio_end_s": round(min(2.56 * i, window.seconds), 3),
+                }
+            )
         sources["ctc"] = {"chunks": chunks, "eos": True, "eligible": True}
     else:
         sources["ctc"] = {"chunks": [], "eos": True, "eligible": False}
     # The prefix-conditioned drafter from every target-path position (SD and ASP).
-    conts, dconfs = drafter_continuations(models.drafter.model, audio, ref, cap, target.eos_id, window.language)
+    conts, dconfs = drafter_continuations(
+        models.drafter.model, audio, ref, cap, target.eos_id, window.language
+    )
     return {
-        "id": window.id, "dataset": window.setting, "split": window.split, "audio_seconds": window.seconds,
-        "task": "asr", "language": window.language, "reference": ref, "eos": eos, "capped": not eos,
-        "max_tokens": max_tokens, "sources": sources,
+        "id": window.id,
+        "dataset": window.setting,
+        "split": window.split,
+        "audio_seconds": window.seconds,
+        "task": "asr",
+        "language": window.language,
+        "reference": ref,
+        "eos": eos,
+        "capped": not eos,
+        "max_tokens": max_tokens,
+        "sources": sources,
         "drafter": {"cap": cap, "continuations": conts, "confidences": dconfs},
     }
 
 
-def drafter_continuations(model: Any, audio: Any, ref: list[int], cap: int, eos_id: int,
-                          language: str | None = None) -> tuple[list[list[int]], list[list[float]]]:
+def drafter_continuations(
+    model: Any, audio: Any, ref: list[int], cap: int, eos_id: int, language: str | None = None
+) -> tuple[list[list[int]], list[list[float]]]:
     """The drafter's greedy ``cap``-token continuation after every reference prefix.
 
     Greedy decoding is deterministic, so when the continuation after ``ref[:n+1]`` starts
@@ -105,7 +131,7 @@ def drafter_continuations(model: Any, audio: Any, ref: list[int], cap: int, eos_
         nonlocal cache, seq
         logits = None
         for i in range(0, len(tokens), 16):
-            logits, cache = model.decode(tokens[i:i + 16], cache, cross)
+            logits, cache = model.decode(tokens[i : i + 16], cache, cross)
         seq = seq + tokens
         last = logits[-1]
         return int(last.argmax()), round(float(softmax_max(last[None])[0]), 6)
@@ -142,7 +168,9 @@ def drafter_continuations(model: Any, audio: Any, ref: list[int], cap: int, eos_
     return conts, confs
 
 
-def _job(args: tuple[str, str | None, int | None, str | None, str | None]) -> tuple[str, dict | str]:
+def _job(
+    args: tuple[str, str | None, int | None, str | None, str | None],
+) -> tuple[str, dict | str]:
     wid, models_dir, max_tokens, task, language = args
     try:
         from as2d_cli.corpus.manifest import load_corpus
@@ -160,9 +188,14 @@ def provenance(models: Any) -> dict:
     return {
         "pair": b.identity(),
         # Each model named by its kind and the SHA-256 of its files (from models.json).
-        "models": {name: f"{info.get('kind')} " + ",".join(f"{k.rsplit('/', 1)[-1]}:{v[:16]}"
-                                                           for k, v in sorted(info.get("sha256", {}).items()))
-                   for name, info in b.manifest["models"].items()},
+        "models": {
+            name: f"{info.get('kind')} "
+            + ",".join(
+                f"{k.rsplit('/', 1)[-1]}:{v[:16]}"
+                for k, v in sorted(info.get("sha256", {}).items())
+            )
+            for name, info in b.manifest["models"].items()
+        },
         "tokenizer": {"name": str(b.manifest["tokenizer"]), "vocab_size": b.vocab.size},
         "toolkit_version": __version__,
         "git_commit": git_commit(),
@@ -188,7 +221,9 @@ def build_traces(
     from as2d_cli.formats.trace_io import load_traces, write_traces
 
     if out.exists() and not force:
-        raise UserError(f"{out} already exists and is never overwritten; pass --force or another --out")
+        raise UserError(
+            f"{out} already exists and is never overwritten; pass --force or another --out"
+        )
     windows = load_corpus().split(split)
     if limit is not None:
         windows = windows[:limit]
@@ -207,13 +242,20 @@ def build_traces(
                 continue  # a line cut by the interruption: that window runs again
             if "pair" in rec and "id" not in rec:  # the partial's first line: who made it
                 if rec["pair"] != ident:
-                    raise UserError(f"{partial} holds windows traced with pair {rec['pair'].get('name')!r} "
-                                    f"({rec['pair'].get('task')}), not {ident['name']!r} ({ident['task']}); "
-                                    "move it away or build with the same --models/--task/--language")
+                    raise UserError(
+                        f"{partial} holds windows traced with pair {rec['pair'].get('name')!r} "
+                        f"({rec['pair'].get('task')}), not {ident['name']!r} ({ident['task']}); "
+                        "move it away or build with the same --models/--task/--language"
+                    )
                 continue
             done[rec["id"]] = rec
     todo = [w.id for w in windows if w.id not in done]
-    procs = processes or max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2, len(todo) or 1))
+    procs = processes or max(
+        1,
+        min(
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2, len(todo) or 1
+        ),
+    )
     failures: list[str] = []
     out.parent.mkdir(parents=True, exist_ok=True)
     fresh = not partial.exists() or partial.stat().st_size == 0
@@ -226,7 +268,9 @@ def build_traces(
         it: Iterator[tuple[str, dict | str]]
         if procs > 1 and len(todo) > 1:
             pool = mp.get_context("spawn").Pool(procs)
-            it = pool.imap_unordered(_job, [(w, models_dir, max_tokens, task, language) for w in todo])
+            it = pool.imap_unordered(
+                _job, [(w, models_dir, max_tokens, task, language) for w in todo]
+            )
         else:
             pool = None
             it = (_job((w, models_dir, max_tokens, task, language)) for w in todo)
@@ -245,14 +289,25 @@ def build_traces(
             if pool is not None:
                 pool.terminate()
     if failures:
-        raise UserError(f"{len(failures)} window(s) failed (first: {failures[0]}); finished windows are kept in "
-                        f"{partial} and the next run resumes")
+        raise UserError(
+            f"{len(failures)} window(s) failed (first: {failures[0]}); finished windows are kept in "
+            f"{partial} and the next run resumes"
+        )
     models = _models(models_dir, task, language)
-    header = {"schema": "as2d.trace", "version": 1, "provenance": provenance(models), "eos_id": models.target.eos_id,
-              "sources": {"drafter": {"kind": "autoregressive", "model": "drafter"},
-                          "ctc": {"kind": "chunked", "model": "ctc"}},
-              "default_source": "drafter", "split": split, "windows": len(windows),
-              "vocab_size": models.bundle.vocab.size}
+    header = {
+        "schema": "as2d.trace",
+        "version": 1,
+        "provenance": provenance(models),
+        "eos_id": models.target.eos_id,
+        "sources": {
+            "drafter": {"kind": "autoregressive", "model": "drafter"},
+            "ctc": {"kind": "chunked", "model": "ctc"},
+        },
+        "default_source": "drafter",
+        "split": split,
+        "windows": len(windows),
+        "vocab_size": models.bundle.vocab.size,
+    }
     tmp = out.with_name(out.name + ".tmp.jsonl")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps(header, separators=(",", ":")) + "\n")

@@ -182,7 +182,11 @@ class Transport(threading.Thread):
                 self._auth_failures = 0
                 self.online = True
                 log.info("adb key %s authorized", key.fingerprint())
-                self.send(wire.Message(wire.A_CNXN, wire.A_VERSION, wire.MAX_PAYLOAD, phone.banner(FEATURES)))
+                self.send(
+                    wire.Message(
+                        wire.A_CNXN, wire.A_VERSION, wire.MAX_PAYLOAD, phone.banner(FEATURES)
+                    )
+                )
             elif msg.arg0 == wire.AUTH_RSAPUBLICKEY:
                 # A real phone asks "Allow USB debugging?"; this one never allows it, so the
                 # server keeps the device 'unauthorized'.
@@ -226,7 +230,9 @@ class Transport(threading.Thread):
             self._streams[local_id] = stream
         self.send(wire.Message(wire.A_OKAY, local_id, remote_id))
         threading.Thread(
-            target=_run_service, args=(service, self.adbd.phone, stream), daemon=True,
+            target=_run_service,
+            args=(service, self.adbd.phone, stream),
+            daemon=True,
             name=f"emulated-adbd-{destination[:24]}",
         ).start()
 
@@ -253,7 +259,7 @@ def _pick_service(dest: str) -> Service | None:
             return lambda phone, s: _shell_v2(phone, s, command)
         return lambda phone, s: _shell_v1(phone, s, command)
     if dest.startswith("exec:"):
-        return lambda phone, s: _shell_v1(phone, s, dest[len("exec:"):])
+        return lambda phone, s: _shell_v1(phone, s, dest[len("exec:") :])
     if dest.startswith("sync:"):
         return _sync
     return None
@@ -359,7 +365,9 @@ def _sync(phone: ScriptedPhone, stream: Stream) -> None:
             out = bytearray()
             for name, (mode, size, mtime) in phone.fs.listdir(arg):
                 raw = name.encode()
-                out += b"DENT" + struct.pack("<IIII", mode, size & 0xFFFFFFFF, mtime, len(raw)) + raw
+                out += (
+                    b"DENT" + struct.pack("<IIII", mode, size & 0xFFFFFFFF, mtime, len(raw)) + raw
+                )
             out += b"DONE" + struct.pack("<IIII", 0, 0, 0, 0)
             stream.write(bytes(out))
         elif req == b"SEND":
@@ -412,7 +420,12 @@ def _sync_recv(phone: ScriptedPhone, stream: Stream, path: str) -> None:
     try:
         src = phone.fs.open_read(path)
     except OSError as exc:
-        _sync_fail(stream, f"remote object '{path}' does not exist" if isinstance(exc, FileNotFoundError) else str(exc))
+        _sync_fail(
+            stream,
+            f"remote object '{path}' does not exist"
+            if isinstance(exc, FileNotFoundError)
+            else str(exc),
+        )
         return
     out = bytearray()
     with src:
@@ -435,10 +448,17 @@ class EmulatedAdbd:
     (``$HOME/.android/adbkey.pub``), read in :meth:`start`. :meth:`authorize` replaces them.
     """
 
-    def __init__(self, phone: ScriptedPhone, port: int = 0, auth_mode: str = "device",
-                 authorized_keys: "str | os.PathLike[str] | Iterable[adbkeys.AdbPublicKey] | None" = None) -> None:
+    def __init__(
+        self,
+        phone: ScriptedPhone,
+        port: int = 0,
+        auth_mode: str = "device",
+        authorized_keys: "str | os.PathLike[str] | Iterable[adbkeys.AdbPublicKey] | None" = None,
+    ) -> None:
         if auth_mode not in ("device", "unauthorized", "offline"):
-            raise ValueError(f"auth_mode must be device, unauthorized or offline, not {auth_mode!r}")
+            raise ValueError(
+                f"auth_mode must be device, unauthorized or offline, not {auth_mode!r}"
+            )
         self.phone = phone
         self.auth_mode = auth_mode
         self.authorized_keys: tuple[adbkeys.AdbPublicKey, ...] | None = None
@@ -487,9 +507,12 @@ class EmulatedAdbd:
 
     def start(self) -> "EmulatedAdbd":
         if self.auth_mode == "device" and self.authorized_keys is None:
-            self.authorized_keys = tuple(adbkeys.load_user_keys(
-                adbkeys.user_key_paths(),
-                "start the adb server once (`adb start-server` creates it) or pass authorized_keys"))
+            self.authorized_keys = tuple(
+                adbkeys.load_user_keys(
+                    adbkeys.user_key_paths(),
+                    "start the adb server once (`adb start-server` creates it) or pass authorized_keys",
+                )
+            )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self._requested_port))  # loopback only, never 0.0.0.0

@@ -67,8 +67,13 @@ def encode_public_key(n: int, e: int, comment: str = "") -> str:
         raise ValueError("adb keys are odd RSA moduli of at most 2048 bits")
     n0inv = (-pow(n, -1, 1 << 32)) % (1 << 32)
     rr = pow(2, 2 * 8 * MODULUS_BYTES, n)
-    blob = _STRUCT.pack(MODULUS_WORDS, n0inv, n.to_bytes(MODULUS_BYTES, "little"),
-                        rr.to_bytes(MODULUS_BYTES, "little"), e)
+    blob = _STRUCT.pack(
+        MODULUS_WORDS,
+        n0inv,
+        n.to_bytes(MODULUS_BYTES, "little"),
+        rr.to_bytes(MODULUS_BYTES, "little"),
+        e,
+    )
     return base64.b64encode(blob).decode("ascii") + (f" {comment}" if comment else "")
 
 
@@ -85,7 +90,9 @@ def parse_public_key(text: str | bytes) -> AdbPublicKey:
     except (binascii.Error, ValueError):
         raise ValueError("not base64") from None
     if len(blob) != _STRUCT.size:
-        raise ValueError(f"the decoded key has {len(blob)} bytes, an adb RSA-2048 key has {_STRUCT.size}")
+        raise ValueError(
+            f"the decoded key has {len(blob)} bytes, an adb RSA-2048 key has {_STRUCT.size}"
+        )
     words, _n0inv, modulus, _rr, e = _STRUCT.unpack(blob)
     if words != MODULUS_WORDS:
         raise ValueError(f"modulus of {words} words, adb keys have {MODULUS_WORDS}")
@@ -113,8 +120,10 @@ def load_keys(path: str | os.PathLike[str]) -> list[AdbPublicKey]:
         try:
             keys.append(parse_public_key(line))
         except ValueError as exc:
-            raise AdbKeyError(f"{p}:{number}: not an adb public key ({exc}); expected one "
-                              f"`adbkey.pub` line (base64 user@host) per line") from None
+            raise AdbKeyError(
+                f"{p}:{number}: not an adb public key ({exc}); expected one "
+                f"`adbkey.pub` line (base64 user@host) per line"
+            ) from None
     if not keys:
         raise AdbKeyError(f"authorized keys file {p} holds no key")
     return keys
@@ -205,8 +214,11 @@ def server_key_paths(port: int) -> list[Path] | None:
                     uid = proc.stat().st_uid
                 except OSError:
                     return None
-                env = dict(item.split("=", 1) for item in raw.decode("utf-8", "replace").split("\0")
-                           if "=" in item)
+                env = dict(
+                    item.split("=", 1)
+                    for item in raw.decode("utf-8", "replace").split("\0")
+                    if "=" in item
+                )
                 return user_key_paths(env, uid)
     return None
 

@@ -150,8 +150,14 @@ class BatteryModel:
             if g is not None and (
                 self.faults.stale or now - g.t_boot_ns < self.params.gauge_update_ms * 1_000_000
             ):
-                return GaugeReading(now, g.current_ua, g.current_avg_ua, g.voltage_uv,
-                                    g.charge_uah, g.capacity_percent)
+                return GaugeReading(
+                    now,
+                    g.current_ua,
+                    g.current_avg_ua,
+                    g.voltage_uv,
+                    g.charge_uah,
+                    g.capacity_percent,
+                )
             # Readings jitter like a real gauge's; the charge counter integrates the true load.
             current_ma = self._current_ma(self._activity_now())
             current_ma *= 1.0 + self.params.current_noise * (2.0 * self._rng.random() - 1.0)
@@ -184,8 +190,9 @@ def clock_snapshot_packet(boot_ns: int, mono_ns: int, real_ns: int) -> pb.TraceP
     return pkt
 
 
-def battery_packet(r: GaugeReading, counters: list[str], clock_id: int | None = None,
-                   clock_offset_ns: int = 0) -> pb.TracePacket:
+def battery_packet(
+    r: GaugeReading, counters: list[str], clock_id: int | None = None, clock_offset_ns: int = 0
+) -> pb.TracePacket:
     """One android.power poll: BatteryCounters with the requested fields only."""
     pkt = pb.TracePacket()
     pkt.timestamp = r.t_boot_ns + clock_offset_ns
@@ -206,9 +213,15 @@ def battery_packet(r: GaugeReading, counters: list[str], clock_id: int | None = 
     return pkt
 
 
-def encode_trace(readings: list[GaugeReading], config: pb.TraceConfig | None,
-                 counters: list[str], *, mono_minus_boot_ns: int = 0,
-                 real_minus_boot_ns: int = 0, sample_clock_id: int | None = None) -> bytes:
+def encode_trace(
+    readings: list[GaugeReading],
+    config: pb.TraceConfig | None,
+    counters: list[str],
+    *,
+    mono_minus_boot_ns: int = 0,
+    real_minus_boot_ns: int = 0,
+    sample_clock_id: int | None = None,
+) -> bytes:
     """A complete Perfetto trace: clock snapshot, the config, then one packet per poll.
 
     With `sample_clock_id` the samples carry an explicit clock (e.g. MONOTONIC) whose
@@ -216,15 +229,19 @@ def encode_trace(readings: list[GaugeReading], config: pb.TraceConfig | None,
     """
     trace = pb.Trace()
     start = readings[0].t_boot_ns if readings else boottime_ns()
-    trace.packet.append(clock_snapshot_packet(start, start + mono_minus_boot_ns,
-                                              start + real_minus_boot_ns))
+    trace.packet.append(
+        clock_snapshot_packet(start, start + mono_minus_boot_ns, start + real_minus_boot_ns)
+    )
     if config is not None:
         cp = pb.TracePacket()
         cp.trusted_packet_sequence_id = SEQUENCE_ID
         cp.trace_config.CopyFrom(config)
         trace.packet.append(cp)
-    offset = mono_minus_boot_ns if sample_clock_id == MONOTONIC else (
-        real_minus_boot_ns if sample_clock_id == REALTIME else 0)
+    offset = (
+        mono_minus_boot_ns
+        if sample_clock_id == MONOTONIC
+        else (real_minus_boot_ns if sample_clock_id == REALTIME else 0)
+    )
     for r in readings:
         trace.packet.append(battery_packet(r, counters, sample_clock_id, offset))
     return trace.SerializeToString()
@@ -237,9 +254,16 @@ class BatteryRecorder:
     `stop()`; the file is rewritten every `file_write_period_ms` so a partial trace exists.
     """
 
-    def __init__(self, model: BatteryModel, config: pb.TraceConfig, out_path: Path,
-                 poll_ms: int, counters: list[str], duration_ms: int,
-                 file_write_period_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        model: BatteryModel,
+        config: pb.TraceConfig,
+        out_path: Path,
+        poll_ms: int,
+        counters: list[str],
+        duration_ms: int,
+        file_write_period_ms: int = 5000,
+    ) -> None:
         self.model = model
         self.config = config
         self.out_path = Path(out_path)
@@ -250,8 +274,7 @@ class BatteryRecorder:
         self.readings: list[GaugeReading] = []
         self._stop = threading.Event()
         self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="as2d-battery-recorder",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="as2d-battery-recorder", daemon=True)
         self._mono_minus_boot = time.monotonic_ns() - boottime_ns()
         self._real_minus_boot = time.time_ns() - boottime_ns()
 
@@ -270,9 +293,13 @@ class BatteryRecorder:
         return self._thread.is_alive()
 
     def _flush(self) -> None:
-        data = encode_trace(list(self.readings), self.config, self.counters,
-                            mono_minus_boot_ns=self._mono_minus_boot,
-                            real_minus_boot_ns=self._real_minus_boot)
+        data = encode_trace(
+            list(self.readings),
+            self.config,
+            self.counters,
+            mono_minus_boot_ns=self._mono_minus_boot,
+            real_minus_boot_ns=self._real_minus_boot,
+        )
         tmp = self.out_path.with_name(self.out_path.name + ".part")
         tmp.write_bytes(data)
         tmp.replace(self.out_path)
@@ -309,10 +336,15 @@ class ManualClock:
         return self.now_ns
 
 
-def simulate_readings(params: BatteryParams, faults: GaugeFaults, start_ns: int,
-                      poll_ms: int, duration_ms: int,
-                      activity: Callable[[int], float],
-                      plugged: Callable[[int], bool] = lambda t: False) -> list[GaugeReading]:
+def simulate_readings(
+    params: BatteryParams,
+    faults: GaugeFaults,
+    start_ns: int,
+    poll_ms: int,
+    duration_ms: int,
+    activity: Callable[[int], float],
+    plugged: Callable[[int], bool] = lambda t: False,
+) -> list[GaugeReading]:
     """Poll a model on a virtual boot clock; `activity(t_ns)` / `plugged(t_ns)` script it."""
     clock = ManualClock(start_ns)
     model = BatteryModel(params, faults, clock_ns=clock)
@@ -459,8 +491,9 @@ class EmulatedPower:
             ctx.err("nohup: needs a command\n")
             return 127
         immune = threading.Event()  # SIGHUP from the closing adb connection is ignored
-        sh = Interpreter(self.phone, Pipe(b"", closed=True), ctx.stdout, ctx.stderr, immune,
-                         ctx.cwd)
+        sh = Interpreter(
+            self.phone, Pipe(b"", closed=True), ctx.stdout, ctx.stderr, immune, ctx.cwd
+        )
         sh.env = dict(ctx.env)
         try:
             return sh.dispatch(ctx.argv[1:], sh.stdin, ctx.stdout, ctx.stderr, ctx.affinity)
@@ -486,8 +519,10 @@ class EmulatedPower:
             elif a in ("--background-wait", "--background", "-d"):
                 background, i = True, i + 1
             elif a == "--txt":
-                ctx.err("perfetto (emulated): text configs are not supported here; pass the "
-                        "binary TraceConfig\n")
+                ctx.err(
+                    "perfetto (emulated): text configs are not supported here; pass the "
+                    "binary TraceConfig\n"
+                )
                 return 1
             else:
                 ctx.err(f"perfetto (emulated): unsupported argument {a}\n")
@@ -496,8 +531,9 @@ class EmulatedPower:
             ctx.err("perfetto: needs -c CONFIG and -o OUT\n")
             return 1
         if not self.traced_enabled or getattr(self.phone, "as2d_traced_off", False):
-            ctx.err("[perfetto] Could not connect to the traced socket "
-                    "/dev/socket/traced_consumer\n")
+            ctx.err(
+                "[perfetto] Could not connect to the traced socket /dev/socket/traced_consumer\n"
+            )
             return 1
         try:
             raw = ctx.stdin.read() if cfg_src == "-" else self.phone.fs.read_file(ctx.path(cfg_src))
@@ -510,18 +546,32 @@ class EmulatedPower:
         except Exception as exc:  # noqa: BLE001 - DecodeError
             ctx.err(f"perfetto: the config is not a binary TraceConfig ({exc})\n")
             return 1
-        power = next((ds.config.android_power_config for ds in cfg.data_sources
-                      if ds.config.name == "android.power"), None)
+        power = next(
+            (
+                ds.config.android_power_config
+                for ds in cfg.data_sources
+                if ds.config.name == "android.power"
+            ),
+            None,
+        )
         if power is None or not cfg.duration_ms:
             ctx.err("perfetto (emulated): needs an android.power data source and duration_ms\n")
             return 1
-        counters = [pb.AndroidPowerConfig.BatteryCounters.Name(v).removeprefix("BATTERY_COUNTER_")
-                    for v in power.battery_counters]
+        counters = [
+            pb.AndroidPowerConfig.BatteryCounters.Name(v).removeprefix("BATTERY_COUNTER_")
+            for v in power.battery_counters
+        ]
         host_out = self.phone.fs.host_path(ctx.path(out))
         host_out.parent.mkdir(parents=True, exist_ok=True)
-        rec = BatteryRecorder(self.model, cfg, host_out, int(power.battery_poll_ms or 1000),
-                              counters, int(cfg.duration_ms),
-                              int(cfg.file_write_period_ms or 5000))
+        rec = BatteryRecorder(
+            self.model,
+            cfg,
+            host_out,
+            int(power.battery_poll_ms or 1000),
+            counters,
+            int(cfg.duration_ms),
+            int(cfg.file_write_period_ms or 5000),
+        )
         self.recorders.append(rec)
         rec.start()
         if background:

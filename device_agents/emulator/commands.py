@@ -182,7 +182,14 @@ def _test(ctx: CommandContext) -> int:
         result = (args[0] == args[2]) == (args[1] == "=")
     elif len(args) == 3 and args[1] in ("-eq", "-ne", "-lt", "-le", "-gt", "-ge"):
         a, b = int(args[0]), int(args[2])
-        result = {"-eq": a == b, "-ne": a != b, "-lt": a < b, "-le": a <= b, "-gt": a > b, "-ge": a >= b}[args[1]]
+        result = {
+            "-eq": a == b,
+            "-ne": a != b,
+            "-lt": a < b,
+            "-le": a <= b,
+            "-gt": a > b,
+            "-ge": a >= b,
+        }[args[1]]
     elif len(args) == 1:
         result = bool(args[0])
     else:
@@ -236,7 +243,9 @@ def _sh(ctx: CommandContext) -> int:
             return 127
         inner = Interpreter(ctx.phone, ctx.stdin, ctx.stdout, ctx.stderr, ctx.cancel, ctx.cwd)
         return inner.run(script)
-    inner = Interpreter(ctx.phone, Pipe(b"", closed=True), ctx.stdout, ctx.stderr, ctx.cancel, ctx.cwd)
+    inner = Interpreter(
+        ctx.phone, Pipe(b"", closed=True), ctx.stdout, ctx.stderr, ctx.cancel, ctx.cwd
+    )
     return inner.run(ctx.stdin.read().decode())
 
 
@@ -305,9 +314,26 @@ def _basename(ctx: CommandContext) -> int:
 
 
 BUILTINS: dict[str, Handler] = {
-    "true": _true, "false": _false, "echo": _echo, "cat": _cat, "ls": _ls, "mkdir": _mkdir,
-    "rm": _rm, "touch": _touch, "chmod": _chmod, "getprop": _getprop, "sleep": _sleep,
-    "test": _test, "[": _test, "dumpsys": _dumpsys, "taskset": _taskset, "sh": _sh,
-    "grep": _grep, "sha256sum": _digest, "md5sum": _digest, "uname": _uname, "nproc": _nproc,
+    "true": _true,
+    "false": _false,
+    "echo": _echo,
+    "cat": _cat,
+    "ls": _ls,
+    "mkdir": _mkdir,
+    "rm": _rm,
+    "touch": _touch,
+    "chmod": _chmod,
+    "getprop": _getprop,
+    "sleep": _sleep,
+    "test": _test,
+    "[": _test,
+    "dumpsys": _dumpsys,
+    "taskset": _taskset,
+    "sh": _sh,
+    "grep": _grep,
+    "sha256sum": _digest,
+    "md5sum": _digest,
+    "uname": _uname,
+    "nproc": _nproc,
     "basename": _basename,
 }

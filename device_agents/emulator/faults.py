@@ -20,8 +20,10 @@ FAULT_HELP = __doc__ or ""
 
 
 def _bad(spec: str, why: str) -> UserError:
-    return UserError(f"bad --fault {spec!r}: {why}; forms: core-offline:CPU@T, core-online:CPU@T, "
-                     f"ceiling:CPU=GHZ@T, stall:COMMAND, vanish:COMMAND, vanish@T, unplug@T[+D]")
+    return UserError(
+        f"bad --fault {spec!r}: {why}; forms: core-offline:CPU@T, core-online:CPU@T, "
+        f"ceiling:CPU=GHZ@T, stall:COMMAND, vanish:COMMAND, vanish@T, unplug@T[+D]"
+    )
 
 
 def apply_fault(phone: ScriptedPhone, spec: str) -> str:
@@ -125,8 +127,11 @@ def apply_fault(phone: ScriptedPhone, spec: str) -> str:  # noqa: F811 - extends
     if m := re.fullmatch(r"battery-status:([A-Za-z-]+)@([\d.]+)", spec):
         status = m[1].replace("-", " ").capitalize()
         if status not in DUMPSYS_STATUS_CODE:
-            raise _bad(spec, f"STATUS must be one of Charging, Full, Not-charging, Discharging; "
-                             f"energy forms: {_ENERGY_FORMS}")
+            raise _bad(
+                spec,
+                f"STATUS must be one of Charging, Full, Not-charging, Discharging; "
+                f"energy forms: {_ENERGY_FORMS}",
+            )
         at = float(m[2])
         if at <= 0:
             force_battery_status(phone, status)

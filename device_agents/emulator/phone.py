@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Callable
 
 from device_agents.emulator.pipes import Pipe, StreamClosed
 from device_agents.emulator.profiles import PROFILES, PhoneProfile, profile_named
-from device_agents.emulator.shell import CommandContext, Handler, Interpreter, Writer, run_host_program
+from device_agents.emulator.shell import (
+    CommandContext,
+    Handler,
+    Interpreter,
+    Writer,
+    run_host_program,
+)
 from device_agents.emulator.vfs import VirtualFS
 
 if TYPE_CHECKING:
@@ -65,7 +71,15 @@ class Battery:
         }
 
 
-THERMAL_ZONES = ("aoss-0", "cpu-0-0-0", "cpu-1-0-0", "cpu-1-4-0", "cpu-1-7-0", "gpuss-0", "skin-msm-therm")
+THERMAL_ZONES = (
+    "aoss-0",
+    "cpu-0-0-0",
+    "cpu-1-0-0",
+    "cpu-1-4-0",
+    "cpu-1-7-0",
+    "gpuss-0",
+    "skin-msm-therm",
+)
 CPU = "/sys/devices/system/cpu"
 
 
@@ -80,8 +94,13 @@ def _ranges(cpus: list[int]) -> str:
 
 
 class ScriptedPhone:
-    def __init__(self, profile: str | PhoneProfile = "k70", root: Path | None = None,
-                 serial: str = "as2demu0001", connection: str = "usb") -> None:
+    def __init__(
+        self,
+        profile: str | PhoneProfile = "k70",
+        root: Path | None = None,
+        serial: str = "as2demu0001",
+        connection: str = "usb",
+    ) -> None:
         if isinstance(profile, str):
             found = profile_named(profile)
             if found is None:
@@ -131,8 +150,10 @@ class ScriptedPhone:
 
     def banner(self, features: str) -> bytes:
         p = self.props
-        return (f"device::ro.product.name={p['ro.product.name']};ro.product.model={p['ro.product.model']};"
-                f"ro.product.device={p['ro.product.device']};features={features}").encode()
+        return (
+            f"device::ro.product.name={p['ro.product.name']};ro.product.model={p['ro.product.model']};"
+            f"ro.product.device={p['ro.product.device']};features={features}"
+        ).encode()
 
     # -- sysfs / procfs ----------------------------------------------------------------
     def _policy(self, cpu: int) -> int:
@@ -152,7 +173,9 @@ class ScriptedPhone:
         fs.add_dynamic(f"{CPU}/possible", lambda: f"0-{n - 1}\n")
         fs.add_dynamic(f"{CPU}/present", lambda: f"0-{n - 1}\n")
         fs.add_dynamic(f"{CPU}/online", lambda: _ranges(sorted(self.online)) + "\n")
-        fs.add_dynamic(f"{CPU}/offline", lambda: _ranges(sorted(set(range(n)) - self.online)) + "\n")
+        fs.add_dynamic(
+            f"{CPU}/offline", lambda: _ranges(sorted(set(range(n)) - self.online)) + "\n"
+        )
         for cpu in range(n):
             cl = self._cluster(cpu)
             base = f"{CPU}/cpu{cpu}"
@@ -161,26 +184,44 @@ class ScriptedPhone:
             fs.add_dynamic(f"{fq}/cpuinfo_max_freq", lambda cl=cl: f"{cl.max_khz}\n")
             fs.add_dynamic(f"{fq}/cpuinfo_min_freq", lambda cl=cl: f"{cl.min_khz}\n")
             fs.add_dynamic(f"{fq}/scaling_min_freq", lambda cl=cl: f"{cl.min_khz}\n")
-            fs.add_dynamic(f"{fq}/scaling_max_freq", lambda cpu=cpu: f"{self.ceiling_khz[self._policy(cpu)]}\n")
+            fs.add_dynamic(
+                f"{fq}/scaling_max_freq", lambda cpu=cpu: f"{self.ceiling_khz[self._policy(cpu)]}\n"
+            )
             fs.add_dynamic(f"{fq}/scaling_cur_freq", lambda cpu=cpu: f"{self.current_khz(cpu)}\n")
             fs.add_dynamic(f"{fq}/related_cpus", lambda cl=cl: " ".join(map(str, cl.cpus)) + "\n")
             fs.add_dynamic(f"{fq}/scaling_governor", lambda: "walt\n")
         for i, zone in enumerate(THERMAL_ZONES):
             fs.add_dynamic(f"/sys/class/thermal/thermal_zone{i}/type", lambda z=zone: z + "\n")
-            fs.add_dynamic(f"/sys/class/thermal/thermal_zone{i}/temp", lambda z=zone: f"{self.thermal_mc[z]}\n")
+            fs.add_dynamic(
+                f"/sys/class/thermal/thermal_zone{i}/temp", lambda z=zone: f"{self.thermal_mc[z]}\n"
+            )
         fs.add_dynamic("/sys/class/kgsl/kgsl-3d0/gpu_model", lambda: self.profile.gpu_model + "\n")
         for key in Battery().sysfs():
-            fs.add_dynamic(f"/sys/class/power_supply/battery/{key}", lambda key=key: self.battery.sysfs()[key] + "\n")
-        fs.add_dynamic("/sys/class/power_supply/usb/online", lambda: "1\n" if self.battery.usb_powered else "0\n")
-        fs.add_dynamic("/proc/meminfo", lambda: (
-            f"MemTotal:       {self.profile.mem_total_kb} kB\n"
-            f"MemFree:         {self.profile.mem_total_kb // 5} kB\n"
-            f"MemAvailable:    {self.profile.mem_total_kb // 2} kB\n"))
+            fs.add_dynamic(
+                f"/sys/class/power_supply/battery/{key}",
+                lambda key=key: self.battery.sysfs()[key] + "\n",
+            )
+        fs.add_dynamic(
+            "/sys/class/power_supply/usb/online",
+            lambda: "1\n" if self.battery.usb_powered else "0\n",
+        )
+        fs.add_dynamic(
+            "/proc/meminfo",
+            lambda: (
+                f"MemTotal:       {self.profile.mem_total_kb} kB\n"
+                f"MemFree:         {self.profile.mem_total_kb // 5} kB\n"
+                f"MemAvailable:    {self.profile.mem_total_kb // 2} kB\n"
+            ),
+        )
         fs.add_dynamic("/proc/stat", self._proc_stat)
         fs.add_dynamic("/proc/loadavg", lambda: f"{self.load['load1']:.2f} 0.05 0.01 1/512 4242\n")
-        fs.add_dynamic("/proc/version", lambda: "Linux version 6.1.75-android14-11 (emulated by as2d)\n")
+        fs.add_dynamic(
+            "/proc/version", lambda: "Linux version 6.1.75-android14-11 (emulated by as2d)\n"
+        )
 
-    def set_load(self, busy: float | None = None, steal: float | None = None, load1: float | None = None) -> None:
+    def set_load(
+        self, busy: float | None = None, steal: float | None = None, load1: float | None = None
+    ) -> None:
         """From now on the CPUs are ``busy`` (of which ``steal`` is taken by a hypervisor)."""
         self._proc_stat()  # account the time so far at the old load
         for key, v in (("busy", busy), ("steal", steal), ("load1", load1)):
@@ -206,8 +247,9 @@ class ScriptedPhone:
         return min(self.ceiling_khz[self._policy(cpu)], int(cl.max_khz * 0.7) // 100 * 100)
 
     # -- running commands ----------------------------------------------------------------
-    def run_script(self, script: str, stdin: Pipe, stdout: Writer, stderr: Writer,
-                   cancel: threading.Event) -> int:
+    def run_script(
+        self, script: str, stdin: Pipe, stdout: Writer, stderr: Writer, cancel: threading.Event
+    ) -> int:
         self.history.append(script)
         return Interpreter(self, stdin, stdout, stderr, cancel).run(script)
 
@@ -228,7 +270,11 @@ class ScriptedPhone:
         name = ctx.argv[0]
         handler = self.commands.get(name)
         if handler is None and "/" in name:
-            handler = self.commands.get(name.rsplit("/", 1)[-1]) if name.startswith("/system/bin/") else None
+            handler = (
+                self.commands.get(name.rsplit("/", 1)[-1])
+                if name.startswith("/system/bin/")
+                else None
+            )
             if handler is None:
                 st = self.fs.stat(ctx.path(name))
                 if st is not None and stat.S_ISREG(st[0]) and st[0] & 0o111:
@@ -330,6 +376,8 @@ class ScriptedPhone:
 def default_launcher(ctx: CommandContext, host_path: str) -> int:
     """Run an executable pushed to the phone as a real host program. Arguments naming
     files under a writable area (/data/local/tmp, /sdcard) are mapped to host paths."""
-    args = [str(ctx.phone.fs.host_path(a)) if a.startswith("/") and ctx.phone.fs.writable(a) else a
-            for a in ctx.argv[1:]]
+    args = [
+        str(ctx.phone.fs.host_path(a)) if a.startswith("/") and ctx.phone.fs.writable(a) else a
+        for a in ctx.argv[1:]
+    ]
     return run_host_program(ctx, [host_path, *args])

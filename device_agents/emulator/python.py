@@ -31,7 +31,11 @@ _DROP = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL
 
 def _site_dirs() -> list[str]:
     """The interpreter's own library directories (where numpy & co. are installed)."""
-    dirs = [*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    dirs = [
+        *site.getsitepackages(),
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    ]
     out: list[str] = []
     for d in dirs:
         if d not in out and os.path.isdir(d):
@@ -42,8 +46,10 @@ def _site_dirs() -> list[str]:
 def _map(ctx: CommandContext, value: str) -> str:
     """Phone paths in writable areas (also inside ':' lists) to host paths."""
     fs = ctx.phone.fs
-    return ":".join(str(fs.host_path(p)) if p.startswith("/") and fs.writable(p) else p
-                    for p in value.split(":"))
+    return ":".join(
+        str(fs.host_path(p)) if p.startswith("/") and fs.writable(p) else p
+        for p in value.split(":")
+    )
 
 
 def make_python_command(interpreter: str | None = None):  # type: ignore[no-untyped-def]

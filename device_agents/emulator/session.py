@@ -23,16 +23,28 @@ from device_agents.emulator.phone import ScriptedPhone
 
 
 class EmulatorSession:
-    def __init__(self, profile: str = "k70", port: int = 0, adb_port: int | None = None,
-                 private_server: bool = True, connection: str = "usb", auth_mode: str = "device",
-                 root: Path | None = None, authorized_keys: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        profile: str = "k70",
+        port: int = 0,
+        adb_port: int | None = None,
+        private_server: bool = True,
+        connection: str = "usb",
+        auth_mode: str = "device",
+        root: Path | None = None,
+        authorized_keys: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.phone = ScriptedPhone(profile, root=root, connection=connection)
         self._keys_file = authorized_keys
         try:
             # An explicit file is read (and checked) now; otherwise the attached server's key
             # is authorized in start(), once that server runs (it creates its key on start).
-            self.adbd = EmulatedAdbd(self.phone, port=port, auth_mode=auth_mode,
-                                     authorized_keys=authorized_keys if authorized_keys is not None else ())
+            self.adbd = EmulatedAdbd(
+                self.phone,
+                port=port,
+                auth_mode=auth_mode,
+                authorized_keys=authorized_keys if authorized_keys is not None else (),
+            )
         except Exception:
             self.phone.close()
             raise
@@ -50,8 +62,10 @@ class EmulatorSession:
             self.adbd.start()
         except OSError as exc:
             self.phone.close()
-            raise DeviceError(f"cannot listen on 127.0.0.1:{self.adbd._requested_port} ({exc.strerror}); "
-                              f"pick another --port") from None
+            raise DeviceError(
+                f"cannot listen on 127.0.0.1:{self.adbd._requested_port} ({exc.strerror}); "
+                f"pick another --port"
+            ) from None
         if self._want_private or (self._adb_port and not _server_up(self._adb_port)):
             self.server = PrivateAdbServer(port=self._adb_port).start()
             self.adb_port = self.server.port
@@ -61,8 +75,10 @@ class EmulatorSession:
             self.adb_port = self._adb_port or adb_port()
             if not _server_up(self.adb_port):
                 self.stop()
-                raise DeviceError(f"no adb server listens on port {self.adb_port}; start one with "
-                                  f"`adb start-server` or pass --private-server")
+                raise DeviceError(
+                    f"no adb server listens on port {self.adb_port}; start one with "
+                    f"`adb start-server` or pass --private-server"
+                )
         self.phone.adb_server_port = self.adb_port
         if self._keys_file is None and self.adbd.auth_mode == "device":
             try:
@@ -84,8 +100,10 @@ class EmulatorSession:
         else:
             paths = adbkeys.server_key_paths(self.adb_port) or adbkeys.user_key_paths()
         return adbkeys.load_user_keys(
-            paths, f"the adb server on port {self.adb_port} keeps its key elsewhere; "
-                   f"pass --authorized-keys with its adbkey.pub")
+            paths,
+            f"the adb server on port {self.adb_port} keeps its key elsewhere; "
+            f"pass --authorized-keys with its adbkey.pub",
+        )
 
     def connect(self, timeout: float = 10.0) -> None:
         """`adb connect` and wait until the server lists the phone (in any state but
@@ -102,20 +120,33 @@ class EmulatorSession:
                 pass
         else:
             client.connect(self.serial, timeout=timeout)
-        want = {"device": "device", "unauthorized": "unauthorized", "offline": "offline"}[self.adbd.auth_mode]
+        want = {"device": "device", "unauthorized": "unauthorized", "offline": "offline"}[
+            self.adbd.auth_mode
+        ]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             states = {d.serial: d.state for d in client.list()}
             if states.get(self.serial) == want:
                 return
-            if want == "device" and states.get(self.serial) == "unauthorized" and self.adbd.offered_keys:
-                where = (f"{self._keys_file} does not hold it" if self._keys_file is not None
-                         else "pass --authorized-keys with that server's adbkey.pub")
-                raise DeviceError(f"the emulated phone refused the key of the adb server on port "
-                                  f"{self.adb_port}; {where}")
+            if (
+                want == "device"
+                and states.get(self.serial) == "unauthorized"
+                and self.adbd.offered_keys
+            ):
+                where = (
+                    f"{self._keys_file} does not hold it"
+                    if self._keys_file is not None
+                    else "pass --authorized-keys with that server's adbkey.pub"
+                )
+                raise DeviceError(
+                    f"the emulated phone refused the key of the adb server on port "
+                    f"{self.adb_port}; {where}"
+                )
             time.sleep(0.03)
-        raise DeviceError(f"the adb server on port {self.adb_port} did not list {self.serial} as {want} "
-                          f"within {timeout:g} s")
+        raise DeviceError(
+            f"the adb server on port {self.adb_port} did not list {self.serial} as {want} "
+            f"within {timeout:g} s"
+        )
 
     @property
     def env(self) -> dict[str, str]:

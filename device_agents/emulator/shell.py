@@ -46,7 +46,9 @@ class CommandContext:
     def path(self, p: str) -> str:
         return normalize(p, self.cwd)
 
-    def run_host(self, argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> int:
+    def run_host(
+        self, argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None
+    ) -> int:
         """Run a real host program for this command, streaming stdin/stdout/stderr."""
         return run_host_program(self, argv, cwd=cwd, env=env)
 
@@ -213,8 +215,15 @@ def parse(tokens: list[Token]) -> list[tuple[str, list[Simple]]]:
 class Interpreter:
     """Runs one script (one adb shell invocation) against a phone."""
 
-    def __init__(self, phone: "ScriptedPhone", stdin: Pipe, stdout: Writer, stderr: Writer,
-                 cancel: threading.Event, cwd: str = "/") -> None:
+    def __init__(
+        self,
+        phone: "ScriptedPhone",
+        stdin: Pipe,
+        stdout: Writer,
+        stderr: Writer,
+        cancel: threading.Event,
+        cwd: str = "/",
+    ) -> None:
         self.phone = phone
         self.stdin = stdin
         self.stdout = stdout
@@ -304,7 +313,11 @@ class Interpreter:
             else:
                 stdout = sink.extend
         for path, _, append in files:  # create/truncate before running, like sh
-            err = self.phone.fs.write_file(path, b"", append=True) if append else self.phone.fs.write_file(path, b"")
+            err = (
+                self.phone.fs.write_file(path, b"", append=True)
+                if append
+                else self.phone.fs.write_file(path, b"")
+            )
             if err:
                 self.stderr(f"/system/bin/sh: can't create {err}\n".encode())
                 return 1
@@ -315,10 +328,12 @@ class Interpreter:
             self.phone.fs.write_file(path, bytes(sink), append=True)
         return status
 
-    def dispatch(self, argv: list[str], stdin: Pipe, stdout: Writer, stderr: Writer,
-                 affinity: int | None) -> int:
-        ctx = CommandContext(self.phone, argv, stdin, stdout, stderr, self.cwd, self.env,
-                             self.cancel, affinity)
+    def dispatch(
+        self, argv: list[str], stdin: Pipe, stdout: Writer, stderr: Writer, affinity: int | None
+    ) -> int:
+        ctx = CommandContext(
+            self.phone, argv, stdin, stdout, stderr, self.cwd, self.env, self.cancel, affinity
+        )
         name = argv[0]
         if name == "cd":
             target = normalize(argv[1] if len(argv) > 1 else "/", self.cwd)
@@ -338,8 +353,9 @@ class Interpreter:
         return self.phone.execute(ctx)
 
 
-def run_host_program(ctx: CommandContext, argv: list[str], cwd: str | None = None,
-                     env: dict[str, str] | None = None) -> int:
+def run_host_program(
+    ctx: CommandContext, argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None
+) -> int:
     """Run a real host process as this command: stdin/stdout/stderr stream through the adb
     stream, the process group is killed when the host closes the stream, and a taskset
     mask is folded onto the host's CPUs (phone CPU i -> host CPU i mod n)."""
@@ -352,8 +368,15 @@ def run_host_program(ctx: CommandContext, argv: list[str], cwd: str | None = Non
     if env:
         full_env.update(env)
     host_cwd = cwd or str(ctx.phone.fs.host_path(ctx.cwd))
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=host_cwd, env=full_env, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=host_cwd,
+        env=full_env,
+        start_new_session=True,
+    )
     if ctx.affinity is not None:
         host_cpus = sorted(os.sched_getaffinity(0))
         cpus = {host_cpus[c % len(host_cpus)] for c in range(64) if ctx.affinity >> c & 1}
@@ -389,9 +412,11 @@ def run_host_program(ctx: CommandContext, argv: list[str], cwd: str | None = Non
             except OSError:
                 pass
 
-    threads = [threading.Thread(target=pump_out, args=(proc.stdout, ctx.stdout), daemon=True),
-               threading.Thread(target=pump_out, args=(proc.stderr, ctx.stderr), daemon=True),
-               threading.Thread(target=pump_in, daemon=True)]
+    threads = [
+        threading.Thread(target=pump_out, args=(proc.stdout, ctx.stdout), daemon=True),
+        threading.Thread(target=pump_out, args=(proc.stderr, ctx.stderr), daemon=True),
+        threading.Thread(target=pump_in, daemon=True),
+    ]
     for t in threads:
         t.start()
     try:

@@ -76,7 +76,7 @@ class VirtualFS:
         prefix = "/" if v == "/" else v + "/"
         for p in self._dynamic:
             if p.startswith(prefix):
-                names.add(p[len(prefix):].split("/", 1)[0])
+                names.add(p[len(prefix) :].split("/", 1)[0])
         hp = self.host_path(v)
         if hp.is_dir():
             names.update(os.listdir(hp))
@@ -126,8 +126,9 @@ class VirtualFS:
             return f"{v}: Permission denied"
         return f"{v}: Read-only file system"
 
-    def write_file(self, vpath: str, data: bytes, mode: int = 0o644, mtime: int = 0,
-                   append: bool = False) -> str | None:
+    def write_file(
+        self, vpath: str, data: bytes, mode: int = 0o644, mtime: int = 0, append: bool = False
+    ) -> str | None:
         """Write a file; returns an error message instead of raising."""
         err = self._deny(vpath)
         if err:

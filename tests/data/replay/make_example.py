@@ -24,7 +24,9 @@ SMALL = {"librispeech": 2, "ami": 1, "fleurs": 1, "kespeech": 1, "m4singer": 1}
 def main() -> None:
     dev = synthetic_traces(seed=11, datasets=SMALL, split="dev", drafter_cap=12)
     val = synthetic_traces(seed=12, datasets=SMALL, split="val", drafter_cap=12, anchor=False)
-    ts = TraceSet(dev.provenance, dev.eos_id, dev.sources, dev.default_source, dev.windows + val.windows)
+    ts = TraceSet(
+        dev.provenance, dev.eos_id, dev.sources, dev.default_source, dev.windows + val.windows
+    )
     write_traces(HERE / "traces.jsonl.gz", ts, force=True)
     write_profile(HERE / "profile.yaml", synthetic_profile(max_width=13), force=True)
 
