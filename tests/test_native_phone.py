@@ -448,9 +448,10 @@ def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone
     assert res.resumed_steps == 2 and load_profile(res.profile_path).target_step_ms > 0
 
 
-def test_cli_calibrate_quick_and_decode_on_the_emulated_phone(py_phone, tmp_path) -> None:
-    """The commands a person types, as subprocesses through the real adb server (the
-    bundled models: this pushes them unless the phone already holds them)."""
+@pytest.mark.slow  # ~1 min; benchmarks/bundle_phone_calibrate.py runs the same command on the phone
+def test_cli_calibrate_quick_on_the_emulated_phone(py_phone, tmp_path) -> None:
+    """`as2d calibrate --quick` as a person types it, a subprocess through the real adb
+    server: every step of the quick plan gated, in-loop costs from native episodes."""
     import subprocess
     import sys
 
@@ -499,6 +500,17 @@ def test_cli_calibrate_quick_and_decode_on_the_emulated_phone(py_phone, tmp_path
     assert (
         prof.in_loop and "sd" in prof.in_loop
     )  # native episodes ran on the phone (windows pushed there)
+
+
+def test_cli_decode_on_the_emulated_phone(py_phone) -> None:
+    """`as2d decode --json` as a person types it, through the real adb server (the bundled
+    models: this pushes them unless the phone already holds them): the source's worker
+    process starts on the phone, the placement and device identity are reported."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, **py_phone.env}
+    base = [sys.executable, "-m", "as2d_cli.cli.main"]
     wid = _shortest_test_window()
     dec = subprocess.run(
         [
@@ -523,6 +535,10 @@ def test_cli_calibrate_quick_and_decode_on_the_emulated_phone(py_phone, tmp_path
     got = json.loads(dec.stdout)
     assert got["method"] == "as2d" and got["n_tokens"] == len(got["tokens"]) >= 2
     assert got["producer_mode"] == "process"  # the source's worker process started on the phone too
+    assert got["device"]["name"] == "k70" and got["device"]["serial"] == "as2demu0001"
+    assert got["placement"]["verifier"] == [7] and got["placement"]["producer"] == [2, 3, 4]
+    assert got["pinned"] and got["producer_pinned"]
+    assert got["monitor"]["failure"] is None and got["monitor"]["samples"]
     bad = subprocess.run(
         [
             *base,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -54,6 +55,9 @@ def _launcher(ctx: CommandContext, host_path: str) -> int:
     )  # the host's CPU count: the guest reads the host's sysfs
     args = [_map(ctx, a) for a in ctx.argv[1:]]
     env = {k: _map(ctx, v) for k, v in ctx.env.items()}
+    # The phone's CPU numbers are virtual: the runner pins phone CPU c to host CPU
+    # hosts[c % len(hosts)], as the emulated taskset does (native/producer.py).
+    env["AS2D_EMULATED_CPUS"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
     # `env -i`: the guest sees exactly the phone shell's environment, as on a phone.
     argv = [
         shutil.which("env") or "/usr/bin/env",
