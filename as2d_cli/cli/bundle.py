@@ -18,6 +18,138 @@ from as2d_cli.cli.paths import (
 from as2d_cli.errors import UserError
 
 
+def build(
+    arch: str = typer.Option("arm64", "--arch", help="Target architecture (arm64 only)."),
+    refresh: bool = typer.Option(
+        False, "--refresh", help="Fetch the Debian package lists even if fresh."
+    ),
+    cache: Path | None = typer.Option(
+        None,
+        "--cache",
+        callback=folder_out_option,
+        help="Cache directory (default ~/.cache/as2d/bundle).",
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        callback=file_or_folder_out_option,
+        help="Also copy the archive here (its manifest goes beside it).",
+    ),
+    debian_mirror: str | None = typer.Option(
+        None, "--debian-mirror", help="Debian mirror URL for the arm64 packages."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+    project: Path | None = typer.Option(
+        None,
+        "--project",
+        callback=folder_in_option,
+        help="Checkout whose runner and models go in (default: this one).",
+    ),
+    models: Path | None = typer.Option(
+        None,
+        "--models",
+        callback=folder_in_option,
+        help="Also carry this model pair (`as2d models import`).",
+    ),
+) -> None:
+    """Build (or reuse from the cache) the arm64 bundle and print where it is."""
+    from as2d_cli.bundle.build import build_bundle
+    from as2d_cli.bundle.manifest import MANIFEST
+    from as2d_cli.bundle.recipe import Recipe
+
+    recipe = Recipe(arch=arch, **({"debian_mirror": debian_mirror} if debian_mirror else {}))
+    say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"· {m}", err=True))
+    result = build_bundle(
+        recipe, project_root=project, cache=cache, refresh=refresh, progress=say, models=models
+    )
+    archive = result.archive
+    if out is not None:
+        archive = _copy_out(result.archive, out)
+        shutil.copyfile(
+            result.archive.with_name(MANIFEST),
+            archive.with_name(archive.name + ".manifest.json"),
+        )
+    summary = {
+        "archive": str(archive),
+        "manifest_sha256": result.manifest_hash,
+        "cache_hit": result.cache_hit,
+        "archive_bytes": result.archive_bytes,
+        "unpacked_bytes": result.unpacked_bytes,
+        "files": result.manifest["totals"]["files"],
+        "debian_packages": {p["name"]: p["version"] for p in result.manifest["debian_packages"]},
+        "wheels": {w["name"]: w["version"] for w in result.manifest["wheels"]},
+        "assets": len(result.manifest["project"]["assets"]),
+        "seconds": round(result.seconds, 2),
+    }
+    if as_json:
+        typer.echo(json.dumps(summary, indent=1))
+        return
+    state = "cache hit" if result.cache_hit else "built"
+    typer.echo(f"{state}: {archive}")
+    typer.echo(f"manifest sha256 {result.manifest_hash}")
+    typer.echo(
+        f"{summary['files']} files, {result.unpacked_bytes / 1e6:.1f} MB unpacked, "
+        f"{result.archive_bytes / 1e6:.1f} MB packed, {summary['assets']} asset files, {result.seconds:.1f} s"
+    )
+    typer.echo("debian: " + ", ".join(f"{k} {v}" for k, v in summary["debian_packages"].items()))
+    typer.echo("wheels: " + ", ".join(f"{k} {v}" for k, v in summary["wheels"].items()))
+
+
+def deploy_cmd(
+    phone: str = typer.Option(..., "--phone", help="Phone name (k70, mi14, …) or adb serial."),
+    archive: Path | None = typer.Option(
+        None,
+        "--archive",
+        callback=file_in_option,
+        help="Bundle archive (default: build or reuse this checkout's).",
+    ),
+    adb_port: int | None = options.adb_port(),
+) -> None:
+    """Push the bundle to a phone (skipped when it already holds it), check it starts, print how to run it."""
+    from as2d_cli.bundle.deploy import ensure_deployed
+    from device_agents.registry import resolve_phone
+
+    device = resolve_phone(phone, adb_port)
+    if device.kind != "adb":
+        raise UserError(
+            f"--phone {phone} is the local host; the bundle is for arm64 phones (the host runs the runner directly)"
+        )
+    d = ensure_deployed(device, archive)
+    state = (
+        f"pushed in {d.push_seconds:.1f} s"
+        if d.pushed
+        else "already there (same manifest hash), not pushed"
+    )
+    typer.echo(f"{device.serial}: bundle {d.manifest_hash[:16]} at {d.path} — {state}")
+    typer.echo(
+        f"preflight: {d.preflight.cpuinfo_processors} processors in /proc/cpuinfo, "
+        f"{d.preflight.sysfs_cpus} cpus in sysfs, {d.preflight.machine}"
+        + ("; glibc rseq disabled (seccomp)" if d.rseq_off else "")
+    )
+    run = f"{device.run_root()}/as2d-manual"
+    typer.echo("start the runner by hand with:")
+    typer.echo(
+        f"  adb -s {device.serial} shell {_sh_quote(d.command(['-m', 'native.runner'], run))}"
+    )
+
+
+def remove_cmd(
+    phone: str = typer.Option(..., "--phone", help="Phone name (k70, mi14, …) or adb serial."),
+    adb_port: int | None = options.adb_port("adb server port."),
+) -> None:
+    """Delete the bundle from a phone (everything under /data/local/tmp/as2d-bundle)."""
+    from as2d_cli.bundle.deploy import bundle_area, remove
+    from device_agents.registry import resolve_phone
+
+    device = resolve_phone(phone, adb_port)
+    if device.kind != "adb":
+        raise UserError(f"--phone {phone} is the local host; there is no bundle to remove there")
+    had = remove(device)
+    typer.echo(
+        f"{device.serial}: {'removed' if had else 'nothing to remove in'} {bundle_area(device)}"
+    )
+
+
 def register(app: typer.Typer) -> None:
     sub = typer.Typer(
         help="The arm64 runtime bundle (CPython, numpy, onnxruntime, runner, models) for phones.",
@@ -25,143 +157,11 @@ def register(app: typer.Typer) -> None:
     )
     app.add_typer(sub, name="bundle")
 
-    @sub.command("build")
-    def build(
-        arch: str = typer.Option("arm64", "--arch", help="Target architecture (arm64 only)."),
-        refresh: bool = typer.Option(
-            False, "--refresh", help="Fetch the Debian package lists even if fresh."
-        ),
-        cache: Path | None = typer.Option(
-            None,
-            "--cache",
-            callback=folder_out_option,
-            help="Cache directory (default ~/.cache/as2d/bundle).",
-        ),
-        out: Path | None = typer.Option(
-            None,
-            "--out",
-            callback=file_or_folder_out_option,
-            help="Also copy the archive here (its manifest goes beside it).",
-        ),
-        debian_mirror: str | None = typer.Option(
-            None, "--debian-mirror", help="Debian mirror URL for the arm64 packages."
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
-        project: Path | None = typer.Option(
-            None,
-            "--project",
-            callback=folder_in_option,
-            help="Checkout whose runner and models go in (default: this one).",
-        ),
-        models: Path | None = typer.Option(
-            None,
-            "--models",
-            callback=folder_in_option,
-            help="Also carry this model pair (`as2d models import`).",
-        ),
-    ) -> None:
-        """Build (or reuse from the cache) the arm64 bundle and print where it is."""
-        from as2d_cli.bundle.build import build_bundle
-        from as2d_cli.bundle.manifest import MANIFEST
-        from as2d_cli.bundle.recipe import Recipe
+    sub.command("build")(build)
 
-        recipe = Recipe(arch=arch, **({"debian_mirror": debian_mirror} if debian_mirror else {}))
-        say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"· {m}", err=True))
-        result = build_bundle(
-            recipe, project_root=project, cache=cache, refresh=refresh, progress=say, models=models
-        )
-        archive = result.archive
-        if out is not None:
-            archive = _copy_out(result.archive, out)
-            shutil.copyfile(
-                result.archive.with_name(MANIFEST),
-                archive.with_name(archive.name + ".manifest.json"),
-            )
-        summary = {
-            "archive": str(archive),
-            "manifest_sha256": result.manifest_hash,
-            "cache_hit": result.cache_hit,
-            "archive_bytes": result.archive_bytes,
-            "unpacked_bytes": result.unpacked_bytes,
-            "files": result.manifest["totals"]["files"],
-            "debian_packages": {
-                p["name"]: p["version"] for p in result.manifest["debian_packages"]
-            },
-            "wheels": {w["name"]: w["version"] for w in result.manifest["wheels"]},
-            "assets": len(result.manifest["project"]["assets"]),
-            "seconds": round(result.seconds, 2),
-        }
-        if as_json:
-            typer.echo(json.dumps(summary, indent=1))
-            return
-        state = "cache hit" if result.cache_hit else "built"
-        typer.echo(f"{state}: {archive}")
-        typer.echo(f"manifest sha256 {result.manifest_hash}")
-        typer.echo(
-            f"{summary['files']} files, {result.unpacked_bytes / 1e6:.1f} MB unpacked, "
-            f"{result.archive_bytes / 1e6:.1f} MB packed, {summary['assets']} asset files, {result.seconds:.1f} s"
-        )
-        typer.echo(
-            "debian: " + ", ".join(f"{k} {v}" for k, v in summary["debian_packages"].items())
-        )
-        typer.echo("wheels: " + ", ".join(f"{k} {v}" for k, v in summary["wheels"].items()))
+    sub.command("deploy")(deploy_cmd)
 
-    @sub.command("deploy")
-    def deploy_cmd(
-        phone: str = typer.Option(..., "--phone", help="Phone name (k70, mi14, …) or adb serial."),
-        archive: Path | None = typer.Option(
-            None,
-            "--archive",
-            callback=file_in_option,
-            help="Bundle archive (default: build or reuse this checkout's).",
-        ),
-        adb_port: int | None = options.adb_port(),
-    ) -> None:
-        """Push the bundle to a phone (skipped when it already holds it), check it starts, print how to run it."""
-        from as2d_cli.bundle.deploy import ensure_deployed
-        from device_agents.registry import resolve_phone
-
-        device = resolve_phone(phone, adb_port)
-        if device.kind != "adb":
-            raise UserError(
-                f"--phone {phone} is the local host; the bundle is for arm64 phones (the host runs the runner directly)"
-            )
-        d = ensure_deployed(device, archive)
-        state = (
-            f"pushed in {d.push_seconds:.1f} s"
-            if d.pushed
-            else "already there (same manifest hash), not pushed"
-        )
-        typer.echo(f"{device.serial}: bundle {d.manifest_hash[:16]} at {d.path} — {state}")
-        typer.echo(
-            f"preflight: {d.preflight.cpuinfo_processors} processors in /proc/cpuinfo, "
-            f"{d.preflight.sysfs_cpus} cpus in sysfs, {d.preflight.machine}"
-            + ("; glibc rseq disabled (seccomp)" if d.rseq_off else "")
-        )
-        run = f"{device.run_root()}/as2d-manual"
-        typer.echo("start the runner by hand with:")
-        typer.echo(
-            f"  adb -s {device.serial} shell {_sh_quote(d.command(['-m', 'native.runner'], run))}"
-        )
-
-    @sub.command("remove")
-    def remove_cmd(
-        phone: str = typer.Option(..., "--phone", help="Phone name (k70, mi14, …) or adb serial."),
-        adb_port: int | None = options.adb_port("adb server port."),
-    ) -> None:
-        """Delete the bundle from a phone (everything under /data/local/tmp/as2d-bundle)."""
-        from as2d_cli.bundle.deploy import bundle_area, remove
-        from device_agents.registry import resolve_phone
-
-        device = resolve_phone(phone, adb_port)
-        if device.kind != "adb":
-            raise UserError(
-                f"--phone {phone} is the local host; there is no bundle to remove there"
-            )
-        had = remove(device)
-        typer.echo(
-            f"{device.serial}: {'removed' if had else 'nothing to remove in'} {bundle_area(device)}"
-        )
+    sub.command("remove")(remove_cmd)
 
 
 def _sh_quote(line: str) -> str:

@@ -14,103 +14,101 @@ from as2d_cli.cli.paths import folder_out_option
 from as2d_cli.cli.progress import progress_bar
 
 
+def calibrate(
+    phone: str = typer.Option(
+        "local", "--phone", help="local, a known phone name, or an adb serial."
+    ),
+    quick: bool = typer.Option(
+        False, "--quick", help="Fewer widths, offsets and repetitions (minutes, not tens)."
+    ),
+    window: Optional[str] = typer.Option(
+        None, "--window", help="Calibration window (default: longest English dev window)."
+    ),
+    out: Path = typer.Option(
+        Path("calibrations"),
+        "--out",
+        callback=folder_out_option,
+        help="Folder for the profile, samples and plot.",
+    ),
+    rest: Optional[float] = options.seconds(
+        None, "--rest", help="Gate: seconds of rest before the checks."
+    ),
+    interval: Optional[float] = options.seconds(
+        None, "--interval", help="Gate: seconds between the two checks."
+    ),
+    settle: Optional[float] = options.seconds(
+        None,
+        "--settle",
+        help="Once before measuring: seconds the host must have been quiet (local default 20; 0 skips).",
+    ),
+    models: Optional[Path] = typer.Option(
+        None,
+        "--models",
+        help="A model pair folder (`as2d models import`); default: the bundled pair.",
+    ),
+    task: Optional[str] = typer.Option(
+        None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
+    ),
+    language: Optional[str] = typer.Option(
+        None, "--language", help="Whisper pairs: one prompt language (default: each window's)."
+    ),
+    max_temp: Optional[float] = options.max_temp(),
+    temp_sensor: Optional[str] = options.temp_sensor(),
+    verifier_cores: Optional[str] = options.verifier_cores(),
+    producer_cores: Optional[str] = options.producer_cores(),
+    os_placement: bool = options.os_placement(),
+) -> None:
+    """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
+    from as2d_cli.calibration.run import calibrate as run
+    from device_agents.measurement import prepare
+
+    m = prepare(
+        phone,
+        rest_s=rest,
+        interval_s=interval,
+        settle_s=settle,
+        max_temp_c=max_temp,
+        temp_sensor=temp_sensor,
+        verifier_cores=verifier_cores,
+        producer_cores=producer_cores,
+        os_placement=os_placement,
+    )
+    device, gate, cores = m.device, m.gate, m.placement.cores
+    Console(stderr=True).print(f"calibrating {m.identity.describe()}; {m.placement.describe()}")
+    with progress_bar(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ) as bar:
+        bar_task = bar.add_task("starting", total=1.0)
+
+        def progress(label: str, done: float, total: float) -> None:
+            bar.update(bar_task, description=label, completed=done / total if total else 1.0)
+
+        res = run(
+            device,
+            out_dir=out,
+            quick=quick,
+            window=window,
+            progress=progress,
+            gate=gate,
+            cores=cores,
+            models=models,
+            task=task,
+            language=language,
+        )
+    c = Console()
+    if res.resumed_steps:
+        c.print(f"resumed: {res.resumed_steps} of {res.steps} steps came from the interrupted run")
+    c.print(f"profile  {res.profile_path}")
+    c.print(f"samples  {res.samples_path}")
+    c.print(f"R(K)     {res.plot_path}")
+    first = res.gates[0]["observations"][0] if res.gates and res.gates[0]["observations"] else None
+    if first is not None and first["check"] == "settle":
+        c.print(f"settle   {first['message']}")
+    c.print(f"took {res.seconds:.0f} s")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("calibrate")
-    def calibrate(
-        phone: str = typer.Option(
-            "local", "--phone", help="local, a known phone name, or an adb serial."
-        ),
-        quick: bool = typer.Option(
-            False, "--quick", help="Fewer widths, offsets and repetitions (minutes, not tens)."
-        ),
-        window: Optional[str] = typer.Option(
-            None, "--window", help="Calibration window (default: longest English dev window)."
-        ),
-        out: Path = typer.Option(
-            Path("calibrations"),
-            "--out",
-            callback=folder_out_option,
-            help="Folder for the profile, samples and plot.",
-        ),
-        rest: Optional[float] = options.seconds(
-            None, "--rest", help="Gate: seconds of rest before the checks."
-        ),
-        interval: Optional[float] = options.seconds(
-            None, "--interval", help="Gate: seconds between the two checks."
-        ),
-        settle: Optional[float] = options.seconds(
-            None,
-            "--settle",
-            help="Once before measuring: seconds the host must have been quiet (local default 20; 0 skips).",
-        ),
-        models: Optional[Path] = typer.Option(
-            None,
-            "--models",
-            help="A model pair folder (`as2d models import`); default: the bundled pair.",
-        ),
-        task: Optional[str] = typer.Option(
-            None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
-        ),
-        language: Optional[str] = typer.Option(
-            None, "--language", help="Whisper pairs: one prompt language (default: each window's)."
-        ),
-        max_temp: Optional[float] = options.max_temp(),
-        temp_sensor: Optional[str] = options.temp_sensor(),
-        verifier_cores: Optional[str] = options.verifier_cores(),
-        producer_cores: Optional[str] = options.producer_cores(),
-        os_placement: bool = options.os_placement(),
-    ) -> None:
-        """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
-        from as2d_cli.calibration.run import calibrate as run
-        from device_agents.measurement import prepare
-
-        m = prepare(
-            phone,
-            rest_s=rest,
-            interval_s=interval,
-            settle_s=settle,
-            max_temp_c=max_temp,
-            temp_sensor=temp_sensor,
-            verifier_cores=verifier_cores,
-            producer_cores=producer_cores,
-            os_placement=os_placement,
-        )
-        device, gate, cores = m.device, m.gate, m.placement.cores
-        Console(stderr=True).print(f"calibrating {m.identity.describe()}; {m.placement.describe()}")
-        with progress_bar(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-        ) as bar:
-            bar_task = bar.add_task("starting", total=1.0)
-
-            def progress(label: str, done: float, total: float) -> None:
-                bar.update(bar_task, description=label, completed=done / total if total else 1.0)
-
-            res = run(
-                device,
-                out_dir=out,
-                quick=quick,
-                window=window,
-                progress=progress,
-                gate=gate,
-                cores=cores,
-                models=models,
-                task=task,
-                language=language,
-            )
-        c = Console()
-        if res.resumed_steps:
-            c.print(
-                f"resumed: {res.resumed_steps} of {res.steps} steps came from the interrupted run"
-            )
-        c.print(f"profile  {res.profile_path}")
-        c.print(f"samples  {res.samples_path}")
-        c.print(f"R(K)     {res.plot_path}")
-        first = (
-            res.gates[0]["observations"][0] if res.gates and res.gates[0]["observations"] else None
-        )
-        if first is not None and first["check"] == "settle":
-            c.print(f"settle   {first['message']}")
-        c.print(f"took {res.seconds:.0f} s")
+    app.command("calibrate")(calibrate)

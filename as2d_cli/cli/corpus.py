@@ -14,50 +14,50 @@ from as2d_cli.cli.paths import folder_in_option
 from as2d_cli.corpus.manifest import load_corpus
 
 
+def list_windows(
+    split: Optional[str] = typer.Option(None, "--split", help="dev, val or test (default: all)."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+    corpus_dir: Optional[Path] = typer.Option(
+        None,
+        "--corpus",
+        callback=folder_in_option,
+        help="A corpus directory (default: bundled).",
+    ),
+) -> None:
+    """List windows: id, setting, language, seconds, split."""
+    corpus = load_corpus(corpus_dir)
+    windows = corpus.split(split)
+    rows = [
+        {
+            "id": w.id,
+            "setting": w.setting,
+            "language": w.language,
+            "seconds": w.seconds,
+            "split": w.split,
+        }
+        for w in windows
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    table = Table(show_edge=False, pad_edge=False)
+    for col, just in (
+        ("id", "left"),
+        ("setting", "left"),
+        ("language", "left"),
+        ("seconds", "right"),
+        ("split", "left"),
+    ):
+        table.add_column(col, justify=just)
+    for r in rows:
+        table.add_row(r["id"], r["setting"], r["language"], f"{r['seconds']:.2f}", r["split"])
+    console = Console(width=100, highlight=False)
+    console.print(table)
+    console.print(f"{len(rows)} windows, {sum(r['seconds'] for r in rows) / 60:.1f} min")
+
+
 def register(app: typer.Typer) -> None:
     sub = typer.Typer(help="The bundled speech corpus (evaluation windows).", no_args_is_help=True)
     app.add_typer(sub, name="corpus")
 
-    @sub.command("list")
-    def list_windows(
-        split: Optional[str] = typer.Option(
-            None, "--split", help="dev, val or test (default: all)."
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
-        corpus_dir: Optional[Path] = typer.Option(
-            None,
-            "--corpus",
-            callback=folder_in_option,
-            help="A corpus directory (default: bundled).",
-        ),
-    ) -> None:
-        """List windows: id, setting, language, seconds, split."""
-        corpus = load_corpus(corpus_dir)
-        windows = corpus.split(split)
-        rows = [
-            {
-                "id": w.id,
-                "setting": w.setting,
-                "language": w.language,
-                "seconds": w.seconds,
-                "split": w.split,
-            }
-            for w in windows
-        ]
-        if as_json:
-            typer.echo(json.dumps(rows, indent=1))
-            return
-        table = Table(show_edge=False, pad_edge=False)
-        for col, just in (
-            ("id", "left"),
-            ("setting", "left"),
-            ("language", "left"),
-            ("seconds", "right"),
-            ("split", "left"),
-        ):
-            table.add_column(col, justify=just)
-        for r in rows:
-            table.add_row(r["id"], r["setting"], r["language"], f"{r['seconds']:.2f}", r["split"])
-        console = Console(width=100, highlight=False)
-        console.print(table)
-        console.print(f"{len(rows)} windows, {sum(r['seconds'] for r in rows) / 60:.1f} min")
+    sub.command("list")(list_windows)

@@ -21,6 +21,192 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def devices(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(
+        False, "--json", help="Print JSON (schema as2d.devices/1) instead of a table."
+    ),
+    adb_port: Optional[int] = options.adb_port(),
+) -> None:
+    """List the local host and every attached phone with state and hardware facts."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from device_agents.registry import discover
+
+    listing = discover(adb_port)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "schema": "as2d.devices",
+                    "version": 1,
+                    "devices": [d.to_dict() for d in listing],
+                },
+                indent=2,
+            )
+        )
+        return
+    console = Console(highlight=False, soft_wrap=True)
+    table = Table(title="devices")
+    for col in (
+        "serial",
+        "state",
+        "known as",
+        "model",
+        "SoC",
+        "cores",
+        "peak GHz",
+        "GPU",
+        "RAM GiB",
+        "Android/API",
+        "build",
+        "patch",
+    ):
+        table.add_column(col)
+    notes: list[str] = []
+    for d in listing:
+        f = d.facts
+        if f is None:
+            table.add_row(d.serial, d.state, *([""] * 10))
+            if d.advice:
+                notes.append(f"{d.serial} is {d.state}: {d.advice}")
+            if d.error:
+                notes.append(f"{d.serial}: {d.error}")
+            continue
+        android = (
+            f"{_fmt(f.get('android_version'))}/{_fmt(f.get('api_level'))}"
+            if d.kind == "adb"
+            else "-"
+        )
+        table.add_row(
+            d.serial,
+            d.state,
+            d.known_as or "-",
+            _fmt(f.get("model_id")),
+            _fmt(f.get("soc")),
+            _fmt(f.get("cpu_cores")),
+            _fmt(f.get("cpu_peak_ghz")),
+            _fmt(f.get("gpu")),
+            _fmt(f.get("ram_gib")),
+            android,
+            _fmt(f.get("build")),
+            _fmt(f.get("security_patch")),
+        )
+    console.print(table)
+    if len(listing) == 1:
+        notes.append(
+            "no phone attached: connect one over USB with USB debugging on (see docs/devices.md)"
+        )
+    for n in notes:
+        console.print(n)
+
+
+def gate(
+    phone: str = typer.Option(
+        ..., "--phone", help="local, a known phone (k70, 11pro, 14, note9pro) or a serial."
+    ),
+    show: bool = typer.Option(
+        False, "--show", help="Only show each check once (no rest, no waiting)."
+    ),
+    rest: Optional[float] = options.seconds(
+        None, "--rest", help="Seconds of rest before checking (phone default 15)."
+    ),
+    interval: Optional[float] = options.seconds(
+        None, "--interval", help="Seconds between the ceiling checks (default 5)."
+    ),
+    core: Optional[int] = options.core(
+        None,
+        "--gate-core",
+        help="Core whose frequency ceiling is checked (default 4; one the device has).",
+    ),
+    min_ghz: Optional[float] = options.positive(
+        None, "--min-ghz", help="Minimum ceiling in GHz (default 1.8816)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the gate record as JSON."),
+    adb_port: Optional[int] = options.adb_port("adb server port."),
+) -> None:
+    """Check a device as before a measured episode: rest, all cores online, frequency ceiling."""
+    from dataclasses import replace
+
+    from device_agents.gating import GateConfig, run_gate, show_gate
+    from device_agents.registry import resolve_phone
+
+    device = resolve_phone(phone, adb_port)
+    options.check_core(device, core, "--gate-core")
+    config = GateConfig.for_device(device)
+    changes = {
+        k: v
+        for k, v in {
+            "rest_s": rest,
+            "interval_s": interval,
+            "core": core,
+            "min_ceiling_khz": None if min_ghz is None else int(round(min_ghz * 1e6)),
+        }.items()
+        if v is not None
+    }
+    config = replace(config, **changes)
+    console = Console(highlight=False, soft_wrap=True)
+    if show:
+        for name, available, obs in show_gate(device, config):
+            status = (
+                "unavailable"
+                if not available
+                else ("ok" if obs and obs.ok in (True, None) else "FAIL")
+            )
+            console.print(f"{name:13} {status:11} {obs.message if obs else ''}")
+        return
+    result = run_gate(device, config)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        for o in result.observations:
+            mark = "ok" if o.ok in (True, None) else "FAIL"
+            console.print(f"{o.check:13} {mark:5} {o.message}")
+    if not result.passed:
+        from device_agents.gating import GateFailed
+
+        raise GateFailed(result)
+
+
+def watch(
+    phone: str = typer.Option(
+        ..., "--phone", help="local, a known phone (k70, 11pro, 14, note9pro) or a serial."
+    ),
+    seconds: float = options.positive_seconds(10.0, "--seconds", help="How long to watch."),
+    interval: float = options.positive_seconds(
+        1.0, "--interval", help="Seconds between samples (the episode monitor uses 1)."
+    ),
+    adb_port: Optional[int] = options.adb_port("adb server port."),
+) -> None:
+    """Sample cores online and frequency ceilings as the episode monitor does; stop
+    with the monitor's error if a core goes offline."""
+    import time
+
+    from device_agents.monitor import CoreMonitor
+    from device_agents.registry import resolve_phone
+
+    device = resolve_phone(phone, adb_port)
+    console = Console(highlight=False, soft_wrap=True)
+    mon = CoreMonitor(device, interval).start()
+    shown = 0
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end and not mon.tripped.is_set():
+            time.sleep(min(0.1, interval))
+            for s in mon.samples[shown:]:
+                ceilings = " ".join(
+                    f"{c}:{'-' if k is None else f'{k / 1e6:.2f}'}"
+                    for c, k in s.ceiling_khz.items()
+                )
+                console.print(
+                    f"{s.t_s:7.1f} s  online {','.join(map(str, s.online))}  ceiling GHz {ceilings}"
+                )
+            shown = len(mon.samples)
+    finally:
+        mon.stop()
+    mon.check()
+
+
 def register(app: typer.Typer) -> None:
     sub = typer.Typer(
         help="List devices (the local host and adb phones) and check them before measuring.",
@@ -29,188 +215,8 @@ def register(app: typer.Typer) -> None:
     )
     app.add_typer(sub, name="devices")
 
-    @sub.callback()
-    def devices(
-        ctx: typer.Context,
-        as_json: bool = typer.Option(
-            False, "--json", help="Print JSON (schema as2d.devices/1) instead of a table."
-        ),
-        adb_port: Optional[int] = options.adb_port(),
-    ) -> None:
-        """List the local host and every attached phone with state and hardware facts."""
-        if ctx.invoked_subcommand is not None:
-            return
-        from device_agents.registry import discover
+    sub.callback()(devices)
 
-        listing = discover(adb_port)
-        if as_json:
-            typer.echo(
-                json.dumps(
-                    {
-                        "schema": "as2d.devices",
-                        "version": 1,
-                        "devices": [d.to_dict() for d in listing],
-                    },
-                    indent=2,
-                )
-            )
-            return
-        console = Console(highlight=False, soft_wrap=True)
-        table = Table(title="devices")
-        for col in (
-            "serial",
-            "state",
-            "known as",
-            "model",
-            "SoC",
-            "cores",
-            "peak GHz",
-            "GPU",
-            "RAM GiB",
-            "Android/API",
-            "build",
-            "patch",
-        ):
-            table.add_column(col)
-        notes: list[str] = []
-        for d in listing:
-            f = d.facts
-            if f is None:
-                table.add_row(d.serial, d.state, *([""] * 10))
-                if d.advice:
-                    notes.append(f"{d.serial} is {d.state}: {d.advice}")
-                if d.error:
-                    notes.append(f"{d.serial}: {d.error}")
-                continue
-            android = (
-                f"{_fmt(f.get('android_version'))}/{_fmt(f.get('api_level'))}"
-                if d.kind == "adb"
-                else "-"
-            )
-            table.add_row(
-                d.serial,
-                d.state,
-                d.known_as or "-",
-                _fmt(f.get("model_id")),
-                _fmt(f.get("soc")),
-                _fmt(f.get("cpu_cores")),
-                _fmt(f.get("cpu_peak_ghz")),
-                _fmt(f.get("gpu")),
-                _fmt(f.get("ram_gib")),
-                android,
-                _fmt(f.get("build")),
-                _fmt(f.get("security_patch")),
-            )
-        console.print(table)
-        if len(listing) == 1:
-            notes.append(
-                "no phone attached: connect one over USB with USB debugging on (see docs/devices.md)"
-            )
-        for n in notes:
-            console.print(n)
+    sub.command("gate")(gate)
 
-    @sub.command("gate")
-    def gate(
-        phone: str = typer.Option(
-            ..., "--phone", help="local, a known phone (k70, 11pro, 14, note9pro) or a serial."
-        ),
-        show: bool = typer.Option(
-            False, "--show", help="Only show each check once (no rest, no waiting)."
-        ),
-        rest: Optional[float] = options.seconds(
-            None, "--rest", help="Seconds of rest before checking (phone default 15)."
-        ),
-        interval: Optional[float] = options.seconds(
-            None, "--interval", help="Seconds between the ceiling checks (default 5)."
-        ),
-        core: Optional[int] = options.core(
-            None,
-            "--gate-core",
-            help="Core whose frequency ceiling is checked (default 4; one the device has).",
-        ),
-        min_ghz: Optional[float] = options.positive(
-            None, "--min-ghz", help="Minimum ceiling in GHz (default 1.8816)."
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Print the gate record as JSON."),
-        adb_port: Optional[int] = options.adb_port("adb server port."),
-    ) -> None:
-        """Check a device as before a measured episode: rest, all cores online, frequency ceiling."""
-        from dataclasses import replace
-
-        from device_agents.gating import GateConfig, run_gate, show_gate
-        from device_agents.registry import resolve_phone
-
-        device = resolve_phone(phone, adb_port)
-        options.check_core(device, core, "--gate-core")
-        config = GateConfig.for_device(device)
-        changes = {
-            k: v
-            for k, v in {
-                "rest_s": rest,
-                "interval_s": interval,
-                "core": core,
-                "min_ceiling_khz": None if min_ghz is None else int(round(min_ghz * 1e6)),
-            }.items()
-            if v is not None
-        }
-        config = replace(config, **changes)
-        console = Console(highlight=False, soft_wrap=True)
-        if show:
-            for name, available, obs in show_gate(device, config):
-                status = (
-                    "unavailable"
-                    if not available
-                    else ("ok" if obs and obs.ok in (True, None) else "FAIL")
-                )
-                console.print(f"{name:13} {status:11} {obs.message if obs else ''}")
-            return
-        result = run_gate(device, config)
-        if as_json:
-            typer.echo(json.dumps(result.to_dict(), indent=2))
-        else:
-            for o in result.observations:
-                mark = "ok" if o.ok in (True, None) else "FAIL"
-                console.print(f"{o.check:13} {mark:5} {o.message}")
-        if not result.passed:
-            from device_agents.gating import GateFailed
-
-            raise GateFailed(result)
-
-    @sub.command("watch")
-    def watch(
-        phone: str = typer.Option(
-            ..., "--phone", help="local, a known phone (k70, 11pro, 14, note9pro) or a serial."
-        ),
-        seconds: float = options.positive_seconds(10.0, "--seconds", help="How long to watch."),
-        interval: float = options.positive_seconds(
-            1.0, "--interval", help="Seconds between samples (the episode monitor uses 1)."
-        ),
-        adb_port: Optional[int] = options.adb_port("adb server port."),
-    ) -> None:
-        """Sample cores online and frequency ceilings as the episode monitor does; stop
-        with the monitor's error if a core goes offline."""
-        import time
-
-        from device_agents.monitor import CoreMonitor
-        from device_agents.registry import resolve_phone
-
-        device = resolve_phone(phone, adb_port)
-        console = Console(highlight=False, soft_wrap=True)
-        mon = CoreMonitor(device, interval).start()
-        shown = 0
-        end = time.monotonic() + seconds
-        try:
-            while time.monotonic() < end and not mon.tripped.is_set():
-                time.sleep(min(0.1, interval))
-                for s in mon.samples[shown:]:
-                    ceilings = " ".join(
-                        f"{c}:{'-' if k is None else f'{k / 1e6:.2f}'}"
-                        for c, k in s.ceiling_khz.items()
-                    )
-                    console.print(
-                        f"{s.t_s:7.1f} s  online {','.join(map(str, s.online))}  ceiling GHz {ceilings}"
-                    )
-                shown = len(mon.samples)
-        finally:
-            mon.stop()
-        mon.check()
+    sub.command("watch")(watch)

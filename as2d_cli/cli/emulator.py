@@ -14,138 +14,140 @@ from as2d_cli.cli import options
 from as2d_cli.errors import UserError
 
 
+def start(
+    port: int = options.emulator_port(
+        0, "--port", help="Loopback port of the emulated adbd (0: any free port)."
+    ),
+    adb_port: Optional[int] = options.adb_port(
+        help="adb server to attach to (default: $ANDROID_ADB_SERVER_PORT or 5037; started privately if none runs there)."
+    ),
+    private_server: bool = typer.Option(
+        False,
+        "--private-server",
+        help="Start a private adb server (own port and HOME) instead of using a running one.",
+    ),
+    profile: str = typer.Option(
+        "k70", "--profile", help="Phone to emulate: k70, mi14, mi11pro, note9pro."
+    ),
+    connection: str = typer.Option(
+        "usb", "--connection", help="usb (unplug removes the phone) or wireless (it stays)."
+    ),
+    auth: str = typer.Option(
+        "device",
+        "--auth",
+        help="device (only authorized adb keys are accepted), unauthorized (no key accepted) or offline (no handshake).",
+    ),
+    authorized_keys: Optional[Path] = typer.Option(
+        None,
+        "--authorized-keys",
+        metavar="FILE",
+        help="adb public keys the phone accepts, one per line in adbkey.pub format (default: the key of the adb server it attaches to).",
+    ),
+    fault: List[str] = typer.Option(
+        [],
+        "--fault",
+        help="Fault to inject (repeatable): core-offline:CPU@T, ceiling:CPU=GHZ@T, stall:CMD, vanish:CMD, vanish@T, unplug@T[+D].",
+    ),
+    arm64_bundle: bool = typer.Option(
+        False,
+        "--arm64-bundle",
+        help="Run arm64 programs pushed to the phone (the runtime bundle) under qemu-aarch64-static, so commands take the real-phone path (docs/phones.md).",
+    ),
+    python: bool = typer.Option(
+        False,
+        "--python",
+        help="Give the phone a python3 (this host's interpreter, without the project): the native runner is pushed to it as a payload and runs at host speed (docs/runner-protocol.md).",
+    ),
+    battery: bool = typer.Option(
+        False,
+        "--battery",
+        help="Install the battery model and a perfetto that writes real traces, so `as2d energy` can measure (docs/energy.md).",
+    ),
+) -> None:
+    """Run an emulated phone until Ctrl-C and print how to reach it."""
+    from device_agents.adb_phone import adb_port as default_adb_port
+    from device_agents.emulator.faults import apply_fault
+    from device_agents.emulator.profiles import PROFILES, profile_named
+    from device_agents.emulator.session import EmulatorSession
+
+    chosen = profile_named(profile)
+    if chosen is None:
+        raise UserError(
+            f"unknown --profile {profile!r}; choose one of {', '.join(PROFILES)} "
+            "(aliases: 14, 11pro)"
+        )
+    profile = chosen.name
+    if connection not in ("usb", "wireless"):
+        raise UserError("--connection must be usb or wireless")
+    if auth not in ("device", "unauthorized", "offline"):
+        raise UserError("--auth must be device, unauthorized or offline")
+    session = EmulatorSession(
+        profile=profile,
+        port=port,
+        adb_port=None if private_server else (adb_port or default_adb_port()),
+        private_server=private_server,
+        connection=connection,
+        auth_mode=auth,
+        authorized_keys=authorized_keys,
+    )
+    armed: list[str] = []
+    try:
+        for spec in fault:
+            armed.append(apply_fault(session.phone, spec))
+        if arm64_bundle:
+            from as2d_cli.bundle.emulated import enable_arm64_bundle
+
+            enable_arm64_bundle(session.phone)
+        if python:
+            from device_agents.emulator.python import enable_python
+
+            enable_python(session.phone)
+        if battery:
+            from device_agents.emulator.battery import EmulatedPower
+
+            EmulatedPower(session.phone).install()
+    except UserError:
+        session.phone.close()
+        raise
+    session.start()
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    p = session.phone.profile
+    typer.echo(
+        f"emulated {p.marketing_name} ({p.model_id}) at {session.serial} ({connection}, {auth}), "
+        f"adb server on port {session.adb_port}"
+        + (" (private, stops with the emulator)" if session.server else "")
+    )
+    for a in armed:
+        typer.echo(f"fault: {a}")
+    if arm64_bundle:
+        typer.echo(
+            "arm64 programs pushed to the phone (the runtime bundle) run under qemu-aarch64-static"
+        )
+    if python:
+        typer.echo(
+            "python3 on the phone runs this host's interpreter; the native runner is pushed to it as a payload"
+        )
+    if battery:
+        typer.echo("battery model installed: `as2d energy` measures it through perfetto")
+    typer.echo(
+        f"try: ANDROID_ADB_SERVER_PORT={session.adb_port} as2d devices   "
+        f"(or: adb -P {session.adb_port} -s {session.serial} shell getprop ro.product.model)"
+    )
+    typer.echo("press Ctrl-C to stop", nl=True)
+    try:
+        while not stop.wait(0.2):
+            pass
+    finally:
+        session.stop()
+        typer.echo("emulated phone stopped")
+
+
 def register(app: typer.Typer) -> None:
     sub = typer.Typer(
         help="An emulated phone for dry runs and tests (no hardware needed).", no_args_is_help=True
     )
     app.add_typer(sub, name="emulator")
 
-    @sub.command("start")
-    def start(
-        port: int = options.emulator_port(
-            0, "--port", help="Loopback port of the emulated adbd (0: any free port)."
-        ),
-        adb_port: Optional[int] = options.adb_port(
-            help="adb server to attach to (default: $ANDROID_ADB_SERVER_PORT or 5037; started privately if none runs there)."
-        ),
-        private_server: bool = typer.Option(
-            False,
-            "--private-server",
-            help="Start a private adb server (own port and HOME) instead of using a running one.",
-        ),
-        profile: str = typer.Option(
-            "k70", "--profile", help="Phone to emulate: k70, mi14, mi11pro, note9pro."
-        ),
-        connection: str = typer.Option(
-            "usb", "--connection", help="usb (unplug removes the phone) or wireless (it stays)."
-        ),
-        auth: str = typer.Option(
-            "device",
-            "--auth",
-            help="device (only authorized adb keys are accepted), unauthorized (no key accepted) or offline (no handshake).",
-        ),
-        authorized_keys: Optional[Path] = typer.Option(
-            None,
-            "--authorized-keys",
-            metavar="FILE",
-            help="adb public keys the phone accepts, one per line in adbkey.pub format (default: the key of the adb server it attaches to).",
-        ),
-        fault: List[str] = typer.Option(
-            [],
-            "--fault",
-            help="Fault to inject (repeatable): core-offline:CPU@T, ceiling:CPU=GHZ@T, stall:CMD, vanish:CMD, vanish@T, unplug@T[+D].",
-        ),
-        arm64_bundle: bool = typer.Option(
-            False,
-            "--arm64-bundle",
-            help="Run arm64 programs pushed to the phone (the runtime bundle) under qemu-aarch64-static, so commands take the real-phone path (docs/phones.md).",
-        ),
-        python: bool = typer.Option(
-            False,
-            "--python",
-            help="Give the phone a python3 (this host's interpreter, without the project): the native runner is pushed to it as a payload and runs at host speed (docs/runner-protocol.md).",
-        ),
-        battery: bool = typer.Option(
-            False,
-            "--battery",
-            help="Install the battery model and a perfetto that writes real traces, so `as2d energy` can measure (docs/energy.md).",
-        ),
-    ) -> None:
-        """Run an emulated phone until Ctrl-C and print how to reach it."""
-        from device_agents.adb_phone import adb_port as default_adb_port
-        from device_agents.emulator.faults import apply_fault
-        from device_agents.emulator.profiles import PROFILES, profile_named
-        from device_agents.emulator.session import EmulatorSession
-
-        chosen = profile_named(profile)
-        if chosen is None:
-            raise UserError(
-                f"unknown --profile {profile!r}; choose one of {', '.join(PROFILES)} "
-                "(aliases: 14, 11pro)"
-            )
-        profile = chosen.name
-        if connection not in ("usb", "wireless"):
-            raise UserError("--connection must be usb or wireless")
-        if auth not in ("device", "unauthorized", "offline"):
-            raise UserError("--auth must be device, unauthorized or offline")
-        session = EmulatorSession(
-            profile=profile,
-            port=port,
-            adb_port=None if private_server else (adb_port or default_adb_port()),
-            private_server=private_server,
-            connection=connection,
-            auth_mode=auth,
-            authorized_keys=authorized_keys,
-        )
-        armed: list[str] = []
-        try:
-            for spec in fault:
-                armed.append(apply_fault(session.phone, spec))
-            if arm64_bundle:
-                from as2d_cli.bundle.emulated import enable_arm64_bundle
-
-                enable_arm64_bundle(session.phone)
-            if python:
-                from device_agents.emulator.python import enable_python
-
-                enable_python(session.phone)
-            if battery:
-                from device_agents.emulator.battery import EmulatedPower
-
-                EmulatedPower(session.phone).install()
-        except UserError:
-            session.phone.close()
-            raise
-        session.start()
-        stop = threading.Event()
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        p = session.phone.profile
-        typer.echo(
-            f"emulated {p.marketing_name} ({p.model_id}) at {session.serial} ({connection}, {auth}), "
-            f"adb server on port {session.adb_port}"
-            + (" (private, stops with the emulator)" if session.server else "")
-        )
-        for a in armed:
-            typer.echo(f"fault: {a}")
-        if arm64_bundle:
-            typer.echo(
-                "arm64 programs pushed to the phone (the runtime bundle) run under qemu-aarch64-static"
-            )
-        if python:
-            typer.echo(
-                "python3 on the phone runs this host's interpreter; the native runner is pushed to it as a payload"
-            )
-        if battery:
-            typer.echo("battery model installed: `as2d energy` measures it through perfetto")
-        typer.echo(
-            f"try: ANDROID_ADB_SERVER_PORT={session.adb_port} as2d devices   "
-            f"(or: adb -P {session.adb_port} -s {session.serial} shell getprop ro.product.model)"
-        )
-        typer.echo("press Ctrl-C to stop", nl=True)
-        try:
-            while not stop.wait(0.2):
-                pass
-        finally:
-            session.stop()
-            typer.echo("emulated phone stopped")
+    sub.command("start")(start)

@@ -15,271 +15,265 @@ from as2d_cli.cli.paths import file_in_option, folder_in_option, folder_out_opti
 from as2d_cli.errors import UserError
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("energy")
-    def energy(
-        phone: Optional[str] = typer.Option(
-            None, "--phone", help="Phone to measure: a known name (see `as2d devices`) or a serial."
-        ),
-        methods: str = typer.Option(
-            "as2d,target-only", "--methods", help="Methods in measurement order (comma-separated)."
-        ),
-        request_cmd: Optional[str] = typer.Option(
-            None,
-            "--request-cmd",
-            help="On-device command for one request; {method} {phase} {index} {run_dir} are substituted. It must print 'AS2D_REQUEST body_tokens=N' (optionally origin_boot_ns/target_eos_boot_ns/end_boot_ns).",
-        ),
-        method_cmd: List[str] = typer.Option(
-            [],
-            "--method-cmd",
-            help="METHOD=COMMAND: a request command for one method (repeatable).",
-        ),
-        bundle: Optional[Path] = typer.Option(
-            None,
-            "--bundle",
-            help="Run the native runner's requests from this bundle archive (`as2d bundle build`), deployed to the phone once.",
-        ),
-        window: Optional[str] = typer.Option(
-            None, "--window", help="Corpus window the native requests transcribe (with --bundle)."
-        ),
-        native_arg: List[str] = typer.Option(
-            [],
-            "--native-arg",
-            help="Extra argument for the native request, e.g. --native-arg=--budget --native-arg=3 (repeatable).",
-        ),
-        push: List[Path] = typer.Option(
-            [],
-            "--push",
-            callback=file_in_option,
-            help="Helper file pushed into the run directory first (repeatable).",
-        ),
-        poll_ms: int = options.count(250, "--poll-ms", help="Battery poll period (ms)."),
-        warmups: int = options.count(
-            1, "--warmups", minimum=0, help="Warm-up requests per method."
-        ),
-        repeats: int = options.count(1, "--repeats", help="Formal requests per method."),
-        request_budget_s: float = options.positive_seconds(
-            120.0, "--request-budget-s", help="Longest a request may take; sizes the bounded trace."
-        ),
-        settle_s: float = options.seconds(
-            3.0, "--settle-s", help="Idle time before the first request."
-        ),
-        gap_s: float = options.seconds(2.0, "--gap-s", help="Idle time between requests."),
-        tail_s: float = options.seconds(3.0, "--tail-s", help="Idle time after the last request."),
-        discharge_wait_s: int = options.count(
-            300,
-            "--discharge-wait-s",
-            minimum=0,
-            help="How long the phone waits for USB to be pulled (seconds).",
-        ),
-        connection: str = typer.Option(
-            "usb",
-            "--connection",
-            help="usb (unplug/replug) or wireless (adb over Wi-Fi, no cable).",
-        ),
-        baseline: str = typer.Option(
-            "target-only", "--baseline", help="Method the others are compared with."
-        ),
-        out: Path = typer.Option(
-            Path("results"),
-            "--out",
-            callback=folder_out_option,
-            help="Results folder (a fresh energy/<time>-<phone>/ is made inside).",
-        ),
-        adb_port: Optional[int] = options.adb_port(),
-        from_run: Optional[Path] = typer.Option(
-            None,
-            "--from-run",
-            callback=folder_in_option,
-            help="Analyse an existing run folder instead of measuring.",
-        ),
-        collect: Optional[Path] = typer.Option(
-            None,
-            "--collect",
-            help="Fetch the run a phone kept (it left and did not come back in time, or the host was interrupted) into this run folder and analyse it.",
-        ),
-        models: Optional[Path] = typer.Option(
-            None,
-            "--models",
-            help="With --bundle: the model pair the requests run (the bundle must carry it: `as2d bundle build --models PAIR`).",
-        ),
-    ) -> None:
-        """Measure request energy (J, W, J/token) from battery current × voltage, unplugged."""
-        import importlib
+def energy(
+    phone: Optional[str] = typer.Option(
+        None, "--phone", help="Phone to measure: a known name (see `as2d devices`) or a serial."
+    ),
+    methods: str = typer.Option(
+        "as2d,target-only", "--methods", help="Methods in measurement order (comma-separated)."
+    ),
+    request_cmd: Optional[str] = typer.Option(
+        None,
+        "--request-cmd",
+        help="On-device command for one request; {method} {phase} {index} {run_dir} are substituted. It must print 'AS2D_REQUEST body_tokens=N' (optionally origin_boot_ns/target_eos_boot_ns/end_boot_ns).",
+    ),
+    method_cmd: List[str] = typer.Option(
+        [],
+        "--method-cmd",
+        help="METHOD=COMMAND: a request command for one method (repeatable).",
+    ),
+    bundle: Optional[Path] = typer.Option(
+        None,
+        "--bundle",
+        help="Run the native runner's requests from this bundle archive (`as2d bundle build`), deployed to the phone once.",
+    ),
+    window: Optional[str] = typer.Option(
+        None, "--window", help="Corpus window the native requests transcribe (with --bundle)."
+    ),
+    native_arg: List[str] = typer.Option(
+        [],
+        "--native-arg",
+        help="Extra argument for the native request, e.g. --native-arg=--budget --native-arg=3 (repeatable).",
+    ),
+    push: List[Path] = typer.Option(
+        [],
+        "--push",
+        callback=file_in_option,
+        help="Helper file pushed into the run directory first (repeatable).",
+    ),
+    poll_ms: int = options.count(250, "--poll-ms", help="Battery poll period (ms)."),
+    warmups: int = options.count(1, "--warmups", minimum=0, help="Warm-up requests per method."),
+    repeats: int = options.count(1, "--repeats", help="Formal requests per method."),
+    request_budget_s: float = options.positive_seconds(
+        120.0, "--request-budget-s", help="Longest a request may take; sizes the bounded trace."
+    ),
+    settle_s: float = options.seconds(
+        3.0, "--settle-s", help="Idle time before the first request."
+    ),
+    gap_s: float = options.seconds(2.0, "--gap-s", help="Idle time between requests."),
+    tail_s: float = options.seconds(3.0, "--tail-s", help="Idle time after the last request."),
+    discharge_wait_s: int = options.count(
+        300,
+        "--discharge-wait-s",
+        minimum=0,
+        help="How long the phone waits for USB to be pulled (seconds).",
+    ),
+    connection: str = typer.Option(
+        "usb",
+        "--connection",
+        help="usb (unplug/replug) or wireless (adb over Wi-Fi, no cable).",
+    ),
+    baseline: str = typer.Option(
+        "target-only", "--baseline", help="Method the others are compared with."
+    ),
+    out: Path = typer.Option(
+        Path("results"),
+        "--out",
+        callback=folder_out_option,
+        help="Results folder (a fresh energy/<time>-<phone>/ is made inside).",
+    ),
+    adb_port: Optional[int] = options.adb_port(),
+    from_run: Optional[Path] = typer.Option(
+        None,
+        "--from-run",
+        callback=folder_in_option,
+        help="Analyse an existing run folder instead of measuring.",
+    ),
+    collect: Optional[Path] = typer.Option(
+        None,
+        "--collect",
+        help="Fetch the run a phone kept (it left and did not come back in time, or the host was interrupted) into this run folder and analyse it.",
+    ),
+    models: Optional[Path] = typer.Option(
+        None,
+        "--models",
+        help="With --bundle: the model pair the requests run (the bundle must carry it: `as2d bundle build --models PAIR`).",
+    ),
+) -> None:
+    """Measure request energy (J, W, J/token) from battery current × voltage, unplugged."""
+    import importlib
 
-        from as2d_cli.energy import protocol
+    from as2d_cli.energy import protocol
 
-        ctx = None
-        for where in ("typer._click.globals", "click.globals"):  # typer ≥ 0.17 vendors click
-            try:
-                ctx = importlib.import_module(where).get_current_context(silent=True)
-            except ImportError:
+    ctx = None
+    for where in ("typer._click.globals", "click.globals"):  # typer ≥ 0.17 vendors click
+        try:
+            ctx = importlib.import_module(where).get_current_context(silent=True)
+        except ImportError:
+            continue
+        if ctx is not None:
+            break
+
+    def given(*allowed: str) -> list[str]:
+        """Options set on the command line, other than `allowed`."""
+        found = []
+        for p in ctx.command.params if ctx is not None else []:
+            if p.name in allowed or getattr(p, "param_type_name", "") != "option":
                 continue
-            if ctx is not None:
-                break
+            source = ctx.get_parameter_source(p.name)
+            if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+                found.append(p.opts[0])
+        return found
 
-        def given(*allowed: str) -> list[str]:
-            """Options set on the command line, other than `allowed`."""
-            found = []
-            for p in ctx.command.params if ctx is not None else []:
-                if p.name in allowed or getattr(p, "param_type_name", "") != "option":
-                    continue
-                source = ctx.get_parameter_source(p.name)
-                if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
-                    found.append(p.opts[0])
-            return found
+    def say(msg: str) -> None:
+        typer.echo(f">>> {msg}", err=True)
 
-        def say(msg: str) -> None:
-            typer.echo(f">>> {msg}", err=True)
-
-        if from_run is not None and collect is not None:
+    if from_run is not None and collect is not None:
+        raise UserError(
+            "pass --from-run DIR (analyse a pulled folder) or --collect DIR "
+            "(fetch what the phone kept), not both"
+        )
+    if from_run is not None:
+        extra = given("from_run", "baseline")
+        if extra:
             raise UserError(
-                "pass --from-run DIR (analyse a pulled folder) or --collect DIR "
-                "(fetch what the phone kept), not both"
+                f"--from-run analyses a folder that was already measured; "
+                f"{', '.join(extra)} cannot apply to it — drop "
+                f"{'it' if len(extra) == 1 else 'them'}"
             )
-        if from_run is not None:
-            extra = given("from_run", "baseline")
-            if extra:
-                raise UserError(
-                    f"--from-run analyses a folder that was already measured; "
-                    f"{', '.join(extra)} cannot apply to it — drop "
-                    f"{'it' if len(extra) == 1 else 'them'}"
-                )
-            path = protocol.reanalyse(from_run, baseline=baseline or None, say=say)
-        elif collect is not None:
-            extra = given("collect", "baseline", "adb_port")
-            if extra:
-                raise UserError(
-                    f"--collect fetches the run a phone kept and analyses it as it "
-                    f"was planned; {', '.join(extra)} cannot apply to it — drop "
-                    f"{'it' if len(extra) == 1 else 'them'}"
-                )
-            if not collect.is_dir():
-                raise UserError(
-                    f"--collect {collect}: no such folder; pass the run folder the "
-                    "interrupted `as2d energy` named"
-                )
-            path = protocol.collect(collect, baseline=baseline or None, say=say, adb_port=adb_port)
-        else:
-            if not phone:
-                raise UserError(
-                    "pass --phone (see `as2d devices`), --from-run DIR or --collect DIR"
-                )
-            # Everything that cannot measure is refused before any device is touched.
-            protocol.check_measurable(phone, connection)
-            if bundle is not None and (request_cmd or method_cmd):
-                raise UserError(
-                    "--bundle runs the native requests itself; drop --request-cmd "
-                    "and --method-cmd (or drop --bundle)"
-                )
-            windows = protocol.window_ids(window)
-            if windows and bundle is None:
-                raise UserError(
-                    "--window names the corpus window the bundle's native requests "
-                    "transcribe; your --request-cmd/--method-cmd does not read it — "
-                    "drop --window or pass --bundle"
-                )
-            if bundle is not None and not windows:
-                raise UserError(
-                    "--bundle needs --window: the corpus window the requests "
-                    "transcribe (see `as2d corpus list`)"
-                )
-            protocol.check_windows(windows)
-            if len(windows) > 1:
-                raise UserError(
-                    f"--window: one window per run (got {', '.join(windows)}); run "
-                    "`as2d energy` once per window"
-                )
-            if bundle is None and not request_cmd and not method_cmd:
-                raise UserError(
-                    "pass --bundle ARCHIVE --window ID to run the native runner's "
-                    "requests, or --request-cmd for your own request command"
-                )
-            if bundle is not None and not bundle.is_file():
-                raise UserError(
-                    f"--bundle {bundle}: no such file; build it with `as2d bundle build`"
-                )
-            cmds: list[tuple[str, str]] = []
-            for item in method_cmd:
-                name, sep, cmd = item.partition("=")
-                if not sep or not name or not cmd:
-                    raise UserError(f"--method-cmd {item!r} must be METHOD=COMMAND")
-                cmds.append((name.strip(), cmd))
-            names = tuple(m.strip() for m in methods.split(",") if m.strip())
-            missing = [
-                m for m in names if not request_cmd and bundle is None and m not in dict(cmds)
-            ]
-            if missing:
-                raise UserError(
-                    f"no request command for {', '.join(missing)}; pass --request-cmd "
-                    "or --method-cmd METHOD=COMMAND for each"
-                )
-            from as2d_cli.energy.perfetto_capture import preflight
-            from device_agents.registry import resolve_phone
+        path = protocol.reanalyse(from_run, baseline=baseline or None, say=say)
+    elif collect is not None:
+        extra = given("collect", "baseline", "adb_port")
+        if extra:
+            raise UserError(
+                f"--collect fetches the run a phone kept and analyses it as it "
+                f"was planned; {', '.join(extra)} cannot apply to it — drop "
+                f"{'it' if len(extra) == 1 else 'them'}"
+            )
+        if not collect.is_dir():
+            raise UserError(
+                f"--collect {collect}: no such folder; pass the run folder the "
+                "interrupted `as2d energy` named"
+            )
+        path = protocol.collect(collect, baseline=baseline or None, say=say, adb_port=adb_port)
+    else:
+        if not phone:
+            raise UserError("pass --phone (see `as2d devices`), --from-run DIR or --collect DIR")
+        # Everything that cannot measure is refused before any device is touched.
+        protocol.check_measurable(phone, connection)
+        if bundle is not None and (request_cmd or method_cmd):
+            raise UserError(
+                "--bundle runs the native requests itself; drop --request-cmd "
+                "and --method-cmd (or drop --bundle)"
+            )
+        windows = protocol.window_ids(window)
+        if windows and bundle is None:
+            raise UserError(
+                "--window names the corpus window the bundle's native requests "
+                "transcribe; your --request-cmd/--method-cmd does not read it — "
+                "drop --window or pass --bundle"
+            )
+        if bundle is not None and not windows:
+            raise UserError(
+                "--bundle needs --window: the corpus window the requests "
+                "transcribe (see `as2d corpus list`)"
+            )
+        protocol.check_windows(windows)
+        if len(windows) > 1:
+            raise UserError(
+                f"--window: one window per run (got {', '.join(windows)}); run "
+                "`as2d energy` once per window"
+            )
+        if bundle is None and not request_cmd and not method_cmd:
+            raise UserError(
+                "pass --bundle ARCHIVE --window ID to run the native runner's "
+                "requests, or --request-cmd for your own request command"
+            )
+        if bundle is not None and not bundle.is_file():
+            raise UserError(f"--bundle {bundle}: no such file; build it with `as2d bundle build`")
+        cmds: list[tuple[str, str]] = []
+        for item in method_cmd:
+            name, sep, cmd = item.partition("=")
+            if not sep or not name or not cmd:
+                raise UserError(f"--method-cmd {item!r} must be METHOD=COMMAND")
+            cmds.append((name.strip(), cmd))
+        names = tuple(m.strip() for m in methods.split(",") if m.strip())
+        missing = [m for m in names if not request_cmd and bundle is None and m not in dict(cmds)]
+        if missing:
+            raise UserError(
+                f"no request command for {', '.join(missing)}; pass --request-cmd "
+                "or --method-cmd METHOD=COMMAND for each"
+            )
+        from as2d_cli.energy.perfetto_capture import preflight
+        from device_agents.registry import resolve_phone
 
-            from as2d_cli.energy.episode_script import EpisodePlan
+        from as2d_cli.energy.episode_script import EpisodePlan
 
-            # With --bundle the request command is known after deployment; "true" stands in
-            # for the checks of everything else before touching the phone.
-            plan = EpisodePlan(
-                methods=names,
-                request_cmd=request_cmd or ("true" if bundle else ""),
-                method_cmds=tuple(cmds),
-                formal_repeats=repeats,
-                warmups=warmups,
-                settle_s=settle_s,
-                gap_s=gap_s,
-                tail_s=tail_s,
-                request_budget_s=request_budget_s,
-                discharge_wait_s=discharge_wait_s,
+        # With --bundle the request command is known after deployment; "true" stands in
+        # for the checks of everything else before touching the phone.
+        plan = EpisodePlan(
+            methods=names,
+            request_cmd=request_cmd or ("true" if bundle else ""),
+            method_cmds=tuple(cmds),
+            formal_repeats=repeats,
+            warmups=warmups,
+            settle_s=settle_s,
+            gap_s=gap_s,
+            tail_s=tail_s,
+            request_budget_s=request_budget_s,
+            discharge_wait_s=discharge_wait_s,
+        )
+        plan.validate()
+        device = resolve_phone(phone, adb_port)
+        # perfetto, traced and the battery status, before anything is pushed (the bundle
+        # too) and before the user is asked to unplug.
+        preflight(device)
+        if bundle is not None:
+            from as2d_cli.bundle.deploy import deploy
+            from as2d_cli.energy.native_request import bundle_request_template
+
+            typer.echo(
+                f">>> deploying {bundle.name} to {device.serial} (once per bundle)", err=True
+            )
+            deployed = deploy(device, bundle)
+            extra = list(native_arg)
+            if models is not None:
+                from as2d_cli.bundle.build import pair_folder
+
+                rel = pair_folder(models)
+                if f"app/{rel}/models.json" not in (deployed.manifest.get("project") or {}).get(
+                    "assets", []
+                ):
+                    raise UserError(
+                        f"--bundle {bundle.name} does not carry the pair {models}; build it with "
+                        f"`as2d bundle build --models {models}`"
+                    )
+                extra += ["--models", "package:" + rel.removeprefix("as2d_cli/")]
+            plan = dataclasses.replace(
+                plan, request_cmd=bundle_request_template(deployed, windows[0], extra)
             )
             plan.validate()
-            device = resolve_phone(phone, adb_port)
-            # perfetto, traced and the battery status, before anything is pushed (the bundle
-            # too) and before the user is asked to unplug.
-            preflight(device)
-            if bundle is not None:
-                from as2d_cli.bundle.deploy import deploy
-                from as2d_cli.energy.native_request import bundle_request_template
+        facts: dict = {}
+        try:
+            facts = {"facts": device.facts().to_dict()}
+        except Exception as exc:  # noqa: BLE001 - facts are context, never a reason to stop
+            facts = {"facts_error": str(exc)}
+        run = protocol.EnergyRun(
+            device=device,
+            plan=plan,
+            results_root=out,
+            phone_label=phone,
+            poll_ms=poll_ms,
+            connection=connection,
+            baseline=baseline or None,
+            push_files=list(push),
+            phone_facts=facts,
+            preflight_done=True,
+        )
+        path = protocol.run_energy(run, say)
+    typer.echo((path.parent / "table.md").read_text(), nl=False)
+    typer.echo(f"results: {path}")
 
-                typer.echo(
-                    f">>> deploying {bundle.name} to {device.serial} (once per bundle)", err=True
-                )
-                deployed = deploy(device, bundle)
-                extra = list(native_arg)
-                if models is not None:
-                    from as2d_cli.bundle.build import pair_folder
 
-                    rel = pair_folder(models)
-                    if f"app/{rel}/models.json" not in (deployed.manifest.get("project") or {}).get(
-                        "assets", []
-                    ):
-                        raise UserError(
-                            f"--bundle {bundle.name} does not carry the pair {models}; build it with "
-                            f"`as2d bundle build --models {models}`"
-                        )
-                    extra += ["--models", "package:" + rel.removeprefix("as2d_cli/")]
-                plan = dataclasses.replace(
-                    plan, request_cmd=bundle_request_template(deployed, windows[0], extra)
-                )
-                plan.validate()
-            facts: dict = {}
-            try:
-                facts = {"facts": device.facts().to_dict()}
-            except Exception as exc:  # noqa: BLE001 - facts are context, never a reason to stop
-                facts = {"facts_error": str(exc)}
-            run = protocol.EnergyRun(
-                device=device,
-                plan=plan,
-                results_root=out,
-                phone_label=phone,
-                poll_ms=poll_ms,
-                connection=connection,
-                baseline=baseline or None,
-                push_files=list(push),
-                phone_facts=facts,
-                preflight_done=True,
-            )
-            path = protocol.run_energy(run, say)
-        typer.echo((path.parent / "table.md").read_text(), nl=False)
-        typer.echo(f"results: {path}")
+def register(app: typer.Typer) -> None:
+    app.command("energy")(energy)

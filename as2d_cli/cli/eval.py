@@ -12,173 +12,173 @@ from as2d_cli.cli import options
 from as2d_cli.cli.paths import file_in_option, folder_out_option
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("eval")
-    def eval_(
-        phone: str = typer.Option(
-            "k70",
-            "--phone",
-            help="Device whose cost profile prices the replay (k70, local, a serial…).",
-        ),
-        profile: Optional[Path] = typer.Option(
-            None,
-            "--profile",
-            callback=file_in_option,
-            help="Cost profile (default: found for --phone in calibrations/).",
-        ),
-        traces: Optional[Path] = typer.Option(
-            None, "--traces", help="Trace file or folder (default: the bundled traces)."
-        ),
-        deployment: Optional[Path] = typer.Option(
-            None,
-            "--deployment",
-            callback=file_in_option,
-            help="Fixed configuration (default: the newest chosen on this profile and these traces; selected now if none).",
-        ),
-        allow_unconfirmed: bool = typer.Option(
-            False,
-            "--allow-unconfirmed",
-            help="Use a deployment that was selected on dev only, never confirmed on the val split (refused otherwise).",
-        ),
-        split: str = typer.Option("test", "--split", help="Split to evaluate."),
-        calibrations: Path = typer.Option(
-            Path("calibrations"),
-            "--calibrations",
-            callback=folder_out_option,
-            help="Where profiles and deployments live.",
-        ),
-        results: Path = typer.Option(
-            Path("results"),
-            "--results",
-            callback=folder_out_option,
-            help="Folder for the results (a new subfolder per run).",
-        ),
-        native: bool = typer.Option(
-            False,
-            "--native",
-            help="Also run the methods natively on the device and check replay agreement.",
-        ),
-        windows: int = options.count(20, "--windows", help="Native: test windows to run."),
-        repeats: int = options.count(
-            5,
-            "--repeats",
-            help="Native: measured interleaved repetitions per window and "
-            "method (a window's agreement takes their median, D.3).",
-        ),
-        warmup: int = options.count(
-            1,
-            "--warmup",
-            minimum=0,
-            help="Native: unmeasured warm-up passes over the windows first.",
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
-        rest: Optional[float] = options.seconds(
-            None,
-            "--rest",
-            help="Native: gate rest in seconds before each window (default: the device's).",
-        ),
-        interval: Optional[float] = options.seconds(
-            None,
-            "--interval",
-            help="Native: seconds between the gate's checks (default: the device's).",
-        ),
-        settle: Optional[float] = options.seconds(
-            None,
-            "--settle",
-            help="Native: once before measuring, seconds the host must have been quiet (local default 20; 0 skips).",
-        ),
-        models: Optional[Path] = typer.Option(
-            None,
-            "--models",
-            help="A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it.",
-        ),
-        task: Optional[str] = typer.Option(
-            None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
-        ),
-        language: Optional[str] = typer.Option(
-            None, "--language", help="Whisper pairs: one prompt language (default: each window's)."
-        ),
-        max_temp: Optional[float] = options.max_temp(),
-        temp_sensor: Optional[str] = options.temp_sensor(),
-        verifier_cores: Optional[str] = options.verifier_cores(),
-        producer_cores: Optional[str] = options.producer_cores(),
-        os_placement: bool = options.os_placement(),
-        append: Optional[Path] = typer.Option(
-            None,
-            "--append",
-            metavar="RUN_DIR",
-            help="Native: resume the interrupted native evaluation in this results folder: runs only what it lacks, then builds the tables from all its runs (give the run's own options; other settings are refused).",
-        ),
-    ) -> None:
-        """Replay every method with one fixed configuration; optionally run them natively too."""
-        from as2d_cli.evaluate.run import run_eval
+def eval_(
+    phone: str = typer.Option(
+        "k70",
+        "--phone",
+        help="Device whose cost profile prices the replay (k70, local, a serial…).",
+    ),
+    profile: Optional[Path] = typer.Option(
+        None,
+        "--profile",
+        callback=file_in_option,
+        help="Cost profile (default: found for --phone in calibrations/).",
+    ),
+    traces: Optional[Path] = typer.Option(
+        None, "--traces", help="Trace file or folder (default: the bundled traces)."
+    ),
+    deployment: Optional[Path] = typer.Option(
+        None,
+        "--deployment",
+        callback=file_in_option,
+        help="Fixed configuration (default: the newest chosen on this profile and these traces; selected now if none).",
+    ),
+    allow_unconfirmed: bool = typer.Option(
+        False,
+        "--allow-unconfirmed",
+        help="Use a deployment that was selected on dev only, never confirmed on the val split (refused otherwise).",
+    ),
+    split: str = typer.Option("test", "--split", help="Split to evaluate."),
+    calibrations: Path = typer.Option(
+        Path("calibrations"),
+        "--calibrations",
+        callback=folder_out_option,
+        help="Where profiles and deployments live.",
+    ),
+    results: Path = typer.Option(
+        Path("results"),
+        "--results",
+        callback=folder_out_option,
+        help="Folder for the results (a new subfolder per run).",
+    ),
+    native: bool = typer.Option(
+        False,
+        "--native",
+        help="Also run the methods natively on the device and check replay agreement.",
+    ),
+    windows: int = options.count(20, "--windows", help="Native: test windows to run."),
+    repeats: int = options.count(
+        5,
+        "--repeats",
+        help="Native: measured interleaved repetitions per window and "
+        "method (a window's agreement takes their median, D.3).",
+    ),
+    warmup: int = options.count(
+        1,
+        "--warmup",
+        minimum=0,
+        help="Native: unmeasured warm-up passes over the windows first.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+    rest: Optional[float] = options.seconds(
+        None,
+        "--rest",
+        help="Native: gate rest in seconds before each window (default: the device's).",
+    ),
+    interval: Optional[float] = options.seconds(
+        None,
+        "--interval",
+        help="Native: seconds between the gate's checks (default: the device's).",
+    ),
+    settle: Optional[float] = options.seconds(
+        None,
+        "--settle",
+        help="Native: once before measuring, seconds the host must have been quiet (local default 20; 0 skips).",
+    ),
+    models: Optional[Path] = typer.Option(
+        None,
+        "--models",
+        help="A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it.",
+    ),
+    task: Optional[str] = typer.Option(
+        None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
+    ),
+    language: Optional[str] = typer.Option(
+        None, "--language", help="Whisper pairs: one prompt language (default: each window's)."
+    ),
+    max_temp: Optional[float] = options.max_temp(),
+    temp_sensor: Optional[str] = options.temp_sensor(),
+    verifier_cores: Optional[str] = options.verifier_cores(),
+    producer_cores: Optional[str] = options.producer_cores(),
+    os_placement: bool = options.os_placement(),
+    append: Optional[Path] = typer.Option(
+        None,
+        "--append",
+        metavar="RUN_DIR",
+        help="Native: resume the interrupted native evaluation in this results folder: runs only what it lacks, then builds the tables from all its runs (give the run's own options; other settings are refused).",
+    ),
+) -> None:
+    """Replay every method with one fixed configuration; optionally run them natively too."""
+    from as2d_cli.evaluate.run import run_eval
 
-        m = None
-        if native:  # the device, its placement and gate: resolved once, before anything runs
-            from device_agents.measurement import prepare
+    m = None
+    if native:  # the device, its placement and gate: resolved once, before anything runs
+        from device_agents.measurement import prepare
 
-            m = prepare(
-                phone,
-                rest_s=rest,
-                interval_s=interval,
-                settle_s=settle,
-                max_temp_c=max_temp,
-                temp_sensor=temp_sensor,
-                verifier_cores=verifier_cores,
-                producer_cores=producer_cores,
-                os_placement=os_placement,
-            )
-
-        if (
-            append is not None
-        ):  # the interrupted run's replay results stand; its native part goes on
-            from as2d_cli.evaluate.native_record import reopen_eval
-
-            out = reopen_eval(append, native=native, profile=profile, deployment=deployment)
-        else:
-            out = run_eval(
-                phone,
-                profile=profile,
-                traces=traces,
-                deployment=deployment,
-                split=split,
-                calibrations=calibrations,
-                results=results,
-                say=lambda s: typer.echo(s, err=True),
-                models=models,
-                task=task,
-                language=language,
-                allow_unconfirmed=allow_unconfirmed,
-            )
-        native_out = None
-        if native:
-            from as2d_cli.evaluate.native import run_native_eval
-
-            assert m is not None
-            native_out = run_native_eval(
-                phone,
-                out,
-                windows=windows,
-                repeats=repeats,
-                warmup=warmup,
-                say=lambda s: typer.echo(s, err=True),
-                gate=m.gate,
-                models=models,
-                task=task,
-                language=language,
-                append=append is not None,
-                measurement=m,
-            )
-        if as_json:
-            doc = json.loads(out.results.read_text())
-            if native_out is not None:
-                doc["native"] = json.loads(native_out.results.read_text())["results"]
-            typer.echo(json.dumps(doc))
-            return
-        typer.echo(out.table, nl=False)
-        if native_out is not None:
-            typer.echo("")
-            typer.echo(native_out.table, nl=False)
-        typer.echo(
-            f"\nresults in {out.folder}/ (results.json, table.txt, tables.md, per_window.csv/.parquet, summary.csv, PNGs)"
+        m = prepare(
+            phone,
+            rest_s=rest,
+            interval_s=interval,
+            settle_s=settle,
+            max_temp_c=max_temp,
+            temp_sensor=temp_sensor,
+            verifier_cores=verifier_cores,
+            producer_cores=producer_cores,
+            os_placement=os_placement,
         )
+
+    if append is not None:  # the interrupted run's replay results stand; its native part goes on
+        from as2d_cli.evaluate.native_record import reopen_eval
+
+        out = reopen_eval(append, native=native, profile=profile, deployment=deployment)
+    else:
+        out = run_eval(
+            phone,
+            profile=profile,
+            traces=traces,
+            deployment=deployment,
+            split=split,
+            calibrations=calibrations,
+            results=results,
+            say=lambda s: typer.echo(s, err=True),
+            models=models,
+            task=task,
+            language=language,
+            allow_unconfirmed=allow_unconfirmed,
+        )
+    native_out = None
+    if native:
+        from as2d_cli.evaluate.native import run_native_eval
+
+        assert m is not None
+        native_out = run_native_eval(
+            phone,
+            out,
+            windows=windows,
+            repeats=repeats,
+            warmup=warmup,
+            say=lambda s: typer.echo(s, err=True),
+            gate=m.gate,
+            models=models,
+            task=task,
+            language=language,
+            append=append is not None,
+            measurement=m,
+        )
+    if as_json:
+        doc = json.loads(out.results.read_text())
+        if native_out is not None:
+            doc["native"] = json.loads(native_out.results.read_text())["results"]
+        typer.echo(json.dumps(doc))
+        return
+    typer.echo(out.table, nl=False)
+    if native_out is not None:
+        typer.echo("")
+        typer.echo(native_out.table, nl=False)
+    typer.echo(
+        f"\nresults in {out.folder}/ (results.json, table.txt, tables.md, per_window.csv/.parquet, summary.csv, PNGs)"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_)

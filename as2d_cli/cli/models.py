@@ -13,6 +13,115 @@ from as2d_cli.cli import options
 from as2d_cli.cli.paths import folder_in_option, folder_new_option
 
 
+def import_(
+    target: Path = typer.Option(
+        ...,
+        "--target",
+        callback=folder_in_option,
+        help="The target's export folder (optimum-cli layout, flat or onnx/).",
+    ),
+    drafter: Path = typer.Option(
+        ...,
+        "--drafter",
+        callback=folder_in_option,
+        help="The drafter's export folder (same tokenizer as the target).",
+    ),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        callback=folder_new_option,
+        help="The pair folder to write (never overwritten).",
+    ),
+    ctc: Optional[Path] = typer.Option(
+        None,
+        "--ctc",
+        callback=folder_in_option,
+        help="A CTC model folder (ONNX + vocabulary) as a chunked source.",
+    ),
+    variant: Optional[str] = typer.Option(
+        None, "--variant", help="The target's file variant (quantized, int8, q4, fp16…)."
+    ),
+    drafter_variant: Optional[str] = typer.Option(
+        None, "--drafter-variant", help="The drafter's file variant."
+    ),
+    copy: bool = typer.Option(
+        False, "--copy", help="Copy the ONNX files into the pair (default: reference them)."
+    ),
+    name: Optional[str] = typer.Option(
+        None, "--name", help="The pair's name (default: the folder's)."
+    ),
+    task: str = typer.Option(
+        "transcribe", "--task", help="The pair's default task: transcribe or translate."
+    ),
+    drafter_reads_target_encoder: bool = typer.Option(
+        False,
+        "--drafter-reads-target-encoder",
+        help="The drafter's decoder reads the target's encoder states (a distilled drafter that kept its teacher's encoder): one encoder pass per request.",
+    ),
+) -> None:
+    """Validate a target and drafter export and write a pair folder with its manifest."""
+    from as2d_cli.models.pair import import_pair
+
+    err = Console(stderr=True)
+    say = (
+        (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None
+    )  # off a terminal: only the result
+    path = import_pair(
+        target,
+        drafter,
+        out,
+        ctc=ctc,
+        variant=variant,
+        drafter_variant=drafter_variant,
+        copy=copy,
+        name=name,
+        task=task,
+        progress=say,
+        drafter_reads_target_encoder=drafter_reads_target_encoder,
+    )
+    manifest = json.loads((path / "models.json").read_text(encoding="utf-8"))
+    parts = ", ".join(
+        f"{k}: {v['kind']} {v.get('layout', '')} {v.get('variant') or ''}".strip()
+        for k, v in manifest["models"].items()
+    )
+    Console().print(
+        f"imported pair [bold]{manifest['name']}[/] into {path} ({parts}); "
+        f"next: as2d models check {path}"
+    )
+
+
+def check(
+    pair: Optional[Path] = typer.Argument(
+        None, help="The pair folder (default: the bundled pair)."
+    ),
+    windows: int = options.count(2, "--windows", help="Development windows to decode."),
+    reps: int = options.count(3, "--reps", help="Timed repetitions per width."),
+    task: Optional[str] = typer.Option(
+        None, "--task", help="transcribe or translate (Whisper pairs)."
+    ),
+    language: Optional[str] = typer.Option(
+        None, "--language", help="Force one prompt language (default: each window's)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Load a pair, decode a few windows, check K-wide = sequential (K=1..16) and rollback, time each width."""
+    from as2d_cli.corpus.manifest import load_corpus
+    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.check import check_pair, render_check
+
+    bundle = load_bundle(pair, task=task, language=language)
+    chosen = load_corpus().split("dev")[:windows]
+    err = Console(stderr=True)
+    say = (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None
+    res = check_pair(bundle, chosen, reps=reps, progress=say)
+    if as_json:
+        typer.echo(json.dumps(res))
+    else:
+        Console(highlight=False, soft_wrap=True).print(render_check(res), markup=False)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     models = typer.Typer(
         help="Import and check model pairs (your own Whisper-family ONNX exports).",
@@ -20,111 +129,6 @@ def register(app: typer.Typer) -> None:
     )
     app.add_typer(models, name="models")
 
-    @models.command("import")
-    def import_(
-        target: Path = typer.Option(
-            ...,
-            "--target",
-            callback=folder_in_option,
-            help="The target's export folder (optimum-cli layout, flat or onnx/).",
-        ),
-        drafter: Path = typer.Option(
-            ...,
-            "--drafter",
-            callback=folder_in_option,
-            help="The drafter's export folder (same tokenizer as the target).",
-        ),
-        out: Path = typer.Option(
-            ...,
-            "--out",
-            callback=folder_new_option,
-            help="The pair folder to write (never overwritten).",
-        ),
-        ctc: Optional[Path] = typer.Option(
-            None,
-            "--ctc",
-            callback=folder_in_option,
-            help="A CTC model folder (ONNX + vocabulary) as a chunked source.",
-        ),
-        variant: Optional[str] = typer.Option(
-            None, "--variant", help="The target's file variant (quantized, int8, q4, fp16…)."
-        ),
-        drafter_variant: Optional[str] = typer.Option(
-            None, "--drafter-variant", help="The drafter's file variant."
-        ),
-        copy: bool = typer.Option(
-            False, "--copy", help="Copy the ONNX files into the pair (default: reference them)."
-        ),
-        name: Optional[str] = typer.Option(
-            None, "--name", help="The pair's name (default: the folder's)."
-        ),
-        task: str = typer.Option(
-            "transcribe", "--task", help="The pair's default task: transcribe or translate."
-        ),
-        drafter_reads_target_encoder: bool = typer.Option(
-            False,
-            "--drafter-reads-target-encoder",
-            help="The drafter's decoder reads the target's encoder states (a distilled drafter that kept its teacher's encoder): one encoder pass per request.",
-        ),
-    ) -> None:
-        """Validate a target and drafter export and write a pair folder with its manifest."""
-        from as2d_cli.models.pair import import_pair
+    models.command("import")(import_)
 
-        err = Console(stderr=True)
-        say = (
-            (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None
-        )  # off a terminal: only the result
-        path = import_pair(
-            target,
-            drafter,
-            out,
-            ctc=ctc,
-            variant=variant,
-            drafter_variant=drafter_variant,
-            copy=copy,
-            name=name,
-            task=task,
-            progress=say,
-            drafter_reads_target_encoder=drafter_reads_target_encoder,
-        )
-        manifest = json.loads((path / "models.json").read_text(encoding="utf-8"))
-        parts = ", ".join(
-            f"{k}: {v['kind']} {v.get('layout', '')} {v.get('variant') or ''}".strip()
-            for k, v in manifest["models"].items()
-        )
-        Console().print(
-            f"imported pair [bold]{manifest['name']}[/] into {path} ({parts}); "
-            f"next: as2d models check {path}"
-        )
-
-    @models.command("check")
-    def check(
-        pair: Optional[Path] = typer.Argument(
-            None, help="The pair folder (default: the bundled pair)."
-        ),
-        windows: int = options.count(2, "--windows", help="Development windows to decode."),
-        reps: int = options.count(3, "--reps", help="Timed repetitions per width."),
-        task: Optional[str] = typer.Option(
-            None, "--task", help="transcribe or translate (Whisper pairs)."
-        ),
-        language: Optional[str] = typer.Option(
-            None, "--language", help="Force one prompt language (default: each window's)."
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    ) -> None:
-        """Load a pair, decode a few windows, check K-wide = sequential (K=1..16) and rollback, time each width."""
-        from as2d_cli.corpus.manifest import load_corpus
-        from as2d_cli.models.bundle import load_bundle
-        from as2d_cli.models.check import check_pair, render_check
-
-        bundle = load_bundle(pair, task=task, language=language)
-        chosen = load_corpus().split("dev")[:windows]
-        err = Console(stderr=True)
-        say = (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None
-        res = check_pair(bundle, chosen, reps=reps, progress=say)
-        if as_json:
-            typer.echo(json.dumps(res))
-        else:
-            Console(highlight=False, soft_wrap=True).print(render_check(res), markup=False)
-        if not res["ok"]:
-            raise typer.Exit(1)
+    models.command("check")(check)

@@ -19,117 +19,115 @@ def _f(x: float | None, fmt: str = "{:.2f}") -> str:
     return "—" if x is None else fmt.format(x)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("replay")
-    def replay(
-        profile: Path = typer.Option(
-            ..., "--profile", help="Device cost profile (as2d.profile YAML)."
-        ),
-        traces: list[Path] = typer.Option(
-            ...,
-            "--traces",
-            help="Trace file (as2d.trace JSON Lines, .jsonl or .jsonl.gz); repeat to merge files.",
-        ),
-        method: str = typer.Option("as2d", "--method", help=f"One of: {', '.join(METHODS)}."),
-        budget: Optional[int] = options.budget(
-            None,
-            "--budget",
-            help="As²d/w-o-TD budget (default: deployment's, else 7); ASP/w-o-BC cap (default 24 or the profile's largest width − 1).",
-        ),
-        source: Optional[str] = typer.Option(
-            None,
-            "--source",
-            help="Target-decoupled source (default: deployment's, else the traces' default).",
-        ),
-        k: Optional[int] = options.width(
-            None, "--k", help="Standard SD: one physical width K instead of the K=5..8 mean."
-        ),
-        split: Optional[str] = typer.Option(
-            None, "--split", help="Replay only this split's windows (default: all)."
-        ),
-        deployment: Optional[Path] = typer.Option(
-            None,
-            "--deployment",
-            callback=file_in_option,
-            help="Take source and budget from this deployment (checked against the profile).",
-        ),
-        as_json: bool = typer.Option(
-            False, "--json", help="Print the machine-readable report (as2d.replay-report v1)."
-        ),
-        spans: bool = typer.Option(
-            True,
-            "--spans/--no-spans",
-            help="Include each window's merged producer/verifier service spans (ns).",
-        ),
-        out: Optional[Path] = typer.Option(
-            None,
-            "--out",
-            callback=file_out_option,
-            help="Also store the report as an as2d.results file (never overwritten).",
-        ),
-    ) -> None:
-        """Replay a method on trace files with a phone cost profile (no device needed)."""
-        from as2d_cli.formats.results import make_results, write_results
-        from as2d_cli.replay.report import replay_report
+def replay(
+    profile: Path = typer.Option(..., "--profile", help="Device cost profile (as2d.profile YAML)."),
+    traces: list[Path] = typer.Option(
+        ...,
+        "--traces",
+        help="Trace file (as2d.trace JSON Lines, .jsonl or .jsonl.gz); repeat to merge files.",
+    ),
+    method: str = typer.Option("as2d", "--method", help=f"One of: {', '.join(METHODS)}."),
+    budget: Optional[int] = options.budget(
+        None,
+        "--budget",
+        help="As²d/w-o-TD budget (default: deployment's, else 7); ASP/w-o-BC cap (default 24 or the profile's largest width − 1).",
+    ),
+    source: Optional[str] = typer.Option(
+        None,
+        "--source",
+        help="Target-decoupled source (default: deployment's, else the traces' default).",
+    ),
+    k: Optional[int] = options.width(
+        None, "--k", help="Standard SD: one physical width K instead of the K=5..8 mean."
+    ),
+    split: Optional[str] = typer.Option(
+        None, "--split", help="Replay only this split's windows (default: all)."
+    ),
+    deployment: Optional[Path] = typer.Option(
+        None,
+        "--deployment",
+        callback=file_in_option,
+        help="Take source and budget from this deployment (checked against the profile).",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the machine-readable report (as2d.replay-report v1)."
+    ),
+    spans: bool = typer.Option(
+        True,
+        "--spans/--no-spans",
+        help="Include each window's merged producer/verifier service spans (ns).",
+    ),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        callback=file_out_option,
+        help="Also store the report as an as2d.results file (never overwritten).",
+    ),
+) -> None:
+    """Replay a method on trace files with a phone cost profile (no device needed)."""
+    from as2d_cli.formats.results import make_results, write_results
+    from as2d_cli.replay.report import replay_report
 
-        rep = replay_report(
-            profile,
-            traces,
-            method,
-            budget=budget,
-            source=source,
-            k=k,
-            split=split,
-            deployment_path=deployment,
-            spans=spans,
+    rep = replay_report(
+        profile,
+        traces,
+        method,
+        budget=budget,
+        source=source,
+        k=k,
+        split=split,
+        deployment_path=deployment,
+        spans=spans,
+    )
+    written = None
+    if out is not None:
+        inputs = {"profile": profile, **{f"traces{i or ''}": t for i, t in enumerate(traces)}}
+        if deployment is not None:
+            inputs["deployment"] = deployment
+        written = write_results(out, make_results("replay", rep, inputs=inputs))
+    if as_json:
+        typer.echo(json.dumps(rep, indent=1, allow_nan=False))
+        return
+    console = Console(width=110, highlight=False)
+    s = rep["summary"]
+    table = Table(title=f"{method}: {', '.join(rep['configs'])}", show_edge=False, pad_edge=False)
+    for col in ("dataset", "windows", "tokens", "time s", "TPS"):
+        table.add_column(col, justify="left" if col == "dataset" else "right")
+    by_ds: dict[str, list[dict]] = {}
+    for w in rep["windows"]:
+        by_ds.setdefault(w["dataset"], []).append(w)
+    for ds, tps in s["tps_by_dataset"].items():
+        ws = by_ds[ds]
+        toks = sum(w["configs"][0]["tokens"] for w in ws)
+        secs = sum(c["time_ms"] for w in ws for c in w["configs"]) / 1e3 / len(rep["configs"])
+        table.add_row(ds, str(len(ws)), str(toks), f"{secs:.1f}", _f(tps))
+    tot_t = sum(c["time_ms"] for c in s["configs"]) / 1e3 / len(s["configs"])
+    table.add_row(
+        "all",
+        str(len(rep["windows"])),
+        str(s["configs"][0]["tokens"]),
+        f"{tot_t:.1f}",
+        _f(s["tps"]),
+    )
+    console.print(table)
+    for c in s["configs"]:
+        a = c["accounting_ms"]
+        console.print(
+            f"{c['config']}: {c['tps']:.2f} TPS, {c['rounds']} rounds, accepted {c['accepted']}/{c['proposed']} "
+            f"({100 * c['acceptance']:.1f}%), coverage {100 * c['coverage']:.1f}%; "
+            f"D {a['D'] / 1e3:.1f}s V {a['V'] / 1e3:.1f}s O {a['O'] / 1e3:.1f}s H {a['H'] / 1e3:.1f}s"
         )
-        written = None
-        if out is not None:
-            inputs = {"profile": profile, **{f"traces{i or ''}": t for i, t in enumerate(traces)}}
-            if deployment is not None:
-                inputs["deployment"] = deployment
-            written = write_results(out, make_results("replay", rep, inputs=inputs))
-        if as_json:
-            typer.echo(json.dumps(rep, indent=1, allow_nan=False))
-            return
-        console = Console(width=110, highlight=False)
-        s = rep["summary"]
-        table = Table(
-            title=f"{method}: {', '.join(rep['configs'])}", show_edge=False, pad_edge=False
+    vs = s.get("vs_target_only")
+    if vs:
+        sw = vs["windows"]
+        console.print(
+            f"vs target-only ({_f(vs['tps'])} TPS): ×{_f(vs['speedup'], '{:.3f}')}; windows faster {sw['faster']}, "
+            f"slower {sw['slower']} (median loss {_f(sw['median_loss_percent'], '{:.1f}%')}, "
+            f"max {_f(sw['max_loss_percent'], '{:.1f}%')}), ties {sw['ties']}"
         )
-        for col in ("dataset", "windows", "tokens", "time s", "TPS"):
-            table.add_column(col, justify="left" if col == "dataset" else "right")
-        by_ds: dict[str, list[dict]] = {}
-        for w in rep["windows"]:
-            by_ds.setdefault(w["dataset"], []).append(w)
-        for ds, tps in s["tps_by_dataset"].items():
-            ws = by_ds[ds]
-            toks = sum(w["configs"][0]["tokens"] for w in ws)
-            secs = sum(c["time_ms"] for w in ws for c in w["configs"]) / 1e3 / len(rep["configs"])
-            table.add_row(ds, str(len(ws)), str(toks), f"{secs:.1f}", _f(tps))
-        tot_t = sum(c["time_ms"] for c in s["configs"]) / 1e3 / len(s["configs"])
-        table.add_row(
-            "all",
-            str(len(rep["windows"])),
-            str(s["configs"][0]["tokens"]),
-            f"{tot_t:.1f}",
-            _f(s["tps"]),
-        )
-        console.print(table)
-        for c in s["configs"]:
-            a = c["accounting_ms"]
-            console.print(
-                f"{c['config']}: {c['tps']:.2f} TPS, {c['rounds']} rounds, accepted {c['accepted']}/{c['proposed']} "
-                f"({100 * c['acceptance']:.1f}%), coverage {100 * c['coverage']:.1f}%; "
-                f"D {a['D'] / 1e3:.1f}s V {a['V'] / 1e3:.1f}s O {a['O'] / 1e3:.1f}s H {a['H'] / 1e3:.1f}s"
-            )
-        vs = s.get("vs_target_only")
-        if vs:
-            sw = vs["windows"]
-            console.print(
-                f"vs target-only ({_f(vs['tps'])} TPS): ×{_f(vs['speedup'], '{:.3f}')}; windows faster {sw['faster']}, "
-                f"slower {sw['slower']} (median loss {_f(sw['median_loss_percent'], '{:.1f}%')}, "
-                f"max {_f(sw['max_loss_percent'], '{:.1f}%')}), ties {sw['ties']}"
-            )
-        if written is not None:
-            console.print(f"wrote {written}")
+    if written is not None:
+        console.print(f"wrote {written}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay")(replay)

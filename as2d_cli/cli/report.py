@@ -10,45 +10,47 @@ import typer
 from as2d_cli.cli.paths import file_in_option, file_out_option, folder_in_option
 
 
+def report(
+    run: Path = typer.Argument(
+        ..., callback=folder_in_option, help="An evaluation folder (`as2d eval` wrote it)."
+    ),
+) -> None:
+    """Re-render tables.md and the figures of an evaluation from its stored files, and print the tables."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from as2d_cli.evaluate.report import write_report
+
+    paths = write_report(run)
+    Console().print(Markdown(paths[0].read_text(encoding="utf-8")))
+    typer.echo("wrote " + ", ".join(str(p) for p in paths))
+
+
+def rk(
+    profile: Path = typer.Argument(
+        ..., callback=file_in_option, help="A cost profile (as2d.profile YAML)."
+    ),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        callback=file_out_option,
+        help="PNG to write (default: beside the profile, never overwritten).",
+    ),
+) -> None:
+    """Draw R(K), the per-token verification saving by width (paper Figure 8), for any profile."""
+    from as2d_cli.evaluate.report import plot_rk
+    from as2d_cli.formats.common import next_free
+
+    dest = out or next_free(
+        profile.with_name(profile.name.removesuffix(".yaml").removesuffix(".profile") + ".rk.png")
+    )
+    typer.echo(f"wrote {plot_rk(profile, dest)}")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("report")
-    def report(
-        run: Path = typer.Argument(
-            ..., callback=folder_in_option, help="An evaluation folder (`as2d eval` wrote it)."
-        ),
-    ) -> None:
-        """Re-render tables.md and the figures of an evaluation from its stored files, and print the tables."""
-        from rich.console import Console
-        from rich.markdown import Markdown
-
-        from as2d_cli.evaluate.report import write_report
-
-        paths = write_report(run)
-        Console().print(Markdown(paths[0].read_text(encoding="utf-8")))
-        typer.echo("wrote " + ", ".join(str(p) for p in paths))
+    app.command("report")(report)
 
     plot = typer.Typer(help="Figures from stored files.", no_args_is_help=True)
     app.add_typer(plot, name="plot")
 
-    @plot.command("rk")
-    def rk(
-        profile: Path = typer.Argument(
-            ..., callback=file_in_option, help="A cost profile (as2d.profile YAML)."
-        ),
-        out: Optional[Path] = typer.Option(
-            None,
-            "--out",
-            callback=file_out_option,
-            help="PNG to write (default: beside the profile, never overwritten).",
-        ),
-    ) -> None:
-        """Draw R(K), the per-token verification saving by width (paper Figure 8), for any profile."""
-        from as2d_cli.evaluate.report import plot_rk
-        from as2d_cli.formats.common import next_free
-
-        dest = out or next_free(
-            profile.with_name(
-                profile.name.removesuffix(".yaml").removesuffix(".profile") + ".rk.png"
-            )
-        )
-        typer.echo(f"wrote {plot_rk(profile, dest)}")
+    plot.command("rk")(rk)

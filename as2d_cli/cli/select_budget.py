@@ -14,112 +14,112 @@ from as2d_cli.cli import options
 from as2d_cli.cli.paths import file_out_option
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("select-budget")
-    def select_budget(
-        profile: Path = typer.Option(
-            ..., "--profile", help="Device cost profile (as2d.profile YAML)."
-        ),
-        traces: list[Path] = typer.Option(
-            ...,
-            "--traces",
-            help="Trace file(s) holding the dev and val windows; repeat to merge files (e.g. a dev and a val file).",
-        ),
-        sources: Optional[str] = typer.Option(
-            None,
-            "--sources",
-            help="Comma-separated sources to search (default: every trace source the profile has costs for).",
-        ),
-        budgets: Optional[str] = options.budget_list(
-            None,
-            "--budgets",
-            help=f"Budgets to search, e.g. 1-8,12 (each {options.MIN_BUDGET}-{options.MAX_BUDGET} and measured by the profile; default: those of {options.MIN_BUDGET}-{options.MAX_BUDGET} the profile's widths allow).",
-        ),
-        tolerance: float = options.fraction(
-            0.01,
-            "--tolerance",
-            help="Validation retention: chosen TPS within this fraction of the val best.",
-        ),
-        processes: Optional[int] = options.processes("Worker processes (default: usable CPUs)."),
-        out: Optional[Path] = typer.Option(
-            None,
-            "--out",
-            callback=file_out_option,
-            help="Deployment file (default: calibrations/<device>/deployment.yaml, or -2, -3… if taken).",
-        ),
-        as_json: bool = typer.Option(
-            False, "--json", help="Print the machine-readable selection report."
-        ),
-        threshold: Optional[float] = options.fraction(
-            None,
-            "--threshold",
-            help="As²d's confidence stop for the whole catalog (default: the methods' default).",
-        ),
-        batch: Optional[int] = options.count(
-            None,
-            "--batch",
-            help="The source's publication batch for the whole catalog (default: the methods' default).",
-        ),
-    ) -> None:
-        """Select the fixed As²d configuration (source × budget) by pooled dev TPS."""
-        from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD
-        from as2d_cli.errors import UserError
-        from as2d_cli.formats.common import next_free
-        from as2d_cli.formats.profile_io import load_profile
-        from as2d_cli.replay.report import default_deployment_path, select_report, write_selection
-        from as2d_cli.replay.sweep import DEFAULT_BUDGETS
+def select_budget(
+    profile: Path = typer.Option(..., "--profile", help="Device cost profile (as2d.profile YAML)."),
+    traces: list[Path] = typer.Option(
+        ...,
+        "--traces",
+        help="Trace file(s) holding the dev and val windows; repeat to merge files (e.g. a dev and a val file).",
+    ),
+    sources: Optional[str] = typer.Option(
+        None,
+        "--sources",
+        help="Comma-separated sources to search (default: every trace source the profile has costs for).",
+    ),
+    budgets: Optional[str] = options.budget_list(
+        None,
+        "--budgets",
+        help=f"Budgets to search, e.g. 1-8,12 (each {options.MIN_BUDGET}-{options.MAX_BUDGET} and measured by the profile; default: those of {options.MIN_BUDGET}-{options.MAX_BUDGET} the profile's widths allow).",
+    ),
+    tolerance: float = options.fraction(
+        0.01,
+        "--tolerance",
+        help="Validation retention: chosen TPS within this fraction of the val best.",
+    ),
+    processes: Optional[int] = options.processes("Worker processes (default: usable CPUs)."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        callback=file_out_option,
+        help="Deployment file (default: calibrations/<device>/deployment.yaml, or -2, -3… if taken).",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the machine-readable selection report."
+    ),
+    threshold: Optional[float] = options.fraction(
+        None,
+        "--threshold",
+        help="As²d's confidence stop for the whole catalog (default: the methods' default).",
+    ),
+    batch: Optional[int] = options.count(
+        None,
+        "--batch",
+        help="The source's publication batch for the whole catalog (default: the methods' default).",
+    ),
+) -> None:
+    """Select the fixed As²d configuration (source × budget) by pooled dev TPS."""
+    from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD
+    from as2d_cli.errors import UserError
+    from as2d_cli.formats.common import next_free
+    from as2d_cli.formats.profile_io import load_profile
+    from as2d_cli.replay.report import default_deployment_path, select_report, write_selection
+    from as2d_cli.replay.sweep import DEFAULT_BUDGETS
 
-        srcs = [s.strip() for s in sources.split(",") if s.strip()] if sources else None
-        if budgets is None:
-            searched = list(DEFAULT_BUDGETS)
-        else:
-            searched = options.parse_budgets(budgets)
-            widest = load_profile(profile).max_width
-            unmeasured = [b for b in searched if b + 1 > widest]
-            if unmeasured:
-                raise UserError(
-                    f"--budgets {budgets}: {options.spans(unmeasured)} need widths up to K{max(unmeasured) + 1}, "
-                    f"but {profile} measured up to K{widest}; pass budgets up to {widest - 1}"
-                )
-        sel, rep = select_report(
-            profile,
-            traces,
-            sources=srcs,
-            budgets=searched,
-            tolerance=tolerance,
-            processes=processes,
-            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
-            batch=DEFAULT_BATCH if batch is None else batch,
-        )
-        dest = out if out is not None else next_free(default_deployment_path(load_profile(profile)))
-        written = write_selection(sel, rep, profile, dest)
-        rep["deployment"] = str(written)
-        if as_json:
-            typer.echo(json.dumps(rep, indent=1, allow_nan=False))
-            return
-        c = Console(width=110, highlight=False)
-        dev = rep["dev"]
-        c.print(
-            f"selected {sel.source} / budget {sel.budget} (K ≤ {sel.budget + 1}): {dev['tps']:.2f} TPS pooled over "
-            f"{dev['windows']} dev windows ({rep['catalog']['configurations']} configurations)"
-        )
-        c.print(
-            f"dev oracle {dev['oracle']['tps_oracle']:.2f} TPS, gap {dev['oracle']['gap_percent']:.2f}%"
-        )
-        v = rep["val"]
-        if v is None:
-            c.print("no val windows in the traces: retention not checked")
-        else:
-            verdict = "retained" if v["retained"] else "NOT retained"
-            c.print(
-                f"val: {v['tps']:.2f} TPS, rank {v['rank']} (best {v['best']['source']}/budget {v['best']['budget']} "
-                f"{v['best']['tps']:.2f}); {verdict} at tolerance {100 * v['tolerance']:.1f}%"
+    srcs = [s.strip() for s in sources.split(",") if s.strip()] if sources else None
+    if budgets is None:
+        searched = list(DEFAULT_BUDGETS)
+    else:
+        searched = options.parse_budgets(budgets)
+        widest = load_profile(profile).max_width
+        unmeasured = [b for b in searched if b + 1 > widest]
+        if unmeasured:
+            raise UserError(
+                f"--budgets {budgets}: {options.spans(unmeasured)} need widths up to K{max(unmeasured) + 1}, "
+                f"but {profile} measured up to K{widest}; pass budgets up to {widest - 1}"
             )
-        dropped = rep["catalog"].get("dropped_budgets") or []
-        if dropped:
-            c.print(
-                f"budgets {options.spans(dropped)} left out: the profile lacks some of their widths"
-            )
-        for r in rep["ranking"][:5]:
-            c.print(f"  {r['source']:>12} budget {r['budget']:>2}: {r['tps']:.3f}")
-        c.print(f"wrote {written}")
+    sel, rep = select_report(
+        profile,
+        traces,
+        sources=srcs,
+        budgets=searched,
+        tolerance=tolerance,
+        processes=processes,
+        threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+        batch=DEFAULT_BATCH if batch is None else batch,
+    )
+    dest = out if out is not None else next_free(default_deployment_path(load_profile(profile)))
+    written = write_selection(sel, rep, profile, dest)
+    rep["deployment"] = str(written)
+    if as_json:
+        typer.echo(json.dumps(rep, indent=1, allow_nan=False))
+        return
+    c = Console(width=110, highlight=False)
+    dev = rep["dev"]
+    c.print(
+        f"selected {sel.source} / budget {sel.budget} (K ≤ {sel.budget + 1}): {dev['tps']:.2f} TPS pooled over "
+        f"{dev['windows']} dev windows ({rep['catalog']['configurations']} configurations)"
+    )
+    c.print(
+        f"dev oracle {dev['oracle']['tps_oracle']:.2f} TPS, gap {dev['oracle']['gap_percent']:.2f}%"
+    )
+    v = rep["val"]
+    if v is None:
+        c.print("no val windows in the traces: retention not checked")
+    else:
+        verdict = "retained" if v["retained"] else "NOT retained"
+        c.print(
+            f"val: {v['tps']:.2f} TPS, rank {v['rank']} (best {v['best']['source']}/budget {v['best']['budget']} "
+            f"{v['best']['tps']:.2f}); {verdict} at tolerance {100 * v['tolerance']:.1f}%"
+        )
+    dropped = rep["catalog"].get("dropped_budgets") or []
+    if dropped:
+        c.print(
+            f"budgets {options.spans(dropped)} left out: the profile lacks some of their widths"
+        )
+    for r in rep["ranking"][:5]:
+        c.print(f"  {r['source']:>12} budget {r['budget']:>2}: {r['tps']:.3f}")
+    c.print(f"wrote {written}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("select-budget")(select_budget)

@@ -13,75 +13,73 @@ from as2d_cli.cli.paths import file_target_option
 from as2d_cli.cli.progress import progress_bar
 
 
+def build(
+    split: str = typer.Option(..., "--split", help="dev, val or test."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        callback=file_target_option,
+        help="Output file (default: the bundled traces folder).",
+    ),
+    processes: Optional[int] = options.processes("Worker processes (default: one per CPU)."),
+    limit: Optional[int] = options.limit(
+        None, "--limit", help="Only the first N windows (a quick look)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
+    models: Optional[Path] = typer.Option(
+        None,
+        "--models",
+        help="A model pair folder (`as2d models import`); default: the bundled pair.",
+    ),
+    task: Optional[str] = typer.Option(
+        None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
+    ),
+    language: Optional[str] = typer.Option(
+        None,
+        "--language",
+        help="Whisper pairs: one prompt language for every window (default: each window's).",
+    ),
+    max_tokens: Optional[int] = options.limit(
+        None, "--max-tokens", help="Cap each window's reference (default: the target's limit)."
+    ),
+) -> None:
+    """Run the target, the sources and the drafter over a corpus split (resumable)."""
+    from as2d_cli.corpus.manifest import load_corpus
+    from as2d_cli.evaluate.inputs import ASSET_TRACES
+    from as2d_cli.tracegen.build import build_traces
+
+    load_corpus().split(
+        split
+    )  # an unknown split: its one-line error before the progress bar starts
+    path = out or (models / "traces" if models is not None else ASSET_TRACES) / f"{split}.jsonl.gz"
+    with progress_bar(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    ) as bar:
+        bar_task = bar.add_task(f"tracing {split}", total=None)
+
+        def progress(n: int, total: int, wid: str) -> None:
+            bar.update(bar_task, completed=n, total=total, description=f"tracing {split}: {wid}")
+
+        written = build_traces(
+            split,
+            path,
+            models_dir=None if models is None else str(models),
+            processes=processes,
+            limit=limit,
+            progress=progress,
+            force=force,
+            max_tokens=max_tokens,
+            task=task,
+            language=language,
+        )
+    typer.echo(f"wrote {written}")
+
+
 def register(app: typer.Typer) -> None:
     sub = typer.Typer(help="Build and inspect as2d.trace files.", no_args_is_help=True)
     app.add_typer(sub, name="traces")
 
-    @sub.command("build")
-    def build(
-        split: str = typer.Option(..., "--split", help="dev, val or test."),
-        out: Optional[Path] = typer.Option(
-            None,
-            "--out",
-            callback=file_target_option,
-            help="Output file (default: the bundled traces folder).",
-        ),
-        processes: Optional[int] = options.processes("Worker processes (default: one per CPU)."),
-        limit: Optional[int] = options.limit(
-            None, "--limit", help="Only the first N windows (a quick look)."
-        ),
-        force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
-        models: Optional[Path] = typer.Option(
-            None,
-            "--models",
-            help="A model pair folder (`as2d models import`); default: the bundled pair.",
-        ),
-        task: Optional[str] = typer.Option(
-            None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
-        ),
-        language: Optional[str] = typer.Option(
-            None,
-            "--language",
-            help="Whisper pairs: one prompt language for every window (default: each window's).",
-        ),
-        max_tokens: Optional[int] = options.limit(
-            None, "--max-tokens", help="Cap each window's reference (default: the target's limit)."
-        ),
-    ) -> None:
-        """Run the target, the sources and the drafter over a corpus split (resumable)."""
-        from as2d_cli.corpus.manifest import load_corpus
-        from as2d_cli.evaluate.inputs import ASSET_TRACES
-        from as2d_cli.tracegen.build import build_traces
-
-        load_corpus().split(
-            split
-        )  # an unknown split: its one-line error before the progress bar starts
-        path = (
-            out or (models / "traces" if models is not None else ASSET_TRACES) / f"{split}.jsonl.gz"
-        )
-        with progress_bar(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-        ) as bar:
-            bar_task = bar.add_task(f"tracing {split}", total=None)
-
-            def progress(n: int, total: int, wid: str) -> None:
-                bar.update(
-                    bar_task, completed=n, total=total, description=f"tracing {split}: {wid}"
-                )
-
-            written = build_traces(
-                split,
-                path,
-                models_dir=None if models is None else str(models),
-                processes=processes,
-                limit=limit,
-                progress=progress,
-                force=force,
-                max_tokens=max_tokens,
-                task=task,
-                language=language,
-            )
-        typer.echo(f"wrote {written}")
+    sub.command("build")(build)

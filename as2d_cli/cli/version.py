@@ -7,8 +7,10 @@ import typer
 from as2d_cli import __version__
 
 
+def version() -> None:
+    """Print the toolkit version."""
+    typer.echo(__version__)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("version")
-    def version() -> None:
-        """Print the toolkit version."""
-        typer.echo(__version__)
+    app.command("version")(version)
