@@ -78,7 +78,7 @@ def _power(session) -> EmulatedPower:
 
 
 def _run_dir(out: Path) -> Path:
-    (d,) = (out / "energy").iterdir()
+    (d,) = out.glob("*-energy-*")
     return d
 
 

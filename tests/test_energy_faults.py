@@ -107,8 +107,7 @@ def _args(s, out: Path, *extra: str, methods: str = "as2d") -> list[str]:
 
 
 def _run_dirs(out: Path) -> list[Path]:
-    root = out / "energy"
-    return sorted(root.iterdir()) if root.exists() else []
+    return sorted(out.glob("*-energy-*")) if out.exists() else []
 
 
 def _phone_runs(s) -> list[str]:

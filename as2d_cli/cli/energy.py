@@ -4,7 +4,6 @@ disconnected (paper D.6.1); `--from-run DIR` analyses a pulled run folder again;
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import List, Optional
 
@@ -159,116 +158,31 @@ def energy(
     else:
         if not phone:
             raise UserError("pass --phone (see `as2d devices`), --from-run DIR or --collect DIR")
-        # Everything that cannot measure is refused before any device is touched.
-        protocol.check_measurable(phone, connection)
-        if bundle is not None and (request_cmd or method_cmd):
-            raise UserError(
-                "--bundle runs the native requests itself; drop --request-cmd "
-                "and --method-cmd (or drop --bundle)"
-            )
-        windows = protocol.window_ids(window)
-        if windows and bundle is None:
-            raise UserError(
-                "--window names the corpus window the bundle's native requests "
-                "transcribe; your --request-cmd/--method-cmd does not read it — "
-                "drop --window or pass --bundle"
-            )
-        if bundle is not None and not windows:
-            raise UserError(
-                "--bundle needs --window: the corpus window the requests "
-                "transcribe (see `as2d corpus list`)"
-            )
-        protocol.check_windows(windows)
-        if len(windows) > 1:
-            raise UserError(
-                f"--window: one window per run (got {', '.join(windows)}); run "
-                "`as2d energy` once per window"
-            )
-        if bundle is None and not request_cmd and not method_cmd:
-            raise UserError(
-                "pass --bundle ARCHIVE --window ID to run the native runner's "
-                "requests, or --request-cmd for your own request command"
-            )
-        if bundle is not None and not bundle.is_file():
-            raise UserError(f"--bundle {bundle}: no such file; build it with `as2d bundle build`")
-        cmds: list[tuple[str, str]] = []
-        for item in method_cmd:
-            name, sep, cmd = item.partition("=")
-            if not sep or not name or not cmd:
-                raise UserError(f"--method-cmd {item!r} must be METHOD=COMMAND")
-            cmds.append((name.strip(), cmd))
-        names = tuple(m.strip() for m in methods.split(",") if m.strip())
-        missing = [m for m in names if not request_cmd and bundle is None and m not in dict(cmds)]
-        if missing:
-            raise UserError(
-                f"no request command for {', '.join(missing)}; pass --request-cmd "
-                "or --method-cmd METHOD=COMMAND for each"
-            )
-        from as2d_cli.energy.perfetto_capture import preflight
-        from device_agents.registry import resolve_phone
+        from as2d_cli.energy.prepare import prepare_run
 
-        from as2d_cli.energy.episode_script import EpisodePlan
-
-        # With --bundle the request command is known after deployment; "true" stands in
-        # for the checks of everything else before touching the phone.
-        plan = EpisodePlan(
-            methods=names,
-            request_cmd=request_cmd or ("true" if bundle else ""),
-            method_cmds=tuple(cmds),
-            formal_repeats=repeats,
+        run = prepare_run(
+            phone,
+            connection=connection,
+            methods=methods,
+            request_cmd=request_cmd,
+            method_cmd=method_cmd,
+            bundle=bundle,
+            window=window,
+            native_arg=native_arg,
+            push=push,
+            poll_ms=poll_ms,
             warmups=warmups,
+            repeats=repeats,
+            request_budget_s=request_budget_s,
             settle_s=settle_s,
             gap_s=gap_s,
             tail_s=tail_s,
-            request_budget_s=request_budget_s,
             discharge_wait_s=discharge_wait_s,
-        )
-        plan.validate()
-        device = resolve_phone(phone, adb_port)
-        # perfetto, traced and the battery status, before anything is pushed (the bundle
-        # too) and before the user is asked to unplug.
-        preflight(device)
-        if bundle is not None:
-            from as2d_cli.bundle.deploy import deploy
-            from as2d_cli.energy.native_request import bundle_request_template
-
-            typer.echo(
-                f">>> deploying {bundle.name} to {device.serial} (once per bundle)", err=True
-            )
-            deployed = deploy(device, bundle)
-            extra = list(native_arg)
-            if models is not None:
-                from as2d_cli.bundle.build import pair_folder
-
-                rel = pair_folder(models)
-                if f"app/{rel}/models.json" not in (deployed.manifest.get("project") or {}).get(
-                    "assets", []
-                ):
-                    raise UserError(
-                        f"--bundle {bundle.name} does not carry the pair {models}; build it with "
-                        f"`as2d bundle build --models {models}`"
-                    )
-                extra += ["--models", "package:" + rel.removeprefix("as2d_cli/")]
-            plan = dataclasses.replace(
-                plan, request_cmd=bundle_request_template(deployed, windows[0], extra)
-            )
-            plan.validate()
-        facts: dict = {}
-        try:
-            facts = {"facts": device.facts().to_dict()}
-        except Exception as exc:  # noqa: BLE001 - facts are context, never a reason to stop
-            facts = {"facts_error": str(exc)}
-        run = protocol.EnergyRun(
-            device=device,
-            plan=plan,
-            results_root=out,
-            phone_label=phone,
-            poll_ms=poll_ms,
-            connection=connection,
             baseline=baseline or None,
-            push_files=list(push),
-            phone_facts=facts,
-            preflight_done=True,
+            out=out,
+            adb_port=adb_port,
+            models=models,
+            say=say,
         )
         path = protocol.run_energy(run, say)
     typer.echo((path.parent / "table.md").read_text(), nl=False)

@@ -1,7 +1,7 @@
 """Versioned energy results: energy.json (schema as2d.energy-result v1), the Table-15-style
 table (Markdown and CSV), the raw Perfetto trace and the episode records side by side.
 
-A run gets its own folder under <results>/energy/; an existing folder is never written
+A run gets its own folder <results>/<device>-energy-<time>/; an existing folder is never written
 into again (a second run on the same second gets a -2 suffix).
 """
 
@@ -12,7 +12,6 @@ import io
 import json
 import math
 import shutil
-import subprocess
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
 from importlib import resources
@@ -26,7 +25,7 @@ from as2d_cli.energy.analysis import EnergyAnalysis
 from as2d_cli.energy.capture_config import CaptureSpec
 from as2d_cli.energy.episode_records import Episode, format_episode
 from as2d_cli.errors import FormatError, UserError
-from as2d_cli.formats.common import safe_name
+from as2d_cli.formats.common import git_commit
 
 SCHEMA = "as2d.energy-result"
 VERSION = 1
@@ -38,20 +37,6 @@ EPISODE_NAME = "episode.tsv"
 def _schema() -> dict:
     text = resources.files("as2d_cli.energy").joinpath("energy_result.schema.json").read_text()
     return json.loads(text)
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            cwd=Path(__file__).resolve().parent,
-            timeout=5,
-        )
-        return out.stdout.strip() if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def _clean(x: Any) -> Any:
@@ -127,10 +112,12 @@ def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
 
 
 def new_run_dir(results_root: Path, phone_name: str, now: datetime | None = None) -> Path:
-    """A fresh folder results/energy/<UTC time>-<phone>; never an existing one."""
+    """A fresh folder ``results/<device>-energy-<UTC time>/`` (the rule every result
+    folder follows: device_agents.identity.results_stem); never an existing one."""
+    from device_agents.identity import results_stem
+
     now = now or datetime.now(timezone.utc)
-    safe = safe_name(phone_name, "phone")
-    base = Path(results_root) / "energy" / f"{now:%Y%m%dT%H%M%SZ}-{safe}"
+    base = Path(results_root) / results_stem(phone_name, "energy", now.timestamp())
     base.parent.mkdir(parents=True, exist_ok=True)
     for k in range(1, 1000):
         cand = base if k == 1 else base.with_name(f"{base.name}-{k}")
