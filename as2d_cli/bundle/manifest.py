@@ -13,6 +13,7 @@ import jsonschema
 
 from as2d_cli.bundle.cache import sha256_file, sha256_text
 from as2d_cli.errors import FormatError
+from as2d_cli.formats.common import check_version
 
 SCHEMA = "as2d.bundle-manifest"
 VERSION = 1
@@ -52,25 +53,13 @@ def describe_files(root: Path, origin: dict[str, str]) -> list[dict]:
 
 def validate(data: object, source: str) -> dict:
     """Check schema name, version and structure; raise FormatError naming ``source``."""
-    if not isinstance(data, dict):
-        raise FormatError(
-            f"{source}: not a bundle manifest (expected a JSON object); rebuild with `as2d bundle build`"
-        )
-    if data.get("schema") != SCHEMA:
-        raise FormatError(
-            f"{source}: schema is {data.get('schema')!r}, expected {SCHEMA!r}; rebuild with `as2d bundle build`"
-        )
-    version = data.get("version")
-    if not isinstance(version, int) or version != VERSION:
-        newer = isinstance(version, int) and version > VERSION
-        what = (
-            "newer than this toolkit reads; upgrade as2d"
-            if newer
-            else "older than this toolkit reads; rebuild with `as2d bundle build`"
-        )
-        raise FormatError(
-            f"{source}: bundle manifest version {version!r} is {what} (reads version {VERSION})"
-        )
+    data = check_version(
+        data,
+        schema=SCHEMA,
+        version=VERSION,
+        where=source,
+        remedy_old="rebuild it with `as2d bundle build`",
+    )
     try:
         jsonschema.validate(data, _schema())
     except jsonschema.ValidationError as exc:

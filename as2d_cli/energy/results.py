@@ -25,7 +25,7 @@ from as2d_cli.energy.analysis import EnergyAnalysis
 from as2d_cli.energy.capture_config import CaptureSpec
 from as2d_cli.energy.episode_records import Episode, format_episode
 from as2d_cli.errors import FormatError, UserError
-from as2d_cli.formats.common import git_commit
+from as2d_cli.formats.common import check_version, git_commit
 
 SCHEMA = "as2d.energy-result"
 VERSION = 1
@@ -207,19 +207,14 @@ def load_energy_result(path: Path) -> dict[str, Any]:
         raise FormatError(f"cannot read {path}: {exc.strerror}") from exc
     except json.JSONDecodeError as exc:
         raise FormatError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from exc
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-        raise FormatError(
-            f"{path}: schema {got!r} is not {SCHEMA!r}; pass an energy.json "
-            "written by `as2d energy`"
-        )
-    v = doc.get("schema_version")
-    if v != VERSION:
-        word = "newer" if isinstance(v, int) and v > VERSION else "older or unknown"
-        raise FormatError(
-            f"{path}: {SCHEMA} version {v!r} is {word} than this toolkit "
-            f"reads ({VERSION}); use the matching as2d version"
-        )
+    doc = check_version(
+        doc,
+        schema=SCHEMA,
+        version=VERSION,
+        where=str(path),
+        key="schema_version",
+        remedy_old="measure again with this toolkit",
+    )
     try:
         jsonschema.validate(doc, _schema())
     except jsonschema.ValidationError as exc:

@@ -37,11 +37,13 @@ def check_version(
     where: str,
     upgrades: Mapping[int, Upgrader] | None = None,
     remedy_old: str = "regenerate it with this toolkit",
+    key: str = "version",
 ) -> dict:
     """Check ``doc``'s schema name and version; return it upgraded to ``version``.
 
     ``where`` names the file (and line) for the message. ``upgrades[v]`` turns version v
-    into v+1; versions with no path to ``version`` are refused."""
+    into v+1; versions with no path to ``version`` are refused. ``key``: the field holding
+    the version (``schema_version`` in energy results)."""
     if not isinstance(doc, dict):
         raise FormatError(
             f"{where}: expected a JSON/YAML object with 'schema' and 'version', got {type(doc).__name__}; is this an {schema} file?"
@@ -51,10 +53,10 @@ def check_version(
         raise FormatError(
             f"{where}: schema is {got!r}, expected {schema!r}; pass an {schema} file here"
         )
-    v = doc.get("version")
+    v = doc.get(key)
     if type(v) is not int:
         raise FormatError(
-            f"{where}: key 'version' must be an integer, got {v!r}; the file is damaged or not an {schema} file"
+            f"{where}: key {key!r} must be an integer, got {v!r}; the file is damaged or not an {schema} file"
         )
     if v > version:
         raise FormatError(
@@ -71,7 +73,7 @@ def check_version(
             )
         doc = step(doc)
         v += 1
-        doc["version"] = v
+        doc[key] = v
     return doc
 
 
