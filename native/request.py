@@ -188,6 +188,79 @@ class MarginTarget:
         self.inner.rollback(length)
 
 
+@dataclass
+class _Source:
+    """A decoupled method's candidate source for one request: the buffer it publishes
+    into, its producer (thread or worker process), and the decode clock they share."""
+
+    clock: WallClock
+    name: str | None = None
+    buffer: CandidateBuffer | None = None
+    producer: Any = None  # Producer | ProcessProducer
+    mode: str | None = None  # "thread" | "process"
+
+
+def _start_source(
+    models: Models,
+    s: dict[str, Any],
+    audio: np.ndarray,
+    language: str,
+    policy: Policy,
+    max_tokens: int,
+    producer_cores: Sequence[int] | None,
+) -> _Source:
+    """Start the request's source (decoupled methods only) on the decode clock."""
+    src = _Source(WallClock())
+    if not policy.decoupled:
+        return src
+    name = s["source"]
+    if name == "ctc" and not models.ctc_eligible(language):
+        name = "drafter"  # language-ineligible: fall back (paper D.4.3)
+    src.name, src.buffer = name, CandidateBuffer(name, "producer-0")
+    if name == "external":
+        units, schedule = external_units([(b["t_ms"], b["tokens"]) for b in s["candidates"]])
+        while schedule and schedule[0] <= 0:  # available at the request: published at time 0
+            src.buffer.publish([t for t, _ in units.pop(0)], 0)
+            schedule.pop(0)
+        src.producer = Producer(
+            units, src.buffer, src.clock, kind="external", cores=producer_cores, schedule=schedule
+        )
+        src.mode = "thread"  # no computation: its batches only wait for their times
+    else:
+        kind = "chunked" if name == "ctc" else "autoregressive"
+        worker = models.producer_worker(producer_cores)
+        if worker is not None:  # the source in its own process (no shared interpreter lock)
+            worker.arm(
+                name, audio, max_tokens + 8, kind, s["batch"], models.shared_hidden(), language
+            )
+            src.clock = WallClock()  # the decode clock starts after the hand-over
+            src.buffer = CandidateBuffer(name, "producer-0")
+            src.producer = ProcessProducer(worker, src.buffer, src.clock)
+            src.mode = "process"
+        else:
+            units_of = source_units(models.source(name, audio, max_tokens + 8, language))
+            src.producer = Producer(
+                units_of, src.buffer, src.clock, kind=kind, batch=s["batch"], cores=producer_cores
+            )
+            src.mode = "thread"
+    src.producer.start()
+    return src
+
+
+def _drained(src: _Source, target_end: int) -> tuple[int, Any, list[tuple[int, int]]]:
+    """Episode time T (the producer step in flight at the target's end is charged: drain),
+    the D/V/O/H decomposition and the producer's spans."""
+    T = target_end
+    prod_spans: list[tuple[int, int]] = []
+    if src.producer is not None:
+        prod_spans = [(a, b) for a, b, _ in src.producer.steps]
+        for a, b in prod_spans:
+            if a < target_end < b:
+                T = max(T, b)
+    serial_prod, ver = split_intervals(src.clock.intervals)
+    return T, decompose(prod_spans + serial_prod, ver, T), prod_spans
+
+
 def run_request(
     models: Models,
     audio: np.ndarray,
@@ -213,57 +286,7 @@ def run_request(
         prefill_ns = time.perf_counter_ns() - t0
         cap = target.max_length
         max_tokens = min(s["max_tokens"] or cap, cap)
-
-        buffer = producer = None
-        source_used = producer_mode = None
-        clock = WallClock()
-        if policy.decoupled:
-            source_used = s["source"]
-            if source_used == "ctc" and not models.ctc_eligible(language):
-                source_used = "drafter"  # language-ineligible: fall back (paper D.4.3)
-            buffer = CandidateBuffer(source_used, "producer-0")
-            if source_used == "external":
-                units, schedule = external_units(
-                    [(b["t_ms"], b["tokens"]) for b in s["candidates"]]
-                )
-                while (
-                    schedule and schedule[0] <= 0
-                ):  # available at the request: published at time 0
-                    buffer.publish([t for t, _ in units.pop(0)], 0)
-                    schedule.pop(0)
-                producer = Producer(
-                    units, buffer, clock, kind="external", cores=producer_cores, schedule=schedule
-                )
-                producer_mode = "thread"  # no computation: its batches only wait for their times
-            else:
-                kind = "chunked" if source_used == "ctc" else "autoregressive"
-                worker = models.producer_worker(producer_cores)
-                if worker is not None:  # the source in its own process (no shared interpreter lock)
-                    worker.arm(
-                        source_used,
-                        audio,
-                        max_tokens + 8,
-                        kind,
-                        s["batch"],
-                        models.shared_hidden(),
-                        language,
-                    )
-                    clock = WallClock()  # the decode clock starts after the hand-over
-                    buffer = CandidateBuffer(source_used, "producer-0")
-                    producer = ProcessProducer(worker, buffer, clock)
-                else:
-                    src = models.source(source_used, audio, max_tokens + 8, language)
-                    producer = Producer(
-                        source_units(src),
-                        buffer,
-                        clock,
-                        kind=kind,
-                        batch=s["batch"],
-                        cores=producer_cores,
-                    )
-                producer_mode = "process" if worker is not None else "thread"
-            producer.start()
-
+        src = _start_source(models, s, audio, language, policy, max_tokens, producer_cores)
         mt = MarginTarget(target)
         ep = Episode(
             policy,
@@ -271,8 +294,8 @@ def run_request(
             first,
             eos_id=target.eos_id,
             max_tokens=max_tokens,
-            clock=clock,
-            buffer=buffer,
+            clock=src.clock,
+            buffer=src.buffer,
             drafter=drafter,
         )
         margins: list[float | None] = [first_margin]
@@ -281,72 +304,78 @@ def run_request(
                 rec = ep.step()
                 margins.extend(mt.last[: rec.committed])
         finally:
-            target_end = clock.now()
-            if producer is not None:
-                producer.stop.set()
-                producer.join()
-        if producer is not None and producer.error is not None:
-            raise UserError(f"the {source_used} source failed: {producer.error}")
-        # Drain: the producer step in flight at the target's end is charged.
-        T = target_end
-        prod_spans: list[tuple[int, int]] = []
-        if producer is not None:
-            prod_spans = [(a, b) for a, b, _ in producer.steps]
-            for a, b in prod_spans:
-                if a < target_end < b:
-                    T = max(T, b)
-        serial_prod, ver = split_intervals(clock.intervals)
-        dec = decompose(prod_spans + serial_prod, ver, T)
-        res = ep.result
-        n = len(res.tokens)
-        out: dict[str, Any] = {
-            "id": s.get("id"),
-            "pair": models.bundle.name,
-            "task": models.bundle.task or "transcribe",
-            "language": models.bundle.language or language,
-            "method": s["method"],
-            "policy": policy.name,
-            "source": source_used,
-            "budget": s["budget"] if policy.decoupled or s["method"] == "as2d-no-td" else None,
-            "k": s["k"] if s["method"] == "sd" else None,
-            "threshold": s["threshold"]
-            if s["method"] != "target-only" and s["method"] != "sd"
-            else None,
-            "batch": s["batch"] if policy.decoupled else None,
-            "tokens": res.tokens,
-            "n_tokens": n,
-            "eos": res.eos,
-            "capped": res.capped,
-            "max_tokens": max_tokens,
-            "prefill_ms": prefill_ns / 1e6,
-            "time_ms": T / 1e6,
-            "tps": n / (T / 1e9) if T > 0 else None,
-            "accounting_ms": dec.as_ms(),
-            "accounting_ns": {"T": dec.T, "D": dec.D, "V": dec.V, "O": dec.O, "H": dec.H},
-            "summary": res.summary(),
-            "margins": margins,
-            "pinned": bool(pinned),
-            "producer_pinned": bool(producer.pinned) if producer is not None else None,
-            "producer_mode": producer_mode,
-            "producer_finished_ms": (producer.finished_at / 1e6)
-            if producer is not None and producer.finished_at
-            else None,
-        }
-        if buffer is not None:
-            out["source_tokens"] = list(buffer.tokens)
-            out["source_confidences"] = [
-                None if c is None else round(c, 6) for c in buffer.confidences
-            ]
-            out["publications_ms"] = [[t / 1e6, off, cnt] for t, off, cnt in producer.publications]
+            target_end = src.clock.now()
+            if src.producer is not None:
+                src.producer.stop.set()
+                src.producer.join()
+        if src.producer is not None and src.producer.error is not None:
+            raise UserError(f"the {src.name} source failed: {src.producer.error}")
+        T, dec, _ = _drained(src, target_end)
+        out = _result(models, s, policy, language, ep.result, src, max_tokens, prefill_ns, T, dec)
+        out["margins"] = margins
+        out["pinned"] = bool(pinned)
         if drafter is not None:
             out["drafts"] = drafter.calls
         if s.get("events", True):
-            out["rounds"] = [_round(r) for r in res.rounds]
-            out["events"] = _events(clock, producer)
+            out["rounds"] = [_round(r) for r in ep.result.rounds]
+            out["events"] = _events(src.clock, src.producer)
         return out
     finally:
         if pinned and before is not None:
             os.sched_setaffinity(0, before)
+
+
+def _result(
+    models: Models,
+    s: dict[str, Any],
+    policy: Policy,
+    language: str,
+    res: Any,
+    src: _Source,
+    max_tokens: int,
+    prefill_ns: int,
+    T: int,
+    dec: Any,
+) -> dict[str, Any]:
+    """The request's result record (docs/runner-protocol.md, the ``result`` event)."""
+    n = len(res.tokens)
+    producer = src.producer
+    out: dict[str, Any] = {
+        "id": s.get("id"),
+        "pair": models.bundle.name,
+        "task": models.bundle.task or "transcribe",
+        "language": models.bundle.language or language,
+        "method": s["method"],
+        "policy": policy.name,
+        "source": src.name,
+        "budget": s["budget"] if policy.decoupled or s["method"] == "as2d-no-td" else None,
+        "k": s["k"] if s["method"] == "sd" else None,
+        "threshold": s["threshold"] if s["method"] not in ("target-only", "sd") else None,
+        "batch": s["batch"] if policy.decoupled else None,
+        "tokens": res.tokens,
+        "n_tokens": n,
+        "eos": res.eos,
+        "capped": res.capped,
+        "max_tokens": max_tokens,
+        "prefill_ms": prefill_ns / 1e6,
+        "time_ms": T / 1e6,
+        "tps": n / (T / 1e9) if T > 0 else None,
+        "accounting_ms": dec.as_ms(),
+        "accounting_ns": {"T": dec.T, "D": dec.D, "V": dec.V, "O": dec.O, "H": dec.H},
+        "summary": res.summary(),
+        "producer_pinned": bool(producer.pinned) if producer is not None else None,
+        "producer_mode": src.mode,
+        "producer_finished_ms": (producer.finished_at / 1e6)
+        if producer is not None and producer.finished_at
+        else None,
+    }
+    if src.buffer is not None:
+        out["source_tokens"] = list(src.buffer.tokens)
+        out["source_confidences"] = [
+            None if c is None else round(c, 6) for c in src.buffer.confidences
+        ]
+        out["publications_ms"] = [[t / 1e6, off, cnt] for t, off, cnt in producer.publications]
+    return out
 
 
 def _round(r: Any) -> dict[str, Any]:
