@@ -267,7 +267,7 @@ def test_bundle_request_template_keeps_only_the_episode_placeholders() -> None:
 
     from as2d_cli.bundle.deploy import DeployedBundle
     from as2d_cli.bundle.launch import Preflight
-    from as2d_cli.energy.native_request import bundle_request_template
+    from as2d_cli.energy.bundle_request import bundle_request_template
 
     manifest = {
         "launch": {
@@ -300,7 +300,7 @@ def test_bundle_request_template_keeps_only_the_episode_placeholders() -> None:
         "/data/local/tmp/as2d-e-1/tmp",
     ]
     assert "/data/local/tmp/as2d-bundle/ab{c}" in argv  # braces in real values survive
-    tail = argv[argv.index("as2d_cli.energy.native_request") + 1 :]
+    tail = argv[argv.index("native.energy_request") + 1 :]
     assert tail == [
         "--window",
         "dev-sung-004",

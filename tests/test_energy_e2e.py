@@ -227,7 +227,7 @@ def test_native_requests_through_the_runner_path(
     import sys
 
     wrapper = tmp_path / "native_request.sh"
-    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m as2d_cli.energy.native_request "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m native.energy_request "$@"\n')
     wrapper.chmod(0o755)
     s = make_emulated_phone(connection="wireless")
     # Poll at the fastest rate the config allows: a short request on small models still

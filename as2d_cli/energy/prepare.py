@@ -112,7 +112,7 @@ def prepare_run(
     preflight(device)
     if bundle is not None:
         from as2d_cli.bundle.deploy import deploy
-        from as2d_cli.energy.native_request import bundle_request_template
+        from as2d_cli.energy.bundle_request import bundle_request_template
 
         say(f"deploying {bundle.name} to {device.serial} (once per bundle)")
         deployed = deploy(device, bundle)

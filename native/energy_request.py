@@ -1,4 +1,4 @@
-"""``python -m as2d_cli.energy.native_request``: one native request for `as2d energy`.
+"""``python -m native.energy_request``: one native request for `as2d energy`.
 
 Loads the model pair and the window's audio first (outside the energy window, as the paper
 excludes model loading and earlier audio preparation), then stamps the request origin on
@@ -21,11 +21,9 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any
 
 from as2d_cli.errors import As2dError
-
-_M, _R, _I = "@@AS2D_METHOD@@", "@@AS2D_RUN_DIR@@", "@@AS2D_INDEX@@"
 
 
 def boot_ns() -> int:
@@ -46,30 +44,11 @@ def request_line(res: dict[str, Any], origin: int, end: int) -> str:
     )
 
 
-def bundle_request_template(deployed: Any, window: str, extra: Sequence[str] = ()) -> str:
-    """The `--request-cmd` template that runs this module from a bundle deployed on a phone
-    (as2d_cli.bundle.deploy.DeployedBundle): {method}, {run_dir} and {index} are left for
-    the episode script; every other brace is escaped; the result lands in the run dir."""
-    args = [
-        "-m",
-        "as2d_cli.energy.native_request",
-        "--window",
-        window,
-        "--method",
-        _M,
-        "--result",
-        f"{_R}/result-{_I}.json",
-        *extra,
-    ]
-    line = deployed.command(args, _R).replace("{", "{{").replace("}", "}}")
-    return line.replace(_M, "{method}").replace(_R, "{run_dir}").replace(_I, "{index}")
-
-
 def main(argv: list[str] | None = None) -> int:
     from native import limit_blas_threads
 
     limit_blas_threads()  # before the models' numpy is first imported
-    ap = argparse.ArgumentParser(prog="python -m as2d_cli.energy.native_request")
+    ap = argparse.ArgumentParser(prog="python -m native.energy_request")
     ap.add_argument("--window", required=True, help="corpus window id")
     ap.add_argument("--method", required=True, help="target-only, sd, asp, as2d, …")
     ap.add_argument("--budget", type=int, default=None, help="As²d proposal budget b")
