@@ -30,28 +30,12 @@ def calibrate(
         callback=folder_out_option,
         help="Folder for the profile, samples and plot.",
     ),
-    rest: Optional[float] = options.seconds(
-        None, "--rest", help="Gate: seconds of rest before the checks."
-    ),
-    interval: Optional[float] = options.seconds(
-        None, "--interval", help="Gate: seconds between the two checks."
-    ),
-    settle: Optional[float] = options.seconds(
-        None,
-        "--settle",
-        help="Once before measuring: seconds the host must have been quiet (local default 20; 0 skips).",
-    ),
-    models: Optional[Path] = typer.Option(
-        None,
-        "--models",
-        help="A model pair folder (`as2d models import`); default: the bundled pair.",
-    ),
-    task: Optional[str] = typer.Option(
-        None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
-    ),
-    language: Optional[str] = typer.Option(
-        None, "--language", help="Whisper pairs: one prompt language (default: each window's)."
-    ),
+    rest: Optional[float] = options.rest(),
+    interval: Optional[float] = options.interval(),
+    settle: Optional[float] = options.settle(),
+    models: Optional[Path] = options.models(),
+    task: Optional[str] = options.task(),
+    language: Optional[str] = options.language(),
     max_temp: Optional[float] = options.max_temp(),
     temp_sensor: Optional[str] = options.temp_sensor(),
     verifier_cores: Optional[str] = options.verifier_cores(),

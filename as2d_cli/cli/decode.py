@@ -37,16 +37,10 @@ def decode(
         None, "--max-tokens", help="Output cap (default: the model's)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    models: Optional[Path] = typer.Option(
-        None,
-        "--models",
-        help="A model pair folder (`as2d models import`); default: the bundled pair.",
-    ),
-    task: Optional[str] = typer.Option(
-        None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
-    ),
-    language: Optional[str] = typer.Option(
-        None, "--language", help="Whisper pairs: the prompt language (default: the window's)."
+    models: Optional[Path] = options.models(),
+    task: Optional[str] = options.task(),
+    language: Optional[str] = options.language(
+        "Whisper pairs: the prompt language (default: the window's)."
     ),
     verifier_cores: Optional[str] = options.verifier_cores(),
     producer_cores: Optional[str] = options.producer_cores(),

@@ -70,32 +70,20 @@ def eval_(
         help="Native: unmeasured warm-up passes over the windows first.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
-    rest: Optional[float] = options.seconds(
-        None,
-        "--rest",
-        help="Native: gate rest in seconds before each window (default: the device's).",
+    rest: Optional[float] = options.rest(
+        "Native: gate rest in seconds before each window (default: the device's)."
     ),
-    interval: Optional[float] = options.seconds(
-        None,
-        "--interval",
-        help="Native: seconds between the gate's checks (default: the device's).",
+    interval: Optional[float] = options.interval(
+        "Native: seconds between the gate's checks (default: the device's)."
     ),
-    settle: Optional[float] = options.seconds(
-        None,
-        "--settle",
-        help="Native: once before measuring, seconds the host must have been quiet (local default 20; 0 skips).",
+    settle: Optional[float] = options.settle(
+        "Native: once before measuring, seconds the host must have been quiet (local default 20; 0 skips)."
     ),
-    models: Optional[Path] = typer.Option(
-        None,
-        "--models",
-        help="A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it.",
+    models: Optional[Path] = options.models(
+        "A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it."
     ),
-    task: Optional[str] = typer.Option(
-        None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
-    ),
-    language: Optional[str] = typer.Option(
-        None, "--language", help="Whisper pairs: one prompt language (default: each window's)."
-    ),
+    task: Optional[str] = options.task(),
+    language: Optional[str] = options.language(),
     max_temp: Optional[float] = options.max_temp(),
     temp_sensor: Optional[str] = options.temp_sensor(),
     verifier_cores: Optional[str] = options.verifier_cores(),

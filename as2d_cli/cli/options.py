@@ -204,6 +204,36 @@ def check_core(device: Any, index: int | None, option: str) -> None:
         )
 
 
+def models(
+    help: str = "A model pair folder (`as2d models import`); default: the bundled pair.",
+) -> Any:
+    return typer.Option(None, "--models", help=help)
+
+
+def task() -> Any:
+    return typer.Option(
+        None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
+    )
+
+
+def language(help: str = "Whisper pairs: one prompt language (default: each window's).") -> Any:
+    return typer.Option(None, "--language", help=help)
+
+
+def rest(help: str = "Gate: seconds of rest before the checks (phone default 15).") -> Any:
+    return seconds(None, "--rest", help=help)
+
+
+def interval(help: str = "Gate: seconds between the two checks (phone default 5).") -> Any:
+    return seconds(None, "--interval", help=help)
+
+
+def settle(
+    help: str = "Once before measuring: seconds the host must have been quiet (local default 20; 0 skips).",
+) -> Any:
+    return seconds(None, "--settle", help=help)
+
+
 def verifier_cores() -> Any:
     return typer.Option(
         None,
@@ -253,6 +283,12 @@ def temp_sensor() -> Any:
 
 
 __all__ = [
+    "interval",
+    "language",
+    "models",
+    "rest",
+    "settle",
+    "task",
     "max_temp",
     "os_placement",
     "producer_cores",

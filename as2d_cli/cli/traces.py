@@ -26,18 +26,10 @@ def build(
         None, "--limit", help="Only the first N windows (a quick look)."
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
-    models: Optional[Path] = typer.Option(
-        None,
-        "--models",
-        help="A model pair folder (`as2d models import`); default: the bundled pair.",
-    ),
-    task: Optional[str] = typer.Option(
-        None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
-    ),
-    language: Optional[str] = typer.Option(
-        None,
-        "--language",
-        help="Whisper pairs: one prompt language for every window (default: each window's).",
+    models: Optional[Path] = options.models(),
+    task: Optional[str] = options.task(),
+    language: Optional[str] = options.language(
+        "Whisper pairs: one prompt language for every window (default: each window's)."
     ),
     max_tokens: Optional[int] = options.limit(
         None, "--max-tokens", help="Cap each window's reference (default: the target's limit)."
