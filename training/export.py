@@ -149,8 +149,8 @@ def _export(
 def store_exact_fp16(path: Path, min_size: int = 256) -> int:
     """Store every float32 initializer whose values are all exactly float16 as float16 behind a
     Cast node (ONNX Runtime folds the casts when the session loads): lossless, and it halved
-    session 11's drafter, whose own copy of the target's encoder was rounded to float16 before
-    it trained. Returns the number of bytes saved."""
+    the shared-encoder drafter's encoder file (target step 93,243), whose copy of the target's
+    encoder was rounded to float16 before it trained. Returns the number of bytes saved."""
     import onnx
     from onnx import helper, numpy_helper
 

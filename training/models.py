@@ -73,7 +73,7 @@ CTC = Dims(d=192, heads=3, enc_layers=5, dec_layers=0, ffn=768, stride=2)
 DROPOUT = 0.0  # residual-branch dropout while training (train.py --dropout); eval/export ignore it
 # export.py: the decoder graph is traced for batch 1 with constant reshape targets, so ONNX
 # Runtime runs no per-call shape arithmetic (Shape/Gather/Concat chains: a fifth of a small
-# decoder's nodes, though only ~2 % of a call's time on session 14's Xeon). Same math.
+# decoder's nodes, though only ~2 % of a call's time on an Intel Xeon VM, 2026-12-02). Same math.
 STATIC_BATCH = False
 
 
