@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,96 @@ def test_not_a_trace_is_one_clear_error(tmp_path: Path) -> None:
         read_battery_series(bad)
     with pytest.raises(FormatError, match="cannot read trace"):
         read_battery_series(tmp_path / "missing")
+
+
+# -- the gauge: its update period on the emulated battery and as estimated from a capture ------
+
+
+def _poll_model(params, times_ns: list[int], activity) -> list:
+    """Poll a battery model on a virtual boot clock at the given (irregular) times; the
+    activity changes at the polls (`activity(t)` from that poll on)."""
+    from device_agents.emulator.battery import BatteryModel, GaugeFaults, ManualClock
+
+    clock = ManualClock(times_ns[0])
+    model = BatteryModel(params, GaugeFaults(), clock_ns=clock)
+    model.set_plugged(False)
+    out = []
+    for t in times_ns:
+        clock.now_ns = t
+        model.set_activity(activity(t))
+        out.append(model.read())
+    return out
+
+
+def _jittered_polls(start: int, poll_ms: int, duration_s: float, late_ms: int) -> list[int]:
+    """Polls every poll_ms after the first (at `start`), each up to late_ms late (a loaded
+    host), never reordered."""
+    import random
+
+    rng = random.Random(31)
+    n = int(duration_s * 1000 / poll_ms)
+    late = [0] + [rng.randrange(late_ms * 1_000_000) for _ in range(n - 1)]
+    return [start + k * poll_ms * 1_000_000 + late[k] for k in range(n)]
+
+
+def test_gauge_updates_on_a_fixed_grid_however_late_the_polls() -> None:
+    from device_agents.emulator.battery import BatteryParams
+
+    params = BatteryParams(gauge_update_ms=1000, current_noise=0.0)
+    times = _jittered_polls(T0, 250, 30.0, late_ms=240)  # the grid starts at the first
+    act = lambda t: float((t - T0) // (3 * S) % 2)  # noqa: E731 - load steps every 3 s
+    rs = _poll_model(params, times, act)
+    for t, r in zip(times, rs):
+        g = T0 + (t - T0) // S * S  # the last grid instant at or before the poll
+        assert r.updated_ns == g and r.t_boot_ns == t
+        # the reading holds the load at its update instant, not at the (late) poll
+        held = act(max(p for p in times if p <= g))
+        assert r.current_ua == -round((params.idle_ma + params.per_worker_ma * held) * 1000)
+
+
+def _series_of(tmp_path: Path, readings: list) -> "object":
+    path = tmp_path / "g.perfetto-trace"
+    path.write_bytes(encode_trace(readings, None, ["CURRENT", "VOLTAGE", "CHARGE"]))
+    return read_battery_series(path)
+
+
+@pytest.mark.parametrize(
+    "gauge_ms,poll_ms,late_ms",
+    [(1000, 250, 1), (1000, 250, 240), (1100, 250, 1), (1250, 250, 200), (2000, 500, 400)],
+)
+def test_gauge_period_is_estimated_from_the_distinct_readings(
+    tmp_path: Path, gauge_ms: int, poll_ms: int, late_ms: int
+) -> None:
+    from as2d_cli.energy.gauge import estimate_gauge
+    from device_agents.emulator.battery import BatteryParams
+
+    times = _jittered_polls(T0, poll_ms, 40.0, late_ms)
+    rs = _poll_model(BatteryParams(gauge_update_ms=gauge_ms), times, lambda t: 1.0)
+    g = estimate_gauge(_series_of(tmp_path, rs))
+    # Not the poll period: the gauge's own, within 3 % however late the polls came.
+    assert g.period_s == pytest.approx(gauge_ms / 1000, rel=0.03)
+    assert not g.every_poll
+    assert g.readings == len({r.updated_ns for r in rs})
+    # A 5 s window gets about five new readings, not twenty polls' worth.
+    t0 = T0 + 10 * S + 300_000_000
+    assert g.updates_in(t0, t0 + 5 * S) in (int(5000 / gauge_ms), int(5000 / gauge_ms) + 1)
+
+
+def test_gauge_faster_than_the_polls_and_a_missed_update(tmp_path: Path) -> None:
+    from as2d_cli.energy.gauge import estimate_gauge
+    from device_agents.emulator.battery import BatteryParams
+
+    times = _jittered_polls(T0, 250, 10.0, 1)
+    fast = estimate_gauge(
+        _series_of(tmp_path, _poll_model(BatteryParams(gauge_update_ms=100), times, lambda t: 1))
+    )
+    assert fast.every_poll and fast.period_s == pytest.approx(0.25, rel=0.01)
+    # A 1 s gauge whose reading at 5 s repeated every value: still a 1 s gauge.
+    rs = _poll_model(BatteryParams(gauge_update_ms=1000), times, lambda t: 1.0)
+    held = [r for r in rs if r.updated_ns == T0 + 4 * S][0]
+    rs = [  # the 5 s update looks like the 4 s one
+        (dataclasses.replace(held, t_boot_ns=r.t_boot_ns) if r.updated_ns == T0 + 5 * S else r)
+        for r in rs
+    ]
+    g = estimate_gauge(_series_of(tmp_path, rs))
+    assert g.period_s == pytest.approx(1.0, rel=0.01) and g.readings == 9  # 10 updates, 1 unseen

@@ -201,22 +201,47 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
         ["CURRENT", "VOLTAGE", "CHARGE"],
     )
     doc = load_energy_result(path)
-    assert doc["schema"] == "as2d.energy-result" and doc["schema_version"] == 1
+    assert doc["schema"] == "as2d.energy-result" and doc["schema_version"] == 2
+    # The gauge behind the trace updates once a second (polled every 250 ms).
+    assert doc["capture"]["gauge_period_s"] == pytest.approx(1.0, rel=0.01)
+    assert "poll_s_observed" not in doc["capture"]
+    assert doc["requests"][0]["gauge_readings_in_window"] == 6  # updates at 3, 4, …, 8 s
     assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
     assert (d1 / "trace.perfetto-trace").read_bytes() == trace.read_bytes()
     assert "| as2d |" in (d1 / "table.md").read_text()
     with pytest.raises(UserError, match="never overwritten"):
         write_results(d1, analysis, ep, trace, spec, {}, {}, [])
     future = json.loads(path.read_text())
-    future["schema_version"] = 2
+    future["schema_version"] = 3
     (tmp_path / "future.json").write_text(json.dumps(future))
-    with pytest.raises(FormatError, match="version 2 is newer"):
+    with pytest.raises(FormatError, match="version 3 is newer"):
         load_energy_result(tmp_path / "future.json")
     broken = json.loads(path.read_text())
     del broken["cross_check"]
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(FormatError, match="cross_check"):
         load_energy_result(tmp_path / "broken.json")
+
+
+def test_version_1_results_are_read_as_version_2(tmp_path: Path) -> None:
+    analysis, ep, trace = _analysis(tmp_path)
+    d = new_run_dir(tmp_path / "results", "k70")
+    path = write_results(
+        d, analysis, ep, trace, CaptureSpec(duration_ms=10_000), {}, {}, ["CURRENT"]
+    )
+    old = json.loads(path.read_text())
+    old["schema_version"] = 1
+    old["capture"]["poll_s_observed"] = 0.25
+    for k in ("gauge_period_s", "gauge_readings"):
+        del old["capture"][k]
+    for r in old["requests"]:
+        del r["gauge_readings_in_window"]
+    (tmp_path / "v1.json").write_text(json.dumps(old))
+    doc = load_energy_result(tmp_path / "v1.json")
+    assert doc["schema_version"] == 2 and "poll_s_observed" not in doc["capture"]
+    assert doc["capture"]["gauge_period_s"] is None and doc["capture"]["gauge_readings"] is None
+    assert doc["requests"][0]["gauge_readings_in_window"] is None
+    assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
 
 
 def test_table_golden() -> None:

@@ -303,3 +303,69 @@ def test_perfetto_failure_is_one_line_and_records_are_kept(
     assert "perfetto failed" in line and "traced_consumer" in line and "persist.traced" in line
     raw = _run_dir(tmp_path / "res") / "raw"
     assert (raw / "perfetto.rc").read_text().strip() == "1" and (raw / "req001.out").exists()
+
+
+def test_a_one_second_gauge_is_known_from_the_capture(
+    make_emulated_phone, tmp_path: Path, capsys
+) -> None:
+    # A realistic gauge: new readings once a second however often the 250 ms polls come.
+    # Requests are a registered command that holds one busy worker while it sleeps, so a
+    # loaded host does not change the load the gauge sees.
+    import time
+
+    s = make_emulated_phone(connection="wireless")
+    power = EmulatedPower(s.phone, BatteryModel(BatteryParams(gauge_update_ms=1000))).install()
+
+    def req(ctx) -> int:  # type: ignore[no-untyped-def]
+        with power.busy():
+            time.sleep(int(ctx.argv[1]) / 1000)
+        ctx.out("AS2D_REQUEST body_tokens=30\n")
+        return 0
+
+    s.phone.register_command("req", req)
+    s.phone.schedule(0.3, s.phone.unplug)  # the charger comes off; adb stays connected
+    argv = [
+        "energy",
+        "--phone",
+        s.serial,
+        "--adb-port",
+        str(s.adb_port),
+        "--connection",
+        "wireless",
+        "--methods",
+        "as2d,target-only",
+        "--method-cmd",
+        "as2d=req 2500",
+        "--method-cmd",
+        "target-only=req 4000",
+        "--warmups",
+        "0",
+        "--out",
+        str(tmp_path / "res"),
+        "--settle-s",
+        "1",
+        "--gap-s",
+        "0.5",
+        "--tail-s",
+        "1",
+        "--request-budget-s",
+        "6",
+        "--discharge-wait-s",
+        "20",
+    ]
+    code, out, err = _run(argv, capsys)
+    power.stop_all()
+    assert code == 0, err
+    d = _run_dir(tmp_path / "res")
+    doc = load_energy_result(d / "energy.json")
+    cap = doc["capture"]
+    assert cap["poll_ms"] == 250
+    # The gauge's period, not the polls': 1 s (generous for polls a loaded host delays).
+    assert 0.8 <= cap["gauge_period_s"] <= 1.25
+    series = read_battery_series(d / "trace.perfetto-trace")
+    assert cap["gauge_readings"] <= len(series) / 2  # ~4 polls per reading
+    for r in doc["requests"]:
+        # A window gets about one new reading per second of it, not one per poll.
+        assert 1 <= r["gauge_readings_in_window"] <= r["window_s"] + 2
+        assert r["samples_in_window"] >= 2 * r["gauge_readings_in_window"]
+    assert "gauge:" in (d / "table.md").read_text()

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from as2d_cli.energy.episode_records import Episode, RequestRecord
+from as2d_cli.energy.gauge import GaugeEstimate, estimate_gauge
 from as2d_cli.energy.refusals import (
     MeasurementRefused,
     RefusalLimits,
@@ -68,6 +69,7 @@ class RequestEnergy:
     window_s: float | None = None
     j_per_token: float | None = None
     samples_in_window: int | None = None
+    gauge_readings_in_window: int | None = None  # new gauge readings inside the window
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -112,12 +114,16 @@ class EnergyAnalysis:
     cross_check: CrossCheck
     poll_s: float
     baseline: str | None
+    gauge: GaugeEstimate | None = None  # the gauge's distinct readings and update period
     trace_bytes: int = 0  # size of the trace file read
     trace_lost_bytes: int = 0  # bytes after its last whole packet (a trace cut mid-packet)
 
 
 def analyse_request(
-    series: BatterySeries, r: RequestRecord, limits: RefusalLimits = RefusalLimits()
+    series: BatterySeries,
+    r: RequestRecord,
+    limits: RefusalLimits = RefusalLimits(),
+    gauge: GaugeEstimate | None = None,
 ) -> RequestEnergy:
     label = f"request {r.method}/{r.phase} at boot {r.origin_ns / 1e9:.3f} s"
     base = dict(
@@ -146,6 +152,7 @@ def analyse_request(
         )
     energy = integrate_energy_j(series, r.origin_ns, r.end_ns)
     inside = int(((series.t_ns >= r.origin_ns) & (series.t_ns <= r.end_ns)).sum())
+    gauge = gauge if gauge is not None else estimate_gauge(series)
     return RequestEnergy(
         **base,
         status="ok",
@@ -155,6 +162,7 @@ def analyse_request(
         window_s=window_s,
         j_per_token=energy / r.body_tokens,
         samples_in_window=inside,
+        gauge_readings_in_window=gauge.updates_in(r.origin_ns, r.end_ns),
     )
 
 
@@ -207,7 +215,8 @@ def analyse_episode(
     """Every request (warm-ups included, failures kept) and the per-method formal pools.
     A capture whose battery status said a charger fed the phone is refused first."""
     check_battery_status(episode.meta, series)
-    reqs = [analyse_request(series, r, limits) for r in episode.requests]
+    gauge = estimate_gauge(series)
+    reqs = [analyse_request(series, r, limits, gauge) for r in episode.requests]
     order: list[str] = []
     for r in reqs:
         if r.phase == "formal" and r.method not in order:
@@ -241,6 +250,7 @@ def analyse_episode(
         cross_check(series, limits),
         poll_period_s(series),
         baseline if base is not None else None,
+        gauge,
         trace_bytes=series.trace_bytes,
         trace_lost_bytes=series.lost_bytes,
     )

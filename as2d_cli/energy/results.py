@@ -28,10 +28,32 @@ from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import check_version, git_commit
 
 SCHEMA = "as2d.energy-result"
-VERSION = 1
-# Version history: 1 — first release (per-request rows, per-method pools, cross-check).
+VERSION = 2
+# Version history: 1 — first release (per-request rows, per-method pools, cross-check);
+# 2 — the gauge's own figures: capture.gauge_period_s and capture.gauge_readings replace
+# capture.poll_s_observed, and each request has gauge_readings_in_window.
 TRACE_NAME = "trace.perfetto-trace"
 EPISODE_NAME = "episode.tsv"
+
+
+def _upgrade_1(doc: dict) -> dict:
+    """Version 1 → 2: a version-1 file did not record the gauge; its figures are null."""
+    doc = dict(doc)
+    capture = dict(doc.get("capture") or {})
+    capture.pop("poll_s_observed", None)
+    capture.setdefault("gauge_period_s", None)
+    capture.setdefault("gauge_readings", None)
+    doc["capture"] = capture
+    doc["requests"] = [
+        {**r, "gauge_readings_in_window": r.get("gauge_readings_in_window")}
+        if isinstance(r, dict)
+        else r
+        for r in doc.get("requests") or []
+    ]
+    return doc
+
+
+UPGRADES = {1: _upgrade_1}
 
 
 def _schema() -> dict:
@@ -50,6 +72,18 @@ def _clean(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def _window_readings(analysis: EnergyAnalysis) -> str:
+    n = [
+        r.gauge_readings_in_window
+        for r in analysis.requests
+        if r.phase == "formal" and r.gauge_readings_in_window is not None
+    ]
+    if not n:
+        return ""
+    span = f"{min(n)}" if min(n) == max(n) else f"{min(n)}–{max(n)}"
+    return f"; formal request windows got {span} new reading(s) each"
 
 
 def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
@@ -86,6 +120,8 @@ def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
         )
     else:
         notes.append(f"cross-check: {c.note}")
+    if analysis.gauge is not None:
+        notes.append(analysis.gauge.describe(analysis.poll_s) + _window_readings(analysis))
     notes += [f"formal request {r.method} failed: {r.status}" for r in failed]
     if analysis.trace_lost_bytes:
         notes.append(
@@ -177,7 +213,8 @@ def write_results(
                 "poll_ms": spec.poll_ms,
                 "duration_ms": spec.duration_ms,
                 "counters": counters,
-                "poll_s_observed": analysis.poll_s,
+                "gauge_period_s": analysis.gauge.period_s if analysis.gauge else None,
+                "gauge_readings": analysis.gauge.readings if analysis.gauge else None,
                 "trace_bytes": analysis.trace_bytes,
                 "trace_lost_bytes": analysis.trace_lost_bytes,
             },
@@ -213,6 +250,7 @@ def load_energy_result(path: Path) -> dict[str, Any]:
         version=VERSION,
         where=str(path),
         key="schema_version",
+        upgrades=UPGRADES,
         remedy_old="measure again with this toolkit",
     )
     try:

@@ -3,9 +3,11 @@ real Perfetto traces (TracePacket + BatteryCounters from the `perfetto` package'
 
 Conventions follow Android's BatteryManager: current in µA, negative while discharging,
 positive while net charge flows in; voltage in µV; charge counter in µAh. Like real fuel
-gauges, the reported values update about once per second however fast they are polled.
-Faults a real gauge shows (stale values, mA reported in the µA field, no voltage) are
-switches on the model so refusals can be tested end to end.
+gauges, the reported values update once per `gauge_update_ms` (1 s by default) however fast
+they are polled: the updates fall on a fixed grid of the boot clock (every period from the
+model's creation), so the period does not depend on when, or how late, the polls come.
+Faults a real gauge shows (stale values, mA reported in the µA field, no voltage, discharge
+current reported positive) are switches on the model so refusals can be tested end to end.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class BatteryParams:
     idle_ma: float = 420.0  # screen on, app in foreground
     per_worker_ma: float = 1150.0  # one busy inference worker
     charge_ma: float = 2000.0  # charger input while plugged
-    gauge_update_ms: int = 1000
+    gauge_update_ms: int = 1000  # the gauge's update period (a fixed grid on the boot clock)
     initial_percent: float = 78.0
     current_noise: float = 0.01  # relative jitter of each reported current reading
     seed: int = 6
@@ -55,6 +57,7 @@ class GaugeFaults:
     current_scale: float = 1.0  # 1e-3: mA written into the µA field; 1e3: nA
     report_voltage: bool = True
     charge_scale: float = 1.0  # 1e-3: the charge counter reports mAh in the µAh field
+    current_sign: int = 1  # -1: discharge current reported positive (a vendor's convention)
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class GaugeReading:
     voltage_uv: int | None
     charge_uah: int
     capacity_percent: float
+    updated_ns: int | None = None  # boot time of the gauge update this reading comes from
 
 
 @dataclass
@@ -72,7 +76,9 @@ class BatteryModel:
     """Charge, current and voltage as functions of activity and of the charger.
 
     `activity` is the number of busy inference workers (fractional allowed); the model
-    integrates the current piecewise-constant between updates on the boot clock.
+    integrates the current piecewise-constant between changes on the boot clock. The gauge
+    takes a reading at creation and then every `gauge_update_ms` on that grid; a poll gets
+    the latest reading. `true_power_w` is the noise-free power (ground truth for tests).
     """
 
     params: BatteryParams = field(default_factory=BatteryParams)
@@ -86,6 +92,7 @@ class BatteryModel:
         self._plugged = True
         self._activity = 0.0
         self._t_ns = self.clock_ns()
+        self._next_update_ns = self._t_ns  # the gauge's grid: creation + k·period
         self._gauge: GaugeReading | None = None
         self._avg_window: list[float] = []
         self._rng = random.Random(self.params.seed)  # reproducible gauge jitter
@@ -129,50 +136,76 @@ class BatteryModel:
         ocv = p.ocv_empty_v + (p.ocv_full_v - p.ocv_empty_v) * self._soc()
         return ocv + current_ma / 1000.0 * p.r_internal_ohm  # sags while discharging
 
-    def _advance_locked(self) -> None:
-        now = self.clock_ns()
-        dt_h = max(0, now - self._t_ns) / 3.6e12
-        current_ma = self._current_ma(self._activity_now())
+    def _integrate_locked(self, to_ns: int, current_ma: float) -> None:
+        dt_h = max(0, to_ns - self._t_ns) / 3.6e12
         cap = self.params.capacity_mah * 1000.0
         self._charge_uah = min(cap, max(0.0, self._charge_uah + current_ma * 1000.0 * dt_h))
-        self._t_ns = now
+        self._t_ns = max(self._t_ns, to_ns)
+
+    def _advance_locked(self, through: bool = False) -> None:
+        """Integrate the charge up to now under the activity held since the last change,
+        taking a gauge reading at every grid instant passed on the way (before now; also
+        at now with `through`, for a read — a change made at an instant is seen there)."""
+        now = max(self.clock_ns(), self._t_ns)
+        current_ma = self._current_ma(self._activity_now())
+        period = max(1, int(self.params.gauge_update_ms)) * 1_000_000
+        if self._gauge is not None and self.faults.stale:
+            self._next_update_ns = now + period  # a frozen gauge never updates again
+        due = self._next_update_ns
+        last = now if through else now - 1
+        if due <= last:
+            n = (last - due) // period + 1
+            if n > 20:  # long unobserved stretch: only the last readings matter
+                due += (n - 20) * period
+            while due <= last:
+                self._integrate_locked(due, current_ma)
+                self._update_gauge_locked(due, current_ma)
+                due += period
+            self._next_update_ns = due
+        self._integrate_locked(now, current_ma)
+
+    def _update_gauge_locked(self, at_ns: int, current_ma: float) -> None:
+        # Readings jitter like a real gauge's; the charge counter integrates the true load.
+        current_ma *= 1.0 + self.params.current_noise * (2.0 * self._rng.random() - 1.0)
+        self._avg_window = (self._avg_window + [current_ma])[-10:]
+        scale = 1000.0 * self.faults.current_scale * self.faults.current_sign
+        volt = round(self._voltage_v(current_ma) * 1e6) if self.faults.report_voltage else None
+        self._gauge = GaugeReading(
+            t_boot_ns=at_ns,
+            current_ua=round(current_ma * scale),
+            current_avg_ua=round(sum(self._avg_window) / len(self._avg_window) * scale),
+            voltage_uv=volt,
+            charge_uah=round(self._charge_uah * self.faults.charge_scale),
+            capacity_percent=round(self._soc() * 100.0, 1),
+            updated_ns=at_ns,
+        )
+
+    def true_power_w(self) -> float:
+        """The noise-free discharge power now (W, positive while discharging)."""
+        with self._lock:
+            self._advance_locked()
+            current_ma = self._current_ma(self._activity_now())
+            return -current_ma / 1000.0 * self._voltage_v(current_ma)
 
     def status(self) -> str:
         """'Charging' / 'Discharging' as /sys/class/power_supply/battery/status reports."""
         return "Charging" if self._plugged else "Discharging"
 
     def read(self) -> GaugeReading:
-        """What the fuel gauge reports now (held between its ~1 s updates)."""
+        """What the fuel gauge reports now: its latest reading, stamped with the poll time."""
         with self._lock:
-            self._advance_locked()
-            now = self._t_ns
+            self._advance_locked(through=True)
             g = self._gauge
-            if g is not None and (
-                self.faults.stale or now - g.t_boot_ns < self.params.gauge_update_ms * 1_000_000
-            ):
-                return GaugeReading(
-                    now,
-                    g.current_ua,
-                    g.current_avg_ua,
-                    g.voltage_uv,
-                    g.charge_uah,
-                    g.capacity_percent,
-                )
-            # Readings jitter like a real gauge's; the charge counter integrates the true load.
-            current_ma = self._current_ma(self._activity_now())
-            current_ma *= 1.0 + self.params.current_noise * (2.0 * self._rng.random() - 1.0)
-            self._avg_window = (self._avg_window + [current_ma])[-10:]
-            scale = 1000.0 * self.faults.current_scale
-            volt = round(self._voltage_v(current_ma) * 1e6) if self.faults.report_voltage else None
-            self._gauge = GaugeReading(
-                t_boot_ns=now,
-                current_ua=round(current_ma * scale),
-                current_avg_ua=round(sum(self._avg_window) / len(self._avg_window) * scale),
-                voltage_uv=volt,
-                charge_uah=round(self._charge_uah * self.faults.charge_scale),
-                capacity_percent=round(self._soc() * 100.0, 1),
+            assert g is not None  # the first reading is taken at creation
+            return GaugeReading(
+                self._t_ns,
+                g.current_ua,
+                g.current_avg_ua,
+                g.voltage_uv,
+                g.charge_uah,
+                g.capacity_percent,
+                g.updated_ns,
             )
-            return self._gauge
 
 
 # -- trace writing ------------------------------------------------------------------------
