@@ -232,8 +232,9 @@ def test_version_1_results_are_read_as_version_2(tmp_path: Path) -> None:
     old = json.loads(path.read_text())
     old["schema_version"] = 1
     old["capture"]["poll_s_observed"] = 0.25
-    for k in ("gauge_period_s", "gauge_readings"):
+    for k in ("gauge_period_s", "gauge_readings", "current_sign_corrected", "current_sign_note"):
         del old["capture"][k]
+    del old["cross_check"]["excluded_charging_samples"]
     for r in old["requests"]:
         del r["gauge_readings_in_window"]
     (tmp_path / "v1.json").write_text(json.dumps(old))
@@ -241,6 +242,8 @@ def test_version_1_results_are_read_as_version_2(tmp_path: Path) -> None:
     assert doc["schema_version"] == 2 and "poll_s_observed" not in doc["capture"]
     assert doc["capture"]["gauge_period_s"] is None and doc["capture"]["gauge_readings"] is None
     assert doc["requests"][0]["gauge_readings_in_window"] is None
+    assert doc["capture"]["current_sign_corrected"] is False
+    assert doc["cross_check"]["excluded_charging_samples"] is None
     assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
 
 

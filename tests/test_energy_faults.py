@@ -491,13 +491,15 @@ def test_trace_cut_mid_packet_is_read_to_its_last_whole_packet(tmp_path: Path) -
             assert (s.t_ns == full.t_ns[:n]).all() and (s.current_ua == full.current_ua[:n]).all()
 
 
-def _salvage_folder(tmp_path: Path) -> Path:
+def _salvage_folder(
+    tmp_path: Path, faults: GaugeFaults = GaugeFaults(), cut_bytes: int = 7
+) -> Path:
     """A pulled run folder (one request 2–6 s into a 10 s capture) whose trace was cut in
-    its last packet."""
+    its last packet (`cut_bytes` before its end)."""
     t0 = 2000 * S
     rs = simulate_readings(
         BatteryParams(),
-        GaugeFaults(),
+        faults,
         t0,
         250,
         10_000,
@@ -508,7 +510,7 @@ def _salvage_folder(tmp_path: Path) -> Path:
         build_trace_config(CaptureSpec(duration_ms=10_000)),
         ["CURRENT", "VOLTAGE", "CHARGE", "CAPACITY_PERCENT"],
     )
-    cut = len(data) - 7
+    cut = len(data) - cut_bytes
     d = tmp_path / "run"
     (d / "raw").mkdir(parents=True)
     (d / "trace.perfetto-trace").write_bytes(data[:cut])
@@ -546,6 +548,23 @@ def test_cut_trace_is_analysed_and_the_loss_is_said(tmp_path: Path, capsys) -> N
     assert doc["capture"]["trace_lost_bytes"] == lost
     assert doc["requests"][0]["status"] == "ok" and doc["requests"][0]["energy_j"] > 0
     assert f"the last {lost} of" in (d / "table.md").read_text()
+
+
+def test_flipped_sign_gauge_is_corrected_and_said(tmp_path: Path, capsys) -> None:
+    # The gauge reports discharge current positive; the status said Discharging and the
+    # charge counter fell: the run is measured, and the correction is said and stored.
+    d = _salvage_folder(tmp_path, GaugeFaults(current_sign=-1), cut_bytes=0)
+    assert (read_battery_series(d / "trace.perfetto-trace").current_ua > 0).all()
+    code, out, err = _run(["energy", "--from-run", str(d)], capsys)
+    assert code == 0, err
+    said = [ln for ln in err.splitlines() if "sign convention, not a charger" in ln]
+    assert len(said) == 1 and "Discharging" in said[0]
+    doc = load_energy_result(d / "energy.json")
+    assert doc["capture"]["current_sign_corrected"] is True
+    assert "sign convention" in doc["capture"]["current_sign_note"]
+    r = doc["requests"][0]
+    assert r["status"] == "ok" and 5.0 < r["mean_power_w"] < 7.5  # one worker ≈ 6 W
+    assert "sign convention" in (d / "table.md").read_text()
 
 
 # -- fault specs ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from as2d_cli.energy.analysis import analyse_episode
@@ -293,3 +294,60 @@ def test_unmeasurable_combinations_are_one_line_before_anything_runs(
     (line,) = err.splitlines()
     assert line.startswith("error: ") and all(w in line for w in words), line
     assert not (tmp_path / "res").exists()
+
+
+# -- a gauge that reports discharge current positive; charging polls in the cross-check -----
+
+DISCHARGING = {"battery_status_at_start": "Discharging", "battery_status_at_end": "Discharging"}
+
+
+def test_flipped_sign_gauge_is_corrected_not_refused_as_charging(tmp_path: Path) -> None:
+    normal = analyse_episode(_series(tmp_path), Episode(EPISODE.requests, dict(DISCHARGING)))
+    s = _series(tmp_path, faults=GaugeFaults(current_sign=-1))
+    assert (s.current_ua > 0).all() and s.charge_uah[-1] < s.charge_uah[0]  # the case
+    a = analyse_episode(s, Episode(EPISODE.requests, dict(DISCHARGING)))
+    assert a.sign_note is not None and "sign convention, not a charger" in a.sign_note
+    assert "Discharging" in a.sign_note and "\n" not in a.sign_note
+    # Same gauge, same jitter, opposite sign: the same figures to the last digit.
+    for x, y in zip(a.requests, normal.requests):
+        assert x.status == "ok" and x.energy_j == pytest.approx(y.energy_j, rel=1e-12)
+    assert a.cross_check.discrepancy_percent == pytest.approx(
+        normal.cross_check.discrepancy_percent
+    )
+    assert a.cross_check.excluded_charging_samples == 0 and normal.sign_note is None
+
+
+@pytest.mark.parametrize(
+    "meta,plugged,why",
+    [
+        ({}, lambda t: False, "no battery status recorded: nothing says it discharged"),
+        (DISCHARGING, lambda t: True, "the charge counter rose: it did charge"),
+    ],
+)
+def test_positive_current_without_the_evidence_stays_charging(
+    tmp_path: Path, meta: dict, plugged, why: str
+) -> None:
+    sign = 1 if meta == DISCHARGING else -1  # plugged in: current positive with Android's sign
+    s = _series(tmp_path, faults=GaugeFaults(current_sign=sign), plugged=plugged)
+    assert (s.current_ua > 0).all(), why
+    with pytest.raises(MeasurementRefused, match=r"positive .*charging"):
+        analyse_episode(s, Episode(EPISODE.requests, dict(meta)))
+
+
+def test_cross_check_leaves_out_polls_taken_while_charging(tmp_path: Path) -> None:
+    # The cable goes back in during the tail (23 s on): the requests are measured, and the
+    # cross-check compares current and charge counter over the discharging polls only.
+    s = _series(tmp_path, plugged=lambda t: t >= T0 + 23 * S)
+    a = analyse_episode(s, Episode(EPISODE.requests, dict(DISCHARGING)))
+    c = a.cross_check
+    charging = s.current_ua > 0
+    assert charging.sum() >= 8 and not charging[: int(22.9 * 4)].any()  # the tail only
+    assert c.excluded_charging_samples == int(charging.sum())
+    assert f"{int(charging.sum())} poll(s) taken while charging" in c.note
+    k = int(np.flatnonzero(charging)[0])  # the first charging poll: both stop before it
+    i, t = -s.current_ua[:k], s.t_ns[:k].astype(float)
+    assert c.integrated_mah == pytest.approx(np.sum((i[1:] + i[:-1]) * np.diff(t)) / 2 / 3.6e15)
+    assert c.charge_drop_mah == pytest.approx((s.charge_uah[0] - s.charge_uah[k - 1]) / 1000)
+    assert c.discrepancy_percent is not None and c.discrepancy_percent < 5.0
+    # Counting the charging tail would have compared against a counter that rose again.
+    assert (s.charge_uah[0] - s.charge_uah[-1]) / 1000 < 0.9 * c.charge_drop_mah

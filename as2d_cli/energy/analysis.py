@@ -9,7 +9,7 @@ power curve through the samples, clipped to the window. Whole phone, no idle sub
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -77,13 +77,14 @@ class RequestEnergy:
 
 @dataclass(frozen=True)
 class CrossCheck:
-    """Integrated current vs the charge-counter drop over the whole capture."""
+    """Integrated current vs the charge-counter drop over the capture's discharging polls."""
 
     interval_s: float
     integrated_mah: float
     charge_drop_mah: float | None
     discrepancy_percent: float | None  # |integrated − drop| / drop × 100 (paper: 8.2 %)
     note: str
+    excluded_charging_samples: int = 0  # polls with positive current, left out of both
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -115,6 +116,7 @@ class EnergyAnalysis:
     poll_s: float
     baseline: str | None
     gauge: GaugeEstimate | None = None  # the gauge's distinct readings and update period
+    sign_note: str | None = None  # set when the gauge's current sign was corrected
     trace_bytes: int = 0  # size of the trace file read
     trace_lost_bytes: int = 0  # bytes after its last whole packet (a trace cut mid-packet)
 
@@ -167,33 +169,49 @@ def analyse_request(
 
 
 def cross_check(series: BatterySeries, limits: RefusalLimits = RefusalLimits()) -> CrossCheck:
-    """Current integrated over the full capture vs the charge counter's drop (D.6.1)."""
+    """Current integrated over the capture vs the charge counter's drop (D.6.1), both over
+    the same intervals: those between two discharging polls. A poll with positive current
+    was taken while charging (a charger in before or after the requests); it and the
+    intervals next to it are left out of both, and the count is said."""
     t = series.t_ns
-    ok = np.isfinite(series.current_ua)
     interval_s = float(t[-1] - t[0]) / 1e9
-    if ok.sum() < 2:
-        return CrossCheck(interval_s, float("nan"), None, None, "no current samples")
-    tc, ic = t[ok], -series.current_ua[ok]
-    integrated = float(np.sum((ic[1:] + ic[:-1]) * np.diff(tc).astype(float)) / 2.0)
+    cur = series.current_ua
+    charging = np.isfinite(cur) & (cur > 0)
+    n_chg = int(charging.sum())
+    left_out = (
+        f"; {n_chg} poll(s) taken while charging (positive current) left out of both"
+        if n_chg
+        else ""
+    )
+    ok = np.isfinite(cur) & ~charging
+    pair = ok[1:] & ok[:-1]  # intervals between two discharging polls
+    if not pair.any():
+        why = "no current samples" if not n_chg else "no two discharging polls in a row"
+        return CrossCheck(interval_s, float("nan"), None, None, why + left_out, n_chg)
+    ic = -cur
+    dt = np.diff(t).astype(float)
+    integrated = float(np.sum(((ic[1:] + ic[:-1]) * dt)[pair]) / 2.0)
     integrated_mah = integrated / UAS_NS_PER_MAH
     q = series.charge_uah
-    qok = np.flatnonzero(np.isfinite(q))
-    if qok.size < 2:
+    qpair = pair & np.isfinite(q[1:]) & np.isfinite(q[:-1])
+    if not qpair.any():
         return CrossCheck(
             interval_s,
             integrated_mah,
             None,
             None,
-            "no charge counter in the trace (BATTERY_COUNTER_CHARGE)",
+            "no charge counter in the trace (BATTERY_COUNTER_CHARGE)" + left_out,
+            n_chg,
         )
-    drop_mah = float(q[qok[0]] - q[qok[-1]]) / 1000.0
+    drop_mah = float(np.sum((q[:-1] - q[1:])[qpair])) / 1000.0
     if drop_mah <= 0:
         return CrossCheck(
             interval_s,
             integrated_mah,
             drop_mah,
             None,
-            "charge counter did not decrease over the capture; no cross-check",
+            "charge counter did not decrease over the capture; no cross-check" + left_out,
+            n_chg,
         )
     check_crosscheck_units(integrated_mah, drop_mah, limits)
     disc = abs(integrated_mah - drop_mah) / drop_mah * 100.0
@@ -202,8 +220,39 @@ def cross_check(series: BatterySeries, limits: RefusalLimits = RefusalLimits()) 
         integrated_mah,
         drop_mah,
         disc,
-        "both readings come from the phone's own gauge; not an external calibration",
+        "both readings come from the phone's own gauge; not an external calibration" + left_out,
+        n_chg,
     )
+
+
+def correct_current_sign(
+    series: BatterySeries, meta: dict[str, str]
+) -> tuple[BatterySeries, str | None]:
+    """(the series in Android's sign, a note when it had to be corrected).
+
+    Some gauges report discharge current positive. That is a sign convention, not a
+    charger, when the battery status said Discharging (at the start or end of the
+    capture, and a charger status at neither), the charge counter fell over the capture,
+    and most polls read a positive current: the current is then negated, and the note
+    says so. Without that evidence (no status recorded, no charge counter, or a counter
+    that rose) positive current stays what it looks like: charging, refused per window."""
+    statuses = [meta.get(f"battery_status_at_{w}", "").strip().lower() for w in ("start", "end")]
+    if "discharging" not in statuses or not series.has("current_ua"):
+        return series, None
+    cur = series.current_ua[np.isfinite(series.current_ua)]
+    if float(np.median(cur)) <= 0:
+        return series, None
+    q = series.charge_uah[np.isfinite(series.charge_uah)]
+    if q.size < 2 or float(q[0] - q[-1]) <= 0:
+        return series, None
+    note = (
+        f"the gauge reports discharge current positive (battery status Discharging, "
+        f"charge counter fell {float(q[0] - q[-1]) / 1000:.2f} mAh while the median current "
+        f"read +{float(np.median(cur)) / 1000:.0f} mA): a sign convention, not a charger — "
+        "the current's sign was corrected for the energy figures and the cross-check"
+    )
+    fixed = replace(series, current_ua=-series.current_ua, current_avg_ua=-series.current_avg_ua)
+    return fixed, note
 
 
 def analyse_episode(
@@ -213,8 +262,10 @@ def analyse_episode(
     limits: RefusalLimits = RefusalLimits(),
 ) -> EnergyAnalysis:
     """Every request (warm-ups included, failures kept) and the per-method formal pools.
-    A capture whose battery status said a charger fed the phone is refused first."""
+    A capture whose battery status said a charger fed the phone is refused first; a gauge
+    that reports discharge current positive is corrected (correct_current_sign)."""
     check_battery_status(episode.meta, series)
+    series, sign_note = correct_current_sign(series, episode.meta)
     gauge = estimate_gauge(series)
     reqs = [analyse_request(series, r, limits, gauge) for r in episode.requests]
     order: list[str] = []
@@ -251,6 +302,7 @@ def analyse_episode(
         poll_period_s(series),
         baseline if base is not None else None,
         gauge,
+        sign_note,
         trace_bytes=series.trace_bytes,
         trace_lost_bytes=series.lost_bytes,
     )

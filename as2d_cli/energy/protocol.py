@@ -366,6 +366,8 @@ def analyse_run_folder(
                 f"the {series.packets} whole packets"
             )
         analysis = analyse_episode(series, episode, baseline=baseline)
+        if analysis.sign_note and say is not None:
+            say(analysis.sign_note[0].upper() + analysis.sign_note[1:] + ".")
     except MeasurementRefused as exc:
         (out_dir / "refused.txt").write_text(str(exc) + "\n")
         raise MeasurementRefused(f"{exc} (trace and records kept in {out_dir})") from None

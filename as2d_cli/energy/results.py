@@ -31,7 +31,9 @@ SCHEMA = "as2d.energy-result"
 VERSION = 2
 # Version history: 1 — first release (per-request rows, per-method pools, cross-check);
 # 2 — the gauge's own figures: capture.gauge_period_s and capture.gauge_readings replace
-# capture.poll_s_observed, and each request has gauge_readings_in_window.
+# capture.poll_s_observed, and each request has gauge_readings_in_window; a gauge whose
+# current sign was corrected says so (capture.current_sign_corrected, .current_sign_note);
+# the cross-check counts the charging polls it left out (excluded_charging_samples).
 TRACE_NAME = "trace.perfetto-trace"
 EPISODE_NAME = "episode.tsv"
 
@@ -43,7 +45,12 @@ def _upgrade_1(doc: dict) -> dict:
     capture.pop("poll_s_observed", None)
     capture.setdefault("gauge_period_s", None)
     capture.setdefault("gauge_readings", None)
+    capture.setdefault("current_sign_corrected", False)  # version 1 never corrected it
+    capture.setdefault("current_sign_note", None)
     doc["capture"] = capture
+    if isinstance(doc.get("cross_check"), dict):
+        # version 1 integrated every poll; charging ones were not told apart
+        doc["cross_check"] = {"excluded_charging_samples": None, **doc["cross_check"]}
     doc["requests"] = [
         {**r, "gauge_readings_in_window": r.get("gauge_readings_in_window")}
         if isinstance(r, dict)
@@ -117,9 +124,16 @@ def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
             f"cross-check over {c.interval_s:.1f} s: current integrates to "
             f"{c.integrated_mah:.2f} mAh vs charge-counter drop "
             f"{c.charge_drop_mah:.2f} mAh ({c.discrepancy_percent:.1f} % discrepancy)"
+            + (
+                f"; {c.excluded_charging_samples} poll(s) taken while charging left out"
+                if c.excluded_charging_samples
+                else ""
+            )
         )
     else:
         notes.append(f"cross-check: {c.note}")
+    if analysis.sign_note:
+        notes.append(analysis.sign_note)
     if analysis.gauge is not None:
         notes.append(analysis.gauge.describe(analysis.poll_s) + _window_readings(analysis))
     notes += [f"formal request {r.method} failed: {r.status}" for r in failed]
@@ -215,6 +229,8 @@ def write_results(
                 "counters": counters,
                 "gauge_period_s": analysis.gauge.period_s if analysis.gauge else None,
                 "gauge_readings": analysis.gauge.readings if analysis.gauge else None,
+                "current_sign_corrected": analysis.sign_note is not None,
+                "current_sign_note": analysis.sign_note,
                 "trace_bytes": analysis.trace_bytes,
                 "trace_lost_bytes": analysis.trace_lost_bytes,
             },
