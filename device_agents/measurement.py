@@ -65,7 +65,9 @@ def prepare(
     if gate_core is not None:
         n = len(device.cpus())
         if not 0 <= gate_core < n:
-            raise UserError(f"--gate-core {gate_core}: {ident.name} has CPUs 0-{n - 1}")
+            raise UserError(
+                f"--gate-core {gate_core}: {ident.name} has CPUs 0-{n - 1}; pick one of those"
+            )
         changes["core"] = gate_core
     return Measurement(
         device,

@@ -103,7 +103,7 @@ def devices(
 
 def gate(
     phone: str = typer.Option(
-        ..., "--phone", help="local, a known phone (k70, 11pro, 14, note9pro) or a serial."
+        ..., "--phone", help="local, a known phone (k70, mi14, mi11pro, note9pro) or a serial."
     ),
     show: bool = typer.Option(
         False, "--show", help="Only show each check once (no rest, no waiting)."
@@ -122,29 +122,31 @@ def gate(
     min_ghz: Optional[float] = options.positive(
         None, "--min-ghz", help="Minimum ceiling in GHz (default 1.8816)."
     ),
+    max_temp: Optional[float] = options.max_temp(),
+    temp_sensor: Optional[str] = options.temp_sensor(),
     as_json: bool = typer.Option(False, "--json", help="Print the gate record as JSON."),
     adb_port: Optional[int] = options.adb_port("adb server port."),
 ) -> None:
-    """Check a device as before a measured episode: rest, all cores online, frequency ceiling."""
+    """Check a device as before a measured episode: rest, temperature, all cores online,
+    frequency ceiling."""
     from dataclasses import replace
 
-    from device_agents.gating import GateConfig, run_gate, show_gate
-    from device_agents.registry import resolve_phone
+    from device_agents.gating import run_gate, show_gate
+    from device_agents.measurement import prepare
 
-    device = resolve_phone(phone, adb_port)
-    options.check_core(device, core, "--gate-core")
-    config = GateConfig.for_device(device)
-    changes = {
-        k: v
-        for k, v in {
-            "rest_s": rest,
-            "interval_s": interval,
-            "core": core,
-            "min_ceiling_khz": None if min_ghz is None else int(round(min_ghz * 1e6)),
-        }.items()
-        if v is not None
-    }
-    config = replace(config, **changes)
+    m = prepare(
+        phone,
+        adb_port=adb_port,
+        rest_s=rest,
+        interval_s=interval,
+        max_temp_c=max_temp,
+        temp_sensor=temp_sensor,
+        gate_core=core,
+    )
+    device = m.device
+    config = m.gate
+    if min_ghz is not None:
+        config = replace(config, min_ceiling_khz=int(round(min_ghz * 1e6)))
     console = Console(highlight=False, soft_wrap=True)
     if show:
         for name, available, obs in show_gate(device, config):
@@ -170,7 +172,7 @@ def gate(
 
 def watch(
     phone: str = typer.Option(
-        ..., "--phone", help="local, a known phone (k70, 11pro, 14, note9pro) or a serial."
+        ..., "--phone", help="local, a known phone (k70, mi14, mi11pro, note9pro) or a serial."
     ),
     seconds: float = options.positive_seconds(10.0, "--seconds", help="How long to watch."),
     interval: float = options.positive_seconds(
