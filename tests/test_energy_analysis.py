@@ -76,6 +76,8 @@ def test_episode_table_figures(tmp_path: Path) -> None:
     assert t.j_per_token == pytest.approx(1.2) and t.response_s == pytest.approx(2.0)
     assert x.energy_j == pytest.approx(14.5) and x.response_s == pytest.approx(1.0)
     assert x.window_s == pytest.approx(2.0) and x.j_per_token == pytest.approx(2.9)
+    # Mean power as the paper: energy / response time (to target EOS), not / window.
+    assert x.mean_power_w == pytest.approx(14.5) and x.window_power_w == pytest.approx(7.25)
     m = {r.method: r for r in a.methods}
     assert m["as2d"].energy_vs_baseline_percent == pytest.approx(100 * (14.5 / 12 - 1))
     assert m["as2d"].j_per_token_vs_baseline_percent == pytest.approx(100 * (2.9 / 1.2 - 1))

@@ -235,6 +235,12 @@ def test_version_1_results_are_read_as_version_2(tmp_path: Path) -> None:
     for k in ("gauge_period_s", "gauge_readings", "current_sign_corrected", "current_sign_note"):
         del old["capture"][k]
     del old["cross_check"]["excluded_charging_samples"]
+    del old["window_includes"]
+    for r in old["requests"] + old["methods"]:  # version 1: mean power was energy / window
+        r["mean_power_w"] = r.pop("window_power_w")
+    for m in old["methods"]:
+        for k in ("measured_requests", "failed_requests", "status"):
+            del m[k]
     for r in old["requests"]:
         del r["gauge_readings_in_window"]
     (tmp_path / "v1.json").write_text(json.dumps(old))
@@ -244,50 +250,138 @@ def test_version_1_results_are_read_as_version_2(tmp_path: Path) -> None:
     assert doc["requests"][0]["gauge_readings_in_window"] is None
     assert doc["capture"]["current_sign_corrected"] is False
     assert doc["cross_check"]["excluded_charging_samples"] is None
+    r, m = doc["requests"][0], doc["methods"][0]
+    assert r["window_power_w"] == pytest.approx(analysis.requests[0].window_power_w)
+    assert r["mean_power_w"] == pytest.approx(r["energy_j"] / r["response_s"])
+    assert r["mean_power_w"] > r["window_power_w"]  # response 5 s of a 6 s window
+    assert m["mean_power_w"] == pytest.approx(m["energy_j"] / m["response_s"])
+    assert m["status"] == "ok" and m["measured_requests"] == 1
+    assert doc["window_includes"] is None
     assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
 
 
 def test_table_golden() -> None:
-    from as2d_cli.energy.analysis import CrossCheck, EnergyAnalysis, MethodSummary
-    from as2d_cli.energy.results import render_table
+    from as2d_cli.energy.analysis import CrossCheck, EnergyAnalysis, RequestEnergy, pool_methods
+    from as2d_cli.energy.results import NATIVE_WINDOW, render_table
 
-    # The paper's Table 15 figures, rendered as the user sees them.
+    # The paper's Table 15 figures (one formal request per method), rendered as the user
+    # sees them: mean power is energy / response time (341.6 J / 32.64 s = 10.47 W).
+    def req(method: str, energy: float, response: float, window: float, tokens: int):
+        return RequestEnergy(
+            method,
+            "formal",
+            0,
+            0,
+            0,
+            tokens,
+            0,
+            "ok",
+            energy,
+            energy / response,
+            response,
+            window,
+            energy / tokens,
+            100,
+            None,
+            energy / window,
+        )
+
+    reqs = [
+        req("as2d", 239.4, 21.13, 21.5, 248),
+        req("target-only", 341.6, 32.64, 33.0, 256),
+    ]
     a = EnergyAnalysis(
-        requests=[],
-        methods=[
-            MethodSummary(
-                "as2d",
-                1,
-                239.4,
-                21.13,
-                248,
-                239.4 / 248,
-                11.33,
-                100 * (239.4 / 341.6 - 1),
-                100 * ((239.4 / 248) / (341.6 / 256) - 1),
-            ),
-            MethodSummary("target-only", 1, 341.6, 32.64, 256, 341.6 / 256, 10.47, None, None),
-        ],
+        requests=reqs,
+        methods=pool_methods(reqs, ["as2d", "target-only"], "target-only"),
         cross_check=CrossCheck(120.0, 145.9, 159.0, abs(145.9 - 159.0) / 159.0 * 100, ""),
         poll_s=0.25,
         baseline="target-only",
     )
-    md, csv_text = render_table(a)
+    md, csv_text = render_table(a, {"as2d": NATIVE_WINDOW, "target-only": NATIVE_WINDOW})
     assert md == (
-        "| Method | Energy (J) | Mean power (W) | Response (s) | Body tokens | J/token |\n"
-        "|---|---|---|---|---|---|\n"
-        "| as2d | 239.4 | 11.33 | 21.13 | 248 | 0.965 |\n"
-        "| target-only | 341.6 | 10.47 | 32.64 | 256 | 1.334 |\n"
+        "| Method | Request | Energy (J) | Mean power (W) | Response (s) | Body tokens | "
+        "J/token |\n"
+        "|---|---|---|---|---|---|---|\n"
+        "| as2d | 1 | 239.4 | 11.33 | 21.13 | 248 | 0.965 |\n"
+        "| target-only | 1 | 341.6 | 10.47 | 32.64 | 256 | 1.334 |\n"
         "\n"
         "- as2d vs target-only: energy -29.9 %, J/token -27.7 %\n"
+        "- mean power = energy / response time (to target EOS), as in the paper; energy "
+        "covers the window, which ends when both workers have finished\n"
+        f"- as2d, target-only: {NATIVE_WINDOW}\n"
         "- cross-check over 120.0 s: current integrates to 145.90 mAh vs charge-counter drop "
         "159.00 mAh (8.2 % discrepancy)\n"
     )
-    assert (
-        csv_text.splitlines()[0]
-        == "method,energy_j,mean_power_w,response_s,body_tokens,j_per_token"
+    lines = csv_text.splitlines()
+    assert lines[0] == (
+        "method,request,status,energy_j,mean_power_w,response_s,window_s,body_tokens,j_per_token"
     )
-    assert csv_text.splitlines()[1].startswith("as2d,239.4,11.33,21.13,248,0.965")
+    assert lines[1].startswith("as2d,1,ok,239.4,11.3")
+    assert len(lines) == 3  # one formal request each: no pooled rows
+
+
+def test_table_rows_per_request_pooled_and_a_method_that_failed() -> None:
+    from as2d_cli.energy.analysis import CrossCheck, EnergyAnalysis, RequestEnergy, pool_methods
+    from as2d_cli.energy.results import render_table
+
+    def req(method: str, energy: float, response: float, status: str = "ok"):
+        if status != "ok":
+            return RequestEnergy(method, "formal", 0, 0, 0, 0, 137, status)
+        return RequestEnergy(
+            method,
+            "formal",
+            0,
+            0,
+            0,
+            100,
+            0,
+            "ok",
+            energy,
+            energy / response,
+            response,
+            response + 1,
+            energy / 100,
+            50,
+            None,
+            energy / (response + 1),
+        )
+
+    reqs = [
+        req("as2d", 60.0, 10.0),
+        req("as2d", 0, 0, "failed: request exited with 137"),
+        req("as2d", 90.0, 20.0),
+        req("sd", 0, 0, "failed: request exited with 137"),
+        req("sd", 0, 0, "failed: request exited with 137"),
+    ]
+    methods = pool_methods(reqs, ["as2d", "sd"], "sd")
+    a = EnergyAnalysis(reqs, methods, CrossCheck(1.0, 1.0, None, None, "none"), 0.25, None)
+    as2d, sd = methods
+    assert (as2d.formal_requests, as2d.measured_requests, as2d.failed_requests) == (3, 2, 1)
+    assert as2d.energy_j == 150.0 and as2d.mean_power_w == pytest.approx(150.0 / 30.0)
+    assert as2d.window_power_w == pytest.approx(150.0 / 32.0)
+    assert as2d.energy_vs_baseline_percent is None  # the baseline measured nothing
+    assert sd.status.startswith("failed: all 2 formal request(s) failed (request exited")
+    assert sd.energy_j is None and sd.mean_power_w is None
+    md, csv_text = render_table(a)
+    rows = [ln for ln in md.splitlines() if ln.startswith("| as2d") or ln.startswith("| sd")]
+    assert rows == [
+        "| as2d | 1 | 60.0 | 6.00 | 10.00 | 100 | 0.600 |",
+        "| as2d | 2 | failed | — | — | — | — |",
+        "| as2d | 3 | 90.0 | 4.50 | 20.00 | 100 | 0.900 |",
+        "| as2d | pooled (2 of 3) | 150.0 | 5.00 | 30.00 | 200 | 0.750 |",
+        "| sd | 1 | failed | — | — | — | — |",
+        "| sd | 2 | failed | — | — | — | — |",
+    ]
+    assert "- sd: failed: all 2 formal request(s) failed" in md
+    assert [ln.split(",")[:3] for ln in csv_text.splitlines()[1:]] == [
+        ["as2d", "1", "ok"],
+        ["as2d", "2", "failed: request exited with 137"],
+        ["as2d", "3", "ok"],
+        ["as2d", "pooled", "ok"],
+        ["sd", "1", "failed: request exited with 137"],
+        ["sd", "2", "failed: request exited with 137"],
+        ["sd", "pooled", "failed: all 2 formal request(s) failed (request exited with 137)"],
+    ]
 
 
 def test_bundle_request_template_keeps_only_the_episode_placeholders() -> None:
@@ -340,3 +434,18 @@ def test_bundle_request_template_keeps_only_the_episode_placeholders() -> None:
         "3",
     ]
     assert "HOME=/data/local/tmp/as2d-e-1/home" in argv
+
+
+def test_window_includes_follows_the_command_that_ran_each_method() -> None:
+    from as2d_cli.energy.results import NATIVE_WINDOW, OTHER_WINDOW, window_includes
+
+    plan = EpisodePlan(
+        methods=("as2d", "target-only"),
+        request_cmd="cd {run_dir} && python -m native.energy_request --method {method}",
+        method_cmds=(("target-only", "{run_dir}/energy_workload.sh 900 40"),),
+    )
+    from dataclasses import asdict
+
+    got = window_includes(json.loads(json.dumps(asdict(plan))))  # as plan.json holds it
+    assert got == {"as2d": NATIVE_WINDOW, "target-only": OTHER_WINDOW}
+    assert "audio encoding" in NATIVE_WINDOW and "audio encoding" not in OTHER_WINDOW

@@ -133,7 +133,11 @@ def test_failed_request_is_kept_not_measured(tmp_path: Path) -> None:
     a = analyse_episode(_series(tmp_path), ep)
     assert a.requests[-1].status == "failed: request exited with 137"
     assert a.requests[-1].energy_j is None
-    assert {m.method for m in a.methods} == {"target-only", "as2d"}
+    # The method whose only formal request failed stays, with its failure and no figures.
+    sd = {m.method: m for m in a.methods}["sd"]
+    assert [m.method for m in a.methods] == ["target-only", "as2d", "sd"]
+    assert sd.status.startswith("failed: all 1 formal request(s) failed") and sd.energy_j is None
+    assert (sd.formal_requests, sd.measured_requests, sd.failed_requests) == (1, 0, 1)
 
 
 def test_refuses_charge_counter_off_by_1000(tmp_path: Path) -> None:

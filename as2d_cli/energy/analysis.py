@@ -64,12 +64,13 @@ class RequestEnergy:
     exit_code: int
     status: str  # "ok" or "failed: …" (failed requests are kept, never dropped)
     energy_j: float | None = None
-    mean_power_w: float | None = None
+    mean_power_w: float | None = None  # energy / response time (the paper's Table 15)
     response_s: float | None = None
     window_s: float | None = None
     j_per_token: float | None = None
     samples_in_window: int | None = None
     gauge_readings_in_window: int | None = None  # new gauge readings inside the window
+    window_power_w: float | None = None  # energy / window (origin to end of both workers)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -92,15 +93,23 @@ class CrossCheck:
 
 @dataclass(frozen=True)
 class MethodSummary:
-    """Formal requests of one method pooled: J/token = ΣE / Σ body tokens."""
+    """One method's formal requests: how many, how many failed, and the measured ones
+    pooled — energy ΣE, response Σresponse, J/token ΣE / Σ body tokens, mean power
+    ΣE / Σresponse (the paper's Table 15: energy over response time), window power
+    ΣE / Σwindow. A method whose formal requests all failed keeps its row: its figures
+    are None and `status` says why."""
 
     method: str
     formal_requests: int
-    energy_j: float
-    response_s: float
-    body_tokens: int
-    j_per_token: float
-    mean_power_w: float
+    measured_requests: int
+    failed_requests: int
+    status: str  # "ok", or "failed: …" when no formal request was measured
+    energy_j: float | None
+    response_s: float | None
+    body_tokens: int | None
+    j_per_token: float | None
+    mean_power_w: float | None  # ΣE / Σresponse (paper); None when no response time
+    window_power_w: float | None  # ΣE / Σwindow
     energy_vs_baseline_percent: float | None  # negative = less energy than the baseline
     j_per_token_vs_baseline_percent: float | None
 
@@ -155,16 +164,18 @@ def analyse_request(
     energy = integrate_energy_j(series, r.origin_ns, r.end_ns)
     inside = int(((series.t_ns >= r.origin_ns) & (series.t_ns <= r.end_ns)).sum())
     gauge = gauge if gauge is not None else estimate_gauge(series)
+    response_s = (r.target_eos_ns - r.origin_ns) / 1e9
     return RequestEnergy(
         **base,
         status="ok",
         energy_j=energy,
-        mean_power_w=energy / window_s,
-        response_s=(r.target_eos_ns - r.origin_ns) / 1e9,
+        mean_power_w=energy / response_s if response_s > 0 else None,
+        response_s=response_s,
         window_s=window_s,
         j_per_token=energy / r.body_tokens,
         samples_in_window=inside,
         gauge_readings_in_window=gauge.updates_in(r.origin_ns, r.end_ns),
+        window_power_w=energy / window_s,
     )
 
 
@@ -255,6 +266,71 @@ def correct_current_sign(
     return fixed, note
 
 
+def pool_methods(
+    reqs: list[RequestEnergy], order: list[str], baseline: str | None
+) -> list[MethodSummary]:
+    """Per method (in `order`), its formal requests pooled; % change vs `baseline`."""
+    rows: list[MethodSummary] = []
+    for m in order:
+        formal = [r for r in reqs if r.method == m and r.phase == "formal"]
+        ok = [r for r in formal if r.status == "ok"]
+        n, nf = len(formal), len(formal) - len(ok)
+        if not ok:
+            why = formal[0].status.removeprefix("failed: ") if formal else "no formal request"
+            rows.append(
+                MethodSummary(
+                    m,
+                    n,
+                    0,
+                    nf,
+                    f"failed: all {n} formal request(s) failed ({why})",
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                )
+            )
+            continue
+        e = sum(r.energy_j or 0.0 for r in ok)
+        resp = sum(r.response_s or 0.0 for r in ok)
+        win = sum(r.window_s or 0.0 for r in ok)
+        tok = sum(r.body_tokens for r in ok)
+        rows.append(
+            MethodSummary(
+                m,
+                n,
+                len(ok),
+                nf,
+                "ok",
+                e,
+                resp,
+                tok,
+                e / tok,
+                e / resp if resp > 0 else None,
+                e / win,
+                None,
+                None,
+            )
+        )
+    base = next((x for x in rows if x.method == baseline and x.status == "ok"), None)
+    if base is None or base.energy_j is None or base.j_per_token is None:
+        return rows
+    out = []
+    for x in rows:
+        if x.status == "ok" and x.method != baseline and x.energy_j and x.j_per_token:
+            x = replace(
+                x,
+                energy_vs_baseline_percent=100.0 * (x.energy_j / base.energy_j - 1.0),
+                j_per_token_vs_baseline_percent=100.0 * (x.j_per_token / base.j_per_token - 1.0),
+            )
+        out.append(x)
+    return out
+
+
 def analyse_episode(
     series: BatterySeries,
     episode: Episode,
@@ -272,35 +348,14 @@ def analyse_episode(
     for r in reqs:
         if r.phase == "formal" and r.method not in order:
             order.append(r.method)
-    pooled: dict[str, tuple[int, float, float, int, float]] = {}
-    for m in order:
-        ok = [r for r in reqs if r.method == m and r.phase == "formal" and r.status == "ok"]
-        if not ok:
-            continue
-        e = sum(r.energy_j or 0.0 for r in ok)
-        w = sum(r.window_s or 0.0 for r in ok)
-        pooled[m] = (
-            len(ok),
-            e,
-            sum(r.response_s or 0.0 for r in ok),
-            sum(r.body_tokens for r in ok),
-            w,
-        )
-    base = pooled.get(baseline) if baseline else None
-    methods: list[MethodSummary] = []
-    for m, (n, e, resp, tok, w) in pooled.items():
-        jpt = e / tok
-        ev = jv = None
-        if base is not None and m != baseline:
-            ev = 100.0 * (e / base[1] - 1.0)
-            jv = 100.0 * (jpt / (base[1] / base[3]) - 1.0)
-        methods.append(MethodSummary(m, n, e, resp, tok, jpt, e / w, ev, jv))
+    methods = pool_methods(reqs, order, baseline)
+    base = baseline if any(m.method == baseline and m.status == "ok" for m in methods) else None
     return EnergyAnalysis(
         reqs,
         methods,
         cross_check(series, limits),
         poll_period_s(series),
-        baseline if base is not None else None,
+        base,
         gauge,
         sign_note,
         trace_bytes=series.trace_bytes,

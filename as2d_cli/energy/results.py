@@ -33,7 +33,10 @@ VERSION = 2
 # 2 — the gauge's own figures: capture.gauge_period_s and capture.gauge_readings replace
 # capture.poll_s_observed, and each request has gauge_readings_in_window; a gauge whose
 # current sign was corrected says so (capture.current_sign_corrected, .current_sign_note);
-# the cross-check counts the charging polls it left out (excluded_charging_samples).
+# the cross-check counts the charging polls it left out (excluded_charging_samples);
+# mean_power_w is energy / response time as in the paper (window_power_w: energy / window),
+# methods count their formal, measured and failed requests and keep a method whose formal
+# requests all failed (status), and window_includes says per method what its window holds.
 TRACE_NAME = "trace.perfetto-trace"
 EPISODE_NAME = "episode.tsv"
 
@@ -52,12 +55,38 @@ def _upgrade_1(doc: dict) -> dict:
         # version 1 integrated every poll; charging ones were not told apart
         doc["cross_check"] = {"excluded_charging_samples": None, **doc["cross_check"]}
     doc["requests"] = [
-        {**r, "gauge_readings_in_window": r.get("gauge_readings_in_window")}
-        if isinstance(r, dict)
-        else r
-        for r in doc.get("requests") or []
+        _upgrade_1_request(r) if isinstance(r, dict) else r for r in doc.get("requests") or []
     ]
+    doc["methods"] = [
+        _upgrade_1_method(m) if isinstance(m, dict) else m for m in doc.get("methods") or []
+    ]
+    doc.setdefault("window_includes", None)  # version 1 did not say
     return doc
+
+
+def _per_response(energy: Any, response: Any) -> float | None:
+    ok = isinstance(energy, (int, float)) and isinstance(response, (int, float))
+    return energy / response if ok and response > 0 else None
+
+
+def _upgrade_1_request(r: dict) -> dict:
+    # version 1's mean power was energy / window; the paper's is energy / response time
+    r = dict(r)
+    r.setdefault("gauge_readings_in_window", None)
+    r["window_power_w"] = r.get("mean_power_w")
+    r["mean_power_w"] = _per_response(r.get("energy_j"), r.get("response_s"))
+    return r
+
+
+def _upgrade_1_method(m: dict) -> dict:
+    # version 1 listed only methods with measured formal requests, all of them pooled
+    m = dict(m)
+    m.setdefault("measured_requests", m.get("formal_requests"))
+    m.setdefault("failed_requests", None)
+    m.setdefault("status", "ok")
+    m["window_power_w"] = m.get("mean_power_w")
+    m["mean_power_w"] = _per_response(m.get("energy_j"), m.get("response_s"))
+    return m
 
 
 UPGRADES = {1: _upgrade_1}
@@ -93,23 +122,113 @@ def _window_readings(analysis: EnergyAnalysis) -> str:
     return f"; formal request windows got {span} new reading(s) each"
 
 
-def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
-    """(Markdown, CSV) of formal requests per method, as the paper's Table 15."""
-    head = ["Method", "Energy (J)", "Mean power (W)", "Response (s)", "Body tokens", "J/token"]
-    rows = [
-        [
-            m.method,
-            f"{m.energy_j:.1f}",
-            f"{m.mean_power_w:.2f}",
-            f"{m.response_s:.2f}",
-            str(m.body_tokens),
-            f"{m.j_per_token:.3f}",
-        ]
-        for m in analysis.methods
+NATIVE_WINDOW = (
+    "the window runs from the request origin to the end of both workers: the whole prefill "
+    "(audio encoding and prompt), decoding and any producer drain (the paper's starts after "
+    "audio encoding, at the instruction suffix)"
+)
+OTHER_WINDOW = (
+    "the window runs from the request origin to the end of both workers as the request "
+    "command stamps them (else the episode's /proc/uptime stamps); what it includes is the "
+    "command's"
+)
+
+
+def window_includes(plan: dict[str, Any]) -> dict[str, str]:
+    """Per method, what its energy window includes, from the command that ran it: a
+    bundle's native request (`native.energy_request`) includes audio encoding and the whole
+    prefill."""
+    cmds = dict(plan.get("method_cmds") or [])
+    out: dict[str, str] = {}
+    for m in plan.get("methods") or []:
+        cmd = str(cmds.get(m, plan.get("request_cmd", "")))
+        out[str(m)] = NATIVE_WINDOW if "native.energy_request" in cmd else OTHER_WINDOW
+    return out
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def render_table(
+    analysis: EnergyAnalysis, windows: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """(Markdown, CSV) of the formal requests, one row each, as the paper's Table 15
+    (mean power = energy / response time), and per method with more than one its pooled
+    row; a failed request keeps its row, and a method whose requests all failed stays in
+    the table with its failure. `windows`: per method, what its energy window includes."""
+    head = [
+        "Method",
+        "Request",
+        "Energy (J)",
+        "Mean power (W)",
+        "Response (s)",
+        "Body tokens",
+        "J/token",
     ]
     md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    md += ["| " + " | ".join(r) + " |" for r in rows]
-    failed = [r for r in analysis.requests if r.phase == "formal" and r.status != "ok"]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(
+        [
+            "method",
+            "request",
+            "status",
+            "energy_j",
+            "mean_power_w",
+            "response_s",
+            "window_s",
+            "body_tokens",
+            "j_per_token",
+        ]
+    )
+    for m in analysis.methods:
+        formal = [r for r in analysis.requests if r.method == m.method and r.phase == "formal"]
+        for k, r in enumerate(formal, 1):
+            if r.status == "ok":
+                md.append(
+                    f"| {m.method} | {k} | {_f(r.energy_j, '.1f')} | "
+                    f"{_f(r.mean_power_w, '.2f')} | {_f(r.response_s, '.2f')} | "
+                    f"{r.body_tokens} | {_f(r.j_per_token, '.3f')} |"
+                )
+            else:
+                md.append(f"| {m.method} | {k} | failed | — | — | — | — |")
+            w.writerow(
+                [
+                    m.method,
+                    k,
+                    r.status,
+                    repr(r.energy_j),
+                    repr(r.mean_power_w),
+                    repr(r.response_s),
+                    repr(r.window_s),
+                    r.body_tokens,
+                    repr(r.j_per_token),
+                ]
+            )
+        if m.status != "ok" and not formal:
+            md.append(f"| {m.method} | — | failed | — | — | — | — |")
+        if m.status == "ok" and (m.formal_requests > 1 or not formal):
+            label = f"pooled ({m.measured_requests} of {m.formal_requests})"
+            md.append(
+                f"| {m.method} | {label} | {_f(m.energy_j, '.1f')} | "
+                f"{_f(m.mean_power_w, '.2f')} | {_f(m.response_s, '.2f')} | "
+                f"{m.body_tokens} | {_f(m.j_per_token, '.3f')} |"
+            )
+        if m.formal_requests > 1 or not formal or m.status != "ok":
+            w.writerow(
+                [
+                    m.method,
+                    "pooled",
+                    m.status,
+                    repr(m.energy_j),
+                    repr(m.mean_power_w),
+                    repr(m.response_s),
+                    "",
+                    "" if m.body_tokens is None else m.body_tokens,
+                    repr(m.j_per_token),
+                ]
+            )
     notes = []
     for m in analysis.methods:
         if m.energy_vs_baseline_percent is not None:
@@ -118,6 +237,13 @@ def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
                 f"{m.energy_vs_baseline_percent:+.1f} %, J/token "
                 f"{m.j_per_token_vs_baseline_percent:+.1f} %"
             )
+    notes.append(
+        "mean power = energy / response time (to target EOS), as in the paper; energy "
+        "covers the window, which ends when both workers have finished"
+    )
+    for text in dict.fromkeys((windows or {}).values()):
+        which = [m for m, t in (windows or {}).items() if t == text]
+        notes.append(f"{', '.join(which)}: {text}")
     c = analysis.cross_check
     if c.discrepancy_percent is not None:
         notes.append(
@@ -136,7 +262,9 @@ def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
         notes.append(analysis.sign_note)
     if analysis.gauge is not None:
         notes.append(analysis.gauge.describe(analysis.poll_s) + _window_readings(analysis))
+    failed = [r for r in analysis.requests if r.phase == "formal" and r.status != "ok"]
     notes += [f"formal request {r.method} failed: {r.status}" for r in failed]
+    notes += [f"{m.method}: {m.status}" for m in analysis.methods if m.status != "ok"]
     if analysis.trace_lost_bytes:
         notes.append(
             f"trace cut mid-packet: the last {analysis.trace_lost_bytes} of "
@@ -144,20 +272,6 @@ def render_table(analysis: EnergyAnalysis) -> tuple[str, str]:
             "packet"
         )
     md_text = "\n".join(md) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["method", "energy_j", "mean_power_w", "response_s", "body_tokens", "j_per_token"])
-    for m in analysis.methods:
-        w.writerow(
-            [
-                m.method,
-                repr(m.energy_j),
-                repr(m.mean_power_w),
-                repr(m.response_s),
-                m.body_tokens,
-                repr(m.j_per_token),
-            ]
-        )
     return md_text, buf.getvalue()
 
 
@@ -202,7 +316,8 @@ def write_results(
     if Path(trace).resolve() != (out_dir / TRACE_NAME).resolve():
         shutil.copyfile(trace, out_dir / TRACE_NAME)
     (out_dir / EPISODE_NAME).write_text(format_episode(episode))
-    md, csv_text = render_table(analysis)
+    windows = window_includes(plan)
+    md, csv_text = render_table(analysis, windows)
     (out_dir / "table.md").write_text(md)
     (out_dir / "table.csv").write_text(csv_text)
     files = {
@@ -240,6 +355,7 @@ def write_results(
             "requests": [r.to_dict() for r in analysis.requests],
             "methods": [m.to_dict() for m in analysis.methods],
             "baseline": analysis.baseline,
+            "window_includes": windows,
             "cross_check": analysis.cross_check.to_dict(),
         }
     )
