@@ -20,20 +20,30 @@ Three figures per source, all from the same trace file in this one run:
 * profile: the replay with the profile as it is (default: the K70 profile).
 
 Replays cover every window (an ineligible source falls back as the catalog does, D.4.3).
+
+Then, per source, where the accepted share goes, pooled and per window (median, 90th
+percentile): *source quality* (1 − ceiling: target tokens the source never produces in
+order), *aligner* (ceiling − instant: tokens the source has that the alignment does not
+match), *source pace* (instant − free widths: candidates not ready when the target needs
+them), and what the replay's rounds show — target calls at K1 with nothing ready (pace),
+at K1 with candidates ready but none usable after the cursor (aligner), candidates offered
+and rejected (quality) — and *width cost* (free widths × − profile ×).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import bisect
 import difflib
+import statistics
 from pathlib import Path
 
 from as2d_cli.engine.methods import DEFAULT_ALIGN_LOOKBACK
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.trace_io import load_traces
-from as2d_cli.replay.driver import Prepared, replay_window
+from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
 from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.replay.run import pooled
 
@@ -103,6 +113,116 @@ def replay(windows, prof: CostProfile, spec: MethodSpec) -> tuple[float, float]:
     return pooled(rows), sum(r.accepted for r in rows) / sum(r.tokens - 1 for r in rows)
 
 
+def per_window_shares(windows, prof: CostProfile, spec: MethodSpec) -> dict[str, float]:
+    """Each window's accepted share of its decoded tokens."""
+    prep = Prepared(prof, spec)
+    out = {}
+    for w in windows:
+        r = replay_window(w, prep, detail=False)
+        if r.tokens > 1:
+            out[w.id] = r.accepted / (r.tokens - 1)
+    return out
+
+
+def window_ceilings(windows, source: str) -> dict[str, float]:
+    out = {}
+    for w in windows:
+        s = w.sources.get(source)
+        if s is None or not s.eligible or len(w.reference) < 2:
+            continue
+        sm = difflib.SequenceMatcher(None, list(w.reference), list(s.tokens), autojunk=False)
+        out[w.id] = sum(b.size - 1 for b in sm.get_matching_blocks() if b.size) / (
+            len(w.reference) - 1
+        )
+    return out
+
+
+def round_causes(windows, prof: CostProfile, spec: MethodSpec) -> dict[str, float]:
+    """What the target's calls saw, pooled over the windows: calls at K1 with nothing ready
+    (the source's pace), at K1 with candidates ready but none usable (the aligner), and the
+    share of offered candidates the target rejected (the source's quality)."""
+    prep = Prepared(prof, spec)
+    calls = idle = unaligned = offered = accepted = 0
+    for w in windows:
+        timeline = timeline_for(w, prep, spec.source)
+        pub_at = [p.at for p in timeline[1].publications for _ in p.tokens]  # per source token
+        cursor = 0  # the root's position in the source (alignment.py); candidates start after it
+        for r in replay_window(
+            w, prep, detail=False, keep_rounds=True, timeline=timeline
+        ).round_records:
+            calls += 1
+            if r.width == 1:
+                published = bisect.bisect_right(pub_at, r.start)
+                if published > max(cursor, 0) + 1:
+                    unaligned += 1  # candidates after the root's position were out, none usable
+                else:
+                    idle += 1
+            cursor = r.cursor
+            offered += r.offered
+            accepted += r.accepted
+    return {
+        "calls": calls,
+        "k1_nothing_ready": idle / calls if calls else 0.0,
+        "k1_ready_unaligned": unaligned / calls if calls else 0.0,
+        "rejected": (offered - accepted) / offered if offered else 0.0,
+    }
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "—"
+    v = sorted(values)
+    p90 = v[min(len(v) - 1, round(0.9 * (len(v) - 1)))]
+    return f"{statistics.median(v):.3f} / {p90:.3f}"
+
+
+def losses(
+    windows,
+    prof: CostProfile,
+    free: CostProfile,
+    instant: CostProfile,
+    source: str,
+    budget: int,
+    base: dict[str, float],
+) -> list[tuple[str, str, str]]:
+    """(cause, pooled, per-window median / p90) rows for ``source`` at ``budget``."""
+    spec = MethodSpec("as2d", budget=budget, source=source)
+    ceil = window_ceilings(windows, source)
+    served = [w for w in windows if w.id in ceil]
+    inst = per_window_shares(served, instant, spec)
+    act = per_window_shares(served, free, spec)
+    _, c_acc, _ = ceiling(windows, source)
+    i_tps, i_acc = replay(served, instant, spec)
+    f_tps, a_acc = replay(served, free, spec)
+    p_tps, _ = replay(served, prof, spec)
+    rc = round_causes(served, prof, spec)
+    b_free = replay(served, free, MethodSpec("target-only"))[0]
+    b_prof = replay(served, prof, MethodSpec("target-only"))[0]
+    ids = [w.id for w in served if w.id in inst and w.id in act]
+    return [
+        ("source quality (1 − ceiling)", f"{1 - c_acc:.3f}", _spread([1 - ceil[i] for i in ids])),
+        (
+            "aligner (ceiling − instant)",
+            f"{c_acc - i_acc:.3f}",
+            _spread([ceil[i] - inst[i] for i in ids]),
+        ),
+        (
+            "source pace (instant − actual)",
+            f"{i_acc - a_acc:.3f}",
+            _spread([inst[i] - act[i] for i in ids]),
+        ),
+        ("accepted (actual, free widths)", f"{a_acc:.3f}", _spread([act[i] for i in ids])),
+        ("calls at K1, nothing ready", f"{rc['k1_nothing_ready']:.3f}", f"of {rc['calls']} calls"),
+        ("calls at K1, ready but unaligned", f"{rc['k1_ready_unaligned']:.3f}", ""),
+        ("offered candidates rejected", f"{rc['rejected']:.3f}", ""),
+        (
+            "width cost (free × − profile ×)",
+            f"{f_tps / b_free - p_tps / b_prof:.3f}",
+            f"free {f_tps / b_free:.3f}× → profile {p_tps / b_prof:.3f}×",
+        ),
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -150,6 +270,17 @@ def main() -> None:
             + "  ".join(f"{c:>26}" for c in cells)
             + f"   (ceiling over {served} windows)"
         )
+    print()
+    print(
+        f"where the accepted share goes (As²d, budget {args.budget}, look-back {DEFAULT_ALIGN_LOOKBACK}, "
+        "windows the source serves; shares of the decoded tokens):"
+    )
+    for src in sources:
+        rows = losses(windows, prof, free, instant, src, args.budget, base)
+        print(f"  {src}")
+        print(f"    {'cause':<34} {'pooled':>8}  {'per window: median / p90':<28}")
+        for cause, pooled_v, spread in rows:
+            print(f"    {cause:<34} {pooled_v:>8}  {spread}")
 
 
 if __name__ == "__main__":

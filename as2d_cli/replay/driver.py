@@ -63,6 +63,7 @@ class WindowReplay:
     committed: list[int] | None = None  # the committed tokens (detail runs only)
     draft_forwards: int = 0  # serial drafter forwards incl. catch-up (detail runs only)
     paired_forwards: int = 0  # ASP paired-branch forwards (detail runs only)
+    round_records: list[Any] = field(default_factory=list)  # keep_rounds runs only
 
     @property
     def tps(self) -> float | None:
@@ -230,8 +231,10 @@ def replay_window(
     *,
     detail: bool = True,
     timeline: tuple[str, ProducerTimeline] | None = None,
+    keep_rounds: bool = False,
 ) -> WindowReplay:
-    """Replay ``w`` under ``prep``'s configuration. ``detail`` keeps spans and D/V/O/H."""
+    """Replay ``w`` under ``prep``'s configuration. ``detail`` keeps spans and D/V/O/H;
+    ``keep_rounds`` every round's record (``round_records``: what each call saw and did)."""
     spec = prep.spec
     used: str | None = None
     tl: ProducerTimeline | None = None
@@ -252,7 +255,7 @@ def replay_window(
         priced = in_loop(priced, prep.in_loop, tl.finish if tl is not None else None)
     clock = VirtualClock(priced)
     clock.record_intervals = detail
-    ep = _episode(w, prep, clock, buffer=buffer, keep_rounds=False)
+    ep = _episode(w, prep, clock, buffer=buffer, keep_rounds=keep_rounds)
     if ctx is not None:
         tokens = ep.tokens
         clock.position = lambda: len(tokens) - 1  # the target cache length a call starts from
@@ -275,6 +278,8 @@ def replay_window(
         source=used,
         target_end_ns=t_end,
     )
+    if keep_rounds:
+        out.round_records = list(res.rounds)
     if detail:
         prod, ver = split_intervals(clock.intervals)
         if tl is not None:
