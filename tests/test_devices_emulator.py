@@ -196,3 +196,101 @@ def test_push_to_a_read_only_place_fails_cleanly(emulated_phone, tmp_path: Path)
     assert r.returncode != 0 and b"Read-only file system" in r.stderr
     assert emulated_phone.phone.fs.stat("/system/bin/x.bin") is None
     assert adb(emulated_phone, "shell", "echo still-fine").stdout == b"still-fine\n"
+
+
+def _emulator_cli(args: list[str], capsys) -> tuple[int, str]:
+    from as2d_cli.cli.main import main
+
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, needles",
+    [
+        (
+            ["--battery", "--gauge-period-ms", "5"],
+            ["--gauge-period-ms", "greater than or equal to 10"],
+        ),
+        (["--battery", "--gauge-period-ms", "60001"], ["--gauge-period-ms", "60000"]),
+        (["--battery", "--gauge-sign", "up"], ["--gauge-sign", "'up'", "negative, positive"]),
+        (["--battery", "--gauge-units", "A"], ["--gauge-units", "'A'", "uA, mA, nA"]),
+        (["--gauge-sign", "positive"], ["--gauge-sign", "add --battery"]),
+        (["--gauge-period-ms", "500"], ["--gauge-period-ms", "add --battery"]),
+    ],
+)
+def test_emulator_gauge_options_are_checked_in_one_line(extra, needles, capsys) -> None:
+    code, err = _emulator_cli(["emulator", "start", "--private-server", *extra], capsys)
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def test_gauge_model_sets_period_sign_and_units() -> None:
+    from device_agents.emulator.battery import GaugeFaults, gauge_model, simulate_readings
+
+    m = gauge_model(500, "positive", "mA")
+    assert m.params.gauge_update_ms == 500
+    assert m.faults == GaugeFaults(current_scale=1e-3, current_sign=-1)
+    # On a virtual clock: a new reading every 500 ms (2 per second of 250 ms polls), the
+    # discharge current (idle 420 mA) positive and in mA.
+    rs = simulate_readings(m.params, m.faults, 10**12, 250, 4000, lambda t: 0.0)
+    updates = sorted({r.updated_ns for r in rs})
+    assert [b - a for a, b in zip(updates, updates[1:])] == [500_000_000] * (len(updates) - 1)
+    assert len(updates) == 9
+    assert all(400 <= r.current_ua <= 440 for r in rs)
+    default = gauge_model()
+    assert default.params.gauge_update_ms == 1000 and default.faults == GaugeFaults()
+
+
+def test_emulator_start_sets_the_gauge_from_its_options(tmp_path) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "as2d_cli.cli.main",
+            "emulator",
+            "start",
+            "--private-server",
+            "--battery",
+            "--gauge-period-ms",
+            "500",
+            "--gauge-sign",
+            "positive",
+            "--gauge-units",
+            "mA",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, HOME=str(tmp_path)),
+    )
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("emulated "), first + proc.stderr.read()
+        serial = first.split(" at ")[1].split()[0]
+        adb_port = int(first.split("adb server on port ")[1].split()[0])
+        line = proc.stdout.readline()
+        assert line.startswith("battery model installed") and (
+            "every 500 ms, discharge current positive, current in mA" in line
+        ), line
+        r = subprocess.run(
+            [adbutils.adb_path(), "-P", str(adb_port), "-s", serial, "shell"]
+            + ["cat /sys/class/power_supply/battery/current_now"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        # On the charger: +1580 mA net (2000 in, 420 idle) -> negative in this convention,
+        # in mA (±1 % gauge jitter), not µA.
+        assert -1600 <= int(r.stdout) <= -1560, (r.stdout, r.stderr)
+    finally:
+        proc.send_signal(2)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0

@@ -77,3 +77,45 @@ def test_installing_twice_replaces_the_model(emulated_phone) -> None:
     second = EmulatedPower(phone).install()
     assert phone.as2d_power is second and phone.battery.model is second.model
     assert second._inner_launcher is first._inner_launcher  # not wrapped twice
+
+
+def test_a_python3_request_is_load(make_emulated_phone, tmp_path: Path) -> None:
+    # python3 on the phone (device_agents.emulator.python) holds one busy worker while it
+    # runs, as pushed programs do: the model's power rises by one worker, then falls back.
+    import threading
+    import time
+
+    from device_agents.emulator.python import enable_python
+
+    s = make_emulated_phone()
+    enable_python(s.phone)
+    power = EmulatedPower(s.phone, BatteryModel()).install()
+    power.model.set_plugged(False)
+    idle_w = power.model.true_power_w()
+    started, release = tmp_path / "started", tmp_path / "release"
+    script = (
+        "import os, time, sys\n"
+        f"open({str(started)!r}, 'w').close()\n"
+        f"while not os.path.exists({str(release)!r}): time.sleep(0.02)\n"
+    )
+    dev = s.device()
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(dev.shell(["python3", "-c", script])))
+    t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline, "python3 never started"
+            time.sleep(0.02)
+        busy_w = power.model.true_power_w()
+        busy_workers = power.model._activity_now()
+    finally:
+        release.touch()
+        t.join(60)
+    assert result and result[0].exit_code == 0, result
+    after_w = power.model.true_power_w()
+    assert busy_workers == 1.0
+    # 420 + 1150 mA against 420 mA idle, the voltage sagging a little more under load
+    assert 3.5 <= busy_w / idle_w <= 3.75, (busy_w, idle_w)
+    assert after_w == pytest.approx(idle_w, rel=0.001)
+    assert power.model._activity_now() == 0.0

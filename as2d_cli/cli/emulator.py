@@ -63,6 +63,25 @@ def start(
         "--battery",
         help="Install the battery model and a perfetto that writes real traces, so `as2d energy` can measure (docs/energy.md).",
     ),
+    gauge_period_ms: Optional[int] = options.milliseconds(
+        None,
+        "--gauge-period-ms",
+        minimum=10,
+        maximum=60_000,
+        help="With --battery: the fuel gauge's update period (default 1000).",
+    ),
+    gauge_sign: Optional[str] = options.one_of(
+        None,
+        "--gauge-sign",
+        choices=("negative", "positive"),
+        help="With --battery: the sign the gauge gives discharge current (default negative, Android's).",
+    ),
+    gauge_units: Optional[str] = options.one_of(
+        None,
+        "--gauge-units",
+        choices=("uA", "mA", "nA"),
+        help="With --battery: the unit the gauge writes into the µA current field (default uA).",
+    ),
 ) -> None:
     """Run an emulated phone until Ctrl-C and print how to reach it."""
     from device_agents.adb_phone import adb_port as default_adb_port
@@ -81,6 +100,17 @@ def start(
         raise UserError("--connection must be usb or wireless")
     if auth not in ("device", "unauthorized", "offline"):
         raise UserError("--auth must be device, unauthorized or offline")
+    gauge_given = [
+        flag
+        for flag, value in (
+            ("--gauge-period-ms", gauge_period_ms),
+            ("--gauge-sign", gauge_sign),
+            ("--gauge-units", gauge_units),
+        )
+        if value is not None
+    ]
+    if gauge_given and not battery:
+        raise UserError(f"{gauge_given[0]} sets the battery model's gauge; add --battery")
     session = EmulatorSession(
         profile=profile,
         port=port,
@@ -103,9 +133,12 @@ def start(
 
             enable_python(session.phone)
         if battery:
-            from device_agents.emulator.battery import EmulatedPower
+            from device_agents.emulator.battery import EmulatedPower, gauge_model
 
-            EmulatedPower(session.phone).install()
+            model = gauge_model(
+                gauge_period_ms or 1000, gauge_sign or "negative", gauge_units or "uA"
+            )
+            EmulatedPower(session.phone, model).install()
     except UserError:
         session.phone.close()
         raise
@@ -130,7 +163,11 @@ def start(
             "python3 on the phone runs this host's interpreter; the native runner is pushed to it as a payload"
         )
     if battery:
-        typer.echo("battery model installed: `as2d energy` measures it through perfetto")
+        typer.echo(
+            "battery model installed: `as2d energy` measures it through perfetto (gauge: "
+            f"updates every {gauge_period_ms or 1000} ms, discharge current "
+            f"{gauge_sign or 'negative'}, current in {gauge_units or 'uA'})"
+        )
     typer.echo(
         f"try: ANDROID_ADB_SERVER_PORT={session.adb_port} as2d devices   "
         f"(or: adb -P {session.adb_port} -s {session.serial} shell getprop ro.product.model)"

@@ -282,7 +282,26 @@ def temp_sensor() -> Any:
     )
 
 
+def milliseconds(default: int | None, *flags: str, help: str, minimum: int, maximum: int) -> Any:
+    """A whole number of milliseconds within ``minimum``–``maximum`` (a period)."""
+    return typer.Option(default, *flags, min=minimum, max=maximum, metavar="MS", help=help)
+
+
+def one_of(default: str | None, *flags: str, choices: tuple[str, ...], help: str) -> Any:
+    """One of ``choices`` (exact spelling); anything else is refused naming them."""
+
+    def check(value: str) -> None:
+        if value not in choices:
+            raise UserError(f"{value!r} is not one of {', '.join(choices)}")
+
+    return typer.Option(
+        default, *flags, callback=_checked(check), metavar="|".join(choices), help=help
+    )
+
+
 __all__ = [
+    "milliseconds",
+    "one_of",
     "interval",
     "language",
     "models",

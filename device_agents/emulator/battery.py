@@ -60,6 +60,30 @@ class GaugeFaults:
     current_sign: int = 1  # -1: discharge current reported positive (a vendor's convention)
 
 
+# The gauge's conventions `as2d emulator start --battery` can set (tests of sign and units).
+GAUGE_SIGNS = {"negative": 1, "positive": -1}  # the sign of discharge current (Android: -)
+GAUGE_UNITS = {"uA": 1.0, "mA": 1e-3, "nA": 1e3}  # the unit written into the µA field
+GAUGE_PERIOD_MS = (10, 60_000)  # the update periods the options accept
+
+
+def gauge_model(period_ms: int = 1000, sign: str = "negative", units: str = "uA") -> "BatteryModel":
+    """A battery model whose gauge updates every `period_ms` on the boot clock, reports
+    discharge current with `sign` (GAUGE_SIGNS) and writes current in `units` (GAUGE_UNITS)."""
+    from as2d_cli.errors import UserError
+
+    lo, hi = GAUGE_PERIOD_MS
+    if not lo <= period_ms <= hi:
+        raise UserError(f"gauge period {period_ms} ms is outside {lo}-{hi} ms")
+    if sign not in GAUGE_SIGNS:
+        raise UserError(f"gauge sign {sign!r} is not one of {', '.join(GAUGE_SIGNS)}")
+    if units not in GAUGE_UNITS:
+        raise UserError(f"gauge units {units!r} are not one of {', '.join(GAUGE_UNITS)}")
+    return BatteryModel(
+        BatteryParams(gauge_update_ms=period_ms),
+        GaugeFaults(current_scale=GAUGE_UNITS[units], current_sign=GAUGE_SIGNS[sign]),
+    )
+
+
 @dataclass(frozen=True)
 class GaugeReading:
     t_boot_ns: int

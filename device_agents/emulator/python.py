@@ -67,7 +67,14 @@ def make_python_command(interpreter: str | None = None):  # type: ignore[no-unty
         # The phone's CPU numbers are virtual: the runner pins phone CPU c to host CPU
         # hosts[c % len(hosts)], as the emulated taskset does (native/producer.py).
         env["AS2D_EMULATED_CPUS"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-        return ctx.run_host([exe, "-S", *args], env=env)
+        # A python3 request is load like any program the phone runs: with the battery
+        # model installed (device_agents.emulator.battery), it holds one busy worker
+        # while it runs, as the phone's launcher does for pushed programs.
+        power = getattr(ctx.phone, "as2d_power", None)
+        if power is None:
+            return ctx.run_host([exe, "-S", *args], env=env)
+        with power.busy():
+            return ctx.run_host([exe, "-S", *args], env=env)
 
     return python
 
