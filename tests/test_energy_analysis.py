@@ -201,3 +201,79 @@ def test_gauge_faster_than_the_polls_and_a_missed_update(tmp_path: Path) -> None
     ]
     g = estimate_gauge(_series_of(tmp_path, rs))
     assert g.period_s == pytest.approx(1.0, rel=0.01) and g.readings == 9  # 10 updates, 1 unseen
+
+
+# -- the gauge's error bound, against the battery model's ground truth ----------------------
+
+
+def _simulated_episode(seed: int, late_ms: int, durations: dict[str, float]):
+    """An episode on a 1 s gauge polled every 250 ms (each poll up to late_ms late): idle,
+    then two formal requests per method, 0.5 s apart, starting at a random phase against
+    the gauge. Returns (the polled readings, the episode, the true energy per request from
+    BatteryModel.true_power_w on a 10 ms grid)."""
+    import random
+
+    from device_agents.emulator.battery import BatteryModel, BatteryParams, ManualClock
+
+    rng = random.Random(seed)
+    tick = 10_000_000
+    clock = ManualClock(T0)
+    model = BatteryModel(BatteryParams(gauge_update_ms=1000), clock_ns=clock)
+    model.set_plugged(False)
+    t = T0 + S + rng.randrange(100) * tick  # settle ≥ 1 s, then a random phase
+    windows: list[tuple[str, int, int]] = []
+    for method, dur in durations.items():
+        for _ in range(2):
+            windows.append((method, t, t + int(dur * S)))
+            t += int(dur * S) + S // 2
+    end = t + 3 * S
+    late = 0
+    next_poll = T0
+    readings, truth = [], [0.0] * len(windows)
+    now = T0
+    while now <= end:
+        clock.now_ns = now
+        model.set_activity(float(any(a <= now < b for _, a, b in windows)))
+        if now >= next_poll + late:
+            readings.append(model.read())
+            next_poll += 250_000_000
+            late = rng.randrange(late_ms // 10 + 1) * tick if late_ms else 0
+        p = model.true_power_w()  # held over [now, now + tick)
+        for k, (_, a, b) in enumerate(windows):
+            if a <= now < b:
+                truth[k] += p * tick / 1e9
+        now += tick
+    episode = Episode(
+        [RequestRecord(m, "formal", a, b, b, 100, 0) for m, a, b in windows],
+        {"battery_status_at_start": "Discharging", "battery_status_at_end": "Discharging"},
+    )
+    return readings, episode, truth
+
+
+@pytest.mark.parametrize("late_ms", [0, 200])
+def test_error_bound_covers_the_true_error_on_a_one_second_gauge(
+    tmp_path: Path, late_ms: int
+) -> None:
+    durations = {"as2d": 4.0, "target-only": 9.0}
+    worst = 0.0
+    for seed in range(12):
+        readings, episode, truth = _simulated_episode(seed, late_ms, durations)
+        series = _series_of(tmp_path, readings)
+        a = analyse_episode(series, episode, baseline="target-only")
+        assert a.gauge is not None and a.gauge.period_s == pytest.approx(1.0, rel=0.03)
+        for r, true_j in zip(a.requests, truth):
+            assert r.energy_j is not None and r.energy_bound_j is not None
+            err = r.energy_j - true_j
+            assert abs(err) <= r.energy_bound_j, (seed, r.method, err, r.energy_bound_j)
+            worst = max(worst, abs(err) / r.energy_bound_j)
+            # the bound is about one period and a poll × the ~4.6 W step, not vacuous
+            assert 4.0 <= r.power_step_w <= 6.0 and r.energy_bound_j <= 1.6 * r.power_step_w
+            # 4 s < 5 gauge periods: flagged; 9 s: not
+            assert r.short_window is (r.method == "as2d")
+        for m in a.methods:
+            true_j = sum(t for r, t in zip(a.requests, truth) if r.method == m.method)
+            assert m.energy_j is not None and m.energy_bound_j is not None
+            assert abs(m.energy_j - true_j) <= m.energy_bound_j
+            assert m.energy_bound_percent == pytest.approx(100 * m.energy_bound_j / m.energy_j)
+            assert m.short_windows == (2 if m.method == "as2d" else 0)
+    assert worst > 0.2  # the gauge's lag is real: the bound is not met by zero errors only

@@ -201,7 +201,7 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
         ["CURRENT", "VOLTAGE", "CHARGE"],
     )
     doc = load_energy_result(path)
-    assert doc["schema"] == "as2d.energy-result" and doc["schema_version"] == 2
+    assert doc["schema"] == "as2d.energy-result" and doc["schema_version"] == 3
     # The gauge behind the trace updates once a second (polled every 250 ms).
     assert doc["capture"]["gauge_period_s"] == pytest.approx(1.0, rel=0.01)
     assert "poll_s_observed" not in doc["capture"]
@@ -212,9 +212,9 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="never overwritten"):
         write_results(d1, analysis, ep, trace, spec, {}, {}, [])
     future = json.loads(path.read_text())
-    future["schema_version"] = 3
+    future["schema_version"] = 4
     (tmp_path / "future.json").write_text(json.dumps(future))
-    with pytest.raises(FormatError, match="version 3 is newer"):
+    with pytest.raises(FormatError, match="version 4 is newer"):
         load_energy_result(tmp_path / "future.json")
     broken = json.loads(path.read_text())
     del broken["cross_check"]
@@ -223,7 +223,39 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
         load_energy_result(tmp_path / "broken.json")
 
 
-def test_version_1_results_are_read_as_version_2(tmp_path: Path) -> None:
+_V3_REQUEST = ("short_window", "power_step_w", "energy_bound_j")
+_V3_METHOD = ("energy_bound_j", "energy_bound_percent", "short_windows")
+
+
+def _drop_v3(doc: dict) -> None:
+    for r in doc["requests"]:
+        for k in _V3_REQUEST:
+            del r[k]
+    for m in doc["methods"]:
+        for k in _V3_METHOD:
+            del m[k]
+
+
+def test_version_2_results_are_read_as_version_3(tmp_path: Path) -> None:
+    analysis, ep, trace = _analysis(tmp_path)
+    d = new_run_dir(tmp_path / "results", "k70")
+    path = write_results(
+        d, analysis, ep, trace, CaptureSpec(duration_ms=10_000), {}, {}, ["CURRENT"]
+    )
+    new = json.loads(path.read_text())
+    assert new["requests"][0]["energy_bound_j"] > 0 and new["methods"][0]["energy_bound_j"] > 0
+    old = json.loads(path.read_text())
+    old["schema_version"] = 2
+    _drop_v3(old)
+    (tmp_path / "v2.json").write_text(json.dumps(old))
+    doc = load_energy_result(tmp_path / "v2.json")
+    assert doc["schema_version"] == 3
+    assert all(doc["requests"][0][k] is None for k in _V3_REQUEST)
+    assert all(doc["methods"][0][k] is None for k in _V3_METHOD)
+    assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
+
+
+def test_version_1_results_are_read_as_version_3(tmp_path: Path) -> None:
     analysis, ep, trace = _analysis(tmp_path)
     d = new_run_dir(tmp_path / "results", "k70")
     path = write_results(
@@ -243,9 +275,11 @@ def test_version_1_results_are_read_as_version_2(tmp_path: Path) -> None:
             del m[k]
     for r in old["requests"]:
         del r["gauge_readings_in_window"]
+    _drop_v3(old)
     (tmp_path / "v1.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v1.json")
-    assert doc["schema_version"] == 2 and "poll_s_observed" not in doc["capture"]
+    assert doc["schema_version"] == 3 and "poll_s_observed" not in doc["capture"]
+    assert doc["requests"][0]["energy_bound_j"] is None
     assert doc["capture"]["gauge_period_s"] is None and doc["capture"]["gauge_readings"] is None
     assert doc["requests"][0]["gauge_readings_in_window"] is None
     assert doc["capture"]["current_sign_corrected"] is False
@@ -314,7 +348,8 @@ def test_table_golden() -> None:
     )
     lines = csv_text.splitlines()
     assert lines[0] == (
-        "method,request,status,energy_j,mean_power_w,response_s,window_s,body_tokens,j_per_token"
+        "method,request,status,energy_j,mean_power_w,response_s,window_s,body_tokens,j_per_token,"
+        "energy_bound_j,short_window"
     )
     assert lines[1].startswith("as2d,1,ok,239.4,11.3")
     assert len(lines) == 3  # one formal request each: no pooled rows

@@ -373,3 +373,18 @@ def test_a_one_second_gauge_is_known_from_the_capture(
         assert 1 <= r["gauge_readings_in_window"] <= r["window_s"] + 2
         assert r["samples_in_window"] >= 2 * r["gauge_readings_in_window"]
     assert "gauge:" in (d / "table.md").read_text()
+    # Windows shorter than 5 gauge periods are flagged in energy.json, the table and on
+    # stderr, one line each; every measured request has a ± bound, each method's the sum.
+    short = [r for r in doc["requests"] if r["short_window"]]
+    for r in doc["requests"]:
+        assert r["short_window"] == (r["window_s"] < 5 * cap["gauge_period_s"])
+        assert r["energy_bound_j"] > 0 and r["power_step_w"] > 0
+    assert short  # a 2.5 s request on a ~1 s gauge
+    said = [ln for ln in err.splitlines() if "shorter than 5 × the gauge period" in ln]
+    assert len(said) == len(short)
+    for r, ln in zip(short, said):
+        assert f"at boot {r['origin_boot_ns'] / 1e9:.3f} s" in ln and ln.startswith(">>> ")
+    for m in doc["methods"]:
+        ok = [r for r in doc["requests"] if r["method"] == m["method"]]
+        assert m["energy_bound_j"] == pytest.approx(sum(r["energy_bound_j"] for r in ok))
+    assert "(short)" in (d / "table.md").read_text() and "± bound" in (d / "table.md").read_text()

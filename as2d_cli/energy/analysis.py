@@ -26,6 +26,9 @@ from as2d_cli.energy.refusals import (
 from as2d_cli.energy.trace_reader import BatterySeries
 
 UAS_NS_PER_MAH = 3.6e15  # 1 mAh = 3.6 C; µA·ns = 1e-15 C
+# A window shorter than this many gauge periods is flagged: the gauge's late view of the
+# load step at its edges is then a large share of what the window holds.
+SHORT_WINDOW_PERIODS = 5.0
 # Exit codes the host assigns when assembling records (episode_script.assemble_episode).
 _FAILURES = {
     254: "no AS2D_REQUEST line on stdout (the request command must print its body tokens)",
@@ -53,6 +56,39 @@ def integrate_energy_j(series: BatterySeries, t0: int, t1: int) -> float:
     return _clipped_trapezoid(series.t_ns, power_w(series), t0, t1)
 
 
+def _range_near(t_ns: np.ndarray, y: np.ndarray, at: int, reach: int) -> tuple[float, float]:
+    """(min, max) of the piecewise-linear curve through the samples over [at − reach,
+    at + reach], clipped to the samples' span (its ends interpolated)."""
+    lo, hi = max(at - reach, int(t_ns[0])), min(at + reach, int(t_ns[-1]))
+    inner = y[(t_ns >= lo) & (t_ns <= hi)]
+    ends = np.interp([lo, hi], t_ns, y)
+    vals = np.concatenate([inner, ends])
+    return float(vals.min()), float(vals.max())
+
+
+def edge_bound_j(
+    series: BatterySeries, t0: int, t1: int, period_s: float, poll_s: float
+) -> tuple[float, float]:
+    """(error bound in J, power step in W) of the energy over [t0, t1] from the gauge's
+    late view of the load.
+
+    The gauge shows the load at most d = period + poll spacing late (the next update, then
+    the next poll that carries it). A curve seen δ ≤ d late and clipped to the window is off
+    by ∫[t0−δ, t0] P − ∫[t1−δ, t1] P, so |error| ≤ d × |P before the start − P before
+    the end|. Both levels appear in what was polled within d of their edge, so the step is
+    taken as the widest difference between the polled power near the start (within d of
+    t0) and near the end (within d of t1): bound = d × step."""
+    d = period_s + poll_s
+    reach = int(round(d * 1e9))
+    p = power_w(series)
+    ok = np.isfinite(p)
+    t, p = series.t_ns[ok], p[ok]
+    s_lo, s_hi = _range_near(t, p, t0, reach)
+    e_lo, e_hi = _range_near(t, p, t1, reach)
+    step = max(s_hi - e_lo, e_hi - s_lo, 0.0)
+    return d * step, step
+
+
 @dataclass(frozen=True)
 class RequestEnergy:
     method: str
@@ -71,6 +107,9 @@ class RequestEnergy:
     samples_in_window: int | None = None
     gauge_readings_in_window: int | None = None  # new gauge readings inside the window
     window_power_w: float | None = None  # energy / window (origin to end of both workers)
+    short_window: bool | None = None  # window < SHORT_WINDOW_PERIODS × gauge period
+    power_step_w: float | None = None  # the step in power at the window's edges (edge_bound_j)
+    energy_bound_j: float | None = None  # ± bound on the gauge's error (edge_bound_j)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -112,6 +151,9 @@ class MethodSummary:
     window_power_w: float | None  # ΣE / Σwindow
     energy_vs_baseline_percent: float | None  # negative = less energy than the baseline
     j_per_token_vs_baseline_percent: float | None
+    energy_bound_j: float | None = None  # Σ of the measured requests' bounds (same sign)
+    energy_bound_percent: float | None = None  # energy_bound_j / energy_j × 100
+    short_windows: int | None = None  # measured formal requests flagged short_window
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -165,6 +207,12 @@ def analyse_request(
     inside = int(((series.t_ns >= r.origin_ns) & (series.t_ns <= r.end_ns)).sum())
     gauge = gauge if gauge is not None else estimate_gauge(series)
     response_s = (r.target_eos_ns - r.origin_ns) / 1e9
+    short = bound = step = None
+    if gauge.period_s is not None:
+        short = window_s < SHORT_WINDOW_PERIODS * gauge.period_s
+        bound, step = edge_bound_j(
+            series, r.origin_ns, r.end_ns, gauge.period_s, poll_period_s(series)
+        )
     return RequestEnergy(
         **base,
         status="ok",
@@ -176,6 +224,9 @@ def analyse_request(
         samples_in_window=inside,
         gauge_readings_in_window=gauge.updates_in(r.origin_ns, r.end_ns),
         window_power_w=energy / window_s,
+        short_window=short,
+        power_step_w=step,
+        energy_bound_j=bound,
     )
 
 
@@ -299,6 +350,9 @@ def pool_methods(
         resp = sum(r.response_s or 0.0 for r in ok)
         win = sum(r.window_s or 0.0 for r in ok)
         tok = sum(r.body_tokens for r in ok)
+        bounds = [r.energy_bound_j for r in ok]
+        bound = None if any(b is None for b in bounds) else sum(b or 0.0 for b in bounds)
+        flags = [r.short_window for r in ok]
         rows.append(
             MethodSummary(
                 m,
@@ -314,6 +368,9 @@ def pool_methods(
                 e / win,
                 None,
                 None,
+                bound,
+                100.0 * bound / e if bound is not None and e > 0 else None,
+                None if any(f is None for f in flags) else sum(bool(f) for f in flags),
             )
         )
     base = next((x for x in rows if x.method == baseline and x.status == "ok"), None)

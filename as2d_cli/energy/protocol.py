@@ -48,7 +48,12 @@ from as2d_cli.energy.episode_script import (
     render_script,
 )
 from as2d_cli.energy.refusals import MeasurementRefused
-from as2d_cli.energy.results import TRACE_NAME, new_run_dir, write_results
+from as2d_cli.energy.results import (
+    TRACE_NAME,
+    new_run_dir,
+    short_window_lines,
+    write_results,
+)
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import As2dError, DeviceError, UserError
 from device_agents.base import Device
@@ -368,6 +373,8 @@ def analyse_run_folder(
         analysis = analyse_episode(series, episode, baseline=baseline)
         if analysis.sign_note and say is not None:
             say(analysis.sign_note[0].upper() + analysis.sign_note[1:] + ".")
+        for line in short_window_lines(analysis) if say is not None else []:
+            say(line)
     except MeasurementRefused as exc:
         (out_dir / "refused.txt").write_text(str(exc) + "\n")
         raise MeasurementRefused(f"{exc} (trace and records kept in {out_dir})") from None

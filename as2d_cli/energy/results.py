@@ -21,14 +21,14 @@ from typing import Any
 import jsonschema
 
 from as2d_cli import __version__
-from as2d_cli.energy.analysis import EnergyAnalysis
+from as2d_cli.energy.analysis import SHORT_WINDOW_PERIODS, EnergyAnalysis
 from as2d_cli.energy.capture_config import CaptureSpec
 from as2d_cli.energy.episode_records import Episode, format_episode
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import check_version, git_commit
 
 SCHEMA = "as2d.energy-result"
-VERSION = 2
+VERSION = 3
 # Version history: 1 — first release (per-request rows, per-method pools, cross-check);
 # 2 — the gauge's own figures: capture.gauge_period_s and capture.gauge_readings replace
 # capture.poll_s_observed, and each request has gauge_readings_in_window; a gauge whose
@@ -36,7 +36,9 @@ VERSION = 2
 # the cross-check counts the charging polls it left out (excluded_charging_samples);
 # mean_power_w is energy / response time as in the paper (window_power_w: energy / window),
 # methods count their formal, measured and failed requests and keep a method whose formal
-# requests all failed (status), and window_includes says per method what its window holds.
+# requests all failed (status), and window_includes says per method what its window holds;
+# 3 — the gauge's error bound: each request's short_window, power_step_w and energy_bound_j,
+# each method's energy_bound_j, energy_bound_percent and short_windows.
 TRACE_NAME = "trace.perfetto-trace"
 EPISODE_NAME = "episode.tsv"
 
@@ -89,7 +91,25 @@ def _upgrade_1_method(m: dict) -> dict:
     return m
 
 
-UPGRADES = {1: _upgrade_1}
+def _upgrade_2(doc: dict) -> dict:
+    """Version 2 → 3: a version-2 file did not bound the gauge's error; those are null."""
+    doc = dict(doc)
+    doc["requests"] = [
+        {"short_window": None, "power_step_w": None, "energy_bound_j": None, **r}
+        if isinstance(r, dict)
+        else r
+        for r in doc.get("requests") or []
+    ]
+    doc["methods"] = [
+        {"energy_bound_j": None, "energy_bound_percent": None, "short_windows": None, **m}
+        if isinstance(m, dict)
+        else m
+        for m in doc.get("methods") or []
+    ]
+    return doc
+
+
+UPGRADES = {1: _upgrade_1, 2: _upgrade_2}
 
 
 def _schema() -> dict:
@@ -150,6 +170,53 @@ def _f(x: float | None, fmt: str) -> str:
     return "—" if x is None else format(x, fmt)
 
 
+def _energy(e: float | None, bound: float | None) -> str:
+    return _f(e, ".1f") if bound is None or e is None else f"{e:.1f} ± {bound:.1f}"
+
+
+def bound_notes(analysis: EnergyAnalysis) -> list[str]:
+    """What the ± on the energies means, and how many windows were short for the gauge."""
+    g = analysis.gauge
+    if g is None or g.period_s is None:
+        return []
+    d = g.period_s + analysis.poll_s
+    out = [
+        f"± bound: the gauge shows a load step up to {d:.3g} s late (update period "
+        f"{g.period_s:.3g} s + poll {analysis.poll_s:.3g} s); a request's energy is off by at "
+        f"most {d:.3g} s × the step in power between its edges, a method's pooled energy by "
+        "the sum over its requests (docs/energy.md)"
+    ]
+    for m in analysis.methods:
+        if m.energy_bound_percent is not None:
+            out.append(f"{m.method}: pooled energy ± {m.energy_bound_percent:.1f} %")
+    short = [r for r in analysis.requests if r.phase == "formal" and r.short_window]
+    if short:
+        out.append(
+            f"{len(short)} formal window(s) shorter than {SHORT_WINDOW_PERIODS:g} × the gauge "
+            f"period ({SHORT_WINDOW_PERIODS * g.period_s:.3g} s), marked (short): the gauge's "
+            "late view of the load is a large share of such a window"
+        )
+    return out
+
+
+def short_window_lines(analysis: EnergyAnalysis) -> list[str]:
+    """One line per request window shorter than SHORT_WINDOW_PERIODS × the gauge period."""
+    g = analysis.gauge
+    if g is None or g.period_s is None:
+        return []
+    out = []
+    for r in analysis.requests:
+        if r.short_window and r.window_s is not None and r.energy_j:
+            bound = r.energy_bound_j or 0.0
+            out.append(
+                f"request {r.method}/{r.phase} at boot {r.origin_boot_ns / 1e9:.3f} s: its "
+                f"window ({r.window_s:.2f} s) is shorter than {SHORT_WINDOW_PERIODS:g} × the "
+                f"gauge period ({g.period_s:.3g} s); its energy {r.energy_j:.1f} J may be off "
+                f"by ± {bound:.1f} J ({100 * bound / r.energy_j:.0f} %)"
+            )
+    return out
+
+
 def render_table(
     analysis: EnergyAnalysis, windows: dict[str, str] | None = None
 ) -> tuple[str, str]:
@@ -180,6 +247,8 @@ def render_table(
             "window_s",
             "body_tokens",
             "j_per_token",
+            "energy_bound_j",
+            "short_window",
         ]
     )
     for m in analysis.methods:
@@ -187,7 +256,8 @@ def render_table(
         for k, r in enumerate(formal, 1):
             if r.status == "ok":
                 md.append(
-                    f"| {m.method} | {k} | {_f(r.energy_j, '.1f')} | "
+                    f"| {m.method} | {k}{' (short)' if r.short_window else ''} | "
+                    f"{_energy(r.energy_j, r.energy_bound_j)} | "
                     f"{_f(r.mean_power_w, '.2f')} | {_f(r.response_s, '.2f')} | "
                     f"{r.body_tokens} | {_f(r.j_per_token, '.3f')} |"
                 )
@@ -204,6 +274,8 @@ def render_table(
                     repr(r.window_s),
                     r.body_tokens,
                     repr(r.j_per_token),
+                    repr(r.energy_bound_j),
+                    "" if r.short_window is None else str(r.short_window).lower(),
                 ]
             )
         if m.status != "ok" and not formal:
@@ -211,7 +283,7 @@ def render_table(
         if m.status == "ok" and (m.formal_requests > 1 or not formal):
             label = f"pooled ({m.measured_requests} of {m.formal_requests})"
             md.append(
-                f"| {m.method} | {label} | {_f(m.energy_j, '.1f')} | "
+                f"| {m.method} | {label} | {_energy(m.energy_j, m.energy_bound_j)} | "
                 f"{_f(m.mean_power_w, '.2f')} | {_f(m.response_s, '.2f')} | "
                 f"{m.body_tokens} | {_f(m.j_per_token, '.3f')} |"
             )
@@ -227,6 +299,8 @@ def render_table(
                     "",
                     "" if m.body_tokens is None else m.body_tokens,
                     repr(m.j_per_token),
+                    repr(m.energy_bound_j),
+                    "",
                 ]
             )
     notes = []
@@ -262,6 +336,7 @@ def render_table(
         notes.append(analysis.sign_note)
     if analysis.gauge is not None:
         notes.append(analysis.gauge.describe(analysis.poll_s) + _window_readings(analysis))
+    notes += bound_notes(analysis)
     failed = [r for r in analysis.requests if r.phase == "formal" and r.status != "ok"]
     notes += [f"formal request {r.method} failed: {r.status}" for r in failed]
     notes += [f"{m.method}: {m.status}" for m in analysis.methods if m.status != "ok"]
