@@ -223,7 +223,7 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
         load_energy_result(tmp_path / "broken.json")
 
 
-_V3_REQUEST = ("short_window", "power_step_w", "energy_bound_j")
+_V3_REQUEST = ("short_window", "power_step_w", "energy_bound_j", "noise_bound_j")
 _V3_METHOD = ("energy_bound_j", "energy_bound_percent", "short_windows")
 
 

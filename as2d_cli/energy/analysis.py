@@ -89,6 +89,21 @@ def edge_bound_j(
     return d * step, step
 
 
+NOISE_SIGMAS = 3.0  # the reading-noise term of the bound covers this many standard deviations
+
+
+def reading_noise_w(series: BatterySeries, gauge: GaugeEstimate) -> float:
+    """The gauge's reading noise in power (W, one standard deviation), from the changes
+    between consecutive distinct readings: median |change| / 0.6745 / √2 (load steps are
+    few and do not move the median)."""
+    new = np.isin(series.t_ns, gauge.update_ns)
+    p = power_w(series)[new]
+    p = p[np.isfinite(p)]
+    if p.size < 3:
+        return 0.0
+    return float(np.median(np.abs(np.diff(p)))) / 0.6745 / np.sqrt(2.0)
+
+
 @dataclass(frozen=True)
 class RequestEnergy:
     method: str
@@ -109,7 +124,8 @@ class RequestEnergy:
     window_power_w: float | None = None  # energy / window (origin to end of both workers)
     short_window: bool | None = None  # window < SHORT_WINDOW_PERIODS × gauge period
     power_step_w: float | None = None  # the step in power at the window's edges (edge_bound_j)
-    energy_bound_j: float | None = None  # ± bound on the gauge's error (edge_bound_j)
+    energy_bound_j: float | None = None  # ± bound on the gauge's error: edges + noise
+    noise_bound_j: float | None = None  # its reading-noise part, 3σ·√(window·period)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -167,6 +183,7 @@ class EnergyAnalysis:
     poll_s: float
     baseline: str | None
     gauge: GaugeEstimate | None = None  # the gauge's distinct readings and update period
+    noise_w: float | None = None  # the gauge's reading noise in power (1σ, reading_noise_w)
     sign_note: str | None = None  # set when the gauge's current sign was corrected
     trace_bytes: int = 0  # size of the trace file read
     trace_lost_bytes: int = 0  # bytes after its last whole packet (a trace cut mid-packet)
@@ -177,6 +194,7 @@ def analyse_request(
     r: RequestRecord,
     limits: RefusalLimits = RefusalLimits(),
     gauge: GaugeEstimate | None = None,
+    noise_w: float = 0.0,
 ) -> RequestEnergy:
     label = f"request {r.method}/{r.phase} at boot {r.origin_ns / 1e9:.3f} s"
     base = dict(
@@ -207,12 +225,15 @@ def analyse_request(
     inside = int(((series.t_ns >= r.origin_ns) & (series.t_ns <= r.end_ns)).sum())
     gauge = gauge if gauge is not None else estimate_gauge(series)
     response_s = (r.target_eos_ns - r.origin_ns) / 1e9
-    short = bound = step = None
+    short = bound = step = noise = None
     if gauge.period_s is not None:
         short = window_s < SHORT_WINDOW_PERIODS * gauge.period_s
-        bound, step = edge_bound_j(
+        edge, step = edge_bound_j(
             series, r.origin_ns, r.end_ns, gauge.period_s, poll_period_s(series)
         )
+        # each distinct reading's noise is held for one period: √(window / period) of them
+        noise = NOISE_SIGMAS * noise_w * float(np.sqrt(window_s * gauge.period_s))
+        bound = edge + noise
     return RequestEnergy(
         **base,
         status="ok",
@@ -227,6 +248,7 @@ def analyse_request(
         short_window=short,
         power_step_w=step,
         energy_bound_j=bound,
+        noise_bound_j=noise,
     )
 
 
@@ -350,8 +372,16 @@ def pool_methods(
         resp = sum(r.response_s or 0.0 for r in ok)
         win = sum(r.window_s or 0.0 for r in ok)
         tok = sum(r.body_tokens for r in ok)
+        # edges add up (the lateness loses the same sign everywhere), independent reading
+        # noise in quadrature
         bounds = [r.energy_bound_j for r in ok]
-        bound = None if any(b is None for b in bounds) else sum(b or 0.0 for b in bounds)
+        noises = [r.noise_bound_j or 0.0 for r in ok]
+        bound = (
+            None
+            if any(b is None for b in bounds)
+            else sum((b or 0.0) - n for b, n in zip(bounds, noises))
+            + float(np.sqrt(sum(n * n for n in noises)))
+        )
         flags = [r.short_window for r in ok]
         rows.append(
             MethodSummary(
@@ -400,7 +430,8 @@ def analyse_episode(
     check_battery_status(episode.meta, series)
     series, sign_note = correct_current_sign(series, episode.meta)
     gauge = estimate_gauge(series)
-    reqs = [analyse_request(series, r, limits, gauge) for r in episode.requests]
+    noise_w = reading_noise_w(series, gauge)
+    reqs = [analyse_request(series, r, limits, gauge, noise_w) for r in episode.requests]
     order: list[str] = []
     for r in reqs:
         if r.phase == "formal" and r.method not in order:
@@ -414,6 +445,7 @@ def analyse_episode(
         poll_period_s(series),
         base,
         gauge,
+        noise_w if gauge.period_s is not None else None,
         sign_note,
         trace_bytes=series.trace_bytes,
         trace_lost_bytes=series.lost_bytes,

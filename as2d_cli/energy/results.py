@@ -38,7 +38,8 @@ VERSION = 3
 # methods count their formal, measured and failed requests and keep a method whose formal
 # requests all failed (status), and window_includes says per method what its window holds;
 # 3 — the gauge's error bound: each request's short_window, power_step_w and energy_bound_j,
-# each method's energy_bound_j, energy_bound_percent and short_windows.
+# each method's energy_bound_j, energy_bound_percent and short_windows; capture.gauge_noise_w
+# and each request's noise_bound_j (the bound's reading-noise part).
 TRACE_NAME = "trace.perfetto-trace"
 EPISODE_NAME = "episode.tsv"
 
@@ -95,7 +96,13 @@ def _upgrade_2(doc: dict) -> dict:
     """Version 2 → 3: a version-2 file did not bound the gauge's error; those are null."""
     doc = dict(doc)
     doc["requests"] = [
-        {"short_window": None, "power_step_w": None, "energy_bound_j": None, **r}
+        {
+            "short_window": None,
+            "power_step_w": None,
+            "energy_bound_j": None,
+            "noise_bound_j": None,
+            **r,
+        }
         if isinstance(r, dict)
         else r
         for r in doc.get("requests") or []
@@ -183,8 +190,9 @@ def bound_notes(analysis: EnergyAnalysis) -> list[str]:
     out = [
         f"± bound: the gauge shows a load step up to {d:.3g} s late (update period "
         f"{g.period_s:.3g} s + poll {analysis.poll_s:.3g} s); a request's energy is off by at "
-        f"most {d:.3g} s × the step in power between its edges, a method's pooled energy by "
-        "the sum over its requests (docs/energy.md)"
+        f"most {d:.3g} s × the step in power between its edges, plus 3 × the reading noise "
+        f"({analysis.noise_w or 0.0:.3g} W) × √(window × period); a method's pooled energy "
+        "by the sum of the edge terms and the noise terms in quadrature (docs/energy.md)"
     ]
     for m in analysis.methods:
         if m.energy_bound_percent is not None:
@@ -419,6 +427,7 @@ def write_results(
                 "counters": counters,
                 "gauge_period_s": analysis.gauge.period_s if analysis.gauge else None,
                 "gauge_readings": analysis.gauge.readings if analysis.gauge else None,
+                "gauge_noise_w": analysis.noise_w,
                 "current_sign_corrected": analysis.sign_note is not None,
                 "current_sign_note": analysis.sign_note,
                 "trace_bytes": analysis.trace_bytes,
