@@ -428,6 +428,7 @@ def test_wireless_phone_vanishing_midway_is_collected_after_reattach(
     rec = json.loads((d / "phone_run.json").read_text())
     _wait_done(s, rec["run_dir"])
     reattach(s.phone)
+    s.connect(timeout=30)  # the adb server lists it again (a busy machine may take a while)
     code, _, err = _run(["energy", "--collect", str(d), "--adb-port", str(s.adb_port)], capsys)
     s.power.stop_all()
     assert code == 0, err
