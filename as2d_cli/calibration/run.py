@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from as2d_cli.calibration.fit import fit_profile
 from as2d_cli.calibration.plan import Step, make_plan, plan_hash
 from as2d_cli.calibration.plot import plot_savings
 from as2d_cli.errors import DeviceError, UserError
+from as2d_cli.formats.common import append_jsonl, write_atomic
 
 Progress = Callable[[str, float, float], None]  # (label, done weight, total weight)
 
@@ -106,7 +106,7 @@ class _Partial:
         return json.loads(self.done_file.read_text()) if self.done_file.exists() else []
 
     def mark_done(self, done: list[str]) -> None:
-        _write(self.done_file, json.dumps(done))
+        write_atomic(self.done_file, json.dumps(done).encode(), force=True)
 
     def kept(self, done: list[str]) -> str:
         return (
@@ -265,7 +265,7 @@ def _run_steps(
                 rec["observations"].insert(0, dataclasses.asdict(settled))
             rec["step"] = step.key
             gates.append(rec)
-            _append(partial.gates, [rec])
+            append_jsonl(partial.gates, [rec])
             if not result.passed:
                 raise DeviceError(
                     f"gate failed before {step.label}: {result.failure}; {partial.kept(done)}"
@@ -300,7 +300,7 @@ def _run_steps(
                 **monitor.record(),
                 "cpu": after.since(before) if before is not None and after is not None else None,
             }
-            _append(partial.monitor, [mrec])
+            append_jsonl(partial.monitor, [mrec])
             if monitor.failure is not None and monitor.failure.kind == "core_offline":
                 f = monitor.failure
                 gone = ",".join(map(str, f.detail.get("offline", [])))
@@ -319,7 +319,7 @@ def _run_steps(
                 )  # a probe over several windows names each
                 if w in seconds:
                     s["audio_s"] = seconds[w]
-            _append(partial.samples, got)
+            append_jsonl(partial.samples, got)
             done.append(step.key)
             partial.mark_done(done)
         if progress:
@@ -363,17 +363,3 @@ def _write_outputs(
         shutil.copyfile(partial.monitor, out_dir / f"{stem}.monitor.jsonl")
     shutil.rmtree(partial.folder, ignore_errors=True)
     return profile_path, plot_path, samples_path
-
-
-def _append(path: Path, rows: list[dict]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from as2d_cli.errors import UserError
+from as2d_cli.formats.common import append_jsonl, write_atomic
 
 SETTINGS = "native.settings.json"
 RUNS = "native.runs.jsonl"
@@ -145,7 +146,7 @@ class NativeRecord:
             raise UserError(
                 f"{folder} already holds a native evaluation; resume it with --append {folder}"
             )
-        _write_atomic(path, json.dumps(settings, indent=1) + "\n")
+        write_atomic(path, (json.dumps(settings, indent=1) + "\n").encode(), force=True)
         return cls(folder, settings)
 
     @classmethod
@@ -191,10 +192,7 @@ class NativeRecord:
         return {(r["window"], r["rep"], r["method"]): r["res"]["tps"] for r in self.runs()}
 
     def append(self, name: str, rec: dict[str, Any]) -> None:
-        with open(self.folder / name, "a", encoding="utf-8") as f:
-            f.write(json.dumps({**rec, "session": self.session}) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_jsonl(self.folder / name, [{**rec, "session": self.session}])
 
     def kept(self) -> str:
         n = sum(1 for _ in self.runs())
@@ -246,15 +244,6 @@ def _repair(path: Path) -> None:
             f.write(keep)
             f.flush()
             os.fsync(f.fileno())
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _text(path: Path) -> str:

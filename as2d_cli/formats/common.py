@@ -215,6 +215,16 @@ def _exists(p: Path) -> str:
     )
 
 
+def append_jsonl(path: str | Path, rows: list[dict]) -> None:
+    """Append ``rows`` as JSON lines and fsync: a record that survives a crash mid-run
+    (a line torn by one is dropped by whoever resumes)."""
+    with open(path, "a", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def write_atomic(path: str | Path, data: bytes, *, force: bool = False) -> Path:
     """Write ``data`` to ``path`` atomically (temp file in the same folder, then link or
     rename). Without ``force`` an existing file is never replaced: the call refuses with
