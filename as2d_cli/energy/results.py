@@ -25,7 +25,7 @@ from as2d_cli.energy.analysis import SHORT_WINDOW_PERIODS, EnergyAnalysis
 from as2d_cli.energy.capture_config import CaptureSpec
 from as2d_cli.energy.episode_records import Episode, format_episode
 from as2d_cli.errors import FormatError, UserError
-from as2d_cli.formats.common import check_version, git_commit
+from as2d_cli.formats.common import check_version, fresh_folder, git_commit
 
 SCHEMA = "as2d.energy-result"
 VERSION = 3
@@ -364,18 +364,7 @@ def new_run_dir(results_root: Path, phone_name: str, now: datetime | None = None
     from device_agents.identity import results_stem
 
     now = now or datetime.now(timezone.utc)
-    base = Path(results_root) / results_stem(phone_name, "energy", now.timestamp())
-    base.parent.mkdir(parents=True, exist_ok=True)
-    for k in range(1, 1000):
-        cand = base if k == 1 else base.with_name(f"{base.name}-{k}")
-        try:
-            cand.mkdir()
-            return cand
-        except FileExistsError:
-            continue
-    raise UserError(
-        f"could not create a fresh results folder next to {base}; clean up old runs in that folder"
-    )
+    return fresh_folder(Path(results_root) / results_stem(phone_name, "energy", now.timestamp()))
 
 
 def write_results(

@@ -22,10 +22,11 @@ from as2d_cli.evaluate.inputs import (
     require_confirmed,
     trace_files,
 )
-from as2d_cli.formats.common import next_free, safe_name
+from as2d_cli.formats.common import fresh_folder, next_free, safe_name
 from as2d_cli.formats.deployment_io import load_deployment
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.results import input_ref, make_results, write_results
+from device_agents.identity import results_stem
 
 Say = Callable[[str], None]
 
@@ -119,13 +120,8 @@ def run_eval(
     say(describe_deployment(Path(dep_path), dep.source, dep.budget, dep.selection))
     say(f"replaying every method over the {split} split with {profile_path}")
     ev = evaluate_fixed(ts, prof, dep, split=split)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    folder = results / f"{device}-{split}-{stamp}"
-    n = 2
-    while folder.exists():
-        folder = results / f"{device}-{split}-{stamp}-{n}"
-        n += 1
-    folder.mkdir(parents=True)
+    at = time.time()
+    folder = fresh_folder(results / results_stem(device, split, at))
     prov = provenance(prof, Path(profile_path), dep, Path(dep_path), files, ts)
     table = render_table(ev) + render_provenance(prov)
     inputs = {
@@ -144,7 +140,7 @@ def run_eval(
     plot = plot_cdf(
         ev,
         folder / "cdf.png",
-        f"{device} · profile {Path(profile_path).name} · {dep.source}/b{dep.budget} · {stamp[:8]}",
+        f"{device} · profile {Path(profile_path).name} · {dep.source}/b{dep.budget} · {time.strftime('%Y%m%d', time.gmtime(at))}",
     )
     from as2d_cli.evaluate.report import write_report
 

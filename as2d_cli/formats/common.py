@@ -215,6 +215,23 @@ def _exists(p: Path) -> str:
     )
 
 
+def fresh_folder(base: str | Path) -> Path:
+    """Create and return ``base``, or ``base-2``, ``base-3``… when taken: a run's own
+    results folder, never an earlier one (mkdir is the atomic claim)."""
+    base = Path(base)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for k in range(1, 1000):
+        cand = base if k == 1 else base.with_name(f"{base.name}-{k}")
+        try:
+            cand.mkdir()
+            return cand
+        except FileExistsError:
+            continue
+    raise UserError(
+        f"could not create a fresh results folder next to {base}; clean up old runs in that folder"
+    )
+
+
 def append_jsonl(path: str | Path, rows: list[dict]) -> None:
     """Append ``rows`` as JSON lines and fsync: a record that survives a crash mid-run
     (a line torn by one is dropped by whoever resumes)."""
