@@ -252,15 +252,25 @@ def run_batch(
     return done
 
 
+def abort_on_trip(runner: Any) -> Callable[[FailureRecord], None]:
+    """A CoreMonitor ``on_trip`` that stops ``runner``'s command in flight (runners that
+    cannot be stopped from outside, a phone's file-mode batches, have no ``abort``)."""
+
+    def abort(_record: FailureRecord) -> None:
+        stop = getattr(runner, "abort", None)
+        if stop is not None:
+            stop()
+
+    return abort
+
+
 def call_monitored(
     device: Device, runner: Any, cmd: dict[str, Any], interval_s: float = 1.0
 ) -> dict[str, Any]:
     """One runner command with the monitor beside it; the result gains the monitor's
     record. A core going offline stops it (a runner with ``abort()`` at once) and raises
     one line naming the core and the time."""
-    monitor = CoreMonitor(
-        device, interval_s, on_trip=lambda _rec: getattr(runner, "abort", lambda: None)()
-    ).start()
+    monitor = CoreMonitor(device, interval_s, on_trip=abort_on_trip(runner)).start()
     try:
         res = runner.call(cmd)
     except DeviceError:

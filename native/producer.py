@@ -16,12 +16,19 @@ from typing import Any, Iterable, Iterator, Sequence
 from as2d_cli.engine import CandidateBuffer, WallClock
 
 
+EMULATED_CPUS = "AS2D_EMULATED_CPUS"
+
+
+def emulated_cpus_env() -> dict[str, str]:
+    """What an emulated phone's launcher puts in a program's environment: the host CPUs
+    behind the phone's virtual ones (see :func:`host_cpus`)."""
+    return {EMULATED_CPUS: ",".join(map(str, sorted(os.sched_getaffinity(0))))}
+
+
 def host_cpus(cores: Sequence[int]) -> set[int]:
     """The CPUs to pin to. On an emulated phone (``AS2D_EMULATED_CPUS`` lists the host CPUs
     behind it) phone CPU c runs on host CPU hosts[c % len(hosts)], as its taskset maps it."""
-    hosts = [
-        int(c) for c in os.environ.get("AS2D_EMULATED_CPUS", "").split(",") if c.strip().isdigit()
-    ]
+    hosts = [int(c) for c in os.environ.get(EMULATED_CPUS, "").split(",") if c.strip().isdigit()]
     return {hosts[c % len(hosts)] for c in cores} if hosts else set(cores)
 
 

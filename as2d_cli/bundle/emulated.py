@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -20,6 +19,7 @@ from as2d_cli.bundle import qemu
 from as2d_cli.bundle.elf import EM_AARCH64, is_elf, read_elf
 from device_agents.emulator.phone import ScriptedPhone, default_launcher
 from device_agents.emulator.shell import CommandContext
+from native.producer import emulated_cpus_env
 
 CPUINFO_FILE = ".as2d-qemu-cpuinfo"
 
@@ -55,9 +55,7 @@ def _launcher(ctx: CommandContext, host_path: str) -> int:
     )  # the host's CPU count: the guest reads the host's sysfs
     args = [_map(ctx, a) for a in ctx.argv[1:]]
     env = {k: _map(ctx, v) for k, v in ctx.env.items()}
-    # The phone's CPU numbers are virtual: the runner pins phone CPU c to host CPU
-    # hosts[c % len(hosts)], as the emulated taskset does (native/producer.py).
-    env["AS2D_EMULATED_CPUS"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    env.update(emulated_cpus_env())  # the phone's virtual CPU numbers map onto this host's
     # `env -i`: the guest sees exactly the phone shell's environment, as on a phone.
     argv = [
         shutil.which("env") or "/usr/bin/env",

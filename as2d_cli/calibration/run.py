@@ -241,7 +241,7 @@ def _run_steps(
     gate record and monitor record as it finishes. Returns the gate records of this run."""
     from as2d_cli.errors import Interrupted
     from device_agents.gating import CpuTimes, run_gate, settle
-    from device_agents.monitor import CoreMonitor
+    from device_agents.monitor import CoreMonitor, abort_on_trip
     from native.host import open_runner as default_open
 
     total = sum(s.weight for s in steps)
@@ -281,9 +281,7 @@ def _run_steps(
                     got.append(ev)
 
             before = CpuTimes.read(device)
-            monitor = CoreMonitor(
-                device, monitor_interval_s, on_trip=lambda _rec, r=runner: _abort(r)
-            ).start()
+            monitor = CoreMonitor(device, monitor_interval_s, on_trip=abort_on_trip(runner)).start()
             error: DeviceError | None = None
             try:
                 runner.call(step.command, on_event=collect)
@@ -330,12 +328,6 @@ def _run_steps(
         if runner is not None:
             runner.close()
     return gates
-
-
-def _abort(runner: Any) -> None:
-    abort = getattr(runner, "abort", None)
-    if abort is not None:
-        abort()
 
 
 def _write_outputs(

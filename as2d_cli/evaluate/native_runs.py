@@ -287,7 +287,7 @@ def _run_unit(
     one runner call, recorded as it returns; on a phone the window's methods are one batch
     (one runner start), recorded when it returns. A run the monitor tripped during is not
     recorded (locally the runner is killed at once; a phone's batch ends first)."""
-    from device_agents.monitor import CoreMonitor
+    from device_agents.monitor import CoreMonitor, abort_on_trip
 
     cmds = record.settings["commands"]
     finished: list[str] = []
@@ -304,7 +304,7 @@ def _run_unit(
         return {"op": "decode", "window": u.window, "method": m, "events": False, **cmds[m]}
 
     before = _cpu(device)
-    monitor = CoreMonitor(device, monitor_interval_s, on_trip=lambda _rec: _abort(runner)).start()
+    monitor = CoreMonitor(device, monitor_interval_s, on_trip=abort_on_trip(runner)).start()
     error: DeviceError | None = None
     try:
         if device.kind == "local":
@@ -357,9 +357,3 @@ def _cpu(device: Any) -> Any:
         return CpuTimes.read(device)
     except DeviceError:  # the device left; the unit's error says so
         return None
-
-
-def _abort(runner: Any) -> None:
-    abort = getattr(runner, "abort", None)
-    if abort is not None:
-        abort()

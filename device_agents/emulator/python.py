@@ -23,6 +23,7 @@ import sysconfig
 
 from device_agents.emulator.phone import ScriptedPhone
 from device_agents.emulator.shell import CommandContext
+from native.producer import emulated_cpus_env
 
 NAMES = ("python3", "python")
 # Host variables that would let the project or the host's own settings leak in.
@@ -64,9 +65,7 @@ def make_python_command(interpreter: str | None = None):  # type: ignore[no-unty
         phone_path = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = ":".join(p for p in [*phone_path.split(":"), *libs] if p)
         env["PYTHONNOUSERSITE"] = "1"
-        # The phone's CPU numbers are virtual: the runner pins phone CPU c to host CPU
-        # hosts[c % len(hosts)], as the emulated taskset does (native/producer.py).
-        env["AS2D_EMULATED_CPUS"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+        env.update(emulated_cpus_env())  # the phone's virtual CPU numbers map onto this host's
         # A python3 request is load like any program the phone runs: with the battery
         # model installed (device_agents.emulator.battery), it holds one busy worker
         # while it runs, as the phone's launcher does for pushed programs.
