@@ -12,7 +12,7 @@ Each helper returns a ``typer.Option`` (use it as a parameter's default). Ranges
   is checked against the profile;
 * fractions 0–1 (``fraction``);
 * core indices ≥ 0 here, and against the device's cores once it is resolved
-  (``check_core``).
+  (``device_agents.measurement.prepare``; CPU lists by ``device_agents.affinity``).
 
 A violation is a usage error that ``main()`` prints as one line naming the option.
 Paths are checked in :mod:`as2d_cli.cli.paths`.
@@ -189,19 +189,8 @@ def spans(values: list[int]) -> str:
 
 
 def core(default: int | None, *flags: str, help: str) -> Any:
-    """A CPU core index, ≥ 0; check it against the device with ``check_core``."""
+    """A CPU core index, ≥ 0; ``device_agents.measurement.prepare`` checks it against the device."""
     return typer.Option(default, *flags, min=0, help=help)
-
-
-def check_core(device: Any, index: int | None, option: str) -> None:
-    """Refuse a core index the resolved device does not have, naming its cores."""
-    if index is None:
-        return
-    cpus = device.cpus()
-    if index not in cpus:
-        raise UserError(
-            f"{option} {index}: {device.serial} has cores {spans(list(cpus))}; pick one of those"
-        )
 
 
 def models(
@@ -320,7 +309,6 @@ __all__ = [
     "adb_port",
     "budget",
     "budget_list",
-    "check_core",
     "core",
     "count",
     "emulator_port",
