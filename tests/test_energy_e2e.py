@@ -309,19 +309,21 @@ def test_perfetto_failure_is_one_line_and_records_are_kept(
     assert (raw / "perfetto.rc").read_text().strip() == "1" and (raw / "req001.out").exists()
 
 
-def test_a_one_second_gauge_is_known_from_the_capture(
+def test_a_one_second_gauge_is_known_from_the_capture_and_the_defaults_meet_the_truth(
     make_emulated_phone, tmp_path: Path, capsys
 ) -> None:
     # A realistic gauge: new readings once a second however often the 250 ms polls come.
     # Requests are a registered command that holds one busy worker while it sleeps, so a
-    # loaded host does not change the load the gauge sees.
+    # loaded host does not change the load the gauge sees. The measuring is the default
+    # (a warm-up per method, requests back to back), checked against the battery model's
+    # noise-free energy over the very windows the analysis used.
     import time
 
     s = make_emulated_phone(connection="wireless")
     power = EmulatedPower(s.phone, BatteryModel(BatteryParams(gauge_update_ms=1000))).install()
 
     def req(ctx) -> int:  # type: ignore[no-untyped-def]
-        with power.busy():
+        with power.busy(float(ctx.argv[2])):
             time.sleep(int(ctx.argv[1]) / 1000)
         ctx.out("AS2D_REQUEST body_tokens=30\n")
         return 0
@@ -339,17 +341,13 @@ def test_a_one_second_gauge_is_known_from_the_capture(
         "--methods",
         "as2d,target-only",
         "--method-cmd",
-        "as2d=req 2500",
+        "as2d=req 2500 1.3",
         "--method-cmd",
-        "target-only=req 4000",
-        "--warmups",
-        "0",
+        "target-only=req 4000 1",
         "--out",
         str(tmp_path / "res"),
         "--settle-s",
         "1",
-        "--gap-s",
-        "0.5",
         "--tail-s",
         "1",
         "--request-budget-s",
@@ -384,7 +382,21 @@ def test_a_one_second_gauge_is_known_from_the_capture(
     assert len(said) == len(short)
     for r, ln in zip(short, said):
         assert f"at boot {r['origin_boot_ns'] / 1e9:.3f} s" in ln and ln.startswith(">>> ")
+    truth = {}
     for m in doc["methods"]:
-        ok = [r for r in doc["requests"] if r["method"] == m["method"]]
-        assert m["energy_bound_j"] == pytest.approx(sum(r["energy_bound_j"] for r in ok))
+        formal = [
+            r for r in doc["requests"] if r["method"] == m["method"] and r["phase"] == "formal"
+        ]
+        assert m["energy_bound_j"] == pytest.approx(sum(r["energy_bound_j"] for r in formal))
+        truth[m["method"]] = sum(
+            power.model.true_energy_j(r["origin_boot_ns"], r["end_boot_ns"]) for r in formal
+        )
+        # Back to back, each method's pooled energy is within 2 % of the truth, and the
+        # bound covers the true error.
+        assert abs(m["energy_j"] / truth[m["method"]] - 1) < 0.02, (m, truth)
+        assert abs(m["energy_j"] - truth[m["method"]]) <= m["energy_bound_j"]
+    # The comparison between the methods is within 1 point of the true comparison.
+    (a,) = [m for m in doc["methods"] if m["method"] == "as2d"]
+    true_change = (truth["as2d"] / truth["target-only"] - 1) * 100
+    assert abs(a["energy_vs_baseline_percent"] - true_change) < 1.0
     assert "(short)" in (d / "table.md").read_text() and "± bound" in (d / "table.md").read_text()

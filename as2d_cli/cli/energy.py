@@ -59,7 +59,11 @@ def energy(
     settle_s: float = options.seconds(
         3.0, "--settle-s", help="Idle time before the first request."
     ),
-    gap_s: float = options.seconds(2.0, "--gap-s", help="Idle time between requests."),
+    gap_s: float = options.seconds(
+        0.0,
+        "--gap-s",
+        help="Idle time between requests (0: back to back, so only a method's warm-up meets the gauge's lag).",
+    ),
     tail_s: float = options.seconds(3.0, "--tail-s", help="Idle time after the last request."),
     discharge_wait_s: int = options.count(
         300,

@@ -55,7 +55,7 @@ class EpisodePlan:
     method_cmds: tuple[tuple[str, str], ...] = ()  # per-method overrides of request_cmd
     warmups: int = 1
     settle_s: float = 3.0  # baseline before the first request
-    gap_s: float = 2.0  # between requests
+    gap_s: float = 0.0  # between requests: back to back, so the gauge lag meets only the warm-up
     tail_s: float = 3.0  # after the last request
     request_budget_s: float = 120.0  # longest a request may take (sizes the trace)
     discharge_wait_s: int = 300  # how long the phone waits for USB to be pulled

@@ -120,6 +120,8 @@ class BatteryModel:
         self._gauge: GaugeReading | None = None
         self._avg_window: list[float] = []
         self._rng = random.Random(self.params.seed)  # reproducible gauge jitter
+        # Ground truth for tests: (from_ns, to_ns, power_w) of every integrated stretch.
+        self._truth: list[tuple[int, int, float]] = []
 
     # -- state driven by the emulated phone -------------------------------------------
     @property
@@ -161,6 +163,9 @@ class BatteryModel:
         return ocv + current_ma / 1000.0 * p.r_internal_ohm  # sags while discharging
 
     def _integrate_locked(self, to_ns: int, current_ma: float) -> None:
+        if to_ns > self._t_ns:
+            power_w = -current_ma / 1000.0 * self._voltage_v(current_ma)
+            self._truth.append((self._t_ns, to_ns, power_w))
         dt_h = max(0, to_ns - self._t_ns) / 3.6e12
         cap = self.params.capacity_mah * 1000.0
         self._charge_uah = min(cap, max(0.0, self._charge_uah + current_ma * 1000.0 * dt_h))
@@ -210,6 +215,17 @@ class BatteryModel:
             self._advance_locked()
             current_ma = self._current_ma(self._activity_now())
             return -current_ma / 1000.0 * self._voltage_v(current_ma)
+
+    def true_energy_j(self, from_ns: int, to_ns: int) -> float:
+        """The noise-free discharge energy between two boot-clock instants (J): the
+        ground truth a request window's measured energy is checked against."""
+        with self._lock:
+            self._advance_locked()
+            return sum(
+                w * (min(b, to_ns) - max(a, from_ns)) / 1e9
+                for a, b, w in self._truth
+                if b > from_ns and a < to_ns
+            )
 
     def status(self) -> str:
         """'Charging' / 'Discharging' as /sys/class/power_supply/battery/status reports."""
