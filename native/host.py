@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 from as2d_cli.errors import DeviceError
 from native.launch import Launcher, choose_launcher, push_windows, windows_in
 
-TERMINAL = ("hello", "loaded", "result", "calibrated", "error", "bye")
+TERMINAL = ("hello", "loaded", "result", "calibrated", "streamed", "error", "bye")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -119,6 +119,45 @@ class Runner:
         )
         self.emit("result", **res)
 
+    def op_stream(self, cmd: dict) -> None:
+        """A paced stream through the resident models (docs/streaming.md): a ``stream_start``
+        event, one ``block`` event per block as its output completes, ``check`` events with
+        --check, then ``streamed``."""
+        from native.stream.loop import check_blocks, run_stream
+        from native.stream.recording import stream_audio
+        from native.stream.settings import stream_settings
+
+        if self.models is None:
+            raise ProtocolError("send a 'load' command before 'stream'")
+        s = stream_settings(cmd)
+        audio, language = stream_audio(cmd, self._corpus_dir())
+        run = run_stream(
+            self.models,
+            audio,
+            s,
+            language=language,
+            target_cores=self.target_cores,
+            producer_cores=self.producer_cores,
+            on_block=lambda rec: self.emit("block", **rec),
+            on_start=lambda info: self.emit("stream_start", **info),
+        )
+        if s.check:
+            for c in check_blocks(self.models, audio, s, run.blocks, language=language):
+                self.emit("check", **c)
+        self.emit(
+            "streamed",
+            end_s=run.end_s,
+            drained_s=run.drained_s,
+            warmup_s=run.warmup_s,
+            epochs=run.epochs,
+            source_mode=run.source_mode,
+            source_error=run.source_error,
+            settings=s.to_dict(),
+        )
+
+    def _corpus_dir(self) -> str | None:
+        return os.environ.get("AS2D_CORPUS") or None
+
     def op_calibrate(self, cmd: dict) -> None:
         from native.calibration import run_calibration_op
 
@@ -145,7 +184,7 @@ class Runner:
             fn = getattr(self, f"op_{op}", None)
             if fn is None:
                 raise ProtocolError(
-                    f"unknown op {op!r}; the runner knows hello, load, decode, calibrate, quit"
+                    f"unknown op {op!r}; the runner knows hello, load, decode, stream, calibrate, quit"
                 )
             fn(cmd)
         except As2dError as exc:

@@ -57,6 +57,7 @@ COMMANDS: list[str] = [
     "models",
     "compare",
     "report",
+    "stream",
 ]
 
 app = typer.Typer(

@@ -41,11 +41,22 @@ class OrtTarget:
 
     def start(self, audio: np.ndarray, language: str | None = None) -> int:
         """Encode ``audio`` and prefill the request's prompt; returns the first token."""
+        self.encode(audio, language)
+        return self.prefill()
+
+    def encode(self, audio: np.ndarray, language: str | None = None) -> None:
+        """Encode ``audio`` (the first half of :meth:`start`; a stream times it apart)."""
         self._cross = self.model.encode(audio, language)
-        self._prompt = len(self._cross.prompt)
-        logits, self._cache = self.model.decode(
-            list(self._cross.prompt), self.model.empty_cache(), self._cross
-        )
+
+    def prefill(self, context: Sequence[int] = ()) -> int:
+        """Prefill the prompt and then ``context`` (committed text a stream carries over
+        from earlier blocks; it counts as prompt, so ``length`` starts at 0); returns the
+        first token."""
+        if self._cross is None:
+            raise EngineError("target.prefill before encode(audio)")
+        prompt = [*self._cross.prompt, *(int(t) for t in context)]
+        self._prompt = len(prompt)
+        logits, self._cache = self.model.decode(prompt, self.model.empty_cache(), self._cross)
         self.last_margins = top2_margin(logits[-1:])
         return int(logits[-1].argmax())
 

@@ -1,0 +1,200 @@
+"""`as2d stream`: pace a recording through a resident runner in blocks (paper D.6.2)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from as2d_cli.cli import options
+from as2d_cli.cli.paths import file_in_option, folder_out_option
+from as2d_cli.engine.methods import DEFAULT_BUDGET
+
+METHODS = ("as2d", "target-only", "sd")
+LIFETIMES = ("arrival", "consumption")
+
+
+def stream(
+    phone: str = typer.Option(
+        "local", "--phone", help="local, a known phone name, or an adb serial."
+    ),
+    audio: Optional[Path] = typer.Option(
+        None,
+        "--audio",
+        callback=file_in_option,
+        help="A 16 kHz mono recording (any file soundfile reads); default: the bundled corpus's "
+        "English read speech joined end to end.",
+    ),
+    minutes: Optional[float] = options.positive(
+        None, "--minutes", help="Stream length in minutes (default: 10, or all of --audio)."
+    ),
+    block_s: float = options.positive(4.0, "--block-s", help="Block interval and length (s)."),
+    context_s: float = options.positive(
+        12.0, "--context-s", help="Audio and text context kept before a reset (s)."
+    ),
+    method: str = options.one_of("as2d", "--method", choices=METHODS, help="Decoding method."),
+    budget: int = options.budget(
+        DEFAULT_BUDGET, "--budget", help="As²d proposal budget b (physical K <= b+1)."
+    ),
+    source: str = options.one_of(
+        "drafter", "--source", choices=("drafter", "ctc"), help="As²d's source."
+    ),
+    lifetime: str = options.one_of(
+        "arrival",
+        "--source-lifetime",
+        choices=LIFETIMES,
+        help="When a block's source epoch stops: one block after its arrival, or when the "
+        "target has consumed the block.",
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Afterwards, re-run target-only on every block and compare."
+    ),
+    out: Path = typer.Option(
+        Path("results"),
+        "--out",
+        callback=folder_out_option,
+        help="Results folder (a fresh <device>-stream-<time>/ is made inside).",
+    ),
+    models: Optional[Path] = options.models(),
+    verifier_cores: Optional[str] = options.verifier_cores(),
+    producer_cores: Optional[str] = options.producer_cores(),
+    os_placement: bool = options.os_placement(),
+    adb_port: Optional[int] = options.adb_port(),
+) -> None:
+    """Stream a recording in real time through resident models; report lag, RTF, throughput."""
+    from as2d_cli.errors import DeviceError, Interrupted, UserError
+    from as2d_cli.formats.common import fresh_folder
+    from as2d_cli.stream.recording import corpus_recording, file_recording
+    from as2d_cli.stream.results import write_stream
+    from as2d_cli.stream.run import run_stream, settings_for
+    from device_agents.identity import results_stem
+    from device_agents.measurement import prepare
+    from native.host import open_runner
+
+    if models is not None and not (models / "models.json").is_file():
+        raise UserError(
+            f"--models {models} is not a model pair (no models.json); create one with `as2d models import`"
+        )
+    if context_s < block_s:
+        raise UserError(
+            f"--context-s {context_s:g} is shorter than --block-s {block_s:g}; "
+            "the context holds at least one block"
+        )
+    if method != "as2d" and (budget != DEFAULT_BUDGET or source != "drafter"):
+        raise UserError(f"--budget and --source set As²d's drafting; method {method} has none")
+    m = prepare(
+        phone,
+        adb_port=adb_port,
+        verifier_cores=verifier_cores,
+        producer_cores=producer_cores,
+        os_placement=os_placement,
+    )
+    if audio is not None and m.device.kind != "local":
+        raise UserError(
+            "--audio streams on --phone local only for now; on a phone use --minutes "
+            "(the bundled corpus is pushed with the runner)"
+        )
+    recording = (
+        file_recording(audio, minutes) if audio is not None else corpus_recording(minutes or 10.0)
+    )
+    settings = settings_for(
+        method,
+        budget=budget,
+        block_s=block_s,
+        context_s=context_s,
+        lifetime=lifetime,
+        source=source,
+        check=check,
+    )
+    label = f"As²d ({source}, b{budget})" if method == "as2d" else method
+    folder = fresh_folder(out / results_stem(m.identity.name, "stream", time.time()))
+    con = Console(stderr=True)
+    con.print(
+        f"streaming {recording.seconds / 60 if recording.seconds else 'all of'} min "
+        f"({'--audio ' + str(audio) if audio else f'{len(recording.windows)} corpus windows'}) on "
+        f"{m.identity.name} with {label} in {block_s:g} s blocks; results in {folder}"
+    )
+    view = _LiveView(con, block_s)
+    outcome = run_stream(
+        m,
+        recording,
+        settings,
+        folder,
+        models=models,
+        open_runner=open_runner,
+        on_start=view.start,
+        on_block=view.block,
+        say=lambda msg: con.print(msg),
+    )
+    view.stop()
+    doc = write_stream(
+        folder,
+        outcome,
+        settings=settings,
+        recording=recording.to_dict(),
+        measurement=m.record(),
+        command=shlex.join(["as2d", "stream", *sys.argv[2:]]),
+        label=label,
+    )
+    Console().print((folder / "table.md").read_text())
+    kept = f"{len(outcome.blocks)} block(s) kept in {folder}"
+    if outcome.interrupted:
+        raise Interrupted(f"stream interrupted; {kept}")
+    if outcome.stopped:
+        raise DeviceError(f"stream stopped: {outcome.stopped}; {kept}")
+    c = doc.get("check")
+    if c is not None and c["equal"] != c["blocks"]:
+        con.print(
+            f"[yellow]--check: {c['blocks'] - c['equal']} block(s) differ from target-only "
+            f"(first: block {c['first_divergent_block']} at token {c['first_divergence']})[/]"
+        )
+
+
+class _LiveView:
+    """Blocks done, the current completion lag and the running RTF, live on stderr."""
+
+    def __init__(self, con: Console, block_s: float) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+        from as2d_cli.cli.progress import progress_bar
+
+        self.block_s = block_s
+        self.busy = 0.0
+        self.audio = 0.0
+        self.bar = progress_bar(
+            TextColumn("stream"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+        )
+        self.task: Any = None
+
+    def start(self, info: dict[str, Any]) -> None:
+        self.bar.start()
+        self.task = self.bar.add_task("stream", total=info["blocks"], status="waiting for block 1")
+
+    def block(self, b: dict[str, Any]) -> None:
+        if self.task is None:
+            return
+        self.busy += b["finish_s"] - b["start_s"]
+        self.audio += b["audio_end_s"] - b["audio_start_s"]
+        lag = b["finish_s"] - b["arrival_s"]
+        self.bar.update(
+            self.task,
+            advance=1,
+            status=f"lag {lag:.2f} s  queue {b['start_s'] - b['arrival_s']:.2f} s  "
+            f"active RTF {self.busy / self.audio:.3f}",
+        )
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("stream")(stream)

@@ -1,0 +1,76 @@
+"""The stream's clock: seconds since the stream started, real or virtual.
+
+The virtual clock skips the runner's idle waits (the time until the next block arrives)
+and lets real work take its real time, so a paced stream in a test costs only its
+processing. Other threads (the source worker's driver) wait on it without skipping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+
+POLL_S = 0.02  # how often a waiting thread re-reads a virtual clock that may have jumped
+
+
+class StreamClock(ABC):
+    """Stream time in seconds; ``origin_ns`` is its start on ``time.perf_counter_ns`` (the
+    engine's wall clock and the source worker's publications share that scale)."""
+
+    def __init__(self) -> None:
+        self.origin_ns = time.perf_counter_ns()
+
+    @abstractmethod
+    def now(self) -> float:
+        """Seconds since the stream started."""
+
+    @abstractmethod
+    def idle_until(self, t: float) -> None:
+        """The runner has nothing to do until ``t`` (the next block's arrival)."""
+
+    def wait_until(self, t: float, stop: threading.Event) -> bool:
+        """Another thread waits for ``t``; False when ``stop`` is set first."""
+        while True:
+            left = t - self.now()
+            if left <= 0:
+                return True
+            if stop.wait(min(left, POLL_S)):
+                return False
+
+
+class RealClock(StreamClock):
+    """Wall time: arrivals are paced in real time."""
+
+    def now(self) -> float:
+        return (time.perf_counter_ns() - self.origin_ns) / 1e9
+
+    def idle_until(self, t: float) -> None:
+        left = t - self.now()
+        if left > 0:
+            time.sleep(left)
+
+    def wait_until(self, t: float, stop: threading.Event) -> bool:
+        while (left := t - self.now()) > 0:
+            if stop.wait(left):
+                return False
+        return True
+
+
+class SkipClock(StreamClock):
+    """Virtual time: real elapsed time plus every idle wait skipped so far."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped = 0.0
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return (time.perf_counter_ns() - self.origin_ns) / 1e9 + self.skipped
+
+    def idle_until(self, t: float) -> None:
+        with self._lock:
+            self.skipped += max(0.0, t - self.now())
+
+
+CLOCKS = {"real": RealClock, "virtual": SkipClock}

@@ -1,0 +1,105 @@
+"""The runner's ``stream`` command, validated (docs/runner-protocol.md, "stream")."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from as2d_cli.engine.methods import (
+    DEFAULT_ALIGN_LOOKBACK,
+    DEFAULT_ALIGN_WINDOW,
+    DEFAULT_BATCH,
+    DEFAULT_BUDGET,
+    DEFAULT_SD_K,
+    DEFAULT_THRESHOLD,
+    MethodSpec,
+)
+from native.protocol import ProtocolError
+from native.stream.clock import CLOCKS
+from native.stream.source import LIFETIMES
+
+STREAM_METHODS = ("as2d", "target-only", "sd")
+STREAM_SOURCES = ("drafter", "ctc")
+DEFAULT_BLOCK_S = 4.0
+DEFAULT_CONTEXT_S = 12.0
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    method: str = "as2d"
+    budget: int = DEFAULT_BUDGET
+    k: int = DEFAULT_SD_K
+    source: str = "drafter"
+    lifetime: str = "arrival"
+    threshold: float | None = DEFAULT_THRESHOLD
+    batch: int = DEFAULT_BATCH
+    block_s: float = DEFAULT_BLOCK_S
+    context_s: float = DEFAULT_CONTEXT_S
+    clock: str = "real"
+    check: bool = False  # re-run target-only on every block and context after the stream
+    max_tokens: int | None = None  # per block (default: what the decoder has room for)
+    warmup: bool = True
+
+    def spec(self) -> MethodSpec:
+        if self.method == "target-only":
+            return MethodSpec("target-only")
+        if self.method == "sd":
+            return MethodSpec("sd", k=self.k)
+        return MethodSpec(
+            "as2d",
+            budget=self.budget,
+            source=self.source,
+            threshold=self.threshold,
+            batch=self.batch,
+            lookback=DEFAULT_ALIGN_LOOKBACK,
+            window=DEFAULT_ALIGN_WINDOW,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _pick(cmd: dict, key: str, options: tuple[str, ...], default: str) -> str:
+    v = cmd.get(key, default)
+    if v not in options:
+        raise ProtocolError(f"field {key!r} must be one of {', '.join(options)}, got {v!r}")
+    return str(v)
+
+
+def _number(cmd: dict, key: str, default: float, lo: float) -> float:
+    v = cmd.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo:
+        raise ProtocolError(f"field {key!r} must be a number >= {lo:g}, got {v!r}")
+    return float(v)
+
+
+def _count(cmd: dict, key: str, default: int | None) -> int | None:
+    v = cmd.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ProtocolError(f"field {key!r} must be an integer >= 1, got {v!r}")
+    return v
+
+
+def stream_settings(cmd: dict) -> StreamSettings:
+    threshold = cmd.get("threshold", DEFAULT_THRESHOLD)
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+    ):
+        raise ProtocolError(f"field 'threshold' must be a number or null, got {threshold!r}")
+    return StreamSettings(
+        method=_pick(cmd, "method", STREAM_METHODS, "as2d"),
+        budget=_count(cmd, "budget", DEFAULT_BUDGET) or DEFAULT_BUDGET,
+        k=_count(cmd, "k", DEFAULT_SD_K) or DEFAULT_SD_K,
+        source=_pick(cmd, "source", STREAM_SOURCES, "drafter"),
+        lifetime=_pick(cmd, "source_lifetime", LIFETIMES, "arrival"),
+        threshold=None if threshold is None else float(threshold),
+        batch=_count(cmd, "batch", DEFAULT_BATCH) or DEFAULT_BATCH,
+        block_s=_number(cmd, "block_s", DEFAULT_BLOCK_S, 0.05),
+        context_s=_number(cmd, "context_s", DEFAULT_CONTEXT_S, 0.05),
+        clock=_pick(cmd, "clock", tuple(CLOCKS), "real"),
+        check=bool(cmd.get("check", False)),
+        max_tokens=_count(cmd, "max_tokens", None),
+        warmup=bool(cmd.get("warmup", True)),
+    )
