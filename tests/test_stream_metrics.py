@@ -94,3 +94,146 @@ def test_quantile_is_linear_interpolation() -> None:
     assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
     assert quantile([5.0], 0.95) == 5.0
     assert quantile([0.0, 10.0], 0.95) == pytest.approx(9.5)
+
+
+def _outcome():
+    from as2d_cli.stream.run import StreamOutcome
+
+    blocks = []
+    for r in ROWS:
+        b = BlockTiming(*r)
+        n = b.body_tokens
+        blocks.append(
+            {
+                "block": b.block,
+                "epoch": b.block // 3,
+                "audio_start_s": b.arrival_s - b.audio_s,
+                "audio_end_s": b.arrival_s,
+                "arrival_s": b.arrival_s,
+                "start_s": b.start_s,
+                "encoder_s": b.encoder_s,
+                "prefill_s": b.prefill_s,
+                "decode_s": b.decode_s,
+                "finish_s": b.finish_s,
+                # capped: no EOS; otherwise the body and EOS (2)
+                "tokens": [5] * n if b.capped else [5] * n + [2],
+                "eos": not b.capped,
+                "capped": b.capped,
+                "summary": {"proposed": 4, "accepted": 3},
+                "text": "x",
+            }
+        )
+    monitor = {
+        "samples": [
+            {"t_s": 0.0, "wall_time": 100.0 + t, "battery_temp_c": c, "thermal_c": {}}
+            for t, c in ((0, 30.0), (10, 33.0), (20, 32.0))
+        ]
+    }
+    return StreamOutcome(
+        start={"wall_time": 100.0, "warmup_s": 1.5, "blocks": 6},
+        blocks=blocks,
+        checks=[{"block": i, "equal": True, "first_divergence": None} for i in range(6)],
+        streamed={"end_s": 27.0, "drained_s": 27.5, "epochs": []},
+        monitor=monitor,
+    )
+
+
+GOLDEN = """\
+# Sustained stream: As²d (drafter, b7)
+
+Pixel, 6 blocks of 4 s, context 12 s, source lifetime arrival; status complete.
+
+| Metric                                     | As²d (drafter, b7) |
+|--------------------------------------------|--------------------|
+| Mean encoder / prefill / decode (s)        | 0.50 / 1.17 / 1.50 |
+| Mean complete block processing (s)         | 3.25 |
+| Active / resource RTF                      | 0.812 / 1.146 |
+| Decode throughput (tokens/s)               | 6.67 |
+| p95 completion lag (s)                     | 5.25 |
+| Final completion lag (s)                   | 3.00 |
+| Maximum / final queue wait (s)             | 1.60 / 0.00 |
+| First / maximum temperature (battery) (°C) | 30.0 / 33.0 |
+| Capped outputs                             | 1 |
+| Keeps pace                                 | undecided (fewer than 3 blocks in the last third) |
+| Blocks equal to target-only (--check)      | 6/6 |
+
+Loading and warm-up (1.50 s) precede the stream.
+"""
+
+
+def test_the_files_and_the_table(tmp_path) -> None:
+    import json
+
+    import pandas as pd
+
+    from as2d_cli.errors import UserError
+    from as2d_cli.stream.results import CSV_COLUMNS, write_stream
+
+    settings = {"block_s": 4.0, "context_s": 12.0, "source_lifetime": "arrival"}
+    kw = dict(
+        settings=settings,
+        recording={"kind": "corpus", "windows": ["a"]},
+        measurement={"device": {"name": "Pixel"}},
+        command="as2d stream",
+        label="As²d (drafter, b7)",
+    )
+    doc = write_stream(tmp_path, _outcome(), **kw)
+    assert (tmp_path / "table.md").read_text() == GOLDEN
+    stored = json.loads((tmp_path / "stream.json").read_text())
+    assert (stored["schema"], stored["version"], stored["status"]) == ("as2d.stream", 1, "complete")
+    assert stored["metrics"] == doc["metrics"] and stored["metrics"]["p95_lag_s"] == pytest.approx(
+        5.25
+    )
+    assert stored["temperature"]["samples"] == [[0, 30.0], [10, 33.0], [20, 32.0]]
+    csv = pd.read_csv(tmp_path / "blocks.csv")
+    assert list(csv.columns) == list(CSV_COLUMNS) and len(csv) == 6
+    assert csv["lag_s"].round(9).tolist() == [2.6, 5.6, 4.2, 3.8, 2.1, 3.0]
+    assert csv["body_tokens"].tolist() == [10, 20, 5, 15, 0, 10]
+    assert (tmp_path / "stream.png").stat().st_size > 0
+    with pytest.raises(UserError, match="never overwritten"):
+        write_stream(tmp_path, _outcome(), **kw)
+
+
+def test_a_stopped_stream_keeps_its_blocks(tmp_path) -> None:
+    from as2d_cli.stream.results import write_stream
+
+    o = _outcome()
+    o.blocks, o.streamed, o.interrupted, o.stopped = (
+        o.blocks[:2],
+        None,
+        True,
+        "interrupted (Ctrl-C)",
+    )
+    doc = write_stream(
+        tmp_path,
+        o,
+        settings={"block_s": 4.0, "context_s": 12.0, "source_lifetime": "consumption"},
+        recording={},
+        measurement={"device": {"name": "local"}},
+        command="as2d stream",
+        label="target-only",
+    )
+    assert doc["status"] == "interrupted" and len(doc["blocks"]) == 2
+    assert doc["metrics"]["resource_rtf"] is None  # the drain was never measured
+    assert "status interrupted (interrupted (Ctrl-C))" in (tmp_path / "table.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--block-s", "4", "--context-s", "2"], "--context-s 2 is shorter than --block-s 4"),
+        (["--minutes", "500"], "--minutes 500: the bundled corpus holds"),
+        (["--method", "sd", "--budget", "3"], "method sd has none"),
+        (["--method", "asp"], "'asp' is not one of as2d, target-only, sd"),
+    ],
+)
+def test_bad_input_is_one_line(args, message, tmp_path, capsys, monkeypatch) -> None:
+    from as2d_cli.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "250")
+    with pytest.raises(SystemExit) as exc:
+        main(["stream", "--phone", "local", "--out", str(tmp_path / "r"), *args])
+    assert exc.value.code != 0
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())

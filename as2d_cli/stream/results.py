@@ -233,7 +233,12 @@ def table(doc: dict[str, Any]) -> str:
         return head + "No block finished: nothing to report.\n"
     temp = doc["temperature"]
     sensor = f" ({temp['sensor']})" if temp.get("sensor") else ""
-    keeps = {True: "yes", False: "no", None: "undecided (too few blocks)"}[m["keeps_pace"]]
+    keeps = (
+        "undecided (fewer than 3 blocks in the last third)"
+        if m["lag_trend_s"] is None
+        else f"{'yes' if m['keeps_pace'] else 'no'} (lag trend over the last third "
+        f"{m['lag_trend_s']:+.2f} s)"
+    )
     rows = [
         (
             "Mean encoder / prefill / decode (s)",
@@ -253,7 +258,7 @@ def table(doc: dict[str, Any]) -> str:
             f"{_f(m['first_temp_c'], 1)} / {_f(m['max_temp_c'], 1)}",
         ),
         ("Capped outputs", str(m["capped"])),
-        ("Keeps pace", f"{keeps} (lag trend over the last third {_f(m['lag_trend_s'])} s)"),
+        ("Keeps pace", keeps),
     ]
     c = doc.get("check")
     if c is not None:

@@ -58,15 +58,18 @@ class RealClock(StreamClock):
 
 
 class SkipClock(StreamClock):
-    """Virtual time: real elapsed time plus every idle wait skipped so far."""
+    """Virtual time: real elapsed time (times ``rate``) plus every idle wait skipped so far.
+    A ``rate`` above 1 makes every block's work look ``rate`` times longer against the
+    block interval: a backlog that does not depend on this machine's speed."""
 
-    def __init__(self) -> None:
+    def __init__(self, rate: float = 1.0) -> None:
         super().__init__()
+        self.rate = rate
         self.skipped = 0.0
         self._lock = threading.Lock()
 
     def now(self) -> float:
-        return (time.perf_counter_ns() - self.origin_ns) / 1e9 + self.skipped
+        return (time.perf_counter_ns() - self.origin_ns) / 1e9 * self.rate + self.skipped
 
     def idle_until(self, t: float) -> None:
         with self._lock:

@@ -142,9 +142,11 @@ def run_stream(
     producer_cores: Sequence[int] | None = None,
     on_block: OnBlock | None = None,
     on_start: Callable[[dict[str, Any]], None] | None = None,
+    make_clock: Callable[[], StreamClock] | None = None,
 ) -> StreamRun:
     """Pace ``audio`` (16 kHz mono) through the resident models; ``on_block`` receives each
-    block's record as soon as its output is complete."""
+    block's record as soon as its output is complete. ``make_clock`` (default: the
+    settings' clock) is called when the stream starts, after loading and warm-up."""
     blocks = plan_blocks(len(audio), s.block_s, s.context_s)
     policy = s.spec().policy()
     target = models.target
@@ -171,7 +173,7 @@ def run_stream(
             source = SourceEpochs(models, len(blocks), source_settings)
             if s.warmup:
                 source.warm_up(audio[: blocks[0].end])
-        clock = CLOCKS[s.clock]()  # the stream starts now
+        clock = (make_clock or CLOCKS[s.clock])()  # the stream starts now
         pacer = Pacer(audio, blocks, clock)
         if source is not None:
             source.bind(pacer)

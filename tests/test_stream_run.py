@@ -1,0 +1,170 @@
+"""The stream on the bundled models: pacing, the queue, context resets, both source
+lifetimes and exactness against target-only. Virtual clocks keep it fast; a clock running
+10 000 times real time makes every block take longer than the block interval on any machine,
+so the backlog does not depend on this host's speed."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from as2d_cli.errors import EngineError, UserError
+from native.stream.clock import SkipClock
+from native.stream.loop import check_blocks, run_stream
+from native.stream.pacer import RATE, Pacer, plan_blocks
+from native.stream.recording import stream_audio
+from native.stream.settings import StreamSettings
+
+BLOCK_S, CONTEXT_S = 2.0, 4.0  # two blocks per context epoch
+SECONDS = 10.0  # five blocks
+FAST = 10_000  # virtual time runs this many times real time: a 2 s block interval is 0.2 ms
+
+
+@pytest.fixture(scope="module")
+def models():
+    from native.request import load_models
+
+    m = load_models()
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def audio():
+    from as2d_cli.corpus.manifest import load_corpus
+
+    ids = [w.id for w in load_corpus().split("test") if w.language == "en"][:2]
+    a, lang = stream_audio({"windows": ids, "seconds": SECONDS}, None)
+    assert lang == "en" and len(a) == SECONDS * RATE
+    return a
+
+
+def _settings(method: str, **kw) -> StreamSettings:
+    return StreamSettings(method=method, block_s=BLOCK_S, context_s=CONTEXT_S, **kw)
+
+
+@pytest.fixture(scope="module")
+def reference(models, audio):
+    """Target-only, paced on a virtual clock."""
+    return run_stream(models, audio, _settings("target-only"), language="en", make_clock=SkipClock)
+
+
+def test_blocks_arrive_in_real_time_and_are_processed_in_order(reference) -> None:
+    blocks = reference.blocks
+    assert [b["block"] for b in blocks] == list(range(5))
+    assert [b["arrival_s"] for b in blocks] == [2.0, 4.0, 6.0, 8.0, 10.0]
+    prev_finish = 0.0
+    for b in blocks:
+        assert b["start_s"] >= b["arrival_s"]  # nothing is processed before it arrives
+        assert b["start_s"] >= prev_finish  # serial target path
+        assert b["finish_s"] >= b["start_s"] + b["encoder_s"] + b["prefill_s"] + b["decode_s"]
+        prev_finish = b["finish_s"]
+    assert reference.drained_s >= reference.end_s >= blocks[-1]["finish_s"]
+
+
+def test_context_persists_then_resets(models, reference) -> None:
+    blocks = reference.blocks
+    eos = models.target.eos_id
+    assert [b["epoch"] for b in blocks] == [0, 0, 1, 1, 2]
+    assert [b["context_audio_s"] for b in blocks] == [2.0, 4.0, 2.0, 4.0, 2.0]
+    for b, prev in zip(blocks, [None, *blocks[:-1]]):
+        if b["epoch"] != (prev or {}).get("epoch"):
+            assert b["context_tokens"] == 0  # reset: no text carried over
+        else:  # the previous block's committed text (EOS excluded), within the cap
+            body = [t for t in prev["tokens"] if t != eos]
+            assert b["context_tokens"] == min(len(body), models.target.model.max_positions // 2)
+
+
+def test_a_backlog_queues_every_block_and_drops_none(models, audio, reference) -> None:
+    slow = run_stream(
+        models, audio, _settings("target-only"), language="en", make_clock=lambda: SkipClock(FAST)
+    )
+    blocks = slow.blocks
+    assert [b["block"] for b in blocks] == list(range(5))
+    for b, prev in zip(blocks[1:], blocks):
+        # each block waits for the one before it: queue wait = previous finish - arrival
+        assert b["start_s"] >= prev["finish_s"] > b["arrival_s"]
+        assert b["start_s"] - b["arrival_s"] > 0
+    # while block 0 was processed every other block arrived: four wait at block 1
+    assert [b["queued"] for b in blocks] == [1, 4, 3, 2, 1]
+    assert [b["tokens"] for b in blocks] == [b["tokens"] for b in reference.blocks]
+
+
+@pytest.mark.parametrize("lifetime", ["arrival", "consumption"])
+def test_both_source_lifetimes_commit_target_only_tokens(
+    models, audio, reference, lifetime
+) -> None:
+    run = run_stream(
+        models,
+        audio,
+        _settings("as2d", lifetime=lifetime),
+        language="en",
+        make_clock=lambda: SkipClock(FAST),
+    )
+    assert [b["tokens"] for b in run.blocks] == [b["tokens"] for b in reference.blocks]
+    ended = [e["ended"] for e in run.epochs]
+    assert len(ended) == 5 and run.source_error is None
+    if lifetime == "arrival":  # a deadline one block after arrival: the backlog expires epochs
+        assert "consumed" not in ended and {"deadline", "skipped"} & set(ended)
+    else:  # never by a deadline: until the source's end or the target has used the block
+        assert not {"deadline"} & set(ended)
+    for e in run.epochs:
+        if e["start_s"] is not None:  # the worker read block i only once it had arrived
+            assert e["start_s"] >= run.blocks[e["block"]]["arrival_s"]
+
+
+def test_as2d_on_a_real_clock_equals_target_only(models, audio, reference) -> None:
+    short = audio[: int(6 * RATE)]  # three blocks, paced in real time (about 6 s)
+    s = _settings("as2d", check=True)
+    run = run_stream(models, short, s, language="en")
+    got = [b["tokens"] for b in run.blocks]
+    assert got == [b["tokens"] for b in reference.blocks[:3]]
+    assert all(c["equal"] for c in check_blocks(models, short, s, run.blocks, language="en"))
+    assert any(b["summary"]["accepted"] > 0 for b in run.blocks)  # candidates were used
+
+
+def test_sd_commits_target_only_tokens(models, audio, reference) -> None:
+    run = run_stream(models, audio, _settings("sd"), language="en", make_clock=SkipClock)
+    assert [b["tokens"] for b in run.blocks] == [b["tokens"] for b in reference.blocks]
+
+
+def test_the_pacer_refuses_to_read_the_future() -> None:
+    blocks = plan_blocks(int(5 * RATE), 2.0, 4.0)
+    clock = SkipClock()
+    pacer = Pacer(np.zeros(int(5 * RATE), dtype=np.float32), blocks, clock)
+    with pytest.raises(EngineError, match="before it arrives"):
+        pacer.audio(0)
+    clock.idle_until(2.0)
+    assert len(pacer.audio(0)) == 2 * RATE and pacer.arrived_count() == 1
+    with pytest.raises(EngineError):
+        pacer.audio(1, context=True)
+    stop = threading.Event()
+    stop.set()
+    assert pacer.wait(1, stop) is False  # another thread waits (here: told to stop) ...
+    assert not pacer.arrived(1)  # ... and never skips time itself
+    clock.idle_until(5.0)
+    # the 1 s remainder is the last block; context from its epoch's start
+    assert [(b.start, b.end, b.epoch) for b in blocks] == [
+        (0, 32000, 0),
+        (32000, 64000, 0),
+        (64000, 80000, 1),
+    ]
+    assert len(pacer.audio(2, context=True)) == 16000
+
+
+def test_block_plan_refuses_what_cannot_stream() -> None:
+    with pytest.raises(UserError, match="shorter than one block"):
+        plan_blocks(RATE * 10, 4.0, 2.0)
+    with pytest.raises(UserError, match="no whole block"):
+        plan_blocks(100, 4.0, 12.0)
+    # 4 s blocks with 12 s context: three blocks per epoch (the paper's setting)
+    assert [b.epoch for b in plan_blocks(RATE * 28, 4.0, 12.0)] == [0, 0, 0, 1, 1, 1, 2]
+
+
+def test_settings_default_to_the_papers_stream() -> None:
+    s = StreamSettings()
+    assert (s.block_s, s.context_s, s.lifetime, s.method) == (4.0, 12.0, "arrival", "as2d")
+    assert replace(s, method="sd").spec().label == "sd-k8"
