@@ -10,6 +10,8 @@ import json
 from typing import Any
 
 from as2d_cli.engine.methods import (
+    ALIGN_MODES,
+    DEFAULT_ALIGN,
     DEFAULT_ALIGN_LOOKBACK,
     DEFAULT_ALIGN_WINDOW,
     DEFAULT_ASP_CAP,
@@ -49,6 +51,13 @@ def _int(cmd: dict, key: str, default: int | None, lo: int = 0) -> int | None:
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
         raise ProtocolError(f"field {key!r} must be an integer >= {lo}, got {v!r}")
     return v
+
+
+def _choice(cmd: dict, key: str, choices: tuple[str, ...], default: str) -> str:
+    v = cmd.get(key, default)
+    if v not in choices:
+        raise ProtocolError(f"field {key!r} must be one of {', '.join(choices)}, got {v!r}")
+    return str(v)
 
 
 def _num(cmd: dict, key: str, default: float | None) -> float | None:
@@ -92,6 +101,7 @@ def decode_settings(cmd: dict) -> dict[str, Any]:
         "batch": _int(cmd, "batch", DEFAULT_BATCH, 1),
         "window_bound": _int(cmd, "align_window", DEFAULT_ALIGN_WINDOW, 0),
         "lookback": _int(cmd, "align_lookback", DEFAULT_ALIGN_LOOKBACK, 0),
+        "align": _choice(cmd, "align", ALIGN_MODES, DEFAULT_ALIGN),
         "max_tokens": _int(cmd, "max_tokens", None, 1),
         "candidates": candidates,
         "events": bool(cmd.get("events", True)),
@@ -120,6 +130,7 @@ def method_spec(s: dict[str, Any]) -> MethodSpec:
         batch=s["batch"],
         lookback=s["lookback"],
         window=s["window_bound"],
+        align=s["align"],
     )
 
 

@@ -352,6 +352,7 @@ def _result(
         "k": s["k"] if s["method"] == "sd" else None,
         "threshold": s["threshold"] if s["method"] not in ("target-only", "sd") else None,
         "batch": s["batch"] if policy.decoupled else None,
+        "align": s["align"] if policy.decoupled else None,
         "tokens": res.tokens,
         "n_tokens": n,
         "eos": res.eos,

@@ -9,6 +9,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from as2d_cli.engine.methods import ALIGN_MODES
 from as2d_cli.engine import (
     ASP,
     As2d,
@@ -130,13 +131,14 @@ def _buffer(sc, mode, conf) -> CandidateBuffer:
     threshold=st.sampled_from([None, 0.4, 0.9]),
     mode=st.sampled_from(SOURCE_MODES),
     conf=st.booleans(),
+    align=st.sampled_from(ALIGN_MODES),
 )
 def test_as2d_exact(
-    seed, length, cap_slack, eos_end, budget, window, lookback, threshold, mode, conf
+    seed, length, cap_slack, eos_end, budget, window, lookback, threshold, mode, conf, align
 ):
     sc = make_scenario(seed, length, cap_slack, eos_end)
     run_checked(
-        As2d(budget=budget, threshold=threshold, window=window, lookback=lookback),
+        As2d(budget=budget, threshold=threshold, window=window, lookback=lookback, align=align),
         sc,
         buffer=_buffer(sc, mode, conf),
     )
@@ -150,7 +152,12 @@ def test_without_td_exact(seed, length, cap_slack, eos_end, budget, mode, conf):
 
 
 @EXAMPLES
-@given(**common, mode=st.sampled_from(SOURCE_MODES), conf=st.booleans())
-def test_without_bc_exact(seed, length, cap_slack, eos_end, mode, conf):
+@given(
+    **common,
+    mode=st.sampled_from(SOURCE_MODES),
+    conf=st.booleans(),
+    align=st.sampled_from(ALIGN_MODES),
+)
+def test_without_bc_exact(seed, length, cap_slack, eos_end, mode, conf, align):
     sc = make_scenario(seed, length, cap_slack, eos_end)
-    run_checked(without_bc(), sc, buffer=_buffer(sc, mode, conf))
+    run_checked(without_bc(align=align), sc, buffer=_buffer(sc, mode, conf))

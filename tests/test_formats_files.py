@@ -49,6 +49,20 @@ def test_deployment_round_trip(tmp_path):
     assert back.environment["toolkit_version"] and back.environment["created"].endswith("Z")
 
 
+def test_a_version_1_deployment_is_read_with_the_papers_alignment(tmp_path):
+    """Version 1 had no ``config.align``: its catalog was replayed under the paper's rules,
+    so it is read as ``paper``; a new file records the rules it was selected with."""
+    doc = deployment_to_doc(make_deployment("qwen", 7, 0.4, 8, PROFILE, "k70", {}, align="suffix"))
+    assert doc["version"] == 2 and doc["config"]["align"] == "suffix"
+    old = {**doc, "version": 1, "config": {k: v for k, v in doc["config"].items() if k != "align"}}
+    p = tmp_path / "v1.yaml"
+    p.write_text(yaml.safe_dump(old))
+    assert load_deployment(p).align == "paper"
+    new = tmp_path / "v2.yaml"
+    new.write_text(yaml.safe_dump(doc))
+    assert load_deployment(new).align == "suffix"
+
+
 def test_deployment_profile_mismatch(tmp_path):
     d = make_deployment("qwen", 7, None, 8, PROFILE, "k70", {})
     out = write_deployment(tmp_path / "d.yaml", d)
@@ -66,6 +80,7 @@ def test_deployment_profile_mismatch(tmp_path):
         (lambda d: d["config"].update(threshold=1.5), "config.threshold"),
         (lambda d: d["profile"].update(sha256="abc"), "profile.sha256"),
         (lambda d: d.update(version=3), "version 3 is newer"),
+        (lambda d: d["config"].update(align="nearest"), "config.align"),
     ],
 )
 def test_deployment_bad_input(tmp_path, edit, key):

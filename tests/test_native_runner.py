@@ -193,6 +193,7 @@ def test_a_dead_producer_process_is_replaced_for_the_next_request() -> None:
         "batch": 8,
         "window_bound": 8,
         "lookback": 8,
+        "align": "suffix",
         "max_tokens": 24,
         "events": False,
     }

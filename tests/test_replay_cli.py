@@ -330,7 +330,7 @@ def test_select_budget_writes_a_versioned_deployment_and_never_overwrites(work: 
     dest = work / rep["deployment"]
     assert dest.parent.parent.name == "calibrations" and dest.name == "deployment.yaml"
     dep = yaml.safe_load(dest.read_text())
-    assert dep["schema"] == "as2d.deployment" and dep["version"] == 1
+    assert dep["schema"] == "as2d.deployment" and dep["version"] == 2
     assert (dep["config"]["source"], dep["config"]["budget"]) == (rep["source"], rep["budget"])
     best = rep["ranking"][0]
     assert (best["source"], best["budget"]) == (rep["source"], rep["budget"])

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from as2d_cli.cli import options
 from as2d_cli.cli.paths import file_in_option
-from as2d_cli.engine.methods import DEFAULT_BUDGET, DEFAULT_SD_K
+from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BUDGET, DEFAULT_SD_K
 
 
 def decode(
@@ -27,6 +27,11 @@ def decode(
     ),
     k: int = options.width(DEFAULT_SD_K, "--k", help="Standard SD physical width K."),
     source: str = typer.Option("drafter", "--source", help="drafter or ctc (As²d sources)."),
+    align: str = typer.Option(
+        DEFAULT_ALIGN,
+        "--align",
+        help="Alignment rules: suffix (suffix anchoring) or paper (C.3's K1 anchor calls).",
+    ),
     candidates: Optional[Path] = typer.Option(
         None,
         "--candidates",
@@ -63,6 +68,7 @@ def decode(
         "budget": budget,
         "k": k,
         "source": source,
+        "align": align,
         "max_tokens": max_tokens,
     }
     if candidates is not None:

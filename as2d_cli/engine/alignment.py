@@ -26,6 +26,16 @@ Rules, after each verification call that committed ``accepted`` candidates and a
   8 and 8), so each round's alignment work is O(window + lookback). Published tokens
   never change; only the cursor moves.
 
+**Suffix anchoring** (``suffix=True``, the toolkit's extension; ``--align paper`` turns it
+off): while an anchor is awaited, the call that would process the correction alone (K1)
+instead offers the source's continuation after the position whose preceding tokens best
+match the committed output's suffix (:meth:`Aligner.guess`: the longest match of up to
+``SUFFIX_NGRAM`` tokens ending with the root, nearest the mismatch; within the rules'
+bounds, or ``SUFFIX_REACH × window`` further when at least two tokens match). The target's
+first decision in that call is the anchor ``y`` either way: if it accepts a candidate the
+cursor continues from the guess; if it accepts none the paper's rules run on ``y`` exactly
+as after a K1 call. A wrong guess costs verification width, never a token or a round.
+
 Rule 4 is the toolkit's reading of C.3's "unmatched positions are retired": a retired
 position leaves the cursor but stays within the bounded local search until the mismatch
 is resolved. Without it (``lookback=0``, the strict reading) one multi-token target
@@ -39,6 +49,8 @@ from __future__ import annotations
 from typing import Sequence
 
 MATCHED = 1
+SUFFIX_NGRAM = 4  # longest committed suffix a guess compares (longer matches rank alike)
+SUFFIX_REACH = 2  # a ≥ 2-token match may lie this many windows beyond the rules' bounds
 MISMATCH = 0
 UNKNOWN = -1
 
@@ -53,9 +65,11 @@ class Aligner:
         "correction",
         "last_action",
         "last_offset",
+        "suffix",
+        "_guessed",
     )
 
-    def __init__(self, window: int, lookback: int = 0) -> None:
+    def __init__(self, window: int, lookback: int = 0, suffix: bool = False) -> None:
         # The first token (selected during prefill) sits at position 0 of the source's
         # sequence: a source transcribes the same output from its start.
         self.pos = 0
@@ -66,6 +80,8 @@ class Aligner:
         self.correction: int | None = None  # x, while waiting for the anchor y
         self.last_action = "start"
         self.last_offset = 0
+        self.suffix = suffix
+        self._guessed: int | None = None  # where the current anchor call's candidates start
 
     @property
     def cursor(self) -> int:
@@ -85,6 +101,33 @@ class Aligner:
             return None
         return self.pos + 1
 
+    def guess(self, tokens: Sequence[int], ready: int, committed: Sequence[int]) -> int | None:
+        """With suffix anchoring, while an anchor is awaited: the buffer index where the
+        source most likely continues the committed output (its last token is the root), or
+        None (nothing matches: the call processes the root alone, as the paper's)."""
+        self._guessed = None
+        if not self.suffix or self.status != MISMATCH or not committed:
+            return None
+        root = committed[-1]
+        p = self.pos
+        near_lo, near_hi = max(0, p - self.lookback), p + self.window
+        reach = SUFFIX_REACH * self.window
+        best: tuple[int, int] | None = None  # (−match length, distance): smallest wins
+        for j in range(max(0, near_lo - reach), min(ready - 1, near_hi + reach)):
+            if tokens[j] != root:
+                continue
+            n = 1
+            while n < SUFFIX_NGRAM and n < len(committed) and j >= n:
+                if tokens[j - n] != committed[-1 - n]:
+                    break
+                n += 1
+            if n < 2 and not near_lo <= j < near_hi:
+                continue  # one matching token far away is too often a repeat
+            key = (-n, abs(j + 1 - p))
+            if best is None or key < best:
+                best, self._guessed = key, j + 1
+        return self._guessed
+
     def after_call(
         self,
         tokens: Sequence[int],
@@ -97,8 +140,24 @@ class Aligner:
         """Update after a call that offered ``offered`` candidates from the cursor,
         accepted ``accepted`` of them and produced the new ``root``."""
         if anchor_round:
-            self._anchor(tokens, ready, root)
+            g, self._guessed = self._guessed, None
+            if g is None or accepted == 0:
+                self._anchor(tokens, ready, root)  # the first decision is the anchor y
+                return
+            # The guessed continuation was accepted: the old root sat at g − 1.
+            offset = g - 1 - self.pos
+            self.pos = g - 1
+            self.correction = None
+            self._advance(tokens, ready, offered, accepted, root)
+            self.last_action = "suffix"
+            self.last_offset = offset
             return
+        self._advance(tokens, ready, offered, accepted, root)
+
+    def _advance(
+        self, tokens: Sequence[int], ready: int, offered: int, accepted: int, root: int
+    ) -> None:
+        """The cursor after a call that offered candidates from ``pos + 1`` (or none)."""
         self.pos += accepted + 1
         if accepted < offered:
             # Rejection: the candidate at pos was offered and differs from the correction.

@@ -95,7 +95,11 @@ class Episode:
         self.eos = first_token == eos_id
         self.capped = not self.eos and max_tokens <= 1
         self.done = self.eos or self.capped
-        self.aligner = Aligner(policy.window, policy.lookback) if isinstance(policy, As2d) else None
+        self.aligner = (
+            Aligner(policy.window, policy.lookback, suffix=policy.align == "suffix")
+            if isinstance(policy, As2d)
+            else None
+        )
         # Serial drafter state: forwards owed for a fully accepted last draft, and the
         # last rejected draft kept for ASP recycling (tokens, confidences, accepted).
         self._behind = 0
@@ -262,6 +266,16 @@ class Episode:
                 tokens[first:stop], buf.confidences[first:stop], stop - first, policy.threshold
             )
         anchor_round = first is None
+        if anchor_round:
+            # Suffix anchoring (alignment.py): offer the source's likeliest continuation
+            # instead of processing the root alone.
+            g = aligner.guess(tokens, ready, self.tokens)
+            if g is not None:
+                usable = ready - g
+                stop = min(ready, g + min(policy.budget, self.remaining - 1))
+                chain = confidence_stop(
+                    tokens[g:stop], buf.confidences[g:stop], stop - g, policy.threshold
+                )
         rec = self._verify(chain, "verify", start, ready=usable, cursor=aligner.cursor, action="-")
         if not self.done:
             accepted, new_root = rec.accepted, rec.new_root

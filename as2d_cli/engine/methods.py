@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from as2d_cli.engine.defaults import (  # noqa: F401  (re-exported: every caller imports them from here)
+    ALIGN_MODES,
+    DEFAULT_ALIGN,
     DEFAULT_ALIGN_LOOKBACK,
     DEFAULT_ALIGN_WINDOW,
     DEFAULT_ASP_CAP,
@@ -57,6 +59,7 @@ class MethodSpec:
     batch: int = DEFAULT_BATCH
     lookback: int = DEFAULT_ALIGN_LOOKBACK  # alignment rule 4 (docs/engine.md)
     window: int = DEFAULT_ALIGN_WINDOW
+    align: str = DEFAULT_ALIGN  # "paper" reproduces C.3 (+ look-back); "suffix" (alignment.py)
 
     @property
     def decoupled(self) -> bool:
@@ -95,6 +98,7 @@ class MethodSpec:
                 batch=self.batch,
                 window=self.window,
                 lookback=self.lookback,
+                align=self.align,
             )
         if m == "as2d-no-td":
             return without_td(
@@ -105,6 +109,7 @@ class MethodSpec:
             p = without_bc(
                 threshold=self.threshold if self.threshold is not None else DEFAULT_THRESHOLD,
                 cap=self.budget,
+                align=self.align,
             )
             return As2d(
                 budget=p.budget,
@@ -112,6 +117,7 @@ class MethodSpec:
                 batch=self.batch,
                 window=p.window,
                 lookback=self.lookback,
+                align=p.align,
                 name=p.name,
             )
         raise UserError(f"unknown method {m!r}; choose one of {', '.join(METHODS)}")
@@ -143,10 +149,13 @@ def expand(
     default_budget: int = DEFAULT_BUDGET,
     batch: int = DEFAULT_BATCH,
     threshold: float | None = DEFAULT_THRESHOLD,
+    align: str = DEFAULT_ALIGN,
 ) -> list[MethodSpec]:
-    """``threshold``/``batch`` configure As²d's confidence stop and publication batch (a
-    deployment's values); the ablations keep ASP's threshold."""
-    """The configurations one method name stands for (SD: one per K in 5..8 unless ``k``)."""
+    """The configurations one method name stands for (SD: one per K in 5..8 unless ``k``).
+
+    ``threshold``/``batch`` configure As²d's confidence stop and publication batch (a
+    deployment's values); the ablations keep ASP's threshold. ``align`` sets both
+    target-decoupled methods' alignment rules."""
     if method not in METHODS:
         raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     for name, v in (("--budget", budget), ("--k", k)):
@@ -162,6 +171,8 @@ def expand(
             f"method {method} takes no --budget"
             + (" (use --k for SD's physical width)" if method == "sd" else "")
         )
+    if align not in ALIGN_MODES:
+        raise UserError(f"--align {align!r}: choose one of {', '.join(ALIGN_MODES)}")
     if source is not None and method not in ("as2d", "as2d-no-bc"):
         raise UserError(
             f"--source picks a target-decoupled source; method {method} has none — use --method as2d or as2d-no-bc"
@@ -184,7 +195,7 @@ def expand(
         )
     if method == "as2d-no-bc":
         b = budget if budget is not None else asp_cap(profile_max_width)
-        return [MethodSpec("as2d-no-bc", budget=b, source=src, batch=batch)]
+        return [MethodSpec("as2d-no-bc", budget=b, source=src, batch=batch, align=align)]
     return [
         MethodSpec(
             "as2d",
@@ -192,5 +203,6 @@ def expand(
             source=src,
             batch=batch,
             threshold=threshold,
+            align=align,
         )
     ]

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import ClassVar, Union
 
 from as2d_cli.engine.defaults import (
+    ALIGN_MODES,
+    DEFAULT_ALIGN,
     DEFAULT_ALIGN_LOOKBACK,
     DEFAULT_ALIGN_WINDOW,
     DEFAULT_ASP_CAP,
@@ -71,6 +73,7 @@ class As2d:
     batch: int = DEFAULT_BATCH
     window: int = DEFAULT_ALIGN_WINDOW
     lookback: int = DEFAULT_ALIGN_LOOKBACK
+    align: str = DEFAULT_ALIGN  # "paper": C.3's K1 anchor calls; "suffix": alignment.py
     name: str = "as2d"
     serial: ClassVar[bool] = False
     decoupled: ClassVar[bool] = True
@@ -84,6 +87,8 @@ class As2d:
             raise EngineError("alignment window must be >= 0")
         if self.lookback < 0:
             raise EngineError("alignment look-back must be >= 0")
+        if self.align not in ALIGN_MODES:
+            raise EngineError(f"alignment must be one of {', '.join(ALIGN_MODES)}")
 
 
 Policy = Union[TargetOnly, StandardSD, ASP, As2d]
@@ -94,9 +99,11 @@ def without_td(budget: int, threshold: float = DEFAULT_THRESHOLD) -> ASP:
     return ASP(threshold=threshold, cap=budget, name="as2d-no-td")
 
 
-def without_bc(threshold: float = DEFAULT_THRESHOLD, cap: int = DEFAULT_ASP_CAP) -> As2d:
+def without_bc(
+    threshold: float = DEFAULT_THRESHOLD, cap: int = DEFAULT_ASP_CAP, align: str = DEFAULT_ALIGN
+) -> As2d:
     """Ablation "w/o BC": target-decoupled drafting with ASP's threshold and cap (paper 5.3)."""
-    return As2d(budget=cap, threshold=threshold, name="as2d-no-bc")
+    return As2d(budget=cap, threshold=threshold, align=align, name="as2d-no-bc")
 
 
 def physical_width_limit(policy: Policy) -> int:

@@ -123,7 +123,10 @@ def reopen_eval(
         Path(dep["path"]),
         list(s["windows"]),
         dict(s["datasets"]),
-        SimpleNamespace(**{k: dep[k] for k in ("source", "budget", "threshold", "batch")}),
+        SimpleNamespace(
+            **{k: dep[k] for k in ("source", "budget", "threshold", "batch")},
+            align=dep.get("align", "paper"),  # runs recorded before the suffix rules
+        ),
     )
 
 

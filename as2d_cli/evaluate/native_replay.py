@@ -98,6 +98,7 @@ def replay_native(
             source=res["source"],
             threshold=res.get("threshold", DEFAULT_THRESHOLD),
             batch=res.get("batch") or DEFAULT_BATCH,
+            align=res.get("align") or "paper",  # runs recorded before the suffix rules
         )
     prep = Prepared(profile, spec)
     tl = timeline_for(w, prep, spec.source) if spec.decoupled and spec.source is not None else None

@@ -40,7 +40,7 @@ def pick_windows(ids: list[str], datasets: dict[str, str], n: int) -> list[str]:
 
 def native_commands(dep: Any, asp_cap_: int) -> dict[str, dict[str, Any]]:
     """The decode settings of each natively run method: the deployment's As²d (source,
-    budget, threshold, batch) and the baselines' defaults."""
+    budget, threshold, batch, alignment) and the baselines' defaults."""
     return {
         "target-only": {},
         "sd": {"k": DEFAULT_SD_K},
@@ -50,6 +50,7 @@ def native_commands(dep: Any, asp_cap_: int) -> dict[str, dict[str, Any]]:
             "source": dep.source,
             "threshold": dep.threshold,
             "batch": dep.batch,
+            "align": dep.align,
         },
     }
 
@@ -99,6 +100,7 @@ def native_settings(
             "budget": dep.budget,
             "threshold": dep.threshold,
             "batch": dep.batch,
+            "align": dep.align,
         },
         "profile": {
             "path": str(Path(run.profile_path).resolve()),

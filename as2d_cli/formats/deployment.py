@@ -1,8 +1,9 @@
-"""Deployments (``as2d.deployment`` v1, YAML): the one fixed configuration chosen for a
+"""Deployments (``as2d.deployment`` v2, YAML): the one fixed configuration chosen for a
 device before test evaluation (paper 4.3, D.2.6).
 
 In memory: :class:`Deployment` — ``source``, ``budget`` (proposal budget b; physical
 K ≤ b+1), ``threshold`` (confidence stop, None = off), ``batch`` (publication batch),
+``align`` (the alignment rules the catalog was replayed with: ``paper`` or ``suffix``),
 ``profile`` (:class:`ProfileRef`: path, sha256, device name), ``selection`` (summary:
 split, windows, catalog, ranking, chosen TPS, validation retention…), ``environment``.
 """
@@ -13,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 SCHEMA = "as2d.deployment"
-VERSION = 1
-# Version history: 1 — first release.
+VERSION = 2
+# Version history: 1 — first release; 2 — ``config.align`` (a version-1 file was selected
+# under the paper's alignment and is read as ``align: paper``).
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,7 @@ class Deployment:
     profile: ProfileRef
     selection: Mapping[str, Any] = field(default_factory=dict, hash=False)
     environment: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    align: str = "paper"
     schema: str = SCHEMA
     version: int = VERSION
 

@@ -1,4 +1,4 @@
-"""Reading and writing ``as2d.deployment`` v1 (YAML)."""
+"""Reading and writing ``as2d.deployment`` v2 (YAML); version 1 is read as ``align: paper``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,11 @@ from as2d_cli.formats.deployment import SCHEMA, VERSION, Deployment, ProfileRef
 from as2d_cli.formats.profile_io import iso_dates, read_yaml
 
 
+def _v1_to_v2(doc: dict) -> dict:
+    """Version 1 had no ``align``: its catalog was replayed under the paper's rules."""
+    return {**doc, "version": 2, "config": {**doc.get("config", {}), "align": "paper"}}
+
+
 def deployment_from_doc(doc: Any, where: str) -> Deployment:
     doc = iso_dates(doc)
     if isinstance(doc, dict) and isinstance(doc.get("environment"), dict):
@@ -29,6 +34,7 @@ def deployment_from_doc(doc: Any, where: str) -> Deployment:
         schema=SCHEMA,
         version=VERSION,
         where=where,
+        upgrades={1: _v1_to_v2},
         remedy_old="select again with `as2d select-budget`",
     )
     validate_schema(doc, "deployment.schema.json", where)
@@ -41,6 +47,7 @@ def deployment_from_doc(doc: Any, where: str) -> Deployment:
         profile=ProfileRef(p["path"], p["sha256"], p.get("device", "")),
         selection=dict(doc["selection"]),
         environment=dict(doc["environment"]),
+        align=c["align"],
     )
 
 
@@ -68,6 +75,7 @@ def make_deployment(
     device: str,
     selection: dict[str, Any],
     device_facts: dict[str, Any] | None = None,
+    align: str = "paper",
 ) -> Deployment:
     """A new deployment for ``profile_path`` (hashed now) with fresh environment metadata
     (``device_facts``, e.g. the profile's ``device`` section, go into the environment)."""
@@ -79,6 +87,7 @@ def make_deployment(
         ProfileRef(str(profile_path), sha256_file(profile_path), device),
         selection,
         environment(device_facts),
+        align,
     )
 
 
@@ -91,6 +100,7 @@ def deployment_to_doc(d: Deployment) -> dict:
             "budget": d.budget,
             "threshold": d.threshold,
             "batch": d.batch,
+            "align": d.align,
         },
         "profile": {"path": d.profile.path, "sha256": d.profile.sha256, "device": d.profile.device},
         "selection": dict(d.selection),
@@ -101,7 +111,7 @@ def deployment_to_doc(d: Deployment) -> dict:
 def write_deployment(path: str | Path, d: Deployment, *, force: bool = False) -> Path:
     doc = plain(deployment_to_doc(d))
     text = (
-        "# as2d.deployment v1 — the fixed configuration chosen before test evaluation.\n"
+        "# as2d.deployment v2 — the fixed configuration chosen before test evaluation.\n"
         "# Field reference: docs/formats.md.\n"
         + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
     )

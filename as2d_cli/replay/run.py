@@ -17,6 +17,7 @@ from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.replay.driver import Prepared, WindowReplay, replay_window
 from as2d_cli.engine.methods import (
+    DEFAULT_ALIGN,
     DEFAULT_BATCH,
     DEFAULT_BUDGET,
     DEFAULT_THRESHOLD,
@@ -142,6 +143,7 @@ def run_method(
     detail: bool = True,
     batch: int = DEFAULT_BATCH,
     threshold: float | None = DEFAULT_THRESHOLD,
+    align: str = DEFAULT_ALIGN,
 ) -> MethodRun:
     if not windows:
         raise UserError("no windows to replay; check the trace file and the split")
@@ -155,6 +157,7 @@ def run_method(
         default_budget=default_budget,
         batch=batch,
         threshold=threshold,
+        align=align,
     )
     preps = [Prepared(profile, s) for s in specs]  # widths/sources/costs checked before any window
     for prep in preps:
