@@ -39,7 +39,7 @@ import difflib
 import statistics
 from pathlib import Path
 
-from as2d_cli.engine.methods import DEFAULT_ALIGN_LOOKBACK
+from as2d_cli.engine.methods import ALIGN_MODES, DEFAULT_ALIGN, DEFAULT_ALIGN_LOOKBACK
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.trace_io import load_traces
@@ -184,9 +184,10 @@ def losses(
     source: str,
     budget: int,
     base: dict[str, float],
+    align: str,
 ) -> list[tuple[str, str, str]]:
     """(cause, pooled, per-window median / p90) rows for ``source`` at ``budget``."""
-    spec = MethodSpec("as2d", budget=budget, source=source)
+    spec = MethodSpec("as2d", budget=budget, source=source, align=align)
     ceil = window_ceilings(windows, source)
     served = [w for w in windows if w.id in ceil]
     inst = per_window_shares(served, instant, spec)
@@ -232,6 +233,12 @@ def main() -> None:
         "--profile", default=str(ROOT / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml")
     )
     ap.add_argument("--budget", type=int, default=7)
+    ap.add_argument(
+        "--align",
+        default=DEFAULT_ALIGN,
+        choices=list(ALIGN_MODES),
+        help="the rules of the instant-source column and the loss table",
+    )
     args = ap.parse_args()
 
     ts = load_traces(args.traces)
@@ -248,20 +255,27 @@ def main() -> None:
         name: replay(windows, p, MethodSpec("target-only"))[0]
         for name, p in (("free", free), ("profile", prof))
     }
+    rules = (  # (column, look-back, alignment rules)
+        ("paper, look-back 0", 0, "paper"),
+        (f"paper, look-back {DEFAULT_ALIGN_LOOKBACK}", DEFAULT_ALIGN_LOOKBACK, "paper"),
+        ("suffix anchoring", DEFAULT_ALIGN_LOOKBACK, "suffix"),
+    )
     print(
         f"{'source':<9} {'ceiling acc':>11} {'×':>6}  {'instant acc':>11} {'×':>6}  "
-        + "  ".join(f"{'lookback ' + str(lb):>26}" for lb in (0, DEFAULT_ALIGN_LOOKBACK))
+        + "  ".join(f"{name:>26}" for name, _, _ in rules)
     )
     print(
         f"{'':<9} {'':>11} {'':>6}  {'':>11} {'':>6}  "
-        + "  ".join(f"{'acc   free ×  profile ×':>26}" for _ in range(2))
+        + "  ".join(f"{'acc   free ×  profile ×':>26}" for _ in rules)
     )
     for src in sources:
         served, c_acc, c_x = ceiling(windows, src)
         cells = []
-        i_tps, i_acc = replay(windows, instant, MethodSpec("as2d", budget=args.budget, source=src))
-        for lb in (0, DEFAULT_ALIGN_LOOKBACK):
-            spec = MethodSpec("as2d", budget=args.budget, source=src, lookback=lb)
+        i_tps, i_acc = replay(
+            windows, instant, MethodSpec("as2d", budget=args.budget, source=src, align=args.align)
+        )
+        for _, lb, align in rules:
+            spec = MethodSpec("as2d", budget=args.budget, source=src, lookback=lb, align=align)
             f_tps, acc = replay(windows, free, spec)
             p_tps, _ = replay(windows, prof, spec)
             cells.append(f"{acc:5.3f}  {f_tps / base['free']:7.3f}  {p_tps / base['profile']:9.3f}")
@@ -272,11 +286,12 @@ def main() -> None:
         )
     print()
     print(
-        f"where the accepted share goes (As²d, budget {args.budget}, look-back {DEFAULT_ALIGN_LOOKBACK}, "
+        f"where the accepted share goes (As²d, budget {args.budget}, {args.align} rules, "
+        f"look-back {DEFAULT_ALIGN_LOOKBACK}, "
         "windows the source serves; shares of the decoded tokens):"
     )
     for src in sources:
-        rows = losses(windows, prof, free, instant, src, args.budget, base)
+        rows = losses(windows, prof, free, instant, src, args.budget, base, args.align)
         print(f"  {src}")
         print(f"    {'cause':<34} {'pooled':>8}  {'per window: median / p90':<28}")
         for cause, pooled_v, spread in rows:

@@ -10,7 +10,11 @@ As²d/target-only ratio, the fraction of windows slower than target-only, and th
 D, V, O, H of As²d (over all runs). Every output is checked against target-only's tokens
 of the same repetition.
 
-    python benchmarks/native_speedup.py [--windows N] [--repeats 3] [--split test] [--budget 7] [--source drafter|ctc] [--json out.json]
+    python benchmarks/native_speedup.py [--windows N] [--repeats 3] [--split test] [--budget 7] [--source drafter|ctc] [--align suffix|paper] [--json out.json]
+
+A method written ``as2d@paper`` (or ``as2d@suffix``) runs As²d with those alignment rules
+beside the others, e.g. ``--methods target-only,as2d,as2d@paper`` compares the rules in
+one run.
 
 Goal on a 2-core host: As²d ≥ 1.5× target-only pooled, at most 5% of windows slower.
 """
@@ -50,6 +54,9 @@ def main() -> int:
     ap.add_argument(
         "--batch", type=int, default=8, help="As²d: tokens per publication batch (the paper: 8)"
     )
+    ap.add_argument(
+        "--align", default=None, choices=["suffix", "paper"], help="As²d's alignment rules"
+    )
     ap.add_argument("--methods", default="target-only,as2d,sd,asp")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -85,18 +92,20 @@ def main() -> int:
             order = methods[turn % len(methods) :] + methods[: turn % len(methods)]
             res = {}
             for m in order:
-                res[m] = r.call(
-                    {
-                        "op": "decode",
-                        "window": w.id,
-                        "method": m,
-                        "budget": a.budget,
-                        "k": a.k,
-                        "source": a.source,
-                        "batch": a.batch,
-                        "events": False,
-                    }
-                )
+                method, _, align = m.partition("@")
+                cmd = {
+                    "op": "decode",
+                    "window": w.id,
+                    "method": method,
+                    "budget": a.budget,
+                    "k": a.k,
+                    "source": a.source,
+                    "batch": a.batch,
+                    "events": False,
+                }
+                if align or a.align:
+                    cmd["align"] = align or a.align
+                res[m] = r.call(cmd)
             ref = res["target-only"]["tokens"]
             for m in methods:
                 x = res[m]
