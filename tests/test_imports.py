@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "as2d_cli.calibration": 7,
     "as2d_cli.evaluate": 7,
     "as2d_cli.energy": 7,
+    "as2d_cli.execution": 7,  # where fanned-out work runs (local pool, Ray)
     "as2d_cli.stream": 7,
     "as2d_cli.cli": 9,
 }

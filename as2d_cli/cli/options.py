@@ -108,6 +108,17 @@ def processes(help: str = "Worker processes (default: one per usable CPU).") -> 
     return count(None, "--processes", help=help)
 
 
+def ray() -> Any:
+    """``--ray ADDRESS``: run the fanned-out work on a Ray cluster (``local``: start one here)."""
+    return typer.Option(
+        None,
+        "--ray",
+        metavar="ADDRESS",
+        help="Run the work on a Ray cluster (HOST:6379 or ray://HOST:10001), or `local` to "
+        "start Ray here; same results as without (needs pip install -e '.[cluster]').",
+    )
+
+
 def limit(default: int | None, *flags: str, help: str) -> Any:
     """A cap on how many (windows, tokens…), ≥ 1."""
     return count(default, *flags, help=help)
@@ -319,6 +330,7 @@ __all__ = [
     "positive",
     "positive_seconds",
     "processes",
+    "ray",
     "seconds",
     "seed",
     "spans",

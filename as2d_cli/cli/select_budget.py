@@ -36,7 +36,10 @@ def select_budget(
         "--tolerance",
         help="Validation retention: chosen TPS within this fraction of the val best.",
     ),
-    processes: Optional[int] = options.processes("Worker processes (default: usable CPUs)."),
+    processes: Optional[int] = options.processes(
+        "Worker processes (default: usable CPUs; with --ray local, Ray's CPUs)."
+    ),
+    ray: Optional[str] = options.ray(),
     out: Optional[Path] = typer.Option(
         None,
         "--out",
@@ -60,6 +63,7 @@ def select_budget(
     """Select the fixed As²d configuration (source × budget) by pooled dev TPS."""
     from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD
     from as2d_cli.errors import UserError
+    from as2d_cli.execution import open_executor
     from as2d_cli.formats.common import next_free
     from as2d_cli.formats.profile_io import load_profile
     from as2d_cli.replay.report import default_deployment_path, select_report, write_selection
@@ -77,16 +81,18 @@ def select_budget(
                 f"--budgets {budgets}: {options.spans(unmeasured)} need widths up to K{max(unmeasured) + 1}, "
                 f"but {profile} measured up to K{widest}; pass budgets up to {widest - 1}"
             )
-    sel, rep = select_report(
-        profile,
-        traces,
-        sources=srcs,
-        budgets=searched,
-        tolerance=tolerance,
-        processes=processes,
-        threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
-        batch=DEFAULT_BATCH if batch is None else batch,
-    )
+    with open_executor(ray, processes) as executor:
+        sel, rep = select_report(
+            profile,
+            traces,
+            sources=srcs,
+            budgets=searched,
+            tolerance=tolerance,
+            processes=processes,
+            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+            batch=DEFAULT_BATCH if batch is None else batch,
+            executor=executor,
+        )
     dest = out if out is not None else next_free(default_deployment_path(load_profile(profile)))
     written = write_selection(sel, rep, profile, dest)
     rep["deployment"] = str(written)

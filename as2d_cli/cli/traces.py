@@ -21,7 +21,10 @@ def build(
         callback=file_target_option,
         help="Output file (default: the bundled traces folder).",
     ),
-    processes: Optional[int] = options.processes("Worker processes (default: one per CPU)."),
+    processes: Optional[int] = options.processes(
+        "Worker processes (default: one per CPU; with --ray local, Ray's CPUs)."
+    ),
+    ray: Optional[str] = options.ray(),
     limit: Optional[int] = options.limit(
         None, "--limit", help="Only the first N windows (a quick look)."
     ),
@@ -38,18 +41,22 @@ def build(
     """Run the target, the sources and the drafter over a corpus split (resumable)."""
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.evaluate.inputs import ASSET_TRACES
+    from as2d_cli.execution import open_executor
     from as2d_cli.tracegen.build import build_traces
 
     load_corpus().split(
         split
     )  # an unknown split: its one-line error before the progress bar starts
     path = out or (models / "traces" if models is not None else ASSET_TRACES) / f"{split}.jsonl.gz"
-    with progress_bar(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-    ) as bar:
+    with (
+        open_executor(ray, processes) as executor,
+        progress_bar(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+        ) as bar,
+    ):
         bar_task = bar.add_task(f"tracing {split}", total=None)
 
         def progress(n: int, total: int, wid: str) -> None:
@@ -66,6 +73,7 @@ def build(
             max_tokens=max_tokens,
             task=task,
             language=language,
+            executor=executor,
         )
     typer.echo(f"wrote {written}")
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from as2d_cli.execution import Executor
 from as2d_cli.formats.deployment import Deployment
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet
@@ -93,6 +94,7 @@ def evaluate_fixed(
     split: str = "test",
     budgets: Sequence[int] = DEFAULT_BUDGETS,
     processes: int | None = None,
+    executor: Executor | None = None,
 ) -> FixedEval:
     windows = windows_of(traces, split)
     src, b = deployment.source, deployment.budget
@@ -113,7 +115,16 @@ def evaluate_fixed(
     if src not in sources:
         sources = [src, *sources]
     usable = sorted(set(feasible_budgets(profile, sources, budgets)) | {b})
-    cat = sweep(windows, profile, sources, usable, processes=processes, threshold=th, batch=batch)
+    cat = sweep(
+        windows,
+        profile,
+        sources,
+        usable,
+        processes=processes,
+        threshold=th,
+        batch=batch,
+        executor=executor,
+    )
     orc = oracle(cat, src, b).to_json()
     orc["catalog"] = {"sources": sources, "budgets": usable, "threshold": th, "batch": batch}
     datasets = list(dict.fromkeys(w.dataset for w in windows))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from as2d_cli.errors import UserError
+from as2d_cli.execution import Executor
 from as2d_cli.formats.common import sha256_file
 from as2d_cli.formats.deployment import Deployment
 from as2d_cli.formats.deployment_io import load_deployment, make_deployment, write_deployment
@@ -179,6 +180,7 @@ def select_report(
     processes: int | None = None,
     threshold: float | None = DEFAULT_THRESHOLD,
     batch: int = DEFAULT_BATCH,
+    executor: Executor | None = None,
 ) -> tuple[Selection, dict]:
     """Run the selection on the traces' dev and val splits; return it and its report."""
     if not 0.0 <= tolerance < 1.0:
@@ -199,6 +201,7 @@ def select_report(
         processes=processes,
         threshold=threshold,
         batch=batch,
+        executor=executor,
     )
     report = {
         "schema": SELECTION_SCHEMA,

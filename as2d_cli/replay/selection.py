@@ -20,6 +20,7 @@ import numpy as np
 
 from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD
 from as2d_cli.errors import UserError
+from as2d_cli.execution import Executor
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet, WindowTrace
 from as2d_cli.replay.sweep import DEFAULT_BUDGETS, CatalogTimes, sweep
@@ -185,10 +186,12 @@ def select_budget(
     processes: int | None = None,
     threshold: float | None = DEFAULT_THRESHOLD,
     batch: int = DEFAULT_BATCH,
+    executor: Executor | None = None,
 ) -> Selection:
     """Rank the catalog on ``dev_split``, check retention on ``val_split`` (skipped with a
     note when the traces hold no validation windows). ``threshold`` and ``batch`` configure
-    As²d throughout the catalog and go into the selection (and so the deployment)."""
+    As²d throughout the catalog and go into the selection (and so the deployment); the
+    sweeps run on ``executor`` (default: a local pool of ``processes``)."""
     dev = [w for w in traces.windows if w.split == dev_split]
     if not dev:
         have = sorted({w.split for w in traces.windows})
@@ -204,7 +207,14 @@ def select_budget(
         )
     dropped = [b for b in budgets if b not in usable_budgets]
     cat = sweep(
-        dev, profile, srcs, usable_budgets, processes=processes, threshold=threshold, batch=batch
+        dev,
+        profile,
+        srcs,
+        usable_budgets,
+        processes=processes,
+        threshold=threshold,
+        batch=batch,
+        executor=executor,
     )
     ranking = rank(cat)
     best = ranking[0]
@@ -227,6 +237,7 @@ def select_budget(
             processes=processes,
             threshold=threshold,
             batch=batch,
+            executor=executor,
         )
         vrank = rank(vcat)
         chosen = next(r for r in vrank if r.source == best.source and r.budget == best.budget)

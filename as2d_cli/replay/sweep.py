@@ -3,20 +3,22 @@
 The sweep is the selection and oracle workhorse (paper D.2.6, D.4.3). Work is split into
 window chunks; each worker builds every source's producer timeline for its windows once
 (it is the same for every budget, see :mod:`as2d_cli.replay.producer`) and replays every
-budget against it, returning only episode times. Workers are forked so the traces are
-inherited, not pickled (on platforms without fork they are pickled once per chunk).
+budget against it, returning only episode times. Chunks run on an executor
+(:mod:`as2d_cli.execution`): the local pool forks, so workers inherit the traces; Ray puts
+them in its object store once. Either way the result does not depend on where or in how
+many chunks the windows ran.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from as2d_cli.errors import UserError
+from as2d_cli.execution import Executor, LocalPool
+from as2d_cli.execution import default_processes as default_processes
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
@@ -52,30 +54,30 @@ class CatalogTimes:
         return int(self.rounds.sum())
 
 
-# Set in the parent before forking; workers read it (fork shares it copy-on-write).
-_STATE: dict = {}
+@dataclass(frozen=True)
+class _Catalog:
+    """What every chunk reads: shipped to each worker once (see the executor)."""
+
+    windows: Sequence[WindowTrace]
+    profile: CostProfile
+    sources: list[str]
+    budgets: list[int]
+    threshold: float | None
+    batch: int
+    reuse: bool
 
 
-def _chunk_job(args: tuple[int, int]) -> tuple:
-    lo, hi = args
-    windows: Sequence[WindowTrace] = _STATE["windows"]
-    return (
-        lo,
-        *_run_chunk(
-            windows[lo:hi],
-            _STATE["profile"],
-            _STATE["sources"],
-            _STATE["budgets"],
-            _STATE["threshold"],
-            _STATE["batch"],
-            _STATE["reuse"],
-        ),
+def _chunk_task(cat: _Catalog, bounds: tuple[int, int]) -> tuple:
+    lo, hi = bounds
+    return _run_chunk(
+        cat.windows[lo:hi],
+        cat.profile,
+        cat.sources,
+        cat.budgets,
+        cat.threshold,
+        cat.batch,
+        cat.reuse,
     )
-
-
-def _chunk_job_pickled(args: tuple) -> tuple:
-    lo, windows, profile, sources, budgets, threshold, batch, reuse = args
-    return (lo, *_run_chunk(windows, profile, sources, budgets, threshold, batch, reuse))
 
 
 def _run_chunk(windows, profile, sources, budgets, threshold, batch, reuse=True):
@@ -122,13 +124,6 @@ def _run_chunk(windows, profile, sources, budgets, threshold, batch, reuse=True)
     return times, rounds, used, simulated
 
 
-def default_processes() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def sweep(
     windows: Sequence[WindowTrace],
     profile: CostProfile,
@@ -139,9 +134,10 @@ def sweep(
     batch: int = DEFAULT_BATCH,
     processes: int | None = None,
     reuse: bool = True,
+    executor: Executor | None = None,
 ) -> CatalogTimes:
-    """Replay As²d for every window × source × budget; ``processes`` defaults to the CPUs
-    this process may use (1 runs in-process)."""
+    """Replay As²d for every window × source × budget on ``executor`` (default: a local
+    pool of ``processes``, every usable CPU; 1 runs in-process)."""
     if not windows:
         raise UserError("no windows to sweep; check the trace file and the split")
     if not sources or not budgets:
@@ -156,51 +152,23 @@ def sweep(
             Prepared(
                 profile, MethodSpec("as2d", budget=b, source=s, threshold=threshold, batch=batch)
             ).table(s)
-    procs = processes if processes is not None else default_processes()
+    ex = executor if executor is not None else LocalPool(processes)
     W = len(windows)
-    n_chunks = 1 if procs <= 1 else min(W, procs * 8)
+    n_chunks = 1 if ex.workers <= 1 else min(W, ex.workers * 8)
     bounds = [(W * i // n_chunks, W * (i + 1) // n_chunks) for i in range(n_chunks)]
     bounds = [b for b in bounds if b[1] > b[0]]
     S, B = len(sources), len(budgets)
     times = np.zeros((W, S, B), dtype=np.int64)
     rounds = np.zeros((W, S, B), dtype=np.int64)
     used: list[list[str]] = [[] for _ in range(W)]
-    simulated = [0]
-
-    def collect(lo: int, t: np.ndarray, r: np.ndarray, u: list[list[str]], n: int) -> None:
+    simulated = 0
+    shared = _Catalog(list(windows), profile, list(sources), budgets, threshold, batch, reuse)
+    results: Any = ex.map(_chunk_task, shared, bounds)
+    for (lo, _), (t, r, u, n) in zip(bounds, results):
         times[lo : lo + len(t)] = t
         rounds[lo : lo + len(r)] = r
         used[lo : lo + len(u)] = u
-        simulated[0] += n
-
-    if procs <= 1 or len(bounds) == 1:
-        collect(
-            0, *_run_chunk(list(windows), profile, list(sources), budgets, threshold, batch, reuse)
-        )
-    elif "fork" in mp.get_all_start_methods():
-        _STATE.update(
-            windows=list(windows),
-            profile=profile,
-            sources=list(sources),
-            budgets=budgets,
-            threshold=threshold,
-            batch=batch,
-            reuse=reuse,
-        )
-        try:
-            with mp.get_context("fork").Pool(procs) as pool:
-                for lo, *rest in pool.imap_unordered(_chunk_job, bounds):
-                    collect(lo, *rest)
-        finally:
-            _STATE.clear()
-    else:  # pragma: no cover - platforms without fork
-        jobs = [
-            (lo, list(windows[lo:hi]), profile, list(sources), budgets, threshold, batch, reuse)
-            for lo, hi in bounds
-        ]
-        with mp.get_context("spawn").Pool(procs) as pool:
-            for lo, *rest in pool.imap_unordered(_chunk_job_pickled, jobs):
-                collect(lo, *rest)
+        simulated += n
     return CatalogTimes(
         window_ids=[w.id for w in windows],
         datasets=[w.dataset for w in windows],
@@ -210,5 +178,5 @@ def sweep(
         times=times,
         rounds=rounds,
         used=used,
-        simulated_rounds=simulated[0],
+        simulated_rounds=simulated,
     )

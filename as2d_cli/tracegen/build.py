@@ -1,23 +1,27 @@
 """Trace generation: the target's greedy reference, each source's own output, and the
 prefix-conditioned drafter's continuation at every target-path position, per window.
 
-Work fans out over processes (each with single-threaded ONNX Runtime sessions). Finished
-windows are appended to ``<out>.partial.jsonl`` as they complete, so an interrupted build
-resumes where it stopped; the final file is written only when every window is done.
+Windows fan out on an executor (:mod:`as2d_cli.execution`; each worker with
+single-threaded ONNX Runtime sessions): a local process pool, or Ray, where the pair's
+files travel once through the object store. Finished windows are appended to
+``<out>.partial.jsonl`` in window order, so an interrupted build resumes where it stopped;
+the final file is written only when every window is done.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
-import os
+import shutil
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from as2d_cli import __version__
 from as2d_cli.engine.methods import DEFAULT_ASP_CAP
 from as2d_cli.errors import UserError
+from as2d_cli.execution import Executor, LocalPool
 
 DRAFTER_CAP = DEFAULT_ASP_CAP  # ASP's largest cap: SD and ASP never ask for more
 SOURCE_SLACK = 8  # a source may run a little past the target's cap
@@ -168,15 +172,60 @@ def drafter_continuations(
     return conts, confs
 
 
-def _job(
-    args: tuple[str, str | None, int | None, str | None, str | None],
-) -> tuple[str, dict | str]:
-    wid, models_dir, max_tokens, task, language = args
+# Folders and files of a pair folder that are not the pair (trace outputs, training logs).
+_NOT_SHIPPED = {"traces", "training_logs"}
+
+
+@dataclass(frozen=True)
+class _TraceJob:
+    """What every window task reads. ``files`` (relative path → bytes) carries the pair to
+    workers that may not share this host's disk (Ray); ``digest`` is the pair's identity."""
+
+    models_dir: str | None
+    max_tokens: int | None
+    task: str | None
+    language: str | None
+    digest: str
+    files: dict[str, bytes] | None = None
+
+
+def pair_files(directory: Path) -> dict[str, bytes]:
+    """Every file of a pair folder (relative path → bytes), without trace outputs and logs."""
+    out: dict[str, bytes] = {}
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory)
+        if path.is_file() and rel.parts[0] not in _NOT_SHIPPED:
+            out[rel.as_posix()] = path.read_bytes()
+    return out
+
+
+def _unpacked(files: dict[str, bytes], digest: str) -> str:
+    """The shipped pair as a folder on this worker's host, written once per host (workers
+    race to rename their copy into place; the loser drops its copy). ``load_models``
+    checks every file's SHA-256 against the manifest when it loads them."""
+    root = Path(tempfile.gettempdir()) / f"as2d-pair-{digest[:16]}"
+    if (root / ".complete").exists():
+        return str(root)
+    tmp = Path(tempfile.mkdtemp(prefix=root.name + ".", dir=root.parent))
+    for rel, data in files.items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_bytes(data)
+    (tmp / ".complete").touch()
+    try:
+        tmp.rename(root)
+    except OSError:  # another worker of this host was first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(root)
+
+
+def _trace_task(job: _TraceJob, wid: str) -> tuple[str, dict | str]:
     try:
         from as2d_cli.corpus.manifest import load_corpus
 
+        directory = job.models_dir if job.files is None else _unpacked(job.files, job.digest)
+        models = _models(directory, job.task, job.language)
         w = load_corpus().get(wid)
-        return wid, trace_window(w, _models(models_dir, task, language), max_tokens=max_tokens)
+        return wid, trace_window(w, models, max_tokens=job.max_tokens)
     except Exception as exc:  # reported per window by the parent
         return wid, f"{type(exc).__name__}: {exc}"
 
@@ -216,7 +265,10 @@ def build_traces(
     max_tokens: int | None = None,
     task: str | None = None,
     language: str | None = None,
+    executor: Executor | None = None,
 ) -> Path:
+    """Trace ``split``'s windows into ``out`` on ``executor`` (default: a local pool of
+    ``processes``, one per usable CPU, but no more than the windows left)."""
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.formats.trace_io import load_traces, write_traces
 
@@ -231,7 +283,13 @@ def build_traces(
         raise UserError(f"the corpus has no {split!r} windows")
     from as2d_cli.models.bundle import load_bundle
 
-    ident = load_bundle(models_dir, check_hashes=False, task=task, language=language).identity()
+    bundle = load_bundle(
+        Path(models_dir) if models_dir is not None else None,
+        check_hashes=False,
+        task=task,
+        language=language,
+    )
+    ident = bundle.identity()
     partial = out.with_name(out.name + ".partial.jsonl")
     done: dict[str, dict] = {}
     if partial.exists():
@@ -250,12 +308,6 @@ def build_traces(
                 continue
             done[rec["id"]] = rec
     todo = [w.id for w in windows if w.id not in done]
-    procs = processes or max(
-        1,
-        min(
-            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2, len(todo) or 1
-        ),
-    )
     failures: list[str] = []
     out.parent.mkdir(parents=True, exist_ok=True)
     fresh = not partial.exists() or partial.stat().st_size == 0
@@ -265,29 +317,26 @@ def build_traces(
         n = len(done)
         if progress:
             progress(n, len(windows), "resumed" if n else "starting")
-        it: Iterator[tuple[str, dict | str]]
-        if procs > 1 and len(todo) > 1:
-            pool = mp.get_context("spawn").Pool(procs)
-            it = pool.imap_unordered(
-                _job, [(w, models_dir, max_tokens, task, language) for w in todo]
-            )
-        else:
-            pool = None
-            it = (_job((w, models_dir, max_tokens, task, language)) for w in todo)
-        try:
-            for wid, rec in it:
-                n += 1
-                if isinstance(rec, str):
-                    failures.append(f"{wid}: {rec}")
-                else:
-                    done[wid] = rec
-                    f.write(json.dumps(rec, separators=(",", ":")) + "\n")
-                    f.flush()
-                if progress:
-                    progress(n, len(windows), wid)
-        finally:
-            if pool is not None:
-                pool.terminate()
+        ex = executor if executor is not None else LocalPool(processes)
+        job = _TraceJob(
+            models_dir,
+            max_tokens,
+            task,
+            language,
+            ident["sha256"],
+            pair_files(bundle.directory) if ex.remote and todo else None,
+        )
+        # Fresh interpreters (no fork): ONNX Runtime sessions do not survive a fork.
+        for wid, rec in ex.map(_trace_task, job, todo, fork=False):
+            n += 1
+            if isinstance(rec, str):
+                failures.append(f"{wid}: {rec}")
+            else:
+                done[wid] = rec
+                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+                f.flush()
+            if progress:
+                progress(n, len(windows), wid)
     if failures:
         raise UserError(
             f"{len(failures)} window(s) failed (first: {failures[0]}); finished windows are kept in "

@@ -1,0 +1,101 @@
+"""The local process pool: the default executor (one worker per usable CPU)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+from as2d_cli.errors import UserError
+from native import BLAS_THREAD_VARS
+from as2d_cli.execution.base import Executor, TaskFn
+
+# The shared data of the running map, set in the parent before forking (workers inherit
+# it copy-on-write, nothing is pickled) or by the spawn initializer (pickled once per worker).
+_SHARED: Any = None
+
+
+def default_processes() -> int:
+    """The CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# numpy's BLAS thread count changes results (multi-threaded sums round differently; the
+# traces' log-mel features do): every worker runs one BLAS thread, as the CLI does
+# (native.limit_blas_threads) and as Ray gives each one-CPU task (OMP_NUM_THREADS=1).
+
+
+@contextmanager
+def one_blas_thread_env() -> Iterator[None]:
+    """While starting fresh interpreters: BLAS variables unset in this process read 1."""
+    unset = [v for v in BLAS_THREAD_VARS if v not in os.environ]
+    os.environ.update({v: "1" for v in unset})
+    try:
+        yield
+    finally:
+        for v in unset:
+            os.environ.pop(v, None)
+
+
+def _init(shared: Any) -> None:
+    global _SHARED
+    _SHARED = shared
+
+
+def _call(job: tuple[TaskFn, Any]) -> Any:
+    fn, task = job
+    return fn(_SHARED, task)
+
+
+class LocalPool(Executor):
+    """``processes`` workers on this host (default: every usable CPU); one worker, or one
+    task, runs in this process."""
+
+    def __init__(self, processes: int | None = None) -> None:
+        if processes is not None and processes < 1:
+            raise UserError(f"--processes {processes}: give at least 1")
+        self._processes = processes or default_processes()
+
+    @property
+    def workers(self) -> int:
+        return self._processes
+
+    def describe(self) -> str:
+        n = self._processes
+        return f"{n} local process{'es' if n != 1 else ''}"
+
+    def map(
+        self,
+        fn: TaskFn,
+        shared: Any,
+        tasks: Sequence[Any],
+        *,
+        fork: bool = True,
+        resources: Sequence[dict[str, float]] | None = None,
+    ) -> Iterator[Any]:
+        global _SHARED
+        tasks = list(tasks)
+        n = min(self._processes, len(tasks))
+        if n <= 1:
+            for t in tasks:
+                yield fn(shared, t)
+            return
+        forked = fork and "fork" in mp.get_all_start_methods()
+        if forked:
+            _SHARED = shared
+            pool = mp.get_context("fork").Pool(n)
+        else:
+            with one_blas_thread_env():
+                pool = mp.get_context("spawn").Pool(n, initializer=_init, initargs=(shared,))
+        try:
+            # imap keeps task order; chunksize 1 keeps every worker busy to the end.
+            yield from pool.imap(_call, [(fn, t) for t in tasks])
+        finally:
+            pool.terminate()
+            pool.join()
+            if forked:
+                _SHARED = None

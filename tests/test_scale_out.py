@@ -1,0 +1,169 @@
+"""Scale-out on Ray: a catalog sweep, a selection and a trace build on a local Ray instance
+give byte for byte what the local pool gives; a lost worker's task is retried without
+changing or duplicating a result; `--ray` refuses cleanly without Ray or without a cluster.
+
+One Ray instance (2 CPUs) serves the whole module; the CLI test joins it by its address,
+as a user joins a cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from as2d_cli.synthetic import synthetic_profile, synthetic_traces
+
+ROOT = Path(__file__).resolve().parents[1]
+REPLAY_DATA = ROOT / "tests" / "data" / "replay"
+SOURCES = ["qwen", "parakeet", "sensevoice"]
+
+
+def as2d(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "as2d_cli.cli.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def ray() -> Iterator[Any]:
+    ray = pytest.importorskip("ray")
+    import logging
+
+    # This module's functions travel by value: Ray workers do not have tests/ on sys.path.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def test_on_a_local_ray_instance_everything_equals_the_local_pool(ray: Any, tmp_path: Path) -> None:
+    """One test, so that the suite's xdist workers start one Ray instance, not one each."""
+    from as2d_cli.execution.ray_executor import RayExecutor
+
+    executor = RayExecutor("local")  # joins the instance this process started
+    assert executor.workers == 2 and executor.remote
+    _sweep(executor)
+    _select_budget_cli(ray.get_runtime_context().gcs_address, tmp_path / "select")
+    _traces_build(executor, tmp_path / "traces")
+    _lost_worker(executor, tmp_path / "lost")
+
+
+def _sweep(executor: Any) -> None:
+    from as2d_cli.replay.sweep import sweep
+
+    ts, prof = synthetic_traces(seed=5, scale=0.03, drafter=False), synthetic_profile()
+    here = sweep(ts.windows, prof, SOURCES, range(1, 9), processes=1)
+    there = sweep(ts.windows, prof, SOURCES, range(1, 9), executor=executor)
+    assert len(ts.windows) > 2 * 8  # more windows than chunks: several tasks per worker
+    assert np.array_equal(here.times, there.times) and np.array_equal(here.rounds, there.rounds)
+    assert here.used == there.used and here.simulated_rounds == there.simulated_rounds
+
+
+def _select_budget_cli(address: str, work: Path) -> None:
+    """The CLI joins the running instance by its address, as a user joins a cluster."""
+    work.mkdir()
+    for name in ("profile.yaml", "traces.jsonl.gz"):
+        shutil.copy(REPLAY_DATA / name, work / name)
+    common = ["select-budget", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz"]
+    common += ["--budgets", "1-12", "--json"]
+    local = as2d(*common, "--processes", "2", "--out", "local.yaml", cwd=work)
+    assert local.returncode == 0, local.stderr
+    there = as2d(*common, "--ray", address, "--out", "ray.yaml", cwd=work)
+    assert there.returncode == 0, there.stderr
+    a, b = json.loads(local.stdout), json.loads(there.stdout)
+    assert a.pop("deployment") == "local.yaml" and b.pop("deployment") == "ray.yaml"
+    assert a == b
+
+    def body(name: str) -> list[str]:  # without the environment block's creation time
+        lines = (work / name).read_text().splitlines()
+        return [x for x in lines if not x.strip().startswith("created:")]
+
+    assert body("local.yaml") == body("ray.yaml")
+    assert len(body("ray.yaml")) == len((work / "ray.yaml").read_text().splitlines()) - 1
+
+
+def _traces_build(executor: Any, work: Path) -> None:
+    """A local build of three windows on two processes; a Ray build resuming from the local
+    partial's first window traces the other two on two workers (the pair shipped through
+    the object store) and writes the same file."""
+    from as2d_cli.tracegen.build import build_traces
+
+    work.mkdir()
+    local = build_traces("dev", work / "local.jsonl", limit=3, processes=2, max_tokens=24)
+    lines = local.read_text().splitlines()
+    partial = work / "ray.jsonl.partial.jsonl"
+    header = json.loads(lines[0])
+    partial.write_text(json.dumps({"pair": header["provenance"]["pair"]}) + "\n" + lines[1] + "\n")
+    events: list[str] = []
+    ray_path = build_traces(
+        "dev",
+        work / "ray.jsonl",
+        limit=3,
+        max_tokens=24,
+        executor=executor,
+        progress=lambda n, t, w: events.append(w),
+    )
+    assert events[0] == "resumed" and len(events) == 3 and not partial.exists()
+    assert events[1:] == [json.loads(x)["id"] for x in lines[2:]]  # written in window order
+    got = ray_path.read_text().splitlines()
+    assert got[1:] == lines[1:]  # the windows, byte for byte
+    env_a, env_b = json.loads(lines[0]), json.loads(got[0])
+    env_a["provenance"].pop("created"), env_b["provenance"].pop("created")
+    assert env_a == env_b
+
+
+_CRASHED = "crashed-once"
+
+
+def _crash_once(marker_dir: str, task: int) -> tuple[int, int]:
+    """Task 3's first attempt kills its worker process, as a lost node would."""
+    marker = Path(marker_dir) / f"{_CRASHED}-{task}"
+    if task == 3 and not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os._exit(1)
+    return task * task, os.getpid()
+
+
+def _lost_worker(executor: Any, work: Path) -> None:
+    """A worker lost mid-run: Ray retries its task; every result arrives once, in order."""
+    work.mkdir()
+    got = list(executor.map(_crash_once, str(work), list(range(8))))
+    assert [r for r, _ in got] == [t * t for t in range(8)]
+    dead = int((work / f"{_CRASHED}-3").read_text())
+    assert got[3][1] != dead  # the retry ran in another worker
+
+
+def test_ray_refusals_are_one_line(tmp_path: Path) -> None:
+    for name in ("profile.yaml", "traces.jsonl.gz"):
+        shutil.copy(REPLAY_DATA / name, tmp_path / name)
+    args = ["select-budget", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz"]
+    # Nothing listens on port 1: refused at once, not after Ray's minutes of retries.
+    proc = as2d(*args, "--ray", "127.0.0.1:1", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--ray 127.0.0.1:1: nothing answers there" in proc.stderr
+    # Without Ray installed (the import made to fail), the line names the extra to install.
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "from as2d_cli.cli.main import main\n"
+        f"main({[*args, '--ray', 'local']!r})\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "pip install -e '.[cluster]'" in proc.stderr
+    assert not list(tmp_path.glob("calibrations/**/*.yaml"))  # nothing written
