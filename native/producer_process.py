@@ -68,14 +68,17 @@ def _worker(
             return
         if msg[0] != "request":  # a stop that arrived after the source had already ended
             continue
-        _, name, audio, limit, kind, batch, hidden, req_language = msg
+        _, name, audio, limit, kind, batch, hidden, req_language, *more = msg
+        prefix = more[0] if more else ()  # the source's own earlier output (a stream's context)
         try:
             if name == "ctc":
                 ctc = ctc or open_ctc(bundle, threads=threads)
                 units = source_units(CtcSource(ctc, audio))
             else:
                 units = source_units(
-                    DrafterSource(drafter, audio, limit, hidden=hidden, language=req_language)
+                    DrafterSource(
+                        drafter, audio, limit, hidden=hidden, language=req_language, prefix=prefix
+                    )
                 )
         except BaseException as exc:
             events.send(("failed", f"{type(exc).__name__}: {exc}"))
@@ -189,9 +192,11 @@ class ProducerWorker:
         batch: int,
         hidden: np.ndarray | None = None,
         language: str | None = None,
+        prefix: Sequence[int] = (),
     ) -> None:
         """Hand one request's audio (and, for a drafter sharing the target's encoder, the
-        target's encoder states for it) to the worker, before the decode clock starts."""
+        target's encoder states for it; for a stream, the source's own earlier output as
+        ``prefix``) to the worker, before the decode clock starts."""
         self.cmds.send(
             (
                 "request",
@@ -202,6 +207,7 @@ class ProducerWorker:
                 batch,
                 None if hidden is None else np.ascontiguousarray(hidden, dtype=np.float32),
                 language,
+                [int(t) for t in prefix],
             )
         )
         msg = self.events.recv()

@@ -194,30 +194,6 @@ def test_the_files_and_the_table(tmp_path) -> None:
         write_stream(tmp_path, _outcome(), **kw)
 
 
-def test_a_stopped_stream_keeps_its_blocks(tmp_path) -> None:
-    from as2d_cli.stream.results import write_stream
-
-    o = _outcome()
-    o.blocks, o.streamed, o.interrupted, o.stopped = (
-        o.blocks[:2],
-        None,
-        True,
-        "interrupted (Ctrl-C)",
-    )
-    doc = write_stream(
-        tmp_path,
-        o,
-        settings={"block_s": 4.0, "context_s": 12.0, "source_lifetime": "consumption"},
-        recording={},
-        measurement={"device": {"name": "local"}},
-        command="as2d stream",
-        label="target-only",
-    )
-    assert doc["status"] == "interrupted" and len(doc["blocks"]) == 2
-    assert doc["metrics"]["resource_rtf"] is None  # the drain was never measured
-    assert "status interrupted (interrupted (Ctrl-C))" in (tmp_path / "table.md").read_text()
-
-
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -64,6 +64,10 @@ def stream(
     verifier_cores: Optional[str] = options.verifier_cores(),
     producer_cores: Optional[str] = options.producer_cores(),
     os_placement: bool = options.os_placement(),
+    rest: Optional[float] = options.rest(),
+    interval: Optional[float] = options.interval(),
+    max_temp: Optional[float] = options.max_temp(),
+    temp_sensor: Optional[str] = options.temp_sensor(),
     adb_port: Optional[int] = options.adb_port(),
 ) -> None:
     """Stream a recording in real time through resident models; report lag, RTF, throughput."""
@@ -90,6 +94,10 @@ def stream(
     m = prepare(
         phone,
         adb_port=adb_port,
+        rest_s=rest,
+        interval_s=interval,
+        max_temp_c=max_temp,
+        temp_sensor=temp_sensor,
         verifier_cores=verifier_cores,
         producer_cores=producer_cores,
         os_placement=os_placement,

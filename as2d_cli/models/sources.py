@@ -44,6 +44,7 @@ class DrafterSource:
         limit: int | None = None,
         hidden: np.ndarray | None = None,
         language: str | None = None,
+        prefix: Sequence[int] = (),
     ) -> None:
         self.model = model
         self.audio = audio
@@ -51,7 +52,10 @@ class DrafterSource:
         # encoder: start() is then only the drafter's cross-attention projection.
         self.hidden = hidden
         self.language = language
-        room = model.max_positions - len(model.prompt_for(language))
+        # The source's own earlier output over the same audio (a stream's context), forced
+        # after the prompt: it then drafts only what follows. Never the target's text.
+        self.prefix = [int(t) for t in prefix]
+        room = model.max_positions - len(model.prompt_for(language)) - len(self.prefix)
         self.limit = min(limit or room, room)
         self.eos_id = model.vocab.eot
         self.tokens: list[int] = []
@@ -67,7 +71,7 @@ class DrafterSource:
             raise EngineError("source.step before start()")
         if self._done or len(self.tokens) >= self.limit:
             return None
-        step = [self.tokens[-1]] if self.tokens else list(self._cross.prompt)
+        step = [self.tokens[-1]] if self.tokens else [*self._cross.prompt, *self.prefix]
         logits, self._cache = self.model.decode(step, self._cache, self._cross)
         tok = int(logits[-1].argmax())
         self.tokens.append(tok)

@@ -73,12 +73,19 @@ def run_stream(
             out.checks.append(body)
 
     say(f"loading the models on {m.identity.name}")
-    runner = open_runner(
-        device, None if models is None else str(models), target_cores=tc, producer_cores=pc
-    )
-    monitor = None
     try:
-        g = run_gate(device, m.gate)
+        runner = open_runner(
+            device, None if models is None else str(models), target_cores=tc, producer_cores=pc
+        )
+    except KeyboardInterrupt:
+        out.interrupted, out.stopped = True, "interrupted (Ctrl-C) while loading"
+        return out
+    try:
+        try:
+            g = run_gate(device, m.gate)
+        except KeyboardInterrupt:
+            out.interrupted, out.stopped = True, "interrupted (Ctrl-C) at the gate"
+            return out
         out.gate = g.to_dict()
         if not g.passed:
             out.stopped = f"the gate failed before the stream: {g.failure}"

@@ -98,7 +98,22 @@ class SourceEpochs(threading.Thread):
         producer.start()
         producer.join()
 
-    def _producer(self, audio: Any, buffer: CandidateBuffer) -> Any:
+    def history(self, i: int) -> list[int]:
+        """The source's own output for the earlier blocks of block i's context epoch (EOS
+        excluded, the most recent half of the drafter's positions at most): what it
+        drafts after, as the target continues after its committed text."""
+        assert self.pacer is not None
+        blocks = self.pacer.blocks
+        out: list[int] = []
+        eos = self.models.bundle.vocab.eot
+        for j in range(i - 1, -1, -1):
+            if blocks[j].epoch != blocks[i].epoch:
+                break
+            out = [t for t in self.buffers[j].tokens if t != eos] + out
+        cap = self.s.limit // 2
+        return out[-cap:] if cap > 0 else []
+
+    def _producer(self, audio: Any, buffer: CandidateBuffer, prefix: Sequence[int] = ()) -> Any:
         from native.producer import Producer, source_units
 
         kind = "chunked" if self.s.name == "ctc" else "autoregressive"
@@ -109,7 +124,7 @@ class SourceEpochs(threading.Thread):
 
             # hidden=None: the source encodes the block itself (it never reads target states)
             self.worker.arm(
-                self.s.name, audio, self.s.limit, kind, self.s.batch, None, self.s.language
+                self.s.name, audio, self.s.limit, kind, self.s.batch, None, self.s.language, prefix
             )
             return ProcessProducer(self.worker, buffer, clock)
         from as2d_cli.models.sources import CtcSource, DrafterSource, open_ctc
@@ -118,7 +133,7 @@ class SourceEpochs(threading.Thread):
             source: Any = CtcSource(open_ctc(self.models.bundle, self.models.threads), audio)
         else:
             source = DrafterSource(
-                self.models.drafter.model, audio, self.s.limit, None, self.s.language
+                self.models.drafter.model, audio, self.s.limit, None, self.s.language, prefix
             )
         return Producer(
             source_units(source), buffer, clock, kind=kind, batch=self.s.batch, cores=self.s.cores
@@ -139,7 +154,14 @@ class SourceEpochs(threading.Thread):
                     self.buffers[i].close()
                     continue  # skipped: its lifetime ended before the worker was free
                 ep.start_s = clock.now()
-                producer = self._producer(self.pacer.audio(i), self.buffers[i])
+                # A drafter reads the block's audio context and continues its own history;
+                # a chunked source (CTC) reads the block's own audio.
+                ctc = self.s.name == "ctc"
+                producer = self._producer(
+                    self.pacer.audio(i, context=not ctc),
+                    self.buffers[i],
+                    () if ctc else self.history(i),
+                )
                 producer.start()
                 ep.ended = self._live(producer, i, deadline)
                 producer.stop.set()
