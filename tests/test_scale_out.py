@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
+from as2d_cli.execution import LocalPool
 from as2d_cli.synthetic import synthetic_profile, synthetic_traces
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,19 +75,28 @@ def _sweep(executor: Any) -> None:
 
 
 def _select_budget_cli(address: str, work: Path) -> None:
-    """The CLI joins the running instance by its address, as a user joins a cluster."""
+    """The CLI joins the running instance by its address, as a user joins a cluster, and
+    writes what the in-process selection writes."""
+    from as2d_cli.replay.report import select_report, write_selection
+
     work.mkdir()
     for name in ("profile.yaml", "traces.jsonl.gz"):
         shutil.copy(REPLAY_DATA / name, work / name)
-    common = ["select-budget", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz"]
-    common += ["--budgets", "1-12", "--json"]
-    local = as2d(*common, "--processes", "2", "--out", "local.yaml", cwd=work)
-    assert local.returncode == 0, local.stderr
-    there = as2d(*common, "--ray", address, "--out", "ray.yaml", cwd=work)
+    here = os.getcwd()
+    os.chdir(work)  # the same relative paths as the CLI's, so the files may be equal
+    try:
+        sel, rep = select_report("profile.yaml", "traces.jsonl.gz", budgets=list(range(1, 13)))
+        write_selection(sel, rep, "profile.yaml", "local.yaml")
+    finally:
+        os.chdir(here)
+    args = ["select-budget", "--profile", "profile.yaml", "--traces", "traces.jsonl.gz"]
+    there = as2d(
+        *args, "--budgets", "1-12", "--json", "--ray", address, "--out", "ray.yaml", cwd=work
+    )
     assert there.returncode == 0, there.stderr
-    a, b = json.loads(local.stdout), json.loads(there.stdout)
-    assert a.pop("deployment") == "local.yaml" and b.pop("deployment") == "ray.yaml"
-    assert a == b
+    got = json.loads(there.stdout)
+    assert got.pop("deployment") == "ray.yaml"
+    assert got == json.loads(json.dumps(rep))
 
     def body(name: str) -> list[str]:  # without the environment block's creation time
         lines = (work / name).read_text().splitlines()
@@ -167,3 +177,68 @@ def test_ray_refusals_are_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "pip install -e '.[cluster]'" in proc.stderr
     assert not list(tmp_path.glob("calibrations/**/*.yaml"))  # nothing written
+
+
+def _farm_plan(window: str) -> list[Any]:
+    """Calibration's structure at test size (as tests/test_native_phone.py's plan)."""
+    from as2d_cli.calibration.plan import Step
+
+    c = {"op": "calibrate", "window": window}
+    verify = {**c, "what": "verify", "widths": [1, 2], "offsets": [0], "warmup": 0, "reps": 1}
+    return [
+        Step("verify-idle", "verify", {**verify, "producer": False}, 1),
+        Step("verify-busy", "verify+producer", {**verify, "producer": True}, 1),
+        Step("target-step", "target", {**c, "what": "target_step", "reps": 2}, 1),
+        Step("source-drafter", "src", {**c, "what": "source", "source": "drafter", "limit": 8}, 1),
+        Step("source-ctc", "ctc", {**c, "what": "source", "source": "ctc"}, 1),
+        Step("drafter", "drafter", {**c, "what": "drafter", "reps": 1, "widths": [1]}, 1),
+        Step("loop", "loop", {**c, "what": "loop", "reps": 1, "max_tokens": 8}, 1),
+    ]
+
+
+@pytest.mark.slow  # ~20 s; benchmarks/scale_out.py --farm runs the same farm and times it
+def test_a_farm_of_two_emulated_phones_calibrates_both_at_once(
+    make_emulated_phone: Any, adb_server: Any, tmp_path: Path
+) -> None:
+    """Two emulated phones of one model (own serials), one process each: both profiles are
+    written, each in its phone's folder; the two calibrations overlap in time while each
+    phone's own measurements never do; a phone given twice, or under two names, is refused."""
+    from as2d_cli.calibration.farm import FarmOptions, calibrate_farm, farm_table
+    from as2d_cli.calibration.run import calibration_windows
+    from as2d_cli.errors import UserError
+    from as2d_cli.formats.profile_io import load_profile
+    from device_agents.emulator.python import enable_python
+
+    phones = [make_emulated_phone(serial=f"as2dfarm000{i}") for i in (1, 2)]
+    for p in phones:
+        enable_python(p.phone)
+    window, _ = calibration_windows()
+    opts = FarmOptions(
+        out_dir=str(tmp_path),
+        rest_s=0.0,
+        interval_s=0.05,
+        settle_s=0.0,
+        adb_port=adb_server.port,
+        plan=_farm_plan(window),
+    )
+    serials = [p.serial for p in phones]
+    with pytest.raises(UserError, match="given twice"):
+        calibrate_farm([serials[0], serials[0]], opts, LocalPool(2))
+    outcomes = calibrate_farm(serials, opts, LocalPool(2))
+    assert [o.ok for o in outcomes] == [True, True], farm_table(outcomes)
+    spans = []
+    for o, i in zip(outcomes, (1, 2)):
+        folder = tmp_path / f"k70-as2dfarm000{i}"
+        profile = load_profile(next(folder.glob("*.profile.yaml")))
+        assert profile.device["serial"] == f"as2dfarm000{i}" and profile.target_step_ms > 0
+        # Each step's monitor samples bound when the phone was measured: one step at a time.
+        steps = [
+            json.loads(x) for x in next(folder.glob("*.monitor.jsonl")).read_text().splitlines()
+        ]
+        own = [(s["samples"][0]["wall_time"], s["samples"][-1]["wall_time"]) for s in steps]
+        assert len(own) == 7 and all(a[1] <= b[0] for a, b in zip(own, own[1:]))
+        spans.append((own[0][0], own[-1][1]))
+    (a0, a1), (b0, b1) = spans
+    assert a0 < b1 and b0 < a1  # the two phones were measured at the same time
+    table = farm_table(outcomes).splitlines()
+    assert table[0].split()[:4] == ["phone", "device", "host", "status"] and len(table) == 3

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -13,10 +13,16 @@ from as2d_cli.cli import options
 from as2d_cli.cli.paths import folder_out_option
 from as2d_cli.cli.progress import progress_bar
 
+if TYPE_CHECKING:
+    from as2d_cli.calibration.farm import FarmOptions
+
 
 def calibrate(
-    phone: str = typer.Option(
-        "local", "--phone", help="local, a known phone name, or an adb serial."
+    phone: list[str] = typer.Option(
+        ["local"],
+        "--phone",
+        help="local, a known phone name, or an adb serial; repeat it to calibrate a farm of "
+        "phones concurrently (one worker per phone).",
     ),
     quick: bool = typer.Option(
         False, "--quick", help="Fewer widths, offsets and repetitions (minutes, not tens)."
@@ -41,13 +47,38 @@ def calibrate(
     verifier_cores: Optional[str] = options.verifier_cores(),
     producer_cores: Optional[str] = options.producer_cores(),
     os_placement: bool = options.os_placement(),
+    ray: Optional[str] = options.ray(),
 ) -> None:
     """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
     from as2d_cli.calibration.run import calibrate as run
     from device_agents.measurement import prepare
 
+    if len(phone) > 1 or ray is not None:
+        from as2d_cli.calibration.farm import FarmOptions
+
+        _farm(
+            phone,
+            ray,
+            FarmOptions(
+                out_dir=str(out),
+                quick=quick,
+                window=window,
+                rest_s=rest,
+                interval_s=interval,
+                settle_s=settle,
+                max_temp_c=max_temp,
+                temp_sensor=temp_sensor,
+                verifier_cores=verifier_cores,
+                producer_cores=producer_cores,
+                os_placement=os_placement,
+                models=None if models is None else str(models),
+                task=task,
+                language=language,
+            ),
+        )
+        return
     m = prepare(
-        phone,
+        phone[0],
         rest_s=rest,
         interval_s=interval,
         settle_s=settle,
@@ -92,6 +123,39 @@ def calibrate(
     if first is not None and first["check"] == "settle":
         c.print(f"settle   {first['message']}")
     c.print(f"took {res.seconds:.0f} s")
+
+
+def _farm(phones: list[str], ray: Optional[str], opts: FarmOptions) -> None:
+    """Several phones at once: one worker per phone, then the farm summary table."""
+    from as2d_cli.calibration.farm import calibrate_farm, farm_table, phone_resource
+    from as2d_cli.errors import DeviceError, UserError
+    from as2d_cli.execution import open_executor
+
+    if "local" in phones and len(phones) > 1:
+        raise UserError(
+            "--phone local measures this host, which the farm's other workers share; "
+            "calibrate it on its own"
+        )
+    err = Console(stderr=True, highlight=False)
+    node = {phone_resource(p): 1.0 for p in phones} if ray == "local" else None
+    # Locally, and on a local Ray instance, one worker per phone: they wait on the phones.
+    with open_executor(ray, len(phones) if ray in (None, "local") else None, node) as ex:
+        outcomes = calibrate_farm(
+            phones,
+            opts,
+            ex,
+            on_start=lambda: err.print(
+                f"calibrating {len(phones)} phones on {ex.describe()}: {', '.join(phones)}"
+            ),
+        )
+    Console(highlight=False, soft_wrap=True).print(farm_table(outcomes))
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        raise DeviceError(
+            f"{len(failed)} of {len(outcomes)} phones failed (first: {failed[0].phone}: "
+            f"{failed[0].message}); the others' profiles are written; rerun with the failed "
+            "phones' --phone to resume them"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -27,9 +27,18 @@ def devices(
         False, "--json", help="Print JSON (schema as2d.devices/1) instead of a table."
     ),
     adb_port: Optional[int] = options.adb_port(),
+    ray: Optional[str] = typer.Option(
+        None,
+        "--ray",
+        metavar="ADDRESS",
+        help="List a phone farm instead: the Ray cluster's nodes and the phones attached to each.",
+    ),
 ) -> None:
     """List the local host and every attached phone with state and hardware facts."""
     if ctx.invoked_subcommand is not None:
+        return
+    if ray is not None:
+        _farm(ray, as_json)
         return
     from device_agents.registry import discover
 
@@ -99,6 +108,36 @@ def devices(
         )
     for n in notes:
         console.print(n)
+
+
+def _farm(address: str, as_json: bool) -> None:
+    """The nodes of the Ray cluster at ``address`` with their phones (docs/scale-out.md)."""
+    from as2d_cli.execution.ray_executor import RayExecutor
+
+    with RayExecutor(address) as ex:
+        nodes = ex.nodes()
+    if as_json:
+        typer.echo(json.dumps({"schema": "as2d.farm", "version": 1, "nodes": nodes}, indent=2))
+        return
+    console = Console(highlight=False, soft_wrap=True)
+    table = Table(title=f"phone farm at {address}")
+    for col in ("host", "address", "state", "CPUs", "phones", "busy"):
+        table.add_column(col)
+    for n in nodes:
+        table.add_row(
+            n["host"],
+            n["address"],
+            "alive" if n["alive"] else "dead",
+            str(n["cpus"]),
+            ", ".join(n["phones"]) or "-",
+            ", ".join(n["busy"]) or "-",
+        )
+    console.print(table)
+    phones = sum(len(n["phones"]) for n in nodes if n["alive"])
+    console.print(
+        f"{phones} phone{'s' if phones != 1 else ''} on {sum(n['alive'] for n in nodes)} live "
+        "node(s); a node offers a phone with `ray start ... --resources '{\"phone:SERIAL\": 1}'`"
+    )
 
 
 def gate(

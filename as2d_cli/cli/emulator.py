@@ -58,6 +58,11 @@ def start(
         "--python",
         help="Give the phone a python3 (this host's interpreter, without the project): the native runner is pushed to it as a payload and runs at host speed (docs/runner-protocol.md).",
     ),
+    serial: str = typer.Option(
+        "as2demu0001",
+        "--serial",
+        help="The phone's hardware serial (ro.serialno); give each emulated phone of a farm its own.",
+    ),
     battery: bool = typer.Option(
         False,
         "--battery",
@@ -118,6 +123,7 @@ def start(
         private_server=private_server,
         connection=connection,
         auth_mode=auth,
+        serial=serial,
         authorized_keys=authorized_keys,
     )
     armed: list[str] = []

@@ -115,7 +115,7 @@ def ray() -> Any:
         "--ray",
         metavar="ADDRESS",
         help="Run the work on a Ray cluster (HOST:6379 or ray://HOST:10001), or `local` to "
-        "start Ray here; same results as without (needs pip install -e '.[cluster]').",
+        "start Ray here; same results as without (needs Ray: the project's cluster extra).",
     )
 
 

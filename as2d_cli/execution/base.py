@@ -48,6 +48,10 @@ class Executor(ABC):
         ``resources[i]``: custom resources task i needs on a cluster (a phone:
         ``{"phone:SERIAL": 1}``); the local pool has one host and ignores them."""
 
+    def has_resource(self, name: str) -> bool:
+        """Whether some worker offers the custom resource ``name`` (one host: always)."""
+        return True
+
     def close(self) -> None:
         """Release the workers."""
 

@@ -59,7 +59,7 @@ def _reachable(address: str) -> None:
 _SHARED: dict[str, Any] = {}
 
 
-def _run(fn: TaskFn, box: list[Any], task: Any) -> Any:
+def as2d_task(fn: TaskFn, box: list[Any], task: Any) -> Any:
     """Run one task on a Ray worker. ``box`` holds the shared data's reference (boxed so
     Ray does not resolve and deserialize it again for every task)."""
     ref = box[0]
@@ -73,13 +73,18 @@ def _run(fn: TaskFn, box: list[Any], task: Any) -> Any:
 
 class RayExecutor(Executor):
     """Tasks on a Ray cluster. ``address`` is ``local`` (start Ray here with ``processes``
-    CPUs, default every usable one) or a cluster address (``HOST:6379``, ``ray://HOST:10001``);
-    when this process already joined a cluster (``ray.init`` by the caller) that one is used."""
+    CPUs, default every usable one, and the custom ``resources`` of this node, e.g. its
+    phones) or a cluster address (``HOST:6379``, ``ray://HOST:10001``); when this process
+    already joined a cluster (``ray.init`` by the caller) that one is used."""
 
     remote = True
 
     def __init__(
-        self, address: str, processes: int | None = None, max_retries: int = MAX_RETRIES
+        self,
+        address: str,
+        processes: int | None = None,
+        max_retries: int = MAX_RETRIES,
+        resources: dict[str, float] | None = None,
     ) -> None:
         from as2d_cli.execution.local import default_processes
 
@@ -92,6 +97,7 @@ class RayExecutor(Executor):
             if address == "local":
                 ray.init(
                     num_cpus=processes or default_processes(),
+                    resources=resources or None,
                     include_dashboard=False,
                     logging_level=logging.ERROR,
                     log_to_driver=False,
@@ -135,7 +141,9 @@ class RayExecutor(Executor):
         phone: ``{"phone:SERIAL": 1}``), so Ray places it on the node that has them and
         never runs two such tasks at once beyond the resource's count."""
         ray = self._ray
-        remote = ray.remote(num_cpus=1, max_retries=self._max_retries, retry_exceptions=False)(_run)
+        remote = ray.remote(num_cpus=1, max_retries=self._max_retries, retry_exceptions=False)(
+            as2d_task
+        )
         box = [ray.put(shared)]  # once per map, whatever the number of tasks
         tasks = list(tasks)
         pending: deque[Any] = deque()
@@ -156,6 +164,29 @@ class RayExecutor(Executor):
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """The cluster's nodes: host, address, state, CPUs and the phones attached (custom
+        resources ``phone:…``; ``busy`` those a task holds now)."""
+        free = self._ray.available_resources()
+        out = []
+        for n in self._ray.nodes():
+            res = n.get("Resources", {})
+            phones = sorted(k.split(":", 1)[1] for k in res if k.startswith("phone:"))
+            out.append(
+                {
+                    "host": n.get("NodeManagerHostname", ""),
+                    "address": n.get("NodeManagerAddress", ""),
+                    "alive": bool(n.get("Alive")),
+                    "cpus": int(res.get("CPU", 0)),
+                    "phones": phones,
+                    "busy": [p for p in phones if free.get(f"phone:{p}", 0) < res[f"phone:{p}"]],
+                }
+            )
+        return sorted(out, key=lambda d: (d["host"], d["address"]))
+
+    def has_resource(self, name: str) -> bool:
+        return self._ray.cluster_resources().get(name, 0) > 0
 
     def _get(self, ref: Any) -> Any:
         ray = self._ray

@@ -33,8 +33,11 @@ class EmulatorSession:
         auth_mode: str = "device",
         root: Path | None = None,
         authorized_keys: str | os.PathLike[str] | None = None,
+        serial: str = "as2demu0001",
     ) -> None:
-        self.phone = ScriptedPhone(profile, root=root, connection=connection)
+        # ``serial``: the phone's hardware serial (ro.serialno); a farm of emulated phones
+        # of one model needs one each, as real phones have.
+        self.phone = ScriptedPhone(profile, root=root, connection=connection, serial=serial)
         self._keys_file = authorized_keys
         try:
             # An explicit file is read (and checked) now; otherwise the attached server's key
