@@ -32,6 +32,7 @@ def plot_stream(doc: dict[str, Any], path: Path) -> Path:
                 ax.plot(xs, vs, ".-", color="#4477aa", linewidth=0.8, markersize=3)
             else:
                 ax.plot(xs, vs, "-", color="#4477aa", linewidth=1.2)
+        ax.set_ylim(bottom=0)
         if title.startswith("(c)"):
             ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
         ax.set_title(title, fontsize=9)
