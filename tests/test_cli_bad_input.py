@@ -349,6 +349,7 @@ def _unconfirmed_deployment(path: Path, profile: Path) -> Path:
             profile,
             "k70-synthetic",
             {"split": "dev", "retained": None, "val": None},
+            align="suffix",  # the default rules: eval looks for a deployment under them
         ),
     )
 

@@ -35,8 +35,16 @@ def test_shipped_profile_and_deployment_come_from_the_package(tmp_path: Path) ->
     got = find_profile("k70", cal)
     assert got == SHIPPED_PROFILES / "k70.profile.yaml" and got.is_file()
     assert find_profile("redmi-k70-pro", cal) == got  # an alias names the same phone
-    deps = deployment_candidates(got, "k70", cal)
-    assert [p for p, _ in deps] == [SHIPPED_PROFILES / "k70" / "deployment.yaml"]
+    # One deployment per alignment rules: the default's, and the paper's (version 1: paper).
+    by_rules = {
+        align: [p for p, _ in deployment_candidates(got, "k70", cal, align=align)]
+        for align in ("suffix", "paper")
+    }
+    assert by_rules == {
+        "suffix": [SHIPPED_PROFILES / "k70" / "deployment.yaml"],
+        "paper": [SHIPPED_PROFILES / "k70" / "deployment-paper.yaml"],
+    }
+    assert len(deployment_candidates(got, "k70", cal)) == 2
 
 
 def test_the_newest_measured_profile_wins_over_the_shipped_one(tmp_path: Path) -> None:

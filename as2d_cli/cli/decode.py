@@ -27,11 +27,7 @@ def decode(
     ),
     k: int = options.width(DEFAULT_SD_K, "--k", help="Standard SD physical width K."),
     source: str = typer.Option("drafter", "--source", help="drafter or ctc (As²d sources)."),
-    align: str = typer.Option(
-        DEFAULT_ALIGN,
-        "--align",
-        help="Alignment rules: suffix (suffix anchoring) or paper (C.3's K1 anchor calls).",
-    ),
+    align: Optional[str] = options.align(),
     candidates: Optional[Path] = typer.Option(
         None,
         "--candidates",
@@ -68,7 +64,7 @@ def decode(
         "budget": budget,
         "k": k,
         "source": source,
-        "align": align,
+        "align": align or DEFAULT_ALIGN,
         "max_tokens": max_tokens,
     }
     if candidates is not None:

@@ -38,6 +38,9 @@ def eval_(
         "--allow-unconfirmed",
         help="Use a deployment that was selected on dev only, never confirmed on the val split (refused otherwise).",
     ),
+    align: Optional[str] = options.align(
+        "a deployment selected under them is used, or selected now."
+    ),
     split: str = typer.Option("test", "--split", help="Split to evaluate."),
     calibrations: Path = typer.Option(
         Path("calibrations"),
@@ -133,6 +136,7 @@ def eval_(
             task=task,
             language=language,
             allow_unconfirmed=allow_unconfirmed,
+            align=align,
         )
     native_out = None
     if native:

@@ -119,6 +119,24 @@ def ray() -> Any:
     )
 
 
+def align(help: str = "") -> Any:
+    """``--align suffix|paper``: As²d's alignment rules (None: the command's default)."""
+    from as2d_cli.engine.methods import ALIGN_MODES
+
+    def check(v: str | None) -> str | None:
+        if v is not None and v not in ALIGN_MODES:
+            raise typer.BadParameter(f"{v!r}: choose one of {', '.join(ALIGN_MODES)}")
+        return v
+
+    return typer.Option(
+        None,
+        "--align",
+        callback=check,
+        help="As²d's alignment rules: suffix (suffix anchoring, the default) or paper (C.3's "
+        "K1 anchor calls: the paper's figures)" + (f"; {help}" if help else "."),
+    )
+
+
 def limit(default: int | None, *flags: str, help: str) -> Any:
     """A cap on how many (windows, tokens…), ≥ 1."""
     return count(default, *flags, help=help)

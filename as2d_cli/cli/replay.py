@@ -50,8 +50,9 @@ def replay(
         help="Take source and budget from this deployment (checked against the profile).",
     ),
     as_json: bool = typer.Option(
-        False, "--json", help="Print the machine-readable report (as2d.replay-report v1)."
+        False, "--json", help="Print the machine-readable report (as2d.replay-report v2)."
     ),
+    align: Optional[str] = options.align("default: the deployment's."),
     spans: bool = typer.Option(
         True,
         "--spans/--no-spans",
@@ -78,6 +79,7 @@ def replay(
         split=split,
         deployment_path=deployment,
         spans=spans,
+        align=align,
     )
     written = None
     if out is not None:

@@ -59,9 +59,10 @@ def select_budget(
         "--batch",
         help="The source's publication batch for the whole catalog (default: the methods' default).",
     ),
+    align: Optional[str] = options.align("the whole catalog, recorded in the deployment."),
 ) -> None:
     """Select the fixed As²d configuration (source × budget) by pooled dev TPS."""
-    from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD
+    from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BATCH, DEFAULT_THRESHOLD
     from as2d_cli.errors import UserError
     from as2d_cli.execution import open_executor
     from as2d_cli.formats.common import next_free
@@ -92,6 +93,7 @@ def select_budget(
             threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
             batch=DEFAULT_BATCH if batch is None else batch,
             executor=executor,
+            align=DEFAULT_ALIGN if align is None else align,
         )
     dest = out if out is not None else next_free(default_deployment_path(load_profile(profile)))
     written = write_selection(sel, rep, profile, dest)

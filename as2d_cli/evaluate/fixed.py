@@ -75,6 +75,7 @@ class FixedEval:
                 "budget": self.deployment.budget,
                 "threshold": self.deployment.threshold,
                 "batch": self.deployment.batch,
+                "align": self.deployment.align,
             },
             "datasets": self.datasets,
             "methods": self.table_rows(),
@@ -98,17 +99,26 @@ def evaluate_fixed(
 ) -> FixedEval:
     windows = windows_of(traces, split)
     src, b = deployment.source, deployment.budget
-    th, batch = deployment.threshold, deployment.batch  # the deployment's As²d settings, everywhere
+    # The deployment's As²d settings, everywhere (w/o BC keeps ASP's threshold).
+    th, batch, align = deployment.threshold, deployment.batch, deployment.align
     runs = {
         "target-only": run_method(windows, profile, "target-only", detail=False),
         "sd": run_method(windows, profile, "sd", detail=False),
         "asp": run_method(windows, profile, "asp", detail=False),
         "as2d-no-td": run_method(windows, profile, "as2d-no-td", budget=b, detail=False),
         "as2d-no-bc": run_method(
-            windows, profile, "as2d-no-bc", source=src, batch=batch, detail=False
+            windows, profile, "as2d-no-bc", source=src, batch=batch, align=align, detail=False
         ),
         "as2d": run_method(
-            windows, profile, "as2d", budget=b, source=src, threshold=th, batch=batch, detail=False
+            windows,
+            profile,
+            "as2d",
+            budget=b,
+            source=src,
+            threshold=th,
+            batch=batch,
+            align=align,
+            detail=False,
         ),
     }
     sources, _ = catalog_sources(traces, profile, None)
@@ -124,9 +134,16 @@ def evaluate_fixed(
         threshold=th,
         batch=batch,
         executor=executor,
+        align=align,
     )
     orc = oracle(cat, src, b).to_json()
-    orc["catalog"] = {"sources": sources, "budgets": usable, "threshold": th, "batch": batch}
+    orc["catalog"] = {
+        "sources": sources,
+        "budgets": usable,
+        "threshold": th,
+        "batch": batch,
+        "align": align,
+    }
     datasets = list(dict.fromkeys(w.dataset for w in windows))
     return FixedEval(split, deployment, runs, datasets, orc, [w.id for w in windows])
 

@@ -112,11 +112,16 @@ def check_pair(
 
 
 def deployment_candidates(
-    profile_path: Path, device: str, calibrations: Path, traces: list[Path] | None = None
+    profile_path: Path,
+    device: str,
+    calibrations: Path,
+    traces: list[Path] | None = None,
+    align: str | None = None,
 ) -> list[tuple[Path, dict]]:
     """The device's deployments chosen on this profile — and, when ``traces`` are given,
     on these very trace files (a deployment selected on other traces is stale: regenerated
-    traces get a fresh selection rather than an old choice) — newest first, with each
+    traces get a fresh selection rather than an old choice), and when ``align`` is given,
+    under those alignment rules (a version-1 file: ``paper``) — newest first, with each
     file's ``selection``."""
     digest = sha256_file(profile_path)
     have = {sha256_file(t) for t in traces} if traces else None
@@ -134,6 +139,9 @@ def deployment_candidates(
             continue
         if not isinstance(doc, dict) or (doc.get("profile") or {}).get("sha256") != digest:
             continue
+        config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+        if align is not None and config.get("align", "paper") != align:
+            continue
         selection = doc.get("selection") if isinstance(doc.get("selection"), dict) else {}
         used = {t.get("sha256") for t in (selection.get("traces") or []) if isinstance(t, dict)}
         if have is not None and used and not used <= have:
@@ -143,10 +151,14 @@ def deployment_candidates(
 
 
 def find_deployment(
-    profile_path: Path, device: str, calibrations: Path, traces: list[Path] | None = None
+    profile_path: Path,
+    device: str,
+    calibrations: Path,
+    traces: list[Path] | None = None,
+    align: str | None = None,
 ) -> Path | None:
     """The newest of :func:`deployment_candidates`, or None."""
-    cands = deployment_candidates(profile_path, device, calibrations, traces)
+    cands = deployment_candidates(profile_path, device, calibrations, traces, align)
     return cands[0][0] if cands else None
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from as2d_cli.engine.methods import DEFAULT_ALIGN
 from as2d_cli.errors import UserError
 from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
 from as2d_cli.evaluate.inputs import (
@@ -57,9 +58,12 @@ def run_eval(
     task: str | None = None,
     language: str | None = None,
     allow_unconfirmed: bool = False,
+    align: str | None = None,
 ) -> EvalOutput:
     """``allow_unconfirmed``: use a deployment selected on dev only (never confirmed on
-    val); refused otherwise (inputs.require_confirmed)."""
+    val); refused otherwise (inputs.require_confirmed). ``align``: the alignment rules (a
+    deployment selected under them is found or selected; None: a given deployment's own,
+    else the default rules)."""
     pair = None
     if models is not None:
         from as2d_cli.models.bundle import load_bundle
@@ -82,7 +86,9 @@ def run_eval(
     candidates = (
         []
         if deployment is not None
-        else deployment_candidates(profile_path, device, calibrations, files)
+        else deployment_candidates(
+            profile_path, device, calibrations, files, align or DEFAULT_ALIGN
+        )
     )
     dep_path = deployment or (candidates[0][0] if candidates else None)
     selected_now = False
@@ -99,7 +105,7 @@ def run_eval(
         say(
             f"no deployment chosen on {profile_path} yet: selecting one on the dev/val splits first"
         )
-        sel = select_budget(ts, prof)
+        sel = select_budget(ts, prof, align=align or DEFAULT_ALIGN)
         report = {
             "catalog": sel.catalog,
             "dev": sel.dev,
@@ -113,6 +119,12 @@ def run_eval(
         selected_now = True
         say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
     dep = load_deployment(dep_path, profile=profile_path)
+    if align is not None and dep.align != align:
+        raise UserError(
+            f"--align {align}: {dep_path} was selected under the {dep.align} rules; drop "
+            f"--align (the deployment's rules are used) or pass a deployment selected with "
+            f"`as2d select-budget --align {align}`"
+        )
     if not allow_unconfirmed:
         require_confirmed(
             Path(dep_path), dep.selection, given=deployment is not None, candidates=candidates

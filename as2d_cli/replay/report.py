@@ -1,7 +1,7 @@
 """File-level entry points for the CLI: load inputs, replay, build JSON-ready reports.
 
 Nothing here prints or exits; errors are one-line :class:`~as2d_cli.errors.As2dError`s.
-The report of ``as2d replay`` (``as2d.replay-report`` v1, printed by ``--json`` and
+The report of ``as2d replay`` (``as2d.replay-report`` v2, printed by ``--json`` and
 stored as the payload of an ``as2d.results`` file with ``--out``) is documented in
 ``docs/replay.md``.
 """
@@ -22,14 +22,14 @@ from as2d_cli.formats.trace import TraceSet
 from as2d_cli.formats.trace_io import load_traces
 from as2d_cli.replay.run import run_method, slowdowns
 from as2d_cli.replay.selection import Selection, select_budget, windows_of
-from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_BUDGET, DEFAULT_THRESHOLD
+from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BATCH, DEFAULT_BUDGET, DEFAULT_THRESHOLD
 from as2d_cli.replay.sweep import DEFAULT_BUDGETS
 from as2d_cli.stats.compare import cdf
 
 REPORT_SCHEMA = "as2d.replay-report"
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: "align"
 SELECTION_SCHEMA = "as2d.selection-report"
-SELECTION_VERSION = 1
+SELECTION_VERSION = 2  # 2: "align"
 
 
 def _ref(path: str | Path) -> dict:
@@ -107,9 +107,12 @@ def replay_report(
     split: str | None = None,
     deployment_path: str | Path | None = None,
     spans: bool = True,
+    align: str | None = None,
 ) -> dict:
     """Replay one method over the traces (optionally one split) and report every window,
-    the pooled summary per dataset and overall, and slowdowns versus target-only."""
+    the pooled summary per dataset and overall, and slowdowns versus target-only.
+    ``align``: the target-decoupled methods' alignment rules (default: the deployment's,
+    else the default rules)."""
     profile, traces = load_inputs(profile_path, traces_path)
     windows = windows_of(traces, split)
     dep: Deployment | None = None
@@ -117,6 +120,12 @@ def replay_report(
         dep = load_deployment(deployment_path, profile=profile_path)
     default_budget = dep.budget if dep is not None else DEFAULT_BUDGET
     default_source = dep.source if dep is not None else traces.default_source
+    if dep is not None and align is not None and align != dep.align:
+        raise UserError(
+            f"--align {align}: {deployment_path} was selected under the {dep.align} rules; drop "
+            "--align or --deployment"
+        )
+    align = align or (dep.align if dep is not None else DEFAULT_ALIGN)
     extra: dict[str, Any] = (
         {"batch": dep.batch, "threshold": dep.threshold} if dep is not None else {}
     )
@@ -129,6 +138,7 @@ def replay_report(
         k=k,
         default_source=default_source,
         default_budget=default_budget,
+        align=align,
         **extra,
     )
     summary = run.summary()
@@ -162,6 +172,7 @@ def replay_report(
         "version": REPORT_VERSION,
         "method": method,
         "configs": [s.label for s in run.specs],
+        "align": align if any(s.decoupled for s in run.specs) else None,
         "split": split,
         "profile": {"device": profile.device.get("name", ""), "synthetic": profile.synthetic},
         "inputs": inputs,
@@ -181,6 +192,7 @@ def select_report(
     threshold: float | None = DEFAULT_THRESHOLD,
     batch: int = DEFAULT_BATCH,
     executor: Executor | None = None,
+    align: str = DEFAULT_ALIGN,
 ) -> tuple[Selection, dict]:
     """Run the selection on the traces' dev and val splits; return it and its report."""
     if not 0.0 <= tolerance < 1.0:
@@ -202,6 +214,7 @@ def select_report(
         threshold=threshold,
         batch=batch,
         executor=executor,
+        align=align,
     )
     report = {
         "schema": SELECTION_SCHEMA,
@@ -244,5 +257,6 @@ def write_selection(
         profile_path,
         str(profile.device.get("name", "")),
         selection,
+        align=sel.align,
     )
     return write_deployment(out, dep)

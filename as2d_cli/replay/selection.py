@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD
+from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BATCH, DEFAULT_THRESHOLD
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor
 from as2d_cli.formats.profile import CostProfile
@@ -108,6 +108,7 @@ class Selection:
         DEFAULT_THRESHOLD  # As²d's confidence stop the catalog was replayed with
     )
     batch: int = DEFAULT_BATCH  # and its publication batch
+    align: str = DEFAULT_ALIGN  # and its alignment rules
 
     @property
     def retained(self) -> bool | None:
@@ -119,6 +120,7 @@ class Selection:
             "budget": self.budget,
             "threshold": self.threshold,
             "batch": self.batch,
+            "align": self.align,
             "max_width": self.budget + 1,
             "catalog": self.catalog,
             "excluded_sources": self.excluded_sources,
@@ -187,9 +189,10 @@ def select_budget(
     threshold: float | None = DEFAULT_THRESHOLD,
     batch: int = DEFAULT_BATCH,
     executor: Executor | None = None,
+    align: str = DEFAULT_ALIGN,
 ) -> Selection:
     """Rank the catalog on ``dev_split``, check retention on ``val_split`` (skipped with a
-    note when the traces hold no validation windows). ``threshold`` and ``batch`` configure
+    note when the traces hold no validation windows). ``threshold``, ``batch`` and ``align`` configure
     As²d throughout the catalog and go into the selection (and so the deployment); the
     sweeps run on ``executor`` (default: a local pool of ``processes``)."""
     dev = [w for w in traces.windows if w.split == dev_split]
@@ -215,6 +218,7 @@ def select_budget(
         threshold=threshold,
         batch=batch,
         executor=executor,
+        align=align,
     )
     ranking = rank(cat)
     best = ranking[0]
@@ -238,6 +242,7 @@ def select_budget(
             threshold=threshold,
             batch=batch,
             executor=executor,
+            align=align,
         )
         vrank = rank(vcat)
         chosen = next(r for r in vrank if r.source == best.source and r.budget == best.budget)
@@ -263,7 +268,16 @@ def select_budget(
         "ranking": "pooled TPS on the development split",
     }
     return Selection(
-        best.source, best.budget, dev_info, val_info, ranking, catalog, excluded, threshold, batch
+        best.source,
+        best.budget,
+        dev_info,
+        val_info,
+        ranking,
+        catalog,
+        excluded,
+        threshold,
+        batch,
+        align,
     )
 
 

@@ -22,7 +22,7 @@ from as2d_cli.execution import default_processes as default_processes
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
-from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec
+from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec
 
 DEFAULT_BUDGETS = tuple(range(1, 25))
 
@@ -65,6 +65,7 @@ class _Catalog:
     threshold: float | None
     batch: int
     reuse: bool
+    align: str = DEFAULT_ALIGN
 
 
 def _chunk_task(cat: _Catalog, bounds: tuple[int, int]) -> tuple:
@@ -77,10 +78,13 @@ def _chunk_task(cat: _Catalog, bounds: tuple[int, int]) -> tuple:
         cat.threshold,
         cat.batch,
         cat.reuse,
+        cat.align,
     )
 
 
-def _run_chunk(windows, profile, sources, budgets, threshold, batch, reuse=True):
+def _run_chunk(
+    windows, profile, sources, budgets, threshold, batch, reuse=True, align=DEFAULT_ALIGN
+):
     """Times, rounds and used sources for ``windows``; budgets ascending.
 
     Budget saturation (exact, not an approximation): a budget b only ever cuts a round's
@@ -97,7 +101,10 @@ def _run_chunk(windows, profile, sources, budgets, threshold, batch, reuse=True)
     preps = [
         [
             Prepared(
-                profile, MethodSpec("as2d", budget=b, source=s, threshold=threshold, batch=batch)
+                profile,
+                MethodSpec(
+                    "as2d", budget=b, source=s, threshold=threshold, batch=batch, align=align
+                ),
             )
             for b in budgets
         ]
@@ -135,6 +142,7 @@ def sweep(
     processes: int | None = None,
     reuse: bool = True,
     executor: Executor | None = None,
+    align: str = DEFAULT_ALIGN,
 ) -> CatalogTimes:
     """Replay As²d for every window × source × budget on ``executor`` (default: a local
     pool of ``processes``, every usable CPU; 1 runs in-process)."""
@@ -150,7 +158,10 @@ def sweep(
     for s in sources:
         for b in budgets:
             Prepared(
-                profile, MethodSpec("as2d", budget=b, source=s, threshold=threshold, batch=batch)
+                profile,
+                MethodSpec(
+                    "as2d", budget=b, source=s, threshold=threshold, batch=batch, align=align
+                ),
             ).table(s)
     ex = executor if executor is not None else LocalPool(processes)
     W = len(windows)
@@ -162,7 +173,9 @@ def sweep(
     rounds = np.zeros((W, S, B), dtype=np.int64)
     used: list[list[str]] = [[] for _ in range(W)]
     simulated = 0
-    shared = _Catalog(list(windows), profile, list(sources), budgets, threshold, batch, reuse)
+    shared = _Catalog(
+        list(windows), profile, list(sources), budgets, threshold, batch, reuse, align
+    )
     results: Any = ex.map(_chunk_task, shared, bounds)
     for (lo, _), (t, r, u, n) in zip(bounds, results):
         times[lo : lo + len(t)] = t
