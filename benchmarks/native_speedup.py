@@ -14,7 +14,7 @@ of the same repetition.
 
 A method written ``as2d@paper`` (or ``as2d@suffix``) runs As²d with those alignment rules
 beside the others, e.g. ``--methods target-only,as2d,as2d@paper`` compares the rules in
-one run.
+one run; ``as2d@b2`` sets the publication batch, ``as2d@paper+b2`` both.
 
 Goal on a 2-core host: As²d ≥ 1.5× target-only pooled, at most 5% of windows slower.
 """
@@ -92,7 +92,9 @@ def main() -> int:
             order = methods[turn % len(methods) :] + methods[: turn % len(methods)]
             res = {}
             for m in order:
-                method, _, align = m.partition("@")
+                method, _, variant = m.partition("@")
+                align = next((v for v in variant.split("+") if v in ("paper", "suffix")), "")
+                batch = next((int(v[1:]) for v in variant.split("+") if v[:1] == "b"), a.batch)
                 cmd = {
                     "op": "decode",
                     "window": w.id,
@@ -100,7 +102,7 @@ def main() -> int:
                     "budget": a.budget,
                     "k": a.k,
                     "source": a.source,
-                    "batch": a.batch,
+                    "batch": batch,
                     "events": False,
                 }
                 if align or a.align:

@@ -209,17 +209,21 @@ def select_budget(
             f"{profile.path}: none of budgets {budgets[0]}–{budgets[-1]} has its width measured (profile max K{profile.max_width}); lower --budgets"
         )
     dropped = [b for b in budgets if b not in usable_budgets]
-    cat = sweep(
-        dev,
-        profile,
-        srcs,
-        usable_budgets,
-        processes=processes,
-        threshold=threshold,
-        batch=batch,
-        executor=executor,
-        align=align,
-    )
+
+    def catalog(split_windows: list[WindowTrace]) -> CatalogTimes:
+        return sweep(
+            split_windows,
+            profile,
+            srcs,
+            usable_budgets,
+            processes=processes,
+            threshold=threshold,
+            batch=batch,
+            executor=executor,
+            align=align,
+        )
+
+    cat = catalog(dev)
     ranking = rank(cat)
     best = ranking[0]
     orc = oracle(cat, best.source, best.budget)
@@ -233,17 +237,7 @@ def select_budget(
     val_info = None
     val = [w for w in traces.windows if w.split == val_split]
     if val:
-        vcat = sweep(
-            val,
-            profile,
-            srcs,
-            usable_budgets,
-            processes=processes,
-            threshold=threshold,
-            batch=batch,
-            executor=executor,
-            align=align,
-        )
+        vcat = catalog(val)
         vrank = rank(vcat)
         chosen = next(r for r in vrank if r.source == best.source and r.budget == best.budget)
         pos = vrank.index(chosen) + 1
@@ -260,7 +254,7 @@ def select_budget(
             "tolerance": tolerance,
             "retained": retained,
         }
-    catalog = {
+    described = {
         "sources": srcs,
         "budgets": usable_budgets,
         "configurations": len(srcs) * len(usable_budgets),
@@ -273,7 +267,7 @@ def select_budget(
         dev_info,
         val_info,
         ranking,
-        catalog,
+        described,
         excluded,
         threshold,
         batch,
