@@ -42,12 +42,13 @@ def build(
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.evaluate.inputs import ASSET_TRACES
     from as2d_cli.execution import open_executor
-    from as2d_cli.tracegen.build import build_traces
+    from as2d_cli.tracegen.build import build_traces, check_out
 
     load_corpus().split(
         split
     )  # an unknown split: its one-line error before the progress bar starts
     path = out or (models / "traces" if models is not None else ASSET_TRACES) / f"{split}.jsonl.gz"
+    check_out(path, force)  # before a Ray instance starts
     with (
         open_executor(ray, processes) as executor,
         progress_bar(

@@ -91,11 +91,17 @@ class LocalPool(Executor):
         else:
             with one_blas_thread_env():
                 pool = mp.get_context("spawn").Pool(n, initializer=_init, initargs=(shared,))
+        finished = False
         try:
             # imap keeps task order; chunksize 1 keeps every worker busy to the end.
             yield from pool.imap(_call, [(fn, t) for t in tasks])
+            finished = True
         finally:
-            pool.terminate()
+            # Workers that finished exit on their own; only an abandoned map kills them.
+            if finished:
+                pool.close()
+            else:
+                pool.terminate()
             pool.join()
             if forked:
                 _SHARED = None

@@ -253,6 +253,14 @@ def provenance(models: Any) -> dict:
     }
 
 
+def check_out(out: Path, force: bool) -> None:
+    """Refuse an existing output (before any worker or cluster starts)."""
+    if out.exists() and not force:
+        raise UserError(
+            f"{out} already exists and is never overwritten; pass --force or another --out"
+        )
+
+
 def build_traces(
     split: str,
     out: Path,
@@ -272,10 +280,7 @@ def build_traces(
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.formats.trace_io import load_traces, write_traces
 
-    if out.exists() and not force:
-        raise UserError(
-            f"{out} already exists and is never overwritten; pass --force or another --out"
-        )
+    check_out(out, force)
     windows = load_corpus().split(split)
     if limit is not None:
         windows = windows[:limit]
