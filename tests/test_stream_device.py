@@ -107,3 +107,35 @@ def test_a_stream_on_the_emulated_phone_is_exact_and_complete(py_phone, tmp_path
     }
     assert doc["temperature"]["sensor"] == "battery"  # the phone's, as the paper reports
     assert doc["metrics"]["first_temp_c"] is not None
+
+
+@pytest.mark.slow
+def test_a_core_going_offline_mid_stream_stops_it_and_keeps_every_block(
+    make_emulated_phone, tmp_path: Path
+) -> None:
+    """A 40 s stream paced in real time on a fresh emulated phone; CPU7 goes offline 25 s
+    after the runner payload is on the phone (the gate and loading take a few seconds), and
+    its frequency ceiling drops before that: the drop is recorded, the core stops the
+    stream with its reason, and every block the phone's run finished is kept."""
+    from device_agents.emulator.python import enable_python
+    from native.launch import choose_launcher
+
+    session = make_emulated_phone()
+    enable_python(session.phone)
+    m = prepare(session.serial, adb_port=session.adb_port)
+    m = dataclasses.replace(m, gate=dataclasses.replace(m.gate, rest_s=0.0, interval_s=0.05))
+    launcher = choose_launcher(m.device)
+    session.phone.schedule(15, lambda: session.phone.set_ceiling(7, 1_200_000))
+    session.phone.schedule(25, lambda: session.phone.set_core_online(7, False))
+
+    def on_phone(device: Any, models: Any, **kw: Any) -> Any:
+        return open_runner(device, models, launcher=launcher, **kw)
+
+    real = {**SETTINGS, "clock": "real", "check": False}
+    outcome = run_stream(m, _recording(40.0), real, tmp_path, open_runner=on_phone)
+    assert outcome.stopped is not None and "CPU7 went offline" in outcome.stopped
+    assert len(outcome.blocks) == 20  # a phone's run finishes its command: all kept
+    ceilings = {s["ceiling_khz"].get(7) for s in outcome.monitor["samples"]}
+    assert 1_200_000 in ceilings  # the drop is in the monitor's record
+    doc = _write(tmp_path, outcome, m)
+    assert doc["status"] == "stopped" and doc["monitor"]["failure"]["kind"] == "core_offline"

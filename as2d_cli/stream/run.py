@@ -100,19 +100,25 @@ def run_stream(
             out.interrupted = True
             out.stopped = "interrupted (Ctrl-C)"
         except DeviceError as exc:
-            f = monitor.failure
-            out.stopped = f.message if f is not None else str(exc)
+            out.stopped = _why(monitor.failure) if monitor.failure is not None else str(exc)
         finally:
             monitor.stop()
             out.monitor = monitor.record()
         if out.stopped is None and monitor.failure is not None:  # a phone's batch ran to its end
-            out.stopped = monitor.failure.message
+            out.stopped = _why(monitor.failure)
     finally:
         try:
             runner.close()
         except (OSError, DeviceError):
             pass
     return out
+
+
+def _why(failure: Any) -> str:
+    """The monitor's failure as the stream's reason (its own words are a batch's)."""
+    return failure.message.replace(
+        " into the episode", " after the stream's monitor started"
+    ).replace("the batch is stopped (results so far are kept)", "the blocks so far are kept")
 
 
 def settings_for(
