@@ -11,8 +11,12 @@ results are collected by task index, never appended twice.
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import tempfile
 from collections import deque
-from typing import Any, Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any, Iterator, Sequence
 
 from as2d_cli.errors import As2dError, UserError
 from as2d_cli.execution.base import Executor, TaskFn
@@ -36,6 +40,19 @@ def import_ray() -> Any:
 
 
 CONNECT_TIMEOUT_S = 10.0
+
+
+@contextmanager
+def _stderr_to(file: IO[bytes]) -> Iterator[None]:
+    """File descriptor 2 (where Ray's C++ core writes) goes to ``file`` meanwhile."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _reachable(address: str) -> None:
@@ -109,13 +126,27 @@ class RayExecutor(Executor):
                         "drop --processes (it sizes only --ray local)"
                     )
                 _reachable(address)
-                try:
-                    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-                except (ConnectionError, RuntimeError, ValueError) as exc:
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                # Ray's core logs every failed attempt to fd 2 for ~20 s: kept aside, so a
+                # failure is one line (and a token problem says so).
+                with tempfile.TemporaryFile() as log, _stderr_to(log):
+                    try:
+                        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+                        failure = None
+                    except (ConnectionError, RuntimeError, ValueError) as exc:
+                        failure = exc
+                    log.seek(0)
+                    said = log.read().decode(errors="replace")
+                if failure is not None:
+                    first = str(failure).strip().splitlines()[0] if str(failure).strip() else ""
+                    hint = "start it with `ray start --head` or pass --ray local"
+                    if "InvalidAuthToken" in said or "Unauthenticated" in said:
+                        hint = (
+                            "the cluster uses token authentication: put its token (~/.ray/auth_token "
+                            "on the head) on this host and set RAY_AUTH_MODE=token"
+                        )
                     raise UserError(
-                        f"--ray {address}: cannot join that Ray cluster ({first or type(exc).__name__}); "
-                        "start it with `ray start --head` or pass --ray local"
+                        f"--ray {address}: cannot join that Ray cluster "
+                        f"({first or type(failure).__name__}); {hint}"
                     ) from None
             self._owned = True
 
