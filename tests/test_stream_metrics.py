@@ -213,3 +213,22 @@ def test_bad_input_is_one_line(args, message, tmp_path, capsys, monkeypatch) -> 
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def test_audio_that_is_not_16_khz_mono_is_refused_before_anything_runs(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    import numpy as np
+    import soundfile as sf
+
+    from as2d_cli.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "250")
+    wav = tmp_path / "talk.wav"
+    sf.write(wav, np.zeros((8000, 2), dtype=np.float32), 8000)
+    with pytest.raises(SystemExit) as exc:
+        main(["stream", "--audio", str(wav), "--out", str(tmp_path / "r")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "is 8000 Hz with 2 channel(s)" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())

@@ -82,6 +82,18 @@ def corpus_recording(minutes: float, corpus_dir: Path | None = None) -> Recordin
 
 
 def file_recording(path: Path, minutes: float | None = None) -> Recording:
+    """``--audio FILE``, checked here (16 kHz mono, readable) before anything starts."""
+    import soundfile as sf
+
     if not path.is_file():
         raise UserError(f"--audio {path}: no such file")
+    try:
+        info = sf.info(str(path))
+    except Exception as exc:  # soundfile raises its own error types
+        raise UserError(f"--audio {path} cannot be read as audio ({exc})") from None
+    if info.samplerate != 16_000 or info.channels != 1:
+        raise UserError(
+            f"--audio {path} is {info.samplerate} Hz with {info.channels} channel(s); the stream "
+            f"needs 16 kHz mono (e.g. `ffmpeg -i {path.name} -ar 16000 -ac 1 out.wav`)"
+        )
     return Recording(None if minutes is None else minutes * 60.0, audio=path)

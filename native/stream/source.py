@@ -20,7 +20,7 @@ could start (its block already consumed, or its deadline passed) is recorded as 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from as2d_cli.engine import CandidateBuffer, WallClock
@@ -35,21 +35,13 @@ class Epoch:
     block: int
     start_s: float | None = None  # stream time the worker began it (None: skipped)
     end_s: float | None = None
-    ended: str = "skipped"  # "finished" (EOS/cap) | "deadline" | "consumed" | "halted" | "skipped"
+    ended: str = "skipped"  # finished (EOS/cap), stopped, deadline, consumed, halted, skipped
     published: int = 0  # tokens
     steps: int = 0
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "block": self.block,
-            "start_s": self.start_s,
-            "end_s": self.end_s,
-            "ended": self.ended,
-            "published": self.published,
-            "steps": self.steps,
-            "error": self.error,
-        }
+        return asdict(self)
 
 
 @dataclass
