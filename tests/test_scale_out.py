@@ -44,7 +44,13 @@ def ray() -> Iterator[Any]:
 
     # This module's functions travel by value: Ray workers do not have tests/ on sys.path.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR)
+    # One phone attached to this node, as `ray start --resources` declares it.
+    ray.init(
+        num_cpus=2,
+        resources={"phone:EMU1": 1},
+        include_dashboard=False,
+        logging_level=logging.ERROR,
+    )
     try:
         yield ray
     finally:
@@ -61,6 +67,18 @@ def test_on_a_local_ray_instance_everything_equals_the_local_pool(ray: Any, tmp_
     _select_budget_cli(ray.get_runtime_context().gcs_address, tmp_path / "select")
     _traces_build(executor, tmp_path / "traces")
     _lost_worker(executor, tmp_path / "lost")
+    _farm_on_ray(executor, tmp_path)
+
+
+def _farm_on_ray(executor: Any, tmp_path: Path) -> None:
+    """The farm as Ray sees it: the node's phone, and a phone no node offers refused."""
+    from as2d_cli.calibration.farm import FarmOptions, calibrate_farm
+    from as2d_cli.errors import UserError
+
+    (node,) = executor.nodes()
+    assert node["alive"] and node["cpus"] == 2 and node["phones"] == ["EMU1"] and not node["busy"]
+    with pytest.raises(UserError, match="no Ray node offers the resource 'phone:NOPE'"):
+        calibrate_farm(["EMU1", "NOPE"], FarmOptions(out_dir=str(tmp_path)), executor)
 
 
 def _sweep(executor: Any) -> None:
@@ -242,3 +260,50 @@ def test_a_farm_of_two_emulated_phones_calibrates_both_at_once(
     assert a0 < b1 and b0 < a1  # the two phones were measured at the same time
     table = farm_table(outcomes).splitlines()
     assert table[0].split()[:4] == ["phone", "device", "host", "status"] and len(table) == 3
+
+
+def test_farm_table_matches_golden() -> None:
+    from as2d_cli.calibration.farm import PhoneOutcome, farm_table
+
+    t0 = 1_800_000_000.0
+    outcomes = [
+        PhoneOutcome(
+            "k70",
+            True,
+            "calibrations/k70-A1/k70-1.profile.yaml",
+            "k70 A1",
+            "lab1",
+            t0,
+            t0 + 300,
+            11,
+        ),
+        PhoneOutcome(
+            "R58M",
+            False,
+            "gate failed before verify: CPU6 offline",
+            "mi14 B2",
+            "lab2",
+            t0 + 2,
+            t0 + 62,
+            11,
+            4,
+        ),
+    ]
+    assert farm_table(outcomes) == (
+        "phone  device   host  status  steps           start s  minutes  profile / error\n"
+        "k70    k70 A1   lab1  ok      11              0        5.0      "
+        "calibrations/k70-A1/k70-1.profile.yaml\n"
+        "R58M   mi14 B2  lab2  FAILED  11 (4 resumed)  2        1.0      "
+        "gate failed before verify: CPU6 offline"
+    )
+
+
+def test_a_farm_refuses_the_host_and_a_phone_given_twice(tmp_path: Path) -> None:
+    for phones, needle in (
+        (["local", "k70"], "--phone local measures this host"),
+        (["k70", "k70"], "--phone k70 is given twice"),
+    ):
+        proc = as2d("calibrate", *[a for p in phones for a in ("--phone", p)], cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert needle in proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing written
