@@ -135,6 +135,9 @@ class DeviceRunner(RunnerHandle):
         self.device = device
         self.launcher = launcher  # native.launch: how python starts on this device
         self.deadline_s = deadline_s
+        # With a period (seconds), a batch's events reach ``on_event`` while it runs: the
+        # events file is read back that often (a stream's live view); None: at its end.
+        self.follow_s: float | None = None
         self._prelude: list[dict[str, Any]] = []
 
     def set_prelude(self, cmds: Sequence[dict[str, Any]]) -> None:
@@ -162,7 +165,15 @@ class DeviceRunner(RunnerHandle):
             line = self.launcher.command(
                 ["-m", "native.runner", "--commands", remote_in, "--out", remote_out], rd, env
             )
-            res = self.device.shell(line, deadline_s=self.deadline_s)
+            follower = None
+            if on_event is not None and self.follow_s:
+                follower = _Follower(self.device, remote_out, len(self._prelude), on_event)
+                follower.start(self.follow_s)
+            try:
+                res = self.device.shell(line, deadline_s=self.deadline_s)
+            finally:
+                if follower is not None:
+                    follower.stop()
             local_out = Path(tmp) / "events.jsonl"
             try:
                 self.device.pull(remote_out, local_out)
@@ -177,10 +188,16 @@ class DeviceRunner(RunnerHandle):
                 if x.strip()
             ]
         n_pre = len(self._prelude)
+        delivered = 0 if follower is None else follower.delivered  # handed on while running
         terminal: list[dict[str, Any]] = []
-        for e in events:
+        for i, e in enumerate(events):
             is_terminal = e.get("event") in TERMINAL and e.get("event") != "bye"
-            if len(terminal) >= n_pre and on_event is not None and e.get("event") != "bye":
+            if (
+                i >= delivered
+                and len(terminal) >= n_pre
+                and on_event is not None
+                and e.get("event") != "bye"
+            ):
                 on_event(e)
             if is_terminal:
                 terminal.append(check(e))
@@ -190,6 +207,50 @@ class DeviceRunner(RunnerHandle):
                 f"{n_pre + len(cmds)} commands"
             )
         return terminal[n_pre:]
+
+
+class _Follower:
+    """Reads a running batch's events file back every ``period`` seconds and hands each
+    new whole line after the prelude to ``on_event``, in order (once each: ``delivered``
+    counts the events it has seen; the batch's final pass hands on only later ones)."""
+
+    def __init__(
+        self, device: Any, path: str, n_pre: int, on_event: Callable[[dict], None]
+    ) -> None:
+        self.device = device
+        self.path = path
+        self.n_pre = n_pre
+        self.on_event = on_event
+        self.delivered = 0
+        self._terminal = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, period: float) -> None:
+        self._thread = threading.Thread(
+            target=self._run, args=(period,), name="as2d-follow", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, period: float) -> None:
+        while not self._stop.wait(period):
+            try:
+                res = self.device.shell(["cat", self.path], deadline_s=max(10.0, period * 5))
+                whole = res.stdout[: res.stdout.rfind("\n") + 1].splitlines()
+                events = [json.loads(x) for x in whole if x.strip()]
+                for e in events[self.delivered :]:
+                    if self._terminal >= self.n_pre and e.get("event") != "bye":
+                        self.on_event(e)
+                    if e.get("event") in TERMINAL and e.get("event") != "bye":
+                        self._terminal += 1
+                    self.delivered += 1
+            except Exception:  # noqa: BLE001 - following is a convenience; the final pass is the record
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 def open_runner(

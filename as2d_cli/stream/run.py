@@ -14,6 +14,7 @@ from as2d_cli.formats.common import append_jsonl
 from as2d_cli.stream.recording import Recording
 
 RAW_BLOCKS = "blocks.jsonl"
+FOLLOW_S = 2.0  # how often a phone's events are read back during the stream
 OnEvent = Callable[[dict[str, Any]], None]
 
 
@@ -80,6 +81,8 @@ def run_stream(
     except KeyboardInterrupt:
         out.interrupted, out.stopped = True, "interrupted (Ctrl-C) while loading"
         return out
+    if hasattr(runner, "follow_s"):  # a phone's file-mode run: read its blocks back as it goes
+        runner.follow_s = FOLLOW_S
     try:
         try:
             g = run_gate(device, m.gate)
