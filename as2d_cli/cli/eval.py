@@ -98,6 +98,7 @@ def eval_(
         metavar="RUN_DIR",
         help="Native: resume the interrupted native evaluation in this results folder: runs only what it lacks, then builds the tables from all its runs (give the run's own options; other settings are refused).",
     ),
+    ray: Optional[str] = options.ray(),
 ) -> None:
     """Replay every method with one fixed configuration; optionally run them natively too."""
     from as2d_cli.evaluate.run import run_eval
@@ -123,21 +124,25 @@ def eval_(
 
         out = reopen_eval(append, native=native, profile=profile, deployment=deployment)
     else:
-        out = run_eval(
-            phone,
-            profile=profile,
-            traces=traces,
-            deployment=deployment,
-            split=split,
-            calibrations=calibrations,
-            results=results,
-            say=lambda s: typer.echo(s, err=True),
-            models=models,
-            task=task,
-            language=language,
-            allow_unconfirmed=allow_unconfirmed,
-            align=align,
-        )
+        from as2d_cli.execution import open_executor
+
+        with open_executor(ray) as executor:  # the oracle sweep (and a selection made now)
+            out = run_eval(
+                phone,
+                profile=profile,
+                traces=traces,
+                deployment=deployment,
+                split=split,
+                calibrations=calibrations,
+                results=results,
+                say=lambda s: typer.echo(s, err=True),
+                models=models,
+                task=task,
+                language=language,
+                allow_unconfirmed=allow_unconfirmed,
+                align=align,
+                executor=executor,
+            )
     native_out = None
     if native:
         from as2d_cli.evaluate.native import run_native_eval

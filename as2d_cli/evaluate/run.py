@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from as2d_cli.engine.methods import DEFAULT_ALIGN
 from as2d_cli.errors import UserError
+from as2d_cli.execution import Executor
 from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
 from as2d_cli.evaluate.inputs import (
     check_pair,
@@ -59,11 +60,13 @@ def run_eval(
     language: str | None = None,
     allow_unconfirmed: bool = False,
     align: str | None = None,
+    executor: Executor | None = None,
 ) -> EvalOutput:
     """``allow_unconfirmed``: use a deployment selected on dev only (never confirmed on
     val); refused otherwise (inputs.require_confirmed). ``align``: the alignment rules (a
     deployment selected under them is found or selected; None: a given deployment's own,
-    else the default rules)."""
+    else the default rules). ``executor``: where the catalog sweeps (oracle, a selection made
+    now) run (default: the local pool)."""
     pair = None
     if models is not None:
         from as2d_cli.models.bundle import load_bundle
@@ -105,7 +108,7 @@ def run_eval(
         say(
             f"no deployment chosen on {profile_path} yet: selecting one on the dev/val splits first"
         )
-        sel = select_budget(ts, prof, align=align or DEFAULT_ALIGN)
+        sel = select_budget(ts, prof, align=align or DEFAULT_ALIGN, executor=executor)
         report = {
             "catalog": sel.catalog,
             "dev": sel.dev,
@@ -131,7 +134,7 @@ def run_eval(
         )
     say(describe_deployment(Path(dep_path), dep.source, dep.budget, dep.selection))
     say(f"replaying every method over the {split} split with {profile_path}")
-    ev = evaluate_fixed(ts, prof, dep, split=split)
+    ev = evaluate_fixed(ts, prof, dep, split=split, executor=executor)
     at = time.time()
     folder = fresh_folder(results / results_stem(device, split, at))
     prov = provenance(prof, Path(profile_path), dep, Path(dep_path), files, ts)
