@@ -307,3 +307,16 @@ def test_a_farm_refuses_the_host_and_a_phone_given_twice(tmp_path: Path) -> None
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert needle in proc.stderr
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_eval_finds_a_farm_phones_profile_in_its_folder(tmp_path: Path) -> None:
+    import yaml
+
+    from as2d_cli.evaluate.inputs import find_profile
+
+    folder = tmp_path / "k70-SER1"  # where `as2d calibrate --phone A --phone B` puts it
+    folder.mkdir()
+    path = folder / "k70-20261203-120000.profile.yaml"
+    device = {"name": "k70", "serial": "SER1", "connection": "127.0.0.1:5555"}
+    path.write_text(yaml.safe_dump({"device": device, "created": "2026-12-03T12:00:00Z"}))
+    assert find_profile("SER1", tmp_path) == path == find_profile("127.0.0.1:5555", tmp_path)

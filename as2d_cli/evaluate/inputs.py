@@ -43,7 +43,9 @@ def find_profile(
 
     names = {phone, canonical(phone) or phone}
     measured = []
-    for p in sorted(calibrations.glob("*.profile.yaml")) if calibrations.is_dir() else []:
+    # A farm calibration writes each phone's files in its own folder (<name>-<serial>/).
+    found = [*calibrations.glob("*.profile.yaml"), *calibrations.glob("*/*.profile.yaml")]
+    for p in sorted(found) if calibrations.is_dir() else []:
         try:
             doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
             dev = doc.get("device", {}) or {}
