@@ -142,6 +142,7 @@ GOLDEN = """\
 # Sustained stream: As²d (drafter, b7)
 
 Pixel, 6 blocks of 4 s, context 12 s, source lifetime arrival; status complete.
+Recording: 6 corpus window(s) joined (test-read-000 … test-read-005; en read), 24 s.
 
 | Metric                                     | As²d (drafter, b7) |
 |--------------------------------------------|--------------------|
@@ -172,7 +173,13 @@ def test_the_files_and_the_table(tmp_path) -> None:
     settings = {"block_s": 4.0, "context_s": 12.0, "source_lifetime": "arrival"}
     kw = dict(
         settings=settings,
-        recording={"kind": "corpus", "windows": ["a"]},
+        recording={
+            "kind": "corpus",
+            "language": "en",
+            "setting": "read",
+            "windows": [f"test-read-{i:03d}" for i in range(6)],
+            "seconds": 24.0,
+        },
         measurement={"device": {"name": "Pixel"}},
         command="as2d stream",
         label="As²d (drafter, b7)",

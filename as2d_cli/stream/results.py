@@ -217,6 +217,20 @@ def _f(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
+def _recording_line(rec: dict[str, Any]) -> str:
+    """Which audio the stream was (the corpus windows joined, or the file)."""
+    if rec.get("kind") == "corpus" and rec.get("windows"):
+        w = rec["windows"]
+        span = w[0] if len(w) == 1 else f"{w[0]} … {w[-1]}"
+        return (
+            f"Recording: {len(w)} corpus window(s) joined ({span}; {rec.get('language')} "
+            f"{rec.get('setting')}), {rec.get('seconds'):g} s.\n"
+        )
+    if rec.get("kind") == "file":
+        return f"Recording: {rec.get('path')}.\n"
+    return ""
+
+
 def table(doc: dict[str, Any]) -> str:
     """Table 16's rows for one run (Markdown)."""
     m = doc.get("metrics")
@@ -227,7 +241,9 @@ def table(doc: dict[str, Any]) -> str:
         f"{doc['settings']['block_s']:g} s, context {doc['settings']['context_s']:g} s, "
         f"source lifetime {doc['settings']['source_lifetime']}; status {doc['status']}"
         + (f" ({doc['stopped']})" if doc.get("stopped") else "")
-        + ".\n\n"
+        + ".\n"
+        + _recording_line(doc.get("recording") or {})
+        + "\n"
     )
     if m is None:
         return head + "No block finished: nothing to report.\n"
