@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from as2d_cli.errors import UserError
+from as2d_cli.errors import As2dError, UserError
 from as2d_cli.execution import Executor
 
 PHONE_RESOURCE = "phone:"  # + the --phone value: the resource a node offers per attached phone
@@ -80,7 +80,6 @@ def calibrate_phone(opts: FarmOptions, phone: str) -> PhoneOutcome:
     """One phone's whole calibration (a farm task): its errors become its outcome, so one
     failing phone never stops the others."""
     from as2d_cli.calibration.run import calibrate
-    from as2d_cli.errors import As2dError
     from device_agents.measurement import prepare
 
     started = time.time()
@@ -124,6 +123,8 @@ def calibrate_phone(opts: FarmOptions, phone: str) -> PhoneOutcome:
             out.message = str(res.profile_path)
     except (As2dError, OSError) as exc:
         out.message = " ".join(str(exc).split()) or type(exc).__name__
+    except Exception as exc:  # a bug on one phone must not stop the others' measurements
+        out.message = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
     out.finished = time.time()
     return out
 
