@@ -162,6 +162,18 @@ def calibrate_farm(
     phone, or Ray with each phone a node resource); outcomes in the order given. Files a
     remote node made are written into ``opts.out_dir`` here, never over an existing file.
     ``on_start`` is called once the phones are checked, before any measurement."""
+    return run_farm(phones, calibrate_phone, opts, executor, on_start)
+
+
+def run_farm(
+    phones: Sequence[str],
+    task: Callable[[Any, str], PhoneOutcome],
+    opts: Any,
+    executor: Executor,
+    on_start: Callable[[], None] | None = None,
+) -> list[PhoneOutcome]:
+    """``task(opts, phone)`` for every phone at once, one worker per phone; ``opts`` is a
+    frozen dataclass with ``out_dir``, ``adb_port`` and ``ship_back``."""
     from as2d_cli.formats.common import write_atomic
 
     check_phones(phones, remote=executor.remote, adb_port=opts.adb_port)
@@ -178,7 +190,7 @@ def calibrate_farm(
     resources = [{phone_resource(p): 1.0} for p in phones] if executor.remote else None
     outcomes: list[PhoneOutcome] = []
     # Fresh interpreters: each phone's process holds its own adb connections and runner.
-    for o in executor.map(calibrate_phone, opts, list(phones), fork=False, resources=resources):
+    for o in executor.map(task, opts, list(phones), fork=False, resources=resources):
         for rel, data in o.files.items():
             o.written.append(str(write_atomic(Path(opts.out_dir) / rel, data)))
         if o.ok and o.files:
@@ -188,10 +200,13 @@ def calibrate_farm(
     return outcomes
 
 
-def farm_table(outcomes: Sequence[PhoneOutcome]) -> str:
-    """The farm summary as plain text: one row per phone (golden-tested)."""
+def farm_table(
+    outcomes: Sequence[PhoneOutcome], count: str = "steps", made: str = "profile"
+) -> str:
+    """The farm summary as plain text: one row per phone (golden-tested); ``count`` and
+    ``made`` name the work counted and the file made (a calibration's steps and profile)."""
     t0 = min((o.started for o in outcomes), default=0.0)
-    head = ["phone", "device", "host", "status", "steps", "start s", "minutes", "profile / error"]
+    head = ["phone", "device", "host", "status", count, "start s", "minutes", f"{made} / error"]
     rows = [
         [
             o.phone,

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
+from rich.console import Console
 
 from as2d_cli.cli import options
 from as2d_cli.cli.paths import file_in_option, folder_out_option
 
+if TYPE_CHECKING:
+    from as2d_cli.evaluate.farm import EvalFarmOptions
+
 
 def eval_(
-    phone: str = typer.Option(
-        "k70",
+    phone: list[str] = typer.Option(
+        ["k70"],
         "--phone",
-        help="Device whose cost profile prices the replay (k70, local, a serial…).",
+        help="Device whose cost profile prices the replay (k70, local, a serial…); with "
+        "--native, repeat it to evaluate a farm of this host's phones at once (one process per phone).",
     ),
     profile: Optional[Path] = typer.Option(
         None,
@@ -103,12 +108,55 @@ def eval_(
     """Replay every method with one fixed configuration; optionally run them natively too."""
     from as2d_cli.evaluate.run import run_eval
 
+    if len(phone) > 1:
+        from as2d_cli.evaluate.farm import EvalFarmOptions
+
+        _farm(
+            phone,
+            native=native,
+            refused=[
+                (flag, given)
+                for flag, given in (
+                    ("--ray", ray is not None),
+                    ("--append", append is not None),
+                    ("--profile", profile is not None),
+                    ("--deployment", deployment is not None),
+                    ("--json", as_json),
+                )
+                if given
+            ],
+            opts=EvalFarmOptions(
+                out_dir=str(results),
+                calibrations=str(calibrations),
+                traces=None if traces is None else str(traces),
+                split=split,
+                windows=windows,
+                repeats=repeats,
+                warmup=warmup,
+                rest_s=rest,
+                interval_s=interval,
+                settle_s=settle,
+                max_temp_c=max_temp,
+                temp_sensor=temp_sensor,
+                verifier_cores=verifier_cores,
+                producer_cores=producer_cores,
+                os_placement=os_placement,
+                models=None if models is None else str(models),
+                task=task,
+                language=language,
+                allow_unconfirmed=allow_unconfirmed,
+                align=align,
+            ),
+        )
+        return
+    phone_ = phone[0]
+
     m = None
     if native:  # the device, its placement and gate: resolved once, before anything runs
         from device_agents.measurement import prepare
 
         m = prepare(
-            phone,
+            phone_,
             rest_s=rest,
             interval_s=interval,
             settle_s=settle,
@@ -128,7 +176,7 @@ def eval_(
 
         with open_executor(ray) as executor:  # the oracle sweep (and a selection made now)
             out = run_eval(
-                phone,
+                phone_,
                 profile=profile,
                 traces=traces,
                 deployment=deployment,
@@ -149,7 +197,7 @@ def eval_(
 
         assert m is not None
         native_out = run_native_eval(
-            phone,
+            phone_,
             out,
             windows=windows,
             repeats=repeats,
@@ -175,6 +223,59 @@ def eval_(
     typer.echo(
         f"\nresults in {out.folder}/ (results.json, table.txt, tables.md, per_window.csv/.parquet, summary.csv, PNGs)"
     )
+
+
+def _farm(
+    phones: list[str], *, native: bool, refused: list[tuple[str, bool]], opts: EvalFarmOptions
+) -> None:
+    """Several phones evaluated natively at once, then the farm summary table."""
+    from as2d_cli.calibration.farm import farm_table, run_farm
+    from as2d_cli.errors import DeviceError, UserError
+    from as2d_cli.evaluate.farm import eval_phone, replay_all
+    from as2d_cli.execution import LocalPool
+
+    if not native:
+        raise UserError(
+            "several --phone values evaluate a farm natively; add --native (a replay needs no "
+            "phone: pass each phone's --phone on its own)"
+        )
+    if refused and refused[0][0] == "--ray":
+        raise UserError(
+            "--ray with several --phone: an eval farm runs on this host's phones, one process "
+            "each; drop --ray"
+        )
+    if refused:
+        raise UserError(
+            f"{refused[0][0]} applies to one phone's evaluation; evaluate that phone on its own"
+        )
+    if "local" in phones:
+        raise UserError(
+            "--phone local measures this host, which the farm's other workers share; "
+            "evaluate it on its own"
+        )
+    from as2d_cli.calibration.farm import check_phones
+
+    err = Console(stderr=True, highlight=False)
+    check_phones(phones, remote=False)  # before the replays: a phone given twice
+    opts = replay_all(phones, opts, lambda s: typer.echo(s, err=True))
+    outcomes = run_farm(
+        phones,
+        eval_phone,
+        opts,
+        LocalPool(len(phones)),
+        on_start=lambda: err.print(
+            f"evaluating {len(phones)} phones natively, one process each: {', '.join(phones)}"
+        ),
+    )
+    Console(highlight=False, soft_wrap=True).print(
+        farm_table(outcomes, count="windows", made="results")
+    )
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        raise DeviceError(
+            f"{len(failed)} of {len(outcomes)} phones failed (first: {failed[0].phone}: "
+            f"{failed[0].message}); the others' results are written"
+        )
 
 
 def register(app: typer.Typer) -> None:
