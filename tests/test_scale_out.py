@@ -298,14 +298,31 @@ def test_farm_table_matches_golden() -> None:
     )
 
 
-def test_a_farm_refuses_the_host_and_a_phone_given_twice(tmp_path: Path) -> None:
-    for phones, needle in (
-        (["local", "k70"], "--phone local measures this host"),
-        (["k70", "k70"], "--phone k70 is given twice"),
+def test_a_farm_refuses_the_host_a_phone_given_twice_and_one_phone_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from native import BLAS_THREAD_VARS
+
+    # Importing the CLI sets one BLAS thread in os.environ; it is put back after this test.
+    for var in BLAS_THREAD_VARS:
+        if var in os.environ:
+            monkeypatch.setenv(var, os.environ[var])
+        else:
+            monkeypatch.delenv(var, raising=False)
+    from as2d_cli.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    for args, needle in (
+        (["calibrate", "--phone", "local", "--phone", "k70"], "--phone local measures this host"),
+        (["calibrate", "--phone", "k70", "--phone", "k70"], "--phone k70 is given twice"),
+        (["eval", "--phone", "k70", "--phone", "mi14"], "add --native"),
+        (["eval", "--native", "--phone", "k70", "--phone", "mi14", "--ray", "local"], "drop --ray"),
+        (["eval", "--native", "--phone", "a", "--phone", "b", "--append", "x"], "--append applies"),
     ):
-        proc = as2d("calibrate", *[a for p in phones for a in ("--phone", p)], cwd=tmp_path)
-        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-        assert needle in proc.stderr
+        with pytest.raises(SystemExit) as exit_:
+            main(args)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.count("\n") == 1 and needle in err, err
     assert not any(tmp_path.iterdir())  # nothing written
 
 
