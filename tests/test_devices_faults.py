@@ -139,3 +139,70 @@ def test_a_crashing_command_handler_does_not_kill_the_phone(make_emulated_phone)
     res = session.device().shell(["broken"], deadline_s=3)  # like a crashed process
     assert res.exit_code == 255 and "RuntimeError: handler bug" in res.stderr
     assert session.device().shell(["echo", "fine"]).stdout == "fine\n"
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (T: stopped); '' once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def _until(cond, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_freeze_stops_the_phones_programs_for_a_while(make_emulated_phone, tmp_path) -> None:
+    """freeze@T+D: a program the phone runs and its child (in a session of its own) are
+    stopped, a program started during the freeze waits for its end, the phone's shell
+    still answers, and everything continues afterwards."""
+    import sys
+    import threading
+
+    session = make_emulated_phone()
+    phone = session.phone
+    go = tmp_path / "go"  # the child waits for it: the test says when the work may end
+    wait = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.02)"
+    work = (
+        "import subprocess, sys; "
+        f"c = subprocess.Popen([sys.executable, '-c', {wait!r}], start_new_session=True); "
+        "c.wait(); print('done', flush=True)"
+    )
+    stamp = "import time; time.sleep(0.5); print(time.time(), flush=True)"
+    phone.register_command("work", lambda ctx: ctx.run_host([sys.executable, "-c", work]))
+    phone.register_command("stamp", lambda ctx: ctx.run_host([sys.executable, "-c", stamp]))
+    dev = session.device()
+    got: dict[str, object] = {}
+    runner = threading.Thread(target=lambda: got.update(work=dev.shell(["work"], deadline_s=60)))
+    runner.start()
+    from device_agents.emulator.phone import _process_trees
+
+    assert _until(lambda: len(_process_trees(phone.processes)) == 2, 20)
+    (root,) = phone.processes
+    tree = _process_trees({root})
+    armed = time.time()
+    assert apply_fault(phone, "freeze@0+3") == "the phone's programs freeze at 0 s for 3 s"
+    assert _until(lambda: all(_state(p) == "T" for p in tree), 3)
+    assert dev.shell(["echo", "alive"]).stdout == "alive\n"  # the phone itself answers
+    late = dev.shell(["stamp"], deadline_s=30)  # started while frozen: waits for the end
+    assert late.exit_code == 0 and float(late.stdout) >= armed + 3
+    assert _until(lambda: all(_state(p) not in ("T", "") for p in tree), 5)
+    go.touch()
+    runner.join(timeout=30)
+    assert got["work"].stdout == "done\n"  # type: ignore[attr-defined]
+    assert not phone.processes
+
+
+@pytest.mark.parametrize("spec", ["freeze@5", "freeze@1+0", "freeze@+2"])
+def test_bad_freeze_specs_are_one_clear_line(make_emulated_phone, spec: str) -> None:
+    session = make_emulated_phone()
+    with pytest.raises(UserError, match="bad --fault") as err:
+        apply_fault(session.phone, spec)
+    assert "freeze@T+D" in str(err.value) and "\n" not in str(err.value)

@@ -1,9 +1,12 @@
 """Fault specs for the emulated phone (``as2d emulator start --fault SPEC``). Times are
-seconds after the phone starts.
+seconds after the fault is armed (the phone's start, for `as2d emulator start --fault`).
 
   core-offline:CPU@T       CPU goes offline at T (core-online:CPU@T brings it back)
   ceiling:CPU=GHZ@T        the frequency ceiling of CPU's cluster drops to GHZ at T
   stall:COMMAND            COMMAND never finishes (until the caller gives up)
+  freeze@T+D               from T every program the phone runs (the host processes behind
+                           its commands, children included) is stopped (SIGSTOP) for D
+                           seconds, then continued; programs started meanwhile wait too
   vanish:COMMAND           the phone disappears while COMMAND runs
   vanish@T                 the phone disappears at T
   unplug@T[+D]             USB cable out at T (back after D seconds, if given)
@@ -22,7 +25,8 @@ FAULT_HELP = __doc__ or ""
 def _bad(spec: str, why: str) -> UserError:
     return UserError(
         f"bad --fault {spec!r}: {why}; forms: core-offline:CPU@T, core-online:CPU@T, "
-        f"ceiling:CPU=GHZ@T, stall:COMMAND, vanish:COMMAND, vanish@T, unplug@T[+D]"
+        f"ceiling:CPU=GHZ@T, stall:COMMAND, freeze@T+D, vanish:COMMAND, vanish@T, "
+        f"unplug@T[+D]"
     )
 
 
@@ -45,6 +49,12 @@ def apply_fault(phone: ScriptedPhone, spec: str) -> str:
     if m := re.fullmatch(r"stall:(\S+)", spec):
         phone.stall_command(m[1])
         return f"command {m[1]!r} stalls"
+    if m := re.fullmatch(r"freeze@([\d.]+)\+([\d.]+)", spec):
+        at, seconds = float(m[1]), float(m[2])
+        if seconds <= 0:
+            raise _bad(spec, "the freeze lasts D > 0 seconds")
+        phone.schedule(at, lambda: phone.freeze(seconds))
+        return f"the phone's programs freeze at {at:g} s for {seconds:g} s"
     if m := re.fullmatch(r"vanish:(\S+)", spec):
         phone.vanish_on_command(m[1])
         return f"the phone vanishes while {m[1]!r} runs"

@@ -4,7 +4,9 @@ dir), the pluggable command table, and fault injection."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import stat
 import tempfile
 import threading
@@ -138,6 +140,12 @@ class ScriptedPhone:
         self._adbd: "EmulatedAdbd | None" = None
         self._timers: list[threading.Timer] = []
         self._stopped = threading.Event()
+        # Host processes running the phone's commands (process ids; their children are
+        # found in /proc when the phone freezes), and what a freeze stopped.
+        self.processes: set[int] = set()
+        self._frozen = 0  # freezes in force
+        self._frozen_pids: set[int] = set()
+        self._proc_lock = threading.Lock()
         self._install_sysfs()
 
     # -- extension point ---------------------------------------------------------------
@@ -319,6 +327,50 @@ class ScriptedPhone:
         """Frequency ceiling drop (or restore) for the policy (cluster) holding ``cpu``."""
         self.ceiling_khz[self._policy(cpu)] = khz
 
+    def process_started(self, pid: int) -> None:
+        """A host process now runs one of the phone's commands; during a freeze it is
+        stopped at once, as the rest of the phone's work."""
+        with self._proc_lock:
+            self.processes.add(pid)
+            if self._frozen:
+                self._stop_trees()
+
+    def process_ended(self, pid: int) -> None:
+        with self._proc_lock:
+            self.processes.discard(pid)
+
+    def freeze(self, seconds: float) -> None:
+        """The phone's work stalls: every process it runs for its commands, children
+        included, is stopped (SIGSTOP) now and continued (SIGCONT) after ``seconds``;
+        processes started meanwhile are stopped too."""
+        with self._proc_lock:
+            self._frozen += 1
+            self._stop_trees()
+        self.schedule(seconds, self._thaw)
+
+    def _thaw(self) -> None:
+        with self._proc_lock:
+            self._frozen = max(0, self._frozen - 1)
+            if self._frozen:
+                return
+            for pid in self._frozen_pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except OSError:  # it ended (killed by the host) meanwhile
+                    pass
+            self._frozen_pids.clear()
+
+    def _stop_trees(self) -> None:
+        """SIGSTOP the phone's processes and their descendants until no new one appears
+        (a stopped process cannot fork). Called with the lock held."""
+        while new := _process_trees(self.processes) - self._frozen_pids:
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except OSError:
+                    pass
+            self._frozen_pids |= new
+
     def stall_command(self, name: str) -> None:
         self.stalled.add(name)
 
@@ -369,8 +421,37 @@ class ScriptedPhone:
         self._stopped.set()
         for t in self._timers:
             t.cancel()
+        with self._proc_lock:  # never leave a process stopped behind
+            self._frozen = 1
+        self._thaw()
         if self._owned_root:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _process_trees(roots: set[int]) -> set[int]:
+    """``roots`` and all their descendants (from /proc; only ``roots`` where there is none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set(roots)
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
 
 
 def default_launcher(ctx: CommandContext, host_path: str) -> int:

@@ -360,7 +360,6 @@ def run_host_program(
     stream, the process group is killed when the host closes the stream, and a taskset
     mask is folded onto the host's CPUs (phone CPU i -> host CPU i mod n)."""
     import os
-    import signal
 
     full_env = dict(os.environ)
     full_env.update(ctx.env)
@@ -377,6 +376,18 @@ def run_host_program(
         env=full_env,
         start_new_session=True,
     )
+    ctx.phone.process_started(proc.pid)
+    try:
+        return _attend(ctx, proc)
+    finally:
+        ctx.phone.process_ended(proc.pid)
+
+
+def _attend(ctx: CommandContext, proc: "subprocess.Popen[bytes]") -> int:
+    """Pin, stream and wait for a started host process; kill its group when cancelled."""
+    import os
+    import signal
+
     if ctx.affinity is not None:
         host_cpus = sorted(os.sched_getaffinity(0))
         cpus = {host_cpus[c % len(host_cpus)] for c in range(64) if ctx.affinity >> c & 1}
