@@ -157,10 +157,12 @@ def farm() -> None:
     import tempfile
     from pathlib import Path
 
-    from as2d_cli.calibration.farm import FarmOptions, calibrate_farm, farm_table
+    from as2d_cli.calibration.farm import FarmOptions, calibrate_farm
+    from as2d_cli.execution.farm import farm_table
     from device_agents.adbserver import PrivateAdbServer
     from device_agents.emulator.python import enable_python
     from device_agents.emulator.session import EmulatorSession
+    from device_agents.measurement import MeasureOptions
 
     server = PrivateAdbServer().start()
     sessions = []
@@ -176,9 +178,7 @@ def farm() -> None:
                 opts = FarmOptions(
                     out_dir=str(Path(tmp) / name.replace(" ", "-")),
                     quick=True,
-                    rest_s=0.0,
-                    interval_s=0.05,
-                    settle_s=0.0,
+                    measure=MeasureOptions(rest_s=0.0, interval_s=0.05, settle_s=0.0),
                     adb_port=server.port,
                 )
                 t0 = time.perf_counter()

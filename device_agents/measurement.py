@@ -12,7 +12,6 @@ from device_agents.affinity import Placement, placement
 from device_agents.base import Device
 from device_agents.gating import GateConfig
 from device_agents.identity import DeviceIdentity, identify
-from device_agents.registry import resolve_phone
 
 
 @dataclass(frozen=True)
@@ -31,37 +30,48 @@ class Measurement:
         }
 
 
+@dataclass(frozen=True)
+class MeasureOptions:
+    """The measuring options a command passes on together (``--rest``, ``--interval``,
+    ``--settle``, ``--max-temp``, ``--temp-sensor``, ``--verifier-cores``,
+    ``--producer-cores``, ``--os-placement``); None: the device's default."""
+
+    rest_s: float | None = None
+    interval_s: float | None = None
+    settle_s: float | None = None
+    max_temp_c: float | None = None
+    temp_sensor: str | None = None
+    verifier_cores: str | None = None
+    producer_cores: str | None = None
+    os_placement: bool = False
+
+
 def prepare(
     phone: str,
+    options: MeasureOptions = MeasureOptions(),
     *,
     adb_port: int | None = None,
-    rest_s: float | None = None,
-    interval_s: float | None = None,
-    settle_s: float | None = None,
-    max_temp_c: float | None = None,
-    temp_sensor: str | None = None,
     gate_core: int | None = None,
-    verifier_cores: str | None = None,
-    producer_cores: str | None = None,
-    os_placement: bool = False,
 ) -> Measurement:
-    """Resolve ``--phone`` and the measuring options (None: the device's default) into one
-    Measurement. ``max_temp_c`` 0 turns the temperature gate off."""
+    """Resolve ``--phone`` and the measuring options into one Measurement.
+    ``options.max_temp_c`` 0 turns the temperature gate off."""
+    from device_agents.registry import resolve_phone  # adb's client: only when measuring
+
     device = resolve_phone(phone, adb_port)
     ident = identify(device)
     gate = GateConfig.for_device(device)
     changes: dict[str, Any] = {
         k: v
         for k, v in (
-            ("rest_s", rest_s),
-            ("interval_s", interval_s),
-            ("settle_s", settle_s),
-            ("temp_sensor", temp_sensor),
+            ("rest_s", options.rest_s),
+            ("interval_s", options.interval_s),
+            ("settle_s", options.settle_s),
+            ("temp_sensor", options.temp_sensor),
         )
         if v is not None
     }
-    if max_temp_c is not None:
-        changes["max_temp_c"] = None if max_temp_c == 0 else max_temp_c
+    if options.max_temp_c is not None:
+        changes["max_temp_c"] = None if options.max_temp_c == 0 else options.max_temp_c
     if gate_core is not None:
         n = len(device.cpus())
         if not 0 <= gate_core < n:
@@ -72,6 +82,6 @@ def prepare(
     return Measurement(
         device,
         ident,
-        placement(device, verifier_cores, producer_cores, os_placement),
+        placement(device, options.verifier_cores, options.producer_cores, options.os_placement),
         dataclasses.replace(gate, **changes),
     )

@@ -221,11 +221,13 @@ def test_a_farm_of_two_emulated_phones_calibrates_both_at_once(
     """Two emulated phones of one model (own serials), one process each: both profiles are
     written, each in its phone's folder; the two calibrations overlap in time while each
     phone's own measurements never do; a phone given twice, or under two names, is refused."""
-    from as2d_cli.calibration.farm import FarmOptions, calibrate_farm, farm_table
+    from as2d_cli.calibration.farm import FarmOptions, calibrate_farm
     from as2d_cli.calibration.run import calibration_windows
     from as2d_cli.errors import UserError
+    from as2d_cli.execution.farm import farm_table
     from as2d_cli.formats.profile_io import load_profile
     from device_agents.emulator.python import enable_python
+    from device_agents.measurement import MeasureOptions
 
     phones = [make_emulated_phone(serial=f"as2dfarm000{i}") for i in (1, 2)]
     for p in phones:
@@ -233,9 +235,7 @@ def test_a_farm_of_two_emulated_phones_calibrates_both_at_once(
     window, _ = calibration_windows()
     opts = FarmOptions(
         out_dir=str(tmp_path),
-        rest_s=0.0,
-        interval_s=0.05,
-        settle_s=0.0,
+        measure=MeasureOptions(rest_s=0.0, interval_s=0.05, settle_s=0.0),
         adb_port=adb_server.port,
         plan=_farm_plan(window),
     )
@@ -263,7 +263,7 @@ def test_a_farm_of_two_emulated_phones_calibrates_both_at_once(
 
 
 def test_farm_table_matches_golden() -> None:
-    from as2d_cli.calibration.farm import PhoneOutcome, farm_table
+    from as2d_cli.execution.farm import PhoneOutcome, farm_table
 
     t0 = 1_800_000_000.0
     outcomes = [

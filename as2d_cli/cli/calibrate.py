@@ -51,8 +51,18 @@ def calibrate(
 ) -> None:
     """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
     from as2d_cli.calibration.run import calibrate as run
-    from device_agents.measurement import prepare
+    from device_agents.measurement import MeasureOptions, prepare
 
+    measure = MeasureOptions(
+        rest_s=rest,
+        interval_s=interval,
+        settle_s=settle,
+        max_temp_c=max_temp,
+        temp_sensor=temp_sensor,
+        verifier_cores=verifier_cores,
+        producer_cores=producer_cores,
+        os_placement=os_placement,
+    )
     if len(phone) > 1 or ray is not None:
         from as2d_cli.calibration.farm import FarmOptions
 
@@ -63,31 +73,14 @@ def calibrate(
                 out_dir=str(out),
                 quick=quick,
                 window=window,
-                rest_s=rest,
-                interval_s=interval,
-                settle_s=settle,
-                max_temp_c=max_temp,
-                temp_sensor=temp_sensor,
-                verifier_cores=verifier_cores,
-                producer_cores=producer_cores,
-                os_placement=os_placement,
+                measure=measure,
                 models=None if models is None else str(models),
                 task=task,
                 language=language,
             ),
         )
         return
-    m = prepare(
-        phone[0],
-        rest_s=rest,
-        interval_s=interval,
-        settle_s=settle,
-        max_temp_c=max_temp,
-        temp_sensor=temp_sensor,
-        verifier_cores=verifier_cores,
-        producer_cores=producer_cores,
-        os_placement=os_placement,
-    )
+    m = prepare(phone[0], measure)
     device, gate, cores = m.device, m.gate, m.placement.cores
     Console(stderr=True).print(f"calibrating {m.identity.describe()}; {m.placement.describe()}")
     with progress_bar(
@@ -127,7 +120,8 @@ def calibrate(
 
 def _farm(phones: list[str], ray: Optional[str], opts: FarmOptions) -> None:
     """Several phones at once: one worker per phone, then the farm summary table."""
-    from as2d_cli.calibration.farm import calibrate_farm, farm_table, phone_resource
+    from as2d_cli.calibration.farm import calibrate_farm
+    from as2d_cli.execution.farm import farm_table, phone_resource
     from as2d_cli.errors import DeviceError, UserError
     from as2d_cli.execution import open_executor
 

@@ -48,7 +48,7 @@ def decode(
     os_placement: bool = options.os_placement(),
 ) -> None:
     """Run one native request and report its tokens, rounds and timings."""
-    from device_agents.measurement import prepare
+    from device_agents.measurement import MeasureOptions, prepare
     from device_agents.monitor import call_monitored
     from native.candidates import load_candidates
     from native.host import open_runner
@@ -76,9 +76,9 @@ def decode(
             )
     m = prepare(
         phone,
-        verifier_cores=verifier_cores,
-        producer_cores=producer_cores,
-        os_placement=os_placement,
+        MeasureOptions(
+            verifier_cores=verifier_cores, producer_cores=producer_cores, os_placement=os_placement
+        ),
     )
     device = m.device
     tc, pc = m.placement.cores

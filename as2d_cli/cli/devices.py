@@ -171,15 +171,14 @@ def gate(
     from dataclasses import replace
 
     from device_agents.gating import run_gate, show_gate
-    from device_agents.measurement import prepare
+    from device_agents.measurement import MeasureOptions, prepare
 
     m = prepare(
         phone,
+        MeasureOptions(
+            rest_s=rest, interval_s=interval, max_temp_c=max_temp, temp_sensor=temp_sensor
+        ),
         adb_port=adb_port,
-        rest_s=rest,
-        interval_s=interval,
-        max_temp_c=max_temp,
-        temp_sensor=temp_sensor,
         gate_core=core,
     )
     device = m.device

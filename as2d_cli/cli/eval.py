@@ -107,7 +107,18 @@ def eval_(
 ) -> None:
     """Replay every method with one fixed configuration; optionally run them natively too."""
     from as2d_cli.evaluate.run import run_eval
+    from device_agents.measurement import MeasureOptions, prepare
 
+    measure = MeasureOptions(
+        rest_s=rest,
+        interval_s=interval,
+        settle_s=settle,
+        max_temp_c=max_temp,
+        temp_sensor=temp_sensor,
+        verifier_cores=verifier_cores,
+        producer_cores=producer_cores,
+        os_placement=os_placement,
+    )
     if len(phone) > 1:
         from as2d_cli.evaluate.farm import EvalFarmOptions
 
@@ -133,14 +144,7 @@ def eval_(
                 windows=windows,
                 repeats=repeats,
                 warmup=warmup,
-                rest_s=rest,
-                interval_s=interval,
-                settle_s=settle,
-                max_temp_c=max_temp,
-                temp_sensor=temp_sensor,
-                verifier_cores=verifier_cores,
-                producer_cores=producer_cores,
-                os_placement=os_placement,
+                measure=measure,
                 models=None if models is None else str(models),
                 task=task,
                 language=language,
@@ -153,19 +157,7 @@ def eval_(
 
     m = None
     if native:  # the device, its placement and gate: resolved once, before anything runs
-        from device_agents.measurement import prepare
-
-        m = prepare(
-            phone_,
-            rest_s=rest,
-            interval_s=interval,
-            settle_s=settle,
-            max_temp_c=max_temp,
-            temp_sensor=temp_sensor,
-            verifier_cores=verifier_cores,
-            producer_cores=producer_cores,
-            os_placement=os_placement,
-        )
+        m = prepare(phone_, measure)
 
     if append is not None:  # the interrupted run's replay results stand; its native part goes on
         from as2d_cli.evaluate.native_record import reopen_eval
@@ -229,10 +221,10 @@ def _farm(
     phones: list[str], *, native: bool, refused: list[tuple[str, bool]], opts: EvalFarmOptions
 ) -> None:
     """Several phones evaluated natively at once, then the farm summary table."""
-    from as2d_cli.calibration.farm import farm_table, run_farm
     from as2d_cli.errors import DeviceError, UserError
     from as2d_cli.evaluate.farm import eval_phone, replay_all
     from as2d_cli.execution import LocalPool
+    from as2d_cli.execution.farm import check_phones, farm_table, run_farm
 
     if not native:
         raise UserError(
@@ -253,8 +245,6 @@ def _farm(
             "--phone local measures this host, which the farm's other workers share; "
             "evaluate it on its own"
         )
-    from as2d_cli.calibration.farm import check_phones
-
     err = Console(stderr=True, highlight=False)
     check_phones(phones, remote=False)  # before the replays: a phone given twice
     opts = replay_all(phones, opts, lambda s: typer.echo(s, err=True))

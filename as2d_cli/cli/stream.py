@@ -77,7 +77,7 @@ def stream(
     from as2d_cli.stream.results import write_stream
     from as2d_cli.stream.run import run_stream, settings_for
     from device_agents.identity import results_stem
-    from device_agents.measurement import prepare
+    from device_agents.measurement import MeasureOptions, prepare
     from native.host import open_runner
 
     if models is not None and not (models / "models.json").is_file():
@@ -91,9 +91,7 @@ def stream(
         )
     if method != "as2d" and (budget != DEFAULT_BUDGET or source != "drafter"):
         raise UserError(f"--budget and --source set As²d's drafting; method {method} has none")
-    m = prepare(
-        phone,
-        adb_port=adb_port,
+    measure = MeasureOptions(
         rest_s=rest,
         interval_s=interval,
         max_temp_c=max_temp,
@@ -102,6 +100,7 @@ def stream(
         producer_cores=producer_cores,
         os_placement=os_placement,
     )
+    m = prepare(phone, measure, adb_port=adb_port)
     if audio is not None and m.device.kind != "local":
         raise UserError(
             "--audio streams on --phone local only for now; on a phone use --minutes "

@@ -6,13 +6,15 @@ per phone, never two on one phone. Each phone's results folder is the one
 
 from __future__ import annotations
 
-import socket
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from as2d_cli.calibration.farm import PhoneOutcome
+from as2d_cli.execution.farm import PhoneOutcome, on_phone
+from device_agents.measurement import MeasureOptions
+
+if TYPE_CHECKING:
+    from device_agents.measurement import Measurement
 
 
 @dataclass(frozen=True)
@@ -26,14 +28,7 @@ class EvalFarmOptions:
     windows: int = 20
     repeats: int = 5
     warmup: int = 1
-    rest_s: float | None = None
-    interval_s: float | None = None
-    settle_s: float | None = None
-    max_temp_c: float | None = None
-    temp_sensor: str | None = None
-    verifier_cores: str | None = None
-    producer_cores: str | None = None
-    os_placement: bool = False
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
     models: str | None = None
     task: str | None = None
     language: str | None = None
@@ -74,26 +69,11 @@ def replay_all(
 def eval_phone(opts: EvalFarmOptions, phone: str) -> PhoneOutcome:
     """One phone's native runs (a farm task) into the folder of its replay; its errors
     become its outcome."""
-    from as2d_cli.errors import As2dError
     from as2d_cli.evaluate.native import run_native_eval
-    from device_agents.measurement import prepare
 
-    out = PhoneOutcome(phone, False, "", host=socket.gethostname(), started=time.time())
     models = None if opts.models is None else Path(opts.models)
-    try:
-        m = prepare(
-            phone,
-            adb_port=opts.adb_port,
-            rest_s=opts.rest_s,
-            interval_s=opts.interval_s,
-            settle_s=opts.settle_s,
-            max_temp_c=opts.max_temp_c,
-            temp_sensor=opts.temp_sensor,
-            verifier_cores=opts.verifier_cores,
-            producer_cores=opts.producer_cores,
-            os_placement=opts.os_placement,
-        )
-        out.device = f"{m.identity.name} {m.identity.serial}"
+
+    def work(m: Measurement, out: PhoneOutcome) -> None:
         res = opts.replays[phone]
         run_native_eval(
             phone,
@@ -108,9 +88,5 @@ def eval_phone(opts: EvalFarmOptions, phone: str) -> PhoneOutcome:
             measurement=m,
         )
         out.ok, out.steps, out.message = True, opts.windows, str(res.folder)
-    except (As2dError, OSError) as exc:
-        out.message = " ".join(str(exc).split()) or type(exc).__name__
-    except Exception as exc:  # a bug on one phone must not stop the others' measurements
-        out.message = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-    out.finished = time.time()
-    return out
+
+    return on_phone(phone, opts.measure, opts.adb_port, work)

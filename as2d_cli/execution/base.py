@@ -12,9 +12,21 @@ incrementally in a fixed order whatever the number of workers.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 TaskFn = Callable[[Any, Any], Any]  # (shared, task) -> result
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One :meth:`Executor.map` call, as an executor runs it (the tasks listed)."""
+
+    fn: TaskFn
+    shared: Any
+    tasks: list[Any]
+    fork: bool
+    resources: Sequence[dict[str, float]] | None
 
 
 class Executor(ABC):
@@ -33,7 +45,6 @@ class Executor(ABC):
     def describe(self) -> str:
         """One line for the user: where the work runs."""
 
-    @abstractmethod
     def map(
         self,
         fn: TaskFn,
@@ -47,6 +58,11 @@ class Executor(ABC):
         local pool must start fresh interpreters (work that holds native sessions).
         ``resources[i]``: custom resources task i needs on a cluster (a phone:
         ``{"phone:SERIAL": 1}``); the local pool has one host and ignores them."""
+        yield from self._map(Batch(fn, shared, list(tasks), fork, resources))
+
+    @abstractmethod
+    def _map(self, batch: Batch) -> Iterator[Any]:
+        """:meth:`map` on this executor's workers."""
 
     def has_resource(self, name: str) -> bool:
         """Whether some worker offers the custom resource ``name`` (one host: always)."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 from as2d_cli.errors import UserError
 from native import BLAS_THREAD_VARS
-from as2d_cli.execution.base import Executor, TaskFn
+from as2d_cli.execution.base import Batch, Executor, TaskFn
 
 # The shared data of the running map, set in the parent before forking (workers inherit
 # it copy-on-write, nothing is pickled) or by the spawn initializer (pickled once per worker).
@@ -68,23 +68,15 @@ class LocalPool(Executor):
         n = self._processes
         return f"{n} local process{'es' if n != 1 else ''}"
 
-    def map(
-        self,
-        fn: TaskFn,
-        shared: Any,
-        tasks: Sequence[Any],
-        *,
-        fork: bool = True,
-        resources: Sequence[dict[str, float]] | None = None,
-    ) -> Iterator[Any]:
+    def _map(self, batch: Batch) -> Iterator[Any]:
         global _SHARED
-        tasks = list(tasks)
+        fn, shared, tasks = batch.fn, batch.shared, batch.tasks
         n = min(self._processes, len(tasks))
         if n <= 1:
             for t in tasks:
                 yield fn(shared, t)
             return
-        forked = fork and "fork" in mp.get_all_start_methods()
+        forked = batch.fork and "fork" in mp.get_all_start_methods()
         if forked:
             _SHARED = shared
             pool = mp.get_context("fork").Pool(n)

@@ -16,10 +16,10 @@ import sys
 import tempfile
 from collections import deque
 from contextlib import contextmanager
-from typing import IO, Any, Iterator, Sequence
+from typing import IO, Any, Iterator
 
 from as2d_cli.errors import As2dError, UserError
-from as2d_cli.execution.base import Executor, TaskFn
+from as2d_cli.execution.base import Batch, Executor, TaskFn
 
 INSTALL_HINT = "pip install -e '.[cluster]'"
 MAX_RETRIES = 3  # attempts after a lost worker or node before the run fails
@@ -159,15 +159,7 @@ class RayExecutor(Executor):
         where = "a local Ray instance" if self.address == "local" else f"Ray at {self.address}"
         return f"{where}: {nodes} node{'s' if nodes != 1 else ''}, {self.workers} CPUs"
 
-    def map(
-        self,
-        fn: TaskFn,
-        shared: Any,
-        tasks: Sequence[Any],
-        *,
-        fork: bool = True,
-        resources: Sequence[dict[str, float]] | None = None,
-    ) -> Iterator[Any]:
+    def _map(self, batch: Batch) -> Iterator[Any]:
         """As :meth:`Executor.map`; ``resources[i]``: custom resources task i needs (a
         phone: ``{"phone:SERIAL": 1}``), so Ray places it on the node that has them and
         never runs two such tasks at once beyond the resource's count."""
@@ -175,8 +167,8 @@ class RayExecutor(Executor):
         remote = ray.remote(num_cpus=1, max_retries=self._max_retries, retry_exceptions=False)(
             as2d_task
         )
-        box = [ray.put(shared)]  # once per map, whatever the number of tasks
-        tasks = list(tasks)
+        fn, tasks, resources = batch.fn, batch.tasks, batch.resources
+        box = [ray.put(batch.shared)]  # once per map, whatever the number of tasks
         pending: deque[Any] = deque()
         window = self.workers * IN_FLIGHT_PER_WORKER
         nxt = 0
