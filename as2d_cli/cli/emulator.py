@@ -46,7 +46,7 @@ def start(
     fault: List[str] = typer.Option(
         [],
         "--fault",
-        help="Fault to inject (repeatable): core-offline:CPU@T, ceiling:CPU=GHZ@T, stall:CMD, vanish:CMD, vanish@T, unplug@T[+D].",
+        help="Fault to inject (repeatable): core-offline:CPU@T, ceiling:CPU=GHZ@T, stall:CMD, freeze@T+D, vanish:CMD, vanish@T, unplug@T[+D].",
     ),
     arm64_bundle: bool = typer.Option(
         False,
