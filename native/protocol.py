@@ -53,7 +53,8 @@ def _int(cmd: dict, key: str, default: int | None, lo: int = 0) -> int | None:
     return v
 
 
-def _choice(cmd: dict, key: str, choices: tuple[str, ...], default: str) -> str:
+def choice_field(cmd: dict, key: str, choices: tuple[str, ...], default: str) -> str:
+    """Field ``key`` of a command: one of ``choices`` (``default`` when absent)."""
     v = cmd.get(key, default)
     if v not in choices:
         raise ProtocolError(f"field {key!r} must be one of {', '.join(choices)}, got {v!r}")
@@ -101,7 +102,7 @@ def decode_settings(cmd: dict) -> dict[str, Any]:
         "batch": _int(cmd, "batch", DEFAULT_BATCH, 1),
         "window_bound": _int(cmd, "align_window", DEFAULT_ALIGN_WINDOW, 0),
         "lookback": _int(cmd, "align_lookback", DEFAULT_ALIGN_LOOKBACK, 0),
-        "align": _choice(cmd, "align", ALIGN_MODES, DEFAULT_ALIGN),
+        "align": choice_field(cmd, "align", ALIGN_MODES, DEFAULT_ALIGN),
         "max_tokens": _int(cmd, "max_tokens", None, 1),
         "candidates": candidates,
         "events": bool(cmd.get("events", True)),

@@ -222,6 +222,8 @@ CASES = [
     ("energy-request-budget", ["energy", "--request-budget-s", "0"], ["--request-budget-s"]),
     ("energy-settle", ["energy", "--settle-s", "-1"], ["--settle-s"]),
     ("energy-gap", ["energy", "--gap-s", "-1"], ["--gap-s"]),
+    ("eval-align", ["eval", "--align", "nearest"], ["--align", "paper, suffix"]),
+    ("replay-align", ["replay", "--align", "x", "--profile", "p", "--traces", "t"], ["--align"]),
     ("energy-tail", ["energy", "--tail-s", "-1"], ["--tail-s"]),
     ("energy-discharge-wait", ["energy", "--discharge-wait-s", "-1"], ["--discharge-wait-s"]),
     # counts and limits
@@ -374,6 +376,24 @@ def test_eval_refuses_an_unconfirmed_deployment_it_was_given(work: Path, capsys)
         capsys,
     )
     assert_one_line(code, err, str(dep.name), "dev only", "--allow-unconfirmed")
+    assert snapshot(work) == before
+
+
+@pytest.mark.parametrize("command", ["eval", "replay"])
+def test_align_other_than_the_deployments_rules_is_refused(
+    work: Path, capsys, command: str
+) -> None:
+    """A deployment's budget was chosen under its alignment rules: asking for the other
+    rules with it is one line naming both, before anything runs."""
+    _unconfirmed_deployment(work / "dep.yaml", work / EXAMPLE)  # selected under suffix
+    before = snapshot(work)
+    traces = "tr" if command == "eval" else "tr/example-test.jsonl"  # replay: one file
+    args = ["--profile", EXAMPLE, "--traces", traces, "--deployment", "dep.yaml"]
+    args += ["--align", "paper"]
+    if command == "eval":
+        args += ["--calibrations", "cal", "--results", "res"]
+    code, _, err = run([command, *args], capsys)
+    assert_one_line(code, err, "--align paper", "dep.yaml", "suffix rules", "select-budget")
     assert snapshot(work) == before
 
 

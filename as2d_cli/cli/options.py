@@ -123,15 +123,10 @@ def align(help: str = "") -> Any:
     """``--align suffix|paper``: As²d's alignment rules (None: the command's default)."""
     from as2d_cli.engine.methods import ALIGN_MODES
 
-    def check(v: str | None) -> str | None:
-        if v is not None and v not in ALIGN_MODES:
-            raise typer.BadParameter(f"{v!r}: choose one of {', '.join(ALIGN_MODES)}")
-        return v
-
-    return typer.Option(
+    return one_of(
         None,
         "--align",
-        callback=check,
+        choices=ALIGN_MODES,
         help="As²d's alignment rules: suffix (suffix anchoring, the default) or paper (C.3's "
         "K1 anchor calls: the paper's figures)" + (f"; {help}" if help else "."),
     )

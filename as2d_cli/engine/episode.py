@@ -257,6 +257,11 @@ class Episode:
         root = self.tokens[-1]
         ready = buf.ready_count(start)
         first = aligner.usable_start(tokens, ready, root)
+        anchor_round = first is None
+        if anchor_round:
+            # Suffix anchoring (alignment.py): offer the source's likeliest continuation
+            # instead of processing the root alone (None: the root alone, as the paper's).
+            first = aligner.guess(tokens, ready, self.tokens)
         chain: list[int] = []
         usable = 0
         if first is not None:
@@ -265,17 +270,6 @@ class Episode:
             chain = confidence_stop(
                 tokens[first:stop], buf.confidences[first:stop], stop - first, policy.threshold
             )
-        anchor_round = first is None
-        if anchor_round:
-            # Suffix anchoring (alignment.py): offer the source's likeliest continuation
-            # instead of processing the root alone.
-            g = aligner.guess(tokens, ready, self.tokens)
-            if g is not None:
-                usable = ready - g
-                stop = min(ready, g + min(policy.budget, self.remaining - 1))
-                chain = confidence_stop(
-                    tokens[g:stop], buf.confidences[g:stop], stop - g, policy.threshold
-                )
         rec = self._verify(chain, "verify", start, ready=usable, cursor=aligner.cursor, action="-")
         if not self.done:
             accepted, new_root = rec.accepted, rec.new_root

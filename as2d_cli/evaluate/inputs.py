@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
+from as2d_cli.formats.deployment import UNRECORDED_ALIGN
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet
 
@@ -142,7 +143,7 @@ def deployment_candidates(
         if not isinstance(doc, dict) or (doc.get("profile") or {}).get("sha256") != digest:
             continue
         config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
-        if align is not None and config.get("align", "paper") != align:
+        if align is not None and config.get("align", UNRECORDED_ALIGN) != align:
             continue
         selection = doc.get("selection") if isinstance(doc.get("selection"), dict) else {}
         used = {t.get("sha256") for t in (selection.get("traces") or []) if isinstance(t, dict)}

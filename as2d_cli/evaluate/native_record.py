@@ -25,6 +25,7 @@ from typing import Any
 
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import append_jsonl, write_atomic
+from as2d_cli.formats.deployment import UNRECORDED_ALIGN
 
 SETTINGS = "native.settings.json"
 RUNS = "native.runs.jsonl"
@@ -125,7 +126,7 @@ def reopen_eval(
         dict(s["datasets"]),
         SimpleNamespace(
             **{k: dep[k] for k in ("source", "budget", "threshold", "batch")},
-            align=dep.get("align", "paper"),  # runs recorded before the suffix rules
+            align=dep.get("align", UNRECORDED_ALIGN),
         ),
     )
 

@@ -9,6 +9,7 @@ from typing import Any
 from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec
 from as2d_cli.evaluate.native_stats import METHODS, divergence
 from as2d_cli.evaluate.replay_gap import native_facts, replay_facts
+from as2d_cli.formats.deployment import UNRECORDED_ALIGN
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import (
     AUTOREGRESSIVE,
@@ -98,7 +99,7 @@ def replay_native(
             source=res["source"],
             threshold=res.get("threshold", DEFAULT_THRESHOLD),
             batch=res.get("batch") or DEFAULT_BATCH,
-            align=res.get("align") or "paper",  # runs recorded before the suffix rules
+            align=res.get("align") or UNRECORDED_ALIGN,
         )
     prep = Prepared(profile, spec)
     tl = timeline_for(w, prep, spec.source) if spec.decoupled and spec.source is not None else None

@@ -25,7 +25,7 @@ from as2d_cli.evaluate.inputs import (
     trace_files,
 )
 from as2d_cli.formats.common import fresh_folder, next_free, safe_name
-from as2d_cli.formats.deployment_io import load_deployment
+from as2d_cli.formats.deployment_io import load_deployment, rules_for
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.results import input_ref, make_results, write_results
 from device_agents.identity import results_stem
@@ -122,12 +122,7 @@ def run_eval(
         selected_now = True
         say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
     dep = load_deployment(dep_path, profile=profile_path)
-    if align is not None and dep.align != align:
-        raise UserError(
-            f"--align {align}: {dep_path} was selected under the {dep.align} rules; drop "
-            f"--align (the deployment's rules are used) or pass a deployment selected with "
-            f"`as2d select-budget --align {align}`"
-        )
+    rules_for(dep, align, dep_path)
     if not allow_unconfirmed:
         require_confirmed(
             Path(dep_path), dep.selection, given=deployment is not None, candidates=candidates

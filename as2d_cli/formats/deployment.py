@@ -15,6 +15,9 @@ from typing import Any, Mapping
 
 SCHEMA = "as2d.deployment"
 VERSION = 2
+# The alignment rules of a file or record written before they were recorded (a version-1
+# deployment, a native run without ``align``): they all ran the paper's.
+UNRECORDED_ALIGN = "paper"
 # Version history: 1 — first release; 2 — ``config.align`` (a version-1 file was selected
 # under the paper's alignment and is read as ``align: paper``).
 
@@ -35,7 +38,7 @@ class Deployment:
     profile: ProfileRef
     selection: Mapping[str, Any] = field(default_factory=dict, hash=False)
     environment: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    align: str = "paper"
+    align: str = UNRECORDED_ALIGN
     schema: str = SCHEMA
     version: int = VERSION
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from as2d_cli.errors import FormatError
+from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import (
     check_version,
     environment,
@@ -16,13 +16,19 @@ from as2d_cli.formats.common import (
     validate_schema,
     write_atomic,
 )
-from as2d_cli.formats.deployment import SCHEMA, VERSION, Deployment, ProfileRef
+from as2d_cli.formats.deployment import (
+    SCHEMA,
+    UNRECORDED_ALIGN,
+    VERSION,
+    Deployment,
+    ProfileRef,
+)
 from as2d_cli.formats.profile_io import iso_dates, read_yaml
 
 
 def _v1_to_v2(doc: dict) -> dict:
     """Version 1 had no ``align``: its catalog was replayed under the paper's rules."""
-    return {**doc, "version": 2, "config": {**doc.get("config", {}), "align": "paper"}}
+    return {**doc, "version": 2, "config": {**doc.get("config", {}), "align": UNRECORDED_ALIGN}}
 
 
 def deployment_from_doc(doc: Any, where: str) -> Deployment:
@@ -66,6 +72,18 @@ def load_deployment(path: str | Path, *, profile: str | Path | None = None) -> D
     return d
 
 
+def rules_for(d: Deployment, align: str | None, path: str | Path) -> str:
+    """The alignment rules to run ``d`` with: its own; ``align``, when given, must be them
+    (a deployment's budget was chosen under its rules)."""
+    if align is not None and align != d.align:
+        raise UserError(
+            f"--align {align}: {path} was selected under the {d.align} rules; drop --align "
+            f"(the deployment's rules are used) or pass a deployment selected with "
+            f"`as2d select-budget --align {align}`"
+        )
+    return d.align
+
+
 def make_deployment(
     source: str,
     budget: int,
@@ -75,7 +93,7 @@ def make_deployment(
     device: str,
     selection: dict[str, Any],
     device_facts: dict[str, Any] | None = None,
-    align: str = "paper",
+    align: str = UNRECORDED_ALIGN,
 ) -> Deployment:
     """A new deployment for ``profile_path`` (hashed now) with fresh environment metadata
     (``device_facts``, e.g. the profile's ``device`` section, go into the environment)."""

@@ -15,7 +15,12 @@ from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor
 from as2d_cli.formats.common import sha256_file
 from as2d_cli.formats.deployment import Deployment
-from as2d_cli.formats.deployment_io import load_deployment, make_deployment, write_deployment
+from as2d_cli.formats.deployment_io import (
+    load_deployment,
+    make_deployment,
+    rules_for,
+    write_deployment,
+)
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.trace import TraceSet
@@ -120,12 +125,9 @@ def replay_report(
         dep = load_deployment(deployment_path, profile=profile_path)
     default_budget = dep.budget if dep is not None else DEFAULT_BUDGET
     default_source = dep.source if dep is not None else traces.default_source
-    if dep is not None and align is not None and align != dep.align:
-        raise UserError(
-            f"--align {align}: {deployment_path} was selected under the {dep.align} rules; drop "
-            "--align or --deployment"
-        )
-    align = align or (dep.align if dep is not None else DEFAULT_ALIGN)
+    align = (
+        rules_for(dep, align, str(deployment_path)) if dep is not None else align or DEFAULT_ALIGN
+    )
     extra: dict[str, Any] = (
         {"batch": dep.batch, "threshold": dep.threshold} if dep is not None else {}
     )

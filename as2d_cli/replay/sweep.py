@@ -82,6 +82,22 @@ def _chunk_task(cat: _Catalog, bounds: tuple[int, int]) -> tuple:
     )
 
 
+def _grid(profile, sources, budgets, threshold, batch, align) -> list[list[Prepared]]:
+    """As²d's prepared configurations, one row per source, one column per budget."""
+    return [
+        [
+            Prepared(
+                profile,
+                MethodSpec(
+                    "as2d", budget=b, source=s, threshold=threshold, batch=batch, align=align
+                ),
+            )
+            for b in budgets
+        ]
+        for s in sources
+    ]
+
+
 def _run_chunk(
     windows, profile, sources, budgets, threshold, batch, reuse=True, align=DEFAULT_ALIGN
 ):
@@ -98,18 +114,7 @@ def _run_chunk(
     rounds = np.zeros((len(windows), S, B), dtype=np.int64)
     simulated = 0
     used: list[list[str]] = []
-    preps = [
-        [
-            Prepared(
-                profile,
-                MethodSpec(
-                    "as2d", budget=b, source=s, threshold=threshold, batch=batch, align=align
-                ),
-            )
-            for b in budgets
-        ]
-        for s in sources
-    ]
+    preps = _grid(profile, sources, budgets, threshold, batch, align)
     for i, w in enumerate(windows):
         row: list[str] = []
         for j, s in enumerate(sources):
@@ -155,14 +160,9 @@ def sweep(
         raise UserError(f"budgets must be >= 1, got {budgets[0]}")
     # Check every configuration's widths and sources once, in the parent: a missing width
     # or source fails here with one line, before any worker starts.
-    for s in sources:
-        for b in budgets:
-            Prepared(
-                profile,
-                MethodSpec(
-                    "as2d", budget=b, source=s, threshold=threshold, batch=batch, align=align
-                ),
-            ).table(s)
+    for s, row in zip(sources, _grid(profile, sources, budgets, threshold, batch, align)):
+        for prep in row:
+            prep.table(s)
     ex = executor if executor is not None else LocalPool(processes)
     W = len(windows)
     n_chunks = 1 if ex.workers <= 1 else min(W, ex.workers * 8)

@@ -14,7 +14,7 @@ from as2d_cli.engine.methods import (
     DEFAULT_THRESHOLD,
     MethodSpec,
 )
-from native.protocol import ProtocolError
+from native.protocol import ProtocolError, choice_field
 from native.stream.clock import CLOCKS
 from native.stream.source import LIFETIMES
 
@@ -59,13 +59,6 @@ class StreamSettings:
         return asdict(self)
 
 
-def _pick(cmd: dict, key: str, options: tuple[str, ...], default: str) -> str:
-    v = cmd.get(key, default)
-    if v not in options:
-        raise ProtocolError(f"field {key!r} must be one of {', '.join(options)}, got {v!r}")
-    return str(v)
-
-
 def _number(cmd: dict, key: str, default: float, lo: float) -> float:
     v = cmd.get(key, default)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo:
@@ -89,16 +82,16 @@ def stream_settings(cmd: dict) -> StreamSettings:
     ):
         raise ProtocolError(f"field 'threshold' must be a number or null, got {threshold!r}")
     return StreamSettings(
-        method=_pick(cmd, "method", STREAM_METHODS, "as2d"),
+        method=choice_field(cmd, "method", STREAM_METHODS, "as2d"),
         budget=_count(cmd, "budget", DEFAULT_BUDGET) or DEFAULT_BUDGET,
         k=_count(cmd, "k", DEFAULT_SD_K) or DEFAULT_SD_K,
-        source=_pick(cmd, "source", STREAM_SOURCES, "drafter"),
-        lifetime=_pick(cmd, "source_lifetime", LIFETIMES, "arrival"),
+        source=choice_field(cmd, "source", STREAM_SOURCES, "drafter"),
+        lifetime=choice_field(cmd, "source_lifetime", LIFETIMES, "arrival"),
         threshold=None if threshold is None else float(threshold),
         batch=_count(cmd, "batch", DEFAULT_BATCH) or DEFAULT_BATCH,
         block_s=_number(cmd, "block_s", DEFAULT_BLOCK_S, 0.05),
         context_s=_number(cmd, "context_s", DEFAULT_CONTEXT_S, 0.05),
-        clock=_pick(cmd, "clock", tuple(CLOCKS), "real"),
+        clock=choice_field(cmd, "clock", tuple(CLOCKS), "real"),
         check=bool(cmd.get("check", False)),
         max_tokens=_count(cmd, "max_tokens", None),
         warmup=bool(cmd.get("warmup", True)),
