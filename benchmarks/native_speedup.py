@@ -10,11 +10,12 @@ As²d/target-only ratio, the fraction of windows slower than target-only, and th
 D, V, O, H of As²d (over all runs). Every output is checked against target-only's tokens
 of the same repetition.
 
-    python benchmarks/native_speedup.py [--windows N] [--repeats 3] [--split test] [--budget 7] [--source drafter|ctc] [--align suffix|paper] [--json out.json]
+    python benchmarks/native_speedup.py [--windows N] [--repeats 3] [--split test] [--budget 7] [--source drafter|ctc] [--batch 8] [--threshold 0.4] [--align suffix|paper] [--json out.json]
 
 A method written ``as2d@paper`` (or ``as2d@suffix``) runs As²d with those alignment rules
 beside the others, e.g. ``--methods target-only,as2d,as2d@paper`` compares the rules in
-one run; ``as2d@b2`` sets the publication batch, ``as2d@paper+b2`` both.
+one run; ``as2d@b2`` sets the publication batch, ``as2d@t0.7`` the confidence stop, and
+``as2d@paper+b2+t0.7`` all three.
 
 Goal on a 2-core host: As²d ≥ 1.5× target-only pooled, at most 5% of windows slower.
 """
@@ -53,6 +54,12 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument(
         "--batch", type=int, default=8, help="As²d: tokens per publication batch (the paper: 8)"
+    )
+    ap.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="As²d: confidence stop (default: the methods' default, the paper's 0.4)",
     )
     ap.add_argument(
         "--align", default=None, choices=["suffix", "paper"], help="As²d's alignment rules"
@@ -95,6 +102,9 @@ def main() -> int:
                 method, _, variant = m.partition("@")
                 align = next((v for v in variant.split("+") if v in ("paper", "suffix")), "")
                 batch = next((int(v[1:]) for v in variant.split("+") if v[:1] == "b"), a.batch)
+                threshold = next(
+                    (float(v[1:]) for v in variant.split("+") if v[:1] == "t"), a.threshold
+                )
                 cmd = {
                     "op": "decode",
                     "window": w.id,
@@ -105,6 +115,8 @@ def main() -> int:
                     "batch": batch,
                     "events": False,
                 }
+                if threshold is not None:
+                    cmd["threshold"] = threshold
                 if align or a.align:
                     cmd["align"] = align or a.align
                 res[m] = r.call(cmd)

@@ -453,3 +453,38 @@ def test_select_budget_text_matches_golden(work: Path) -> None:
     if UPDATE:
         path.write_text(proc.stdout)
     assert proc.stdout == path.read_text()
+
+
+def test_select_budget_searches_listed_thresholds_and_batches(work: Path) -> None:
+    args = ("--profile", "profile.yaml", "--traces", "traces.jsonl.gz", "--budgets", "1-6")
+    proc = as2d(
+        "select-budget",
+        *args,
+        "--threshold",
+        "0.4,0.9",
+        "--batch",
+        "1,8",
+        "--processes",
+        "1",
+        "--json",
+        cwd=work,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["catalog"]["thresholds"] == [0.4, 0.9] and rep["catalog"]["batches"] == [1, 8]
+    best = rep["ranking"][0]
+    assert (rep["threshold"], rep["batch"]) == (best["threshold"], best["batch"])
+    dep = yaml.safe_load((work / rep["deployment"]).read_text())
+    assert (dep["config"]["threshold"], dep["config"]["batch"]) == (
+        best["threshold"],
+        best["batch"],
+    )
+    assert "source × budget × threshold × batch" in dep["selection"]["method"]
+    # The text names the chosen setting; a value that is not a fraction is one usage line.
+    text = as2d("select-budget", *args, "--threshold", "0.4,0.9", "--processes", "1", cwd=work)
+    assert text.returncode == 0, text.stderr
+    flat = " ".join(text.stdout.split())
+    assert any(f"threshold {t}, batch 8:" in flat for t in ("0.4", "0.9")), flat
+    for flag, bad in (("--threshold", "0.4,x"), ("--threshold", "1.5"), ("--batch", "0,8")):
+        proc = as2d("select-budget", *args, flag, bad, cwd=work)
+        assert proc.returncode == 2 and flag in proc.stderr and "Traceback" not in proc.stderr

@@ -10,8 +10,8 @@ import pytest
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.trace import TraceSet
 from as2d_cli.replay.driver import Prepared, replay_window
-from as2d_cli.engine.methods import MethodSpec
-from as2d_cli.replay.selection import oracle, rank, select_budget
+from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec
+from as2d_cli.replay.selection import oracle, rank, rank_settings, select_budget
 from as2d_cli.replay.sweep import sweep
 from as2d_cli.synthetic import synthetic_profile, synthetic_traces
 
@@ -142,3 +142,62 @@ def test_sweep_refuses_a_missing_width_before_running(data) -> None:
     ts, _ = data
     with pytest.raises(FormatError, match="K13"):
         sweep(ts.windows, synthetic_profile(max_width=12), ["qwen"], [12], processes=2)
+
+
+def test_ranking_across_settings_keeps_each_settings_order_and_breaks_ties_by_setting() -> None:
+    from as2d_cli.replay.sweep import CatalogTimes
+
+    def cat(times: list[list[int]]) -> CatalogTimes:
+        t = np.array([times], dtype=np.int64)  # one window, 2 sources × 2 budgets
+        return CatalogTimes(["w"], ["d"], np.array([5]), ["a", "b"], [1, 2], t, t, [["a", "b"]])
+
+    slow, fast = cat([[20, 30], [20, 40]]), cat([[20, 10], [40, 40]])
+    merged = rank_settings([((0.4, 8), slow), ((0.7, 2), fast)])
+    assert len(merged) == 8
+    assert (merged[0].source, merged[0].budget, merged[0].threshold, merged[0].batch) == (
+        "a",
+        2,
+        0.7,
+        2,
+    )
+    # Equal TPS: the smaller budget first, then the earlier setting, then the source order.
+    assert [(r.source, r.budget, r.threshold) for r in merged[1:4]] == [
+        ("a", 1, 0.4),
+        ("b", 1, 0.4),
+        ("a", 1, 0.7),
+    ]
+    # Each setting's own order survives the merge, and one setting is plain rank().
+    for st, c in (((0.4, 8), slow), ((0.7, 2), fast)):
+        own = [(r.source, r.budget) for r in merged if (r.threshold, r.batch) == st]
+        assert own == [(r.source, r.budget) for r in rank(c, *st)]
+    assert rank(slow) == rank_settings([((DEFAULT_THRESHOLD, DEFAULT_BATCH), slow)])
+
+
+def test_a_wider_catalog_picks_the_best_setting_and_reports_it() -> None:
+    dev = synthetic_traces(seed=5, scale=0.03, drafter=False, split="dev")
+    val = synthetic_traces(seed=6, scale=0.03, drafter=False, split="val")
+    ts = TraceSet(
+        dev.provenance, dev.eos_id, dev.sources, dev.default_source, dev.windows + val.windows
+    )
+    prof = synthetic_profile()
+    budgets = range(1, 7)
+    ths, bts = (0.4, 0.9), (1, 8)
+    wide = select_budget(ts, prof, budgets=budgets, processes=1, thresholds=ths, batches=bts)
+    singles = {
+        (t, b): select_budget(ts, prof, budgets=budgets, processes=1, threshold=t, batch=b)
+        for t in ths
+        for b in bts
+    }
+    best = max(singles.items(), key=lambda kv: kv[1].dev["tps"])
+    assert wide.dev["tps"] == max(s.dev["tps"] for s in singles.values())
+    assert (wide.threshold, wide.batch) == best[0]
+    assert (wide.source, wide.budget) == (best[1].source, best[1].budget)
+    assert wide.dev["oracle"] == best[1].dev["oracle"]  # the oracle of the chosen setting
+    assert wide.catalog["thresholds"] == list(ths) and wide.catalog["batches"] == list(bts)
+    assert wide.catalog["configurations"] == len(SOURCES) * len(budgets) * 4
+    # Validation ranks the chosen configuration among every setting's.
+    val_best = max(s.val["best"]["tps"] for s in singles.values())
+    assert wide.val["best"]["tps"] == pytest.approx(val_best, rel=1e-12)
+    assert wide.val["tps"] == pytest.approx(best[1].val["tps"], rel=1e-12)
+    # The settings differ on these traces, so the test can tell a wrong pick.
+    assert len({round(s.dev["tps"], 9) for s in singles.values()}) > 1

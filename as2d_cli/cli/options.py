@@ -147,6 +147,62 @@ def fraction(default: float | None, *flags: str, help: str) -> Any:
     return typer.Option(default, *flags, min=0.0, max=1.0, help=help)
 
 
+def parse_fractions(text: str) -> list[float]:
+    """``0.4`` or ``0.4,0.6,0.7`` → distinct fractions in the order given; refuses a value
+    outside 0–1 or one that is not a number, naming it."""
+    out: list[float] = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise UserError(
+                f"{text!r}: {part.strip()!r} is not a number; pass fractions like 0.4 or 0.4,0.6"
+            ) from None
+        if not 0.0 <= v <= 1.0:
+            raise UserError(f"{text!r}: {v:g} is outside 0–1; pass fractions like 0.4 or 0.4,0.6")
+        if v not in out:
+            out.append(v)
+    if not out:
+        raise UserError(f"{text!r}: no value given; pass fractions like 0.4 or 0.4,0.6")
+    return out
+
+
+def parse_counts(text: str) -> list[int]:
+    """``8`` or ``1,2,8`` (ranges like ``1-4`` too) → distinct counts ≥ 1 in the order given."""
+    out: list[int] = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        m = _RANGE.match(part)
+        if m is None:
+            raise UserError(f"{text!r}: expected whole numbers like 8 or 1,2,8")
+        lo, hi = int(m[1]), int(m[2] if m[2] is not None else m[1])
+        if lo < 1 or lo > hi:
+            raise UserError(
+                f"{text!r}: {part.strip()!r}: give counts of at least 1, ranges low-high"
+            )
+        out.extend(v for v in range(lo, hi + 1) if v not in out)
+    if not out:
+        raise UserError(f"{text!r}: no value given; pass whole numbers like 8 or 1,2,8")
+    return out
+
+
+def fraction_list(default: str | None, *flags: str, help: str) -> Any:
+    """One fraction or a comma list of them (``parse_fractions``), checked while parsing."""
+    return typer.Option(
+        default, *flags, callback=_checked(parse_fractions), metavar="X[,X…]", help=help
+    )
+
+
+def count_list(default: str | None, *flags: str, help: str) -> Any:
+    """One count or a comma list of them (``parse_counts``), checked while parsing."""
+    return typer.Option(
+        default, *flags, callback=_checked(parse_counts), metavar="N[,N…]", help=help
+    )
+
+
 # ------------------------------------------------------------------ budgets and widths
 
 

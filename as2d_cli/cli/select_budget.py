@@ -49,15 +49,15 @@ def select_budget(
     as_json: bool = typer.Option(
         False, "--json", help="Print the machine-readable selection report."
     ),
-    threshold: Optional[float] = options.fraction(
+    threshold: Optional[str] = options.fraction_list(
         None,
         "--threshold",
-        help="As²d's confidence stop for the whole catalog (default: the methods' default).",
+        help="As²d's confidence stop for the whole catalog (default: the methods' default), or a comma list to search, e.g. 0.4,0.6,0.7; the chosen one goes into the deployment.",
     ),
-    batch: Optional[int] = options.count(
+    batch: Optional[str] = options.count_list(
         None,
         "--batch",
-        help="The source's publication batch for the whole catalog (default: the methods' default).",
+        help="The source's publication batch for the whole catalog (default: the methods' default), or a comma list to search, e.g. 1,2,8.",
     ),
     align: Optional[str] = options.align("the whole catalog, recorded in the deployment."),
 ) -> None:
@@ -90,10 +90,12 @@ def select_budget(
             budgets=searched,
             tolerance=tolerance,
             processes=processes,
-            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
-            batch=DEFAULT_BATCH if batch is None else batch,
+            threshold=DEFAULT_THRESHOLD,
+            batch=DEFAULT_BATCH,
             executor=executor,
             align=DEFAULT_ALIGN if align is None else align,
+            thresholds=None if threshold is None else options.parse_fractions(threshold),
+            batches=None if batch is None else options.parse_counts(batch),
         )
     dest = out if out is not None else next_free(default_deployment_path(load_profile(profile)))
     written = write_selection(sel, rep, profile, dest)
@@ -103,9 +105,12 @@ def select_budget(
         return
     c = Console(width=110, highlight=False)
     dev = rep["dev"]
+    cat = rep["catalog"]
+    settings = len(cat["thresholds"]) * len(cat["batches"]) > 1
+    chosen = f", threshold {sel.threshold}, batch {sel.batch}" if settings else ""
     c.print(
-        f"selected {sel.source} / budget {sel.budget} (K ≤ {sel.budget + 1}): {dev['tps']:.2f} TPS pooled over "
-        f"{dev['windows']} dev windows ({rep['catalog']['configurations']} configurations)"
+        f"selected {sel.source} / budget {sel.budget} (K ≤ {sel.budget + 1}){chosen}: {dev['tps']:.2f} TPS pooled over "
+        f"{dev['windows']} dev windows ({cat['configurations']} configurations)"
     )
     c.print(
         f"dev oracle {dev['oracle']['tps_oracle']:.2f} TPS, gap {dev['oracle']['gap_percent']:.2f}%"
@@ -115,8 +120,10 @@ def select_budget(
         c.print("no val windows in the traces: retention not checked")
     else:
         verdict = "retained" if v["retained"] else "NOT retained"
+        vb = v["best"]
+        vset = f" threshold {vb['threshold']} batch {vb['batch']}" if settings else ""
         c.print(
-            f"val: {v['tps']:.2f} TPS, rank {v['rank']} (best {v['best']['source']}/budget {v['best']['budget']} "
+            f"val: {v['tps']:.2f} TPS, rank {v['rank']} (best {vb['source']}/budget {vb['budget']}{vset} "
             f"{v['best']['tps']:.2f}); {verdict} at tolerance {100 * v['tolerance']:.1f}%"
         )
     dropped = rep["catalog"].get("dropped_budgets") or []
@@ -125,7 +132,8 @@ def select_budget(
             f"budgets {options.spans(dropped)} left out: the profile lacks some of their widths"
         )
     for r in rep["ranking"][:5]:
-        c.print(f"  {r['source']:>12} budget {r['budget']:>2}: {r['tps']:.3f}")
+        setting = f" threshold {r['threshold']} batch {r['batch']:>2}" if settings else ""
+        c.print(f"  {r['source']:>12} budget {r['budget']:>2}{setting}: {r['tps']:.3f}")
     c.print(f"wrote {written}")
 
 

@@ -195,17 +195,22 @@ def select_report(
     batch: int = DEFAULT_BATCH,
     executor: Executor | None = None,
     align: str = DEFAULT_ALIGN,
+    thresholds: Sequence[float | None] | None = None,
+    batches: Sequence[int] | None = None,
 ) -> tuple[Selection, dict]:
-    """Run the selection on the traces' dev and val splits; return it and its report."""
+    """Run the selection on the traces' dev and val splits; return it and its report.
+    ``thresholds``/``batches`` widen the catalog to those settings (:func:`select_budget`)."""
     if not 0.0 <= tolerance < 1.0:
         raise UserError(f"--tolerance {tolerance}: give a fraction in [0, 1), e.g. 0.01 for 1 %")
     if processes is not None and processes < 1:
         raise UserError(f"--processes {processes}: give at least 1")
     profile, traces = load_inputs(profile_path, traces_path)
-    if batch < 1 or (threshold is not None and not 0.0 <= threshold <= 1.0):
-        raise UserError(
-            f"--batch {batch} / --threshold {threshold}: give a batch >= 1 and a threshold in [0, 1]"
-        )
+    for b in [batch, *(batches or ())]:
+        for t in [threshold, *(thresholds or ())]:
+            if b < 1 or (t is not None and not 0.0 <= t <= 1.0):
+                raise UserError(
+                    f"--batch {b} / --threshold {t}: give a batch >= 1 and a threshold in [0, 1]"
+                )
     sel = select_budget(
         traces,
         profile,
@@ -217,6 +222,8 @@ def select_report(
         batch=batch,
         executor=executor,
         align=align,
+        thresholds=thresholds,
+        batches=batches,
     )
     report = {
         "schema": SELECTION_SCHEMA,
@@ -226,6 +233,16 @@ def select_report(
         **sel.to_json(),
     }
     return sel, report
+
+
+def catalog_axes(catalog: dict) -> str:
+    """'source × budget', or with the As²d settings searched 'source × budget × threshold × batch'."""
+    axes = ["source", "budget"]
+    if len(catalog.get("thresholds") or ()) > 1:
+        axes.append("threshold")
+    if len(catalog.get("batches") or ()) > 1:
+        axes.append("batch")
+    return " × ".join(axes)
 
 
 def default_deployment_path(profile: CostProfile, root: str | Path = "calibrations") -> Path:
@@ -240,7 +257,7 @@ def write_selection(
     """Write the chosen fixed configuration as an ``as2d.deployment`` file (never overwrites)."""
     profile = load_profile(profile_path)
     selection = {
-        "method": "pooled-TPS ranking of the source × budget catalog on the development split",
+        "method": f"pooled-TPS ranking of the {catalog_axes(report['catalog'])} catalog on the development split",
         "catalog": report["catalog"],
         "dev": {k: report["dev"][k] for k in ("split", "windows", "tokens", "tps")},
         "dev_oracle_gap_percent": report["dev"]["oracle"]["gap_percent"],

@@ -3,11 +3,12 @@
 Selection replays As²d over the source × budget catalog on the development split, ranks
 configurations by pooled TPS (Σ tokens / Σ time), and confirms the chosen one on the
 validation split (it is *retained* when its validation TPS is within ``tolerance`` of
-the best validation configuration). A source that cannot serve a window's language runs
+the best validation configuration). The catalog may also span As²d settings: every
+source × budget under each (confidence stop, publication batch) asked for. A source that cannot serve a window's language runs
 the trace's default source at the same budget (D.4.3). Test outcomes never enter it.
 
 The oracle picks, per window and with hindsight, the (source, budget) pair with the
-least episode time, paying nothing for the choice; its gap to a fixed configuration is
+least episode time under the chosen setting, paying nothing for the choice; its gap to a fixed configuration is
 100·(1 − TPS_selected / TPS_oracle), both pooled over the same windows.
 """
 
@@ -34,20 +35,42 @@ class Ranked:
     source: str
     budget: int
     tps: float
+    threshold: float | None = DEFAULT_THRESHOLD  # the setting it was replayed with
+    batch: int = DEFAULT_BATCH
 
     def to_json(self) -> dict:
-        return {"source": self.source, "budget": self.budget, "tps": self.tps}
+        return {
+            "source": self.source,
+            "budget": self.budget,
+            "tps": self.tps,
+            "threshold": self.threshold,
+            "batch": self.batch,
+        }
 
 
-def rank(cat: CatalogTimes) -> list[Ranked]:
-    """Every catalog configuration by pooled TPS, best first (ties: smaller budget, then
-    the catalog's source order — the cheaper, simpler setting wins a tie)."""
-    tps = cat.pooled_tps()
-    out = [
-        (float(tps[s, b]), -b, -s) for s in range(len(cat.sources)) for b in range(len(cat.budgets))
-    ]
-    out.sort(reverse=True)
-    return [Ranked(cat.sources[-s], cat.budgets[-b], t) for t, b, s in out]
+Setting = tuple[float | None, int]  # (As²d's confidence stop, publication batch)
+
+
+def rank_settings(cats: Sequence[tuple[Setting, CatalogTimes]]) -> list[Ranked]:
+    """Every configuration of every setting's catalog by pooled TPS, best first (ties:
+    smaller budget, then the earlier setting, then the catalog's source order — the
+    cheaper, simpler configuration wins a tie)."""
+    rows: list[tuple[float, int, int, int, Ranked]] = []
+    for k, ((threshold, batch), cat) in enumerate(cats):
+        tps = cat.pooled_tps()
+        for s, source in enumerate(cat.sources):
+            for b, budget in enumerate(cat.budgets):
+                t = float(tps[s, b])
+                rows.append((-t, budget, k, s, Ranked(source, budget, t, threshold, batch)))
+    rows.sort(key=lambda r: r[:4])
+    return [r[4] for r in rows]
+
+
+def rank(
+    cat: CatalogTimes, threshold: float | None = DEFAULT_THRESHOLD, batch: int = DEFAULT_BATCH
+) -> list[Ranked]:
+    """Every configuration of one catalog by pooled TPS, best first (:func:`rank_settings`)."""
+    return rank_settings([((threshold, batch), cat)])
 
 
 @dataclass
@@ -190,11 +213,15 @@ def select_budget(
     batch: int = DEFAULT_BATCH,
     executor: Executor | None = None,
     align: str = DEFAULT_ALIGN,
+    thresholds: Sequence[float | None] | None = None,
+    batches: Sequence[int] | None = None,
 ) -> Selection:
     """Rank the catalog on ``dev_split``, check retention on ``val_split`` (skipped with a
-    note when the traces hold no validation windows). ``threshold``, ``batch`` and ``align`` configure
-    As²d throughout the catalog and go into the selection (and so the deployment); the
-    sweeps run on ``executor`` (default: a local pool of ``processes``)."""
+    note when the traces hold no validation windows). As²d runs with ``threshold``,
+    ``batch`` and ``align`` throughout the catalog; ``thresholds`` and ``batches``, when
+    given, widen it: every source × budget under every (threshold, batch) setting, and the
+    chosen setting goes into the selection (and so the deployment). The sweeps run on
+    ``executor`` (default: a local pool of ``processes``)."""
     dev = [w for w in traces.windows if w.split == dev_split]
     if not dev:
         have = sorted({w.split for w in traces.windows})
@@ -209,23 +236,33 @@ def select_budget(
             f"{profile.path}: none of budgets {budgets[0]}–{budgets[-1]} has its width measured (profile max K{profile.max_width}); lower --budgets"
         )
     dropped = [b for b in budgets if b not in usable_budgets]
+    ths = list(dict.fromkeys(thresholds)) if thresholds else [threshold]
+    bts = list(dict.fromkeys(int(b) for b in batches)) if batches else [batch]
+    settings: list[Setting] = [(t, b) for t in ths for b in bts]
 
-    def catalog(split_windows: list[WindowTrace]) -> CatalogTimes:
-        return sweep(
-            split_windows,
-            profile,
-            srcs,
-            usable_budgets,
-            processes=processes,
-            threshold=threshold,
-            batch=batch,
-            executor=executor,
-            align=align,
-        )
+    def catalogs(split_windows: list[WindowTrace]) -> list[tuple[Setting, CatalogTimes]]:
+        return [
+            (
+                (t, b),
+                sweep(
+                    split_windows,
+                    profile,
+                    srcs,
+                    usable_budgets,
+                    processes=processes,
+                    threshold=t,
+                    batch=b,
+                    executor=executor,
+                    align=align,
+                ),
+            )
+            for t, b in settings
+        ]
 
-    cat = catalog(dev)
-    ranking = rank(cat)
+    cats = catalogs(dev)
+    ranking = rank_settings(cats)
     best = ranking[0]
+    cat = next(c for st, c in cats if st == (best.threshold, best.batch))
     orc = oracle(cat, best.source, best.budget)
     dev_info = {
         "split": dev_split,
@@ -237,16 +274,17 @@ def select_budget(
     val_info = None
     val = [w for w in traces.windows if w.split == val_split]
     if val:
-        vcat = catalog(val)
-        vrank = rank(vcat)
-        chosen = next(r for r in vrank if r.source == best.source and r.budget == best.budget)
+        vcats = catalogs(val)
+        vrank = rank_settings(vcats)
+        key = (best.source, best.budget, best.threshold, best.batch)
+        chosen = next(r for r in vrank if (r.source, r.budget, r.threshold, r.batch) == key)
         pos = vrank.index(chosen) + 1
         vbest = vrank[0]
         retained = chosen.tps >= (1.0 - tolerance) * vbest.tps
         val_info = {
             "split": val_split,
             "windows": len(val),
-            "tokens": int(vcat.tokens.sum()),
+            "tokens": int(vcats[0][1].tokens.sum()),
             "tps": chosen.tps,
             "rank": pos,
             "best": vbest.to_json(),
@@ -257,7 +295,9 @@ def select_budget(
     described = {
         "sources": srcs,
         "budgets": usable_budgets,
-        "configurations": len(srcs) * len(usable_budgets),
+        "thresholds": ths,
+        "batches": bts,
+        "configurations": len(srcs) * len(usable_budgets) * len(settings),
         "dropped_budgets": dropped,
         "ranking": "pooled TPS on the development split",
     }
@@ -269,8 +309,8 @@ def select_budget(
         ranking,
         described,
         excluded,
-        threshold,
-        batch,
+        best.threshold,
+        best.batch,
         align,
     )
 
