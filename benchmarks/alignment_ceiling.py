@@ -3,6 +3,10 @@ over target-only with C.3 read strictly (``lookback=0``) and with the toolkit's 
 look-back (docs/engine.md, rule 4), against the ceiling a perfect aligner would reach.
 
     python benchmarks/alignment_ceiling.py [--traces FILE] [--profile FILE] [--budget 7]
+        [--threshold 0.4] [--batch 8] [--align suffix|paper]
+
+``--threshold`` and ``--batch`` set As²d's confidence stop and publication batch in every
+replay (default: the methods' defaults, the paper's 0.4 and 8; pass a deployment's).
 
 Three figures per source, all from the same trace file in this one run:
 
@@ -39,7 +43,13 @@ import difflib
 import statistics
 from pathlib import Path
 
-from as2d_cli.engine.methods import ALIGN_MODES, DEFAULT_ALIGN, DEFAULT_ALIGN_LOOKBACK
+from as2d_cli.engine.methods import (
+    ALIGN_MODES,
+    DEFAULT_ALIGN,
+    DEFAULT_ALIGN_LOOKBACK,
+    DEFAULT_BATCH,
+    DEFAULT_THRESHOLD,
+)
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.trace_io import load_traces
@@ -185,9 +195,10 @@ def losses(
     budget: int,
     base: dict[str, float],
     align: str,
+    setting: dict,
 ) -> list[tuple[str, str, str]]:
     """(cause, pooled, per-window median / p90) rows for ``source`` at ``budget``."""
-    spec = MethodSpec("as2d", budget=budget, source=source, align=align)
+    spec = MethodSpec("as2d", budget=budget, source=source, align=align, **setting)
     ceil = window_ceilings(windows, source)
     served = [w for w in windows if w.id in ceil]
     inst = per_window_shares(served, instant, spec)
@@ -233,6 +244,8 @@ def main() -> None:
         "--profile", default=str(ROOT / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml")
     )
     ap.add_argument("--budget", type=int, default=7)
+    ap.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH)
     ap.add_argument(
         "--align",
         default=DEFAULT_ALIGN,
@@ -240,6 +253,7 @@ def main() -> None:
         help="the rules of the instant-source column and the loss table",
     )
     args = ap.parse_args()
+    setting = {"threshold": args.threshold, "batch": args.batch}
 
     ts = load_traces(args.traces)
     windows = list(ts.windows)
@@ -249,7 +263,7 @@ def main() -> None:
     sources = sorted({s for w in windows for s in w.sources})
     print(
         f"{args.traces}: {len(windows)} windows, {sum(w.n_tokens for w in windows)} tokens; "
-        f"profile {args.profile}; budget {args.budget}"
+        f"profile {args.profile}; budget {args.budget}, threshold {args.threshold}, batch {args.batch}"
     )
     base = {
         name: replay(windows, p, MethodSpec("target-only"))[0]
@@ -272,10 +286,14 @@ def main() -> None:
         served, c_acc, c_x = ceiling(windows, src)
         cells = []
         i_tps, i_acc = replay(
-            windows, instant, MethodSpec("as2d", budget=args.budget, source=src, align=args.align)
+            windows,
+            instant,
+            MethodSpec("as2d", budget=args.budget, source=src, align=args.align, **setting),
         )
         for _, lb, align in rules:
-            spec = MethodSpec("as2d", budget=args.budget, source=src, lookback=lb, align=align)
+            spec = MethodSpec(
+                "as2d", budget=args.budget, source=src, lookback=lb, align=align, **setting
+            )
             f_tps, acc = replay(windows, free, spec)
             p_tps, _ = replay(windows, prof, spec)
             cells.append(f"{acc:5.3f}  {f_tps / base['free']:7.3f}  {p_tps / base['profile']:9.3f}")
@@ -291,7 +309,7 @@ def main() -> None:
         "windows the source serves; shares of the decoded tokens):"
     )
     for src in sources:
-        rows = losses(windows, prof, free, instant, src, args.budget, base, args.align)
+        rows = losses(windows, prof, free, instant, src, args.budget, base, args.align, setting)
         print(f"  {src}")
         print(f"    {'cause':<34} {'pooled':>8}  {'per window: median / p90':<28}")
         for cause, pooled_v, spread in rows:

@@ -8,7 +8,10 @@ on this host, 10–20 % per window, would otherwise decide which windows count a
 Prints pooled TPS per method and per setting (tokens over the windows' median times), the
 As²d/target-only ratio, the fraction of windows slower than target-only, and the pooled
 D, V, O, H of As²d (over all runs). Every output is checked against target-only's tokens
-of the same repetition.
+of the same repetition. For every As²d method it prints what the target's calls saw, as
+``benchmarks/alignment_ceiling.py`` does for the replay: K1 calls with nothing published
+past the cursor (pace), K1 calls with candidates published but none usable (aligner), and
+the share of offered candidates rejected (quality).
 
     python benchmarks/native_speedup.py [--windows N] [--repeats 3] [--split test] [--budget 7] [--source drafter|ctc] [--batch 8] [--threshold 0.4] [--align suffix|paper] [--json out.json]
 
@@ -23,6 +26,7 @@ Goal on a 2-core host: As²d ≥ 1.5× target-only pooled, at most 5% of windows
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import statistics
 import sys
@@ -35,6 +39,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.evaluate.native import pick_windows  # noqa: E402
 from native.host import LocalRunner, default_cores  # noqa: E402
+
+
+def round_causes(res: dict) -> dict[str, int]:
+    """What a native As²d run's target calls saw (benchmarks/alignment_ceiling.py reads the
+    replay's alike): K1 calls with nothing published after the root's source position (the
+    source's pace), K1 calls with candidates published there but none usable (the aligner),
+    and the offered and accepted candidates (the source's quality)."""
+    pubs = sorted(
+        (e["t_ns"], e["offset"] + e["count"]) for e in res["events"] if e["op"] == "publish"
+    )
+    times = [t for t, _ in pubs]
+    calls = idle = unaligned = offered = accepted = 0
+    cursor = 0
+    for r in res["rounds"]:
+        calls += 1
+        if r["width"] == 1:
+            i = bisect.bisect_right(times, r["start_ns"])
+            published = pubs[i - 1][1] if i else 0
+            if published > max(cursor, 0) + 1:
+                unaligned += 1
+            else:
+                idle += 1
+        cursor = r["cursor"]
+        offered += r["offered"]
+        accepted += r["accepted"]
+    return {
+        "calls": calls,
+        "k1_nothing_ready": idle,
+        "k1_ready_unaligned": unaligned,
+        "offered": offered,
+        "accepted": accepted,
+        "decoded": res["n_tokens"] - 1,
+    }
 
 
 def main() -> int:
@@ -113,7 +150,7 @@ def main() -> int:
                     "k": a.k,
                     "source": a.source,
                     "batch": batch,
-                    "events": False,
+                    "events": method == "as2d",  # rounds and publications: the causes below
                 }
                 if threshold is not None:
                     cmd["threshold"] = threshold
@@ -133,6 +170,7 @@ def main() -> int:
                         "time_ms": x["time_ms"],
                         "exact": x["tokens"] == ref,
                         "acc": x["accounting_ms"],
+                        "causes": round_causes(x) if "rounds" in x else None,
                     }
                 )
             print(
@@ -200,6 +238,26 @@ def main() -> int:
         + ", ".join(f"{k}={acc[k] / 1e3:.2f}" for k in ("T", "D", "V", "O", "H"))
     )
     print(f"outputs differing from target-only: {len(out['inexact'])} of {len(runs)} runs")
+    out["as2d_causes"] = {}
+    for m in methods:
+        c = [x["causes"] for x in runs if x["method"] == m and x["causes"] is not None]
+        if not c:
+            continue
+        tot = {k: sum(x[k] for x in c) for k in c[0]}
+        calls, offered = tot["calls"], tot["offered"]
+        out["as2d_causes"][m] = shares = {
+            "calls": calls,
+            "k1_nothing_ready": tot["k1_nothing_ready"] / calls if calls else 0.0,
+            "k1_ready_unaligned": tot["k1_ready_unaligned"] / calls if calls else 0.0,
+            "rejected": (offered - tot["accepted"]) / offered if offered else 0.0,
+            "accepted_share": tot["accepted"] / tot["decoded"] if tot["decoded"] else 0.0,
+        }
+        print(
+            f"{m} calls (all runs): {calls}; K1 with nothing ready {shares['k1_nothing_ready']:.3f} (pace), "
+            f"K1 with candidates ready but none usable {shares['k1_ready_unaligned']:.3f} (aligner), "
+            f"offered rejected {shares['rejected']:.3f} (quality); accepted share of the decoded tokens "
+            f"{shares['accepted_share']:.3f}"
+        )
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))
     return 0
