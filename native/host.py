@@ -275,15 +275,15 @@ def open_runner(
         "language": language,
     }
     if getattr(device, "kind", "local") == "local":
-        r = LocalRunner()
-        r.call({"op": "hello"})
-        r.call(load)
-        return r
+        local = LocalRunner()
+        local.call({"op": "hello"})
+        local.call(load)
+        return local
     launcher = launcher or choose_launcher(device, models)
     load["models"] = launcher.models  # the device's copy of the pair
-    r = DeviceRunner(device, launcher)
-    r.set_prelude([{"op": "hello"}, load])
-    return r
+    remote = DeviceRunner(device, launcher)
+    remote.set_prelude([{"op": "hello"}, load])
+    return remote
 
 
 def default_cores() -> tuple[list[int] | None, list[int] | None]:

@@ -258,13 +258,14 @@ KEEP_ARCHIVES = 2  # per part: the current one and the one before (switching bac
 def pack_part(kind: str, files: list[tuple[str, Path]], cache: Path | None = None) -> Payload:
     """One payload part, packed once per content hash into the payload cache (older
     archives of the same part beyond the last KEEP_ARCHIVES are deleted)."""
+    hashes = {name: sha256_file(path) for name, path in files}
     manifest = {
         "schema": PAYLOAD_SCHEMA,
         "version": PAYLOAD_VERSION,
         "kind": kind,
         "toolkit": __version__,
         "python": ">=3.11",
-        "files": {name: sha256_file(path) for name, path in files},
+        "files": hashes,
     }
     canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
     digest = hashlib.sha256(canonical).hexdigest()
@@ -274,7 +275,7 @@ def pack_part(kind: str, files: list[tuple[str, Path]], cache: Path | None = Non
         os.utime(archive)  # recently used: kept by the pruning below
     else:  # missing, or not the archive its name promises (truncated, foreign): pack it again
         root.mkdir(parents=True, exist_ok=True)
-        _pack(archive, canonical, files, manifest["files"])
+        _pack(archive, canonical, files, hashes)
         old = sorted(root.glob(f"{kind}-*.tar.gz"), key=lambda p: p.stat().st_mtime, reverse=True)
         for stale in old[KEEP_ARCHIVES:]:
             stale.unlink(missing_ok=True)

@@ -75,7 +75,8 @@ class Producer(threading.Thread):
     def _publish(self, tokens: list[int], confs: list[float | None]) -> None:
         t = self.clock.now()
         offset = len(self.buffer)
-        use_conf = None if any(c is None for c in confs) else confs
+        known = [c for c in confs if c is not None]
+        use_conf = known if len(known) == len(confs) else None  # all or none
         self.buffer.publish(tokens, t, use_conf)
         self.publications.append((t, offset, len(tokens)))
 

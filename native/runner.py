@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 import traceback
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from as2d_cli import __version__
 from as2d_cli.errors import As2dError, DeviceError
@@ -28,13 +28,18 @@ from native.protocol import (
 )
 
 
+if TYPE_CHECKING:  # loaded on demand: the runner answers `hello` before any model import
+    from as2d_cli.corpus.manifest import Corpus
+    from native.request import Models
+
+
 class Runner:
     def __init__(self, out: IO[str]) -> None:
         self.out = out
-        self.models = None
+        self.models: Models | None = None
         self.target_cores: list[int] | None = None
         self.producer_cores: list[int] | None = None
-        self._corpus = None
+        self._corpus: Corpus | None = None
 
     def emit(self, name: str, /, **fields: Any) -> None:
         self.out.write(event(name, **fields) + "\n")

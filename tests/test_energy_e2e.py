@@ -51,7 +51,7 @@ def _args(session, out: Path, *extra: str) -> list[str]:
         "--methods",
         "as2d,target-only",
         "--method-cmd",
-        "as2d={run_dir}/energy_workload.sh 500 40",
+        "as2d={run_dir}/energy_workload.sh 700 40",
         "--method-cmd",
         "target-only={run_dir}/energy_workload.sh 900 40",
         "--push",
@@ -122,15 +122,17 @@ def test_unplugged_usb_run_writes_versioned_results(
             integrate_energy_j(series, x["origin_boot_ns"], x["end_boot_ns"])
         )
         # …and a busy window's mean power lies between idle and busy: 250 ms polls smear
-        # the load edges, so a 0.5 s request reads well below the busy level, never idle.
+        # the load edges, so a 0.7 s request reads well below the busy level, never idle.
         assert 1.5 * p.min() < x["mean_power_w"] <= p.max()
     for x in m.values():
         assert x["body_tokens"] == 40
-    # The shorter request (500 ms of work vs 900 ms) costs less energy for the same tokens.
+    # The shorter request (700 ms of work vs 900 ms) costs less energy for the same tokens.
+    # (700 ms, not less: a request must hold two 250 ms polls even when one comes late on a
+    # loaded host.)
     assert m["as2d"]["energy_j"] < m["target-only"]["energy_j"]
     assert m["as2d"]["energy_vs_baseline_percent"] < 0
     # Responses hold at least the requested work (no own stamps: response = window).
-    assert m["as2d"]["response_s"] >= 0.49 and m["target-only"]["response_s"] >= 0.89  # 10 ms ticks
+    assert m["as2d"]["response_s"] >= 0.69 and m["target-only"]["response_s"] >= 0.89  # 10 ms ticks
     # The raw trace sits beside the table and reads back to the same figures' inputs.
     # The gauge updates every 250 ms on its own grid: only the first poll can still hold a
     # reading taken on the charger (the episode starts perfetto right after Discharging).

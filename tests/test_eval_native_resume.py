@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from as2d_cli.cli.main import main
 
@@ -250,7 +251,7 @@ def test_append_onto_other_settings_is_refused_in_one_line(
         (
             "deployment",
             {**recorded["deployment"], "sha256": "0" * 64},
-            "batch 8; sha256 000000000000)",
+            f"batch {yaml.safe_load(inputs['deployment'].read_text())['config']['batch']}; sha256 000000000000)",
         ),
         ("pair", {"name": "turbo-base", "sha256": "ab" * 32}, "pair turbo-base abababababab"),
     ):

@@ -169,23 +169,32 @@ def parse_fractions(text: str) -> list[float]:
     return out
 
 
-def parse_counts(text: str) -> list[int]:
-    """``8`` or ``1,2,8`` (ranges like ``1-4`` too) → distinct counts ≥ 1 in the order given."""
+def _ranges(text: str, example: str) -> list[int]:
+    """``1-4,8`` → [1, 2, 3, 4, 8] in the order written (repeats kept); refuses what is not a
+    whole number or range, a range that counts down, and an empty list, naming ``example``."""
     out: list[int] = []
     for part in text.split(","):
         if not part.strip():
             continue
         m = _RANGE.match(part)
         if m is None:
-            raise UserError(f"{text!r}: expected whole numbers like 8 or 1,2,8")
+            raise UserError(f"{text!r}: expected whole numbers and ranges like {example}")
         lo, hi = int(m[1]), int(m[2] if m[2] is not None else m[1])
-        if lo < 1 or lo > hi:
+        if lo > hi:
             raise UserError(
-                f"{text!r}: {part.strip()!r}: give counts of at least 1, ranges low-high"
+                f"{text!r}: {part.strip()!r} counts down; write ranges low-high, like {example}"
             )
-        out.extend(v for v in range(lo, hi + 1) if v not in out)
+        out.extend(range(lo, hi + 1))
     if not out:
-        raise UserError(f"{text!r}: no value given; pass whole numbers like 8 or 1,2,8")
+        raise UserError(f"{text!r}: no value given; pass values like {example}")
+    return out
+
+
+def parse_counts(text: str) -> list[int]:
+    """``8`` or ``1,2,8`` (ranges like ``1-4`` too) → distinct counts ≥ 1 in the order given."""
+    out = list(dict.fromkeys(_ranges(text, "8 or 1,2,8")))
+    if min(out) < 1:
+        raise UserError(f"{text!r}: {min(out)} is less than 1; give counts of at least 1")
     return out
 
 
@@ -219,21 +228,7 @@ def width(default: int | None, *flags: str, help: str) -> Any:
 def parse_budgets(text: str) -> list[int]:
     """``1-24``, ``1-8,12`` … → sorted distinct budgets; refuses anything outside
     MIN_BUDGET–MAX_BUDGET, naming the budgets it refuses."""
-    out: set[int] = set()
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        m = _RANGE.match(part)
-        if m is None:
-            raise UserError(f"{text!r}: expected budgets and ranges like 1-24 or 1-8,12")
-        lo, hi = int(m[1]), int(m[2] if m[2] is not None else m[1])
-        if lo > hi:
-            raise UserError(
-                f"{text!r}: {part.strip()!r} counts down; write ranges low-high, like 1-24"
-            )
-        out.update(range(lo, hi + 1))
-    if not out:
-        raise UserError(f"{text!r}: no budget given; pass budgets like 1-24 or 1-8,12")
+    out = set(_ranges(text, "1-24 or 1-8,12"))
     bad = sorted(b for b in out if not MIN_BUDGET <= b <= MAX_BUDGET)
     if bad:
         raise UserError(

@@ -86,7 +86,7 @@ class Corpus:
         raise UserError(f"no window {window_id!r} in {self.path}; `as2d corpus list` shows the ids")
 
 
-def load_corpus(directory: Path | None = None) -> Corpus:
+def load_corpus(directory: Path | str | None = None) -> Corpus:
     """Load and validate ``manifest.json`` in ``directory`` (default: the bundled corpus)."""
     directory = Path(directory) if directory is not None else DEFAULT_DIR
     path = directory / "manifest.json"

@@ -120,7 +120,7 @@ class ModelBundle:
 
 
 def load_bundle(
-    directory: Path | None = None,
+    directory: Path | str | None = None,
     check_hashes: bool = True,
     *,
     task: str | None = None,
