@@ -182,7 +182,22 @@ def test_a_wider_catalog_picks_the_best_setting_and_reports_it() -> None:
     prof = synthetic_profile()
     budgets = range(1, 7)
     ths, bts = (0.4, 0.9), (1, 8)
-    wide = select_budget(ts, prof, budgets=budgets, processes=1, thresholds=ths, batches=bts)
+    heard: list[tuple[str, int, int]] = []
+    wide = select_budget(
+        ts,
+        prof,
+        budgets=budgets,
+        processes=1,
+        thresholds=ths,
+        batches=bts,
+        progress=lambda *a: heard.append(a),
+    )
+    # One report per sweep as it starts: every setting on dev, then on val.
+    assert [(d, n) for _, d, n in heard] == [(i, 8) for i in range(8)]
+    assert (
+        heard[0][0] == "dev, threshold 0.4, batch 1"
+        and heard[5][0] == "val, threshold 0.4, batch 8"
+    )
     singles = {
         (t, b): select_budget(ts, prof, budgets=budgets, processes=1, threshold=t, batch=b)
         for t in ths

@@ -82,7 +82,24 @@ def select_budget(
                 f"--budgets {budgets}: {options.spans(unmeasured)} need widths up to K{max(unmeasured) + 1}, "
                 f"but {profile} measured up to K{widest}; pass budgets up to {widest - 1}"
             )
-    with open_executor(ray, processes) as executor:
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from as2d_cli.cli.progress import progress_bar
+
+    with (
+        open_executor(ray, processes) as executor,
+        progress_bar(
+            TextColumn("sweeping {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        ) as bar,
+    ):
+        task = bar.add_task("", total=None)
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=total)
+
         sel, rep = select_report(
             profile,
             traces,
@@ -96,6 +113,7 @@ def select_budget(
             align=DEFAULT_ALIGN if align is None else align,
             thresholds=None if threshold is None else options.parse_fractions(threshold),
             batches=None if batch is None else options.parse_counts(batch),
+            progress=progress,
         )
     dest = out if out is not None else next_free(default_deployment_path(load_profile(profile)))
     written = write_selection(sel, rep, profile, dest)

@@ -9,7 +9,7 @@ stored as the payload of an ``as2d.results`` file with ``--out``) is documented 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor
@@ -197,6 +197,7 @@ def select_report(
     align: str = DEFAULT_ALIGN,
     thresholds: Sequence[float | None] | None = None,
     batches: Sequence[int] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[Selection, dict]:
     """Run the selection on the traces' dev and val splits; return it and its report.
     ``thresholds``/``batches`` widen the catalog to those settings (:func:`select_budget`)."""
@@ -224,6 +225,7 @@ def select_report(
         align=align,
         thresholds=thresholds,
         batches=batches,
+        progress=progress,
     )
     report = {
         "schema": SELECTION_SCHEMA,

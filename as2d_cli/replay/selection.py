@@ -15,7 +15,7 @@ least episode time under the chosen setting, paying nothing for the choice; its 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -215,13 +215,15 @@ def select_budget(
     align: str = DEFAULT_ALIGN,
     thresholds: Sequence[float | None] | None = None,
     batches: Sequence[int] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Selection:
     """Rank the catalog on ``dev_split``, check retention on ``val_split`` (skipped with a
     note when the traces hold no validation windows). As²d runs with ``threshold``,
     ``batch`` and ``align`` throughout the catalog; ``thresholds`` and ``batches``, when
     given, widen it: every source × budget under every (threshold, batch) setting, and the
     chosen setting goes into the selection (and so the deployment). The sweeps run on
-    ``executor`` (default: a local pool of ``processes``)."""
+    ``executor`` (default: a local pool of ``processes``); ``progress(label, done, total)``
+    hears of each one as it starts."""
     dev = [w for w in traces.windows if w.split == dev_split]
     if not dev:
         have = sorted({w.split for w in traces.windows})
@@ -239,27 +241,39 @@ def select_budget(
     ths = list(dict.fromkeys(thresholds)) if thresholds else [threshold]
     bts = list(dict.fromkeys(int(b) for b in batches)) if batches else [batch]
     settings: list[Setting] = [(t, b) for t in ths for b in bts]
+    val = [w for w in traces.windows if w.split == val_split]
+    total = len(settings) * (2 if val else 1)
+    done = 0
 
-    def catalogs(split_windows: list[WindowTrace]) -> list[tuple[Setting, CatalogTimes]]:
-        return [
-            (
-                (t, b),
-                sweep(
-                    split_windows,
-                    profile,
-                    srcs,
-                    usable_budgets,
-                    processes=processes,
-                    threshold=t,
-                    batch=b,
-                    executor=executor,
-                    align=align,
-                ),
+    def catalogs(
+        split: str, split_windows: list[WindowTrace]
+    ) -> list[tuple[Setting, CatalogTimes]]:
+        nonlocal done
+        out = []
+        for t, b in settings:
+            if progress is not None:
+                setting = f", threshold {t}, batch {b}" if len(settings) > 1 else ""
+                progress(f"{split}{setting}", done, total)
+            out.append(
+                (
+                    (t, b),
+                    sweep(
+                        split_windows,
+                        profile,
+                        srcs,
+                        usable_budgets,
+                        processes=processes,
+                        threshold=t,
+                        batch=b,
+                        executor=executor,
+                        align=align,
+                    ),
+                )
             )
-            for t, b in settings
-        ]
+            done += 1
+        return out
 
-    cats = catalogs(dev)
+    cats = catalogs(dev_split, dev)
     ranking = rank_settings(cats)
     best = ranking[0]
     cat = next(c for st, c in cats if st == (best.threshold, best.batch))
@@ -272,9 +286,8 @@ def select_budget(
         "oracle": orc.to_json(),
     }
     val_info = None
-    val = [w for w in traces.windows if w.split == val_split]
     if val:
-        vcats = catalogs(val)
+        vcats = catalogs(val_split, val)
         vrank = rank_settings(vcats)
         key = (best.source, best.budget, best.threshold, best.batch)
         chosen = next(r for r in vrank if (r.source, r.budget, r.threshold, r.batch) == key)
