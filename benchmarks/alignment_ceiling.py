@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import bisect
 import difflib
 import statistics
 from pathlib import Path
@@ -54,6 +53,7 @@ from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.trace_io import load_traces
 from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
+from as2d_cli.engine.causes import CallCauses, call_causes
 from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.replay.run import pooled
 
@@ -148,34 +148,23 @@ def window_ceilings(windows, source: str) -> dict[str, float]:
 
 
 def round_causes(windows, prof: CostProfile, spec: MethodSpec) -> dict[str, float]:
-    """What the target's calls saw, pooled over the windows: calls at K1 with nothing ready
-    (the source's pace), at K1 with candidates ready but none usable (the aligner), and the
-    share of offered candidates the target rejected (the source's quality)."""
+    """What the target's calls saw, pooled over the windows (as2d_cli/engine/causes.py)."""
     prep = Prepared(prof, spec)
-    calls = idle = unaligned = offered = accepted = 0
+    tot = CallCauses()
     for w in windows:
         timeline = timeline_for(w, prep, spec.source)
-        pub_at = [p.at for p in timeline[1].publications for _ in p.tokens]  # per source token
-        cursor = 0  # the root's position in the source (alignment.py); candidates start after it
-        for r in replay_window(
-            w, prep, detail=False, keep_rounds=True, timeline=timeline
-        ).round_records:
-            calls += 1
-            if r.width == 1:
-                published = bisect.bisect_right(pub_at, r.start)
-                if published > max(cursor, 0) + 1:
-                    unaligned += 1  # candidates after the root's position were out, none usable
-                else:
-                    idle += 1
-            cursor = r.cursor
-            offered += r.offered
-            accepted += r.accepted
-    return {
-        "calls": calls,
-        "k1_nothing_ready": idle / calls if calls else 0.0,
-        "k1_ready_unaligned": unaligned / calls if calls else 0.0,
-        "rejected": (offered - accepted) / offered if offered else 0.0,
-    }
+        pubs, n = [], 0
+        for p in timeline[1].publications:
+            n += len(p.tokens)
+            pubs.append((p.at, n))
+        rounds = replay_window(w, prep, detail=False, keep_rounds=True, timeline=timeline)
+        tot.add(
+            call_causes(
+                ((r.width, r.start, r.cursor, r.offered, r.accepted) for r in rounds.round_records),
+                pubs,
+            )
+        )
+    return {"calls": tot.calls, **tot.shares()}
 
 
 def _spread(values: list[float]) -> str:

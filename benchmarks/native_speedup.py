@@ -26,7 +26,6 @@ Goal on a 2-core host: As²d ≥ 1.5× target-only pooled, at most 5% of windows
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import statistics
 import sys
@@ -37,41 +36,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
+from as2d_cli.engine.causes import CallCauses, call_causes  # noqa: E402
 from as2d_cli.evaluate.native import pick_windows  # noqa: E402
 from native.host import LocalRunner, default_cores  # noqa: E402
 
 
-def round_causes(res: dict) -> dict[str, int]:
-    """What a native As²d run's target calls saw (benchmarks/alignment_ceiling.py reads the
-    replay's alike): K1 calls with nothing published after the root's source position (the
-    source's pace), K1 calls with candidates published there but none usable (the aligner),
-    and the offered and accepted candidates (the source's quality)."""
+def round_causes(res: dict) -> CallCauses:
+    """What a native As²d run's target calls saw (as2d_cli/engine/causes.py)."""
     pubs = sorted(
         (e["t_ns"], e["offset"] + e["count"]) for e in res["events"] if e["op"] == "publish"
     )
-    times = [t for t, _ in pubs]
-    calls = idle = unaligned = offered = accepted = 0
-    cursor = 0
-    for r in res["rounds"]:
-        calls += 1
-        if r["width"] == 1:
-            i = bisect.bisect_right(times, r["start_ns"])
-            published = pubs[i - 1][1] if i else 0
-            if published > max(cursor, 0) + 1:
-                unaligned += 1
-            else:
-                idle += 1
-        cursor = r["cursor"]
-        offered += r["offered"]
-        accepted += r["accepted"]
-    return {
-        "calls": calls,
-        "k1_nothing_ready": idle,
-        "k1_ready_unaligned": unaligned,
-        "offered": offered,
-        "accepted": accepted,
-        "decoded": res["n_tokens"] - 1,
-    }
+    rounds = (
+        (r["width"], r["start_ns"], r["cursor"], r["offered"], r["accepted"]) for r in res["rounds"]
+    )
+    return call_causes(rounds, pubs)
 
 
 def main() -> int:
@@ -240,20 +218,20 @@ def main() -> int:
     print(f"outputs differing from target-only: {len(out['inexact'])} of {len(runs)} runs")
     out["as2d_causes"] = {}
     for m in methods:
-        c = [x["causes"] for x in runs if x["method"] == m and x["causes"] is not None]
+        c = [x for x in runs if x["method"] == m and x["causes"] is not None]
         if not c:
             continue
-        tot = {k: sum(x[k] for x in c) for k in c[0]}
-        calls, offered = tot["calls"], tot["offered"]
+        tot = CallCauses()
+        for x in c:
+            tot.add(x["causes"])
+        decoded = sum(x["tokens"] - 1 for x in c)
         out["as2d_causes"][m] = shares = {
-            "calls": calls,
-            "k1_nothing_ready": tot["k1_nothing_ready"] / calls if calls else 0.0,
-            "k1_ready_unaligned": tot["k1_ready_unaligned"] / calls if calls else 0.0,
-            "rejected": (offered - tot["accepted"]) / offered if offered else 0.0,
-            "accepted_share": tot["accepted"] / tot["decoded"] if tot["decoded"] else 0.0,
+            "calls": tot.calls,
+            **tot.shares(),
+            "accepted_share": tot.accepted / decoded if decoded else 0.0,
         }
         print(
-            f"{m} calls (all runs): {calls}; K1 with nothing ready {shares['k1_nothing_ready']:.3f} (pace), "
+            f"{m} calls (all runs): {tot.calls}; K1 with nothing ready {shares['k1_nothing_ready']:.3f} (pace), "
             f"K1 with candidates ready but none usable {shares['k1_ready_unaligned']:.3f} (aligner), "
             f"offered rejected {shares['rejected']:.3f} (quality); accepted share of the decoded tokens "
             f"{shares['accepted_share']:.3f}"
