@@ -159,6 +159,10 @@ def eval_(
     if native:  # the device, its placement and gate: resolved once, before anything runs
         m = prepare(phone_, measure)
 
+    from as2d_cli.evaluate.native_record import EvalRun
+    from as2d_cli.evaluate.run import EvalOutput
+
+    out: EvalRun | EvalOutput  # both name the results folder, file and table
     if append is not None:  # the interrupted run's replay results stand; its native part goes on
         from as2d_cli.evaluate.native_record import reopen_eval
 
