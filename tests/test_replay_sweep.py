@@ -101,12 +101,18 @@ def test_rank_ties_prefer_the_smaller_budget() -> None:
     assert [(r.source, r.budget) for r in rank(cat)[:3]] == [("a", 1), ("b", 1), ("a", 2)]
 
 
-def test_select_budget_on_dev_with_val_retention() -> None:
+def _dev_and_val() -> tuple[TraceSet, TraceSet, TraceSet]:
+    """Synthetic dev and val traces, and one set holding both."""
     dev = synthetic_traces(seed=5, scale=0.03, drafter=False, split="dev")
     val = synthetic_traces(seed=6, scale=0.03, drafter=False, split="val")
-    ts = TraceSet(
+    both = TraceSet(
         dev.provenance, dev.eos_id, dev.sources, dev.default_source, dev.windows + val.windows
     )
+    return dev, val, both
+
+
+def test_select_budget_on_dev_with_val_retention() -> None:
+    dev, val, ts = _dev_and_val()
     prof = synthetic_profile()
     sel = select_budget(ts, prof, budgets=range(1, 11), processes=1)
     devcat = sweep(dev.windows, prof, SOURCES, range(1, 11), processes=1)
@@ -174,11 +180,7 @@ def test_ranking_across_settings_keeps_each_settings_order_and_breaks_ties_by_se
 
 
 def test_a_wider_catalog_picks_the_best_setting_and_reports_it() -> None:
-    dev = synthetic_traces(seed=5, scale=0.03, drafter=False, split="dev")
-    val = synthetic_traces(seed=6, scale=0.03, drafter=False, split="val")
-    ts = TraceSet(
-        dev.provenance, dev.eos_id, dev.sources, dev.default_source, dev.windows + val.windows
-    )
+    _, _, ts = _dev_and_val()
     prof = synthetic_profile()
     budgets = range(1, 7)
     ths, bts = (0.4, 0.9), (1, 8)
