@@ -108,7 +108,18 @@ VOCAB = 151_936
 EOS_ID = 151_645
 MAX_TOKENS = 1024
 CHUNK_S = 2.56
-SOURCE_LANGS = {"qwen": None, "parakeet": {"en"}, "sensevoice": {"en", "zh"}}
+# The languages each source transcribes; None: every language.
+SOURCE_LANGS: dict[str, set[str] | None] = {
+    "qwen": None,
+    "parakeet": {"en"},
+    "sensevoice": {"en", "zh"},
+}
+
+
+def _transcribes(source: str, lang: str) -> bool:
+    langs = SOURCE_LANGS[source]
+    return langs is None or lang in langs
+
 
 # Paper K70 constants (D.2.2), ms.
 K70 = {
@@ -339,7 +350,7 @@ def synthetic_traces(
                     not capped,
                     spec["src_match"] - 0.08,
                     audio,
-                    lang in SOURCE_LANGS["parakeet"],
+                    _transcribes("parakeet", lang),
                 ),
                 "sensevoice": _source_chunked(
                     rng,
@@ -347,7 +358,7 @@ def synthetic_traces(
                     not capped,
                     spec["src_match"] - 0.05,
                     audio,
-                    lang in SOURCE_LANGS["sensevoice"],
+                    _transcribes("sensevoice", lang),
                 ),
             }
             d = _drafter(rng, ref, spec["draft_err"], drafter_cap) if drafter else None

@@ -333,6 +333,18 @@ def test_import_refuses_a_vocabulary_beyond_the_tokenizer(tmp_path: Path) -> Non
     _no_leftovers(tmp_path, "out")
 
 
+def test_import_refuses_a_generation_config_without_an_eos_id(tmp_path: Path) -> None:
+    t, d = _copy(tmp_path, TARGET, "t"), _copy(tmp_path, DRAFTER, "d")
+    for folder in (t, d):  # both agree (no EOS at all), so only the missing id is wrong
+        gen = json.loads((folder / "generation_config.json").read_text())
+        del gen["eos_token_id"]
+        (folder / "generation_config.json").write_text(json.dumps(gen))
+    with pytest.raises(UserError, match="eos_token_id is None, not a token id") as err:
+        import_pair(t, d, tmp_path / "out")
+    assert "\n" not in str(err.value)
+    _no_leftovers(tmp_path, "out")
+
+
 def test_import_refuses_mel_bins_the_encoder_does_not_take(tmp_path: Path) -> None:
     t = _copy(tmp_path, TARGET, "t")
     cfg = json.loads((t / "config.json").read_text())

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import as2d_cli
 from as2d_cli.bundle import manifest as mf
@@ -220,7 +221,7 @@ def _build_locked(
     say("unpacking and assembling")
     roots = unpack_debs(list(zip(debs, deb_paths, strict=True)), work / "debs")
     tree = assemble(recipe, roots, wheels, project_root, work / "tree")
-    manifest = {
+    manifest: dict[str, Any] = {  # a JSON document
         "schema": mf.SCHEMA,
         "version": mf.VERSION,
         "arch": recipe.arch,

@@ -57,7 +57,7 @@ def build(
     from as2d_cli.bundle.manifest import MANIFEST
     from as2d_cli.bundle.recipe import Recipe
 
-    recipe = Recipe(arch=arch, **({"debian_mirror": debian_mirror} if debian_mirror else {}))
+    recipe = Recipe(arch=arch, debian_mirror=debian_mirror or Recipe.debian_mirror)
     say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"· {m}", err=True))
     result = build_bundle(
         recipe, project_root=project, cache=cache, refresh=refresh, progress=say, models=models

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from as2d_cli.cli.paths import folder_in_option
@@ -41,19 +41,20 @@ def list_windows(
         typer.echo(json.dumps(rows, indent=1))
         return
     table = Table(show_edge=False, pad_edge=False)
-    for col, just in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("id", "left"),
         ("setting", "left"),
         ("language", "left"),
         ("seconds", "right"),
         ("split", "left"),
-    ):
+    )
+    for col, just in columns:
         table.add_column(col, justify=just)
-    for r in rows:
-        table.add_row(r["id"], r["setting"], r["language"], f"{r['seconds']:.2f}", r["split"])
+    for w in windows:
+        table.add_row(w.id, w.setting, w.language, f"{w.seconds:.2f}", w.split)
     console = Console(width=100, highlight=False)
     console.print(table)
-    console.print(f"{len(rows)} windows, {sum(r['seconds'] for r in rows) / 60:.1f} min")
+    console.print(f"{len(windows)} windows, {sum(w.seconds for w in windows) / 60:.1f} min")
 
 
 def register(app: typer.Typer) -> None:

@@ -119,8 +119,10 @@ def energy(
 
     def given(*allowed: str) -> list[str]:
         """Options set on the command line, other than `allowed`."""
+        if ctx is None:
+            return []
         found = []
-        for p in ctx.command.params if ctx is not None else []:
+        for p in ctx.command.params:
             if p.name in allowed or getattr(p, "param_type_name", "") != "option":
                 continue
             source = ctx.get_parameter_source(p.name)

@@ -31,7 +31,13 @@ try:  # typer ≥ 0.17 carries its own copy of click
         UsageError,
     )
 except ImportError:  # pragma: no cover - older typer on click
-    from click.exceptions import BadParameter, ClickException, MissingParameter, UsageError
+    # Older typer raises these very classes; mypy sees them as distinct from typer's copies.
+    from click.exceptions import (  # type: ignore[assignment]
+        BadParameter,
+        ClickException,
+        MissingParameter,
+        UsageError,
+    )
 
     class NoArgsIsHelpError(Exception):  # type: ignore[no-redef]  # click < 8.2 prints the help itself
         exit_code = 2

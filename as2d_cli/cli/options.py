@@ -37,9 +37,9 @@ MAX_PORT = 65535
 _RANGE = re.compile(r"^\s*(-?\d+)\s*(?:-\s*(-?\d+))?\s*$")
 
 
-def _checked(check: Callable[[Any], None]) -> Callable[[Any], Any]:
-    """A click callback running ``check`` on a given value; its UserError becomes a
-    usage error naming the option."""
+def _checked(check: Callable[[Any], object]) -> Callable[[Any], Any]:
+    """A click callback running ``check`` on a given value (its result is ignored); its
+    UserError becomes a usage error naming the option."""
 
     def callback(value: Any) -> Any:
         if value is None:

@@ -127,8 +127,12 @@ def _callback(check: Callable[[Path, str], Path]) -> Callable[..., Any]:
             for v in value if isinstance(value, (list, tuple)) else (value,):
                 check(Path(v), name)
         except UserError as exc:
+            # typer types CallbackParam as a plain click Parameter, yet hands callbacks its
+            # own TyperOption/TyperArgument, which is what BadParameter expects.
             raise typer.BadParameter(
-                str(exc).removeprefix(f"{name} "), ctx=ctx, param=param
+                str(exc).removeprefix(f"{name} "),
+                ctx=ctx,
+                param=param,  # type: ignore[arg-type]
             ) from None
         return value
 

@@ -21,7 +21,7 @@ SETTINGS: tuple[str, ...] = ("read", "meeting", "multilingual", "accented", "sun
 SPLITS: tuple[str, ...] = ("dev", "val", "test")
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "assets" / "corpus"
 
-_FIELDS = {
+_FIELDS: dict[str, type | tuple[type, ...]] = {
     "id": str,
     "split": str,
     "setting": str,

@@ -10,6 +10,7 @@ power curve through the samples, clipped to the window. Whole phone, no idle sub
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -197,7 +198,7 @@ def analyse_request(
     noise_w: float = 0.0,
 ) -> RequestEnergy:
     label = f"request {r.method}/{r.phase} at boot {r.origin_ns / 1e9:.3f} s"
-    base = dict(
+    base: dict[str, Any] = dict(  # the fields taken as they are from the record
         method=r.method,
         phase=r.phase,
         origin_boot_ns=r.origin_ns,

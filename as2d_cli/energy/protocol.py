@@ -373,8 +373,9 @@ def analyse_run_folder(
         analysis = analyse_episode(series, episode, baseline=baseline)
         if analysis.sign_note and say is not None:
             say(analysis.sign_note[0].upper() + analysis.sign_note[1:] + ".")
-        for line in short_window_lines(analysis) if say is not None else []:
-            say(line)
+        if say is not None:
+            for line in short_window_lines(analysis):
+                say(line)
     except MeasurementRefused as exc:
         (out_dir / "refused.txt").write_text(str(exc) + "\n")
         raise MeasurementRefused(f"{exc} (trace and records kept in {out_dir})") from None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
@@ -142,10 +142,14 @@ def deployment_candidates(
             continue
         if not isinstance(doc, dict) or (doc.get("profile") or {}).get("sha256") != digest:
             continue
-        config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+        config = doc.get("config")
+        if not isinstance(config, dict):
+            config = {}
         if align is not None and config.get("align", UNRECORDED_ALIGN) != align:
             continue
-        selection = doc.get("selection") if isinstance(doc.get("selection"), dict) else {}
+        selection = doc.get("selection")
+        if not isinstance(selection, dict):
+            selection = {}
         used = {t.get("sha256") for t in (selection.get("traces") or []) if isinstance(t, dict)}
         if have is not None and used and not used <= have:
             continue
@@ -192,7 +196,7 @@ def require_confirmed(
     selection: Mapping[str, Any] | None,
     *,
     given: bool,
-    candidates: list[tuple[Path, dict]] = (),
+    candidates: Sequence[tuple[Path, dict]] = (),
 ) -> None:
     """Refuse an unconfirmed deployment (selected on dev only) in one line saying what
     to do; ``given``: the user named it (``--deployment``) rather than it being found."""

@@ -172,7 +172,7 @@ class Unit:
 
 
 def units(windows: list[str], repeats: int, warmup: int) -> list[Unit]:
-    out = []
+    out: list[Unit] = []
     for rep in range(-warmup, repeats):
         for i, wid in enumerate(windows):
             k = (i + rep) % len(METHODS)
@@ -348,8 +348,10 @@ def _run_unit(
             f"flight are discarded and the failure is recorded in {record.path(MONITOR)}; {hint()} "
             "once the phone has cooled down"
         )
-    if error is not None or f is not None:
-        raise DeviceError(f"{where}: {error if error is not None else f.message}; {hint()}")
+    if error is not None:
+        raise DeviceError(f"{where}: {error}; {hint()}")
+    if f is not None:
+        raise DeviceError(f"{where}: {f.message}; {hint()}")
 
 
 def _cpu(device: Any) -> Any:

@@ -39,6 +39,11 @@ def _pooled(rows: Any) -> float | None:
     return float((by["tokens"] / (by["ms"] / 1e3)).mean()) if not by.empty else None
 
 
+def _ratio(x: float | None, y: float | None) -> str:
+    """x / y to 3 places; "—" when either is missing (None) or zero."""
+    return _f(x / y, 3) if x and y else "—"
+
+
 def _window_tps(per: Any, method: str) -> Any:
     """Per window: TPS (SD: the mean over its K), indexed by window."""
     return per[per["method"] == method].groupby("window")["tps"].mean()
@@ -93,10 +98,8 @@ def render_tables(doc: dict, per: Any) -> str:
         cells = []
         for d in cols:
             to, x = pooled["target-only"][d], pooled[m][d]
-            best = max(
-                (pooled[b][d] for b in BASELINES if b in pooled and pooled[b][d] is not None),
-                default=None,
-            )
+            known = [pooled[b][d] for b in BASELINES if b in pooled]
+            best = max((v for v in known if v is not None), default=None)
             g1 = 100 * (x / to - 1) if x and to else None
             g2 = 100 * (x / best - 1) if x and best and m not in BASELINES else None
             cells.append(f"{_f(g1, 1, True)} / {_f(g2, 1, True)}")
@@ -141,8 +144,8 @@ def render_tables(doc: dict, per: Any) -> str:
             [
                 LABELS[m],
                 _f(pooled[m]["all"]),
-                _f(pooled[m]["all"] / pooled["target-only"]["all"], 3) if pooled[m]["all"] else "—",
-                _f(pooled[m]["all"] / a_all, 3) if pooled[m]["all"] and a_all else "—",
+                _ratio(pooled[m]["all"], pooled["target-only"]["all"]),
+                _ratio(pooled[m]["all"], a_all),
             ]
             for m in abl
         ],

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Self, Sequence
 
 TaskFn = Callable[[Any, Any], Any]  # (shared, task) -> result
 
@@ -71,7 +71,7 @@ class Executor(ABC):
     def close(self) -> None:
         """Release the workers."""
 
-    def __enter__(self) -> "Executor":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

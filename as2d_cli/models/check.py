@@ -156,7 +156,9 @@ def render_check(res: dict[str, Any]) -> str:
     lines.append("call cost (ms, median) by width K on this host:")
     lines.append("  K       " + " ".join(f"{k:>6}" for k in WIDTHS))
     for m in ("target", "drafter"):
-        cols = {w["width"]: [] for w in res["windows"][0][m]["widths"]} if res["windows"] else {}
+        cols: dict[int, list[float]] = (
+            {w["width"]: [] for w in res["windows"][0][m]["widths"]} if res["windows"] else {}
+        )
         for r in res["windows"]:
             for w in r[m]["widths"]:
                 cols.setdefault(w["width"], []).append(w["ms"])

@@ -213,9 +213,19 @@ def import_pair(
             "drop --drafter-reads-target-encoder"
         )
     gen = t.generation
-    eos = gen.get("eos_token_id")
-    eos = eos[0] if isinstance(eos, list) else eos
-    pad = gen.get("pad_token_id", eos)
+    eos: Any = gen.get("eos_token_id")  # a JSON value: an id, or a list whose first is EOS
+    eos = eos[0] if isinstance(eos, list) and eos else eos
+    for key, value in (
+        ("decoder_start_token_id", gen.get("decoder_start_token_id")),
+        ("eos_token_id", eos),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UserError(
+                f"{t.directory / 'generation_config.json'}: {key} is {value!r}, not a token id; "
+                "the importer needs the target's start and end-of-text tokens: export the model with its generation config"
+            )
+    pad = gen.get("pad_token_id")
+    pad = pad if isinstance(pad, int) and not isinstance(pad, bool) else eos
     work = out.parent / f".{out.name}.importing-{os.getpid()}"
     out.parent.mkdir(parents=True, exist_ok=True)
     try:

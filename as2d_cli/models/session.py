@@ -7,6 +7,7 @@ releases the GIL while it computes).
 
 from __future__ import annotations
 
+from typing import Sequence
 
 import numpy as np
 
@@ -160,9 +161,7 @@ class Seq2SeqModel:
     def empty_cache(self) -> Cache:
         return self._empty
 
-    def decode(
-        self, tokens: list[int] | tuple[int, ...], past: Cache, cross: Cross
-    ) -> tuple[np.ndarray, Cache]:
+    def decode(self, tokens: Sequence[int], past: Cache, cross: Cross) -> tuple[np.ndarray, Cache]:
         """Process ``tokens`` after ``past``: logits (K, V) and the present cache."""
         if cache_length(past) + len(tokens) > self.max_positions:
             raise UserError(

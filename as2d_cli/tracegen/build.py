@@ -136,6 +136,8 @@ def drafter_continuations(
         logits = None
         for i in range(0, len(tokens), 16):
             logits, cache = model.decode(tokens[i : i + 16], cache, cross)
+        if logits is None:  # every caller feeds at least one token
+            raise ValueError("feed() needs at least one token")
         seq = seq + tokens
         last = logits[-1]
         return int(last.argmax()), round(float(softmax_max(last[None])[0]), 6)
