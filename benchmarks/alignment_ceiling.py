@@ -3,7 +3,7 @@ over target-only with C.3 read strictly (``lookback=0``) and with the toolkit's 
 look-back (docs/engine.md, rule 4), against the ceiling a perfect aligner would reach.
 
     python benchmarks/alignment_ceiling.py [--traces FILE] [--profile FILE] [--budget 7]
-        [--threshold 0.4] [--batch 8] [--align suffix|paper]
+        [--threshold 0.4] [--batch 8] [--align suffix|paper] [--what-if]
 
 ``--threshold`` and ``--batch`` set As²d's confidence stop and publication batch in every
 replay (default: the methods' defaults, the paper's 0.4 and 8; pass a deployment's).
@@ -32,6 +32,11 @@ match), *source pace* (instant − free widths: candidates not ready when the ta
 them), and what the replay's rounds show — target calls at K1 with nothing ready (pace),
 at K1 with candidates ready but none usable after the cursor (aligner), candidates offered
 and rejected (quality) — and *width cost* (free widths × − profile ×).
+
+``--what-if`` adds As²d on the profile with the drafter source's step 0.9–0.5× as dear, and
+with 25–75 % of the places where its sequence departs from the target's replaced by the
+target's tokens: how much faster, or how much more often right, a drafter must be for a
+given speedup.
 """
 
 from __future__ import annotations
@@ -224,6 +229,64 @@ def losses(
     ]
 
 
+def faster_source(p: CostProfile, source: str, factor: float) -> CostProfile:
+    """``p`` with ``source``'s step (or chunk) cost times ``factor``."""
+    s = p.sources[source]
+    s = dataclasses.replace(
+        s, step_ms_idle=s.step_ms_idle * factor, chunk_ms_idle=s.chunk_ms_idle * factor
+    )
+    return dataclasses.replace(p, sources={**p.sources, source: s})
+
+
+def better_source(windows, source: str, share: float, seed: int = 1) -> list:
+    """The windows with ``share`` of the places where the autoregressive ``source``'s
+    sequence departs from the target's (difflib's non-equal opcodes, drawn with ``seed``)
+    replaced by the target's tokens, at confidence 0.9: a source that agrees more often."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for w in windows:
+        s = w.sources.get(source)
+        if s is None or not s.eligible or s.chunks is not None:
+            out.append(w)
+            continue
+        conf = list(s.confidences) if s.confidences is not None else None
+        sm = difflib.SequenceMatcher(None, list(s.tokens), list(w.reference), autojunk=False)
+        toks: list[int] = []
+        confs: list[float] = []
+        for tag, i1, i2, j1, j2 in sm.get_opcodes():
+            if tag == "equal" or rng.random() >= share:
+                toks += s.tokens[i1:i2]
+                confs += conf[i1:i2] if conf is not None else []
+            else:
+                toks += w.reference[j1:j2]
+                confs += [0.9] * (j2 - j1)
+        better = dataclasses.replace(
+            s, tokens=tuple(toks), confidences=tuple(confs) if conf is not None else None
+        )
+        out.append(dataclasses.replace(w, sources={**w.sources, source: better}))
+    return out
+
+
+def what_if(windows, prof: CostProfile, spec: MethodSpec, base: float) -> None:
+    """As²d on the profile with a faster source, and with one that agrees more often."""
+    src = spec.source
+    assert src is not None
+    print(f"what if ({src}, budget {spec.budget}, on the profile as given):")
+    print(f"  as it is: {replay(windows, prof, spec)[0] / base:.3f}×")
+    for f in (0.9, 0.8, 0.7, 0.5):
+        tps = replay(windows, faster_source(prof, src, f), spec)[0]
+        print(f"  source step × {f}: {tps / base:.3f}×")
+    for share in (0.25, 0.5, 0.75):
+        ws = better_source(windows, src, share)
+        _, c_acc, _ = ceiling(ws, src)
+        tps = replay(ws, prof, spec)[0]
+        print(
+            f"  {share:.0%} of its departures from the target fixed: ceiling {c_acc:.3f}, {tps / base:.3f}×"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -240,6 +303,12 @@ def main() -> None:
         default=DEFAULT_ALIGN,
         choices=list(ALIGN_MODES),
         help="the rules of the instant-source column and the loss table",
+    )
+    ap.add_argument(
+        "--what-if",
+        action="store_true",
+        help="also: As²d with the drafter source's step cheaper, and with a share of its "
+        "departures from the target fixed",
     )
     args = ap.parse_args()
     setting = {"threshold": args.threshold, "batch": args.batch}
@@ -303,6 +372,10 @@ def main() -> None:
         print(f"    {'cause':<34} {'pooled':>8}  {'per window: median / p90':<28}")
         for cause, pooled_v, spread in rows:
             print(f"    {cause:<34} {pooled_v:>8}  {spread}")
+    if args.what_if and "drafter" in sources:
+        print()
+        spec = MethodSpec("as2d", budget=args.budget, source="drafter", align=args.align, **setting)
+        what_if(windows, prof, spec, base["profile"])
 
 
 if __name__ == "__main__":
