@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from as2d_cli.errors import DeviceError
-from native.launch import Launcher, choose_launcher, push_windows, windows_in
+from native.launch import (
+    FILES_ENV,
+    Launcher,
+    choose_launcher,
+    push_audio,
+    push_windows,
+    windows_in,
+)
 
 TERMINAL = ("hello", "loaded", "result", "calibrated", "streamed", "error", "bye")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -154,11 +161,12 @@ class DeviceRunner(RunnerHandle):
     ) -> list[dict[str, Any]]:
         all_cmds = [*self._prelude, *cmds, {"op": "quit"}]
         with tempfile.TemporaryDirectory() as tmp, self.device.run_dir("runner") as rd:
+            all_cmds = push_audio(self.device, rd, all_cmds)  # a stream's --audio file
             local_in = Path(tmp) / "commands.jsonl"
             local_in.write_text("".join(json.dumps(c) + "\n" for c in all_cmds), encoding="utf-8")
             remote_in, remote_out = f"{rd}/commands.jsonl", f"{rd}/events.jsonl"
             self.device.push(local_in, remote_in)
-            env: dict[str, str] = {}
+            env: dict[str, str] = {FILES_ENV: rd}
             windows = windows_in(all_cmds)
             if windows:  # only the windows this batch reads
                 env["AS2D_CORPUS"] = push_windows(self.device, rd, windows)

@@ -407,6 +407,24 @@ def remove_payload(device: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------- corpus windows
+FILES_ENV = "AS2D_FILES"  # the device folder a command's relative file names are in
+
+
+def push_audio(device: Any, run_dir: str, cmds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The commands with every ``stream`` command's host audio file pushed into ``run_dir``
+    and its ``audio`` renamed to that copy's name, relative to ``run_dir`` (the runner reads
+    it there: ``FILES_ENV`` names the folder, as AS2D_CORPUS names the corpus)."""
+    out: list[dict[str, Any]] = []
+    for i, c in enumerate(cmds):
+        path = c.get("audio")
+        if c.get("op") == "stream" and isinstance(path, str):
+            name = f"audio-{i}{Path(path).suffix}"
+            device.push(Path(path), posixpath.join(run_dir, name))
+            c = {**c, "audio": name}
+        out.append(c)
+    return out
+
+
 def windows_in(cmds: Iterable[Mapping[str, Any]]) -> list[str]:
     """Corpus window ids the commands read, in first-use order."""
     out: list[str] = []

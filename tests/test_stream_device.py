@@ -109,6 +109,33 @@ def test_a_stream_on_the_emulated_phone_is_exact_and_complete(py_phone, tmp_path
     assert doc["metrics"]["first_temp_c"] is not None
 
 
+def test_a_host_audio_file_streams_on_the_emulated_phone(py_phone, tmp_path: Path) -> None:
+    """``--audio FILE`` on a phone: the file is pushed with the batch and read there."""
+    import numpy as np
+    import soundfile as sf
+
+    from as2d_cli.corpus.manifest import load_corpus
+    from as2d_cli.stream.recording import file_recording
+    from native.launch import choose_launcher
+
+    rec = _recording(4.0)
+    corpus = load_corpus()
+    samples = np.concatenate([corpus.get(w).load_audio() for w in rec.windows])[: 4 * 16_000]
+    audio = tmp_path / "my recording.wav"
+    sf.write(str(audio), samples, 16_000)
+    m = prepare(py_phone.serial, adb_port=py_phone.adb_port)
+    m = dataclasses.replace(m, gate=dataclasses.replace(m.gate, rest_s=0.0, interval_s=0.05))
+    launcher = choose_launcher(m.device)
+
+    def on_phone(device: Any, models: Any, **kw: Any) -> Any:
+        return open_runner(device, models, launcher=launcher, **kw)
+
+    outcome = run_stream(m, file_recording(audio), SETTINGS, tmp_path, open_runner=on_phone)
+    assert outcome.stopped is None and outcome.streamed is not None
+    assert [b["block"] for b in outcome.blocks] == [0, 1]
+    assert [c["equal"] for c in outcome.checks] == [True, True]
+
+
 @pytest.mark.slow
 def test_a_core_going_offline_mid_stream_stops_it_and_keeps_every_block(
     make_emulated_phone, tmp_path: Path

@@ -101,11 +101,6 @@ def stream(
         os_placement=os_placement,
     )
     m = prepare(phone, measure, adb_port=adb_port)
-    if audio is not None and m.device.kind != "local":
-        raise UserError(
-            "--audio streams on --phone local only for now; on a phone use --minutes "
-            "(the bundled corpus is pushed with the runner)"
-        )
     recording = (
         file_recording(audio, minutes) if audio is not None else corpus_recording(minutes or 10.0)
     )

@@ -3,6 +3,7 @@ pauses added, none repeated), or a 16 kHz mono file."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,8 @@ def stream_audio(cmd: dict[str, Any], corpus_dir: str | None) -> tuple[np.ndarra
         language = languages.pop()
         audio = np.concatenate([w.load_audio() for w in parts])
     else:
-        audio = read_audio(Path(str(path)))
+        # A file pushed with the batch is named relative to the folder AS2D_FILES names.
+        audio = read_audio(Path(os.environ.get("AS2D_FILES", "."), str(path)))
     seconds = cmd.get("seconds")
     if seconds is not None:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
