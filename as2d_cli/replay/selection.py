@@ -4,12 +4,14 @@ Selection replays As²d over the source × budget catalog on the development spl
 configurations by pooled TPS (Σ tokens / Σ time), and confirms the chosen one on the
 validation split (it is *retained* when its validation TPS is within ``tolerance`` of
 the best validation configuration). The catalog may also span As²d settings: every
-source × budget under each (confidence stop, publication batch) asked for. A source that cannot serve a window's language runs
-the trace's default source at the same budget (D.4.3). Test outcomes never enter it.
+source × budget under each (confidence stop, publication batch) asked for. A source that
+cannot serve a window's language runs the trace's default source at the same budget
+(D.4.3). Test outcomes never enter it.
 
 The oracle picks, per window and with hindsight, the (source, budget) pair with the
-least episode time under the chosen setting, paying nothing for the choice; its gap to a fixed configuration is
-100·(1 − TPS_selected / TPS_oracle), both pooled over the same windows.
+least episode time under the chosen setting, paying nothing for the choice; its gap to a
+fixed configuration is 100·(1 − TPS_selected / TPS_oracle), both pooled over the same
+windows.
 """
 
 from __future__ import annotations
