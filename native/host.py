@@ -22,14 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from as2d_cli.errors import DeviceError
-from native.launch import (
-    FILES_ENV,
-    Launcher,
-    choose_launcher,
-    push_audio,
-    push_windows,
-    windows_in,
-)
+from native.launch import Launcher, choose_launcher, push_audio, push_windows, windows_in
+from native.protocol import CORPUS_ENV, FILES_ENV
 
 TERMINAL = ("hello", "loaded", "result", "calibrated", "streamed", "error", "bye")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +163,7 @@ class DeviceRunner(RunnerHandle):
             env: dict[str, str] = {FILES_ENV: rd}
             windows = windows_in(all_cmds)
             if windows:  # only the windows this batch reads
-                env["AS2D_CORPUS"] = push_windows(self.device, rd, windows)
+                env[CORPUS_ENV] = push_windows(self.device, rd, windows)
             line = self.launcher.command(
                 ["-m", "native.runner", "--commands", remote_in, "--out", remote_out], rd, env
             )

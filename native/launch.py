@@ -407,9 +407,6 @@ def remove_payload(device: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------- corpus windows
-FILES_ENV = "AS2D_FILES"  # the device folder a command's relative file names are in
-
-
 def push_audio(device: Any, run_dir: str, cmds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The commands with every ``stream`` command's host audio file pushed into ``run_dir``
     and its ``audio`` renamed to that copy's name, relative to ``run_dir`` (the runner reads

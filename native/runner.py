@@ -19,6 +19,7 @@ from as2d_cli.errors import As2dError, DeviceError
 from native import limit_blas_threads
 from native.producer import host_cpus
 from native.protocol import (
+    CORPUS_ENV,
     PROTOCOL,
     PROTOCOL_VERSION,
     ProtocolError,
@@ -99,7 +100,7 @@ class Runner:
             if self._corpus is None:
                 from as2d_cli.corpus.manifest import load_corpus
 
-                self._corpus = load_corpus(os.environ.get("AS2D_CORPUS") or None)
+                self._corpus = load_corpus(os.environ.get(CORPUS_ENV) or None)
             w = self._corpus.get(str(s["window"]))
             return w.load_audio(), w.language
 
@@ -161,7 +162,7 @@ class Runner:
         )
 
     def _corpus_dir(self) -> str | None:
-        return os.environ.get("AS2D_CORPUS") or None
+        return os.environ.get(CORPUS_ENV) or None
 
     def op_calibrate(self, cmd: dict) -> None:
         from native.calibration import run_calibration_op

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from as2d_cli.errors import UserError
-from native.protocol import ProtocolError
+from native.protocol import FILES_ENV, ProtocolError
 from native.stream.pacer import RATE
 
 
@@ -40,8 +40,8 @@ def stream_audio(cmd: dict[str, Any], corpus_dir: str | None) -> tuple[np.ndarra
         language = languages.pop()
         audio = np.concatenate([w.load_audio() for w in parts])
     else:
-        # A file pushed with the batch is named relative to the folder AS2D_FILES names.
-        audio = read_audio(Path(os.environ.get("AS2D_FILES", "."), str(path)))
+        # A file pushed with the batch is named relative to the folder FILES_ENV names.
+        audio = read_audio(Path(os.environ.get(FILES_ENV, "."), str(path)))
     seconds = cmd.get("seconds")
     if seconds is not None:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
