@@ -245,17 +245,16 @@ def select_budget(
     settings: list[Setting] = [(t, b) for t in ths for b in bts]
     val = [w for w in traces.windows if w.split == val_split]
     total = len(settings) * (2 if val else 1)
-    done = 0
 
     def catalogs(
-        split: str, split_windows: list[WindowTrace]
+        split: str, split_windows: list[WindowTrace], done: int
     ) -> list[tuple[Setting, CatalogTimes]]:
-        nonlocal done
+        """One sweep per setting; ``done``: the sweeps before these (progress)."""
         out = []
-        for t, b in settings:
+        for i, (t, b) in enumerate(settings):
             if progress is not None:
                 setting = f", threshold {t}, batch {b}" if len(settings) > 1 else ""
-                progress(f"{split}{setting}", done, total)
+                progress(f"{split}{setting}", done + i, total)
             out.append(
                 (
                     (t, b),
@@ -272,10 +271,9 @@ def select_budget(
                     ),
                 )
             )
-            done += 1
         return out
 
-    cats = catalogs(dev_split, dev)
+    cats = catalogs(dev_split, dev, 0)
     ranking = rank_settings(cats)
     best = ranking[0]
     cat = next(c for st, c in cats if st == (best.threshold, best.batch))
@@ -289,7 +287,7 @@ def select_budget(
     }
     val_info = None
     if val:
-        vcats = catalogs(val_split, val)
+        vcats = catalogs(val_split, val, len(settings))
         vrank = rank_settings(vcats)
         key = (best.source, best.budget, best.threshold, best.batch)
         chosen = next(r for r in vrank if (r.source, r.budget, r.threshold, r.batch) == key)
