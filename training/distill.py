@@ -7,7 +7,7 @@ of the target's tokens in the engine although its own WER was close to the targe
 the drafter and the CTC source can be trained on the target's own output instead
 (``train.py --labels target``; Kim & Rush 2016, DistillSpec 2023).
 
-    python training/distill.py --set 6 [--threads 1]
+    python training/distill.py --set 6 [--threads 1] [--workers 2]
 
 Runs the bundled target (ONNX Runtime, the run-time code path) over every utterance of the
 set's precomputed features and writes ``target_tokens.json`` beside its ``index.json``: the
@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,21 @@ def greedy_from_mel(model: Seq2SeqModel, mel: np.ndarray, limit: int) -> list[in
     return out[:-1]
 
 
+_WORKER: dict = {}
+
+
+def _start_worker(directory: str, threads: int) -> None:
+    """Each worker process holds its own target session and the set's features (mapped)."""
+    model = Seq2SeqModel(load_bundle(), "target", threads)
+    _WORKER.update(model=model, feats=np.load(Path(directory) / "features.npy", mmap_mode="r"))
+
+
+def _transcribe(item: dict) -> tuple[str, list[int] | None]:
+    model, feats = _WORKER["model"], _WORKER["feats"]
+    mel = np.asarray(feats[item["offset"] : item["offset"] + item["frames"]])
+    return item["id"], greedy_from_mel(model, mel, model.max_positions - 1)
+
+
 def load(directory: Path, sha: str) -> dict[str, list[int] | None]:
     path = directory / OUT
     if not path.exists():
@@ -79,7 +95,10 @@ def main() -> int:
     ap.add_argument(
         "--set", type=int, required=True, help="training set: 0 = the base set, N = shard N"
     )
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
+    ap.add_argument(
+        "--workers", type=int, default=1, help="processes transcribing utterances side by side"
+    )
     args = ap.parse_args()
     directory = set_dir(args.set)
     if not (directory / "index.json").exists():
@@ -89,26 +108,24 @@ def main() -> int:
     bundle = load_bundle()
     info = bundle.model("target")
     sha = info["sha256"][info["files"]["decoder"]]
-    model = Seq2SeqModel(bundle, "target", args.threads)
     items = json.loads((directory / "index.json").read_text())["items"]
-    feats = np.load(directory / "features.npy", mmap_mode="r")
     done = load(directory, sha)
-    limit = model.max_positions - 1
+    todo = [it for it in items if it["id"] not in done]
     t0, fresh = time.time(), 0
-    for n, it in enumerate(items):
-        if it["id"] in done:
-            continue
-        mel = np.asarray(feats[it["offset"] : it["offset"] + it["frames"]])
-        done[it["id"]] = greedy_from_mel(model, mel, limit)
-        fresh += 1
-        if fresh % 200 == 0:
-            save(directory, sha, done)
-            rate = fresh / (time.time() - t0)
-            print(
-                f"{len(done)}/{len(items)} utterances, {rate:.1f}/s, "
-                f"{(len(items) - len(done)) / rate / 60:.1f} min left",
-                flush=True,
-            )
+    # Utterances are independent: the order of the results does not matter, and the file is
+    # saved every 200 so that a stopped run resumes.
+    with Pool(max(1, args.workers), _start_worker, (str(directory), args.threads)) as pool:
+        for uid, tokens in pool.imap_unordered(_transcribe, todo, chunksize=4):
+            done[uid] = tokens
+            fresh += 1
+            if fresh % 200 == 0:
+                save(directory, sha, done)
+                rate = fresh / (time.time() - t0)
+                print(
+                    f"{len(done)}/{len(items)} utterances, {rate:.1f}/s, "
+                    f"{(len(items) - len(done)) / rate / 60:.1f} min left",
+                    flush=True,
+                )
     save(directory, sha, done)
     loops = sum(v is None for v in done.values())
     print(

@@ -169,9 +169,10 @@ cp training/work/target/ckpt.pt training/work/target_93243.pt
 cp training/work/drafter/ckpt.pt training/work/drafter_18000.pt
 shared_drafter() {  # out, target ckpt, decoder ckpt, steps, extra flags (a later flag wins)...
   # A new shared-encoder drafter run: the target checkpoint's encoder (frozen) and teacher,
-  # the decoder from the given checkpoint, the target's transcripts of $SETS, one step anneal.
+  # the decoder from the given checkpoint, the target's transcripts of $SETS, one step anneal
+  # (bfloat16 autocast unless BF16 is set empty).
   local out=$1 tgt=$2 dec=$3 n=$4; shift 4
-  $PY training/train.py --model drafter --out "$out" --threads 1 --bf16 --max-steps "$n" --batch-frames 4000 \
+  $PY training/train.py --model drafter --out "$out" --threads 1 ${BF16---bf16} --max-steps "$n" --batch-frames 4000 \
     --shared-encoder "$tgt" --init-decoder "$dec" --teacher "$tgt" --kd-weight 0.5 --labels target --lr 3e-4 \
     --warmup 200 --guide-weight 2 --dropout 0.1 --only-sets "${SETS:-15,16}" --concat 1.0 --fresh-concat \
     --anneal-from 0 --anneal-steps "$n" "$@"
@@ -241,6 +242,21 @@ cp training/work/target_avg.pt training/work/target/ckpt.pt
 SETS=19,20,21 shared_drafter drafter3_p6 training/work/target/ckpt.pt training/work/drafter3_p5/ckpt.pt 4546 --dec-layers 3 --threads 2
 mv training/work/drafter training/work/drafter_shared_runs1to7 && mkdir training/work/drafter && cp training/work/drafter3_p6/ckpt.pt training/work/drafter/
 cat training/work/drafter_shared_runs1to7/log.jsonl training/work/drafter3_p5/log.jsonl training/work/drafter3_p6/log.jsonl > training/work/drafter/log.jsonl
+# Shard 22 and the shipped target's transcripts of it (exported first: distill.py reads the
+# bundled target), then drafter run 10 (6,187 steps, two threads, float32) from run 9; the
+# shipped drafter is the mean of run 10's checkpoints at steps 4,465, 5,407 and 6,187.
+$PY training/make_corpus.py --only train --shard 22  # training/work/train_shards/22
+$PY training/export.py --models target
+$PY training/distill.py --set 22 --workers 2         # the shipped target's transcripts
+for end in 4465 5407 6187; do
+  SETS=22 BF16= shared_drafter drafter_p10 training/work/target/ckpt.pt training/work/drafter/ckpt.pt 6187 \
+    --dec-layers 3 --threads 2 --max-steps "$end"
+  cp training/work/drafter_p10/ckpt.pt training/work/drafter_p10_$end.pt
+done
+$PY training/average.py training/work/drafter_p10_avg.pt training/work/drafter_p10_4465.pt \
+  training/work/drafter_p10_5407.pt training/work/drafter_p10_6187.pt
+cp training/work/drafter_p10_avg.pt training/work/drafter/ckpt.pt
+cat training/work/drafter_p10/log.jsonl >> training/work/drafter/log.jsonl
 # The shipped files: target and CTC in float32, the drafter's decoder with 8-bit weights
 # (export.py --int8 default), models.json and the training logs.
 $PY training/export.py                           # ONNX files (the drafter's decoder 8-bit) + models.json + training logs
