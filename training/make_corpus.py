@@ -359,7 +359,13 @@ def window_spec(
 
 
 def build_specs(
-    split: str, n: int, seed_offset: int, sentences: list[str], en_words: list[str], shard: int = 0
+    split: str,
+    n: int,
+    seed_offset: int,
+    sentences: list[str],
+    en_words: list[str],
+    shard: int = 0,
+    cycle: tuple[str, ...] = SETTINGS,
 ) -> list[dict]:
     rng = np.random.default_rng(SEED + seed_offset)
     # Extra training shards draw more random-word segments: the 1,875 training sentences
@@ -369,7 +375,7 @@ def build_specs(
     if split == "train":
         prefix = "train" if shard == 0 else f"train{shard}"
         for i in range(n):
-            setting = SETTINGS[i % len(SETTINGS)]
+            setting = cycle[i % len(cycle)]
             long = rng.random() < 0.2
             lo, hi = (6.0, 20.0) if long else (1.0, 9.0)
             specs.append(
@@ -400,7 +406,20 @@ def main() -> None:
         help="training shard: 0 is training/work/train; N > 0 writes training/work/train_shards/N "
         "from seed offset 100 + N (more data, same sentences, new words, voices and mixes)",
     )
+    ap.add_argument(
+        "--settings",
+        default=",".join(SETTINGS),
+        help="training shards: the settings the utterances cycle through, in order; a name "
+        "may repeat to weight it (meeting,read,meeting,accented: half meeting speech)",
+    )
     args = ap.parse_args()
+    cycle = tuple(x.strip() for x in args.settings.split(",") if x.strip())
+    unknown = sorted(set(cycle) - set(SETTINGS))
+    if not cycle or unknown:
+        ap.error(
+            f"--settings: unknown setting {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(SETTINGS)}"
+        )
 
     sentences = english_sentences()
     en_words = sorted(
@@ -466,6 +485,7 @@ def main() -> None:
                 sentences,
                 en_words,
                 shard=args.shard,
+                cycle=cycle,
             )
             feats, index = [], []
             offset = 0
@@ -489,7 +509,10 @@ def main() -> None:
             np.save(out / "features.npy", np.concatenate(feats))
             (out / "index.json").write_text(
                 json.dumps(
-                    {"generator": {**generator, "shard": args.shard}, "items": index},
+                    {
+                        "generator": {**generator, "shard": args.shard, "settings": list(cycle)},
+                        "items": index,
+                    },
                     ensure_ascii=False,
                 )
             )
