@@ -257,6 +257,21 @@ $PY training/average.py training/work/drafter_p10_avg.pt training/work/drafter_p
   training/work/drafter_p10_5407.pt training/work/drafter_p10_6187.pt
 cp training/work/drafter_p10_avg.pt training/work/drafter/ckpt.pt
 cat training/work/drafter_p10/log.jsonl >> training/work/drafter/log.jsonl
+# Shard 23 and its transcripts by the same target, then drafter run 11 (7,328 steps, two
+# threads, float32) from run 10's averaged weights on shards 22-23; the shipped drafter is
+# the mean of its final checkpoint and those near steps 5,600 and 6,450 (on disk 16 and 8
+# minutes before the end of a 70-minute wall-clock run).
+$PY training/make_corpus.py --only train --shard 23  # training/work/train_shards/23
+$PY training/distill.py --set 23 --workers 2         # the shipped target's transcripts
+for end in 5600 6450 7328; do
+  SETS=22,23 BF16= shared_drafter drafter_p11 training/work/target/ckpt.pt training/work/drafter/ckpt.pt 7328 \
+    --dec-layers 3 --threads 2 --max-steps "$end"
+  cp training/work/drafter_p11/ckpt.pt training/work/drafter_p11_$end.pt
+done
+$PY training/average.py training/work/drafter_p11_avg.pt training/work/drafter_p11_5600.pt \
+  training/work/drafter_p11_6450.pt training/work/drafter_p11_7328.pt
+cp training/work/drafter_p11_avg.pt training/work/drafter/ckpt.pt
+cat training/work/drafter_p11/log.jsonl >> training/work/drafter/log.jsonl
 # The shipped files: target and CTC in float32, the drafter's decoder with 8-bit weights
 # (export.py --int8 default), models.json and the training logs.
 $PY training/export.py                           # ONNX files (the drafter's decoder 8-bit) + models.json + training logs
