@@ -248,30 +248,27 @@ cat training/work/drafter_shared_runs1to7/log.jsonl training/work/drafter3_p5/lo
 $PY training/make_corpus.py --only train --shard 22  # training/work/train_shards/22
 $PY training/export.py --models target
 $PY training/distill.py --set 22 --workers 2         # the shipped target's transcripts
-for end in 4465 5407 6187; do
-  SETS=22 BF16= shared_drafter drafter_p10 training/work/target/ckpt.pt training/work/drafter/ckpt.pt 6187 \
-    --dec-layers 3 --threads 2 --max-steps "$end"
-  cp training/work/drafter_p10/ckpt.pt training/work/drafter_p10_$end.pt
-done
-$PY training/average.py training/work/drafter_p10_avg.pt training/work/drafter_p10_4465.pt \
-  training/work/drafter_p10_5407.pt training/work/drafter_p10_6187.pt
-cp training/work/drafter_p10_avg.pt training/work/drafter/ckpt.pt
-cat training/work/drafter_p10/log.jsonl >> training/work/drafter/log.jsonl
+averaged_drafter_run() {  # out, sets, anneal steps, the steps whose checkpoints are averaged...
+  # One float32 two-thread run from the current drafter, stopped at each listed step to keep
+  # its checkpoint (and resumed); the mean of those becomes the drafter, its log appended.
+  local out=$1 sets=$2 n=$3 end kept=(); shift 3
+  for end in "$@"; do
+    SETS=$sets BF16= shared_drafter "$out" training/work/target/ckpt.pt training/work/drafter/ckpt.pt "$n" \
+      --dec-layers 3 --threads 2 --max-steps "$end"
+    cp "training/work/$out/ckpt.pt" "training/work/${out}_$end.pt" && kept+=("training/work/${out}_$end.pt")
+  done
+  $PY training/average.py "training/work/${out}_avg.pt" "${kept[@]}"
+  cp "training/work/${out}_avg.pt" training/work/drafter/ckpt.pt
+  cat "training/work/$out/log.jsonl" >> training/work/drafter/log.jsonl
+}
+averaged_drafter_run drafter_p10 22 6187 4465 5407 6187
 # Shard 23 and its transcripts by the same target, then drafter run 11 (7,328 steps, two
 # threads, float32) from run 10's averaged weights on shards 22-23; the shipped drafter is
 # the mean of its final checkpoint and those near steps 5,600 and 6,450 (on disk 16 and 8
 # minutes before the end of a 70-minute wall-clock run).
 $PY training/make_corpus.py --only train --shard 23  # training/work/train_shards/23
 $PY training/distill.py --set 23 --workers 2         # the shipped target's transcripts
-for end in 5600 6450 7328; do
-  SETS=22,23 BF16= shared_drafter drafter_p11 training/work/target/ckpt.pt training/work/drafter/ckpt.pt 7328 \
-    --dec-layers 3 --threads 2 --max-steps "$end"
-  cp training/work/drafter_p11/ckpt.pt training/work/drafter_p11_$end.pt
-done
-$PY training/average.py training/work/drafter_p11_avg.pt training/work/drafter_p11_5600.pt \
-  training/work/drafter_p11_6450.pt training/work/drafter_p11_7328.pt
-cp training/work/drafter_p11_avg.pt training/work/drafter/ckpt.pt
-cat training/work/drafter_p11/log.jsonl >> training/work/drafter/log.jsonl
+averaged_drafter_run drafter_p11 22,23 7328 5600 6450 7328
 # The shipped files: target and CTC in float32, the drafter's decoder with 8-bit weights
 # (export.py --int8 default), models.json and the training logs.
 $PY training/export.py                           # ONNX files (the drafter's decoder 8-bit) + models.json + training logs
