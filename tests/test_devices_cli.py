@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -176,7 +177,20 @@ def test_devices_without_an_adb_server_lists_the_local_host(capsys, monkeypatch)
 
 def test_watch_stops_with_the_monitor_error(make_emulated_phone, capsys, monkeypatch) -> None:
     session = make_emulated_phone()
-    session.phone.schedule(0.25, lambda: session.phone.set_core_online(2, False))
+    phone, before = session.phone, len(session.phone.history)
+
+    def offline_after_the_first_sample() -> None:
+        # Not after a fixed delay: on a loaded host the CLI may take longer than any delay to
+        # connect, and its first sample would then already show the core offline. A second
+        # script reading the online mask means the first one has finished.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if sum("cpu/online" in s for s in phone.history[before:]) >= 2:
+                break
+            time.sleep(0.01)
+        phone.set_core_online(2, False)
+
+    threading.Thread(target=offline_after_the_first_sample, daemon=True).start()
     code, out, err = run_cli(
         ["devices", "watch", "--phone", session.serial, "--seconds", "5", "--interval", "0.05"],
         capsys,

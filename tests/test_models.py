@@ -93,12 +93,18 @@ def test_drafter_follows_prefix_with_cache_reuse(reference: list[int]) -> None:
     # blocks, and ONNX Runtime's kernels for one row and for several round differently: a
     # cache built by one catch-up call and one built token by token then differ by about
     # that rounding (~2e-3 in a confidence), a float32 decoder's by float noise only.
+    # Nothing after a draft's first EOS is ever used (the output ends there; the free-running
+    # source stops), and over the EOS run that follows the rounding compounds (1.5e-2 seen):
+    # confidences are compared up to that EOS.
     atol = 1e-2 if "quantized" in BUNDLE.model("drafter") else 1e-5
+    eot = BUNDLE.vocab.eot
     for n in (1, 4, 2, min(len(reference) - 1, 30)):
         a = fresh.draft(reference[:n], 6)
         fresh.start(AUDIO)
         b = reused.draft(reference[:n], 6)
-        assert a.tokens == b.tokens and np.allclose(a.confidences, b.confidences, atol=atol)
+        used = a.tokens.index(eot) + 1 if eot in a.tokens else len(a.tokens)
+        assert a.tokens == b.tokens
+        assert np.allclose(a.confidences[:used], b.confidences[:used], atol=atol)
         assert len(a.tokens) == 6 and all(0.0 < c <= 1.0 for c in a.confidences)
         assert (
             fresh.draft(reference[:n], 6) == a
