@@ -33,6 +33,9 @@ them), and what the replay's rounds show — target calls at K1 with nothing rea
 at K1 with candidates ready but none usable after the cursor (aligner), candidates offered
 and rejected (quality) — and *width cost* (free widths × − profile ×).
 
+Last, per source and setting (the traces' datasets, then all): ceiling, instant-source and
+actual accepted share, and As²d / target-only on the profile.
+
 ``--what-if`` adds As²d on the profile with the drafter source's step 0.9–0.5× as dear, and
 with 25–75 % of the places where its sequence departs from the target's replaced by the
 target's tokens: how much faster, or how much more often right, a drafter must be for a
@@ -229,6 +232,30 @@ def losses(
     ]
 
 
+def by_setting(
+    windows, prof: CostProfile, free: CostProfile, instant: CostProfile, spec: MethodSpec
+) -> None:
+    """Per setting (the traces' datasets) and over all: the source's ceiling, the instant
+    source's and the actual accepted share (free widths), and As²d / target-only on the
+    profile, to say in which settings the remaining gap sits."""
+    print(f"  {spec.source}")
+    print(
+        f"    {'setting':<14} {'windows':>7} {'ceiling':>8} {'instant':>8} {'accepted':>9} "
+        f"{'profile ×':>10}"
+    )
+    groups = list(dict.fromkeys(w.dataset for w in windows))
+    for g in [*groups, "all"]:
+        ws = [w for w in windows if g in ("all", w.dataset)]
+        _, c_acc, _ = ceiling(ws, spec.source)
+        _, i_acc = replay(ws, instant, spec)
+        _, acc = replay(ws, free, spec)
+        tps, _ = replay(ws, prof, spec)
+        base, _ = replay(ws, prof, MethodSpec("target-only"))
+        print(
+            f"    {g:<14} {len(ws):>7} {c_acc:>8.3f} {i_acc:>8.3f} {acc:>9.3f} {tps / base:>10.3f}"
+        )
+
+
 def faster_source(p: CostProfile, source: str, factor: float) -> CostProfile:
     """``p`` with ``source``'s step (or chunk) cost times ``factor``."""
     s = p.sources[source]
@@ -372,6 +399,11 @@ def main() -> None:
         print(f"    {'cause':<34} {'pooled':>8}  {'per window: median / p90':<28}")
         for cause, pooled_v, spread in rows:
             print(f"    {cause:<34} {pooled_v:>8}  {spread}")
+    print()
+    print(f"per setting (As²d, budget {args.budget}, {args.align} rules):")
+    for src in sources:
+        spec = MethodSpec("as2d", budget=args.budget, source=src, align=args.align, **setting)
+        by_setting(windows, prof, free, instant, spec)
     if args.what_if and "drafter" in sources:
         print()
         spec = MethodSpec("as2d", budget=args.budget, source="drafter", align=args.align, **setting)
