@@ -33,8 +33,9 @@ them), and what the replay's rounds show — target calls at K1 with nothing rea
 at K1 with candidates ready but none usable after the cursor (aligner), candidates offered
 and rejected (quality) — and *width cost* (free widths × − profile ×).
 
-Last, per source and setting (the traces' datasets, then all): ceiling, instant-source and
-actual accepted share, and As²d / target-only on the profile.
+Last, per source and setting (the traces' datasets, then all): ceiling (over the windows
+the source serves), instant-source and actual accepted share, and As²d / target-only on the
+profile.
 
 ``--what-if`` adds As²d on the profile with the drafter source's step 0.9–0.5× as dear, and
 with 25–75 % of the places where its sequence departs from the target's replaced by the
@@ -232,27 +233,39 @@ def losses(
     ]
 
 
+def setting_groups(windows) -> dict[str, list]:
+    """The windows per setting (the traces' datasets, in order), then all of them."""
+    groups: dict[str, list] = {}
+    for w in windows:
+        groups.setdefault(w.dataset, []).append(w)
+    return {**groups, "all": list(windows)}
+
+
 def by_setting(
-    windows, prof: CostProfile, free: CostProfile, instant: CostProfile, spec: MethodSpec
+    groups: dict[str, list],
+    bases: dict[str, float],
+    prof: CostProfile,
+    free: CostProfile,
+    instant: CostProfile,
+    spec: MethodSpec,
 ) -> None:
-    """Per setting (the traces' datasets) and over all: the source's ceiling, the instant
-    source's and the actual accepted share (free widths), and As²d / target-only on the
-    profile, to say in which settings the remaining gap sits."""
+    """Per setting and over all: the source's ceiling (over the windows it serves), the
+    instant source's and the actual accepted share (free widths, every window), and As²d /
+    target-only (``bases``: its TPS per group) on the profile, to say in which settings the
+    remaining gap sits."""
     print(f"  {spec.source}")
     print(
-        f"    {'setting':<14} {'windows':>7} {'ceiling':>8} {'instant':>8} {'accepted':>9} "
-        f"{'profile ×':>10}"
+        f"    {'setting':<14} {'windows':>7} {'served':>7} {'ceiling':>8} {'instant':>8} "
+        f"{'accepted':>9} {'profile ×':>10}"
     )
-    groups = list(dict.fromkeys(w.dataset for w in windows))
-    for g in [*groups, "all"]:
-        ws = [w for w in windows if g in ("all", w.dataset)]
-        _, c_acc, _ = ceiling(ws, spec.source)
+    for g, ws in groups.items():
+        served, c_acc, _ = ceiling(ws, spec.source)
         _, i_acc = replay(ws, instant, spec)
         _, acc = replay(ws, free, spec)
         tps, _ = replay(ws, prof, spec)
-        base, _ = replay(ws, prof, MethodSpec("target-only"))
         print(
-            f"    {g:<14} {len(ws):>7} {c_acc:>8.3f} {i_acc:>8.3f} {acc:>9.3f} {tps / base:>10.3f}"
+            f"    {g:<14} {len(ws):>7} {served:>7} {c_acc:>8.3f} {i_acc:>8.3f} {acc:>9.3f} "
+            f"{tps / bases[g]:>10.3f}"
         )
 
 
@@ -401,9 +414,11 @@ def main() -> None:
             print(f"    {cause:<34} {pooled_v:>8}  {spread}")
     print()
     print(f"per setting (As²d, budget {args.budget}, {args.align} rules):")
+    groups = setting_groups(windows)
+    bases = {g: replay(ws, prof, MethodSpec("target-only"))[0] for g, ws in groups.items()}
     for src in sources:
         spec = MethodSpec("as2d", budget=args.budget, source=src, align=args.align, **setting)
-        by_setting(windows, prof, free, instant, spec)
+        by_setting(groups, bases, prof, free, instant, spec)
     if args.what_if and "drafter" in sources:
         print()
         spec = MethodSpec("as2d", budget=args.budget, source="drafter", align=args.align, **setting)
