@@ -280,6 +280,17 @@ $PY training/make_corpus.py --only train --shard 25 --settings meeting,read,mult
 $PY training/make_corpus.py --only train --shard 26
 for n in 24 25 26; do $PY training/distill.py --set "$n" --workers 2; done
 averaged_drafter_run drafter_p12 24,25,26 14180 9430 11550 14180
+# Shards 27-29 on the same plan (27 half meeting speech, 28 a third, 29 the five settings in
+# turn), their transcripts, then drafter run 13 (13,924 steps) from run 12's averaged weights
+# on all three. Run 13 alone fell on val; the shipped drafter is the mean of run 12's and run
+# 13's averaged weights.
+$PY training/make_corpus.py --only train --shard 27 --settings meeting,read,meeting,multilingual,meeting,accented,meeting,sung
+$PY training/make_corpus.py --only train --shard 28 --settings meeting,read,multilingual,meeting,accented,sung
+$PY training/make_corpus.py --only train --shard 29
+for n in 27 28 29; do $PY training/distill.py --set "$n" --workers 2; done
+averaged_drafter_run drafter_p13 27,28,29 13924 9111 11272 13924
+$PY training/average.py training/work/drafter_runs12-13.pt training/work/drafter_p12_avg.pt training/work/drafter_p13_avg.pt
+cp training/work/drafter_runs12-13.pt training/work/drafter/ckpt.pt
 # The shipped files: target and CTC in float32, the drafter's decoder with 8-bit weights
 # (export.py --int8 default), models.json and the training logs.
 $PY training/export.py                           # ONNX files (the drafter's decoder 8-bit) + models.json + training logs
