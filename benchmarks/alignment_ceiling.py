@@ -34,8 +34,11 @@ at K1 with candidates ready but none usable after the cursor (aligner), candidat
 and rejected (quality) — and *width cost* (free widths × − profile ×).
 
 Last, per source and setting (the traces' datasets, then all): ceiling (over the windows
-the source serves), instant-source and actual accepted share, and As²d / target-only on the
-profile.
+the source serves), instant-source and actual accepted share, As²d / target-only on the
+profile, and how the source's sequence departs from the target's (the same difflib
+matching as the ceiling, per target token): target tokens it replaces with others, target
+tokens it lacks, and tokens it adds — whether a setting's gap is wrong words or dropped
+or invented ones.
 
 ``--what-if`` adds As²d on the profile with the drafter source's step 0.9–0.5× as dear, and
 with 25–75 % of the places where its sequence departs from the target's replaced by the
@@ -84,6 +87,28 @@ def ceiling(windows, source: str) -> tuple[int, float, float]:
         acc += sum(b.size - 1 for b in sm.get_matching_blocks() if b.size)
         n += len(ref) - 1  # the first token comes from prefill
     return served, acc / n if n else 0.0, n / (n - acc) if n > acc else float("inf")
+
+
+def departures(windows, source: str) -> tuple[float, float, float]:
+    """Per target token over the windows the source serves: target tokens the source's
+    sequence replaces, target tokens it lacks, and source tokens it adds (difflib opcodes,
+    as in ``ceiling``)."""
+    n = replaced = missing = extra = 0
+    for w in windows:
+        s = w.sources.get(source)
+        if s is None or not s.eligible:
+            continue
+        ref = list(w.reference)
+        sm = difflib.SequenceMatcher(None, ref, list(s.tokens), autojunk=False)
+        for op, i1, i2, j1, j2 in sm.get_opcodes():
+            if op == "replace":
+                replaced += i2 - i1
+            elif op == "delete":
+                missing += i2 - i1
+            elif op == "insert":
+                extra += j2 - j1
+        n += len(ref)
+    return (replaced / n, missing / n, extra / n) if n else (0.0, 0.0, 0.0)
 
 
 def free_widths(p: CostProfile) -> CostProfile:
@@ -252,20 +277,21 @@ def by_setting(
     """Per setting and over all: the source's ceiling (over the windows it serves), the
     instant source's and the actual accepted share (free widths, every window), and As²d /
     target-only (``bases``: its TPS per group) on the profile, to say in which settings the
-    remaining gap sits."""
+    remaining gap sits; then how the source's sequence departs from the target's there."""
     print(f"  {spec.source}")
     print(
         f"    {'setting':<14} {'windows':>7} {'served':>7} {'ceiling':>8} {'instant':>8} "
-        f"{'accepted':>9} {'profile ×':>10}"
+        f"{'accepted':>9} {'profile ×':>10}  {'replaced':>8} {'missing':>8} {'extra':>6}"
     )
     for g, ws in groups.items():
         served, c_acc, _ = ceiling(ws, spec.source)
         _, i_acc = replay(ws, instant, spec)
         _, acc = replay(ws, free, spec)
         tps, _ = replay(ws, prof, spec)
+        rep_, miss, extra = departures(ws, spec.source)
         print(
             f"    {g:<14} {len(ws):>7} {served:>7} {c_acc:>8.3f} {i_acc:>8.3f} {acc:>9.3f} "
-            f"{tps / bases[g]:>10.3f}"
+            f"{tps / bases[g]:>10.3f}  {rep_:>8.3f} {miss:>8.3f} {extra:>6.3f}"
         )
 
 
