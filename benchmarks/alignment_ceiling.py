@@ -53,6 +53,7 @@ import dataclasses
 import difflib
 import statistics
 from pathlib import Path
+from typing import Any, Iterator
 
 from as2d_cli.engine.methods import (
     ALIGN_MODES,
@@ -72,20 +73,25 @@ from as2d_cli.replay.run import pooled
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def served_matches(windows, source: str) -> Iterator[tuple[Any, difflib.SequenceMatcher]]:
+    """(window, target's sequence matched against the source's) for each window the source
+    serves: difflib without its junk heuristic, the source's chunks joined by the loader."""
+    for w in windows:
+        s = w.sources.get(source)
+        if s is not None and s.eligible:
+            yield (
+                w,
+                difflib.SequenceMatcher(None, list(w.reference), list(s.tokens), autojunk=False),
+            )
+
+
 def ceiling(windows, source: str) -> tuple[int, float, float]:
     """(windows served, accepted share, speedup) for a perfect aligner."""
     n = acc = served = 0
-    for w in windows:
-        s = w.sources.get(source)
-        if s is None or not s.eligible:
-            continue
+    for w, sm in served_matches(windows, source):
         served += 1
-        ref = list(w.reference)
-        sm = difflib.SequenceMatcher(
-            None, ref, list(s.tokens), autojunk=False
-        )  # chunks joined by the loader
         acc += sum(b.size - 1 for b in sm.get_matching_blocks() if b.size)
-        n += len(ref) - 1  # the first token comes from prefill
+        n += len(w.reference) - 1  # the first token comes from prefill
     return served, acc / n if n else 0.0, n / (n - acc) if n > acc else float("inf")
 
 
@@ -94,12 +100,7 @@ def departures(windows, source: str) -> tuple[float, float, float]:
     sequence replaces, target tokens it lacks, and source tokens it adds (difflib opcodes,
     as in ``ceiling``)."""
     n = replaced = missing = extra = 0
-    for w in windows:
-        s = w.sources.get(source)
-        if s is None or not s.eligible:
-            continue
-        ref = list(w.reference)
-        sm = difflib.SequenceMatcher(None, ref, list(s.tokens), autojunk=False)
+    for w, sm in served_matches(windows, source):
         for op, i1, i2, j1, j2 in sm.get_opcodes():
             if op == "replace":
                 replaced += i2 - i1
@@ -107,7 +108,7 @@ def departures(windows, source: str) -> tuple[float, float, float]:
                 missing += i2 - i1
             elif op == "insert":
                 extra += j2 - j1
-        n += len(ref)
+        n += len(w.reference)
     return (replaced / n, missing / n, extra / n) if n else (0.0, 0.0, 0.0)
 
 
@@ -170,11 +171,9 @@ def per_window_shares(windows, prof: CostProfile, spec: MethodSpec) -> dict[str,
 
 def window_ceilings(windows, source: str) -> dict[str, float]:
     out = {}
-    for w in windows:
-        s = w.sources.get(source)
-        if s is None or not s.eligible or len(w.reference) < 2:
+    for w, sm in served_matches(windows, source):
+        if len(w.reference) < 2:
             continue
-        sm = difflib.SequenceMatcher(None, list(w.reference), list(s.tokens), autojunk=False)
         out[w.id] = sum(b.size - 1 for b in sm.get_matching_blocks() if b.size) / (
             len(w.reference) - 1
         )
