@@ -291,6 +291,15 @@ for n in 27 28 29; do $PY training/distill.py --set "$n" --workers 2; done
 averaged_drafter_run drafter_p13 27,28,29 13924 9111 11272 13924
 $PY training/average.py training/work/drafter_runs12-13.pt training/work/drafter_p12_avg.pt training/work/drafter_p13_avg.pt
 cp training/work/drafter_runs12-13.pt training/work/drafter/ckpt.pt
+# Shards 30 (half meeting speech) and 31 (a third), their transcripts, then drafter run 14
+# (16,587 steps) from the mean of runs 12 and 13 on all of shards 24-31. Run 14 alone fell on
+# val; the shipped drafter is the mean of runs 12's, 13's and 14's averaged weights.
+$PY training/make_corpus.py --only train --shard 30 --settings meeting,read,meeting,multilingual,meeting,accented,meeting,sung
+$PY training/make_corpus.py --only train --shard 31 --settings meeting,read,multilingual,meeting,accented,sung
+for n in 30 31; do $PY training/distill.py --set "$n" --workers 2; done
+averaged_drafter_run drafter_p14 24,25,26,27,28,29,30,31 16587 10924 13299 16587
+$PY training/average.py training/work/drafter_runs12-14.pt training/work/drafter_p12_avg.pt training/work/drafter_p13_avg.pt training/work/drafter_p14_avg.pt
+cp training/work/drafter_runs12-14.pt training/work/drafter/ckpt.pt
 # The shipped files: target and CTC in float32, the drafter's decoder with 8-bit weights
 # (export.py --int8 default), models.json and the training logs.
 $PY training/export.py                           # ONNX files (the drafter's decoder 8-bit) + models.json + training logs
