@@ -85,12 +85,18 @@ def served_matches(windows, source: str) -> Iterator[tuple[Any, difflib.Sequence
             )
 
 
+def aligned(sm: difflib.SequenceMatcher) -> int:
+    """Target tokens a perfect aligner accepts from the source: every matching block less its
+    first token, which the anchor call after a mismatch produces (the ceiling above)."""
+    return sum(b.size - 1 for b in sm.get_matching_blocks() if b.size)
+
+
 def ceiling(windows, source: str) -> tuple[int, float, float]:
     """(windows served, accepted share, speedup) for a perfect aligner."""
     n = acc = served = 0
     for w, sm in served_matches(windows, source):
         served += 1
-        acc += sum(b.size - 1 for b in sm.get_matching_blocks() if b.size)
+        acc += aligned(sm)
         n += len(w.reference) - 1  # the first token comes from prefill
     return served, acc / n if n else 0.0, n / (n - acc) if n > acc else float("inf")
 
@@ -174,9 +180,7 @@ def window_ceilings(windows, source: str) -> dict[str, float]:
     for w, sm in served_matches(windows, source):
         if len(w.reference) < 2:
             continue
-        out[w.id] = sum(b.size - 1 for b in sm.get_matching_blocks() if b.size) / (
-            len(w.reference) - 1
-        )
+        out[w.id] = aligned(sm) / (len(w.reference) - 1)
     return out
 
 
