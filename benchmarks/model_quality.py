@@ -12,6 +12,9 @@ Reports, per setting:
 - batched (K=8 chunks along the reference) vs sequential (K=1) target decisions: every
   disagreement with its first divergent position and top-2 logit margin (paper F.6);
 - the target's reference words recognised by quarter of the window (word position);
+- where the drafter departs from the target: the share of the target's words there that are
+  wrong against the reference (``tgt_wrong_departed``), against the same share where the
+  drafter keeps the target's word (``tgt_wrong_kept``);
 and per-call costs (median ms, one thread): encoders on 10 s of audio, target decoder
 K=1/2/4/8/16, drafter K=1, CTC per chunk. All figures come from this one run.
 """
@@ -32,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from as2d_cli.corpus.manifest import SETTINGS, load_corpus  # noqa: E402
-from as2d_cli.corpus.text import char_errors, word_errors  # noqa: E402
+from as2d_cli.corpus.text import char_errors, normalize_text, word_errors  # noqa: E402
 from as2d_cli.models.bundle import load_bundle  # noqa: E402
 from as2d_cli.models.drafter import OrtDrafter  # noqa: E402
 from as2d_cli.models.session import Seq2SeqModel  # noqa: E402
@@ -46,20 +49,43 @@ def matched(a: list[int], b: list[int]) -> int:
     )
 
 
+def matched_positions(a: list[str], b: list[str]) -> set[int]:
+    """Positions of ``a`` inside a difflib matching block against ``b``."""
+    ok: set[int] = set()
+    for i, _, n in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks():
+        ok.update(range(i, i + n))
+    return ok
+
+
 def words_right_by_quarter(ref_text: str, hyp_text: str) -> list[tuple[int, int]]:
     """Per quarter of the reference (by word position): (words the hypothesis has in an
     aligned matching block, words). A decoder that loses its place late in long windows
     shows as a falling profile."""
-    ref, hyp = ref_text.split(), hyp_text.split()
-    ok: set[int] = set()
-    for a, _, n in difflib.SequenceMatcher(a=ref, b=hyp, autojunk=False).get_matching_blocks():
-        ok.update(range(a, a + n))
+    ref = ref_text.split()
+    ok = matched_positions(ref, hyp_text.split())
     out = [[0, 0] for _ in range(4)]
     for i in range(len(ref)):
         q = 4 * i // len(ref)
         out[q][0] += i in ok
         out[q][1] += 1
     return [(a, b) for a, b in out]
+
+
+def target_wrong_by_departure(
+    ref_text: str, target_text: str, drafter_text: str
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The target's words split by whether the drafter's sequence has them (difflib on
+    normalised words): (wrong against the reference, words) where the drafter departs, and
+    the same where it keeps the target's word. Departures that fall on the target's own
+    errors are source-quality loss no better transcription can remove."""
+    ref, tgt = normalize_text(ref_text).split(), normalize_text(target_text).split()
+    right = matched_positions(tgt, ref)
+    kept = matched_positions(tgt, normalize_text(drafter_text).split())
+    dep = [i for i in range(len(tgt)) if i not in kept]
+    return (
+        (sum(i not in right for i in dep), len(dep)),
+        (sum(i not in right for i in kept), len(kept)),
+    )
 
 
 def drain(src) -> list[int]:
@@ -189,6 +215,10 @@ def main() -> None:
         e, n = word_errors(w.text, vocab.decode(dtoks))
         s["drafter_wer"][0] += e
         s["drafter_wer"][1] += n
+        departed, kept = target_wrong_by_departure(w.text, text, vocab.decode(dtoks))
+        for key, (wrong, n) in (("tgt_wrong_departed", departed), ("tgt_wrong_kept", kept)):
+            s[key][0] += wrong
+            s[key][1] += n
         dbody = [t for t in dtoks if t != vocab.eot]
         m = matched(dbody, body)
         s["drafter_accept"][0] += m
@@ -243,6 +273,8 @@ def main() -> None:
         "ctc_accept",
         "ctc_cover",
         "sd_accepted_per_draft8",
+        "tgt_wrong_departed",
+        "tgt_wrong_kept",
     ]
     print(f"{args.split}: {result['windows']} windows, {n_tokens} target tokens (excl. EOS)")
     print(f"{'setting':<13}" + "".join(f"{c:>24}" for c in cols))
