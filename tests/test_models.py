@@ -368,6 +368,70 @@ def test_training_composites_join_same_setting_utterances_end_to_end(
     assert groups(data, 1)[0] == groups(data, 2)[0]  # without it: one fixed set
 
 
+def test_error_weight_counts_the_targets_own_errors_more(tmp_path: Path, monkeypatch) -> None:
+    """train.py --error-weight: the target's transcript tokens outside the matching blocks
+    against the reference text weigh W, the rest (and EOS) 1; composites join the weights
+    as they join the labels; padding weighs nothing; without --labels target it is refused."""
+    import json
+    import sys
+
+    import numpy as np
+
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+    import train
+
+    tok = train.load_tokenizer()
+    assert train.error_weights([5, 6, 7, 8], [5, 9, 7, 8], 3.0) == [1.0, 3.0, 1.0, 1.0]
+    assert train.error_weights([5, 6], [], 2.0) == [2.0, 2.0]
+    texts = ["the quick brown fox", "a lazy dog", "over the dog", "the brown fox jumps"]
+    heard = ["the quick brown box", "a lazy dog", "over a dog", "the brown fox jumps"]
+    items, off = [], 0
+    for i in range(40):
+        items.append(
+            {
+                "id": f"u{i}",
+                "setting": "read",
+                "language": "en",
+                "text": texts[i % 4],
+                "offset": off,
+                "frames": 200,
+            }
+        )
+        off += 200
+    shard = tmp_path / "train_shards" / "1"
+    shard.mkdir(parents=True)
+    np.save(shard / "features.npy", np.zeros((off, 80), dtype=np.float32))
+    (shard / "index.json").write_text(json.dumps({"items": items}))
+    distilled = {it["id"]: tok.encode(heard[i % 4]).ids for i, it in enumerate(items)}
+    (shard / "target_tokens.json").write_text(json.dumps({"items": distilled}))
+    monkeypatch.setattr(train, "WORK", tmp_path)
+
+    data = train.Data("target", 4000, 48, labels="target", concat=1.0, error_weight=4.0)
+    assert data.weights is not None and len(data.weights) == len(data.labels)
+    for k, it in enumerate(data.items):
+        assert len(data.weights[k]) == len(data.labels[k])
+        if "+" not in it["id"]:
+            i = int(it["id"][1:])
+            want = train.error_weights(distilled[it["id"]], tok.encode(texts[i % 4]).ids, 4.0)
+            assert data.weights[k] == want
+            assert (4.0 in want) == (heard[i % 4] != texts[i % 4])
+    assert data.composites > 0
+    k = next(k for k, it in enumerate(data.items) if "+" in it["id"])
+    parts = data.items[k]["id"].split("+")
+    assert data.weights[k] == [w for p in parts for w in data.weights[int(p[1:])]]
+    b = next(b for b, ids in enumerate(data.batches) if k in ids)
+    *_, tgt, _, wts = data.batch(b, "target")
+    row = data.batches[b].index(k)
+    n = len(data.labels[k])
+    assert wts[row, :n].tolist() == data.weights[k] and wts[row, n] == 1.0  # EOS
+    assert bool((wts[tgt == -100] == 0).all())
+    plain = train.Data("target", 4000, 48, labels="target")
+    assert plain.weights is None and plain.batch(0, "target")[-1] is None
+    with pytest.raises(SystemExit, match="--labels target"):
+        train.Data("target", 4000, 48, error_weight=4.0)
+
+
 def test_shared_encoder_drafter_reads_the_targets_exported_encoder_states(tmp_path: Path) -> None:
     """train.py --shared-encoder: the drafter's decoder on the target's encoder, copied exactly
     and frozen; export.py then ships only its cross-attention projection, which on the target's

@@ -13,6 +13,7 @@ training/make_corpus.py.
 from __future__ import annotations
 
 import argparse
+import difflib
 import dataclasses
 import json
 import os
@@ -69,6 +70,7 @@ class Data:
         concat: float = 0.0,
         max_tokens: int = 240,
         fresh_concat: bool = False,
+        error_weight: float = 1.0,
     ):
         # The base set plus extra shards 1..``shards`` (training/make_corpus.py --shard N;
         # None: every shard present).
@@ -125,6 +127,16 @@ class Data:
                 else [tok.encode(it["text"]).ids for it in idx]
             )
         self.aux = self.labels  # the encoder's auxiliary CTC targets
+        # Per-token loss weights (--error-weight): the target's tokens outside the matching
+        # blocks against the reference text's tokens (its own errors) count error_weight times.
+        self.weights: list[list[float]] | None = None
+        if error_weight != 1.0:
+            if distilled is None or kind == "ctc":
+                raise SystemExit("--error-weight needs --labels target and a decoder model")
+            self.weights = [
+                error_weights(lab, tok.encode(it["text"]).ids, error_weight)
+                for lab, it in zip(self.labels, idx)
+            ]
         if kind != "ctc" and aux == "phones":
             import phonemes
 
@@ -152,6 +164,8 @@ class Data:
         del idx[self.base_items :], self.labels[self.base_items :]
         if self.aux is not self.labels:
             del self.aux[self.base_items :]
+        if self.weights is not None:
+            del self.weights[self.base_items :]
         if concat > 0:
             self._add_composites(
                 idx, kind, concat, max_tokens, 4242 + (epoch if self.fresh_concat else 0)
@@ -230,6 +244,8 @@ class Data:
             )
             if self.aux is not self.labels:
                 self.aux.append([t for j in group for t in self.aux[j]])
+            if self.weights is not None:  # decoder items only: no separator tokens
+                self.weights.append([w for j in group for w in self.weights[j]])
         self.composites = sum(len(g) >= 2 for g in made)
 
     def epoch_order(self, epoch: int) -> list[int]:
@@ -265,7 +281,23 @@ class Data:
         for k, x in enumerate(labs):
             inp[k, : len(x) + 1] = torch.tensor([SOT] + x)
             tgt[k, : len(x) + 1] = torch.tensor(x + [EOT])
-        return mel, lengths, labs, inp, tgt, aux
+        wts = None
+        if self.weights is not None:
+            wts = torch.zeros(len(ids), n)
+            for k, i in enumerate(ids):
+                wts[k, : len(self.weights[i]) + 1] = torch.tensor(self.weights[i] + [1.0])
+        return mel, lengths, labs, inp, tgt, aux, wts
+
+
+def error_weights(labels: list[int], reference: list[int], weight: float) -> list[float]:
+    """1.0 per label token, ``weight`` where the label (the target's transcript) is outside
+    every difflib matching block against the reference text's tokens: where the target errs.
+    The drafter departs from the target mostly there (benchmarks/model_quality.py)."""
+    w = [weight] * len(labels)
+    sm = difflib.SequenceMatcher(a=labels, b=reference, autojunk=False)
+    for i, _, n in sm.get_matching_blocks():
+        w[i : i + n] = [1.0] * n
+    return w
 
 
 def spec_augment(mel: torch.Tensor, lengths: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -522,6 +554,14 @@ def main() -> None:
         help="with --teacher: the KL term's share of the loss",
     )
     ap.add_argument(
+        "--error-weight",
+        type=float,
+        default=1.0,
+        help="with --labels target: the token loss counts this many times where the target's "
+        "transcript departs from the reference text (its own errors, which the drafter should "
+        "repeat to agree with it)",
+    )
+    ap.add_argument(
         "--out", default=None, help="work folder under training/work (default: the model's name)"
     )
     ap.add_argument("--ckpt-seconds", type=float, default=180.0)
@@ -580,6 +620,7 @@ def main() -> None:
         labels=args.labels,
         concat=args.concat,
         fresh_concat=args.fresh_concat,
+        error_weight=args.error_weight,
     )
     if kind == "ctc":
         model = CtcModel(dims, len(char_table()) + 1)
@@ -727,7 +768,7 @@ def main() -> None:
             ce = torch.tensor(0.0)
             cl = loss
         else:
-            mel, lengths, labs, inp, tgt, aux = batch
+            mel, lengths, labs, inp, tgt, aux, wts = batch
             guide = args.guide_weight > 0
             for layer in model.decoder.layers:
                 layer.keep = [] if guide else None
@@ -735,8 +776,13 @@ def main() -> None:
                 logits, ctc_logits = model(mel, lengths, inp, head_only_aux=step <= aux_head_until)
             logits, ctc_logits = logits.float(), ctc_logits.float()
             ce = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100
+                logits.reshape(-1, logits.shape[-1]),
+                tgt.reshape(-1),
+                ignore_index=-100,
+                reduction="mean" if wts is None else "none",
             )
+            if wts is not None:  # a weighted mean: the loss keeps its scale
+                ce = (ce * wts.reshape(-1)).sum() / wts.sum()
             if teacher is not None:
                 with torch.no_grad(), autocast:
                     if frozen:  # the drafter's frozen encoder is the teacher's: reuse its states
