@@ -27,6 +27,7 @@ import json
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,18 +44,16 @@ from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource  # n
 from as2d_cli.models.target import OrtTarget, greedy_decode  # noqa: E402
 
 
-def matched(a: list[int], b: list[int]) -> int:
-    return sum(
-        m.size for m in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks()
-    )
-
-
-def matched_positions(a: list[str], b: list[str]) -> set[int]:
+def matched_positions(a: Sequence[Hashable], b: Sequence[Hashable]) -> set[int]:
     """Positions of ``a`` inside a difflib matching block against ``b``."""
     ok: set[int] = set()
     for i, _, n in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks():
         ok.update(range(i, i + n))
     return ok
+
+
+def matched(a: list[int], b: list[int]) -> int:
+    return len(matched_positions(a, b))
 
 
 def words_right_by_quarter(ref_text: str, hyp_text: str) -> list[tuple[int, int]]:
@@ -212,10 +211,11 @@ def main() -> None:
             s[f"target_words_right_q{q + 1}"][0] += right
             s[f"target_words_right_q{q + 1}"][1] += words
         dtoks = drain(DrafterSource(dsrc_model, audio))
-        e, n = word_errors(w.text, vocab.decode(dtoks))
+        dtext = vocab.decode(dtoks)
+        e, n = word_errors(w.text, dtext)
         s["drafter_wer"][0] += e
         s["drafter_wer"][1] += n
-        departed, kept = target_wrong_by_departure(w.text, text, vocab.decode(dtoks))
+        departed, kept = target_wrong_by_departure(w.text, text, dtext)
         for key, (wrong, n) in (("tgt_wrong_departed", departed), ("tgt_wrong_kept", kept)):
             s[key][0] += wrong
             s[key][1] += n

@@ -13,8 +13,8 @@ training/make_corpus.py.
 from __future__ import annotations
 
 import argparse
-import difflib
 import dataclasses
+import difflib
 import json
 import os
 import random
