@@ -13,12 +13,13 @@ of the same repetition. For every As²d method it prints what the target's calls
 past the cursor (pace), K1 calls with candidates published but none usable (aligner), and
 the share of offered candidates rejected (quality).
 
-    python benchmarks/native_speedup.py [--windows N] [--repeats 3] [--split test] [--budget 7] [--source drafter|ctc] [--batch 8] [--threshold 0.4] [--align suffix|paper] [--json out.json]
+    python benchmarks/native_speedup.py [--windows N] [--repeats 3] [--split test] [--budget 7] [--source drafter|lookahead|ctc] [--batch 8] [--threshold 0.4] [--align suffix|paper] [--json out.json]
 
 A method written ``as2d@paper`` (or ``as2d@suffix``) runs As²d with those alignment rules
 beside the others, e.g. ``--methods target-only,as2d,as2d@paper`` compares the rules in
 one run; ``as2d@b2`` sets the publication batch, ``as2d@t0.7`` the confidence stop, and
-``as2d@paper+b2+t0.7`` all three.
+``as2d@paper+b2+t0.7`` all three; ``as2d@lookahead`` (or another source's name) runs that
+source.
 
 Goal on a 2-core host: As²d ≥ 1.5× target-only pooled, at most 5% of windows slower.
 """
@@ -39,6 +40,8 @@ from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.engine.causes import CallCauses, call_causes  # noqa: E402
 from as2d_cli.evaluate.native import pick_windows  # noqa: E402
 from native.host import LocalRunner, default_cores  # noqa: E402
+
+SOURCES = ["drafter", "lookahead", "ctc"]  # As²d's sources (--source, or as2d@<source>)
 
 
 def round_causes(res: dict) -> CallCauses:
@@ -65,7 +68,7 @@ def main() -> int:
         help="interleaved runs per window and method (median time)",
     )
     ap.add_argument("--budget", type=int, default=7)
-    ap.add_argument("--source", default="drafter", choices=["drafter", "ctc"], help="As²d's source")
+    ap.add_argument("--source", default="drafter", choices=SOURCES, help="As²d's source")
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument(
         "--batch", type=int, default=8, help="As²d: tokens per publication batch (the paper: 8)"
@@ -116,6 +119,7 @@ def main() -> int:
             for m in order:
                 method, _, variant = m.partition("@")
                 align = next((v for v in variant.split("+") if v in ("paper", "suffix")), "")
+                source = next((v for v in variant.split("+") if v in SOURCES), a.source)
                 batch = next((int(v[1:]) for v in variant.split("+") if v[:1] == "b"), a.batch)
                 threshold = next(
                     (float(v[1:]) for v in variant.split("+") if v[:1] == "t"), a.threshold
@@ -126,7 +130,7 @@ def main() -> int:
                     "method": method,
                     "budget": a.budget,
                     "k": a.k,
-                    "source": a.source,
+                    "source": source,
                     "batch": batch,
                     "events": method == "as2d",  # rounds and publications: the causes below
                 }

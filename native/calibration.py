@@ -218,23 +218,23 @@ def probe_target_step(
 
 def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
     name = cmd.get("source", "drafter")
-    if name not in ("drafter", "ctc"):
-        raise ProtocolError("source must be 'drafter' or 'ctc'")
+    if name not in ("drafter", "lookahead", "ctc"):
+        raise ProtocolError("source must be 'drafter', 'lookahead' or 'ctc'")
     if name == "ctc" and not runner.models.ctc_eligible(language):
         raise ProtocolError(
             f"the ctc source does not serve language {language!r}; calibrate it on an English window"
         )
-    if name == "drafter" and runner.models.drafter_reads_target_encoder:
+    if name != "ctc" and runner.models.drafter_reads_target_encoder:
         # As in a request: the target's prefill (outside any clock) encodes the audio whose
         # states a drafter sharing the target's encoder reads; its startup is the projection.
         runner.models.target.start(audio, language)
     src = runner.models.source(name, audio, int(cmd.get("limit", 10_000)), language)
-    figure = "step" if name == "drafter" else "chunk"
+    figure = "chunk" if name == "ctc" else "step"
     buf = CandidateBuffer(name)
     t0 = time.perf_counter_ns()
     src.start()
     yield {"figure": f"sources.{name}.startup", "ms": _ms(t0), "rep": 0}
-    i = 0
+    i = n = 0
     while True:
         t0 = time.perf_counter_ns()
         unit = src.step()
@@ -245,8 +245,9 @@ def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> It
             "ms": _ms(t0),
             "rep": i,
             "tokens": len(unit),
-            "position": i,
+            "position": n,  # the source's tokens before this step: its cache length
         }
+        n += len(unit)
         t0 = time.perf_counter_ns()
         buf.publish([t for t, _ in unit], i, None)
         yield {"figure": f"sources.{name}.publish", "ms": _ms(t0), "rep": i}

@@ -45,7 +45,7 @@ def _worker(
 ) -> None:
     from as2d_cli.models.bundle import load_bundle
     from as2d_cli.models.loader import open_seq2seq
-    from as2d_cli.models.sources import CtcSource, DrafterSource, open_ctc
+    from as2d_cli.models.sources import CtcSource, drafter_source, open_ctc
     from native.producer import pin_current_thread, source_units
 
     pinned = pin_current_thread(cores)
@@ -55,6 +55,7 @@ def _worker(
         )  # the runner checked them
         drafter = open_seq2seq(bundle, "drafter", threads)
         ctc: Any = None
+        ahead: Any = None  # the look-ahead decoder, opened on the first lookahead request
     except BaseException as exc:  # reported to the runner, which falls back to a thread
         events.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
@@ -75,9 +76,17 @@ def _worker(
                 ctc = ctc or open_ctc(bundle, threads=threads)
                 units = source_units(CtcSource(ctc, audio))
             else:
+                if name == "lookahead" and ahead is None:
+                    ahead = open_seq2seq(bundle, "drafter", threads, ahead=True)
                 units = source_units(
-                    DrafterSource(
-                        drafter, audio, limit, hidden=hidden, language=req_language, prefix=prefix
+                    drafter_source(
+                        name,
+                        ahead if name == "lookahead" else drafter,
+                        audio,
+                        limit=limit,
+                        hidden=hidden,
+                        language=req_language,
+                        prefix=prefix,
                     )
                 )
         except BaseException as exc:

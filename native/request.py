@@ -33,21 +33,35 @@ class Models:
     threads: int = 1
     load_ms: float = 0.0
     _ctc: Any = None
+    _ahead: Any = None
     _worker: Any = None
     _worker_failed: str | None = None
 
     def source(self, name: str, audio: np.ndarray, limit: int, language: str | None = None) -> Any:
         """A fresh per-request target-decoupled source over ``audio`` (the target must have
         started on the same audio: a drafter sharing its encoder reads its states)."""
-        from as2d_cli.models.sources import CtcSource, DrafterSource, open_ctc
+        from as2d_cli.models.sources import CtcSource, drafter_source, open_ctc
 
         if name == "ctc":
             if self._ctc is None:
                 self._ctc = open_ctc(self.bundle, threads=self.threads)
             return CtcSource(self._ctc, audio)
-        return DrafterSource(
-            self.drafter.model, audio, limit, hidden=self.shared_hidden(), language=language
+        return drafter_source(
+            name,
+            self.ahead_model() if name == "lookahead" else self.drafter.model,
+            audio,
+            limit=limit,
+            hidden=self.shared_hidden(),
+            language=language,
         )
+
+    def ahead_model(self) -> Any:
+        """The drafter opened with its look-ahead decoder (the ``lookahead`` source's)."""
+        if self._ahead is None:
+            from as2d_cli.models.loader import open_seq2seq
+
+            self._ahead = open_seq2seq(self.bundle, "drafter", self.threads, ahead=True)
+        return self._ahead
 
     @property
     def drafter_reads_target_encoder(self) -> bool:
@@ -376,6 +390,8 @@ def _result(
             None if c is None else round(c, 6) for c in src.buffer.confidences
         ]
         out["publications_ms"] = [[t / 1e6, off, cnt] for t, off, cnt in producer.publications]
+        # tokens per producer step (its start and a final publication emit none)
+        out["source_steps"] = [n for _, _, n in producer.steps if n > 0]
     return out
 
 

@@ -306,6 +306,38 @@ def test_fit_recovers_context_terms_and_quotes_figures_at_the_reference() -> Non
     assert p.drafter is not None and p.drafter.step_ms == pytest.approx(0.2 + 0.001 * (64 - 17))
 
 
+def test_fit_prices_the_lookahead_source_per_forward_at_the_reference_cache() -> None:
+    """Its steps emit one or two tokens; ``position`` is the tokens before each step, so its
+    step is quoted at the reference cache like the drafter's, and it pays the drafter's
+    concurrent ratio."""
+    from as2d_cli.calibration.fit import fit_profile
+
+    samples = _synthetic_samples()
+    pos = 0
+    for i in range(60):
+        samples.append(
+            {
+                "figure": "sources.lookahead.step",
+                "ms": 0.13 + 0.001 * pos + 0.01 * 12.0,
+                "position": pos,
+                "tokens": 1 + i % 2,
+                "rep": i,
+                "audio_s": 12.0,
+            }
+        )
+        pos += 1 + i % 2
+    samples.append({"figure": "sources.lookahead.startup", "ms": 3.0, "audio_s": 12.0, "rep": 0})
+    p = fit_profile(samples, {"name": "synthetic"}, ref_audio_s=12.0)
+    la, dr = p.source("lookahead"), p.source("drafter")
+    assert la.kind == "autoregressive" and la.startup_ms == pytest.approx(3.0)
+    assert la.step_ms_idle == pytest.approx(0.13 + 0.064 + 0.12, abs=1e-6)
+    assert la.concurrent_ratio == dr.concurrent_ratio
+    assert (
+        "lookahead"
+        not in fit_profile(_synthetic_samples(), {"name": "s"}, ref_audio_s=12.0).sources
+    )
+
+
 def test_fit_recovers_slopes_that_grow_with_the_width() -> None:
     from as2d_cli.calibration.fit import fit_profile
 

@@ -1,4 +1,4 @@
-"""as2d.trace v1: round trips, the committed examples, and every bad input as one clear line."""
+"""as2d.trace v2 (and v1): round trips, the committed examples, and every bad input as one clear line."""
 
 from __future__ import annotations
 
@@ -103,9 +103,9 @@ def test_wrong_schema_name(tmp_path, small):
 
 def test_future_version_refused(tmp_path, small):
     recs = _lines(small)
-    recs[0]["version"] = 2
+    recs[0]["version"] = 3
     m = _err(_write(tmp_path, recs))
-    assert "version 2 is newer" in m and "upgrade as2d" in m and "line 1" in m
+    assert "version 3 is newer" in m and "upgrade as2d" in m and "line 1" in m
 
 
 def test_old_version_refused(tmp_path, small):
@@ -113,6 +113,30 @@ def test_old_version_refused(tmp_path, small):
     recs[0]["version"] = 0
     m = _err(_write(tmp_path, recs))
     assert "version 0 is older" in m and "regenerate" in m
+
+
+def test_version_1_reads_as_version_2(tmp_path, small):
+    recs = _lines(small)
+    assert recs[0]["version"] == 2
+    recs[0]["version"] = 1
+    back = load_traces(_write(tmp_path, recs))
+    assert back.version == 2 and back.windows == small.windows
+
+
+def test_steps_round_trip_and_must_account_for_every_token(tmp_path, small):
+    recs = _lines(small)
+    src = recs[1]["sources"]["qwen"]
+    n = len(src["tokens"])
+    steps = [2] * (n // 2) + [1] * (n % 2)
+    src["steps"] = steps
+    back = load_traces(_write(tmp_path, recs))
+    assert back.windows[0].sources["qwen"].steps == tuple(steps)
+    assert _lines(back)[1]["sources"]["qwen"]["steps"] == steps
+    src["steps"] = steps + [1]
+    m = _err(_write(tmp_path, recs))
+    assert "steps" in m and f"sum to {n + 1} for {n} tokens" in m
+    src["steps"] = [0, *steps]
+    assert "positive integers" in _err(_write(tmp_path, recs))
 
 
 def test_unknown_source(tmp_path, small):

@@ -16,7 +16,7 @@ from as2d_cli.models.bundle import DEFAULT_DIR, load_bundle
 from as2d_cli.models.drafter import OrtDrafter
 from as2d_cli.engine.interfaces import Source
 from as2d_cli.models.session import Seq2SeqModel
-from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource
+from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource, LookaheadSource
 from as2d_cli.models.target import OrtTarget, greedy_decode
 
 BUNDLE = load_bundle()
@@ -139,6 +139,43 @@ def test_drafter_source_is_the_drafters_own_history() -> None:
     d.start(AUDIO)
     cont = d.draft(tokens[:1], len(tokens) - 1)
     assert list(cont.tokens) == tokens[1:]
+
+
+def test_lookahead_source_emits_the_drafters_own_sequence_in_fewer_steps() -> None:
+    """Checking its look-ahead guesses, the source emits exactly what the drafter source
+    emits — tokens and confidences — one or two tokens per forward, on windows of every
+    setting; the shipped head's guesses are kept often enough that it needs far fewer
+    forwards. A cap it reaches mid-step stops it at exactly the cap."""
+    plain_model = Seq2SeqModel(BUNDLE, "drafter")
+    ahead_model = Seq2SeqModel(BUNDLE, "drafter", ahead=True)
+    n_plain = n_ahead = 0
+    for setting in sorted({w.setting for w in DEV}):
+        audio = min((w for w in DEV if w.setting == setting), key=lambda w: w.seconds).load_audio()
+        plain = _drain(DrafterSource(plain_model, audio))
+        ahead = _drain(LookaheadSource(ahead_model, audio))
+        assert [t for s in ahead for t, _ in s] == [s[0][0] for s in plain]
+        # The 8-bit decoder rounds a two-token call a little differently from a one-token one
+        # (about 4e-6 per call, carried through the cache): confidences agree to ~0.02.
+        assert np.allclose([c for s in ahead for _, c in s], [s[0][1] for s in plain], atol=0.03)
+        assert all(len(s) in (1, 2) for s in ahead) and len(ahead[0]) == 1
+        n_plain, n_ahead = n_plain + len(plain), n_ahead + len(ahead)
+    assert n_ahead < 0.8 * n_plain
+    for cap in (1, 2, 5, 6):
+        capped = _drain(LookaheadSource(ahead_model, AUDIO, limit=cap))
+        assert sum(len(s) for s in capped) == cap
+
+
+def test_the_lookahead_decoder_is_the_drafters_decoder_plus_the_head() -> None:
+    """Same weights: the look-ahead file's logits and caches are the plain file's."""
+    plain, ahead = Seq2SeqModel(BUNDLE, "drafter"), Seq2SeqModel(BUNDLE, "drafter", ahead=True)
+    cross = plain.encode(AUDIO)
+    toks = [BUNDLE.vocab.sot, 40, 41, 42]
+    a_logits, a_cache = plain.decode(toks, plain.empty_cache(), cross)
+    b_logits, b_next, b_cache = ahead.decode_ahead(toks, ahead.empty_cache(), cross)
+    assert b_next is not None and b_next.shape == b_logits.shape
+    assert np.allclose(a_logits, b_logits, atol=1e-5)
+    assert all(np.allclose(x, y, atol=1e-5) for x, y in zip(a_cache[0], b_cache[0]))
+    assert plain.decode_ahead(toks, plain.empty_cache(), cross)[1] is None
 
 
 def test_drafter_source_reads_the_targets_encoder_states(target: OrtTarget) -> None:

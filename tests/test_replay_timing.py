@@ -3,6 +3,8 @@ charges, target-only anchor (paper D.2.2: 59.391 ms per step → 16.96 TPS)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from as2d_cli.errors import FormatError, UserError
@@ -204,3 +206,31 @@ def test_missing_drafter_and_source_kind_mismatch_are_clear_errors() -> None:
     )
     with pytest.raises(FormatError, match="autoregressive in the trace but chunked in the profile"):
         replay_window(hand_window([5, 1, EOS]), Prepared(chunked_qwen, as2d()))
+
+
+def test_a_self_speculating_source_pays_per_step_not_per_token() -> None:
+    # 19 tokens in 12 steps of 30 ms (seven of them emit two tokens) after a startup of 10;
+    # with batch 8 a publication (1 ms) follows the step that brings the pending tokens to
+    # 8 or more: 1+2+2+2+1 = 8 after step 5, 2+2+2+1+2 = 9 after step 10, the last 2 at
+    # the end.
+    p = hand_profile()
+    toks = list(range(1, 20))
+    steps = (1, 2, 2, 2, 1, 2, 2, 2, 1, 2, 1, 1)
+    w = hand_window([5, EOS], qwen=toks)
+    src = dataclasses.replace(w.sources["qwen"], steps=steps)
+    tl = build_timeline("qwen", src, p.source("qwen"), 8)
+    assert [len(pub.tokens) for pub in tl.publications] == [8, 9, 2]
+    assert [pub.at for pub in tl.publications] == [
+        (10 + 5 * 30 + 1) * MS,
+        (10 + 10 * 30 + 2) * MS,
+        (10 + 12 * 30 + 3) * MS,
+    ]
+    assert sum((pub.tokens for pub in tl.publications), ()) == tuple(toks)
+    assert [k for k in tl.kinds if k == "step"] == ["step"] * len(steps)
+    # Batch 1: every step publishes what it emitted, at once.
+    tl1 = build_timeline("qwen", src, p.source("qwen"), 1)
+    assert [len(pub.tokens) for pub in tl1.publications] == list(steps)
+    # Steps that do not account for the tokens are refused.
+    bad = dataclasses.replace(src, steps=steps[:-1])
+    with pytest.raises(FormatError, match="steps"):
+        build_timeline("qwen", bad, p.source("qwen"), 8)

@@ -43,7 +43,7 @@ def test_build_resume_and_content(tmp_path) -> None:
     ts = load_traces(path, split="dev")
     assert (
         len(ts.windows) == 2
-        and set(ts.sources) == {"drafter", "ctc"}
+        and set(ts.sources) == {"drafter", "lookahead", "ctc"}
         and ts.default_source == "drafter"
     )
 
@@ -63,6 +63,9 @@ def test_build_resume_and_content(tmp_path) -> None:
             assert list(w.drafter.continuations[n][: len(d.tokens)]) == list(d.tokens)
         src = w.sources["drafter"]
         assert src.kind == "autoregressive" and len(src.confidences) == len(src.tokens) > 0
+        assert src.steps is None  # one token per forward
+        la = w.sources["lookahead"]  # the same drafter, one or two tokens per forward
+        assert la.steps is not None and set(la.steps) <= {1, 2} and sum(la.steps) == len(la.tokens)
         assert w.sources["ctc"].eligible == (w.language == "en")
     with pytest.raises(Exception, match="never overwritten"):
         build_traces("dev", out, limit=2, processes=1, max_tokens=MAX)

@@ -1,6 +1,7 @@
 """Export the trained checkpoints to ONNX and write the model manifest (as2d.models v2).
 
-Usage: python training/export.py [--models target drafter ctc]
+Usage: python training/export.py [--models target drafter ctc] [--ahead PATH]
+       python training/export.py --only-ahead [--ahead PATH]
 
 Writes to as2d_cli/assets/models/:
 - <name>_encoder.onnx: mel (1,T,80) -> cross_k, cross_v (L,1,H,S,dh), hidden (1,S,d): the
@@ -14,6 +15,12 @@ Writes to as2d_cli/assets/models/:
   one call takes K = 1..16 new tokens. Per-layer tensors, because ONNX Runtime copies any
   slice it takes of a stacked input: splitting the stacked cross K/V and caches cost a quarter
   to a third of every decoder call (benchmarks/decoder_layout.py);
+- drafter_ahead_decoder.onnx, when the drafter has a look-ahead head (training/train_ahead.py,
+  --ahead): the drafter's decoder file with the same inputs and outputs, then ahead_logits
+  (1,K,V): at every position, the head's logits of the token after the greedy one there (the
+  argmax of that position's logits, taken in the graph). Its logits and caches are the plain
+  file's; --only-ahead writes this file alone and adds it to the drafter's models.json entry,
+  leaving every shipped file as it is;
 - ctc.onnx: mel (1,T,80) -> log_probs (1,S,C);
 - models.json: dimensions, file hashes, special ids, training summary; and the training logs.
 Each export is checked against torch on random inputs before it is accepted.
@@ -37,13 +44,18 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "training"))
 
 import models as model_defs  # noqa: E402
-from models import CtcModel, Dims, Seq2Seq  # noqa: E402
+from models import AheadHead, CtcModel, Dims, Seq2Seq  # noqa: E402
 
-from as2d_cli.models.session import decoder_io  # noqa: E402
+from as2d_cli.models.session import AHEAD_OUTPUT, decoder_io  # noqa: E402
 
 WORK = ROOT / "training" / "work"
 OUT = ROOT / "as2d_cli" / "assets" / "models"
+AHEAD = WORK / "drafter" / "ahead.pt"  # train_ahead.py's look-ahead head of the drafter
 OPSET = 17
+# (past, new) positions of the random decoder calls each decoder export is checked on; the
+# look-ahead file's also on longer calls, for its guesses' agreement with torch's
+CHECK_SHAPES = [(0, 1), (7, 8), (2, 16), (30, 1)]
+AHEAD_CHECK_SHAPES = [*CHECK_SHAPES, (5, 16), (20, 16), (60, 16), (120, 16)]
 
 
 class EncoderExport(nn.Module):
@@ -83,26 +95,67 @@ class DecoderExport(nn.Module):
         return (logits, *k, *v)
 
 
+class AheadDecoderExport(nn.Module):
+    """:class:`DecoderExport` with the look-ahead head's logits last (``AHEAD_OUTPUT``): at
+    every position, of the token after the greedy one there (argmax of the position's logits)."""
+
+    def __init__(self, m: Seq2Seq, head: AheadHead):
+        super().__init__()
+        self.m, self.head = m, head
+        self.L = m.dm.dec_layers
+
+    def forward(self, tokens, *per_layer):
+        L = self.L
+        pk, pv, ck, cv = (list(per_layer[i * L : (i + 1) * L]) for i in range(4))
+        dec = self.m.decoder
+        h, k, v = dec.states(tokens, pk, pv, ck, cv)
+        logits = h @ dec.emb.weight.T  # as Decoder.forward
+        return (logits, *k, *v, self.head(h, logits.argmax(-1), dec.emb.weight))
+
+
 def decoder_feeds(tokens, pk, pv, ck, cv) -> tuple:
     """Stacked (L,1,H,T,dh) caches and cross K/V as the decoder export's per-layer arguments."""
     return (tokens, *pk, *pv, *ck, *cv)
 
 
-def export_decoder(model: Seq2Seq, path: Path, tokens, pk, pv, ck, cv) -> list[str]:
-    """Write the decoder file (models.json v2 layout) traced on these stacked example inputs;
-    returns its input names."""
+def export_decoder(
+    model: Seq2Seq, path: Path, tokens, pk, pv, ck, cv, head: AheadHead | None = None
+) -> list[str]:
+    """Write the decoder file (models.json v2 layout) traced on these stacked example inputs,
+    with ``head``'s look-ahead logits as a last output when given; returns its input names."""
     L = model.dm.dec_layers
     ins, outs = decoder_io(L)
     axes = {"tokens": {1: "new"}, "logits": {1: "new"}}
     axes.update({n: {2: "past"} for n in ins[1 : 1 + 2 * L]})
     axes.update({n: {2: "enc_frames"} for n in ins[1 + 2 * L :]})
     axes.update({n: {2: "total"} for n in outs[1:]})
+    module: nn.Module = DecoderExport(model)
+    if head is not None:
+        module = AheadDecoderExport(model, head)
+        outs = [*outs, AHEAD_OUTPUT]
+        axes[AHEAD_OUTPUT] = {1: "new"}
     model_defs.STATIC_BATCH = True  # batch 1, constant reshapes: no per-call shape arithmetic
     try:
-        _export(DecoderExport(model), decoder_feeds(tokens, pk, pv, ck, cv), path, ins, outs, axes)
+        _export(module, decoder_feeds(tokens, pk, pv, ck, cv), path, ins, outs, axes)
     finally:
         model_defs.STATIC_BATCH = False
     return ins
+
+
+def decoder_cases(
+    module: nn.Module, ins: list[str], dims: Dims, ck, cv, shapes: list[tuple[int, int]]
+) -> list[tuple[dict, list]]:
+    """(feeds, torch's outputs) of ``module`` on random calls of (past, new) ``shapes``."""
+    L, H, dh = dims.dec_layers, dims.heads, dims.d // dims.heads
+    cases = []
+    for t, k in shapes:
+        tokens = torch.randint(3, dims.vocab, (1, k))
+        pk, pv = torch.randn(L, 1, H, t, dh), torch.randn(L, 1, H, t, dh)
+        args = decoder_feeds(tokens, pk, pv, ck, cv)
+        cases.append(
+            ({n: a.numpy() for n, a in zip(ins, args)}, [e.numpy() for e in module(*args)])
+        )
+    return cases
 
 
 class CtcExport(nn.Module):
@@ -254,6 +307,124 @@ def _check(path: Path, feeds: dict, expected: list[np.ndarray]) -> float:
     return max(_errors(path, [(feeds, expected)]).values())
 
 
+def _outputs(path: Path, cases: list[tuple[dict, list]]) -> list[list[np.ndarray]]:
+    """The file's outputs on each case's feeds, one session for them all."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return [sess.run(None, feeds) for feeds, _ in cases]
+
+
+def step_macs(model: Seq2Seq) -> int:
+    """The decoder's multiply-adds per generated position: its layers' linear maps and the tied
+    output projection. The cross-attention K/V projections run once per request, not per step."""
+    dec = model.decoder
+    return (
+        sum(
+            m.in_features * m.out_features
+            for layer in dec.layers
+            for name, m in layer.named_modules()
+            if isinstance(m, nn.Linear) and name not in ("ck", "cv")
+        )
+        + dec.emb.weight.numel()
+    )
+
+
+def export_ahead(
+    entry: dict, kind: str, model: Seq2Seq, head_path: Path, ck, cv, int8: bool
+) -> None:
+    """Write ``<kind>_ahead_decoder.onnx``: the decoder file with the look-ahead head at
+    ``head_path`` (train_ahead.py) as a last output, checked against torch, quantized as the
+    plain decoder file (``int8``) and checked again; its logits and caches must be the plain
+    file's. Lists it in the models.json ``entry`` (files, sha256, ``ahead``)."""
+    saved = torch.load(head_path, weights_only=False)
+    info = saved["info"]
+    dims = model.dm
+    head = AheadHead(dims.d, info["hidden"])
+    head.load_state_dict(saved["head"])
+    head.eval()
+    L, H, dh = dims.dec_layers, dims.heads, dims.d // dims.heads
+    dec_path, path = OUT / entry["files"]["decoder"], OUT / f"{kind}_ahead_decoder.onnx"
+    with torch.no_grad():
+        tokens = torch.randint(3, dims.vocab, (1, 3))
+        pk = torch.randn(L, 1, H, 5, dh)
+        pv = torch.randn(L, 1, H, 5, dh)
+        ins = export_decoder(model, path, tokens, pk, pv, ck, cv, head)
+        checks = decoder_cases(
+            AheadDecoderExport(model, head), ins, dims, ck, cv, AHEAD_CHECK_SHAPES
+        )
+    err = max(_errors(path, checks).values())
+    if err > 1e-3:
+        raise SystemExit(f"{kind}: look-ahead ONNX differs from torch ({err:.2e})")
+    figures: dict = {"export_max_abs_error": err}
+    if int8:
+        figures["quantized"] = {**INT8, "matmuls": quantize_matmuls(path)}
+        errs = _errors(path, checks)
+        figures["quantized"].update(
+            {
+                "max_abs_error": max(errs.values()),
+                "max_abs_logit_error": errs[0],
+                "max_abs_ahead_logit_error": errs[1 + 2 * L],
+            }
+        )
+    got, plain = _outputs(path, checks), _outputs(dec_path, checks)
+    # The self-speculating source emits the drafter's greedy tokens only if this file's logits
+    # and caches are the plain decoder file's.
+    same = max(float(np.max(np.abs(a - b))) for g, p in zip(got, plain) for a, b in zip(g, p))
+    if same > 1e-4:
+        raise SystemExit(
+            f"{kind}: {path.name}'s logits or caches differ from {dec_path.name}'s by {same:.2e}"
+        )
+    hits = np.concatenate(
+        [g[-1][0].argmax(-1) == e[-1][0].argmax(-1) for g, (_, e) in zip(got, checks)]
+    )
+    if int8:
+        # the head's own rounding: where the file's greedy token (the guess's input) is torch's
+        figures["quantized"]["max_abs_ahead_logit_error_same_greedy"] = max(
+            float(np.max(np.abs(g[-1][0][m] - e[-1][0][m]), initial=0.0))
+            for g, (_, e) in zip(got, checks)
+            for m in [g[0][0].argmax(-1) == e[0][0].argmax(-1)]
+        )
+    macs = step_macs(model)
+    entry["files"]["ahead_decoder"] = path.name
+    entry["sha256"][path.name] = sha256(path)
+    entry["ahead"] = {
+        **info,
+        "step_macs": macs,
+        "macs_share": round(info["macs"] / macs, 4),
+        **figures,
+        # on the checks' random calls: the shipped file's guess (argmax of ahead_logits) is
+        # torch's at this share of positions; its logits and caches differ from the plain
+        # decoder file's by at most decoder_max_abs_difference
+        "checked_positions": int(hits.size),
+        "argmax_agreement": round(float(hits.mean()), 4),
+        "decoder_max_abs_difference": same,
+    }
+    print(
+        f"{kind} ahead",
+        json.dumps({k: entry["ahead"][k] for k in ("export_max_abs_error", *figures)}),
+        f"argmax agreement {hits.mean():.4f} of {hits.size}, logits/caches vs "
+        f"{dec_path.name} {same:.2e}",
+        flush=True,
+    )
+
+
+def only_ahead(manifest: dict, head_path: Path) -> None:
+    """--only-ahead: the drafter's look-ahead file alone, added to its models.json entry; the
+    shipped files stay as they are (quantized if the shipped decoder is)."""
+    entry = manifest.get("models", {}).get("drafter")
+    if entry is None or not head_path.exists():
+        raise SystemExit(
+            f"--only-ahead needs the drafter in {OUT / 'models.json'} and a head at {head_path}"
+        )
+    model, dims, _ = load("drafter")
+    if dims.to_dict() != entry["dims"]:
+        raise SystemExit(f"{WORK / 'drafter' / 'ckpt.pt'} is not the shipped drafter (dims differ)")
+    with torch.no_grad():
+        ck, cv, _ = EncoderExport(model)(torch.randn(1, 437, 80) * 0.3)
+    export_ahead(entry, "drafter", model, head_path, ck, cv, "quantized" in entry)
+
+
 def shares_target_encoder(model: Seq2Seq) -> bool:
     """A drafter whose encoder is exactly the target checkpoint's (train.py --shared-encoder)."""
     path = WORK / "target" / "ckpt.pt"
@@ -266,7 +437,9 @@ def shares_target_encoder(model: Seq2Seq) -> bool:
     )
 
 
-def export_seq2seq(kind: str, int8: bool = False) -> dict:
+def export_seq2seq(kind: str, int8: bool = False, ahead: Path | None = None) -> dict:
+    """``ahead``: a look-ahead head checkpoint; when it exists, the look-ahead decoder file is
+    written too (:func:`export_ahead`)."""
     model, dims, state = load(kind)
     L, H, dh = dims.dec_layers, dims.heads, dims.d // dims.heads
     enc_path, dec_path = OUT / f"{kind}_encoder.onnx", OUT / f"{kind}_decoder.onnx"
@@ -327,17 +500,7 @@ def export_seq2seq(kind: str, int8: bool = False) -> dict:
         pk = torch.randn(L, 1, H, 5, dh)
         pv = torch.randn(L, 1, H, 5, dh)
         ins = export_decoder(model, dec_path, tokens, pk, pv, ck, cv)
-        checks = []
-        for t, k in [(0, 1), (7, 8), (2, 16), (30, 1)]:
-            tokens = torch.randint(3, dims.vocab, (1, k))
-            pk, pv = torch.randn(L, 1, H, t, dh), torch.randn(L, 1, H, t, dh)
-            args = decoder_feeds(tokens, pk, pv, ck, cv)
-            checks.append(
-                (
-                    {n: a.numpy() for n, a in zip(ins, args)},
-                    [e.numpy() for e in DecoderExport(model)(*args)],
-                )
-            )
+        checks = decoder_cases(DecoderExport(model), ins, dims, ck, cv, CHECK_SHAPES)
         err_dec = max(_errors(dec_path, checks).values())
     if err_enc > 1e-3 or err_dec > 1e-3:
         raise SystemExit(
@@ -377,6 +540,10 @@ def export_seq2seq(kind: str, int8: bool = False) -> dict:
         entry["quantized"] = quant
     if shared:
         entry["encoder_from"] = "target"
+    if ahead is not None and ahead.exists():
+        export_ahead(entry, kind, model, ahead, ck, cv, int8)
+    elif ahead is not None:
+        print(f"{kind}: no look-ahead head at {ahead}; {kind}_ahead_decoder.onnx not written")
     return entry
 
 
@@ -426,9 +593,26 @@ def main() -> None:
         help="decoders shipped with 8-bit weights (default: the drafter's; the target's output "
         "is the reference every method must reproduce, so it stays float32)",
     )
+    ap.add_argument(
+        "--ahead",
+        type=Path,
+        default=AHEAD,
+        help="the drafter's look-ahead head (train_ahead.py); when it exists, exporting the "
+        "drafter also writes drafter_ahead_decoder.onnx (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--only-ahead",
+        action="store_true",
+        help="write drafter_ahead_decoder.onnx alone and add it to the drafter's models.json "
+        "entry, leaving every other file and entry as it is (--models and --int8 ignored)",
+    )
     args = ap.parse_args()
     manifest_path = OUT / "models.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    if args.only_ahead:
+        only_ahead(manifest, args.ahead)
+        manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+        return
     manifest.update(
         {
             "schema": "as2d.models",
@@ -450,7 +634,9 @@ def main() -> None:
         args.models, key=["target", "drafter", "ctc"].index
     ):  # a sharing drafter checks the target's file
         manifest["models"][kind] = (
-            export_ctc() if kind == "ctc" else export_seq2seq(kind, kind in args.int8)
+            export_ctc()
+            if kind == "ctc"
+            else export_seq2seq(kind, kind in args.int8, args.ahead if kind == "drafter" else None)
         )
         shutil.copy(WORK / kind / "log.jsonl", logs / f"{kind}.jsonl")
         print(kind, json.dumps(manifest["models"][kind]["export_max_abs_error"]), flush=True)

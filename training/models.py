@@ -245,6 +245,11 @@ class Decoder(nn.Module):
         """tokens (B,K); past (L,B,H,T,dh); returns logits (B,K,V) and present (L,B,H,T+K,dh).
         The caches and cross K/V may also be per-layer sequences of (B,H,T,dh) tensors (the
         ONNX decoder's form); the present caches are then returned per layer too."""
+        h, pk, pv = self.states(tokens, past_k, past_v, cross_k, cross_v, cross_mask)
+        return h @ self.emb.weight.T, pk, pv
+
+    def states(self, tokens, past_k, past_v, cross_k, cross_v, cross_mask=None):
+        """As :meth:`forward`, with the final (normalised) states (B,K,d) in place of the logits."""
         t0 = past_k[0].shape[2]
         n = tokens.shape[1]
         x = self.emb(tokens) + self.pos[t0 : t0 + n]
@@ -255,15 +260,40 @@ class Decoder(nn.Module):
             x, k, v = layer(x, past_k[i], past_v[i], cross_k[i], cross_v[i], self_mask, cross_mask)
             pk.append(k)
             pv.append(v)
-        logits = self.ln(x) @ self.emb.weight.T
+        h = self.ln(x)
         if isinstance(past_k, (list, tuple)):
-            return logits, pk, pv
-        return logits, torch.stack(pk), torch.stack(pv)
+            return h, pk, pv
+        return h, torch.stack(pk), torch.stack(pv)
 
     def empty_past(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         dm = self.dm
         z = torch.zeros(dm.dec_layers, batch, dm.heads, 0, dm.d // dm.heads)
         return z, z.clone()
+
+
+class AheadHead(nn.Module):
+    """The drafter's look-ahead head (train_ahead.py): from the decoder's final state at a
+    position and the embedding of the greedy token it predicts there, the logits of the token
+    after that one. A self-speculating drafter source checks each guess with its next forward,
+    so the head changes the source's pace, never its tokens."""
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.ln_e = nn.LayerNorm(d)
+        self.f = nn.Sequential(nn.Linear(2 * d, hidden), nn.GELU(), nn.Linear(hidden, d))
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, h: torch.Tensor, nxt: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """h (B,K,d) decoder states, nxt (B,K) the greedy tokens there, emb the tied (V,d)."""
+        z = torch.cat([h, self.ln_e(F.embedding(nxt, emb))], -1)
+        return self.ln(h + self.f(z)) @ emb.T
+
+    def macs(self, vocab: int) -> int:
+        """Multiply-adds per position: its two linear layers and the tied output projection."""
+        lin = [m for m in self.f if isinstance(m, nn.Linear)]
+        return (
+            sum(m.in_features * m.out_features for m in lin) + self.ln.normalized_shape[0] * vocab
+        )
 
 
 class Seq2Seq(nn.Module):

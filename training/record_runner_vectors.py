@@ -50,6 +50,7 @@ def main() -> None:
             ("asp", {}),
             ("as2d", {"budget": 5}),
             ("as2d", {"source": "ctc"}),
+            ("as2d", {"source": "lookahead", "budget": 5}),
             ("as2d-no-td", {"budget": 3}),
             ("as2d-no-bc", {}),
             (

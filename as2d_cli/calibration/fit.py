@@ -261,7 +261,11 @@ def fit_profile(
                 g[fig] = _at_ref(
                     samples, ctx, figure=fig, drafter=True, position=DRAFTER_PROBE_CACHE
                 )
-        for fig, is_drafter in (("sources.drafter.step", True), ("target_step", False)):
+        for fig, is_drafter in (
+            ("sources.drafter.step", True),
+            ("sources.lookahead.step", True),
+            ("target_step", False),
+        ):
             if g.get(fig):
                 g[fig] = _at_ref(samples, ctx, figure=fig, drafter=is_drafter)
     refresh = {
@@ -293,6 +297,18 @@ def fit_profile(
             startup_ms=startup if startup is not None else _med(g, "sources.drafter.startup", 0.0),
             concurrent_ratio=step_c / flat_step if flat_step > 0 else 1.0,
             startup_ms_per_audio_s=startup_slope,
+        )
+    if g.get("sources.lookahead.step"):
+        # The drafter checking its look-ahead guesses: priced per forward (one or two
+        # tokens); its startup is the drafter's, and it runs beside the target as it does.
+        ratio = sources["drafter"].concurrent_ratio if "drafter" in sources else 1.0
+        sources["lookahead"] = SourceCosts(
+            "lookahead",
+            "autoregressive",
+            step_ms_idle=_med(g, "sources.lookahead.step"),
+            publish_ms=_med(g, "sources.lookahead.publish", 0.0),
+            startup_ms=_med(g, "sources.lookahead.startup", 0.0),
+            concurrent_ratio=ratio,
         )
     if g.get("sources.ctc.chunk"):
         sources["ctc"] = SourceCosts(

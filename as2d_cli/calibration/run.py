@@ -37,6 +37,13 @@ class CalibrationResult:
     seconds: float = 0.0
 
 
+def calibrated_sources(pair: Any) -> tuple[str, ...]:
+    """The pair's As²d sources: the drafter, its look-ahead form when the drafter has that
+    decoder, and the CTC recognizer when the pair has one."""
+    ahead = "ahead_decoder" in pair.model("drafter").get("files", {})
+    return ("drafter", *(("lookahead",) if ahead else ()), *(("ctc",) if pair.has("ctc") else ()))
+
+
 def calibration_windows() -> tuple[str, str | None]:
     """Calibration audio kept apart from the test split: the longest English dev window."""
     from as2d_cli.corpus.manifest import load_corpus
@@ -164,7 +171,7 @@ def calibrate(
             ctc_window=ctc_win,
             short_window=None if window else short_calibration_window(win, corpus),
             episode_windows=(win,) if window else episode_windows(win, corpus),
-            sources=("drafter", "ctc") if pair.has("ctc") else ("drafter",),
+            sources=calibrated_sources(pair),
             max_length=None if models is None else pair.max_length(),
         )
     )

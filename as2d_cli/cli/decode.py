@@ -26,7 +26,9 @@ def decode(
         DEFAULT_BUDGET, "--budget", help="As²d proposal budget b (physical K <= b+1)."
     ),
     k: int = options.width(DEFAULT_SD_K, "--k", help="Standard SD physical width K."),
-    source: str = typer.Option("drafter", "--source", help="drafter or ctc (As²d sources)."),
+    source: str = typer.Option(
+        "drafter", "--source", help="drafter, lookahead or ctc (As²d sources)."
+    ),
     align: Optional[str] = options.align(),
     candidates: Optional[Path] = typer.Option(
         None,

@@ -121,7 +121,11 @@ def evaluate_fixed(
             detail=False,
         ),
     }
-    sources, _ = catalog_sources(traces, profile, None)
+    # The oracle searches the catalog the deployment was chosen from (its sources, where these
+    # traces and the profile have them), else every trace source the profile prices.
+    chosen = ((deployment.selection or {}).get("catalog") or {}).get("sources") or []
+    known = [s for s in chosen if s in traces.sources and s in profile.sources]
+    sources, _ = catalog_sources(traces, profile, known or None)
     if src not in sources:
         sources = [src, *sources]
     usable = sorted(set(feasible_budgets(profile, sources, budgets)) | {b})

@@ -22,6 +22,22 @@ from as2d_cli.formats.trace import (
 from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
 
 
+def published_steps(steps: list[int] | None, n: int) -> tuple[int, ...] | None:
+    """A native run's tokens per producer step, cut to its ``n`` published tokens (steps
+    after the last publication emitted tokens nobody saw); None when every step emitted one
+    (the trace's default) or the run did not record them."""
+    if not steps or all(k == 1 for k in steps):
+        return None
+    out: list[int] = []
+    left = n
+    for k in steps:
+        if left <= 0:
+            break
+        out.append(min(k, left))
+        left -= out[-1]
+    return tuple(out + [1] * left)
+
+
 def native_trace(
     window: str, dataset: str, res: dict, eos_id: int, audio_s: float = 0.0
 ) -> WindowTrace:
@@ -43,7 +59,12 @@ def native_trace(
             )
         else:
             sources[res["source"]] = SourceTrace(
-                AUTOREGRESSIVE, toks, conf, None, eos=bool(toks) and toks[-1] == eos_id
+                AUTOREGRESSIVE,
+                toks,
+                conf,
+                None,
+                eos=bool(toks) and toks[-1] == eos_id,
+                steps=published_steps(res.get("source_steps"), len(toks)),
             )
     drafter = None
     if res.get("drafts"):

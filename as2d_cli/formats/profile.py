@@ -92,7 +92,8 @@ class SourceCosts:
 
     name: str
     kind: str  # "autoregressive" | "chunked"
-    step_ms_idle: float = 0.0  # autoregressive: one source forward (one token)
+    step_ms_idle: float = 0.0  # autoregressive: one source forward (one step: a token, or
+    # for a self-speculating source one or two, as the trace's ``steps`` say)
     chunk_ms_idle: float = 0.0  # chunked: one chunk's service
     publish_ms: float = 0.0  # one publication into the buffer
     startup_ms: float = 0.0  # before the first step/chunk (on the decode clock)

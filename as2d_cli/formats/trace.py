@@ -13,8 +13,9 @@ In memory (frozen, slotted dataclasses):
   or None). ``w.first_token``, ``w.n_tokens``, ``w.source_for(name)`` (applies the
   ineligible-source fallback and returns ``(used_name, SourceTrace)``).
 * :class:`SourceTrace` — a target-decoupled source's own output for the window:
-  ``kind`` ``"autoregressive"`` (``tokens``, ``confidences`` per token or None; one
-  producer step per token, published in batches) or ``"chunked"`` (``chunks``: each a
+  ``kind`` ``"autoregressive"`` (``tokens``, ``confidences`` per token or None;
+  ``steps``, the tokens each producer step emitted, or None for one per step; published in
+  batches) or ``"chunked"`` (``chunks``: each a
   :class:`Chunk` of ``tokens`` already in the target vocabulary and ``audio_end_s``; the
   flat ``tokens`` are the chunks concatenated), ``eos`` (the source reached its own EOS;
   otherwise it stopped at its cap), ``eligible`` (the source serves this window's
@@ -36,8 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 SCHEMA = "as2d.trace"
-VERSION = 1
-# Version history: 1 — first release.
+VERSION = 2
+# Version history: 1 — first release; 2 — an autoregressive source may list ``steps``
+# (tokens per producer step). A version-1 file reads as version 2 unchanged.
 
 AUTOREGRESSIVE = "autoregressive"
 CHUNKED = "chunked"
@@ -63,6 +65,9 @@ class SourceTrace:
     chunks: tuple[Chunk, ...] | None = None
     eos: bool = True
     eligible: bool = True
+    # Autoregressive only: tokens per producer step (a self-speculating drafter emits one
+    # or two per forward); None means one token per step.
+    steps: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,7 @@ _WINDOW_KEYS = frozenset(
         "drafter",
     }
 )
-_SOURCE_KEYS = frozenset({"kind", "eligible", "eos", "tokens", "confidences", "chunks"})
+_SOURCE_KEYS = frozenset({"kind", "eligible", "eos", "tokens", "confidences", "steps", "chunks"})
 
 
 _INT = {int}
@@ -123,6 +123,7 @@ def load_traces(path: str | Path, *, split: str | None = None, strict: bool = Fa
                 schema=SCHEMA,
                 version=VERSION,
                 where=where,
+                upgrades={1: _v1_to_v2},
                 remedy_old="regenerate the traces with this toolkit",
             )
             validate_schema(header, HEADER_SCHEMA, where)
@@ -335,7 +336,7 @@ def _source(s: Any, info: SourceInfo, p: str, vocab: int | None) -> SourceTrace:
             raise _Bad(p + "chunks", "an autoregressive source has no chunks")
         toks = _tokens(_req(s, "tokens", (list,), p), p + "tokens", vocab)
         conf = _confs(s.get("confidences"), p + "confidences", len(toks))
-        return SourceTrace(kind, toks, conf, None, eos, eligible)
+        return SourceTrace(kind, toks, conf, None, eos, eligible, _steps(s, p, len(toks)))
     chunks_doc = _req(s, "chunks", (list,), p)
     chunks: list[Chunk] = []
     flat: list[int] = []
@@ -363,6 +364,25 @@ def _source(s: Any, info: SourceInfo, p: str, vocab: int | None) -> SourceTrace:
     if chunks and all(c.confidences is not None for c in chunks):
         conf = tuple(x for c in chunks for x in c.confidences)  # type: ignore[union-attr]
     return SourceTrace(kind, tuple(flat), conf, tuple(chunks), eos, eligible)
+
+
+def _v1_to_v2(doc: dict) -> dict:
+    """Version 2 only adds the optional ``steps`` of an autoregressive source."""
+    return {**doc, "version": 2}
+
+
+def _steps(s: dict, p: str, n: int) -> tuple[int, ...] | None:
+    """An autoregressive source's tokens per producer step (None: one per step)."""
+    x = s.get("steps")
+    if x is None:
+        return None
+    if type(x) is not list or any(type(k) is not int or k < 1 for k in x):
+        raise _Bad(p + "steps", "expected a list of positive integers (tokens per step)")
+    if sum(x) != n:
+        raise _Bad(
+            p + "steps", f"sum to {sum(x)} for {n} tokens; they must account for every token"
+        )
+    return tuple(x)
 
 
 def _drafter(d: Any, n_ref: int, vocab: int | None) -> DrafterTrace:
@@ -467,6 +487,8 @@ def window_record(w: WindowTrace) -> dict:
                 "eos": s.eos,
                 "eligible": s.eligible,
             }
+            if s.steps is not None:
+                rec["sources"][name]["steps"] = list(s.steps)
     if w.drafter is not None:
         rec["drafter"] = {
             "cap": w.drafter.cap,

@@ -49,6 +49,9 @@ ENCODER_IO = (["mel"], ["cross_k", "cross_v", "hidden"])
 CROSS_IO = (["hidden"], ["cross_k", "cross_v"])
 
 
+AHEAD_OUTPUT = "ahead_logits"  # the look-ahead decoder's extra, last output
+
+
 def decoder_io(layers: int) -> tuple[list[str], list[str]]:
     """The decoder file's input and output names (models.json v2): per-layer caches and cross
     K/V, because ONNX Runtime copies every slice it takes of a stacked input."""
@@ -79,7 +82,9 @@ class Seq2SeqModel:
     projection (:meth:`encode_hidden`); :meth:`encode` runs the shared encoder file itself.
     """
 
-    def __init__(self, bundle: ModelBundle, name: str, threads: int = 1) -> None:
+    def __init__(
+        self, bundle: ModelBundle, name: str, threads: int = 1, ahead: bool = False
+    ) -> None:
         info = bundle.model(name)
         if info["kind"] != "seq2seq":
             raise UserError(
@@ -108,12 +113,21 @@ class Seq2SeqModel:
             _check_io(self.cross, cross_path, *CROSS_IO)
         else:
             enc_path = bundle.path(info["files"]["encoder"])
-        dec_path = bundle.path(info["files"]["decoder"])
+        # ``ahead``: the decoder file with the look-ahead head's extra output (models.json
+        # ``files.ahead_decoder``), for the self-speculating source; same weights otherwise.
+        self.ahead = ahead
+        if ahead and "ahead_decoder" not in info["files"]:
+            raise UserError(
+                f"model {name!r} in {bundle.directory} has no look-ahead decoder; use the "
+                "drafter source, or export one with training/train_ahead.py and training/export.py"
+            )
+        dec_path = bundle.path(info["files"]["ahead_decoder" if ahead else "decoder"])
         self.encoder = make_session(enc_path, threads)
         self.decoder = make_session(dec_path, threads)
         _check_io(self.encoder, enc_path, *ENCODER_IO)
         L, H, d = int(self.dims["dec_layers"]), int(self.dims["heads"]), int(self.dims["d"])
-        self._io = decoder_io(L)
+        ins, outs = decoder_io(L)
+        self._io = (ins, [*outs, AHEAD_OUTPUT] if ahead else outs)
         _check_io(self.decoder, dec_path, *self._io)
         empty = tuple(np.zeros((1, H, 0, d // H), dtype=np.float32) for _ in range(L))
         self._empty: Cache = (empty, empty)
@@ -163,6 +177,14 @@ class Seq2SeqModel:
 
     def decode(self, tokens: Sequence[int], past: Cache, cross: Cross) -> tuple[np.ndarray, Cache]:
         """Process ``tokens`` after ``past``: logits (K, V) and the present cache."""
+        logits, _, cache = self.decode_ahead(tokens, past, cross)
+        return logits, cache
+
+    def decode_ahead(
+        self, tokens: Sequence[int], past: Cache, cross: Cross
+    ) -> tuple[np.ndarray, np.ndarray | None, Cache]:
+        """As :meth:`decode`, with the look-ahead logits (K, V) — at each position, of the
+        token after the greedy one there — when opened with ``ahead`` (else None)."""
         if cache_length(past) + len(tokens) > self.max_positions:
             raise UserError(
                 f"{self.name}: {cache_length(past) + len(tokens)} decoder positions exceed the model's "
@@ -172,7 +194,8 @@ class Seq2SeqModel:
         values = [np.asarray(tokens, dtype=np.int64)[None], *past[0], *past[1], *cross.k, *cross.v]
         out = self.decoder.run(None, dict(zip(self._io[0], values)))
         L = len(past[0])
-        return out[0][0], (tuple(out[1 : 1 + L]), tuple(out[1 + L :]))
+        ahead = out[1 + 2 * L][0] if self.ahead else None
+        return out[0][0], ahead, (tuple(out[1 : 1 + L]), tuple(out[1 + L : 1 + 2 * L]))
 
 
 def softmax_max(logits: np.ndarray) -> np.ndarray:

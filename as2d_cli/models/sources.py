@@ -28,7 +28,14 @@ from as2d_cli.models.features import log_mel
 from as2d_cli.models.contract import DecoderModel
 from as2d_cli.models.ctc import CHUNK_SECONDS, ChunkedRecognizer, greedy_ctc  # noqa: F401  (re-exported)
 from as2d_cli.models.external_ctc import ExternalCtc
-from as2d_cli.models.session import Cross, _check_io, make_session, softmax_max
+from as2d_cli.models.session import (
+    Cross,
+    _check_io,
+    cache_length,
+    make_session,
+    softmax_max,
+    truncate_cache,
+)
 
 
 class DrafterSource:
@@ -77,6 +84,69 @@ class DrafterSource:
         self.tokens.append(tok)
         self._done = tok == self.eos_id
         return [(tok, float(softmax_max(logits[-1:])[0]))]
+
+
+class LookaheadSource(DrafterSource):
+    """The drafter checking its own look-ahead guesses (``lookahead``, autoregressive).
+
+    Its decoder file carries a head that guesses, at each position, the token after the
+    greedy one (training/train_ahead.py). Each forward feeds the last emitted token and the
+    guess for the token after it (K=2): the guess is kept when it is the drafter's greedy
+    choice there, and then the forward's second position gives one more token. So a step
+    emits one or two tokens, always exactly the drafter's own greedy sequence; only the pace
+    changes. A rejected guess's position is dropped from the cache."""
+
+    source_id = "lookahead"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._guess: int | None = None
+
+    def step(self) -> Sequence[tuple[int, float | None]] | None:
+        if self._cross is None:
+            raise EngineError("source.step before start()")
+        if self._done or len(self.tokens) >= self.limit:
+            return None
+        if not self.tokens:
+            feed = [*self._cross.prompt, *self.prefix]
+        elif self._guess is None:
+            feed = [self.tokens[-1]]
+        else:
+            feed = [self.tokens[-1], self._guess]
+        logits, ahead, cache = self.model.decode_ahead(feed, self._cache, self._cross)  # type: ignore[attr-defined]
+        # The position after the last emitted token: the last fed one, or the first when a
+        # guess follows it.
+        at = 0 if len(feed) == 2 and self.tokens else len(feed) - 1
+        confs = softmax_max(logits)
+        tok = int(logits[at].argmax())
+        out: list[tuple[int, float | None]] = [(tok, float(confs[at]))]
+        kept = (
+            at + 1 < len(feed)
+            and tok == feed[at + 1]
+            and tok != self.eos_id
+            and len(self.tokens) + 2 <= self.limit
+        )
+        if kept:
+            second = int(logits[at + 1].argmax())
+            out.append((second, float(confs[at + 1])))
+            self._guess = int(ahead[at + 1].argmax())
+            self._cache = cache
+        else:
+            self._guess = int(ahead[at].argmax())
+            self._cache = truncate_cache(cache, cache_length(cache) - (len(feed) - 1 - at))
+        self.tokens += [t for t, _ in out]
+        self._done = self.tokens[-1] == self.eos_id
+        return out
+
+
+# The autoregressive sources over the drafter (the look-ahead one needs its decoder file).
+DRAFTER_SOURCES = ("drafter", "lookahead")
+
+
+def drafter_source(name: str, model: DecoderModel, audio: np.ndarray, **kw: Any) -> DrafterSource:
+    """The autoregressive source ``name`` over ``model`` (for ``lookahead``, the drafter
+    opened with its look-ahead decoder); keywords as :class:`DrafterSource`."""
+    return (LookaheadSource if name == "lookahead" else DrafterSource)(model, audio, **kw)
 
 
 class CtcRecognizer(ChunkedRecognizer):

@@ -159,17 +159,27 @@ def build_timeline(
         if use_ctx:  # the concurrent ratio scales the whole step, its context terms included
             d0 = context.drafter_ms(0, audio_s) * 1e6 * costs.concurrent_ratio  # type: ignore[union-attr,arg-type]
             da = context.drafter_ms_per_token * 1e6 * costs.concurrent_ratio  # type: ignore[union-attr]
-        lo = 0
-        while lo < n:
-            hi = min(n, lo + batch)
-            for i in range(lo, hi):
-                c = max(0, step + int(round(d0 + da * i))) if use_ctx else step
-                segments.append((STEP, c))
-                t += c
-            segments.append((PUBLISH, publish))
-            t += publish
-            pubs.append((t, tuple(toks[lo:hi]), None if conf is None else tuple(conf[lo:hi])))
-            lo = hi
+        steps = trace.steps if trace.steps is not None else (1,) * n
+        if any(k < 1 for k in steps) or sum(steps) != n:
+            raise FormatError(
+                f"{where}source {name!r} has steps summing to {sum(steps)} for {n} tokens; "
+                "regenerate the trace"
+            )
+        # One segment per step (a step may emit several tokens; its cache length is the
+        # tokens before it); publication once ``batch`` tokens are pending, and at the end.
+        lo = done = 0
+        for k in steps:
+            c = max(0, step + int(round(d0 + da * done))) if use_ctx else step
+            segments.append((STEP, c))
+            t += c
+            done += k
+            if done - lo >= batch or done == n:
+                segments.append((PUBLISH, publish))
+                t += publish
+                pubs.append(
+                    (t, tuple(toks[lo:done]), None if conf is None else tuple(conf[lo:done]))
+                )
+                lo = done
     elif trace.kind == CHUNKED:
         chunk = ms_to_ns(costs.chunk_ms(True))
         if chunk <= 0:

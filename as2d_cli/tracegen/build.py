@@ -22,6 +22,7 @@ from as2d_cli import __version__
 from as2d_cli.engine.methods import DEFAULT_ASP_CAP
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor, LocalPool
+from as2d_cli.formats.trace import VERSION as TRACE_VERSION
 
 DRAFTER_CAP = DEFAULT_ASP_CAP  # ASP's largest cap: SD and ASP never ask for more
 SOURCE_SLACK = 8  # a source may run a little past the target's cap
@@ -45,6 +46,13 @@ def _models(directory: str | None, task: str | None = None, language: str | None
     return _LOADED[1]
 
 
+def autoregressive_sources(models: Any) -> tuple[str, ...]:
+    """The pair's autoregressive sources: the drafter, and ``lookahead`` when its drafter
+    has a look-ahead decoder (models.json ``files.ahead_decoder``)."""
+    files = models.bundle.model("drafter").get("files", {})
+    return ("drafter", "lookahead") if "ahead_decoder" in files else ("drafter",)
+
+
 def trace_window(
     window: Any, models: Any, cap: int = DRAFTER_CAP, max_tokens: int | None = None
 ) -> dict:
@@ -56,23 +64,28 @@ def trace_window(
     max_tokens = min(max_tokens or target.max_length, target.max_length)
     ref = [int(t) for t in greedy_decode(target, audio, max_tokens, window.language)]
     eos = ref[-1] == target.eos_id
-    # The drafter running on its own history (As²d's autoregressive source).
-    src = models.source("drafter", audio, max_tokens + SOURCE_SLACK, window.language)
-    src.start()
-    toks: list[int] = []
-    confs: list[float] = []
-    while (unit := src.step()) is not None:
-        for t, c in unit:
-            toks.append(int(t))
-            confs.append(round(float(c), 6))
-    sources: dict[str, Any] = {
-        "drafter": {
+    # The drafter running on its own history (As²d's autoregressive source), and the same
+    # drafter checking its look-ahead guesses when the pair has that decoder.
+    sources: dict[str, Any] = {}
+    for name in autoregressive_sources(models):
+        src = models.source(name, audio, max_tokens + SOURCE_SLACK, window.language)
+        src.start()
+        toks: list[int] = []
+        confs: list[float] = []
+        steps: list[int] = []
+        while (unit := src.step()) is not None:
+            steps.append(len(unit))
+            for t, c in unit:
+                toks.append(int(t))
+                confs.append(round(float(c), 6))
+        sources[name] = {
             "tokens": toks,
             "confidences": confs,
             "eos": bool(toks) and toks[-1] == target.eos_id,
             "eligible": True,
         }
-    }
+        if name != "drafter":
+            sources[name]["steps"] = steps
     # The chunked CTC recognizer (English only; others fall back, D.4.3).
     if models.ctc_eligible(window.language):
         ctc = models.source("ctc", audio, max_tokens + SOURCE_SLACK)
@@ -352,11 +365,14 @@ def build_traces(
     models = _models(models_dir, task, language)
     header = {
         "schema": "as2d.trace",
-        "version": 1,
+        "version": TRACE_VERSION,
         "provenance": provenance(models),
         "eos_id": models.target.eos_id,
         "sources": {
-            "drafter": {"kind": "autoregressive", "model": "drafter"},
+            **{
+                name: {"kind": "autoregressive", "model": "drafter"}
+                for name in autoregressive_sources(models)
+            },
             "ctc": {"kind": "chunked", "model": "ctc"},
         },
         "default_source": "drafter",
