@@ -40,7 +40,7 @@ matching as the ceiling, per target token): target tokens it replaces with other
 tokens it lacks, and tokens it adds — whether a setting's gap is wrong words or dropped
 or invented ones.
 
-``--what-if`` adds As²d on the profile with the drafter source's step 0.9–0.5× as dear, and
+``--what-if`` adds, for each autoregressive source, As²d on the profile with its step 0.9–0.5× as dear, and
 with 25–75 % of the places where its sequence departs from the target's replaced by the
 target's tokens: how much faster, or how much more often right, a drafter must be for a
 given speedup.
@@ -64,6 +64,7 @@ from as2d_cli.engine.methods import (
 )
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
+from as2d_cli.evaluate.native_replay import published_steps
 from as2d_cli.formats.trace_io import load_traces
 from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
 from as2d_cli.engine.causes import CallCauses, call_causes
@@ -332,7 +333,11 @@ def better_source(windows, source: str, share: float, seed: int = 1) -> list:
                 toks += w.reference[j1:j2]
                 confs += [0.9] * (j2 - j1)
         better = dataclasses.replace(
-            s, tokens=tuple(toks), confidences=tuple(confs) if conf is not None else None
+            s,
+            tokens=tuple(toks),
+            confidences=tuple(confs) if conf is not None else None,
+            # a self-speculating source keeps its pace: its steps cut or padded to the tokens
+            steps=published_steps(list(s.steps), len(toks)) if s.steps is not None else None,
         )
         out.append(dataclasses.replace(w, sources={**w.sources, source: better}))
     return out
@@ -376,8 +381,8 @@ def main() -> None:
     ap.add_argument(
         "--what-if",
         action="store_true",
-        help="also: As²d with the drafter source's step cheaper, and with a share of its "
-        "departures from the target fixed",
+        help="also: As²d with each autoregressive source's step cheaper, and with a share of "
+        "its departures from the target fixed",
     )
     args = ap.parse_args()
     setting = {"threshold": args.threshold, "batch": args.batch}
@@ -448,9 +453,11 @@ def main() -> None:
     for src in sources:
         spec = MethodSpec("as2d", budget=args.budget, source=src, align=args.align, **setting)
         by_setting(groups, bases, prof, free, instant, spec)
-    if args.what_if and "drafter" in sources:
+    for src in sources if args.what_if else []:
+        if ts.sources[src].kind != "autoregressive":
+            continue
         print()
-        spec = MethodSpec("as2d", budget=args.budget, source="drafter", align=args.align, **setting)
+        spec = MethodSpec("as2d", budget=args.budget, source=src, align=args.align, **setting)
         what_if(windows, prof, spec, base["profile"])
 
 

@@ -275,7 +275,7 @@ class AheadHead(nn.Module):
     """The drafter's look-ahead head (train_ahead.py): from the decoder's final state at a
     position and the embedding of the greedy token it predicts there, the logits of the token
     after that one. A self-speculating drafter source checks each guess with its next forward,
-    so the head changes the source's pace, never its tokens."""
+    so the head changes the source's pace, not its choices."""
 
     def __init__(self, d: int, hidden: int):
         super().__init__()

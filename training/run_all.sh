@@ -300,6 +300,16 @@ for n in 30 31; do $PY training/distill.py --set "$n" --workers 2; done
 averaged_drafter_run drafter_p14 24,25,26,27,28,29,30,31 16587 10924 13299 16587
 $PY training/average.py training/work/drafter_runs12-14.pt training/work/drafter_p12_avg.pt training/work/drafter_p13_avg.pt training/work/drafter_p14_avg.pt
 cp training/work/drafter_runs12-14.pt training/work/drafter/ckpt.pt
+# Shards 32 and 33 (half meeting speech) and their transcripts, then the drafter's look-ahead
+# head (12,000 steps on the frozen drafter over shards 24-33; docs/models.md, "The look-ahead
+# head"), which export.py turns into drafter_ahead_decoder.onnx.
+for n in 32 33; do
+  $PY training/make_corpus.py --only train --shard "$n" --settings meeting,read,meeting,multilingual,meeting,accented,meeting,sung
+  $PY training/distill.py --set "$n" --workers 2
+done
+$PY training/train_ahead.py --sets 24,25,26,27,28,29,30,31,32,33 --hidden 384 --steps 12000
 # The shipped files: target and CTC in float32, the drafter's decoder with 8-bit weights
 # (export.py --int8 default), models.json and the training logs.
 $PY training/export.py                           # ONNX files (the drafter's decoder 8-bit) + models.json + training logs
+# The K70 profile prices the lookahead source from models.json (ahead.macs_share).
+$PY training/make_k70_profile.py

@@ -7,7 +7,7 @@ every position p where its greedy token equals the transcript's next token (so t
 is one the drafter would have produced itself), the head sees the drafter's final state at
 p and that token's embedding, and learns the drafter's own greedy token at p + 1. Only the
 head trains; the drafter's weights stay as they are, so a source that checks each guess
-with its next forward emits exactly the drafter's greedy sequence.
+with its next forward emits the drafter's own greedy choices.
 
 Writes training/work/drafter/ahead.pt (refuses to overwrite; --force), which
 training/export.py turns into drafter_ahead_decoder.onnx.

@@ -93,8 +93,9 @@ class LookaheadSource(DrafterSource):
     greedy one (training/train_ahead.py). Each forward feeds the last emitted token and the
     guess for the token after it (K=2): the guess is kept when it is the drafter's greedy
     choice there, and then the forward's second position gives one more token. So a step
-    emits one or two tokens, always exactly the drafter's own greedy sequence; only the pace
-    changes. A rejected guess's position is dropped from the cache."""
+    emits one or two tokens, each the drafter's greedy choice after its own history (the
+    drafter source's sequence, up to the rounding of two-token calls by the 8-bit decoder);
+    only the pace changes. A rejected guess's position is dropped from the cache."""
 
     source_id = "lookahead"
 
