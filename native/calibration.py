@@ -340,6 +340,7 @@ EPISODE_METHODS = (
     {"method": "sd", "k": DEFAULT_SD_K},
     {"method": "asp", "cap": 15},
     {"method": "as2d", "source": "drafter", "budget": 4},
+    {"method": "as2d", "source": "lookahead", "budget": 4},  # a pair with a look-ahead decoder
     {"method": "as2d", "source": "ctc", "budget": 4},
 )
 
@@ -376,16 +377,19 @@ def episode_samples(tag: str, res: dict, rep: int) -> Iterator[dict]:
             "concurrent": e["t_ns"] < finished,
         }
     steps = [e for e in res["events"] if e["op"] == "source_step"]
+    before = 0  # the source's tokens before each step: its cache length
     for i, e in enumerate(steps):
         yield {
             "figure": f"loop.{tag}.source_step",
             "ms": (e["end_ns"] - e["t_ns"]) / 1e6,
             "rep": rep,
             "index": i,
+            "position": before,
             "tokens": e.get("tokens", 0),
             "concurrent": e["t_ns"] < target_end,
             "end_ms": e["end_ns"] / 1e6,
         }  # on the decode clock: what the first publication waits for
+        before += int(e.get("tokens", 0))
     # The target's time no op accounts for (the decode loop between and around calls).
     busy = sum(e["end_ns"] - e["t_ns"] for e in ops if e["t_ns"] < target_end)
     yield {
@@ -416,7 +420,10 @@ def probe_episodes(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> 
     for rep in range(-1, reps):  # rep −1: an unrecorded warm-up of every method on every window
         for w, au, lang in loaded:
             specs = [
-                s for s in specs_all if s.get("source") != "ctc" or runner.models.ctc_eligible(lang)
+                s
+                for s in specs_all
+                if (s.get("source") != "ctc" or runner.models.ctc_eligible(lang))
+                and (s.get("source") != "lookahead" or runner.models.has_ahead)
             ]
             k = n % len(specs)  # a rotating order, as native evaluation runs them
             n += 1

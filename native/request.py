@@ -55,6 +55,11 @@ class Models:
             language=language,
         )
 
+    @property
+    def has_ahead(self) -> bool:
+        """The pair's drafter has a look-ahead decoder (the ``lookahead`` source)."""
+        return "ahead_decoder" in self.bundle.model("drafter").get("files", {})
+
     def ahead_model(self) -> Any:
         """The drafter opened with its look-ahead decoder (the ``lookahead`` source's)."""
         if self._ahead is None:

@@ -351,3 +351,28 @@ def test_a_cold_first_chunk_is_charged_once() -> None:
         base, [{k: v for k, v in s.items() if k != "end_ms"} for s in steps]
     ).source("parakeet")
     assert old.concurrent_ratio == pytest.approx((20.0 + 5 * 8.0) / (6 * idle))
+
+
+def test_episode_source_steps_carry_the_sources_cache_length() -> None:
+    """A lookahead step emits one or two tokens: each step's ``position`` is the tokens the
+    source emitted before it (its start emits none), which prices its context terms."""
+    from native.calibration import episode_samples
+
+    ms = 1_000_000
+    steps = [0, 1, 2, 2, 1]
+    events = [
+        {
+            "op": "source_step",
+            "stage": "producer",
+            "t_ns": i * ms,
+            "end_ns": (i + 1) * ms,
+            "tokens": n,
+        }
+        for i, n in enumerate(steps)
+    ]
+    res = {"rounds": [], "events": events, "n_tokens": 6, "producer_finished_ms": 5.0}
+    got = [
+        s for s in episode_samples("as2d:lookahead", res, 0) if s["figure"].endswith("source_step")
+    ]
+    assert [s["position"] for s in got] == [0, 0, 1, 3, 5]
+    assert [s["tokens"] for s in got] == steps

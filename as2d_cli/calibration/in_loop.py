@@ -308,8 +308,9 @@ def _source(
         ):
             continue  # startup, or after the target's end, or the final partial publication
         if src.kind == "autoregressive":
+            at = int(s.get("position", int(s["index"]) - 1))  # the source's cache length
             p = src.step_ms_idle + (
-                ctx.drafter_ms(int(s["index"]) - 1, float(s.get("audio_s", ctx.ref_audio_s)))
+                ctx.drafter_ms(at, float(s.get("audio_s", ctx.ref_audio_s)))
                 if ctx is not None
                 else 0.0
             )
