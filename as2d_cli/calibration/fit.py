@@ -298,27 +298,27 @@ def fit_profile(
             concurrent_ratio=step_c / flat_step if flat_step > 0 else 1.0,
             startup_ms_per_audio_s=startup_slope,
         )
-    if g.get("sources.lookahead.step"):
-        # The drafter checking its look-ahead guesses: priced per forward (one or two
-        # tokens); its startup is the drafter's, and it runs beside the target as it does.
-        ratio = sources["drafter"].concurrent_ratio if "drafter" in sources else 1.0
-        sources["lookahead"] = SourceCosts(
-            "lookahead",
-            "autoregressive",
-            step_ms_idle=_med(g, "sources.lookahead.step"),
-            publish_ms=_med(g, "sources.lookahead.publish", 0.0),
-            startup_ms=_med(g, "sources.lookahead.startup", 0.0),
+    ratio = sources["drafter"].concurrent_ratio if "drafter" in sources else 1.0
+
+    def beside_drafter(name: str, kind: str, unit: str) -> SourceCosts:
+        """A source measured alone (its steps or chunks, publications, startup) that runs
+        beside the target at the drafter source's concurrent ratio."""
+        cost = _med(g, f"sources.{name}.{unit}")
+        return SourceCosts(
+            name,
+            kind,
+            step_ms_idle=cost if unit == "step" else 0.0,
+            chunk_ms_idle=cost if unit == "chunk" else 0.0,
+            publish_ms=_med(g, f"sources.{name}.publish", 0.0),
+            startup_ms=_med(g, f"sources.{name}.startup", 0.0),
             concurrent_ratio=ratio,
         )
+
+    # The drafter checking its look-ahead guesses: priced per forward (one or two tokens).
+    if g.get("sources.lookahead.step"):
+        sources["lookahead"] = beside_drafter("lookahead", "autoregressive", "step")
     if g.get("sources.ctc.chunk"):
-        sources["ctc"] = SourceCosts(
-            "ctc",
-            "chunked",
-            chunk_ms_idle=_med(g, "sources.ctc.chunk"),
-            publish_ms=_med(g, "sources.ctc.publish", 0.0),
-            startup_ms=_med(g, "sources.ctc.startup", 0.0),
-            concurrent_ratio=sources["drafter"].concurrent_ratio if "drafter" in sources else 1.0,
-        )
+        sources["ctc"] = beside_drafter("ctc", "chunked", "chunk")
     target_step = _med(g, "target_step")
     if drafter is not None and g.get("loop_round"):
         g["loop"] = loop_residuals(samples, idle, drafter.step_ms, ctx, drafter.catch_up_ms)
