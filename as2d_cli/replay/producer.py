@@ -1,7 +1,8 @@
 """The target-decoupled producer's own timeline (paper C.1, A.3; SEMANTICS "Publication").
 
-An autoregressive source runs its startup, then one step per token of its own sequence,
-publishing every ``batch`` tokens and its final partial batch at its EOS or cap. A
+An autoregressive source runs its startup, then one step per token of its own sequence (or,
+when its trace lists ``steps``, one step per entry, emitting that many tokens), publishing
+once ``batch`` tokens are pending and its final partial batch at its EOS or cap. A
 chunked source runs its startup, then each chunk's service followed by one publication of
 the whole chunk. Publication is producer service too, and a batch becomes usable at the
 end of its publication. The producer never waits for the target (A.1).
