@@ -140,10 +140,6 @@ class LookaheadSource(DrafterSource):
         return out
 
 
-# The autoregressive sources over the drafter (the look-ahead one needs its decoder file).
-DRAFTER_SOURCES = ("drafter", "lookahead")
-
-
 def drafter_source(name: str, model: DecoderModel, audio: np.ndarray, **kw: Any) -> DrafterSource:
     """The autoregressive source ``name`` over ``model`` (for ``lookahead``, the drafter
     opened with its look-ahead decoder); keywords as :class:`DrafterSource`."""
