@@ -172,3 +172,17 @@ def test_settings_default_to_the_papers_stream() -> None:
     s = StreamSettings()
     assert (s.block_s, s.context_s, s.lifetime, s.method) == (4.0, 12.0, "arrival", "as2d")
     assert replace(s, method="sd").spec().label == "sd-k8"
+
+
+def test_the_lookahead_source_streams_target_only_tokens(models, audio, reference) -> None:
+    """The drafter checking its look-ahead guesses drafts each block after its own earlier
+    output, as the drafter source does; the committed tokens are target-only's."""
+    run = run_stream(
+        models,
+        audio,
+        _settings("as2d", source="lookahead"),
+        language="en",
+        make_clock=lambda: SkipClock(FAST),
+    )
+    assert [b["tokens"] for b in run.blocks] == [b["tokens"] for b in reference.blocks]
+    assert run.source_error is None and len(run.epochs) == 3

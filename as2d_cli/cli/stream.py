@@ -42,7 +42,7 @@ def stream(
         DEFAULT_BUDGET, "--budget", help="As²d proposal budget b (physical K <= b+1)."
     ),
     source: str = options.one_of(
-        "drafter", "--source", choices=("drafter", "ctc"), help="As²d's source."
+        "drafter", "--source", choices=("drafter", "lookahead", "ctc"), help="As²d's source."
     ),
     lifetime: str = options.one_of(
         "arrival",

@@ -46,7 +46,7 @@ class Epoch:
 
 @dataclass
 class SourceSettings:
-    name: str  # "drafter" | "ctc"
+    name: str  # "drafter" | "lookahead" | "ctc"
     batch: int
     limit: int  # tokens per epoch
     lifetime: str
@@ -119,13 +119,20 @@ class SourceEpochs(threading.Thread):
                 self.s.name, audio, self.s.limit, kind, self.s.batch, None, self.s.language, prefix
             )
             return ProcessProducer(self.worker, buffer, clock)
-        from as2d_cli.models.sources import CtcSource, DrafterSource, open_ctc
+        from as2d_cli.models.sources import CtcSource, drafter_source, open_ctc
 
         if self.s.name == "ctc":
             source: Any = CtcSource(open_ctc(self.models.bundle, self.models.threads), audio)
         else:
-            source = DrafterSource(
-                self.models.drafter.model, audio, self.s.limit, None, self.s.language, prefix
+            source = drafter_source(
+                self.s.name,
+                self.models.ahead_model()
+                if self.s.name == "lookahead"
+                else self.models.drafter.model,
+                audio,
+                limit=self.s.limit,
+                language=self.s.language,
+                prefix=prefix,
             )
         return Producer(
             source_units(source), buffer, clock, kind=kind, batch=self.s.batch, cores=self.s.cores
