@@ -40,8 +40,7 @@ from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.engine.causes import CallCauses, call_causes  # noqa: E402
 from as2d_cli.evaluate.native import pick_windows  # noqa: E402
 from native.host import LocalRunner, default_cores  # noqa: E402
-
-SOURCES = ["drafter", "lookahead", "ctc"]  # As²d's sources (--source, or as2d@<source>)
+from native.protocol import MODEL_SOURCES as SOURCES  # noqa: E402  (--source, as2d@<source>)
 
 
 def round_causes(res: dict) -> CallCauses:

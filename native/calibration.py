@@ -33,7 +33,7 @@ import numpy as np
 from as2d_cli.engine import CandidateBuffer, Episode, StandardSD, TargetOnly, WallClock
 from as2d_cli.engine.methods import DEFAULT_SD_K
 from native.producer import pin_current_thread
-from native.protocol import ProtocolError
+from native.protocol import MODEL_SOURCES, ProtocolError
 
 MAX_CALL = 16
 
@@ -218,8 +218,8 @@ def probe_target_step(
 
 def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
     name = cmd.get("source", "drafter")
-    if name not in ("drafter", "lookahead", "ctc"):
-        raise ProtocolError("source must be 'drafter', 'lookahead' or 'ctc'")
+    if name not in MODEL_SOURCES:
+        raise ProtocolError(f"source must be one of {', '.join(MODEL_SOURCES)}")
     if name == "ctc" and not runner.models.ctc_eligible(language):
         raise ProtocolError(
             f"the ctc source does not serve language {language!r}; calibrate it on an English window"
@@ -423,7 +423,7 @@ def probe_episodes(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> 
                 s
                 for s in specs_all
                 if (s.get("source") != "ctc" or runner.models.ctc_eligible(lang))
-                and (s.get("source") != "lookahead" or runner.models.has_ahead)
+                and (s.get("source") != "lookahead" or runner.models.bundle.has_ahead())
             ]
             k = n % len(specs)  # a rotating order, as native evaluation runs them
             n += 1

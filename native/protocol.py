@@ -27,7 +27,8 @@ from as2d_cli.errors import UserError
 PROTOCOL = "as2d.runner"
 PROTOCOL_VERSION = 1
 
-SOURCES = ("drafter", "lookahead", "ctc", "external")
+MODEL_SOURCES = ("drafter", "lookahead", "ctc")  # the sources the pair's models run
+SOURCES = (*MODEL_SOURCES, "external")
 # Where a device run finds what the host pushed with its batch (native.launch): the corpus
 # windows it reads, and the folder a command's relative file names (a stream's audio) are in.
 CORPUS_ENV = "AS2D_CORPUS"

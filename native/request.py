@@ -48,20 +48,18 @@ class Models:
             return CtcSource(self._ctc, audio)
         return drafter_source(
             name,
-            self.ahead_model() if name == "lookahead" else self.drafter.model,
+            self.decoder_for(name),
             audio,
             limit=limit,
             hidden=self.shared_hidden(),
             language=language,
         )
 
-    @property
-    def has_ahead(self) -> bool:
-        """The pair's drafter has a look-ahead decoder (the ``lookahead`` source)."""
-        return "ahead_decoder" in self.bundle.model("drafter").get("files", {})
-
-    def ahead_model(self) -> Any:
-        """The drafter opened with its look-ahead decoder (the ``lookahead`` source's)."""
+    def decoder_for(self, name: str) -> Any:
+        """The drafter model autoregressive source ``name`` runs: for ``lookahead`` the
+        drafter opened with its look-ahead decoder (on first use), else the drafter's."""
+        if name != "lookahead":
+            return self.drafter.model
         if self._ahead is None:
             from as2d_cli.models.loader import open_seq2seq
 

@@ -40,8 +40,8 @@ class CalibrationResult:
 def calibrated_sources(pair: Any) -> tuple[str, ...]:
     """The pair's As²d sources: the drafter, its look-ahead form when the drafter has that
     decoder, and the CTC recognizer when the pair has one."""
-    ahead = "ahead_decoder" in pair.model("drafter").get("files", {})
-    return ("drafter", *(("lookahead",) if ahead else ()), *(("ctc",) if pair.has("ctc") else ()))
+    ahead = ("lookahead",) if pair.has_ahead() else ()
+    return ("drafter", *ahead, *(("ctc",) if pair.has("ctc") else ()))
 
 
 def calibration_windows() -> tuple[str, str | None]:

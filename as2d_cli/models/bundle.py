@@ -101,6 +101,11 @@ class ModelBundle:
     def has(self, name: str) -> bool:
         return name in self.manifest.get("models", {})
 
+    def has_ahead(self, name: str = "drafter") -> bool:
+        """Model ``name`` has a look-ahead decoder file (``files.ahead_decoder``: the
+        ``lookahead`` source's)."""
+        return self.has(name) and "ahead_decoder" in self.model(name).get("files", {})
+
     def model(self, name: str) -> dict:
         try:
             return self.manifest["models"][name]

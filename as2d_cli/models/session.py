@@ -116,7 +116,7 @@ class Seq2SeqModel:
         # ``ahead``: the decoder file with the look-ahead head's extra output (models.json
         # ``files.ahead_decoder``), for the self-speculating source; same weights otherwise.
         self.ahead = ahead
-        if ahead and "ahead_decoder" not in info["files"]:
+        if ahead and not bundle.has_ahead(name):
             raise UserError(
                 f"model {name!r} in {bundle.directory} has no look-ahead decoder; use the "
                 "drafter source, or export one with training/train_ahead.py and training/export.py"

@@ -49,8 +49,7 @@ def _models(directory: str | None, task: str | None = None, language: str | None
 def autoregressive_sources(models: Any) -> tuple[str, ...]:
     """The pair's autoregressive sources: the drafter, and ``lookahead`` when its drafter
     has a look-ahead decoder (models.json ``files.ahead_decoder``)."""
-    files = models.bundle.model("drafter").get("files", {})
-    return ("drafter", "lookahead") if "ahead_decoder" in files else ("drafter",)
+    return ("drafter", "lookahead") if models.bundle.has_ahead() else ("drafter",)
 
 
 def trace_window(

@@ -126,9 +126,7 @@ class SourceEpochs(threading.Thread):
         else:
             source = drafter_source(
                 self.s.name,
-                self.models.ahead_model()
-                if self.s.name == "lookahead"
-                else self.models.drafter.model,
+                self.models.decoder_for(self.s.name),
                 audio,
                 limit=self.s.limit,
                 language=self.s.language,
