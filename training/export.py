@@ -283,15 +283,26 @@ def quantize_matmuls(path: Path) -> int:
     return sum(n.op_type == "MatMulNBits" for n in onnx.load(str(path)).graph.node)
 
 
-def _errors(path: Path, cases: list[tuple[dict, list]]) -> dict[int, float]:
-    """Largest absolute difference per checked output (expected None: not checked) over
-    ``cases`` of (feeds, expected outputs), one session for them all."""
+def _outputs(path: Path, cases: list[tuple[dict, list]]) -> list[list[np.ndarray]]:
+    """The file's outputs on each case's feeds, one session for them all."""
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return [sess.run(None, feeds) for feeds, _ in cases]
+
+
+def _errors(path: Path, cases: list[tuple[dict, list]]) -> dict[int, float]:
+    """Largest absolute difference per checked output (expected None: not checked) over
+    ``cases`` of (feeds, expected outputs), one session for them all."""
+    return _worst(path, _outputs(path, cases), cases)
+
+
+def _worst(
+    path: Path, outputs: list[list[np.ndarray]], cases: list[tuple[dict, list]]
+) -> dict[int, float]:
+    """:func:`_errors` of outputs already computed (``_outputs(path, cases)``)."""
     worst: dict[int, float] = {}
-    for feeds, expected in cases:
-        got = sess.run(None, feeds)
+    for got, (_, expected) in zip(outputs, cases):
         if len(got) != len(expected):
             raise SystemExit(
                 f"{path} has {len(got)} outputs, expected {len(expected)}: export the target first "
@@ -305,14 +316,6 @@ def _errors(path: Path, cases: list[tuple[dict, list]]) -> dict[int, float]:
 
 def _check(path: Path, feeds: dict, expected: list[np.ndarray]) -> float:
     return max(_errors(path, [(feeds, expected)]).values())
-
-
-def _outputs(path: Path, cases: list[tuple[dict, list]]) -> list[list[np.ndarray]]:
-    """The file's outputs on each case's feeds, one session for them all."""
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return [sess.run(None, feeds) for feeds, _ in cases]
 
 
 def step_macs(model: Seq2Seq) -> int:
@@ -357,9 +360,11 @@ def export_ahead(
     if err > 1e-3:
         raise SystemExit(f"{kind}: look-ahead ONNX differs from torch ({err:.2e})")
     figures: dict = {"export_max_abs_error": err}
+    got = None
     if int8:
         figures["quantized"] = {**INT8, "matmuls": quantize_matmuls(path)}
-        errs = _errors(path, checks)
+        got = _outputs(path, checks)  # the shipped (quantized) file's: checked, then compared
+        errs = _worst(path, got, checks)
         figures["quantized"].update(
             {
                 "max_abs_error": max(errs.values()),
@@ -367,7 +372,9 @@ def export_ahead(
                 "max_abs_ahead_logit_error": errs[1 + 2 * L],
             }
         )
-    got, plain = _outputs(path, checks), _outputs(dec_path, checks)
+    if got is None:
+        got = _outputs(path, checks)
+    plain = _outputs(dec_path, checks)
     # The self-speculating source emits the drafter's greedy tokens only if this file's logits
     # and caches are the plain decoder file's.
     same = max(float(np.max(np.abs(a - b))) for g, p in zip(got, plain) for a, b in zip(g, p))
