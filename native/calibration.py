@@ -43,13 +43,18 @@ def _ms(t0: int) -> float:
 
 
 def greedy_reference(
-    target: Any, audio: np.ndarray, length: int, language: str | None = None
+    target: Any,
+    audio: np.ndarray,
+    length: int,
+    language: str | None = None,
+    *,
+    question: str | None = None,
 ) -> tuple[list[int], bool]:
     """The target's greedy tokens (first included), extended past EOS by repetition so a
     sweep can reach deep offsets; the flag says whether it was extended."""
     from as2d_cli.models.target import greedy_decode
 
-    ref = greedy_decode(target, audio, length, language)
+    ref = greedy_decode(target, audio, length, language, question)
     extended = False
     if len(ref) < length:
         body = ref[:-1] if ref[-1] == target.eos_id and len(ref) > 1 else ref
@@ -58,6 +63,14 @@ def greedy_reference(
         ref = [t for t in ref if t != target.eos_id][:length]
         extended = True
     return ref, extended
+
+
+def _drafter_tokens(drafter: Any, ref: Sequence[int], length: int) -> list[int]:
+    """A converting drafter's (:class:`~as2d_cli.models.conversion.ConvertingDrafter`)
+    own tokens for the target's ``ref``: its text re-encoded, repeated to ``length``."""
+    body = [t for t in ref if t != drafter.dst.eot]
+    own = drafter.src.encode(drafter.dst.decode(body), start=True) or [drafter.src.eot]
+    return (own * (length // len(own) + 1))[:length]
 
 
 def _place(target: Any, ref: Sequence[int], offset: int) -> None:
@@ -76,8 +89,11 @@ class _BackgroundProducer:
         audio: np.ndarray,
         cores: Sequence[int] | None,
         language: str | None = None,
+        *,
+        question: str | None = None,
     ) -> None:
         self.models, self.audio, self.cores, self.language = models, audio, cores, language
+        self.question = question
         self.stop = threading.Event()
         self.steps: list[float] = []
         self.busy = threading.Event()
@@ -89,7 +105,7 @@ class _BackgroundProducer:
             return self._run_process(worker)
         pin_current_thread(self.cores)
         while not self.stop.is_set():
-            src = self.models.source("drafter", self.audio, 10_000, self.language)
+            src = self.models.source("drafter", self.audio, 10_000, self.language, self.question)
             src.start()
             self.busy.set()
             while not self.stop.is_set():
@@ -111,6 +127,7 @@ class _BackgroundProducer:
                 8,
                 self.models.shared_hidden(),
                 self.language,
+                question=self.question,
             )
             p = ProcessProducer(worker, CandidateBuffer("drafter"), WallClock())
             p.start()
@@ -132,7 +149,12 @@ class _BackgroundProducer:
 
 
 def probe_verify(
-    runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None
+    runner: Any,
+    cmd: dict,
+    audio: np.ndarray,
+    language: str | None = None,
+    *,
+    question: str | None = None,
 ) -> Iterator[dict]:
     target = runner.models.target
     widths = [int(k) for k in cmd.get("widths", range(1, 17))]
@@ -145,10 +167,12 @@ def probe_verify(
         raise ProtocolError(
             f"offset {max(offsets)} + width {max(widths)} exceeds the target's {target.max_length} positions"
         )
-    ref, extended = greedy_reference(target, audio, need, language)
+    ref, extended = greedy_reference(target, audio, need, language, question=question)
     concurrent = bool(cmd.get("producer", False))
     bg = (
-        _BackgroundProducer(runner.models, audio, runner.producer_cores, language)
+        _BackgroundProducer(
+            runner.models, audio, runner.producer_cores, language, question=question
+        )
         if concurrent
         else None
     )
@@ -184,7 +208,12 @@ def probe_verify(
 
 
 def probe_target_step(
-    runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None
+    runner: Any,
+    cmd: dict,
+    audio: np.ndarray,
+    language: str | None = None,
+    *,
+    question: str | None = None,
 ) -> Iterator[dict]:
     """Target-only rounds as the decode clock charges them: the engine's scalar step
     (the target call plus its commit/rollback bookkeeping), along a whole greedy decode so
@@ -193,7 +222,7 @@ def probe_target_step(
     reps = int(cmd.get("reps", 64))
     i = 0
     while i < reps:
-        first = target.start(audio, language)
+        first = target.start(audio, language, question)
         clock = WallClock()
         ep = Episode(
             TargetOnly(),
@@ -216,7 +245,9 @@ def probe_target_step(
             break
 
 
-def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
+def probe_source(
+    runner: Any, cmd: dict, audio: np.ndarray, language: str, *, question: str | None = None
+) -> Iterator[dict]:
     name = cmd.get("source", "drafter")
     if name not in MODEL_SOURCES:
         raise ProtocolError(f"source must be one of {', '.join(MODEL_SOURCES)}")
@@ -227,8 +258,8 @@ def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> It
     if name != "ctc" and runner.models.drafter_reads_target_encoder:
         # As in a request: the target's prefill (outside any clock) encodes the audio whose
         # states a drafter sharing the target's encoder reads; its startup is the projection.
-        runner.models.target.start(audio, language)
-    src = runner.models.source(name, audio, int(cmd.get("limit", 10_000)), language)
+        runner.models.target.start(audio, language, question)
+    src = runner.models.source(name, audio, int(cmd.get("limit", 10_000)), language, question)
     figure = "chunk" if name == "ctc" else "step"
     buf = CandidateBuffer(name)
     t0 = time.perf_counter_ns()
@@ -255,15 +286,23 @@ def probe_source(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> It
 
 
 def probe_drafter(
-    runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None
+    runner: Any,
+    cmd: dict,
+    audio: np.ndarray,
+    language: str | None = None,
+    *,
+    question: str | None = None,
 ) -> Iterator[dict]:
     from as2d_cli.models.session import softmax_max
 
     target, drafter = runner.models.target, runner.models.drafter
     reps = int(cmd.get("reps", 5))
     widths = [int(k) for k in cmd.get("widths", range(1, 17))]
-    ref, _ = greedy_reference(target, audio, 48, language)
-    drafter.start(audio, None, language)
+    ref, _ = greedy_reference(target, audio, 48, language, question=question)
+    drafter.start(audio, None, language, question)
+    if runner.models.bundle.converts("drafter"):  # its own tokenizer: probe it in its tokens
+        ref = _drafter_tokens(drafter, ref, 48)
+        drafter = drafter.inner
     model, cross = drafter.model, drafter._cross
     base = [*cross.prompt, *ref[:16]]
     for rep in range(reps + 1):
@@ -298,7 +337,12 @@ def probe_drafter(
 
 
 def probe_loop(
-    runner: Any, cmd: dict, audio: np.ndarray, language: str | None = None
+    runner: Any,
+    cmd: dict,
+    audio: np.ndarray,
+    language: str | None = None,
+    *,
+    question: str | None = None,
 ) -> Iterator[dict]:
     """Serial SD rounds: each round's wall time with its drafter forwards and width; the
     host subtracts the fitted drafting and verification costs (what remains is the loop
@@ -307,8 +351,8 @@ def probe_loop(
     reps = int(cmd.get("reps", 2))
     k = int(cmd.get("k", 8))
     for rep in range(reps):
-        first = target.start(audio, language)
-        drafter.start(audio, None, language)
+        first = target.start(audio, language, question)
+        drafter.start(audio, None, language, question)
         clock = WallClock()
         ep = Episode(
             StandardSD(k),
@@ -402,7 +446,9 @@ def episode_samples(tag: str, res: dict, rep: int) -> Iterator[dict]:
     }
 
 
-def probe_episodes(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
+def probe_episodes(
+    runner: Any, cmd: dict, audio: np.ndarray, language: str, *, question: str | None = None
+) -> Iterator[dict]:
     """Every method on ``window`` and on each of ``windows``, repetitions outermost so a
     drift of the machine's speed spreads over all windows instead of tracking their
     lengths; each sample names its window."""
@@ -412,13 +458,13 @@ def probe_episodes(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> 
     specs_all = cmd.get("methods") or list(EPISODE_METHODS)
     windows = [cmd.get("window"), *[w for w in cmd.get("windows", []) if w != cmd.get("window")]]
     loaded = [
-        (w, audio, language) if i == 0 else (w, *runner._audio({"window": w}))
+        (w, audio, language, question) if i == 0 else (w, *runner._audio({"window": w}))
         for i, w in enumerate(windows)
     ]
     reps = int(cmd.get("reps", 2))
     n = 0
     for rep in range(-1, reps):  # rep −1: an unrecorded warm-up of every method on every window
-        for w, au, lang in loaded:
+        for w, au, lang, q in loaded:
             specs = [
                 s
                 for s in specs_all
@@ -434,6 +480,7 @@ def probe_episodes(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> 
                     au,
                     s,
                     language=lang,
+                    question=q,
                     target_cores=runner.target_cores,
                     producer_cores=runner.producer_cores,
                 )
@@ -443,20 +490,22 @@ def probe_episodes(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> 
                         yield sample
 
 
-def run_calibration_op(runner: Any, cmd: dict, audio: np.ndarray, language: str) -> Iterator[dict]:
+def run_calibration_op(
+    runner: Any, cmd: dict, audio: np.ndarray, language: str, question: str | None = None
+) -> Iterator[dict]:
+    """The probe ``cmd["what"]`` over one window's audio, language and own question."""
     what = cmd.get("what")
-    if what == "verify":
-        return probe_verify(runner, cmd, audio, language)
-    if what == "target_step":
-        return probe_target_step(runner, cmd, audio, language)
-    if what == "source":
-        return probe_source(runner, cmd, audio, language)
-    if what == "drafter":
-        return probe_drafter(runner, cmd, audio, language)
-    if what == "loop":
-        return probe_loop(runner, cmd, audio, language)
-    if what == "episodes":
-        return probe_episodes(runner, cmd, audio, language)
+    probes = {
+        "verify": probe_verify,
+        "target_step": probe_target_step,
+        "source": probe_source,
+        "drafter": probe_drafter,
+        "loop": probe_loop,
+        "episodes": probe_episodes,
+    }
+    probe = probes.get(what) if isinstance(what, str) else None
+    if probe is not None:
+        return probe(runner, cmd, audio, language, question=question)
     raise ProtocolError(
         f"unknown calibration probe {what!r}; use verify, target_step, source, drafter, loop or episodes"
     )

@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             audio,
             settings,
             language=window.language,
+            question=window.question,
             target_cores=cores[0],
             producer_cores=cores[1],
         )

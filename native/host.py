@@ -19,11 +19,14 @@ import tempfile
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from as2d_cli.errors import DeviceError
 from native.launch import Launcher, choose_launcher, push_audio, push_windows, windows_in
 from native.protocol import CORPUS_ENV, FILES_ENV
+
+if TYPE_CHECKING:
+    from as2d_cli.models.prompting import PromptSpec
 
 TERMINAL = ("hello", "loaded", "result", "calibrated", "streamed", "error", "bye")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -262,19 +265,18 @@ def open_runner(
     target_cores: list[int] | None = None,
     producer_cores: list[int] | None = None,
     launcher: "Launcher | None" = None,
-    task: str | None = None,
-    language: str | None = None,
+    prompt: "PromptSpec | None" = None,
 ) -> RunnerHandle:
     """A runner for ``device`` with models loaded (``models``: a model pair folder on this
-    host, default the bundled pair): pipes locally; on a phone, file-mode batches started by
-    ``launcher`` (default: :func:`native.launch.choose_launcher`), which carries the pair."""
+    host, default the bundled pair; ``prompt``: the pair's prompt settings, docs/models.md):
+    pipes locally; on a phone, file-mode batches started by ``launcher`` (default:
+    :func:`native.launch.choose_launcher`), which carries the pair."""
     load = {
         "op": "load",
         "models": None if models is None else str(Path(models).resolve()),
         "target_cores": target_cores,
         "producer_cores": producer_cores,
-        "task": task,
-        "language": language,
+        "prompt": prompt.to_wire() if prompt else None,
     }
     if getattr(device, "kind", "local") == "local":
         local = LocalRunner()

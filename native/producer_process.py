@@ -40,19 +40,19 @@ def _worker(
     models_dir: str | None,
     threads: int,
     cores: Sequence[int] | None,
-    task: str | None = None,
-    language: str | None = None,
+    prompt: dict[str, Any] | None = None,
 ) -> None:
     from as2d_cli.models.bundle import load_bundle
     from as2d_cli.models.loader import open_seq2seq
+    from as2d_cli.models.prompting import PromptSpec
     from as2d_cli.models.sources import CtcSource, drafter_source, open_ctc
     from native.producer import pin_current_thread, source_units
 
     pinned = pin_current_thread(cores)
     try:
-        bundle = load_bundle(
-            models_dir, check_hashes=False, task=task, language=language
-        )  # the runner checked them
+        bundle = load_bundle(  # the runner checked the hashes
+            models_dir, check_hashes=False, prompt=PromptSpec.from_wire(prompt)
+        )
         drafter = open_seq2seq(bundle, "drafter", threads)
         ctc: Any = None
         ahead: Any = None  # the look-ahead decoder, opened on the first lookahead request
@@ -71,6 +71,7 @@ def _worker(
             continue
         _, name, audio, limit, kind, batch, hidden, req_language, *more = msg
         prefix = more[0] if more else ()  # the source's own earlier output (a stream's context)
+        question = more[1] if len(more) > 1 else None  # the request's own (a corpus window's)
         try:
             if name == "ctc":
                 ctc = ctc or open_ctc(bundle, threads=threads)
@@ -83,10 +84,12 @@ def _worker(
                         name,
                         ahead if name == "lookahead" else drafter,
                         audio,
+                        target_vocab=bundle.vocab,
                         limit=limit,
                         hidden=hidden,
                         language=req_language,
                         prefix=prefix,
+                        question=question,
                     )
                 )
         except BaseException as exc:
@@ -144,22 +147,23 @@ def _serve(
 
 
 class ProducerWorker:
-    """The worker process and its two one-way pipes."""
+    """The worker process and its two one-way pipes; ``prompt`` is the pair's prompt
+    settings in their wire form (:meth:`~as2d_cli.models.prompting.PromptSpec.to_wire`),
+    loaded as the runner loaded them."""
 
     def __init__(
         self,
         models_dir: str | None,
         threads: int,
         cores: Sequence[int] | None,
-        task: str | None = None,
-        language: str | None = None,
+        prompt: dict[str, Any] | None = None,
     ) -> None:
         ctx = mp.get_context("spawn")  # never fork a process holding ONNX Runtime threads
         cmd_r, self.cmds = ctx.Pipe(duplex=False)
         self.events, ev_w = ctx.Pipe(duplex=False)
         self.process = ctx.Process(
             target=_worker,
-            args=(cmd_r, ev_w, models_dir, threads, list(cores or []) or None, task, language),
+            args=(cmd_r, ev_w, models_dir, threads, list(cores or []) or None, prompt),
             name="as2d-producer",
             daemon=True,
         )
@@ -202,10 +206,13 @@ class ProducerWorker:
         hidden: np.ndarray | None = None,
         language: str | None = None,
         prefix: Sequence[int] = (),
+        *,
+        question: str | None = None,
     ) -> None:
         """Hand one request's audio (and, for a drafter sharing the target's encoder, the
         target's encoder states for it; for a stream, the source's own earlier output as
-        ``prefix``) to the worker, before the decode clock starts."""
+        ``prefix``, in the source model's own tokens; the request's own question) to the
+        worker, before the decode clock starts."""
         self.cmds.send(
             (
                 "request",
@@ -217,6 +224,7 @@ class ProducerWorker:
                 None if hidden is None else np.ascontiguousarray(hidden, dtype=np.float32),
                 language,
                 [int(t) for t in prefix],
+                question,
             )
         )
         msg = self.events.recv()

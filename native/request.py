@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from as2d_cli.engine.accounting import decompose, split_intervals
 from as2d_cli.errors import UserError
 from native.producer import Producer, external_units, pin_current_thread, source_units
 from native.producer_process import ProcessProducer
+
+if TYPE_CHECKING:
+    from as2d_cli.models.prompting import PromptSpec
 
 
 @dataclass
@@ -37,9 +40,18 @@ class Models:
     _worker: Any = None
     _worker_failed: str | None = None
 
-    def source(self, name: str, audio: np.ndarray, limit: int, language: str | None = None) -> Any:
+    def source(
+        self,
+        name: str,
+        audio: np.ndarray,
+        limit: int,
+        language: str | None = None,
+        question: str | None = None,
+    ) -> Any:
         """A fresh per-request target-decoupled source over ``audio`` (the target must have
-        started on the same audio: a drafter sharing its encoder reads its states)."""
+        started on the same audio: a drafter sharing its encoder reads its states); a
+        drafter with its own tokenizer publishes the target's tokens through the text
+        conversion."""
         from as2d_cli.models.sources import CtcSource, drafter_source, open_ctc
 
         if name == "ctc":
@@ -50,9 +62,11 @@ class Models:
             name,
             self.decoder_for(name),
             audio,
+            target_vocab=self.bundle.vocab,
             limit=limit,
             hidden=self.shared_hidden(),
             language=language,
+            question=question,
         )
 
     def decoder_for(self, name: str) -> Any:
@@ -91,11 +105,7 @@ class Models:
 
             try:
                 self._worker = ProducerWorker(
-                    str(self.bundle.directory),
-                    self.threads,
-                    cores,
-                    self.bundle.task,
-                    self.bundle.language,
+                    str(self.bundle.directory), self.threads, cores, self.bundle.prompt.to_wire()
                 )
             except (UserError, OSError) as exc:
                 self._worker_failed = str(exc)
@@ -128,13 +138,14 @@ def load_models(
     directory: str | None = None,
     threads: int = 1,
     *,
-    task: str | None = None,
-    language: str | None = None,
+    prompt: "PromptSpec | None" = None,
 ) -> Models:
     """Load a model pair (default: the bundled one; ``package:REL`` is a folder inside the
-    as2d_cli package); ``task`` and ``language`` select a Whisper pair's prompt (docs/models.md)."""
+    as2d_cli package); ``prompt`` holds the request settings (task, language, question,
+    instruction text: docs/models.md). The prefix-conditioned drafter drafts through the
+    text conversion when its tokenizer is not the target's."""
     from as2d_cli.models.bundle import load_bundle
-    from as2d_cli.models.drafter import OrtDrafter
+    from as2d_cli.models.drafter import open_drafter
     from as2d_cli.models.target import OrtTarget
 
     if directory is not None and directory.startswith(PACKAGE_PREFIX):
@@ -144,9 +155,9 @@ def load_models(
             os.path.dirname(as2d_cli.__file__), directory[len(PACKAGE_PREFIX) :]
         )
     t0 = time.perf_counter()
-    bundle = load_bundle(directory, task=task, language=language)
+    bundle = load_bundle(directory, prompt=prompt)
     models = Models(
-        bundle, OrtTarget(bundle, threads=threads), OrtDrafter(bundle, threads=threads), threads
+        bundle, OrtTarget(bundle, threads=threads), open_drafter(bundle, threads), threads
     )
     models.load_ms = (time.perf_counter() - t0) * 1e3
     return models
@@ -225,6 +236,7 @@ def _start_source(
     policy: Policy,
     max_tokens: int,
     producer_cores: Sequence[int] | None,
+    question: str | None = None,
 ) -> _Source:
     """Start the request's source (decoupled methods only) on the decode clock."""
     src = _Source(WallClock())
@@ -248,14 +260,21 @@ def _start_source(
         worker = models.producer_worker(producer_cores)
         if worker is not None:  # the source in its own process (no shared interpreter lock)
             worker.arm(
-                name, audio, max_tokens + 8, kind, s["batch"], models.shared_hidden(), language
+                name,
+                audio,
+                max_tokens + 8,
+                kind,
+                s["batch"],
+                models.shared_hidden(),
+                language,
+                question=question,
             )
             src.clock = WallClock()  # the decode clock starts after the hand-over
             src.buffer = CandidateBuffer(name, "producer-0")
             src.producer = ProcessProducer(worker, src.buffer, src.clock)
             src.mode = "process"
         else:
-            units_of = source_units(models.source(name, audio, max_tokens + 8, language))
+            units_of = source_units(models.source(name, audio, max_tokens + 8, language, question))
             src.producer = Producer(
                 units_of, src.buffer, src.clock, kind=kind, batch=s["batch"], cores=producer_cores
             )
@@ -284,26 +303,32 @@ def run_request(
     s: dict[str, Any],
     *,
     language: str = "en",
+    question: str | None = None,
     target_cores: Sequence[int] | None = None,
     producer_cores: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    """Decode one request natively; returns tokens, rounds, timings, D/V/O/H and events."""
+    """Decode one request natively; returns tokens, rounds, timings, D/V/O/H and events.
+
+    ``language`` and ``question`` are the request's own (a corpus window's); the pair's
+    prompt settings take precedence where they fix them (a forced language, --question)."""
     policy = policy_for(s)
     target = models.target
     before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     pinned = pin_current_thread(target_cores)
     try:
         t0 = time.perf_counter_ns()
-        first = target.start(audio, language)
+        first = target.start(audio, language, question)
         first_margin = float(target.last_margins[-1]) if target.last_margins is not None else None
         drafter = None
         if policy.serial:
-            models.drafter.start(audio, models.shared_hidden(), language)
+            models.drafter.start(audio, models.shared_hidden(), language, question)
             drafter = RecordingDrafter(models.drafter)
         prefill_ns = time.perf_counter_ns() - t0
         cap = target.max_length
         max_tokens = min(s["max_tokens"] or cap, cap)
-        src = _start_source(models, s, audio, language, policy, max_tokens, producer_cores)
+        src = _start_source(
+            models, s, audio, language, policy, max_tokens, producer_cores, question
+        )
         mt = MarginTarget(target)
         ep = Episode(
             policy,
@@ -328,7 +353,9 @@ def run_request(
         if src.producer is not None and src.producer.error is not None:
             raise UserError(f"the {src.name} source failed: {src.producer.error}")
         T, dec, _ = _drained(src, target_end)
-        out = _result(models, s, policy, language, ep.result, src, max_tokens, prefill_ns, T, dec)
+        out = _result(
+            models, s, policy, language, question, ep.result, src, max_tokens, prefill_ns, T, dec
+        )
         out["margins"] = margins
         out["pinned"] = bool(pinned)
         if drafter is not None:
@@ -347,6 +374,7 @@ def _result(
     s: dict[str, Any],
     policy: Policy,
     language: str,
+    question: str | None,
     res: Any,
     src: _Source,
     max_tokens: int,
@@ -357,11 +385,17 @@ def _result(
     """The request's result record (docs/runner-protocol.md, the ``result`` event)."""
     n = len(res.tokens)
     producer = src.producer
+    bundle = models.bundle
     out: dict[str, Any] = {
         "id": s.get("id"),
-        "pair": models.bundle.name,
-        "task": models.bundle.task or "transcribe",
-        "language": models.bundle.language or language,
+        "pair": bundle.name,
+        "model_type": bundle.model_type(),
+        "task": bundle.task or bundle.default_task(),
+        "language": bundle.language or language,
+        # The question the prompt asked: the pair's --question, else the request's own
+        # (a corpus window's, for --task answer); None for any other task.
+        "question": bundle.prompt.for_window(question).question,
+        "prompt_sha256": bundle.prompt_hash(question),
         "method": s["method"],
         "policy": policy.name,
         "source": src.name,

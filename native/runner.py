@@ -31,6 +31,7 @@ from native.protocol import (
 
 if TYPE_CHECKING:  # loaded on demand: the runner answers `hello` before any model import
     from as2d_cli.corpus.manifest import Corpus
+    from as2d_cli.models.prompting import PromptSpec
     from native.request import Models
 
 
@@ -75,12 +76,7 @@ class Runner:
                 "measure under the OS's own placement (recorded), or choose other cores with "
                 "--verifier-cores / --producer-cores"
             )
-        for key in ("task", "language"):
-            if cmd.get(key) is not None and not isinstance(cmd.get(key), str):
-                raise ProtocolError(f"field {key!r} must be a string")
-        self.models = load_models(
-            cmd.get("models"), threads=threads, task=cmd.get("task"), language=cmd.get("language")
-        )
+        self.models = load_models(cmd.get("models"), threads=threads, prompt=_prompt(cmd))
         b = self.models.bundle
         self.emit(
             "loaded",
@@ -90,19 +86,22 @@ class Runner:
             eos=b.vocab.eot,
             max_tokens=self.models.target.max_length,
             pair=b.name,
+            model_type=b.model_type(),
             task=b.task,
             language=b.language,
+            prompt=b.prompt.to_wire(),
             pinning=pinning,
         )
 
-    def _audio(self, s: dict) -> tuple[Any, str]:
+    def _audio(self, s: dict) -> tuple[Any, str, str | None]:
+        """A request's audio, its language and its own question (a corpus window's)."""
         if s.get("window") is not None:
             if self._corpus is None:
                 from as2d_cli.corpus.manifest import load_corpus
 
                 self._corpus = load_corpus(os.environ.get(CORPUS_ENV) or None)
             w = self._corpus.get(str(s["window"]))
-            return w.load_audio(), w.language
+            return w.load_audio(), w.language, w.question
 
         raise ProtocolError(
             "decoding an audio file path is not supported yet; pass a corpus 'window' id"
@@ -114,12 +113,13 @@ class Runner:
         s = decode_settings(cmd)
         if self.models is None:
             raise ProtocolError("send a 'load' command before 'decode'")
-        audio, language = self._audio(s)
+        audio, language, question = self._audio(s)
         res = run_request(
             self.models,
             audio,
             s,
             language=language,
+            question=question,
             target_cores=self.target_cores,
             producer_cores=self.producer_cores,
         )
@@ -169,8 +169,8 @@ class Runner:
 
         if self.models is None:
             raise ProtocolError("send a 'load' command before 'calibrate'")
-        audio, language = self._audio({"window": cmd.get("window")})
-        for sample in run_calibration_op(self, cmd, audio, language):
+        audio, language, question = self._audio({"window": cmd.get("window")})
+        for sample in run_calibration_op(self, cmd, audio, language, question):
             self.emit("sample", **sample)
         self.emit("calibrated", what=cmd.get("what"))
 
@@ -228,6 +228,38 @@ def _try_pinning(sides: dict[str, list[int] | None]) -> dict[str, Any]:
     finally:
         os.sched_setaffinity(0, before)
     return out
+
+
+def _prompt(cmd: dict) -> "PromptSpec":
+    """The ``load`` command's prompt settings: ``prompt`` (a PromptSpec's wire form, or
+    null), else the string fields ``task`` and ``language``."""
+    from as2d_cli.models.prompting import PromptSpec
+
+    doc = cmd.get("prompt")
+    if doc is None:
+        for key in ("task", "language"):
+            if cmd.get(key) is not None and not isinstance(cmd.get(key), str):
+                raise ProtocolError(f"field {key!r} must be a string")
+        return PromptSpec(cmd.get("task"), cmd.get("language"))
+    if not isinstance(doc, dict):
+        raise ProtocolError(
+            "field 'prompt' must be an object with task, language, question, text, or null"
+        )
+    unknown = sorted(set(doc) - {"task", "language", "question", "text"})
+    if unknown:
+        raise ProtocolError(
+            f"field 'prompt' has unknown keys {', '.join(unknown)}; it takes task, language, "
+            "question, text"
+        )
+    for key, v in doc.items():
+        if v is not None and not isinstance(v, str):
+            raise ProtocolError(f"field 'prompt.{key}' must be a string or null, got {v!r}")
+    for key in ("task", "language"):
+        if cmd.get(key) is not None:
+            raise ProtocolError(
+                f"field {key!r} and field 'prompt' both set the prompt; put {key} in 'prompt'"
+            )
+    return PromptSpec.from_wire(doc)
 
 
 def _cores(v: Any, key: str) -> list[int] | None:

@@ -18,6 +18,7 @@ from as2d_cli.errors import UserError
 from as2d_cli.models.bundle import load_bundle
 from as2d_cli.models.loader import open_seq2seq
 from as2d_cli.models.pair import import_pair
+from as2d_cli.models.prompting import PromptSpec
 from as2d_cli.models.target import OrtTarget, greedy_decode
 from as2d_cli.models.whisper import build_prompt, find_export
 from as2d_cli.models.whisper_features import whisper_log_mel
@@ -188,7 +189,7 @@ def test_drafter_and_translate_equal_transformers(pair: Path) -> None:
         assert _same_as_generate(ours, ref["sequence"], eos, limit), wid
     wid = next(iter(REFERENCE["windows"]))
     ref = REFERENCE["windows"][wid]["target"]["translate"]
-    translating = open_seq2seq(load_bundle(pair, task="translate"), "target")
+    translating = open_seq2seq(load_bundle(pair, prompt=PromptSpec("translate")), "target")
     ours = _greedy(translating, CORPUS.get(wid).load_audio(), ref["language"], eos)
     assert _same_as_generate(ours, ref["sequence"], eos, limit)
 
@@ -307,16 +308,52 @@ def _no_leftovers(parent: Path, name: str) -> None:
     assert not [p for p in parent.iterdir() if p.name.startswith(f".{name}.importing")]
 
 
-def test_import_refuses_different_tokenizers(tmp_path: Path) -> None:
+def test_a_drafter_with_another_tokenizer_drafts_through_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from native.protocol import decode_settings
+    from native.request import load_models, run_request
+
     d = _copy(tmp_path, DRAFTER, "d")
     tok = json.loads((d / "tokenizer.json").read_text())
     vocab = tok["model"]["vocab"]
-    a, b = sorted(vocab, key=vocab.get)[10:12]
-    vocab[a], vocab[b] = vocab[b], vocab[a]
+    a, b = sorted(vocab, key=vocab.get)[40:42]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # two ids swapped: another tokenizer
     (d / "tokenizer.json").write_text(json.dumps(tok))
-    with pytest.raises(
-        UserError, match=rf"differs from the target's .* at 2 id\(s\), first: {vocab[b]} "
-    ) as err:
+    p = import_pair(TARGET, d, tmp_path / "out", ctc=CTC)
+    entry = json.loads((p / "models.json").read_text())["models"]["drafter"]
+    assert entry["conversion"] == "text" and entry["tokenizer"] == "drafter/tokenizer.json"
+    assert json.loads((p / "models.json").read_text())["models"]["target"].get("conversion") is None
+    monkeypatch.setenv("AS2D_PRODUCER", "thread")
+    models = load_models(str(p))
+    try:
+        w = CORPUS.get(next(iter(REFERENCE["windows"])))
+        audio = w.load_audio()
+        ref = run_request(
+            models, audio, decode_settings({"method": "target-only", "window": w.id}), language="en"
+        )
+        accepted = 0
+        for method in ("sd", "asp", "as2d", "as2d-no-td"):
+            res = run_request(
+                models, audio, decode_settings({"method": method, "window": w.id}), language="en"
+            )
+            assert res["tokens"] == ref["tokens"], method
+            accepted += res["summary"]["accepted"]
+        assert accepted > 0  # the converted drafts are the target's tokens, and some are right
+    finally:
+        models.close()
+
+
+def test_import_refuses_a_drafter_whose_text_the_target_cannot_encode(tmp_path: Path) -> None:
+    d = _copy(tmp_path, DRAFTER, "d")
+    tok = json.loads((d / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    vocab["▁漢字"] = max(vocab.values()) + 1  # a word the target's BPE has no letters for
+    tok["added_tokens"] = [
+        {**t, "id": t["id"] + 1} if t["id"] >= vocab["▁漢字"] else t for t in tok["added_tokens"]
+    ]
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(UserError, match=r"cannot encode the text of 1 of the drafter's tokens") as err:
         import_pair(TARGET, d, tmp_path / "out")
     assert "\n" not in str(err.value)
     _no_leftovers(tmp_path, "out")
@@ -387,8 +424,8 @@ def test_the_pair_identity_covers_every_models_files(pair: Path) -> None:
 
 
 def test_task_and_language_are_refused_for_the_bundled_pair() -> None:
-    with pytest.raises(UserError, match="select a Whisper pair's prompt"):
-        load_bundle(task="translate")
+    with pytest.raises(UserError, match="select a prompt; the pair in .* is the bundled transcription pair"):
+        load_bundle(prompt=PromptSpec("translate"))
 
 
 def test_external_data_files_are_carried_and_hashed(tmp_path: Path) -> None:

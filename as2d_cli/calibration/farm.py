@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from as2d_cli.execution import Executor
 from as2d_cli.execution.farm import PhoneOutcome, on_phone, run_farm
+from as2d_cli.models.prompting import PromptSpec
 from device_agents.measurement import MeasureOptions
 
 if TYPE_CHECKING:
@@ -34,8 +35,7 @@ class FarmOptions:
     window: str | None = None
     measure: MeasureOptions = field(default_factory=MeasureOptions)
     models: str | None = None
-    task: str | None = None
-    language: str | None = None
+    prompt: PromptSpec | None = None
     adb_port: int | None = None
     plan: Any = None  # a list of calibration Steps (tests); None: the quick or full plan
     ship_back: bool = False  # the worker's disk is not this host's: return the files
@@ -58,8 +58,7 @@ def calibrate_phone(opts: FarmOptions, phone: str) -> PhoneOutcome:
             cores=m.placement.cores,
             plan=opts.plan,
             models=None if opts.models is None else Path(opts.models),
-            task=opts.task,
-            language=opts.language,
+            prompt=opts.prompt,
         )
         out.ok, out.steps, out.resumed = True, res.steps, res.resumed_steps
         stem = res.profile_path.name.removesuffix(".profile.yaml")

@@ -9,7 +9,6 @@ R(K) plot, never over an earlier profile.
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import shutil
 import time
@@ -22,6 +21,7 @@ from as2d_cli.calibration.plan import Step, make_plan, plan_hash
 from as2d_cli.calibration.plot import plot_savings
 from as2d_cli.errors import DeviceError, UserError
 from as2d_cli.formats.common import append_jsonl, write_atomic
+from as2d_cli.models.prompting import PromptSpec
 
 Progress = Callable[[str, float, float], None]  # (label, done weight, total weight)
 
@@ -134,8 +134,7 @@ def calibrate(
     cores: tuple[list[int] | None, list[int] | None] = (None, None),
     plan: list[Step] | None = None,
     models: Path | None = None,
-    task: str | None = None,
-    language: str | None = None,
+    prompt: PromptSpec | None = None,
     monitor_interval_s: float = 1.0,
 ) -> CalibrationResult:
     """Calibrate ``device`` running the model pair ``models`` (None: the bundled pair);
@@ -158,9 +157,7 @@ def calibrate(
             f"--window {window} is a test window; calibrate on dev or val audio "
             "(calibration is kept apart from the test split), or leave --window out"
         )
-    pair = load_bundle(
-        models, check_hashes=False, task=task, language=language
-    )  # the runner checks the files
+    pair = load_bundle(models, check_hashes=False, prompt=prompt)  # the runner checks the files
     ident = pair.identity()
     steps = (
         plan
@@ -187,8 +184,7 @@ def calibrate(
         "models": None if models is None else str(models),
         "target_cores": cores[0],
         "producer_cores": cores[1],
-        "task": task,
-        "language": language,
+        "prompt": prompt,
     }
     gates = _run_steps(
         device,

@@ -42,6 +42,8 @@ def calibrate(
     models: Optional[Path] = options.models(),
     task: Optional[str] = options.task(),
     language: Optional[str] = options.language(),
+    question: Optional[str] = options.question(),
+    prompt: Optional[str] = options.prompt_text(),
     max_temp: Optional[float] = options.max_temp(),
     temp_sensor: Optional[str] = options.temp_sensor(),
     verifier_cores: Optional[str] = options.verifier_cores(),
@@ -50,6 +52,7 @@ def calibrate(
     ray: Optional[str] = options.ray(),
 ) -> None:
     """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
+    spec = options.prompt_spec(task, language, question, prompt)  # refused before any work
     from as2d_cli.calibration.run import calibrate as run
     from device_agents.measurement import MeasureOptions, prepare
 
@@ -75,8 +78,7 @@ def calibrate(
                 window=window,
                 measure=measure,
                 models=None if models is None else str(models),
-                task=task,
-                language=language,
+                prompt=spec,
             ),
         )
         return
@@ -103,8 +105,7 @@ def calibrate(
             gate=gate,
             cores=cores,
             models=models,
-            task=task,
-            language=language,
+            prompt=spec,
         )
     c = Console()
     if res.resumed_steps:

@@ -42,14 +42,15 @@ def decode(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     models: Optional[Path] = options.models(),
     task: Optional[str] = options.task(),
-    language: Optional[str] = options.language(
-        "Whisper pairs: the prompt language (default: the window's)."
-    ),
+    language: Optional[str] = options.language(),
+    question: Optional[str] = options.question(),
+    prompt: Optional[str] = options.prompt_text(),
     verifier_cores: Optional[str] = options.verifier_cores(),
     producer_cores: Optional[str] = options.producer_cores(),
     os_placement: bool = options.os_placement(),
 ) -> None:
     """Run one native request and report its tokens, rounds and timings."""
+    spec = options.prompt_spec(task, language, question, prompt)  # refused before any work
     from device_agents.measurement import MeasureOptions, prepare
     from device_agents.monitor import call_monitored
     from native.candidates import load_candidates
@@ -93,8 +94,7 @@ def decode(
         None if models is None else str(models),
         target_cores=tc,
         producer_cores=pc,
-        task=task,
-        language=language,
+        prompt=spec,
     ) as runner:
         res = call_monitored(device, runner, cmd)
     res.pop("event", None)

@@ -92,6 +92,8 @@ def eval_(
     ),
     task: Optional[str] = options.task(),
     language: Optional[str] = options.language(),
+    question: Optional[str] = options.question(),
+    prompt: Optional[str] = options.prompt_text(),
     max_temp: Optional[float] = options.max_temp(),
     temp_sensor: Optional[str] = options.temp_sensor(),
     verifier_cores: Optional[str] = options.verifier_cores(),
@@ -106,6 +108,7 @@ def eval_(
     ray: Optional[str] = options.ray(),
 ) -> None:
     """Replay every method with one fixed configuration; optionally run them natively too."""
+    spec = options.prompt_spec(task, language, question, prompt)  # refused before any work
     from as2d_cli.evaluate.run import run_eval
     from device_agents.measurement import MeasureOptions, prepare
 
@@ -146,8 +149,7 @@ def eval_(
                 warmup=warmup,
                 measure=measure,
                 models=None if models is None else str(models),
-                task=task,
-                language=language,
+                prompt=spec,
                 allow_unconfirmed=allow_unconfirmed,
                 align=align,
             ),
@@ -181,8 +183,7 @@ def eval_(
                 results=results,
                 say=lambda s: typer.echo(s, err=True),
                 models=models,
-                task=task,
-                language=language,
+                prompt=spec,
                 allow_unconfirmed=allow_unconfirmed,
                 align=align,
                 executor=executor,
@@ -201,8 +202,7 @@ def eval_(
             say=lambda s: typer.echo(s, err=True),
             gate=m.gate,
             models=models,
-            task=task,
-            language=language,
+            prompt=spec,
             append=append is not None,
             measurement=m,
         )

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from as2d_cli.cli import options
 from as2d_cli.cli.paths import folder_in_option, folder_new_option
+from as2d_cli.models.prompting import TASKS
 
 
 def import_(
@@ -18,13 +19,13 @@ def import_(
         ...,
         "--target",
         callback=folder_in_option,
-        help="The target's export folder (optimum-cli layout, flat or onnx/).",
+        help="The target's export folder: Whisper (optimum-cli layout, flat or onnx/) or an audio LLM (ONNX-community layout).",
     ),
     drafter: Path = typer.Option(
         ...,
         "--drafter",
         callback=folder_in_option,
-        help="The drafter's export folder (same tokenizer as the target).",
+        help="The drafter's export folder (another tokenizer than the target's drafts through text).",
     ),
     out: Path = typer.Option(
         ...,
@@ -50,8 +51,11 @@ def import_(
     name: Optional[str] = typer.Option(
         None, "--name", help="The pair's name (default: the folder's)."
     ),
-    task: str = typer.Option(
-        "transcribe", "--task", help="The pair's default task: transcribe or translate."
+    task: str = options.one_of(
+        "transcribe",
+        "--task",
+        choices=TASKS,
+        help="The pair's default task: transcribe, translate or answer (answer: audio LLM targets).",
     ),
     drafter_reads_target_encoder: bool = typer.Option(
         False,
@@ -96,12 +100,10 @@ def check(
     ),
     windows: int = options.count(2, "--windows", help="Development windows to decode."),
     reps: int = options.count(3, "--reps", help="Timed repetitions per width."),
-    task: Optional[str] = typer.Option(
-        None, "--task", help="transcribe or translate (Whisper pairs)."
-    ),
-    language: Optional[str] = typer.Option(
-        None, "--language", help="Force one prompt language (default: each window's)."
-    ),
+    task: Optional[str] = options.task(),
+    language: Optional[str] = options.language(),
+    question: Optional[str] = options.question(),
+    prompt: Optional[str] = options.prompt_text(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Load a pair, decode a few windows, check K-wide = sequential (K=1..16) and rollback, time each width."""
@@ -109,7 +111,7 @@ def check(
     from as2d_cli.models.bundle import load_bundle
     from as2d_cli.models.check import check_pair, render_check
 
-    bundle = load_bundle(pair, task=task, language=language)
+    bundle = load_bundle(pair, prompt=options.prompt_spec(task, language, question, prompt))
     chosen = load_corpus().split("dev")[:windows]
     err = Console(stderr=True)
     say = (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None

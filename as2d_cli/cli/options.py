@@ -274,14 +274,57 @@ def models(
     return typer.Option(None, "--models", help=help)
 
 
+# ------------------------------------------------------------------ prompt (one PromptSpec)
+
+
 def task() -> Any:
-    return typer.Option(
-        None, "--task", help="Whisper pairs: transcribe or translate (default: the pair's)."
+    """``--task``: transcribe, translate or answer (answer: audio language models)."""
+    from as2d_cli.models.prompting import TASKS
+
+    return one_of(
+        None,
+        "--task",
+        choices=TASKS,
+        help="transcribe, translate or answer (spoken questions: audio language models); "
+        "default: the pair's.",
     )
 
 
-def language(help: str = "Whisper pairs: one prompt language (default: each window's).") -> Any:
-    return typer.Option(None, "--language", help=help)
+def language(
+    help: str = "Whisper pairs: the spoken language's prompt token (default: each window's); "
+    "audio LLMs: the language --task translate translates into (default: en).",
+) -> Any:
+    return typer.Option(None, "--language", metavar="XX", help=help)
+
+
+def question() -> Any:
+    """``--question``: the spoken question of ``--task answer``."""
+    return typer.Option(
+        None,
+        "--question",
+        metavar="TEXT",
+        help="With --task answer: the question asked about the audio (default: each corpus "
+        "window's own question).",
+    )
+
+
+def prompt_text() -> Any:
+    """``--prompt``: an audio LLM's instruction text, replacing the task's."""
+    return typer.Option(
+        None,
+        "--prompt",
+        metavar="TEXT",
+        help="Audio LLMs: the instruction after the audio, replacing the task's (docs/models.md).",
+    )
+
+
+def prompt_spec(
+    task: str | None, language: str | None, question: str | None, text: str | None
+) -> Any:
+    """The four prompt options as one PromptSpec (refusing --question without --task answer)."""
+    from as2d_cli.models.prompting import PromptSpec
+
+    return PromptSpec(task, language, question, text)
 
 
 def rest(help: str = "Gate: seconds of rest before the checks (phone default 15).") -> Any:
@@ -369,6 +412,9 @@ __all__ = [
     "interval",
     "language",
     "models",
+    "prompt_spec",
+    "prompt_text",
+    "question",
     "rest",
     "settle",
     "task",

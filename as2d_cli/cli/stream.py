@@ -61,6 +61,10 @@ def stream(
         help="Results folder (a fresh <device>-stream-<time>/ is made inside).",
     ),
     models: Optional[Path] = options.models(),
+    task: Optional[str] = options.task(),
+    language: Optional[str] = options.language(),
+    question: Optional[str] = options.question(),
+    prompt: Optional[str] = options.prompt_text(),
     verifier_cores: Optional[str] = options.verifier_cores(),
     producer_cores: Optional[str] = options.producer_cores(),
     os_placement: bool = options.os_placement(),
@@ -71,6 +75,7 @@ def stream(
     adb_port: Optional[int] = options.adb_port(),
 ) -> None:
     """Stream a recording in real time through resident models; report lag, RTF, throughput."""
+    spec = options.prompt_spec(task, language, question, prompt)  # refused before any work
     from as2d_cli.errors import DeviceError, Interrupted, UserError
     from as2d_cli.formats.common import fresh_folder
     from as2d_cli.stream.recording import corpus_recording, file_recording
@@ -84,6 +89,14 @@ def stream(
         raise UserError(
             f"--models {models} is not a model pair (no models.json); create one with `as2d models import`"
         )
+    if spec.task == "answer" and spec.question is None and spec.text is None:
+        raise UserError(
+            "--task answer on a stream needs --question TEXT (a stream's blocks carry no question)"
+        )
+    if models is not None:
+        from as2d_cli.models.bundle import load_bundle
+
+        load_bundle(models, check_hashes=False, prompt=spec)  # a prompt the pair cannot take: one line
     if context_s < block_s:
         raise UserError(
             f"--context-s {context_s:g} is shorter than --block-s {block_s:g}; "
@@ -128,6 +141,7 @@ def stream(
         settings,
         folder,
         models=models,
+        prompt=None if spec.empty else spec,
         open_runner=open_runner,
         on_start=view.start,
         on_block=view.block,

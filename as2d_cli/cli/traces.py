@@ -31,23 +31,25 @@ def build(
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
     models: Optional[Path] = options.models(),
     task: Optional[str] = options.task(),
-    language: Optional[str] = options.language(
-        "Whisper pairs: one prompt language for every window (default: each window's)."
-    ),
+    language: Optional[str] = options.language(),
+    question: Optional[str] = options.question(),
+    prompt: Optional[str] = options.prompt_text(),
     max_tokens: Optional[int] = options.limit(
         None, "--max-tokens", help="Cap each window's reference (default: the target's limit)."
     ),
 ) -> None:
     """Run the target, the sources and the drafter over a corpus split (resumable)."""
+    spec = options.prompt_spec(task, language, question, prompt)  # refused before any work
     from as2d_cli.corpus.manifest import load_corpus
-    from as2d_cli.evaluate.inputs import ASSET_TRACES
+    from as2d_cli.evaluate.inputs import ASSET_TRACES, pair_traces
     from as2d_cli.execution import open_executor
     from as2d_cli.tracegen.build import build_traces, check_out
 
     load_corpus().split(
         split
     )  # an unknown split: its one-line error before the progress bar starts
-    path = out or (models / "traces" if models is not None else ASSET_TRACES) / f"{split}.jsonl.gz"
+    folder = pair_traces(models, spec.task) if models is not None else ASSET_TRACES
+    path = out or folder / f"{split}.jsonl.gz"
     check_out(path, force)  # before a Ray instance starts
     with (
         open_executor(ray, processes) as executor,
@@ -72,8 +74,7 @@ def build(
             progress=progress,
             force=force,
             max_tokens=max_tokens,
-            task=task,
-            language=language,
+            prompt=spec,
             executor=executor,
         )
     typer.echo(f"wrote {written}")

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import read_json
+
+if TYPE_CHECKING:
+    from as2d_cli.corpus.questions import SpokenQuestion
 
 SCHEMA = "as2d.corpus"
 VERSION = 1
@@ -45,6 +49,18 @@ class Window:
     voice: str
     audio: Path
     text: str
+
+    @property
+    def spoken(self) -> "SpokenQuestion":
+        """The window's spoken question and reference answer (docs/corpus.md)."""
+        from as2d_cli.corpus.questions import question_for
+
+        return question_for(self.id, self.text, self.language)
+
+    @property
+    def question(self) -> str:
+        """The window's spoken question (``--task answer`` without ``--question``)."""
+        return self.spoken.question
 
     def load_audio(self) -> np.ndarray:
         """16 kHz mono float32 samples."""

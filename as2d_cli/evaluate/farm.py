@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from as2d_cli.execution.farm import PhoneOutcome, on_phone
+from as2d_cli.models.prompting import PromptSpec
 from device_agents.measurement import MeasureOptions
 
 if TYPE_CHECKING:
@@ -30,8 +31,7 @@ class EvalFarmOptions:
     warmup: int = 1
     measure: MeasureOptions = field(default_factory=MeasureOptions)
     models: str | None = None
-    task: str | None = None
-    language: str | None = None
+    prompt: PromptSpec | None = None
     allow_unconfirmed: bool = False
     align: str | None = None
     adb_port: int | None = None
@@ -58,8 +58,7 @@ def replay_all(
             results=Path(opts.out_dir),
             say=say,
             models=None if opts.models is None else Path(opts.models),
-            task=opts.task,
-            language=opts.language,
+            prompt=opts.prompt,
             allow_unconfirmed=opts.allow_unconfirmed,
             align=opts.align,
         )
@@ -83,8 +82,7 @@ def eval_phone(opts: EvalFarmOptions, phone: str) -> PhoneOutcome:
             warmup=opts.warmup,
             gate=m.gate,
             models=models,
-            task=opts.task,
-            language=opts.language,
+            prompt=opts.prompt,
             measurement=m,
         )
         out.ok, out.steps, out.message = True, opts.windows, str(res.folder)

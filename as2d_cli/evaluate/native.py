@@ -37,6 +37,7 @@ from as2d_cli.evaluate.native_runs import (
 )
 from as2d_cli.evaluate.native_stats import METHODS, divergence, host_per_pass, summarize
 from as2d_cli.formats.profile_io import load_profile
+from as2d_cli.models.prompting import PromptSpec
 
 Say = Callable[[str], None]
 
@@ -73,8 +74,7 @@ def run_native_eval(
     say: Say = lambda s: None,
     gate: Any = None,
     models: Any = None,
-    task: str | None = None,
-    language: str | None = None,
+    prompt: PromptSpec | None = None,
     append: bool = False,
     open_runner: Callable[..., Any] | None = None,
     monitor_interval_s: float = 1.0,
@@ -106,8 +106,7 @@ def run_native_eval(
         repeats=repeats,
         warmup=warmup,
         models=models,
-        task=task,
-        language=language,
+        prompt=prompt,
     )
     requested["placement"] = {k: v for k, v in m.placement.to_dict().items() if k != "clusters"}
     record = (
@@ -121,8 +120,7 @@ def run_native_eval(
         "models": None if models is None else str(models),
         "target_cores": tc,
         "producer_cores": pc,
-        "task": task,
-        "language": language,
+        "prompt": prompt,
     }
     resume = resume_command(
         phone,
@@ -131,8 +129,7 @@ def run_native_eval(
         repeats=repeats,
         warmup=warmup,
         models=models,
-        task=task,
-        language=language,
+        prompt=prompt,
         gate=gate_cfg,
         default_gate=GateConfig.for_device(device),
         placement=m.placement,

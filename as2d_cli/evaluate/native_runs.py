@@ -21,6 +21,7 @@ from as2d_cli.engine.methods import DEFAULT_SD_K
 from as2d_cli.errors import DeviceError
 from as2d_cli.evaluate.native_record import GATES, MONITOR, RUNS, EvalRun, NativeRecord
 from as2d_cli.evaluate.native_stats import METHODS
+from as2d_cli.models.prompting import PromptSpec
 
 Say = Callable[[str], None]
 
@@ -64,20 +65,20 @@ def native_settings(
     repeats: int,
     warmup: int,
     models: Path | None,
-    task: str | None,
-    language: str | None,
+    prompt: PromptSpec | None,
 ) -> dict[str, Any]:
     """What this command would measure (``native.settings.json``; compared on --append)."""
     from as2d_cli.engine.methods import asp_cap
     from as2d_cli.formats.common import sha256_file
     from device_agents.identity import identify
 
+    spec = prompt or PromptSpec()
     if models is None:
-        pair = {"name": "bundled", "task": task, "language": language}
+        pair = {"name": "bundled", "task": spec.task, "language": spec.language}
     else:
         from as2d_cli.models.bundle import load_bundle
 
-        pair = load_bundle(models, check_hashes=False, task=task, language=language).identity()
+        pair = load_bundle(models, check_hashes=False, prompt=spec).identity()
     picks = pick_windows(run.window_ids, run.datasets, windows)
     dep = run.deployment
     ident = {
@@ -119,8 +120,7 @@ def resume_command(
     repeats: int,
     warmup: int,
     models: Path | None,
-    task: str | None,
-    language: str | None,
+    prompt: PromptSpec | None,
     gate: Any,
     default_gate: Any,
     placement: Any = None,
@@ -139,9 +139,16 @@ def resume_command(
         "--warmup",
         str(warmup),
     ]
-    for opt, val in (("--models", models), ("--task", task), ("--language", language)):
+    spec = prompt or PromptSpec()
+    for opt, val in (
+        ("--models", models),
+        ("--task", spec.task),
+        ("--language", spec.language),
+        ("--question", spec.question),
+        ("--prompt", spec.text),
+    ):
         if val is not None:
-            parts += [opt, str(val)]
+            parts += [opt, shlex.quote(str(val))]
     for opt, name in (("--rest", "rest_s"), ("--interval", "interval_s"), ("--settle", "settle_s")):
         if getattr(gate, name) != getattr(default_gate, name):
             parts += [opt, f"{getattr(gate, name):g}"]

@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 from as2d_cli.engine.methods import DEFAULT_ALIGN
 from as2d_cli.errors import UserError
-from as2d_cli.execution import Executor
 from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
 from as2d_cli.evaluate.inputs import (
     check_pair,
@@ -21,13 +20,16 @@ from as2d_cli.evaluate.inputs import (
     describe_deployment,
     find_profile,
     load_trace_files,
+    pair_traces,
     require_confirmed,
     trace_files,
 )
+from as2d_cli.execution import Executor
 from as2d_cli.formats.common import fresh_folder, next_free, safe_name
 from as2d_cli.formats.deployment_io import load_deployment, rules_for
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.results import input_ref, make_results, write_results
+from as2d_cli.models.prompting import PromptSpec
 from device_agents.identity import results_stem
 
 Say = Callable[[str], None]
@@ -56,8 +58,7 @@ def run_eval(
     results: Path = Path("results"),
     say: Say = lambda s: None,
     models: Path | None = None,
-    task: str | None = None,
-    language: str | None = None,
+    prompt: PromptSpec | None = None,
     allow_unconfirmed: bool = False,
     align: str | None = None,
     executor: Executor | None = None,
@@ -71,10 +72,14 @@ def run_eval(
     if models is not None:
         from as2d_cli.models.bundle import load_bundle
 
-        pair = load_bundle(models, check_hashes=False, task=task, language=language).identity()
+        pair = load_bundle(models, check_hashes=False, prompt=prompt).identity()
     profile_path = profile or find_profile(phone, calibrations, pair, models)
     prof = load_profile(profile_path)
-    files = trace_files(traces if traces is not None or models is None else Path(models) / "traces")
+    files = trace_files(
+        traces
+        if traces is not None or models is None
+        else pair_traces(Path(models), (prompt or PromptSpec()).task)
+    )
     ts = load_trace_files(files)
     check_pair(
         prof,
@@ -183,7 +188,19 @@ def provenance(
             "validation_retained": retained,
         },
         "traces": [str(f) for f in files],
-        "pair": {k: pair.get(k) for k in ("name", "task", "language")},
+        "pair": {
+            k: pair.get(k)
+            for k in (
+                "name",
+                "model_type",
+                "task",
+                "language",
+                "question",
+                "prompt",
+                "prompt_sha256",
+            )
+            if k in pair or k in ("name", "task", "language")
+        },
     }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import read_json, sha256_file
+from as2d_cli.models.prompting import WHISPER_TASKS, PromptSpec
 from as2d_cli.models.whisper_prompt import build_prompt
 
 SCHEMA = "as2d.models"
@@ -22,32 +23,49 @@ DEFAULT_DIR = Path(__file__).resolve().parents[1] / "assets" / "models"
 
 
 class Vocabulary:
-    """The BPE tokenizer shared by target and drafter (a `tokenizers` JSON file)."""
+    """A model's BPE tokenizer (a `tokenizers` JSON file): the pair's, shared by target and
+    drafter, or a cross-vocabulary drafter's own.
 
-    def __init__(self, path: Path, specials: dict[str, int]) -> None:
+    ``bare_start``: the model's output starts without a leading space (an audio language
+    model answers right after its chat template's generation prompt); a transcript of a
+    Whisper-style model starts with one."""
+
+    def __init__(self, path: Path, specials: dict[str, int], bare_start: bool = False) -> None:
         from tokenizers import Tokenizer
 
         try:
             self._tok = Tokenizer.from_file(str(path))
         except Exception as exc:  # the library raises its own exception types
             raise FormatError(
-                f"tokenizer {path} cannot be read ({exc}); reinstall the package"
+                f"tokenizer {path} cannot be read ({exc}); reinstall the package or re-import the pair"
             ) from None
-        self.sot = int(specials["sot"])
+        self.path = path
         self.eot = int(specials["eot"])
-        self.pad = int(specials["pad"])
+        self.sot = int(specials.get("sot", self.eot))
+        self.pad = int(specials.get("pad", self.eot))
         self.size = self._tok.get_vocab_size()
+        self.bare_start = bare_start
         # A byte-level BPE (Whisper's) marks a word start by a leading space, which the first
         # word of a text lacks; a Metaspace BPE (the bundled one) adds the marker itself.
         probe = self._tok.encode("a", add_special_tokens=False).tokens
         self._lead = "" if probe and probe[0].startswith(("▁", "Ġ")) else " "
+        self.unk = self._tok.token_to_id(str(getattr(self._tok.model, "unk_token", "") or ""))
 
-    def encode(self, text: str) -> list[int]:
-        """Text to token ids as the model would emit them mid-transcript (no special tokens)."""
+    def encode(self, text: str, start: bool = False) -> list[int]:
+        """Text to token ids as the model would emit them mid-output (no special tokens);
+        ``start``: at the start of its output (no leading space for a ``bare_start`` model)."""
         text = " ".join(text.split())
-        return (
-            list(self._tok.encode(self._lead + text, add_special_tokens=False).ids) if text else []
-        )
+        if not text:
+            return []
+        lead = "" if start and self.bare_start else self._lead
+        return list(self._tok.encode(lead + text, add_special_tokens=False).ids)
+
+    def ids(self, text: str) -> list[int]:
+        """``text`` tokenized exactly as written, special tokens recognised, none added."""
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
 
     def decode(self, ids: list[int] | tuple[int, ...]) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
@@ -57,38 +75,113 @@ class Vocabulary:
 class ModelBundle:
     """A model pair: the bundled one or an imported one (``as2d models import``).
 
-    ``task`` and ``language`` select a Whisper model's prompt (None: the pair's task, and
-    each request's own language)."""
+    ``prompt`` holds the request settings (task, language, question, instruction text;
+    :class:`~as2d_cli.models.prompting.PromptSpec`); None fields take the pair's task and
+    each request's own language and question."""
 
     directory: Path
     manifest: dict
     vocab: Vocabulary = field(repr=False)
-    task: str | None = None
-    language: str | None = None
+    prompt: PromptSpec = PromptSpec()
+    _vocabs: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def task(self) -> str | None:
+        return self.prompt.task
+
+    @property
+    def language(self) -> str | None:
+        return self.prompt.language
 
     @property
     def name(self) -> str:
         return str(self.manifest.get("name", "bundled"))
 
+    def kind(self, name: str = "target") -> str:
+        return str(self.model(name)["kind"])
+
+    def model_type(self, name: str = "target") -> str:
+        """The model's architecture: ``dims.model_type`` (audio LLMs), else by its kind."""
+        info = self.model(name)
+        return str(
+            info["dims"].get("model_type")
+            or {"whisper-onnx": "whisper"}.get(info["kind"], info["kind"])
+        )
+
+    def default_task(self) -> str:
+        return str(self.model("target").get("task", "transcribe"))
+
+    def effective_prompt(self) -> PromptSpec:
+        """The prompt settings with the pair's default task filled in."""
+        from dataclasses import replace
+
+        return self.prompt if self.prompt.task else replace(self.prompt, task=self.default_task())
+
+    def converts(self, name: str) -> bool:
+        """Model ``name`` drafts through the text conversion: its tokenizer is not the pair's."""
+        return self.has(name) and self.model(name).get("conversion") == "text"
+
+    def vocab_for(self, name: str) -> Vocabulary:
+        """Model ``name``'s own tokenizer: the pair's, or a cross-vocabulary drafter's."""
+        info = self.model(name)
+        if "tokenizer" not in info:
+            return self.vocab
+        if name not in self._vocabs:
+            self._vocabs[name] = Vocabulary(
+                self.path(info["tokenizer"]), info["specials"], info["kind"] == "audio-llm-onnx"
+            )
+        return self._vocabs[name]
+
     def identity(self) -> dict:
-        """Which pair this is, as traces and profiles record it: its name, the task and forced
-        language, and one digest over every file hash in its manifest — each file named by its
-        model and file name, so the digest does not depend on where the files lie."""
+        """Which pair this is, as traces and profiles record it: its name, model type, the
+        prompt settings (task, forced language, question, instruction, and for an audio LLM
+        the SHA-256 of its rendered chat template), and one digest over every file hash in
+        its manifest — each file named by its model and file name, so the digest does not
+        depend on where the files lie."""
         import hashlib
 
         hashes = {f"./{Path(k).name}": v for k, v in self.manifest.get("sha256", {}).items()}
         for role, info in self.manifest["models"].items():
             hashes.update({f"{role}/{Path(k).name}": v for k, v in info.get("sha256", {}).items()})
         digest = hashlib.sha256(json.dumps(sorted(hashes.items())).encode()).hexdigest()
-        return {
+        out = {
             "name": self.name,
-            "task": self.task or "transcribe",
+            "model_type": self.model_type(),
+            "task": self.task or self.default_task(),
             "language": self.language,
             "sha256": digest,
         }
+        if self.prompt.question is not None:
+            out["question"] = self.prompt.question
+        if self.prompt.text is not None:
+            out["prompt"] = self.prompt.text
+        if self.kind() == "audio-llm-onnx":
+            out["prompt_sha256"] = self.prompt_hash()
+        return out
+
+    def prompt_hash(self, question: str | None = None) -> str | None:
+        """SHA-256 of the target's rendered chat template for these settings (audio LLMs; a
+        per-window question renders per window: None then, unless ``question`` is given)."""
+        from as2d_cli.models.audio_llm_export import specials_text
+        from as2d_cli.models.prompting import render_chat, text_hash
+
+        if self.kind() != "audio-llm-onnx":
+            return None
+        spec = self.effective_prompt().for_window(question)
+        if spec.task == "answer" and spec.question is None and spec.text is None:
+            return None
+        info = self.model("target")
+        tok_cfg = json.loads(
+            self.path(info["files"]["tokenizer_config"]).read_text(encoding="utf-8")
+        )
+        text = render_chat(
+            info["chat_template"], spec.instruction(), specials_text(tok_cfg), "target"
+        )
+        return text_hash(text)
 
     def max_length(self) -> int:
-        """The target's committed-token limit: decoder positions less its prompt."""
+        """The target's committed-token limit: decoder positions less its prompt (an audio
+        LLM's: its generation limit, ``max_new_tokens``; the prompt's length is per request)."""
         info = self.model("target")
         if info["kind"] == "whisper-onnx":
             gen = json.loads(self.path(info["files"]["generation"]).read_text(encoding="utf-8"))
@@ -96,6 +189,8 @@ class ModelBundle:
                 gen, self.task or info.get("task", "transcribe"), self.language, "target"
             )
             return int(info["dims"]["max_tokens"]) - len(prompt)
+        if info["kind"] == "audio-llm-onnx":
+            return int(info["dims"]["max_new_tokens"])
         return int(info["dims"]["max_tokens"]) - 1
 
     def has(self, name: str) -> bool:
@@ -128,8 +223,7 @@ def load_bundle(
     directory: Path | str | None = None,
     check_hashes: bool = True,
     *,
-    task: str | None = None,
-    language: str | None = None,
+    prompt: PromptSpec | None = None,
 ) -> ModelBundle:
     """Read models.json in ``directory`` (default: the bundled models) and check its files."""
     directory = Path(directory) if directory is not None else DEFAULT_DIR
@@ -177,17 +271,31 @@ def load_bundle(
             raise UserError(
                 f"model file {f} does not match its SHA-256 in {path}; it was changed or truncated: {fix}"
             )
-    vocab = Vocabulary(directory / manifest["tokenizer"], manifest["specials"])
-    if task is not None and task not in ("transcribe", "translate"):
-        raise UserError(f"unknown --task {task!r}; use transcribe or translate")
-    if (task is not None or language is not None) and not any(
-        m.get("kind") == "whisper-onnx" for m in manifest["models"].values()
-    ):
+    target = manifest["models"].get("target", {})
+    vocab = Vocabulary(
+        directory / manifest["tokenizer"],
+        manifest["specials"],
+        target.get("kind") == "audio-llm-onnx",
+    )
+    spec = prompt or PromptSpec()
+    kinds = {m.get("kind") for m in manifest["models"].values()}
+    if not spec.empty and not kinds & {"whisper-onnx", "audio-llm-onnx"}:
         raise UserError(
-            f"--task and --language select a Whisper pair's prompt; the pair in {directory} has no "
-            "Whisper model (drop them, or pass --models PAIR)"
+            f"--task, --language, --question and --prompt select a prompt; the pair in {directory} "
+            "is the bundled transcription pair (drop them, or pass --models PAIR)"
         )
-    return ModelBundle(directory, manifest, vocab, task, language)
+    if target.get("kind") == "whisper-onnx":
+        if spec.task is not None and spec.task not in WHISPER_TASKS:
+            raise UserError(
+                f"--task {spec.task} needs an audio language model; the pair in {directory} is a "
+                "Whisper pair (tasks: transcribe, translate)"
+            )
+        if spec.text is not None:
+            raise UserError(
+                f"--prompt sets an audio language model's instruction; the pair in {directory} is a "
+                "Whisper pair, whose prompt is its task and language tokens (drop --prompt)"
+            )
+    return ModelBundle(directory, manifest, vocab, spec)
 
 
 def portable_files(bundle: ModelBundle) -> tuple[list[tuple[str, Path]], dict]:

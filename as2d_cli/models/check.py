@@ -36,10 +36,10 @@ def _reference(model: Any, cross: Any, length: int) -> tuple[list[int], Any]:
 
 
 def check_model(
-    model: Any, audio: np.ndarray, language: str | None, reps: int = 3
+    model: Any, audio: np.ndarray, language: str | None, reps: int = 3, question: str | None = None
 ) -> dict[str, Any]:
     """The width, rollback and cost checks for one model on one window."""
-    cross = model.encode(audio, language)
+    cross = model.encode(audio, language, question)
     toks, base = _reference(model, cross, max(WIDTHS) + 2)
     widths = [k for k in WIDTHS if k <= len(toks)]
     # Sequential decisions at each position after the prompt, from the known root toks[0].
@@ -85,6 +85,36 @@ def check_model(
     }
 
 
+def conversion_cost(
+    bundle: Any, drafter: Any, audio: np.ndarray, language: str | None, question: str | None
+) -> dict[str, Any]:
+    """The As²d drafter source through the text conversion on one window: tokens it
+    published in the target's vocabulary, and the conversion's time per published token."""
+    from as2d_cli.models.sources import drafter_source
+
+    src = drafter_source(
+        "drafter",
+        drafter,
+        audio,
+        target_vocab=bundle.vocab,
+        language=language,
+        question=question,
+        limit=bundle.max_length(),
+    )
+    src.start()
+    published = 0
+    while (unit := src.step()) is not None:
+        published += len(unit)
+    conv = src.conversion
+    return {
+        "source_tokens": len(conv.tokens),
+        "published": published,
+        "convert_ms": conv.convert_ns / 1e6,
+        "us_per_token": conv.convert_ns / 1e3 / max(published, 1),
+        "held_back": conv.held_back,
+    }
+
+
 def check_pair(
     bundle: Any, windows: list[Any], *, reps: int = 3, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -104,7 +134,7 @@ def check_pair(
         say(f"{w.id}: target greedy decode")
         audio = w.load_audio()
         t0 = time.perf_counter()
-        toks = greedy_decode(target, audio, None, w.language)
+        toks = greedy_decode(target, audio, None, w.language, w.question)
         ms = (time.perf_counter() - t0) * 1e3
         row: dict[str, Any] = {
             "id": w.id,
@@ -116,7 +146,10 @@ def check_pair(
         }
         for name, model in (("target", target.model), ("drafter", drafter)):
             say(f"{w.id}: {name} widths 1..16 and rollback")
-            row[name] = check_model(model, audio, w.language, reps)
+            row[name] = check_model(model, audio, w.language, reps, w.question)
+        if bundle.converts("drafter"):
+            say(f"{w.id}: the drafter's text conversion")
+            row["conversion"] = conversion_cost(bundle, drafter, audio, w.language, w.question)
         out["windows"].append(row)
     out["ok"] = all(
         not r[m]["mismatches"] and r[m]["rollback_exact"]
@@ -153,6 +186,12 @@ def render_check(res: dict[str, Any]) -> str:
                 else f"rollback differs ({c['rollback_max_abs_diff']:.3g})"
             )
             lines.append(f"  {m}: {agree}; {roll}")
+        if "conversion" in r:
+            c = r["conversion"]
+            lines.append(
+                f"  conversion: {c['source_tokens']} drafter tokens -> {c['published']} target "
+                f"tokens, {c['us_per_token']:.0f} us per published token"
+            )
     lines.append("call cost (ms, median) by width K on this host:")
     lines.append("  K       " + " ".join(f"{k:>6}" for k in WIDTHS))
     for m in ("target", "drafter"):

@@ -5,12 +5,15 @@ encoder-decoder models is loaded by :func:`as2d_cli.models.loader.open_seq2seq` 
 :class:`DecoderModel` interface; the engine's target (:class:`~as2d_cli.models.target.OrtTarget`),
 the prefix-conditioned drafter (:class:`~as2d_cli.models.drafter.OrtDrafter`), the As²d
 drafter source, trace generation and calibration are written against this interface only.
-Two implementations exist: the bundled models (``kind: seq2seq``,
-:class:`~as2d_cli.models.session.Seq2SeqModel`) and Hugging Face Whisper exports in the Optimum
-ONNX layout (``kind: whisper-onnx``, :class:`~as2d_cli.models.whisper.WhisperModel`).
+Three implementations exist, opened by :data:`as2d_cli.models.loader.KINDS`: the bundled
+models (``kind: seq2seq``, :class:`~as2d_cli.models.session.Seq2SeqModel`), Hugging Face
+Whisper exports in the Optimum ONNX layout (``kind: whisper-onnx``,
+:class:`~as2d_cli.models.whisper.WhisperModel`) and audio language models in the
+ONNX-community layout (``kind: audio-llm-onnx``, :class:`~as2d_cli.models.audio_llm.AudioLlmModel`).
 
 A decoder cache is ``(keys, values)``: per decoder layer one array (1, H, P, d/H) of the P
-processed positions; rolling back is slicing P (:func:`~as2d_cli.models.session.truncate_cache`).
+processed positions (H: the key/value heads, fewer than the query heads under grouped-query
+attention); rolling back is slicing P (:func:`~as2d_cli.models.session.truncate_cache`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ class Cross:
     v: Any
     hidden: np.ndarray | None = None
     prompt: tuple[int, ...] = ()
+    # An audio language model's: the prompt positions whose rows are the audio embeddings
+    # (``hidden``, (1, N, d), in order) instead of their tokens' embeddings.
+    audio_at: np.ndarray | None = None
 
     @property
     def frames(self) -> int:
@@ -53,19 +59,31 @@ class DecoderModel(Protocol):
     vocab: Any  # the pair's tokenizer (encode, decode, size, sot, eot)
     max_positions: int  # decoder positions, prompt included
 
-    def prompt_for(self, language: str | None = None) -> tuple[int, ...]:
+    def prompt_for(
+        self, language: str | None = None, question: str | None = None
+    ) -> tuple[int, ...]:
         """The tokens processed before the first generated one (for Whisper: start of
-        transcript, language, task, no-timestamps)."""
+        transcript, language, task, no-timestamps; for an audio LLM: its rendered chat
+        template, the audio placeholder not yet expanded — a request's own prompt is
+        :attr:`Cross.prompt`)."""
         ...
 
     def encode_request(
-        self, audio: np.ndarray, hidden: np.ndarray | None = None, language: str | None = None
+        self,
+        audio: np.ndarray,
+        hidden: np.ndarray | None = None,
+        language: str | None = None,
+        question: str | None = None,
     ) -> Cross:
         """Encode one request's audio (or read ``hidden``, the encoder states of the model
-        whose encoder this one shares); the result carries the request's prompt."""
+        whose encoder this one shares); the result carries the request's prompt.
+        ``language``: the window's spoken language; ``question``: the window's own question
+        (``--task answer`` without ``--question``)."""
         ...
 
-    def encode(self, audio: np.ndarray, language: str | None = None) -> Cross: ...
+    def encode(
+        self, audio: np.ndarray, language: str | None = None, question: str | None = None
+    ) -> Cross: ...
 
     def shares_encoder_of(self, other: Any) -> bool: ...
 

@@ -7,7 +7,7 @@ tokens each) plus one K=1 call per drafted token.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -25,25 +25,32 @@ class OrtDrafter:
 
     def __init__(self, bundle: ModelBundle, threads: int = 1, name: str = "drafter") -> None:
         self.model = open_seq2seq(bundle, name, threads)
-        self.eos_id = bundle.vocab.eot
+        self.eos_id = self.model.vocab.eot
         self._cross: Cross | None = None
         self._seq: list[int] = []  # tokens in the cache, the prompt first
         self._cache = self.model.empty_cache()
         self._next: tuple[int, float] | None = None  # greedy choice after _seq, if known
 
     def start(
-        self, audio: np.ndarray, hidden: np.ndarray | None = None, language: str | None = None
+        self,
+        audio: np.ndarray,
+        hidden: np.ndarray | None = None,
+        language: str | None = None,
+        question: str | None = None,
     ) -> None:
         """Encode the request; ``hidden`` (the target's encoder states for it) replaces the
         audio encoding when this drafter shares the target's encoder."""
-        self._cross = self.model.encode_request(audio, hidden, language)
+        self._cross = self.model.encode_request(audio, hidden, language, question)
         self._seq, self._cache, self._next = [], self.model.empty_cache(), None
 
     def _feed(self, tokens: list[int]) -> None:
         """Append ``tokens`` to the cache; remember the greedy choice after the last one."""
         assert self._cross is not None
-        for i in range(0, len(tokens), MAX_CALL):
-            part = tokens[i : i + MAX_CALL]
+        # From an empty cache the whole prompt goes in one call (an audio LLM's is hundreds
+        # of tokens); after it, at most MAX_CALL tokens a call.
+        first = max(MAX_CALL, len(self._cross.prompt)) if not self._seq else MAX_CALL
+        for i in [0, *range(first, len(tokens), MAX_CALL)] if tokens else []:
+            part = tokens[i : (first if i == 0 else i + MAX_CALL)]
             logits, self._cache = self.model.decode(part, self._cache, self._cross)
             self._seq += part
         last = logits[-1]
@@ -94,3 +101,14 @@ class OrtDrafter:
             if len(tokens) < min(count, limit):
                 self._feed([tok])
         return Draft(tuple(tokens), tuple(confs))
+
+
+def open_drafter(bundle: ModelBundle, threads: int = 1, name: str = "drafter") -> Any:
+    """The pair's prefix-conditioned drafter: drafting through the text conversion when its
+    tokenizer is not the target's (:class:`~as2d_cli.models.conversion.ConvertingDrafter`)."""
+    drafter = OrtDrafter(bundle, threads, name)
+    if bundle.converts(name):
+        from as2d_cli.models.conversion import ConvertingDrafter
+
+        return ConvertingDrafter(drafter, bundle.vocab)
+    return drafter

@@ -1,13 +1,39 @@
-"""Open a pair's encoder-decoder model behind the :class:`~as2d_cli.models.contract.DecoderModel`
-interface, by the kind its manifest names."""
+"""Open a pair's model behind the :class:`~as2d_cli.models.contract.DecoderModel` interface,
+by the kind its manifest names (one registry: a new model kind is one entry here)."""
 
 from __future__ import annotations
+
+from typing import Any, Callable
 
 from as2d_cli.errors import UserError
 from as2d_cli.models.bundle import ModelBundle
 from as2d_cli.models.contract import DecoderModel
-from as2d_cli.models.session import Seq2SeqModel
-from as2d_cli.models.whisper import WhisperModel
+
+
+def _seq2seq(bundle: ModelBundle, name: str, threads: int) -> Any:
+    from as2d_cli.models.session import Seq2SeqModel
+
+    return Seq2SeqModel(bundle, name, threads)
+
+
+def _whisper(bundle: ModelBundle, name: str, threads: int) -> Any:
+    from as2d_cli.models.whisper import WhisperModel
+
+    return WhisperModel(bundle, name, threads)
+
+
+def _audio_llm(bundle: ModelBundle, name: str, threads: int) -> Any:
+    from as2d_cli.models.audio_llm import AudioLlmModel
+
+    return AudioLlmModel(bundle, name, threads)
+
+
+# Manifest kind -> the adapter that opens it.
+KINDS: dict[str, Callable[[ModelBundle, str, int], Any]] = {
+    "seq2seq": _seq2seq,
+    "whisper-onnx": _whisper,
+    "audio-llm-onnx": _audio_llm,
+}
 
 
 def open_seq2seq(
@@ -16,16 +42,18 @@ def open_seq2seq(
     """The pair's model ``name`` behind the DecoderModel interface, by its kind; ``ahead``
     opens its look-ahead decoder (the ``lookahead`` source's, bundled models only)."""
     kind = bundle.model(name)["kind"]
-    if kind == "seq2seq":
-        return Seq2SeqModel(bundle, name, threads, ahead=ahead)
+    if kind == "seq2seq" and ahead:
+        from as2d_cli.models.session import Seq2SeqModel
+
+        return Seq2SeqModel(bundle, name, threads, ahead=True)
     if ahead:
         raise UserError(
             f"model {name!r} in {bundle.directory} is a {kind!r} model without a look-ahead "
             "decoder; use the drafter source"
         )
-    if kind == "whisper-onnx":
-        return WhisperModel(bundle, name, threads)
-    raise UserError(
-        f"model {name!r} in {bundle.directory} is a {kind!r} model, not an encoder-decoder "
-        "(kinds: seq2seq, whisper-onnx)"
-    )
+    if kind not in KINDS:
+        raise UserError(
+            f"model {name!r} in {bundle.directory} is a {kind!r} model, not a decoder "
+            f"(kinds: {', '.join(KINDS)})"
+        )
+    return KINDS[kind](bundle, name, threads)

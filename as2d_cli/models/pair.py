@@ -1,9 +1,14 @@
 """`as2d models import`: turn a user's exported models into a model-pair folder.
 
 A pair folder holds ``models.json`` (schema ``as2d.models`` version 3, docs/models.md), the
-shared ``tokenizer.json``, each model's ``config.json`` and ``generation_config.json``, and
-the ONNX files — copied into the folder (``copy=True``) or referenced by absolute path — each
-with its SHA-256. The folder is written under a temporary name and renamed only when whole,
+target's ``tokenizer.json``, each model's ``config.json`` and ``generation_config.json`` (an
+audio LLM's tokenizer and preprocessor configs too; a drafter with a tokenizer of its own,
+its ``tokenizer.json``), and the ONNX files — copied into the folder (``copy=True``) or
+referenced by absolute path — each with its SHA-256. Each model is read by its
+``config.json``'s ``model_type``: ``whisper`` (:mod:`as2d_cli.models.whisper`) or an audio
+language model (:mod:`as2d_cli.models.audio_llm_export`). A drafter whose tokenizer is not
+the target's drafts through the text conversion (``conversion: text``,
+:mod:`as2d_cli.models.conversion`); one that shares it, directly (``conversion: none``). The folder is written under a temporary name and renamed only when whole,
 so a refused or interrupted import leaves nothing behind; an existing folder is never
 overwritten.
 """
@@ -14,13 +19,16 @@ import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from as2d_cli import __version__
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
+from as2d_cli.models.audio_llm_export import AudioLlmExport
 from as2d_cli.models.bundle import SCHEMA, VERSION
+from as2d_cli.models.prompting import TASKS, WHISPER_TASKS
 from as2d_cli.models.whisper import HINT, WhisperExport, build_prompt, find_export
 
 
@@ -36,16 +44,10 @@ def _vocab(path: Path) -> dict[int, str]:
     return {i: t for t, i in tok.get_vocab(with_added_tokens=True).items()}
 
 
-def compare_tokenizers(a: Path, b: Path) -> None:
-    """Refuse two tokenizers that differ anywhere, naming the ids that differ."""
+def tokenizer_differences(a: Path, b: Path) -> list[int]:
+    """The ids whose tokens differ between two tokenizers (empty: one tokenizer)."""
     va, vb = _vocab(a), _vocab(b)
-    diff = sorted(i for i in set(va) | set(vb) if va.get(i) != vb.get(i))
-    if diff:
-        shown = ", ".join(f"{i} ({va.get(i)!r} vs {vb.get(i)!r})" for i in diff[:3])
-        raise UserError(
-            f"the drafter's tokenizer {b} differs from the target's {a} at {len(diff)} id(s), first: {shown}; "
-            "target and drafter must share one tokenizer exactly"
-        )
+    return sorted(i for i in set(va) | set(vb) if va.get(i) != vb.get(i))
 
 
 def whisper_dims(export: WhisperExport, tokenizer_size: int) -> dict[str, int]:
@@ -132,7 +134,12 @@ def _place(src: Path, out_dir: Path, rel: str, copy: bool) -> str:
     return rel
 
 
-def _entry(
+def _hashed(entry: dict[str, Any], work: Path, extra: list[str]) -> dict[str, Any]:
+    entry["sha256"] = {f: sha256_file(work / f) for f in [*entry["files"].values(), *extra]}
+    return entry
+
+
+def _whisper_entry(
     role: str, export: WhisperExport, dims: dict, work: Path, copy: bool, task: str
 ) -> dict[str, Any]:
     files: dict[str, str] = {}
@@ -148,8 +155,7 @@ def _entry(
         (work / role).mkdir(parents=True, exist_ok=True)
         shutil.copy2(export.directory / meta, work / role / meta)
     files["config"], files["generation"] = f"{role}/config.json", f"{role}/generation_config.json"
-    hashed = [*files.values(), *extra]
-    return {
+    entry = {
         "kind": "whisper-onnx",
         "source": str(export.directory.resolve()),
         "layout": export.layout,
@@ -159,8 +165,139 @@ def _entry(
         "dims": dims,
         "files": files,
         "external_data": extra,
-        "sha256": {f: sha256_file(work / f) for f in hashed},
     }
+    return _hashed(entry, work, extra)
+
+
+def _audio_llm_entry(
+    role: str, export: AudioLlmExport, dims: dict, work: Path, copy: bool, task: str
+) -> dict[str, Any]:
+    files = {
+        key: _place(src, work, f"{role}/{src.name}", copy)
+        for key, src in (
+            ("encoder", export.encoder),
+            ("embed", export.embed),
+            ("decoder", export.decoder),
+        )
+    }
+    extra = [_place(p, work, f"{role}/{p.name}", copy) for p in export.external_data()]
+    (work / role).mkdir(parents=True, exist_ok=True)
+    for key, meta in (
+        ("config", "config.json"),
+        ("generation", "generation_config.json"),
+        ("tokenizer_config", "tokenizer_config.json"),
+        ("preprocessor", "preprocessor_config.json"),
+    ):
+        shutil.copy2(export.directory / meta, work / role / meta)
+        files[key] = f"{role}/{meta}"
+    entry = {
+        "kind": "audio-llm-onnx",
+        "source": str(export.directory.resolve()),
+        "layout": export.layout,
+        "variant": export.variant,
+        "task": task,
+        "dims": dims,
+        "chat_template": export.chat_template,
+        "files": files,
+        "external_data": extra,
+    }
+    return _hashed(entry, work, extra)
+
+
+@dataclass
+class _Model:
+    """One export being imported: its kind, files, tokenizer and special ids."""
+
+    kind: str
+    export: Any
+    tokenizer: Path
+    specials: dict[str, int]
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.export.directory)
+
+
+def _id(value: Any, where: Path, key: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise UserError(
+            f"{where}: {key} is {value!r}, not a token id; the importer needs the model's start and "
+            "end-of-text tokens: export the model with its generation config"
+        )
+    return int(value)
+
+
+def _read(directory: Path, variant: str | None) -> _Model:
+    """Read one export folder by its config.json's model_type."""
+    from as2d_cli.models.audio_llm_export import (
+        MODEL_TYPES,
+        eos_ids,
+        find_audio_llm_export,
+        model_type_of,
+    )
+
+    directory = Path(directory)
+    if model_type_of(directory) in MODEL_TYPES:
+        a = find_audio_llm_export(directory, variant)
+        end = eos_ids(a.generation, a.config)[0]
+        fill = a.generation.get("pad_token_id")
+        fill = fill if isinstance(fill, int) and not isinstance(fill, bool) else end
+        specials = {"sot": end, "eot": end, "pad": fill}
+        return _Model("audio-llm-onnx", a, directory / "tokenizer.json", specials)
+    w = find_export(directory, variant)
+    gen, where = w.generation, w.directory / "generation_config.json"
+    eos: Any = gen.get("eos_token_id")  # a JSON value: an id, or a list whose first is EOS
+    eos = _id(eos[0] if isinstance(eos, list) and eos else eos, where, "eos_token_id")
+    sot = _id(gen.get("decoder_start_token_id"), where, "decoder_start_token_id")
+    pad = gen.get("pad_token_id")
+    pad = pad if isinstance(pad, int) and not isinstance(pad, bool) else eos
+    return _Model(
+        "whisper-onnx", w, directory / "tokenizer.json", {"sot": sot, "eot": eos, "pad": pad}
+    )
+
+
+def _whisper_task(task: str, target_kind: str) -> str:
+    """A Whisper model's task token: the pair's task, except that a Whisper drafter for an
+    audio LLM's spoken answers transcribes."""
+    return task if task in WHISPER_TASKS or target_kind == "whisper-onnx" else "transcribe"
+
+
+def _dims(m: _Model) -> dict[str, Any]:
+    if m.kind == "audio-llm-onnx":
+        from tokenizers import Tokenizer
+
+        from as2d_cli.models.audio_llm_export import audio_llm_dims
+
+        return audio_llm_dims(m.export, Tokenizer.from_file(str(m.tokenizer)))
+    return whisper_dims(m.export, len(_vocab(m.tokenizer)))
+
+
+def unencodable(drafter_tok: Path, target_tok: Path) -> list[str]:
+    """The drafter's ordinary tokens whose text the target's tokenizer turns into its unknown
+    token (their drafts could never be verified): none for a byte-level or byte-fallback target."""
+    from tokenizers import Tokenizer
+
+    d, t = Tokenizer.from_file(str(drafter_tok)), Tokenizer.from_file(str(target_tok))
+    unk_tok = getattr(t.model, "unk_token", None)
+    unk = t.token_to_id(unk_tok) if unk_tok else None
+    if unk is None:
+        return []
+    special = {tok for tok, i in d.get_vocab(with_added_tokens=True).items()} - set(
+        d.get_vocab(with_added_tokens=False)
+    )
+    ids = [
+        i
+        for tok, i in sorted(d.get_vocab(with_added_tokens=False).items(), key=lambda x: x[1])
+        if tok not in special
+    ]
+    texts = d.decode_batch([[i] for i in ids], skip_special_tokens=True)
+    texts = [x for x in texts if x.strip() and "\ufffd" not in x]
+    bad = [
+        x
+        for x, enc in zip(texts, t.encode_batch(texts, add_special_tokens=False))
+        if unk in enc.ids
+    ]
+    return bad
 
 
 def import_pair(
@@ -177,67 +314,94 @@ def import_pair(
     progress: Callable[[str], None] | None = None,
     drafter_reads_target_encoder: bool = False,
 ) -> Path:
-    """Validate a Whisper target and drafter export (and an optional CTC model) and write
-    the pair folder ``out``. Returns ``out``. ``drafter_reads_target_encoder``: the drafter's
-    decoder reads the target's encoder states (a distilled drafter that kept its teacher's
-    encoder), so a request is encoded once, by the target."""
+    """Validate a target and a drafter export (Whisper or audio LLM, in any combination;
+    and an optional CTC model) and write the pair folder ``out``. Returns ``out``.
+    ``drafter_reads_target_encoder``: the drafter's decoder reads the target's encoder states
+    (a distilled Whisper drafter that kept its teacher's encoder), so a request is encoded
+    once, by the target."""
     say = progress or (lambda _msg: None)
     out = Path(out)
     if out.exists():
         raise UserError(f"{out} already exists and is never overwritten; choose another --out")
-    if task not in ("transcribe", "translate"):
-        raise UserError(f"unknown --task {task!r}; use transcribe or translate")
+    if task not in TASKS:
+        raise UserError(f"unknown --task {task!r}; use one of {', '.join(TASKS)}")
     say(f"reading {target}")
-    t = find_export(Path(target), variant)
+    t = _read(Path(target), variant)
     say(f"reading {drafter}")
-    d = find_export(Path(drafter), drafter_variant)
-    compare_tokenizers(t.directory / "tokenizer.json", d.directory / "tokenizer.json")
-    for key in ("decoder_start_token_id", "eos_token_id"):
-        if t.generation.get(key) != d.generation.get(key):
-            raise UserError(
-                f"the target's and drafter's generation_config.json disagree on {key} "
-                f"({t.generation.get(key)} vs {d.generation.get(key)}); they must share the prompt and EOS"
-            )
-    size = len(_vocab(t.directory / "tokenizer.json"))
-    for e in (t, d):
-        build_prompt(e.generation, task, None, str(e.directory / "generation_config.json"))
-    say("checking the ONNX files")
-    dims_t, dims_d = whisper_dims(t, size), whisper_dims(d, size)
-    if drafter_reads_target_encoder and (dims_t["d"], dims_t["n_mels"]) != (
-        dims_d["d"],
-        dims_d["n_mels"],
-    ):
+    d = _read(Path(drafter), drafter_variant)
+    if t.kind == "whisper-onnx" and task not in WHISPER_TASKS:
         raise UserError(
-            f"the drafter ({d.directory}) has width {dims_d['d']} and {dims_d['n_mels']} mel bins, the "
-            f"target {dims_t['d']} and {dims_t['n_mels']}: it cannot read the target's encoder states; "
+            f"--task {task} needs an audio language model; {t.directory} is a Whisper model "
+            "(tasks: transcribe, translate)"
+        )
+    diff = tokenizer_differences(t.tokenizer, d.tokenizer)
+    if not diff:
+        for key in ("sot", "eot"):
+            if t.kind == d.kind and t.specials[key] != d.specials[key]:
+                raise UserError(
+                    f"the target's and drafter's generation_config.json disagree on the "
+                    f"{'start' if key == 'sot' else 'end-of-text'} token ({t.specials[key]} vs "
+                    f"{d.specials[key]}); they must share the prompt and EOS"
+                )
+    else:
+        bad = unencodable(d.tokenizer, t.tokenizer)
+        if bad:
+            shown = ", ".join(repr(x) for x in bad[:3])
+            raise UserError(
+                f"the target's tokenizer {t.tokenizer} cannot encode the text of {len(bad)} of the "
+                f"drafter's tokens ({d.tokenizer}; first: {shown}): their drafts could never be "
+                "verified; use a drafter whose text the target can encode (a byte-level tokenizer "
+                "encodes any text)"
+            )
+    for m in (t, d):
+        if m.kind == "whisper-onnx":
+            build_prompt(
+                m.export.generation,
+                _whisper_task(task, t.kind),
+                None,
+                str(m.directory / "generation_config.json"),
+            )
+    say("checking the ONNX files")
+    dims_t, dims_d = _dims(t), _dims(d)
+    if drafter_reads_target_encoder and (
+        t.kind != "whisper-onnx"
+        or d.kind != "whisper-onnx"
+        or (dims_t["d"], dims_t["n_mels"]) != (dims_d["d"], dims_d["n_mels"])
+    ):
+        what = (
+            f"width {dims_d.get('d')} and {dims_d.get('n_mels')} mel bins, the target "
+            f"{dims_t.get('d')} and {dims_t.get('n_mels')}"
+            if t.kind == d.kind == "whisper-onnx"
+            else "another architecture than a Whisper drafter of a Whisper target"
+        )
+        raise UserError(
+            f"the drafter ({d.directory}) has {what}: it cannot read the target's encoder states; "
             "drop --drafter-reads-target-encoder"
         )
-    gen = t.generation
-    eos: Any = gen.get("eos_token_id")  # a JSON value: an id, or a list whose first is EOS
-    eos = eos[0] if isinstance(eos, list) and eos else eos
-    for key, value in (
-        ("decoder_start_token_id", gen.get("decoder_start_token_id")),
-        ("eos_token_id", eos),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise UserError(
-                f"{t.directory / 'generation_config.json'}: {key} is {value!r}, not a token id; "
-                "the importer needs the target's start and end-of-text tokens: export the model with its generation config"
-            )
-    pad = gen.get("pad_token_id")
-    pad = pad if isinstance(pad, int) and not isinstance(pad, bool) else eos
     work = out.parent / f".{out.name}.importing-{os.getpid()}"
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         work.mkdir()
-        shutil.copy2(t.directory / "tokenizer.json", work / "tokenizer.json")
+        shutil.copy2(t.tokenizer, work / "tokenizer.json")
         say("hashing" + (" and copying" if copy else "") + " the model files")
-        models = {
-            "target": _entry("target", t, dims_t, work, copy, task),
-            "drafter": _entry("drafter", d, dims_d, work, copy, task),
-        }
+        models: dict[str, Any] = {}
+        for role, m, dims in (("target", t, dims_t), ("drafter", d, dims_d)):
+            if m.kind == "audio-llm-onnx":
+                models[role] = _audio_llm_entry(role, m.export, dims, work, copy, task)
+            else:
+                models[role] = _whisper_entry(
+                    role, m.export, dims, work, copy, _whisper_task(task, t.kind)
+                )
+        dr = models["drafter"]
+        dr["conversion"] = "text" if diff else "none"
+        if diff:  # the drafter keeps its own tokenizer: its text is converted into the target's
+            shutil.copy2(d.tokenizer, work / "drafter" / "tokenizer.json")
+            dr["tokenizer"], dr["specials"] = "drafter/tokenizer.json", d.specials
+            dr["sha256"]["drafter/tokenizer.json"] = sha256_file(
+                work / "drafter" / "tokenizer.json"
+            )
         if drafter_reads_target_encoder:  # the drafter's own encoder is not used: name the target's
-            dr, tg = models["drafter"], models["target"]
+            tg = models["target"]
             dr["sha256"].pop(dr["files"]["encoder"], None)
             if copy:
                 (work / dr["files"]["encoder"]).unlink(missing_ok=True)
@@ -247,17 +411,13 @@ def import_pair(
         if ctc is not None:
             from as2d_cli.models.external_ctc import import_ctc
 
-            models["ctc"] = import_ctc(Path(ctc), work, copy, t.directory / "tokenizer.json")
+            models["ctc"] = import_ctc(Path(ctc), work, copy, t.tokenizer)
         manifest = {
             "schema": SCHEMA,
             "version": VERSION,
             "name": name or out.name,
             "tokenizer": "tokenizer.json",
-            "specials": {
-                "sot": int(gen["decoder_start_token_id"]),
-                "eot": int(eos),
-                "pad": int(pad),
-            },
+            "specials": t.specials,
             "sample_rate": 16000,
             "features": "Whisper log-mel (n_mels per model, 30 s window), as2d_cli.models.whisper_features",
             "sha256": {"tokenizer.json": sha256_file(work / "tokenizer.json")},
@@ -272,9 +432,7 @@ def import_pair(
         (work / "models.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
         from as2d_cli.models.bundle import load_bundle
 
-        load_bundle(
-            work, check_hashes=False, task=task
-        )  # what we wrote must load (hashed just now)
+        load_bundle(work, check_hashes=False)  # what we wrote must load (hashed just now)
         os.rename(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

@@ -132,11 +132,15 @@ class Seq2SeqModel:
         empty = tuple(np.zeros((1, H, 0, d // H), dtype=np.float32) for _ in range(L))
         self._empty: Cache = (empty, empty)
 
-    def prompt_for(self, language: str | None = None) -> tuple[int, ...]:
+    def prompt_for(
+        self, language: str | None = None, question: str | None = None
+    ) -> tuple[int, ...]:
         """The decoder prompt: <sot> alone (the bundled models know no task or language)."""
         return (self.vocab.sot,)
 
-    def encode(self, audio: np.ndarray, language: str | None = None) -> Cross:
+    def encode(
+        self, audio: np.ndarray, language: str | None = None, question: str | None = None
+    ) -> Cross:
         return self.encode_features(log_mel(audio)[None])
 
     def encode_features(self, mel: np.ndarray) -> Cross:
@@ -158,7 +162,11 @@ class Seq2SeqModel:
         return Cross(k, v, hidden, self.prompt_for())
 
     def encode_request(
-        self, audio: np.ndarray, hidden: np.ndarray | None = None, language: str | None = None
+        self,
+        audio: np.ndarray,
+        hidden: np.ndarray | None = None,
+        language: str | None = None,
+        question: str | None = None,
     ) -> Cross:
         """The request's encoding: from ``hidden`` (the ``encoder_from`` model's states for
         this audio) when this model reads another's encoder and they are given, else from the

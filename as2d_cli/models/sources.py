@@ -52,6 +52,7 @@ class DrafterSource:
         hidden: np.ndarray | None = None,
         language: str | None = None,
         prefix: Sequence[int] = (),
+        question: str | None = None,
     ) -> None:
         self.model = model
         self.audio = audio
@@ -62,6 +63,8 @@ class DrafterSource:
         # The source's own earlier output over the same audio (a stream's context), forced
         # after the prompt: it then drafts only what follows. Never the target's text.
         self.prefix = [int(t) for t in prefix]
+        self.question = question
+        self._asked = limit  # the cap asked for; the request's prompt bounds it in start()
         room = model.max_positions - len(model.prompt_for(language)) - len(self.prefix)
         self.limit = min(limit or room, room)
         self.eos_id = model.vocab.eot
@@ -71,7 +74,13 @@ class DrafterSource:
         self._done = False
 
     def start(self) -> None:
-        self._cross = self.model.encode_request(self.audio, self.hidden, self.language)
+        self._cross = self.model.encode_request(
+            self.audio, self.hidden, self.language, self.question
+        )
+        room = self.model.max_positions - len(self._cross.prompt) - len(self.prefix)
+        cap = getattr(self.model, "max_new_tokens", None)
+        room = room if cap is None else min(room, cap)
+        self.limit = min(self._asked or room, room)
 
     def step(self) -> Sequence[tuple[int, float | None]] | None:
         if self._cross is None:
@@ -140,10 +149,19 @@ class LookaheadSource(DrafterSource):
         return out
 
 
-def drafter_source(name: str, model: DecoderModel, audio: np.ndarray, **kw: Any) -> DrafterSource:
+def drafter_source(
+    name: str, model: DecoderModel, audio: np.ndarray, target_vocab: Any = None, **kw: Any
+) -> Any:
     """The autoregressive source ``name`` over ``model`` (for ``lookahead``, the drafter
-    opened with its look-ahead decoder); keywords as :class:`DrafterSource`."""
-    return (LookaheadSource if name == "lookahead" else DrafterSource)(model, audio, **kw)
+    opened with its look-ahead decoder); keywords as :class:`DrafterSource`. A model whose
+    tokenizer is not ``target_vocab`` (the pair's) drafts through the text conversion
+    (:class:`~as2d_cli.models.conversion.ConvertingSource`)."""
+    src = (LookaheadSource if name == "lookahead" else DrafterSource)(model, audio, **kw)
+    if target_vocab is not None and model.vocab is not target_vocab:
+        from as2d_cli.models.conversion import ConvertingSource
+
+        return ConvertingSource(src, target_vocab)
+    return src
 
 
 class CtcRecognizer(ChunkedRecognizer):
@@ -190,6 +208,7 @@ class CtcSource:
         self.audio = audio
         self.starts = list(range(0, max(len(audio), 1), recognizer.chunk_samples))
         self.texts: list[str] = []
+        self._said = False  # some text published already (the next chunk's words follow it)
         self._next = 0
         self._started = False
 
@@ -204,7 +223,8 @@ class CtcSource:
         s = self.starts[self._next]
         text = self.rec.transcribe(self.audio[s : s + self.rec.chunk_samples])
         self.texts.append(text)
-        tokens = self.rec.vocab.encode(text)
+        tokens = self.rec.vocab.encode(text, start=not self._said)
+        self._said = self._said or bool(tokens)
         self._next += 1
         if self._next == len(self.starts):
             tokens.append(self.rec.vocab.eot)

@@ -36,17 +36,25 @@ class OrtTarget:
 
     @property
     def max_length(self) -> int:
-        """Committed tokens the cache can hold after the prompt."""
-        return self.model.max_positions - self._prompt
+        """Committed tokens the cache can hold after the prompt (and, for a model with a
+        generation limit — an audio LLM's ``max_new_tokens`` — at most that many)."""
+        room = self.model.max_positions - self._prompt
+        cap = getattr(self.model, "max_new_tokens", None)
+        return room if cap is None else min(room, cap)
 
-    def start(self, audio: np.ndarray, language: str | None = None) -> int:
+    def start(
+        self, audio: np.ndarray, language: str | None = None, question: str | None = None
+    ) -> int:
         """Encode ``audio`` and prefill the request's prompt; returns the first token."""
-        self.encode(audio, language)
+        self.encode(audio, language, question)
         return self.prefill()
 
-    def encode(self, audio: np.ndarray, language: str | None = None) -> None:
+    def encode(
+        self, audio: np.ndarray, language: str | None = None, question: str | None = None
+    ) -> None:
         """Encode ``audio`` (the first half of :meth:`start`; a stream times it apart)."""
-        self._cross = self.model.encode(audio, language)
+        self._cross = self.model.encode(audio, language, question)
+        self._prompt = len(self._cross.prompt)
 
     def prefill(self, context: Sequence[int] = ()) -> int:
         """Prefill the prompt and then ``context`` (committed text a stream carries over
@@ -86,13 +94,17 @@ class OrtTarget:
 
 
 def greedy_decode(
-    target: OrtTarget, audio: np.ndarray, limit: int | None = None, language: str | None = None
+    target: OrtTarget,
+    audio: np.ndarray,
+    limit: int | None = None,
+    language: str | None = None,
+    question: str | None = None,
 ) -> list[int]:
     """Target-only reference: first token from prefill, then one decoder call per token.
 
     Returns the committed tokens including the final EOS (if reached before ``limit``).
     """
-    out = [target.start(audio, language)]
+    out = [target.start(audio, language, question)]
     limit = min(limit or target.max_length, target.max_length)
     while out[-1] != target.eos_id and len(out) < limit:
         out.append(target.verify([out[-1]])[0])

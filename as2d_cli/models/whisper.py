@@ -156,9 +156,16 @@ class WhisperModel:
     def __init__(self, bundle: Any, name: str, threads: int = 1) -> None:
         info = bundle.model(name)
         self.name = name
-        self.vocab = bundle.vocab
+        self.vocab = bundle.vocab_for(name)
         self.task: str = getattr(bundle, "task", None) or info.get("task", "transcribe")
         self.language: str | None = getattr(bundle, "language", None)
+        if bundle.kind("target") == "audio-llm-onnx":
+            # A Whisper drafter of an audio LLM: --language names the LLM's translation
+            # target, so it hears each window's own language; it translates only into
+            # English (its one translation target) and otherwise transcribes.
+            into_english = (self.language or "en") == "en"
+            self.task = "translate" if self.task == "translate" and into_english else "transcribe"
+            self.language = None
         files = info["files"]
         self.generation = json.loads(bundle.path(files["generation"]).read_text(encoding="utf-8"))
         dims = info["dims"]
@@ -221,7 +228,9 @@ class WhisperModel:
         self.begin_suppress = np.asarray(sorted(set(beg)), dtype=np.int64)
 
     # ------------------------------------------------------------------ requests
-    def prompt_for(self, language: str | None = None) -> tuple[int, ...]:
+    def prompt_for(
+        self, language: str | None = None, question: str | None = None
+    ) -> tuple[int, ...]:
         return build_prompt(
             self.generation, self.task, self.language or language, f"model {self.name!r}"
         )
@@ -234,12 +243,18 @@ class WhisperModel:
             )
         return whisper_log_mel(audio, self.n_mels)[None]
 
-    def encode(self, audio: np.ndarray, language: str | None = None) -> Cross:
+    def encode(
+        self, audio: np.ndarray, language: str | None = None, question: str | None = None
+    ) -> Cross:
         (hidden,) = self.encoder.run(None, {self._features_in: self.features(audio)})
         return Cross(None, None, hidden, self.prompt_for(language))
 
     def encode_request(
-        self, audio: np.ndarray, hidden: np.ndarray | None = None, language: str | None = None
+        self,
+        audio: np.ndarray,
+        hidden: np.ndarray | None = None,
+        language: str | None = None,
+        question: str | None = None,
     ) -> Cross:
         """The request's encoding: ``hidden`` (the owner's encoder states for this audio)
         when this model reads another's encoder and they are given, else its own pass."""

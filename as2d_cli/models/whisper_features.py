@@ -57,10 +57,12 @@ def _hann() -> np.ndarray:
     return 0.5 - 0.5 * np.cos(2.0 * np.pi * n / N_FFT)  # periodic
 
 
-def whisper_log_mel(audio: np.ndarray, n_mels: int) -> np.ndarray:
-    """16 kHz mono audio (at most 30 s) -> (n_mels, 3000) float32 features."""
+def whisper_log_mel(audio: np.ndarray, n_mels: int, to_window: bool = True) -> np.ndarray:
+    """16 kHz mono audio (at most 30 s) -> (n_mels, 3000) float32 features; ``to_window=False``:
+    the audio's own frames, len // 160 (the extractor's ``padding="longest"`` on one clip)."""
     x = np.asarray(audio, dtype=np.float64).reshape(-1)[:N_SAMPLES]
-    x = np.pad(x, (0, N_SAMPLES - len(x)))
+    if to_window:
+        x = np.pad(x, (0, N_SAMPLES - len(x)))
     pad = N_FFT // 2
     xp = np.pad(x, (pad, pad), mode="reflect")
     n_frames = 1 + (len(xp) - N_FFT) // HOP

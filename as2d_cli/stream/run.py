@@ -41,6 +41,7 @@ def run_stream(
     folder: Path,
     *,
     models: Path | None = None,
+    prompt: Any = None,
     open_runner: Callable[..., Any],
     on_start: OnEvent | None = None,
     on_block: OnEvent | None = None,
@@ -76,7 +77,11 @@ def run_stream(
     say(f"loading the models on {m.identity.name}")
     try:
         runner = open_runner(
-            device, None if models is None else str(models), target_cores=tc, producer_cores=pc
+            device,
+            None if models is None else str(models),
+            target_cores=tc,
+            producer_cores=pc,
+            prompt=prompt,
         )
     except KeyboardInterrupt:
         out.interrupted, out.stopped = True, "interrupted (Ctrl-C) while loading"

@@ -23,26 +23,25 @@ from as2d_cli.engine.methods import DEFAULT_ASP_CAP
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor, LocalPool
 from as2d_cli.formats.trace import VERSION as TRACE_VERSION
+from as2d_cli.models.prompting import TRACE_TASKS, PromptSpec
 
 DRAFTER_CAP = DEFAULT_ASP_CAP  # ASP's largest cap: SD and ASP never ask for more
 SOURCE_SLACK = 8  # a source may run a little past the target's cap
 
-_LOADED: tuple[tuple[str | None, str | None, str | None], Any] | None = (
-    None  # this process's pair, and its key
-)
+_LOADED: tuple[tuple[str | None, PromptSpec], Any] | None = None  # this process's pair, and its key
 
 
-def _models(directory: str | None, task: str | None = None, language: str | None = None) -> Any:
-    """The pair for (directory, task, language), loaded once per process; asking for another
-    frees the previous one."""
+def _models(directory: str | None, prompt: PromptSpec | None = None) -> Any:
+    """The pair for (directory, prompt settings), loaded once per process; asking for
+    another frees the previous one."""
     global _LOADED
-    key = (directory, task, language)
+    key = (directory, prompt or PromptSpec())
     if _LOADED is None or _LOADED[0] != key:
         from native.request import load_models
 
         if _LOADED is not None:
             _LOADED[1].close()
-        _LOADED = (key, load_models(directory, threads=1, task=task, language=language))
+        _LOADED = (key, load_models(directory, threads=1, prompt=key[1]))
     return _LOADED[1]
 
 
@@ -61,13 +60,14 @@ def trace_window(
     audio = window.load_audio()
     target = models.target
     max_tokens = min(max_tokens or target.max_length, target.max_length)
-    ref = [int(t) for t in greedy_decode(target, audio, max_tokens, window.language)]
+    question = window.question  # asked only by an audio LLM with --task answer, no --question
+    ref = [int(t) for t in greedy_decode(target, audio, max_tokens, window.language, question)]
     eos = ref[-1] == target.eos_id
     # The drafter running on its own history (As²d's autoregressive source), and the same
     # drafter checking its look-ahead guesses when the pair has that decoder.
     sources: dict[str, Any] = {}
     for name in autoregressive_sources(models):
-        src = models.source(name, audio, max_tokens + SOURCE_SLACK, window.language)
+        src = models.source(name, audio, max_tokens + SOURCE_SLACK, window.language, question)
         src.start()
         toks: list[int] = []
         confs: list[float] = []
@@ -103,15 +103,20 @@ def trace_window(
     else:
         sources["ctc"] = {"chunks": [], "eos": True, "eligible": False}
     # The prefix-conditioned drafter from every target-path position (SD and ASP).
-    conts, dconfs = drafter_continuations(
-        models.drafter.model, audio, ref, cap, target.eos_id, window.language
-    )
+    if models.bundle.converts("drafter"):  # through the text conversion, one draft a position
+        conts, dconfs = converted_continuations(
+            models.drafter, audio, ref, cap, target.eos_id, window.language, question
+        )
+    else:
+        conts, dconfs = drafter_continuations(
+            models.drafter.model, audio, ref, cap, target.eos_id, window.language, question
+        )
     return {
         "id": window.id,
         "dataset": window.setting,
         "split": window.split,
         "audio_seconds": window.seconds,
-        "task": "asr",
+        "task": TRACE_TASKS[models.bundle.task or models.bundle.default_task()],
         "language": window.language,
         "reference": ref,
         "eos": eos,
@@ -122,8 +127,38 @@ def trace_window(
     }
 
 
+def converted_continuations(
+    drafter: Any,
+    audio: Any,
+    ref: list[int],
+    cap: int,
+    eos_id: int,
+    language: str | None = None,
+    question: str | None = None,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """The cross-vocabulary drafter's ``cap``-token continuation (in the target's tokens)
+    after every reference prefix: one converted draft per position."""
+    drafter.start(audio, None, language, question)
+    conts: list[list[int]] = []
+    confs: list[list[float]] = []
+    for n in range(len(ref)):
+        d = drafter.draft(ref[: n + 1], cap)
+        toks = list(d.tokens[:cap])
+        cs = [round(float(c), 6) for c in (d.confidences or [0.0] * len(toks))][: len(toks)]
+        pad = cap - len(toks)
+        conts.append(toks + [eos_id] * pad)
+        confs.append(cs + [0.0] * pad)
+    return conts, confs
+
+
 def drafter_continuations(
-    model: Any, audio: Any, ref: list[int], cap: int, eos_id: int, language: str | None = None
+    model: Any,
+    audio: Any,
+    ref: list[int],
+    cap: int,
+    eos_id: int,
+    language: str | None = None,
+    question: str | None = None,
 ) -> tuple[list[list[int]], list[list[float]]]:
     """The drafter's greedy ``cap``-token continuation after every reference prefix.
 
@@ -133,7 +168,7 @@ def drafter_continuations(
     disagrees with the target is the cache rolled back and ``cap`` tokens generated."""
     from as2d_cli.models.session import softmax_max, truncate_cache
 
-    cross = model.encode(audio, language)
+    cross = model.encode(audio, language, question)
     limit = model.max_positions
     base = list(cross.prompt)
     conts: list[list[int]] = []
@@ -146,8 +181,9 @@ def drafter_continuations(
     def feed(tokens: list[int]) -> tuple[int, float]:
         nonlocal cache, seq
         logits = None
-        for i in range(0, len(tokens), 16):
-            logits, cache = model.decode(tokens[i : i + 16], cache, cross)
+        first = 16 if seq else max(16, len(base))  # from an empty cache: the prompt at once
+        for i in [0, *range(first, len(tokens), 16)]:
+            logits, cache = model.decode(tokens[i : (first if i == 0 else i + 16)], cache, cross)
         if logits is None:  # every caller feeds at least one token
             raise ValueError("feed() needs at least one token")
         seq = seq + tokens
@@ -197,8 +233,7 @@ class _TraceJob:
 
     models_dir: str | None
     max_tokens: int | None
-    task: str | None
-    language: str | None
+    prompt: PromptSpec
     digest: str
     files: dict[str, bytes] | None = None
 
@@ -237,7 +272,7 @@ def _trace_task(job: _TraceJob, wid: str) -> tuple[str, dict | str]:
         from as2d_cli.corpus.manifest import load_corpus
 
         directory = job.models_dir if job.files is None else _unpacked(job.files, job.digest)
-        models = _models(directory, job.task, job.language)
+        models = _models(directory, job.prompt)
         w = load_corpus().get(wid)
         return wid, trace_window(w, models, max_tokens=job.max_tokens)
     except Exception as exc:  # reported per window by the parent
@@ -285,8 +320,7 @@ def build_traces(
     progress: Callable[[int, int, str], None] | None = None,
     force: bool = False,
     max_tokens: int | None = None,
-    task: str | None = None,
-    language: str | None = None,
+    prompt: PromptSpec | None = None,
     executor: Executor | None = None,
 ) -> Path:
     """Trace ``split``'s windows into ``out`` on ``executor`` (default: a local pool of
@@ -305,8 +339,7 @@ def build_traces(
     bundle = load_bundle(
         Path(models_dir) if models_dir is not None else None,
         check_hashes=False,
-        task=task,
-        language=language,
+        prompt=prompt,
     )
     ident = bundle.identity()
     partial = out.with_name(out.name + ".partial.jsonl")
@@ -322,7 +355,7 @@ def build_traces(
                     raise UserError(
                         f"{partial} holds windows traced with pair {rec['pair'].get('name')!r} "
                         f"({rec['pair'].get('task')}), not {ident['name']!r} ({ident['task']}); "
-                        "move it away or build with the same --models/--task/--language"
+                        "move it away or build with the same --models/--task/--language/--question"
                     )
                 continue
             done[rec["id"]] = rec
@@ -340,8 +373,7 @@ def build_traces(
         job = _TraceJob(
             models_dir,
             max_tokens,
-            task,
-            language,
+            prompt or PromptSpec(),
             ident["sha256"],
             pair_files(bundle.directory) if ex.remote and todo else None,
         )
@@ -361,7 +393,7 @@ def build_traces(
             f"{len(failures)} window(s) failed (first: {failures[0]}); finished windows are kept in "
             f"{partial} and the next run resumes"
         )
-    models = _models(models_dir, task, language)
+    models = _models(models_dir, prompt)
     header = {
         "schema": "as2d.trace",
         "version": TRACE_VERSION,

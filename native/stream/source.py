@@ -92,16 +92,23 @@ class SourceEpochs(threading.Thread):
 
     def history(self, i: int) -> list[int]:
         """The source's own output for the earlier blocks of block i's context epoch (EOS
-        excluded, the most recent half of the drafter's positions at most): what it
-        drafts after, as the target continues after its committed text."""
+        excluded, the most recent half of the drafter's positions at most), in the source
+        model's own tokens: what it drafts after, as the target continues after its
+        committed text. The buffers hold the target's tokens; a source with its own
+        tokenizer (the text conversion) gets their text re-encoded with it."""
         assert self.pacer is not None
         blocks = self.pacer.blocks
         out: list[int] = []
-        eos = self.models.bundle.vocab.eot
+        bundle = self.models.bundle
+        eos = bundle.vocab.eot
         for j in range(i - 1, -1, -1):
             if blocks[j].epoch != blocks[i].epoch:
                 break
             out = [t for t in self.buffers[j].tokens if t != eos] + out
+        if out and bundle.converts("drafter"):
+            out = self.models.decoder_for(self.s.name).vocab.encode(
+                bundle.vocab.decode(out), start=True
+            )
         cap = self.s.limit // 2
         return out[-cap:] if cap > 0 else []
 
@@ -128,6 +135,7 @@ class SourceEpochs(threading.Thread):
                 self.s.name,
                 self.models.decoder_for(self.s.name),
                 audio,
+                target_vocab=self.models.bundle.vocab,
                 limit=self.s.limit,
                 language=self.s.language,
                 prefix=prefix,
