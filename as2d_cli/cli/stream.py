@@ -96,7 +96,9 @@ def stream(
     if models is not None:
         from as2d_cli.models.bundle import load_bundle
 
-        load_bundle(models, check_hashes=False, prompt=spec)  # a prompt the pair cannot take: one line
+        load_bundle(
+            models, check_hashes=False, prompt=spec
+        )  # a prompt the pair cannot take: one line
     if context_s < block_s:
         raise UserError(
             f"--context-s {context_s:g} is shorter than --block-s {block_s:g}; "
