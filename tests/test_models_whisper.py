@@ -353,7 +353,9 @@ def test_import_refuses_a_drafter_whose_text_the_target_cannot_encode(tmp_path: 
         {**t, "id": t["id"] + 1} if t["id"] >= vocab["▁漢字"] else t for t in tok["added_tokens"]
     ]
     (d / "tokenizer.json").write_text(json.dumps(tok))
-    with pytest.raises(UserError, match=r"cannot encode the text of 1 of the drafter's tokens") as err:
+    with pytest.raises(
+        UserError, match=r"cannot encode the text of 1 of the drafter's tokens"
+    ) as err:
         import_pair(TARGET, d, tmp_path / "out")
     assert "\n" not in str(err.value)
     _no_leftovers(tmp_path, "out")
@@ -424,7 +426,9 @@ def test_the_pair_identity_covers_every_models_files(pair: Path) -> None:
 
 
 def test_task_and_language_are_refused_for_the_bundled_pair() -> None:
-    with pytest.raises(UserError, match="select a prompt; the pair in .* is the bundled transcription pair"):
+    with pytest.raises(
+        UserError, match="select a prompt; the pair in .* is the bundled transcription pair"
+    ):
         load_bundle(prompt=PromptSpec("translate"))
 
 
