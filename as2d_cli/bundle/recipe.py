@@ -42,13 +42,16 @@ DEBIAN_PACKAGES = (
 )
 
 # Pinned to the host's tested versions so the bundle's numerics match the host runner's.
-# numpy and onnxruntime run the models; tokenizers reads the models' vocabulary and
-# soundfile (with cffi's backend and typing_extensions) the corpus audio the runner
-# decodes. Their other declared dependencies are not imported on the runner's path.
+# numpy and onnxruntime run the models; tokenizers reads the models' vocabulary, jinja2
+# (with markupsafe) renders an audio language model's chat template, and soundfile (with
+# cffi's backend and typing_extensions) reads the corpus audio the runner decodes. Their
+# other declared dependencies are not imported on the runner's path.
 WHEELS = (
     "numpy==2.4.6",
     "onnxruntime==1.32.0",
     "tokenizers==0.23.3",
+    "jinja2==3.1.6",
+    "markupsafe==3.0.3",
     "soundfile==0.14.0",
     "cffi==2.1.1",
     "typing_extensions==4.16.0",
