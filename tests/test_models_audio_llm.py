@@ -93,6 +93,37 @@ def test_prompt_and_greedy_output_equal_transformers(pair: Path, case: dict) -> 
     assert ours == _as_generated(case["tokens"], case["model"], target.eos_id)
 
 
+def test_a_voxtral_model_equals_transformers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from native.protocol import decode_settings
+    from native.request import load_models, run_request
+
+    vox = DATA / "audio_llm" / "voxtral"
+    p = import_pair(vox, vox, tmp_path / "vox")  # the model drafting for itself
+    assert (
+        json.loads((p / "models.json").read_text())["models"]["target"]["dims"]["model_type"]
+        == "voxtral"
+    )
+    monkeypatch.setenv("AS2D_PRODUCER", "thread")
+    models = load_models(str(p), prompt=PromptSpec("transcribe"))
+    try:
+        for case in (c for c in REFERENCE["cases"] if c["model"] == "voxtral"):
+            w = CORPUS.get(case["window"])
+            n = len(case["tokens"])
+            for method in ("target-only", "as2d"):
+                res = run_request(
+                    models,
+                    w.load_audio(),
+                    decode_settings({"method": method, "window": w.id, "max_tokens": n}),
+                    language=w.language,
+                )
+                assert res["tokens"] == case["tokens"], (case["window"], method)
+            assert list(models.target._cross.prompt) == case["prompt_ids"]
+    finally:
+        models.close()
+
+
 def test_outputs_depend_on_the_audio_and_the_task() -> None:
     by_window = {
         tuple(c["tokens"]) for c in CASES if c["model"] == "target" and c["task"] == "transcribe"
