@@ -312,9 +312,14 @@ def test_decode_prints_the_reference_tokens(pair: Path) -> None:
 
 
 def test_question_without_answer_is_one_line() -> None:
-    res = _as2d("decode", "--window", "dev-read-000", "--question", "who?", "--json")
-    assert res.returncode == 2 and "--question asks a spoken question" in res.stderr
-    assert "Traceback" not in res.stderr and res.stderr.strip().count("\n") == 0
+    for args, says in (
+        (["--task", "transcribe", "--question", "who?"], "--question asks a spoken question"),
+        (["--question", "who?"], "is the bundled transcription pair"),
+        (["--task", "answer"], "is the bundled transcription pair"),
+    ):
+        res = _as2d("decode", "--window", "dev-read-000", *args, "--json")
+        assert res.returncode == 2 and says in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr and res.stderr.strip().count("\n") == 0
 
 
 # ---------------------------------------------------------------------------- every command

@@ -52,7 +52,7 @@ def calibrate(
     ray: Optional[str] = options.ray(),
 ) -> None:
     """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
-    spec = options.prompt_spec(task, language, question, prompt)  # refused before any work
+    spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
     from as2d_cli.calibration.run import calibrate as run
     from device_agents.measurement import MeasureOptions, prepare
 

@@ -50,7 +50,7 @@ def decode(
     os_placement: bool = options.os_placement(),
 ) -> None:
     """Run one native request and report its tokens, rounds and timings."""
-    spec = options.prompt_spec(task, language, question, prompt)  # refused before any work
+    spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
     from device_agents.measurement import MeasureOptions, prepare
     from device_agents.monitor import call_monitored
     from native.candidates import load_candidates

@@ -108,7 +108,7 @@ def eval_(
     ray: Optional[str] = options.ray(),
 ) -> None:
     """Replay every method with one fixed configuration; optionally run them natively too."""
-    spec = options.prompt_spec(task, language, question, prompt)  # refused before any work
+    spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
     from as2d_cli.evaluate.run import run_eval
     from device_agents.measurement import MeasureOptions, prepare
 

@@ -111,7 +111,7 @@ def check(
     from as2d_cli.models.bundle import load_bundle
     from as2d_cli.models.check import check_pair, render_check
 
-    bundle = load_bundle(pair, prompt=options.prompt_spec(task, language, question, prompt))
+    bundle = load_bundle(pair, prompt=options.prompt_spec(task, language, question, prompt, pair))
     chosen = load_corpus().split("dev")[:windows]
     err = Console(stderr=True)
     say = (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None

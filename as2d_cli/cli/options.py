@@ -21,6 +21,7 @@ Paths are checked in :mod:`as2d_cli.cli.paths`.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Callable
 
 import typer
@@ -319,12 +320,22 @@ def prompt_text() -> Any:
 
 
 def prompt_spec(
-    task: str | None, language: str | None, question: str | None, text: str | None
+    task: str | None,
+    language: str | None,
+    question: str | None,
+    text: str | None,
+    models: Any = None,
 ) -> Any:
-    """The four prompt options as one PromptSpec (refusing --question without --task answer)."""
+    """The four prompt options as one PromptSpec, checked against the pair ``models`` (None:
+    the bundled pair) before any work: --question without --task answer, a task or --prompt
+    the pair cannot take, each refused in one line."""
+    from as2d_cli.models.bundle import load_bundle
     from as2d_cli.models.prompting import PromptSpec
 
-    return PromptSpec(task, language, question, text)
+    spec = PromptSpec(task, language, question, text)
+    if not spec.empty and (models is None or (Path(models) / "models.json").is_file()):
+        load_bundle(models, check_hashes=False, prompt=spec)
+    return spec
 
 
 def rest(help: str = "Gate: seconds of rest before the checks (phone default 15).") -> Any:

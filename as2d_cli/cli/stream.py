@@ -75,7 +75,7 @@ def stream(
     adb_port: Optional[int] = options.adb_port(),
 ) -> None:
     """Stream a recording in real time through resident models; report lag, RTF, throughput."""
-    spec = options.prompt_spec(task, language, question, prompt)  # refused before any work
+    spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
     from as2d_cli.errors import DeviceError, Interrupted, UserError
     from as2d_cli.formats.common import fresh_folder
     from as2d_cli.stream.recording import corpus_recording, file_recording
@@ -93,12 +93,6 @@ def stream(
         raise UserError(
             "--task answer on a stream needs --question TEXT (a stream's blocks carry no question)"
         )
-    if models is not None:
-        from as2d_cli.models.bundle import load_bundle
-
-        load_bundle(
-            models, check_hashes=False, prompt=spec
-        )  # a prompt the pair cannot take: one line
     if context_s < block_s:
         raise UserError(
             f"--context-s {context_s:g} is shorter than --block-s {block_s:g}; "

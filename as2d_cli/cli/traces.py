@@ -39,7 +39,7 @@ def build(
     ),
 ) -> None:
     """Run the target, the sources and the drafter over a corpus split (resumable)."""
-    spec = options.prompt_spec(task, language, question, prompt)  # refused before any work
+    spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.evaluate.inputs import ASSET_TRACES, pair_traces
     from as2d_cli.execution import open_executor

@@ -30,6 +30,28 @@ from as2d_cli.formats.trace import TraceSet
 ASSET_TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
 
 
+def describe_pair(pair: dict | None) -> str:
+    """A recorded pair identity in words: its name, and for an imported pair its model type
+    and task (and the question asked of every window, when one was)."""
+    if not pair or pair.get("name") == "bundled":
+        return "bundled"
+    parts = [str(pair.get("name"))]
+    if pair.get("model_type"):
+        parts.append(str(pair["model_type"]))
+    if pair.get("task"):
+        parts.append(
+            f"task {pair['task']}"
+            + (
+                f" into {pair['language']}"
+                if pair.get("task") == "translate" and pair.get("language")
+                else ""
+            )
+        )
+    if pair.get("question"):
+        parts.append(f"question {pair['question']!r}")
+    return ", ".join(parts)
+
+
 def pair_traces(models: Path, task: str | None) -> Path:
     """Where a model pair's traces live: ``PAIR/traces`` for its default task, and
     ``PAIR/traces/<task>`` for another (one pair, per-task traces and tables)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from as2d_cli.errors import UserError
 from as2d_cli.evaluate.fixed import LABELS, ORDER
+from as2d_cli.evaluate.inputs import describe_pair
 
 BASELINES = ("sd", "asp")
 
@@ -82,7 +83,7 @@ def render_tables(doc: dict, per: Any) -> str:
         f"Fixed configuration {dep.get('source')}/budget {dep.get('budget')} (threshold {dep.get('threshold')}, "
         f"batch {dep.get('batch')}); profile {prov.get('profile', {}).get('path', '?')}"
         + (" (synthetic)" if prov.get("profile", {}).get("synthetic") else "")
-        + f"; model pair {prov.get('pair', {}).get('name', 'bundled')}."
+        + f"; model pair {describe_pair(prov.get('pair'))}."
     )
     out += ["", "## Pooled TPS per dataset (Tables 1 and 8)", ""]
     out += _md(["method", *cols], [[LABELS[m], *(_f(pooled[m][d]) for d in cols)] for m in methods])

@@ -17,6 +17,7 @@ from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_
 from as2d_cli.evaluate.inputs import (
     check_pair,
     deployment_candidates,
+    describe_pair,
     describe_deployment,
     find_profile,
     load_trace_files,
@@ -218,5 +219,5 @@ def render_provenance(prov: dict[str, Any]) -> str:
         f"profile     {p['path']} ({p['device']}; {kind})\n"
         f"deployment  {d['path']} ({d['source']}/budget {d['budget']}, threshold {d['threshold']}, "
         f"batch {d['batch']}; {val})\n"
-        f"traces      {where} (model pair {prov['pair']['name']})\n"
+        f"traces      {where} (model pair {describe_pair(prov['pair'])})\n"
     )

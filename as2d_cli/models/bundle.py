@@ -284,6 +284,12 @@ def load_bundle(
             f"--task, --language, --question and --prompt select a prompt; the pair in {directory} "
             "is the bundled transcription pair (drop them, or pass --models PAIR)"
         )
+    task = spec.task or str(target.get("task", "transcribe"))
+    if spec.question is not None and task != "answer":
+        raise UserError(
+            f"--question asks a spoken question: use it with --task answer (the pair in {directory} "
+            f"{'was given' if spec.task else 'defaults to'} --task {task})"
+        )
     if target.get("kind") == "whisper-onnx":
         if spec.task is not None and spec.task not in WHISPER_TASKS:
             raise UserError(

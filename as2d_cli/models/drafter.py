@@ -88,6 +88,10 @@ class OrtDrafter:
         if count <= 0:
             return Draft((), ())
         limit = self.model.max_positions - len(self._cross.prompt) - len(prefix)
+        if (
+            limit <= 0
+        ):  # the prefix fills the drafter's positions (a drafter shorter than its target)
+            return Draft((), ())
         self._sync([*self._cross.prompt, *(int(t) for t in prefix)])
         tokens: list[int] = []
         confs: list[float] = []

@@ -64,7 +64,7 @@ class PromptSpec:
     def __post_init__(self) -> None:
         if self.task is not None and self.task not in TASKS:
             raise UserError(f"unknown --task {self.task!r}; use one of {', '.join(TASKS)}")
-        if self.question is not None and self.task != "answer":
+        if self.question is not None and self.task not in (None, "answer"):
             raise UserError(
                 "--question asks a spoken question: use it with --task answer "
                 f"(the task is {self.task or 'the pair default'})"
