@@ -237,9 +237,21 @@ def test_a_template_without_the_audio_placeholder_is_refused(tmp_path: Path) -> 
     cfg["chat_template"] = cfg["chat_template"].replace("<|AUDIO|>", "")
     (t / "tokenizer_config.json").write_text(json.dumps(cfg))
     (t / "chat_template.jinja").unlink(missing_ok=True)
-    p = import_pair(t, DRAFTER, tmp_path / "p")
-    model = open_seq2seq(load_bundle(p), "target")
-    with pytest.raises(UserError, match="holds 0 audio placeholders but the audio encoder gives"):
+    with pytest.raises(
+        UserError, match="tokenizer_config.json: the chat template renders no audio"
+    ) as err:
+        import_pair(t, DRAFTER, tmp_path / "p")
+    assert "\n" not in str(err.value)
+
+
+def test_a_placeholder_count_unlike_the_encoders_is_refused(tmp_path: Path) -> None:
+    t = _copy(tmp_path, TARGET, "t")
+    cfg = json.loads((t / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = cfg["chat_template"].replace("<|AUDIO|>", "<|AUDIO|><|AUDIO|><|AUDIO|>")
+    (t / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (t / "chat_template.jinja").unlink(missing_ok=True)
+    model = open_seq2seq(load_bundle(import_pair(t, DRAFTER, tmp_path / "p")), "target")
+    with pytest.raises(UserError, match="holds 3 audio placeholders but the audio encoder gives"):
         model.encode(CORPUS.get("dev-read-000").load_audio())
 
 
@@ -441,3 +453,16 @@ def test_traces_selection_native_eval_and_stream_run_on_the_pair(tmp_path: Path)
     assert r.returncode == 0, r.stderr
     blocks = next((tmp_path / "stream").rglob("blocks.csv")).read_text().splitlines()
     assert len(blocks) > 1
+
+
+def test_unpadded_features_equal_the_reference_extractor() -> None:
+    """An ultravox model's features: WhisperFeatureExtractor with padding="longest" (the
+    audio's own frames), recorded by transformers, against ours."""
+    import numpy as np
+
+    from as2d_cli.models.whisper_features import whisper_log_mel
+
+    ref = np.load(DATA / "audio_llm" / "features_unpadded.npz")
+    ours = whisper_log_mel(ref["audio"], 80, to_window=False)
+    assert ours.shape == ref["features"].shape == (80, len(ref["audio"]) // 160)
+    assert np.abs(ours - ref["features"]).max() < 2e-4

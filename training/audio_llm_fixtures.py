@@ -1204,14 +1204,34 @@ def voxtral_reference(c) -> list[dict]:
     return cases
 
 
+def features() -> None:
+    """features_unpadded.npz: WhisperFeatureExtractor's 80-bin features of a 3 s clip with
+    padding="longest" (an ultravox model's features: the audio's own frames, no 30 s window)."""
+    from transformers import WhisperFeatureExtractor
+
+    audio = corpus().get("dev-read-000").load_audio()[:48123]
+    fe = WhisperFeatureExtractor(feature_size=80)
+    feats = fe(audio, sampling_rate=16000, padding="longest", return_tensors="np")[
+        "input_features"
+    ][0]
+    np.savez_compressed(
+        OUT / "features_unpadded.npz",
+        audio=audio.astype(np.float32),
+        features=feats.astype(np.float32),
+    )
+    log(f"features_unpadded.npz: {feats.shape}")
+
+
 # --------------------------------------------------------------------------- main
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("stage", choices=["build", "export", "reference", "verify", "all"])
+    ap.add_argument("stage", choices=["build", "export", "reference", "verify", "features", "all"])
     a = ap.parse_args()
-    stages = ["build", "export", "reference", "verify"] if a.stage == "all" else [a.stage]
+    stages = (
+        ["build", "export", "reference", "verify", "features"] if a.stage == "all" else [a.stage]
+    )
     for st in stages:
         log(f"== {st}")
         globals()[st]()

@@ -23,13 +23,12 @@ ONNX Runtime's view of the graphs and returns the manifest's ``dims``.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from as2d_cli.errors import UserError
-from as2d_cli.formats.common import read_json
+from as2d_cli.models.export_files import export_json, external_data, file_variants
 
 HINT = (
     "see docs/models.md, 'Audio language models', for the files an export must hold "
@@ -79,23 +78,11 @@ class AudioLlmExport:
         return str(self.config["model_type"])
 
     def external_data(self) -> list[Path]:
-        return [
-            f.parent / name
-            for f in (self.encoder, self.embed, self.decoder)
-            for name in (f"{f.name}_data", f"{f.name}.data")
-            if (f.parent / name).is_file()
-        ]
+        return external_data((self.encoder, self.embed, self.decoder))
 
 
 def _json(path: Path, what: str) -> dict:
-    data = read_json(
-        path,
-        f"{path.parent} is not an audio-LLM export: {path.name} ({what}) is missing; {HINT}",
-        HINT,
-    )
-    if not isinstance(data, dict):
-        raise UserError(f"{path} must hold a JSON object; {HINT}")
-    return data
+    return export_json(path, what, "an audio-LLM export", HINT)
 
 
 def model_type_of(directory: Path) -> str | None:
@@ -108,12 +95,7 @@ def model_type_of(directory: Path) -> str | None:
 
 
 def _variants(onnx_dir: Path) -> list[str]:
-    out = []
-    for p in sorted(onnx_dir.glob(f"{ENCODER}*.onnx")):
-        m = re.fullmatch(rf"{ENCODER}(?:_(\w+))?\.onnx", p.name)
-        if m:
-            out.append(m.group(1) or "")
-    return out
+    return file_variants(onnx_dir, ENCODER)
 
 
 def read_chat_template(directory: Path, tokenizer_config: dict) -> str:
@@ -264,6 +246,21 @@ def audio_llm_dims(export: AudioLlmExport, tokenizer: Any) -> dict[str, Any]:
         raise UserError(
             f"{export.directory / 'tokenizer.json'} has no audio placeholder token {placeholder!r} and "
             f"{where} names no audio_token_id; export the model with its processor's tokenizer"
+        )
+    from as2d_cli.models.prompting import render_chat
+
+    tpl_file = export.directory / "tokenizer_config.json"
+    rendered = render_chat(
+        export.chat_template,
+        "Transcribe the audio.",
+        specials_text(export.tokenizer_config),
+        str(tpl_file),
+    )
+    if audio_id not in tokenizer.encode(rendered, add_special_tokens=False).ids:
+        raise UserError(
+            f"{tpl_file}: the chat template renders no audio placeholder {placeholder!r} (token "
+            f"{audio_id}) for a user turn holding audio; save the model's processor chat template "
+            "(processor.save_pretrained), which places it"
         )
     opts = ort.SessionOptions()
     opts.log_severity_level = 3

@@ -19,7 +19,6 @@ transformers' greedy generation applies (``suppress_tokens`` at every step,
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from as2d_cli.errors import EngineError, UserError
-from as2d_cli.formats.common import read_json
+from as2d_cli.models.export_files import export_json, external_data, file_variants
 from as2d_cli.models.whisper_prompt import HINT, build_prompt  # noqa: F401  (re-exported)
 from as2d_cli.models.session import Cache, Cross, cache_length, make_session
 from as2d_cli.models.whisper_features import N_SAMPLES, SAMPLE_RATE, whisper_log_mel
@@ -60,34 +59,16 @@ class WhisperExport:
     def external_data(self) -> list[Path]:
         """The ONNX files' external-data files (large exports keep their weights beside them:
         ``model.onnx_data``, or ``model.onnx.data``)."""
-        return [
-            f.parent / name
-            for f in (self.encoder, self.decoder, self.with_past)
-            if f is not None
-            for name in (f"{f.name}_data", f"{f.name}.data")
-            if (f.parent / name).is_file()
-        ]
+        return external_data((self.encoder, self.decoder, self.with_past))
 
 
 def _json(path: Path, what: str) -> dict:
-    data = read_json(
-        path,
-        f"{path.parent} is not a Hugging Face Whisper export: {path.name} ({what}) is missing; {HINT}",
-        HINT,
-    )
-    if not isinstance(data, dict):
-        raise UserError(f"{path} must hold a JSON object; {HINT}")
-    return data
+    return export_json(path, what, "a Hugging Face Whisper export", HINT)
 
 
 def variants(onnx_dir: Path) -> list[str]:
     """The variants of the encoder in ``onnx_dir``: "" for the plain file, else the suffix."""
-    out = []
-    for p in sorted(onnx_dir.glob(f"{ENCODER}*.onnx")):
-        m = re.fullmatch(rf"{ENCODER}(?:_(\w+))?\.onnx", p.name)
-        if m:
-            out.append(m.group(1) or "")
-    return out
+    return file_variants(onnx_dir, ENCODER)
 
 
 def find_export(directory: Path, variant: str | None = None) -> WhisperExport:
