@@ -231,12 +231,18 @@ def _copy(tmp_path: Path, src: Path, name: str) -> Path:
     return dst
 
 
-def test_a_template_without_the_audio_placeholder_is_refused(tmp_path: Path) -> None:
+def _with_template(tmp_path: Path, placeholder: str) -> Path:
+    """The target export with its chat template's audio placeholder replaced."""
     t = _copy(tmp_path, TARGET, "t")
     cfg = json.loads((t / "tokenizer_config.json").read_text())
-    cfg["chat_template"] = cfg["chat_template"].replace("<|AUDIO|>", "")
+    cfg["chat_template"] = cfg["chat_template"].replace("<|AUDIO|>", placeholder)
     (t / "tokenizer_config.json").write_text(json.dumps(cfg))
     (t / "chat_template.jinja").unlink(missing_ok=True)
+    return t
+
+
+def test_a_template_without_the_audio_placeholder_is_refused(tmp_path: Path) -> None:
+    t = _with_template(tmp_path, "")
     with pytest.raises(
         UserError, match="tokenizer_config.json: the chat template renders no audio"
     ) as err:
@@ -245,11 +251,7 @@ def test_a_template_without_the_audio_placeholder_is_refused(tmp_path: Path) -> 
 
 
 def test_a_placeholder_count_unlike_the_encoders_is_refused(tmp_path: Path) -> None:
-    t = _copy(tmp_path, TARGET, "t")
-    cfg = json.loads((t / "tokenizer_config.json").read_text())
-    cfg["chat_template"] = cfg["chat_template"].replace("<|AUDIO|>", "<|AUDIO|><|AUDIO|><|AUDIO|>")
-    (t / "tokenizer_config.json").write_text(json.dumps(cfg))
-    (t / "chat_template.jinja").unlink(missing_ok=True)
+    t = _with_template(tmp_path, "<|AUDIO|>" * 3)
     model = open_seq2seq(load_bundle(import_pair(t, DRAFTER, tmp_path / "p")), "target")
     with pytest.raises(UserError, match="holds 3 audio placeholders but the audio encoder gives"):
         model.encode(CORPUS.get("dev-read-000").load_audio())
