@@ -558,3 +558,35 @@ def test_traces_record_the_pair_and_another_pairs_profile_is_refused(
     partial.write_text(json.dumps({"pair": prov}) + "\n")
     with pytest.raises(UserError, match="holds windows traced with pair 'tiny'"):
         build_traces("val", tmp_path / "val.jsonl.gz", limit=1, processes=1, max_tokens=8)
+
+
+def test_a_drafters_differences_are_information_a_targets_fail(tmp_path: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from as2d_cli.models.check import check_pair, pair_ok, render_check
+
+    # an _int8 copy of the target as its drafter, as the ONNX community ships them
+    d = _copy(tmp_path, TARGET, "t8")
+    for stem in ("encoder_model", "decoder_model_merged"):
+        quantize_dynamic(
+            str(d / f"{stem}.onnx"), str(d / f"{stem}_int8.onnx"), weight_type=QuantType.QInt8
+        )
+    p = import_pair(TARGET, d, tmp_path / "p", drafter_variant="int8")
+    res = check_pair(load_bundle(p), [CORPUS.get("dev-read-000")], reps=1)
+    assert res["ok"], render_check(res)
+    # the rule itself: differences of the drafter are reported, the target's fail the check
+    row = res["windows"][0]
+    diff = {"width": 3, "positions": [2], "min_margin": 0.01}
+    drafter_differs = {
+        **row,
+        "drafter": {**row["drafter"], "mismatches": [diff], "rollback_exact": False},
+    }
+    assert pair_ok([drafter_differs])
+    text = render_check({**res, "windows": [drafter_differs], "ok": True})
+    assert (
+        "K-wide differs from sequential at K=3" in text
+        and "information" in text
+        and "pair OK" in text
+    )
+    target_differs = {**row, "target": {**row["target"], "mismatches": [diff]}}
+    assert not pair_ok([target_differs])
