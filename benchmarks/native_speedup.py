@@ -152,6 +152,8 @@ def main() -> int:
                         "exact": x["tokens"] == ref,
                         "acc": x["accounting_ms"],
                         "causes": round_causes(x) if "rounds" in x else None,
+                        "split": x.get("time_split_ns"),
+                        "published": len(x.get("source_tokens") or []),
                     }
                 )
             print(
@@ -239,9 +241,46 @@ def main() -> int:
             f"offered rejected {shares['rejected']:.3f} (quality); accepted share of the decoded tokens "
             f"{shares['accepted_share']:.3f}"
         )
+    out["time_split"] = time_split(runs, methods)
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))
     return 0
+
+
+def time_split(runs: list[dict], methods: list[str]) -> dict:
+    """Where each method's time went, over all its runs: the target's thread per committed
+    token and the source per published token, each split into ONNX Runtime calls, the
+    Python around them and waiting for a CPU (as2d_cli/models/timing.py); printed as µs."""
+    out: dict = {}
+    print("\ntime per token (µs): ORT call / Python around it / waiting for a CPU")
+    for m in methods:
+        sel = [x for x in runs if x["method"] == m and x["split"]]
+        if not sel:
+            continue
+        row: dict = {}
+        for side, count in (("target", "tokens"), ("source", "published")):
+            parts = [x["split"][side] for x in sel if x["split"].get(side)]
+            n = sum(x[count] for x in sel if x["split"].get(side))
+            if not parts or not n:
+                continue
+            tot = {
+                k: sum(p.get(k, 0) for p in parts)
+                for k in ("ort_ns", "python_ns", "wait_ns", "drafter_ort_ns")
+            }
+            row[side] = {
+                k.removesuffix("_ns") + "_us_per_token": v / 1e3 / n for k, v in tot.items()
+            }
+        out[m] = row
+        text = []
+        for side, r in row.items():
+            drafter = r["drafter_ort_us_per_token"]
+            text.append(
+                f"{side} {r['ort_us_per_token']:.0f} / {r['python_us_per_token']:.0f} / "
+                f"{r['wait_us_per_token']:.0f}"
+                + (f" (serial drafter's ORT {drafter:.0f})" if drafter else "")
+            )
+        print(f"  {m:<12} " + "; ".join(text))
+    return out
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import threading
 from typing import Any, Iterable, Iterator, Sequence
 
 from as2d_cli.engine import CandidateBuffer, WallClock
+from as2d_cli.models.timing import add_splits, mark, split_since
 
 
 EMULATED_CPUS = "AS2D_EMULATED_CPUS"
@@ -69,6 +70,8 @@ class Producer(threading.Thread):
         self.steps: list[tuple[int, int, int]] = []  # (start, end, tokens) service intervals
         self.publications: list[tuple[int, int, int]] = []  # (time, offset, count)
         self.finished_at: int | None = None  # source exhausted (its EOS, cap or last chunk)
+        # Where the steps' time went (as2d_cli.models.timing): ORT, Python, waiting for a CPU.
+        self.split: dict[str, int] = {}
         self.error: BaseException | None = None
         self.pinned = False
 
@@ -94,9 +97,11 @@ class Producer(threading.Thread):
                     if delay > 0 and self.stop.wait(delay):
                         break
                 start = self.clock.now()
+                at = mark()
                 try:
                     unit = next(self.units)
                 except StopIteration:
+                    self.split = add_splits(self.split, split_since(at))
                     exhausted = True
                     break
                 toks = [int(t) for t, _ in unit]
@@ -110,6 +115,7 @@ class Producer(threading.Thread):
                 elif toks or self.kind == "external":
                     self._publish(toks, confs)
                 if self.kind != "external":
+                    self.split = add_splits(self.split, split_since(at))
                     self.steps.append((start, self.clock.now(), len(toks)))
                 i += 1
             if exhausted:

@@ -143,7 +143,7 @@ def _serve(
     if cmds.poll():
         cmds.recv()  # the runner's stop
     error = None if producer.error is None else f"{type(producer.error).__name__}: {producer.error}"
-    events.send(("done", producer.steps, producer.finished_at, error))
+    events.send(("done", producer.steps, producer.finished_at, error, producer.split))
 
 
 class ProducerWorker:
@@ -266,6 +266,7 @@ class ProcessProducer:
         self.publications: list[tuple[int, int, int]] = []
         self.finished_at: int | None = None
         self.error: str | None = None
+        self.split: dict[str, int] = {}  # the worker's step time, split (models/timing.py)
         self.pinned = worker.pinned
         self.stop = _Stop(lambda: worker.cmds.send(("stop",)))
         self._thread = threading.Thread(target=self._receive, name="as2d-producer-rx", daemon=True)
@@ -283,7 +284,8 @@ class ProcessProducer:
                     self.buffer.publish(tokens, t, confs)
                     self.publications.append((t, offset, len(tokens)))
                 elif msg[0] == "done":
-                    _, steps, finished, error = msg
+                    _, steps, finished, error, *more = msg
+                    self.split = dict(more[0]) if more else {}
                     self.steps = [tuple(s) for s in steps]
                     self.finished_at = finished
                     self.error = error

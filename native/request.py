@@ -19,6 +19,7 @@ import numpy as np
 from as2d_cli.engine import CandidateBuffer, Episode, Policy, WallClock
 from as2d_cli.engine.accounting import decompose, split_intervals
 from as2d_cli.errors import UserError
+from as2d_cli.models.timing import booked_wall_ns, mark, split_since
 from native.producer import Producer, external_units, pin_current_thread, source_units
 from native.producer_process import ProcessProducer
 
@@ -330,6 +331,8 @@ def run_request(
             models, s, audio, language, policy, max_tokens, producer_cores, question
         )
         mt = MarginTarget(target)
+        at = mark()  # the target thread's time from here to its EOS, split (models/timing.py)
+        drafter_ort0 = booked_wall_ns(models.drafter.model) if policy.serial else 0
         ep = Episode(
             policy,
             mt,
@@ -347,6 +350,9 @@ def run_request(
                 margins.extend(mt.last[: rec.committed])
         finally:
             target_end = src.clock.now()
+            target_split = split_since(at)
+            if policy.serial:  # the serial drafter's calls ran on this thread: apart
+                target_split["drafter_ort_ns"] = booked_wall_ns(models.drafter.model) - drafter_ort0
             if src.producer is not None:
                 src.producer.stop.set()
                 src.producer.join()
@@ -358,6 +364,10 @@ def run_request(
         )
         out["margins"] = margins
         out["pinned"] = bool(pinned)
+        out["time_split_ns"] = {
+            "target": target_split,
+            "source": None if src.producer is None else dict(getattr(src.producer, "split", {})),
+        }
         if drafter is not None:
             out["drafts"] = drafter.calls
         if s.get("events", True):

@@ -15,6 +15,7 @@ from as2d_cli.errors import UserError
 from as2d_cli.models.bundle import ModelBundle
 from as2d_cli.models.contract import Cache, Cross  # noqa: F401  (re-exported)
 from as2d_cli.models.features import log_mel
+from as2d_cli.models.timing import TimedSession
 
 
 def make_session(path, threads: int = 1, hint: str = "rerun training/export.py"):
@@ -26,8 +27,8 @@ def make_session(path, threads: int = 1, hint: str = "rerun training/export.py")
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
     try:
-        return ort.InferenceSession(
-            str(path), sess_options=opts, providers=["CPUExecutionProvider"]
+        return TimedSession(
+            ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         )
     except Exception as exc:  # ORT raises its own exception types for bad files
         raise UserError(
