@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 from as2d_cli.errors import DeviceError
@@ -27,6 +27,10 @@ QUIET_STEAL = 0.05  # ... and the hypervisor took at most this fraction of it (V
 PHONE_MAX_TEMP_C = 40.0
 COOL_WAIT_S = 600.0
 COOL_POLL_S = 10.0
+# The emulated phone's own /proc/stat is scripted (tests set it for the settle check) while its
+# programs run on the host; it serves the `cpu` lines of the host's /proc/stat here
+# (device_agents/emulator/phone.py). A real phone has no such file.
+HOST_STAT = "/proc/as2d/host_stat"
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,9 @@ class CpuTimes:
     busy: int
     steal: int
     total: int
+    # Whose CPU time: "host" (this machine: the local host, or the host running an emulated
+    # phone's programs) or "phone" (a phone's own /proc/stat).
+    source: str = "host"
 
     @classmethod
     def parse(cls, stat: str) -> "CpuTimes":
@@ -253,8 +260,26 @@ class CpuTimes:
 
     @classmethod
     def read(cls, device: Device) -> "CpuTimes | None":
+        """The device's own /proc/stat (the settle check's; scripted on the emulated phone)."""
         text = device.read_files(["/proc/stat"]).get("/proc/stat")
-        return cls.parse(text) if text else None
+        return cls._own(device, text)
+
+    @classmethod
+    def read_work(cls, device: Device) -> "CpuTimes | None":
+        """CPU times of the machine that runs the device's work, as a run records them: on
+        the emulated phone the host's (HOST_STAT), not its scripted /proc/stat; elsewhere the
+        device's own /proc/stat. ``source`` says which."""
+        files = device.read_files(["/proc/stat", HOST_STAT])
+        host = files.get(HOST_STAT)
+        if host:
+            return replace(cls.parse(host), source="host")
+        return cls._own(device, files.get("/proc/stat"))
+
+    @classmethod
+    def _own(cls, device: Device, text: str | None) -> "CpuTimes | None":
+        if not text:
+            return None
+        return replace(cls.parse(text), source="host" if device.kind == "local" else "phone")
 
     def since(self, earlier: "CpuTimes") -> dict[str, float]:
         """Busy and steal fractions of the time between two readings."""

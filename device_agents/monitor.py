@@ -52,7 +52,11 @@ class FailureRecord:
 
 class CoreMonitor:
     """Samples ``device.cpu_state()`` every ``interval_s`` in a thread. ``expected`` is the
-    set of cores that must stay online (default: those online at the first sample)."""
+    set of cores that must stay online (default: those online at the first sample).
+
+    ``away_ok``: a device that cannot be reached (a phone unplugged on purpose for an
+    energy capture) does not trip the monitor; each stretch it was away is recorded in
+    ``gaps`` and sampling goes on, so a core found offline when it is back still trips it."""
 
     def __init__(
         self,
@@ -60,12 +64,15 @@ class CoreMonitor:
         interval_s: float = 1.0,
         expected: set[int] | None = None,
         on_trip: Callable[[FailureRecord], None] | None = None,
+        away_ok: bool = False,
     ) -> None:
         self.device = device
         self.on_trip = on_trip  # called once, from the monitor's thread, when it trips
         self.interval_s = interval_s
         self.expected = expected
+        self.away_ok = away_ok
         self.samples: list[Sample] = []
+        self.gaps: list[dict[str, Any]] = []  # away_ok: {"from_s", "to_s", "message"}
         self.failure: FailureRecord | None = None
         self.tripped = threading.Event()
         self._stop = threading.Event()
@@ -90,6 +97,14 @@ class CoreMonitor:
         try:
             state = self.device.cpu_state()
         except DeviceError as exc:
+            if self.away_ok:
+                t = round(time.monotonic() - self._t0, 3)
+                last = self.gaps[-1] if self.gaps else None
+                if last is not None and last["open"]:
+                    last["to_s"] = t
+                else:
+                    self.gaps.append({"from_s": t, "to_s": t, "message": str(exc), "open": True})
+                return True
             self._trip(
                 FailureRecord(
                     "device_lost", round(time.monotonic() - self._t0, 3), time.time(), str(exc)
@@ -97,6 +112,9 @@ class CoreMonitor:
             )
             return False
         s = Sample.of(self._t0, state)
+        if self.gaps:
+            self.gaps[-1]["open"] = False
+        before = self.samples[-1] if self.samples else None
         self.samples.append(s)
         if self.expected is None:
             self.expected = set(s.online)
@@ -110,7 +128,13 @@ class CoreMonitor:
                     f"CPU{','.join(map(str, gone))} went offline on {self.device.serial} {s.t_s:.1f} s into the episode "
                     f"(at {time.strftime('%H:%M:%S', time.localtime(s.wall_time))}); the batch is stopped (results so far "
                     f"are kept) -- let the phone cool down and rerun",
-                    {"offline": gone, "online": list(s.online)},
+                    {
+                        "offline": gone,
+                        "online": list(s.online),
+                        # the last sample that saw every expected core online: the loss
+                        # happened after it (None: at the monitor's first sample)
+                        "last_good_wall_time": None if before is None else before.wall_time,
+                    },
                 )
             )
             return False
@@ -146,11 +170,14 @@ class CoreMonitor:
 
     def record(self) -> dict[str, Any]:
         """Every sample and the failure, as stored beside a run's results."""
-        return {
+        rec: dict[str, Any] = {
             "interval_s": self.interval_s,
             "samples": [asdict(s) for s in self.samples],
             "failure": asdict(self.failure) if self.failure else None,
         }
+        if self.away_ok:
+            rec["gaps"] = [{k: v for k, v in g.items() if k != "open"} for g in self.gaps]
+        return rec
 
 
 @dataclass
@@ -230,7 +257,7 @@ def run_batch(
             failure = monitor.failure or FailureRecord(
                 "episode_error", round(time.monotonic() - monitor._t0, 3), time.time(), str(exc)
             )
-            rec = EpisodeRecord(i, None, gate_result, samples, failure)
+            rec: EpisodeRecord[T] = EpisodeRecord(i, None, gate_result, samples, failure)
             raise BatchStopped(
                 f"episode {i + 1}/{len(episodes)} stopped: {failure.message} "
                 f"({len(done)} finished episodes kept)",

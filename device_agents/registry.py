@@ -35,7 +35,13 @@ def resolve_phone(name: str, port: int | None = None) -> Device:
         return LocalHost()
     port = port or adb_port()
     key = phones.canonical(name)
+    hint = phones.did_you_mean(name) if key is None else ""
     if not _server_up(port):
+        if hint:  # k7O, k-70: a typo of a known name, not a serial to look for
+            raise UserError(
+                f"unknown --phone {name!r}{hint}; known: {known_names()} (an adb serial needs "
+                f"a running adb server: none on port {port})"
+            )
         if key is None and not _looks_like_serial(name):
             raise UserError(
                 f"unknown --phone {name!r}: use one of {known_names()} or the serial of an "
@@ -75,10 +81,16 @@ def resolve_phone(name: str, port: int | None = None) -> Device:
             if a.state != "device":
                 raise _state_error(a.serial, a.state)
             return AdbPhone(a.serial, port)
+    if not hint:  # a hardware serial: the phone under whatever adb serial it has now
+        from device_agents.identity import find_attached
+
+        found = find_attached(name, port)
+        if found is not None:
+            return found
     serials = ", ".join(a.serial for a in attached) or "none"
     raise UserError(
-        f"unknown --phone {name!r}: use one of {known_names()} or the serial of an attached "
-        f"phone (attached: {serials})"
+        f"unknown --phone {name!r}{hint}: use one of {known_names()} or the serial of an "
+        f"attached phone (attached: {serials})"
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from as2d_cli.calibration.fit import savings
 from as2d_cli.calibration.plan import Step, make_plan
-from as2d_cli.calibration.run import calibrate, calibration_windows
+from as2d_cli.calibration.run import _Partial, calibrate, calibration_windows
 from as2d_cli.corpus.manifest import load_corpus
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.profile_io import load_profile
@@ -172,8 +172,9 @@ def test_interrupted_calibration_resumes_and_writes_profile(tmp_path) -> None:
             gate=NO_SETTLE,
         )
     partial = next((tmp_path / ".partial").iterdir())
-    kept = [json.loads(x) for x in (partial / "samples.jsonl").read_text().splitlines()]
+    kept = _Partial(partial).samples()  # the committed steps' samples
     assert {s["step"] for s in kept} == {"verify-False", "verify-True"}
+    assert _Partial(partial).done() == ["verify-False", "verify-True"]
 
     res = calibrate(device, out_dir=tmp_path, plan=plan, cores=default_cores(), gate=NO_SETTLE)
     assert res.resumed_steps == 2 and res.steps == len(plan)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -97,8 +98,9 @@ def test_episode_script_is_straight_line_and_ordered() -> None:
     for bad in ("while ", "for ", "if ", "$(", "`", " &\n"):
         assert bad not in "\n".join(body) + "\n", bad
     assert sum("grep -q Discharging" in ln for ln in body) == 3
-    runs = [ln for ln in body if ln.startswith("run ")]
-    assert [r.split(" >")[0] for r in runs] == [
+    # Each request runs whole under its guard (sh -c: a skipped request runs nothing).
+    runs = [shlex.split(ln) for ln in body if "sh -c 'run " in ln]
+    assert [r[r.index("-c") + 1] for r in runs] == [
         "run as2d warmup 0",
         "run as2d formal 1",
         "run target-only warmup 2",
@@ -201,7 +203,8 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
         ["CURRENT", "VOLTAGE", "CHARGE"],
     )
     doc = load_energy_result(path)
-    assert doc["schema"] == "as2d.energy-result" and doc["schema_version"] == 3
+    assert doc["schema"] == "as2d.energy-result" and doc["schema_version"] == 4
+    assert doc["status"] == "complete" and doc["conditions"] is None  # none were passed
     # The gauge behind the trace updates once a second (polled every 250 ms).
     assert doc["capture"]["gauge_period_s"] == pytest.approx(1.0, rel=0.01)
     assert "poll_s_observed" not in doc["capture"]
@@ -212,9 +215,9 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="never overwritten"):
         write_results(d1, analysis, ep, trace, spec, {}, {}, [])
     future = json.loads(path.read_text())
-    future["schema_version"] = 4
+    future["schema_version"] = 5
     (tmp_path / "future.json").write_text(json.dumps(future))
-    with pytest.raises(FormatError, match="version 4 is newer"):
+    with pytest.raises(FormatError, match="version 5 is newer"):
         load_energy_result(tmp_path / "future.json")
     broken = json.loads(path.read_text())
     del broken["cross_check"]
@@ -228,6 +231,7 @@ _V3_METHOD = ("energy_bound_j", "energy_bound_percent", "short_windows")
 
 
 def _drop_v3(doc: dict) -> None:
+    del doc["status"], doc["conditions"]  # version 4's
     for r in doc["requests"]:
         for k in _V3_REQUEST:
             del r[k]
@@ -236,7 +240,23 @@ def _drop_v3(doc: dict) -> None:
             del m[k]
 
 
-def test_version_2_results_are_read_as_version_3(tmp_path: Path) -> None:
+def test_version_3_results_are_read_as_version_4(tmp_path: Path) -> None:
+    """A version-3 run was neither gated nor monitored: it reads as complete, conditions null."""
+    analysis, ep, trace = _analysis(tmp_path)
+    d = new_run_dir(tmp_path / "results", "k70")
+    path = write_results(
+        d, analysis, ep, trace, CaptureSpec(duration_ms=10_000), {}, {}, ["CURRENT"]
+    )
+    old = json.loads(path.read_text())
+    old["schema_version"] = 3
+    del old["status"], old["conditions"]
+    (tmp_path / "v3.json").write_text(json.dumps(old))
+    doc = load_energy_result(tmp_path / "v3.json")
+    assert doc["schema_version"] == 4 and doc["status"] == "complete"
+    assert doc["conditions"] is None
+
+
+def test_version_2_results_are_read_as_version_4(tmp_path: Path) -> None:
     analysis, ep, trace = _analysis(tmp_path)
     d = new_run_dir(tmp_path / "results", "k70")
     path = write_results(
@@ -249,13 +269,13 @@ def test_version_2_results_are_read_as_version_3(tmp_path: Path) -> None:
     _drop_v3(old)
     (tmp_path / "v2.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v2.json")
-    assert doc["schema_version"] == 3
+    assert doc["schema_version"] == 4 and doc["status"] == "complete"
     assert all(doc["requests"][0][k] is None for k in _V3_REQUEST)
     assert all(doc["methods"][0][k] is None for k in _V3_METHOD)
     assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
 
 
-def test_version_1_results_are_read_as_version_3(tmp_path: Path) -> None:
+def test_version_1_results_are_read_as_version_4(tmp_path: Path) -> None:
     analysis, ep, trace = _analysis(tmp_path)
     d = new_run_dir(tmp_path / "results", "k70")
     path = write_results(
@@ -278,7 +298,7 @@ def test_version_1_results_are_read_as_version_3(tmp_path: Path) -> None:
     _drop_v3(old)
     (tmp_path / "v1.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v1.json")
-    assert doc["schema_version"] == 3 and "poll_s_observed" not in doc["capture"]
+    assert doc["schema_version"] == 4 and "poll_s_observed" not in doc["capture"]
     assert doc["requests"][0]["energy_bound_j"] is None
     assert doc["capture"]["gauge_period_s"] is None and doc["capture"]["gauge_readings"] is None
     assert doc["requests"][0]["gauge_readings_in_window"] is None

@@ -23,10 +23,17 @@ from as2d_cli.energy.protocol import EnergyRun, run_energy
 from as2d_cli.energy.results import load_energy_result
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import UserError
+from device_agents.gating import GateConfig
 from device_agents.emulator.battery import BatteryModel, BatteryParams, EmulatedPower
 
 WORKLOAD = Path(__file__).resolve().parents[1] / "device_agents" / "energy_workload.sh"
+# The gate before the capture, without the phone defaults' 15 s rest and 5 s between checks.
+FAST_GATE = GateConfig(rest_s=0.0, interval_s=0.0)
 TIMING = [
+    "--rest",
+    "0",
+    "--interval",
+    "0",
     "--settle-s",
     "0.5",
     "--gap-s",
@@ -210,7 +217,13 @@ def test_phone_that_is_never_unplugged_is_one_clear_error(
         discharge_wait_s=1,
     )
     run = EnergyRun(
-        s.device(), plan, tmp_path / "res", "emu", push_files=[WORKLOAD], leave_timeout_s=2.0
+        s.device(),
+        plan,
+        tmp_path / "res",
+        "emu",
+        push_files=[WORKLOAD],
+        leave_timeout_s=2.0,
+        gate=FAST_GATE,
     )
     said: list[str] = []
     with pytest.raises(UserError, match="still attached after 2 s.*--connection wireless"):

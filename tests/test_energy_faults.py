@@ -23,6 +23,7 @@ from as2d_cli.energy.protocol import EnergyRun, PhoneAway, run_energy
 from as2d_cli.energy.results import load_energy_result
 from as2d_cli.energy.trace_reader import read_battery_series, whole_prefix
 from as2d_cli.errors import DeviceError, UserError
+from device_agents.gating import GateConfig
 from device_agents.emulator.battery import (
     BatteryModel,
     BatteryParams,
@@ -35,7 +36,13 @@ from device_agents.emulator.battery import (
 from device_agents.emulator.faults import apply_fault, force_battery_status, reattach
 
 # Polls every 100 ms (the gauge updates as fast): a 0.5 s request gets several readings.
+# The gate before the capture, without the phone defaults' 15 s rest and 5 s between checks.
+FAST_GATE = GateConfig(rest_s=0.0, interval_s=0.0)
 TIMING = [
+    "--rest",
+    "0",
+    "--interval",
+    "0",
     "--settle-s",
     "0.3",
     "--gap-s",
@@ -240,7 +247,13 @@ def test_run_failing_midway_pulls_everything_first(make_emulated_phone, tmp_path
     )
     # The host gives up on the episode after the bounded trace (2.4 s) has ended.
     run = EnergyRun(
-        s.device(), plan, tmp_path / "res", "emu", connection="wireless", episode_timeout_s=4.0
+        s.device(),
+        plan,
+        tmp_path / "res",
+        "emu",
+        connection="wireless",
+        episode_timeout_s=4.0,
+        gate=FAST_GATE,
     )
     with pytest.raises(DeviceError) as info:
         run_energy(run, lambda _: None)
@@ -279,7 +292,7 @@ def test_never_unplugged_pulls_episode_log_before_removing(
         request_budget_s=1,
         discharge_wait_s=3,
     )
-    run = EnergyRun(s.device(), plan, tmp_path / "res", "emu", leave_timeout_s=1.0)
+    run = EnergyRun(s.device(), plan, tmp_path / "res", "emu", leave_timeout_s=1.0, gate=FAST_GATE)
     with pytest.raises(UserError, match="still attached after 1 s") as info:
         run_energy(run, lambda _: None)
     s.power.stop_all()
@@ -324,7 +337,9 @@ def test_phone_vanishing_while_unplugged_is_collected_later(
         if msg.startswith("Unplug"):
             s.phone.schedule(0.2, s.phone.unplug)
 
-    run = EnergyRun(s.device(), plan, tmp_path / "res", "emu", poll_ms=100, return_timeout_s=1.0)
+    run = EnergyRun(
+        s.device(), plan, tmp_path / "res", "emu", poll_ms=100, return_timeout_s=1.0, gate=FAST_GATE
+    )
     with pytest.raises(PhoneAway) as info:
         run_energy(run, say)
     (first,) = _run_dirs(tmp_path / "res")
@@ -339,7 +354,9 @@ def test_phone_vanishing_while_unplugged_is_collected_later(
     _wait_done(s, rec["run_dir"])  # the episode finished on battery
     s.phone.replug()
     # Running the same command again makes its own folder; the first one is untouched.
-    again = EnergyRun(s.device(), plan, tmp_path / "res", "emu", leave_timeout_s=0.5)
+    again = EnergyRun(
+        s.device(), plan, tmp_path / "res", "emu", leave_timeout_s=0.5, gate=FAST_GATE
+    )
     with pytest.raises(UserError, match="still attached"):
         run_energy(again, lambda _: None)
     assert (
@@ -385,7 +402,7 @@ def test_interrupted_host_leaves_the_run_on_the_phone(make_emulated_phone, tmp_p
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_energy(EnergyRun(s.device(), plan, tmp_path / "res", "emu"), say)
+        run_energy(EnergyRun(s.device(), plan, tmp_path / "res", "emu", gate=FAST_GATE), say)
     (d,) = _run_dirs(tmp_path / "res")
     assert said[-1].startswith("Interrupted") and f"as2d energy --collect {d}" in said[-1]
     rec = json.loads((d / "phone_run.json").read_text())
@@ -421,6 +438,7 @@ def test_wireless_phone_vanishing_midway_is_collected_after_reattach(
         poll_ms=100,
         connection="wireless",
         return_timeout_s=1.0,
+        gate=FAST_GATE,
     )
     with pytest.raises(PhoneAway, match="--collect"):
         run_energy(run, say)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shlex
 import threading
 import time
@@ -306,14 +305,16 @@ def test_a_core_going_offline_on_the_phone_stops_the_window_and_keeps_the_record
 
         threading.Thread(target=watch, daemon=True).start()
 
-    with pytest.raises(
-        DeviceError,
-        match=r"^native evaluation stopped: CPU5 went offline on .* s into native window "
-        r"2/2 \(.*\) \(at \d\d:\d\d:\d\d\).* 4 finished runs kept in .*resume with `as2d eval --phone "
-        + re.escape(session.serial)
-        + r" --native --windows 2 --repeats 1 --warmup 0 --rest 0 --interval 0.05 "
-        r"--append ",
-    ) as err:
+    with (
+        pytest.raises(
+            DeviceError,
+            match=r"^native evaluation stopped: CPU5 went offline on .* s into native window "
+            r"2/2 \(.*\) \(at \d\d:\d\d:\d\d\).* 4 finished runs kept in .*resume with `as2d eval --phone "
+            + "k70"  # the phone's stable name, not the adb serial it had (which can change)
+            + r" --native --windows 2 --repeats 1 --warmup 0 --rest 0 --interval 0.05 "
+            r"--append ",
+        ) as err
+    ):
         run_native_eval(
             session.serial,
             out,
@@ -339,6 +340,7 @@ def test_a_core_going_offline_on_the_phone_stops_the_window_and_keeps_the_record
         and sample["cur_khz"]
     )
     assert records[0]["cpu"] is not None and 0.0 <= records[0]["cpu"]["steal"] <= 1.0
+    assert records[0]["cpu"]["steal_source"] == "host"  # the host's, not the phone's script
 
     session.phone.set_core_online(5, True)
     started = sum("native.runner" in h for h in session.phone.history)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from as2d_cli.calibration.plan import Step
-from as2d_cli.calibration.run import calibrate, calibration_windows
+from as2d_cli.calibration.run import _Partial, calibrate, calibration_windows
 from as2d_cli.errors import DeviceError, UserError
 from as2d_cli.formats.profile_io import load_profile
 from device_agents.emulator.python import enable_python
@@ -282,7 +282,7 @@ def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(
         )
     assert "\n" not in str(err.value)
     partial = next((tmp_path / ".partial").iterdir())
-    kept = [json.loads(x) for x in (partial / "samples.jsonl").read_text().splitlines()]
+    kept = _Partial(partial).samples()  # the committed steps' samples
     assert {s["step"] for s in kept} == {"verify-idle", "verify-busy"}
     gates = [json.loads(x) for x in (partial / "gates.jsonl").read_text().splitlines()]
     assert [g["passed"] for g in gates] == [True, True, False]
@@ -342,7 +342,8 @@ def test_a_core_going_offline_mid_step_stops_the_calibration_and_keeps_the_recor
     with pytest.raises(
         DeviceError,
         match=r"^calibration stopped: CPU5 went offline on .* s into target \(at "
-        r"\d\d:\d\d:\d\d\).*2 finished steps kept in .*run the same `as2d calibrate`",
+        r"\d\d:\d\d:\d\d\).*2 finished steps kept in .*run `as2d calibrate --phone k70 .*` "
+        r"again to resume",
     ) as err:
         calibrate(
             dev,
@@ -356,14 +357,16 @@ def test_a_core_going_offline_mid_step_stops_the_calibration_and_keeps_the_recor
     assert "\n" not in str(err.value)
     partial = next((tmp_path / ".partial").iterdir())
     assert partial.name.startswith("k70-as2demu0001-")  # keyed by the phone, not its connection
-    kept = [json.loads(x) for x in (partial / "samples.jsonl").read_text().splitlines()]
+    kept = _Partial(partial).samples()
     assert {s["step"] for s in kept} == {
         "verify-idle",
         "verify-busy",
     }  # the interrupted step's are not
+    assert f"--phone {session.serial}" not in str(err.value)  # but by what it is: k70
     records = [json.loads(x) for x in (partial / "monitor.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == ["verify-idle", "verify-busy", "target-step"]
     assert records[0]["failure"] is None and records[0]["samples"]
+    assert records[0]["cpu"]["steal_source"] == "host"  # the host's, not the phone's script
     first = records[0]["samples"][0]
     assert first["online"] == list(range(8)) and first["battery_temp_c"] == 31.0
     assert first["thermal_c"]["skin-msm-therm"] > 0 and first["cur_khz"]["4"] > 0
@@ -438,7 +441,7 @@ def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone
         )
     assert "\n" not in str(err.value)
     partial = next((tmp_path / ".partial").iterdir())
-    assert json.loads((partial / "done.json").read_text()) == ["verify-idle", "verify-busy"]
+    assert _Partial(partial).done() == ["verify-idle", "verify-busy"]
 
     session.phone.vanish_on.clear()
     session.phone.replug()  # back: adbd accepts again

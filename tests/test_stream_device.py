@@ -143,7 +143,8 @@ def test_a_core_going_offline_mid_stream_stops_it_and_keeps_every_block(
     """A 40 s stream paced in real time on a fresh emulated phone; CPU7 goes offline 25 s
     after the runner payload is on the phone (the gate and loading take a few seconds), and
     its frequency ceiling drops before that: the drop is recorded, the core stops the
-    stream with its reason, and every block the phone's run finished is kept."""
+    stream with its reason (the phone's runner ends before its next block), every block the
+    phone's run finished is kept, those after the trip marked degraded."""
     from device_agents.emulator.python import enable_python
     from native.launch import choose_launcher
 
@@ -161,8 +162,9 @@ def test_a_core_going_offline_mid_stream_stops_it_and_keeps_every_block(
     real = {**SETTINGS, "clock": "real", "check": False}
     outcome = run_stream(m, _recording(40.0), real, tmp_path, open_runner=on_phone)
     assert outcome.stopped is not None and "CPU7 went offline" in outcome.stopped
-    assert len(outcome.blocks) == 20  # a phone's run finishes its command: all kept
+    assert 0 < len(outcome.blocks) < 20  # stopped early; every block it finished is kept
     ceilings = {s["ceiling_khz"].get(7) for s in outcome.monitor["samples"]}
     assert 1_200_000 in ceilings  # the drop is in the monitor's record
     doc = _write(tmp_path, outcome, m)
     assert doc["status"] == "stopped" and doc["monitor"]["failure"]["kind"] == "core_offline"
+    assert doc["metrics"] is None or doc["metrics"]["keeps_pace"] is None  # not judged

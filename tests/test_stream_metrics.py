@@ -187,7 +187,7 @@ def test_the_files_and_the_table(tmp_path) -> None:
     doc = write_stream(tmp_path, _outcome(), **kw)
     assert (tmp_path / "table.md").read_text() == GOLDEN
     stored = json.loads((tmp_path / "stream.json").read_text())
-    assert (stored["schema"], stored["version"], stored["status"]) == ("as2d.stream", 1, "complete")
+    assert (stored["schema"], stored["version"], stored["status"]) == ("as2d.stream", 2, "complete")
     assert stored["metrics"] == doc["metrics"] and stored["metrics"]["p95_lag_s"] == pytest.approx(
         5.25
     )

@@ -1,9 +1,12 @@
 """Run a calibration on a device: gate, probe, keep every sample, resume, fit, write.
 
-Samples are appended to ``<out>/.partial/<device>-<serial>-<plan>/samples.jsonl`` as each
-step finishes, with the gate and monitor records beside them; an interrupted calibration
-resumes from the steps already done, on the same device whatever its connection. The finished profile is written next to its raw samples and the
-R(K) plot, never over an earlier profile.
+Each finished step is committed to ``<out>/.partial/<device>-<serial>-<plan>/steps/`` as one
+file holding its samples (written whole, then renamed into place: the step's samples and its
+done mark are one file), with the gate and monitor records beside them; an interrupted
+calibration — Ctrl-C, an error, or the process killed at any point — resumes from the steps
+already committed, on the same device whatever its connection, and never measures one twice.
+The finished profile is written next to its raw samples and the R(K) plot, never over an
+earlier profile.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from as2d_cli.calibration.fit import fit_profile
 from as2d_cli.calibration.plan import Step, make_plan, plan_hash
 from as2d_cli.calibration.plot import plot_savings
 from as2d_cli.errors import DeviceError, UserError
-from as2d_cli.formats.common import append_jsonl, write_atomic
+from as2d_cli.formats.common import append_jsonl, safe_name, write_atomic
 from as2d_cli.models.prompting import PromptSpec
 
 Progress = Callable[[str, float, float], None]  # (label, done weight, total weight)
@@ -87,15 +90,26 @@ def episode_windows(main: str, corpus: Any = None, n: int = 6) -> tuple[str, ...
     return tuple(dict.fromkeys(dev[round(i * (len(dev) - 1) / (n - 1))].id for i in range(n)))
 
 
+STEP_FILE = "step.json"
+
+
 @dataclass
 class _Partial:
-    """An interrupted calibration's folder: ``calibrations/.partial/<device>-<serial>-<plan>/``."""
+    """An interrupted calibration's folder: ``calibrations/.partial/<device>-<serial>-<plan>/``.
+
+    Each finished step is committed as one file, ``steps/<NNNN>-<step>.json`` (its samples,
+    written to a temporary file and renamed into place): the file is the step's done mark,
+    so a step's samples and its mark appear together or not at all, and a calibration
+    killed at any point resumes without measuring a finished step again or keeping a
+    half-recorded one. ``gates.jsonl`` and ``monitor.jsonl`` record every attempt (a gate
+    that failed, a step that was stopped) as it happens; a line torn by a kill is skipped."""
 
     folder: Path
+    resume: str = "run the same `as2d calibrate` command again"
 
     @property
-    def samples(self) -> Path:
-        return self.folder / "samples.jsonl"
+    def steps_dir(self) -> Path:
+        return self.folder / "steps"
 
     @property
     def gates(self) -> Path:
@@ -105,21 +119,120 @@ class _Partial:
     def monitor(self) -> Path:
         return self.folder / "monitor.jsonl"
 
-    @property
-    def done_file(self) -> Path:
-        return self.folder / "done.json"
+    def _committed(self) -> list[tuple[str, list[dict]]]:
+        """(step key, samples) of every committed step, in commit order."""
+        self._upgrade()
+        out: list[tuple[str, list[dict]]] = []
+        if not self.steps_dir.is_dir():
+            return out
+        for p in sorted(self.steps_dir.glob("[0-9]*.json")):
+            try:
+                doc = json.loads(p.read_text(encoding="utf-8"))
+                out.append((str(doc["step"]), list(doc["samples"])))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise UserError(
+                    f"{p} is damaged ({exc}); delete it to measure that step again"
+                ) from None
+        return out
 
     def done(self) -> list[str]:
-        return json.loads(self.done_file.read_text()) if self.done_file.exists() else []
+        return [key for key, _ in self._committed()]
 
-    def mark_done(self, done: list[str]) -> None:
-        write_atomic(self.done_file, json.dumps(done).encode(), force=True)
+    def samples(self) -> list[dict]:
+        return [s for _, rows in self._committed() for s in rows]
+
+    def commit(self, step: str, samples: list[dict]) -> None:
+        """Commit one finished step: its samples and its done mark in one atomic file."""
+        taken = [p.name.split("-", 1)[0] for p in self.steps_dir.glob("[0-9]*.json")]
+        n = 1 + max((int(t) for t in taken if t.isdigit()), default=-1)
+        doc = {"step": step, "samples": samples}
+        write_atomic(
+            self.steps_dir / f"{n:04d}-{safe_name(step, 'step')}.json",
+            (json.dumps(doc) + "\n").encode(),
+        )
+
+    def records(self, path: Path) -> list[dict]:
+        """The JSON lines of ``gates.jsonl`` or ``monitor.jsonl``; a line a kill tore is skipped."""
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def _upgrade(self) -> None:
+        """A folder an earlier as2d left (``samples.jsonl`` appended per step, then
+        ``done.json`` rewritten): its done steps become committed step files with their
+        samples; samples of a step never marked done (a kill between the two writes) were
+        not committed and are dropped, so the resume measures that step once."""
+        legacy_done = self.folder / "done.json"
+        legacy_samples = self.folder / "samples.jsonl"
+        if not legacy_done.exists():
+            legacy_samples.unlink(missing_ok=True)  # nothing in it was ever committed
+            return
+        try:
+            done = [str(k) for k in json.loads(legacy_done.read_text(encoding="utf-8"))]
+        except (OSError, ValueError, TypeError):
+            done = []
+        rows: dict[str, list[dict]] = {key: [] for key in done}
+        for s in self.records(legacy_samples):
+            if str(s.get("step")) in rows:
+                rows[str(s.get("step"))].append(s)
+        for n, key in enumerate(done):
+            write_atomic(
+                self.steps_dir / f"{n:04d}-{safe_name(key, 'step')}.json",
+                (json.dumps({"step": key, "samples": rows[key]}) + "\n").encode(),
+                force=True,
+            )
+        legacy_done.unlink()
+        legacy_samples.unlink(missing_ok=True)
 
     def kept(self, done: list[str]) -> str:
         return (
-            f"{len(done)} finished step{'s' if len(done) != 1 else ''} kept in {self.folder}; run the same "
-            "`as2d calibrate` command again to resume from there"
+            f"{len(done)} finished step{'s' if len(done) != 1 else ''} kept in {self.folder}; "
+            f"{self.resume} to resume from there"
         )
+
+
+def resume_command(
+    who: Any,
+    *,
+    quick: bool,
+    window: str | None,
+    models: Path | None,
+    prompt: PromptSpec | None,
+    cores: tuple[list[int] | None, list[int] | None] = (None, None),
+) -> str:
+    """How to resume this calibration: the `as2d calibrate` command with the phone named by
+    its stable identity (not an adb serial that changes with the connection), the options
+    that decide the plan and the pair, and the cores the finished steps ran on."""
+    import shlex
+
+    parts = ["as2d", "calibrate", "--phone", who.phone_option]
+    if quick:
+        parts.append("--quick")
+    if window is not None:
+        parts += ["--window", window]
+    if models is not None:
+        parts += ["--models", str(models)]
+    if cores == (None, None):
+        parts.append("--os-placement")
+    for opt, cpus in (("--verifier-cores", cores[0]), ("--producer-cores", cores[1])):
+        if cpus:
+            parts += [opt, ",".join(map(str, cpus))]
+    spec = prompt or PromptSpec()
+    for opt, val in (
+        ("--task", spec.task),
+        ("--language", spec.language),
+        ("--question", spec.question),
+        ("--prompt", spec.text),
+    ):
+        if val is not None:
+            parts += [opt, str(val)]
+    return f"run `{shlex.join(parts)}` again"
 
 
 def calibrate(
@@ -175,7 +288,10 @@ def calibrate(
     who = identify(device)
     # Keyed by what the device is, not how it is reached: a wireless serial changes per connection.
     key = f"{who.key}-{plan_hash(steps)}" + ("" if models is None else f"-{ident['sha256'][:12]}")
-    partial = _Partial(out_dir / ".partial" / key)
+    partial = _Partial(
+        out_dir / ".partial" / key,
+        resume_command(who, quick=quick, window=window, models=models, prompt=prompt, cores=cores),
+    )
     partial.folder.mkdir(parents=True, exist_ok=True)
     done = partial.done()
     resumed = len(done)
@@ -198,10 +314,8 @@ def calibrate(
         progress,
         monitor_interval_s,
     )
-    samples = [json.loads(x) for x in partial.samples.read_text().splitlines() if x.strip()]
-    gates = [
-        json.loads(x) for x in partial.gates.read_text().splitlines() if x.strip()
-    ]  # earlier runs' too
+    samples: list[Any] = partial.samples()
+    gates = partial.records(partial.gates)  # earlier runs' too
     facts = device.facts().to_dict()
     dev_block = {
         **who.to_dict(),
@@ -283,7 +397,7 @@ def _run_steps(
                     ev.pop("event")
                     got.append(ev)
 
-            before = CpuTimes.read(device)
+            before = CpuTimes.read_work(device)
             monitor = CoreMonitor(device, monitor_interval_s, on_trip=abort_on_trip(runner)).start()
             error: DeviceError | None = None
             try:
@@ -293,13 +407,17 @@ def _run_steps(
             finally:
                 monitor.stop()
             try:
-                after = CpuTimes.read(device)
+                after = CpuTimes.read_work(device)
             except DeviceError:  # the device left; the step's error says so below
                 after = None
             mrec = {
                 "step": step.key,
                 **monitor.record(),
-                "cpu": after.since(before) if before is not None and after is not None else None,
+                "cpu": (
+                    {**after.since(before), "steal_source": after.source}
+                    if before is not None and after is not None
+                    else None
+                ),
             }
             append_jsonl(partial.monitor, [mrec])
             if monitor.failure is not None and monitor.failure.kind == "core_offline":
@@ -320,9 +438,8 @@ def _run_steps(
                 )  # a probe over several windows names each
                 if w in seconds:
                     s["audio_s"] = seconds[w]
-            append_jsonl(partial.samples, got)
+            partial.commit(step.key, got)  # the samples and the done mark, together
             done.append(step.key)
-            partial.mark_done(done)
         if progress:
             progress("fitting the profile", total, total)
     except KeyboardInterrupt:
@@ -352,9 +469,13 @@ def _write_outputs(
         idle, out_dir / f"{stem}.savings.png", f"{who.name}: per-token verification saving R(K)"
     )
     samples_path = out_dir / f"{stem}.samples.jsonl"
-    shutil.copyfile(partial.samples, samples_path)
-    shutil.copyfile(partial.gates, out_dir / f"{stem}.gates.jsonl")
-    if partial.monitor.exists():
-        shutil.copyfile(partial.monitor, out_dir / f"{stem}.monitor.jsonl")
+    write_atomic(samples_path, "".join(json.dumps(s) + "\n" for s in samples).encode())
+    for src, name in ((partial.gates, "gates"), (partial.monitor, "monitor")):
+        if src.exists():  # every whole record (a line a kill tore is left out)
+            rows = partial.records(src)
+            write_atomic(
+                out_dir / f"{stem}.{name}.jsonl",
+                "".join(json.dumps(r) + "\n" for r in rows).encode(),
+            )
     shutil.rmtree(partial.folder, ignore_errors=True)
     return profile_path, plot_path, samples_path

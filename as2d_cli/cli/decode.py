@@ -11,7 +11,7 @@ from rich.console import Console
 
 from as2d_cli.cli import options
 from as2d_cli.cli.paths import file_in_option
-from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BUDGET, DEFAULT_SD_K
+from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_ASP_CAP, DEFAULT_BUDGET, DEFAULT_SD_K
 
 
 def decode(
@@ -22,12 +22,17 @@ def decode(
     phone: str = typer.Option(
         "local", "--phone", help="local, a known phone name, or an adb serial."
     ),
-    budget: int = options.budget(
-        DEFAULT_BUDGET, "--budget", help="As²d proposal budget b (physical K <= b+1)."
+    budget: Optional[int] = options.budget(
+        None,
+        "--budget",
+        help=f"As²d/w-o-TD proposal budget b (physical K <= b+1; default {DEFAULT_BUDGET}); "
+        f"ASP/w-o-BC cap (default {DEFAULT_ASP_CAP}).",
     ),
-    k: int = options.width(DEFAULT_SD_K, "--k", help="Standard SD physical width K."),
-    source: str = typer.Option(
-        "drafter", "--source", help="drafter, lookahead or ctc (As²d sources)."
+    k: Optional[int] = options.width(
+        None, "--k", help=f"Standard SD physical width K (default {DEFAULT_SD_K})."
+    ),
+    source: Optional[str] = typer.Option(
+        None, "--source", help="drafter, lookahead or ctc (As²d sources; default drafter)."
     ),
     align: Optional[str] = options.align(),
     candidates: Optional[Path] = typer.Option(
@@ -50,33 +55,47 @@ def decode(
     os_placement: bool = options.os_placement(),
 ) -> None:
     """Run one native request and report its tokens, rounds and timings."""
+    from as2d_cli.engine.methods import check_method_options
+
+    # Options the method does not have, before anything else (one check for every command).
+    check_method_options(
+        method, budget=budget, k=k, source=source, align=align, candidates=candidates
+    )
     spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
     from device_agents.measurement import MeasureOptions, prepare
     from device_agents.monitor import call_monitored
     from native.candidates import load_candidates
     from native.host import open_runner
-    from native.protocol import METHODS
     from as2d_cli.errors import UserError
 
-    if method not in METHODS:
-        raise UserError(f"unknown --method {method!r}; use one of {', '.join(METHODS)}")
+    if models is not None:  # missing, empty, an export instead of a pair: named before any work
+        from as2d_cli.models.bundle import check_pair_folder
+
+        check_pair_folder(models)
     cmd = {
         "op": "decode",
         "window": window,
         "method": method,
-        "budget": budget,
-        "k": k,
-        "source": source,
+        "budget": DEFAULT_BUDGET if budget is None else budget,
+        "k": DEFAULT_SD_K if k is None else k,
+        "source": source or "drafter",
         "align": align or DEFAULT_ALIGN,
         "max_tokens": max_tokens,
     }
+    if budget is not None and method in ("asp", "as2d-no-bc"):
+        cmd["cap"] = budget  # the runner's field for ASP's cap (native.protocol.method_spec)
     if candidates is not None:
-        cmd["source"] = "external"
-        cmd["candidates"] = load_candidates(candidates)
-        if method not in ("as2d", "as2d-no-bc"):
+        if source is not None:
             raise UserError(
-                "--candidates feeds a target-decoupled method: use --method as2d or as2d-no-bc"
+                "--candidates is the source of the proposals; drop --source (or --candidates)"
             )
+        from as2d_cli.models.bundle import load_bundle
+
+        cmd["source"] = "external"
+        # Checked against the pair's tokenizer here: a token the target cannot emit would
+        # only fail deep inside the runner.
+        vocab = load_bundle(models, check_hashes=False).vocab.size
+        cmd["candidates"] = load_candidates(candidates, vocab_size=vocab)
     m = prepare(
         phone,
         MeasureOptions(
@@ -85,10 +104,6 @@ def decode(
     )
     device = m.device
     tc, pc = m.placement.cores
-    if models is not None and not (models / "models.json").is_file():
-        raise UserError(
-            f"--models {models} is not a model pair (no models.json); create one with `as2d models import`"
-        )
     with open_runner(
         device,
         None if models is None else str(models),

@@ -102,6 +102,10 @@ def energy(
         "--models",
         help="With --bundle: the model pair the requests run (the bundle must carry it: `as2d bundle build --models PAIR`).",
     ),
+    rest: Optional[float] = options.rest(),
+    interval: Optional[float] = options.interval(),
+    max_temp: Optional[float] = options.max_temp(),
+    temp_sensor: Optional[str] = options.temp_sensor(),
 ) -> None:
     """Measure request energy (J, W, J/token) from battery current × voltage, unplugged."""
     import importlib
@@ -189,6 +193,10 @@ def energy(
             adb_port=adb_port,
             models=models,
             say=say,
+            rest_s=rest,
+            interval_s=interval,
+            max_temp_c=max_temp,
+            temp_sensor=temp_sensor,
         )
         path = protocol.run_energy(run, say)
     typer.echo((path.parent / "table.md").read_text(), nl=False)

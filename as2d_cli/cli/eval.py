@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 
 def eval_(
+    ctx: typer.Context,
     phone: list[str] = typer.Option(
         ["k70"],
         "--phone",
@@ -38,6 +39,7 @@ def eval_(
         callback=file_in_option,
         help="Fixed configuration (default: the newest chosen on this profile and these traces; selected now if none).",
     ),
+    allow_implausible: bool = options.allow_implausible(),
     allow_unconfirmed: bool = typer.Option(
         False,
         "--allow-unconfirmed",
@@ -151,6 +153,7 @@ def eval_(
                 models=None if models is None else str(models),
                 prompt=spec,
                 allow_unconfirmed=allow_unconfirmed,
+                allow_implausible=allow_implausible,
                 align=align,
             ),
         )
@@ -185,8 +188,10 @@ def eval_(
                 models=models,
                 prompt=spec,
                 allow_unconfirmed=allow_unconfirmed,
+                allow_implausible=allow_implausible,
                 align=align,
                 executor=executor,
+                command=_command_line(ctx),
             )
     native_out = None
     if native:
@@ -219,6 +224,26 @@ def eval_(
     typer.echo(
         f"\nresults in {out.folder}/ (results.json, table.txt, tables.md, per_window.csv/.parquet, summary.csv, PNGs)"
     )
+
+
+def _command_line(ctx: typer.Context) -> str:
+    """This command as given (each option the user set, in its long form): what an
+    interrupted evaluation's folder names as the command that redoes it."""
+    import shlex
+
+    parts = ["as2d", "eval"]
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name) if param.name else None
+        if source is None or source.name.startswith("DEFAULT") or not param.opts:
+            continue
+        value = ctx.params.get(param.name or "")
+        opt = max(param.opts, key=len)
+        if getattr(param, "is_flag", False):
+            parts += [opt] if value else []
+        else:
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                parts += [opt, str(v)]
+    return shlex.join(parts)
 
 
 def _farm(

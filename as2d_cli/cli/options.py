@@ -275,6 +275,18 @@ def models(
     return typer.Option(None, "--models", help=help)
 
 
+def allow_implausible() -> Any:
+    """``--allow-implausible``: price with a cost profile that fails the plausibility
+    rules (``formats.profile.implausibilities``) instead of refusing it; the results record
+    the problems accepted."""
+    return typer.Option(
+        False,
+        "--allow-implausible",
+        help="Use a cost profile that fails the plausibility checks (docs/formats.md, "
+        "Plausibility) instead of refusing it; the results record what was accepted.",
+    )
+
+
 # ------------------------------------------------------------------ prompt (one PromptSpec)
 
 
@@ -418,6 +430,7 @@ def one_of(default: str | None, *flags: str, choices: tuple[str, ...], help: str
 
 
 __all__ = [
+    "allow_implausible",
     "milliseconds",
     "one_of",
     "interval",

@@ -64,11 +64,17 @@ def replay(
         callback=file_out_option,
         help="Also store the report as an as2d.results file (never overwritten).",
     ),
+    allow_implausible: bool = options.allow_implausible(),
 ) -> None:
     """Replay a method on trace files with a phone cost profile (no device needed)."""
+    from as2d_cli.engine.methods import check_method_options
+    from as2d_cli.formats.profile_io import load_profile
     from as2d_cli.formats.results import make_results, write_results
     from as2d_cli.replay.report import replay_report
 
+    check_method_options(method, budget=budget, k=k, source=source, align=align)
+    # The profile's plausibility, before any replay (replay_report reads its format again).
+    prof = load_profile(profile, check=True, allow_implausible=allow_implausible)
     rep = replay_report(
         profile,
         traces,
@@ -81,6 +87,13 @@ def replay(
         spans=spans,
         align=align,
     )
+    if prof.allowed_implausible:  # the override travels with the report (docs/replay.md)
+        rep["allowed_implausible"] = list(prof.allowed_implausible)
+        typer.echo(
+            f"warning: {profile} is implausible ({prof.allowed_implausible[0]}); "
+            "used anyway (--allow-implausible)",
+            err=True,
+        )
     written = None
     if out is not None:
         inputs = {"profile": profile, **{f"traces{i or ''}": t for i, t in enumerate(traces)}}

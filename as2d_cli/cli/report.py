@@ -15,15 +15,23 @@ def report(
         ..., callback=folder_in_option, help="An evaluation folder (`as2d eval` wrote it)."
     ),
 ) -> None:
-    """Re-render tables.md and the figures of an evaluation from its stored files, and print the tables."""
+    """Re-render tables.md and the figures of an evaluation from its stored files (checked
+    against the folder's manifest first), and print the tables."""
     from rich.console import Console
     from rich.markdown import Markdown
 
     from as2d_cli.evaluate.report import write_report
+    from as2d_cli.formats.common import MANIFEST
 
     paths = write_report(run)
     Console().print(Markdown(paths[0].read_text(encoding="utf-8")))
     typer.echo("wrote " + ", ".join(str(p) for p in paths))
+    if not (run / MANIFEST).is_file():
+        typer.echo(
+            f"note: {run} has no {MANIFEST} (written before manifests): its files were read "
+            "unverified",
+            err=True,
+        )
 
 
 def rk(

@@ -60,6 +60,7 @@ def select_budget(
         help="The source's publication batch for the whole catalog (default: the methods' default), or a comma list to search, e.g. 1,2,8.",
     ),
     align: Optional[str] = options.align("the whole catalog, recorded in the deployment."),
+    allow_implausible: bool = options.allow_implausible(),
 ) -> None:
     """Select the fixed As²d configuration (source × budget) by pooled dev TPS."""
     from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BATCH, DEFAULT_THRESHOLD
@@ -70,12 +71,14 @@ def select_budget(
     from as2d_cli.replay.report import default_deployment_path, select_report, write_selection
     from as2d_cli.replay.sweep import DEFAULT_BUDGETS
 
+    # The profile's plausibility, before any sweep (select_report reads its format again).
+    prof = load_profile(profile, check=True, allow_implausible=allow_implausible)
     srcs = [s.strip() for s in sources.split(",") if s.strip()] if sources else None
     if budgets is None:
         searched = list(DEFAULT_BUDGETS)
     else:
         searched = options.parse_budgets(budgets)
-        widest = load_profile(profile).max_width
+        widest = prof.max_width
         unmeasured = [b for b in searched if b + 1 > widest]
         if unmeasured:
             raise UserError(
@@ -115,9 +118,17 @@ def select_budget(
             batches=None if batch is None else options.parse_counts(batch),
             progress=progress,
         )
-    dest = out if out is not None else next_free(default_deployment_path(load_profile(profile)))
+    dest = out if out is not None else next_free(default_deployment_path(prof))
+    if prof.allowed_implausible:  # recorded in the deployment too (write_selection)
+        rep["allowed_implausible"] = list(prof.allowed_implausible)
     written = write_selection(sel, rep, profile, dest)
     rep["deployment"] = str(written)
+    if prof.allowed_implausible:
+        typer.echo(
+            f"warning: {profile} is implausible ({prof.allowed_implausible[0]}); "
+            "used anyway (--allow-implausible)",
+            err=True,
+        )
     if as_json:
         typer.echo(json.dumps(rep, indent=1, allow_nan=False))
         return

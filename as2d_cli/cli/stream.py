@@ -38,11 +38,16 @@ def stream(
         12.0, "--context-s", help="Audio and text context kept before a reset (s)."
     ),
     method: str = options.one_of("as2d", "--method", choices=METHODS, help="Decoding method."),
-    budget: int = options.budget(
-        DEFAULT_BUDGET, "--budget", help="As²d proposal budget b (physical K <= b+1)."
+    budget: Optional[int] = options.budget(
+        None,
+        "--budget",
+        help=f"As²d proposal budget b (physical K <= b+1; default {DEFAULT_BUDGET}).",
     ),
-    source: str = options.one_of(
-        "drafter", "--source", choices=("drafter", "lookahead", "ctc"), help="As²d's source."
+    source: Optional[str] = options.one_of(
+        None,
+        "--source",
+        choices=("drafter", "lookahead", "ctc"),
+        help="As²d's source (default drafter).",
     ),
     lifetime: str = options.one_of(
         "arrival",
@@ -75,6 +80,14 @@ def stream(
     adb_port: Optional[int] = options.adb_port(),
 ) -> None:
     """Stream a recording in real time through resident models; report lag, RTF, throughput."""
+    from as2d_cli.engine.methods import check_method_options
+
+    # Options the method does not have, before anything else (one check for every command).
+    check_method_options(
+        method, budget=budget, source=source, methods=METHODS, offers=("--budget", "--source")
+    )
+    budget_ = DEFAULT_BUDGET if budget is None else budget
+    source_ = source or "drafter"
     spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
     from as2d_cli.errors import DeviceError, Interrupted, UserError
     from as2d_cli.formats.common import fresh_folder
@@ -85,10 +98,10 @@ def stream(
     from device_agents.measurement import MeasureOptions, prepare
     from native.host import open_runner
 
-    if models is not None and not (models / "models.json").is_file():
-        raise UserError(
-            f"--models {models} is not a model pair (no models.json); create one with `as2d models import`"
-        )
+    if models is not None:  # missing, empty, an export instead of a pair: named before any work
+        from as2d_cli.models.bundle import check_pair_folder
+
+        check_pair_folder(models)
     if spec.task == "answer" and spec.question is None and spec.text is None:
         raise UserError(
             "--task answer on a stream needs --question TEXT (a stream's blocks carry no question)"
@@ -98,8 +111,6 @@ def stream(
             f"--context-s {context_s:g} is shorter than --block-s {block_s:g}; "
             "the context holds at least one block"
         )
-    if method != "as2d" and (budget != DEFAULT_BUDGET or source != "drafter"):
-        raise UserError(f"--budget and --source set As²d's drafting; method {method} has none")
     measure = MeasureOptions(
         rest_s=rest,
         interval_s=interval,
@@ -115,14 +126,14 @@ def stream(
     )
     settings = settings_for(
         method,
-        budget=budget,
+        budget=budget_,
         block_s=block_s,
         context_s=context_s,
         lifetime=lifetime,
-        source=source,
+        source=source_,
         check=check,
     )
-    label = f"As²d ({source}, b{budget})" if method == "as2d" else method
+    label = f"As²d ({source_}, b{budget_})" if method == "as2d" else method
     folder = fresh_folder(out / results_stem(m.identity.name, "stream", time.time()))
     con = Console(stderr=True)
     con.print(

@@ -7,6 +7,7 @@ normalised reference text.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from as2d_cli.errors import FormatError, UserError
-from as2d_cli.formats.common import read_json
+from as2d_cli.formats.strict import json_loads
 
 if TYPE_CHECKING:
     from as2d_cli.corpus.questions import SpokenQuestion
@@ -63,17 +64,22 @@ class Window:
         return self.spoken.question
 
     def load_audio(self) -> np.ndarray:
-        """16 kHz mono float32 samples."""
-        import soundfile as sf
-
+        """16 kHz mono float32 samples, as long as the manifest says (a shorter file is a
+        truncated copy)."""
+        bundled = self.audio.resolve().is_relative_to(DEFAULT_DIR.resolve())
+        fix = (
+            "reinstall the package or rerun training/make_corpus.py"
+            if bundled
+            else "copy the corpus again or regenerate it with training/make_corpus.py"
+        )
         if not self.audio.is_file():
-            raise UserError(
-                f"corpus audio {self.audio} is missing; reinstall the package or rerun training/make_corpus.py"
-            )
-        data, rate = sf.read(self.audio, dtype="float32")
-        if rate != 16_000 or data.ndim != 1:
+            raise UserError(f"corpus audio {self.audio} is missing; {fix}")
+        data = read_audio_file(self.audio, f"corpus audio {self.audio}", fix=fix)
+        got = len(data) / AUDIO_RATE
+        if abs(got - self.seconds) > WINDOW_SECONDS_TOLERANCE:
             raise FormatError(
-                f"corpus audio {self.audio} is not 16 kHz mono; rerun training/make_corpus.py"
+                f"corpus audio {self.audio} holds {got:.2f} s but the manifest says "
+                f"{self.seconds:.2f} s (window {self.id}); the file is truncated or replaced — {fix}"
             )
         return data
 
@@ -102,16 +108,112 @@ class Corpus:
         raise UserError(f"no window {window_id!r} in {self.path}; `as2d corpus list` shows the ids")
 
 
+# ------------------------------------------------------------------ audio files
+AUDIO_RATE = 16_000
+# The shortest recording accepted (docs/corpus.md, "Audio files"): anything shorter is an
+# empty or cut recording, not speech to transcribe (the shipped windows are 4–20 s).
+MIN_AUDIO_S = 1.0
+# A window's file may differ from the manifest's duration by the codec's padding only
+# (the shipped Ogg/Opus files: under 1 ms).
+WINDOW_SECONDS_TOLERANCE = 0.05
+_CONVERT = "convert it: `ffmpeg -i {name} -ar 16000 -ac 1 out.wav`"
+
+
+def _wav_shortfall(path: Path) -> tuple[int, int] | None:
+    """(declared, present) bytes of a RIFF/WAVE file's ``data`` chunk when the file ends
+    before it does; None for complete files and other formats. libsndfile silently reads
+    what is there, so a cut WAV would otherwise pass as a shorter recording."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+                return None
+            pos = 12
+            while True:
+                f.seek(pos)
+                chunk = f.read(8)
+                if len(chunk) < 8:
+                    return None
+                n = int.from_bytes(chunk[4:], "little")
+                if chunk[:4] == b"data":
+                    present = size - pos - 8
+                    # Streaming writers leave the size 0 or 0xFFFFFFFF (unknown): not a cut.
+                    return (n, present) if 0 < n < 0xFFFFFFFF and n > present else None
+                pos += 8 + n + (n & 1)
+    except OSError:
+        return None
+
+
+def read_audio_file(
+    path: Path, label: str, *, fix: str | None = None, min_s: float = MIN_AUDIO_S
+) -> np.ndarray:
+    """The 16 kHz mono float32 samples of an audio file, or one error line starting with
+    ``label`` (which names the file): not audio, truncated or damaged, another rate or
+    channel count (``fix``: the remedy; default the ffmpeg conversion), shorter than
+    ``min_s`` seconds. The caller reports a missing file in its own words."""
+    import soundfile as sf
+
+    try:
+        info = sf.info(str(path))
+    except Exception as exc:  # soundfile raises its own error types
+        why = str(exc).split(": ")[-1].strip().rstrip(".") or type(exc).__name__
+        raise UserError(
+            f"{label} is not an audio file soundfile can read ({why}); pass a WAV, FLAC or "
+            "Ogg recording"
+        ) from None
+    cut = _wav_shortfall(path)
+    if cut is not None:
+        raise FormatError(
+            f"{label} is truncated: its header announces {cut[0]} bytes of samples, the file "
+            f"holds {cut[1]}; copy or export it again"
+        )
+    if info.samplerate != AUDIO_RATE or info.channels != 1:
+        raise UserError(
+            f"{label} is {info.samplerate} Hz with {info.channels} channel(s); as2d reads 16 kHz "
+            f"mono — {fix or _CONVERT.format(name=path.name)}"
+        )
+    try:
+        data, _ = sf.read(str(path), dtype="float32", always_2d=True)
+    except Exception as exc:
+        raise FormatError(
+            f"{label} cannot be decoded to its end ({str(exc).strip()}); the file is truncated "
+            f"or damaged — {fix or 'copy or export it again'}"
+        ) from None
+    if info.frames > 0 and len(data) < info.frames:
+        raise FormatError(
+            f"{label} is truncated: {len(data)} of the {info.frames} samples its header "
+            f"announces could be read; {fix or 'copy or export it again'}"
+        )
+    seconds = len(data) / AUDIO_RATE
+    if seconds < min_s:
+        raise UserError(
+            f"{label} holds {seconds:.2f} s of audio; at least {min_s:g} s is needed (an empty "
+            "or cut recording?) — pass the whole recording"
+        )
+    return data[:, 0]
+
+
 def load_corpus(directory: Path | str | None = None) -> Corpus:
     """Load and validate ``manifest.json`` in ``directory`` (default: the bundled corpus)."""
     directory = Path(directory) if directory is not None else DEFAULT_DIR
     path = directory / "manifest.json"
-    data = read_json(
-        path,
-        f"corpus manifest {path} not found; rerun training/make_corpus.py or reinstall the package",
-        "regenerate it with training/make_corpus.py",
-        FormatError,
-    )
+    bundled = directory.resolve() == DEFAULT_DIR.resolve()
+    if not path.is_file():
+        raise UserError(
+            f"corpus manifest {path} not found; "
+            + (
+                "rerun training/make_corpus.py or reinstall the package"
+                if bundled
+                else "pass a corpus folder made by training/make_corpus.py (it holds manifest.json)"
+            )
+        )
+    try:  # a window field written twice is refused, not resolved silently
+        data = json_loads(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(
+            f"{path} is not valid JSON ({exc}); regenerate it with training/make_corpus.py"
+        ) from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise FormatError(
             f"{path}: key 'schema' must be {SCHEMA!r}; this is not an as2d corpus manifest"

@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from as2d_cli.energy.episode_records import Episode, RequestRecord
+from as2d_cli.energy.episode_records import (
+    NO_TOKENS,
+    NOT_RUN,
+    RECORDS_MISSING,
+    STOPPED,
+    Episode,
+    RequestRecord,
+)
 from as2d_cli.energy.gauge import GaugeEstimate, estimate_gauge
 from as2d_cli.energy.refusals import (
     MeasurementRefused,
@@ -32,8 +39,13 @@ UAS_NS_PER_MAH = 3.6e15  # 1 mAh = 3.6 C; µA·ns = 1e-15 C
 SHORT_WINDOW_PERIODS = 5.0
 # Exit codes the host assigns when assembling records (episode_script.assemble_episode).
 _FAILURES = {
-    254: "no AS2D_REQUEST line on stdout (the request command must print its body tokens)",
-    255: "records missing (the episode was interrupted before this request finished)",
+    NO_TOKENS: "no AS2D_REQUEST line on stdout (the request command must print its body tokens)",
+    RECORDS_MISSING: "records missing (the episode was interrupted before this request finished)",
+}
+_STOPS = {
+    STOPPED: "stopped: it ran when the device's conditions broke (a core went offline); "
+    "not a measurement",
+    NOT_RUN: "not run: the episode stopped measuring before it (a core went offline)",
 }
 
 
@@ -207,6 +219,8 @@ def analyse_request(
         body_tokens=r.body_tokens,
         exit_code=r.exit_code,
     )
+    if r.exit_code in _STOPS:
+        return RequestEnergy(**base, status=_STOPS[r.exit_code])
     if r.exit_code != 0:
         why = _FAILURES.get(r.exit_code, f"request exited with {r.exit_code}")
         return RequestEnergy(**base, status=f"failed: {why}")
@@ -351,13 +365,16 @@ def pool_methods(
         n, nf = len(formal), len(formal) - len(ok)
         if not ok:
             why = formal[0].status.removeprefix("failed: ") if formal else "no formal request"
+            stopped = bool(formal) and all(r.exit_code in _STOPS for r in formal)
             rows.append(
                 MethodSummary(
                     m,
                     n,
                     0,
                     nf,
-                    f"failed: all {n} formal request(s) failed ({why})",
+                    f"stopped: none of its {n} formal request(s) was measured ({why})"
+                    if stopped
+                    else f"failed: all {n} formal request(s) failed ({why})",
                     None,
                     None,
                     None,

@@ -29,6 +29,11 @@ COLUMNS = (
     "exit_code",
 )
 PHASES = ("warmup", "formal")
+# Exit codes the host assigns to requests that are not measurements (docs/energy.md):
+STOPPED = 252  # it ran when the device's conditions broke (a core went offline)
+NOT_RUN = 253  # the episode stopped measuring before it (the conditions broke earlier)
+NO_TOKENS = 254  # no AS2D_REQUEST line on stdout
+RECORDS_MISSING = 255  # the episode was interrupted before this request finished
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,13 @@ wrong while nobody is watching. It
    starts and again after the tail, so a charger at either end is refused;
 5. writes every raw record into the run directory and marks the episode done.
 
+The episode stops measuring when its conditions break. Before and after every request it
+checks that the cores online are the ones the gate saw (``cores_online``, e.g. ``0-7``);
+the host's 1 Hz monitor, while it reaches the phone, writes ``stop.host`` when a core goes
+offline. Once either happened, every later request is skipped (``reqNNN.skipped``), the
+request that saw it is marked ``reqNNN.stopped``, and the episode runs on to its tail and
+end records, so what was measured before stays whole.
+
 A request command may report its own boot-clock stamps and token count on one stdout line
 ``AS2D_REQUEST body_tokens=N [origin_boot_ns=… target_eos_boot_ns=… end_boot_ns=…]``
 (the native runner does); otherwise the script's /proc/uptime stamps bound the request and
@@ -25,12 +32,23 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from as2d_cli.energy.episode_records import Episode, RequestRecord
+from as2d_cli.energy.episode_records import (
+    NO_TOKENS,
+    NOT_RUN,
+    RECORDS_MISSING,
+    STOPPED,
+    Episode,
+    RequestRecord,
+)
 from as2d_cli.errors import FormatError, UserError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
 _REQ_LINE = re.compile(r"^AS2D_REQUEST\s+(.*)$", re.M)
 STATUS_FILE = "/sys/class/power_supply/battery/status"
+ONLINE_FILE = "/sys/devices/system/cpu/online"
+STOP_HOST = "stop.host"  # the host monitor saw a core go offline: "boundary_boot_ns=N message"
+STOP_CORES = "stop.cores"  # the episode's own check saw other cores online: the online list
+_CPU_LIST = re.compile(r"^[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*$")
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,9 @@ class EpisodePlan:
     tail_s: float = 3.0  # after the last request
     request_budget_s: float = 120.0  # longest a request may take (sizes the trace)
     discharge_wait_s: int = 300  # how long the phone waits for USB to be pulled
+    # The cores online the gate saw (/sys/devices/system/cpu/online, e.g. "0-7"): checked
+    # before and after every request; None: no check (the phone has no such file).
+    cores_online: str | None = None
 
     def validate(self) -> None:
         if not self.methods:
@@ -93,6 +114,11 @@ class EpisodePlan:
                 raise UserError(f"{what} time must be ≥ 0 s")
         if self.request_budget_s <= 0 or self.discharge_wait_s < 0:
             raise UserError("request budget must be > 0 s and the discharge wait ≥ 0 s")
+        if self.cores_online is not None and not _CPU_LIST.match(self.cores_online):
+            raise UserError(
+                f"cores online {self.cores_online!r} is not a CPU list like 0-7; the phone's "
+                f"{ONLINE_FILE} reads oddly — check it with `as2d devices gate --show`"
+            )
 
     def command_for(self, method: str) -> str:
         return dict(self.method_cmds).get(method, self.request_cmd)
@@ -142,20 +168,35 @@ def render_script(
         f"sleep {_sec(plan.settle_s)}",
     ]
     reqs = plan.requests()
+    stops = (q(f"{r}/{STOP_HOST}"), q(f"{r}/{STOP_CORES}"))
+    online = None if plan.cores_online is None else q(f"^{plan.cores_online}$")
     for k, pr in enumerate(reqs):
         cmd = plan.command_for(pr.method).format(
             method=q(pr.method), phase=q(pr.phase), index=pr.index, run_dir=q(r)
         )
         base = f"{r}/{pr.stem}"
+        skipped, stopped = q(base + ".skipped"), q(base + ".stopped")
+        lines.append(f"# request {pr.index}: {pr.method} {pr.phase}")
+        if online is not None:  # the cores the gate saw, still online before it starts
+            lines.append(f"grep -q {online} {ONLINE_FILE} || cat {ONLINE_FILE} > {stops[1]}")
+        lines += [f"test -e {stop} && echo skipped > {skipped}" for stop in stops]
+        guard = f"test -e {skipped} ||"
         lines += [
-            f"# request {pr.index}: {pr.method} {pr.phase}",
-            f"cat /proc/uptime > {q(base + '.origin')}",
-            f"{cmd} > {q(base + '.out')} 2> {q(base + '.err')}",
+            f"{guard} cat /proc/uptime > {q(base + '.origin')}",
+            # sh -c: the guard skips the whole command, whatever lists it holds
+            f"{guard} sh -c {q(cmd)} > {q(base + '.out')} 2> {q(base + '.err')}",
             f"echo $? > {q(base + '.rc')}",
-            f"cat /proc/uptime > {q(base + '.end')}",
+            f"{guard} cat /proc/uptime > {q(base + '.end')}",
         ]
+        if online is not None:  # ... and after it ends: else it ran (partly) without them
+            lines += [
+                f"{guard} grep -q {online} {ONLINE_FILE} || cat {ONLINE_FILE} > {stopped}",
+                f"test -e {stopped} && cat {stopped} > {stops[1]}",
+            ]
+        # the host's monitor tripped while it ran (its boundary, if stamped, is finer)
+        lines.append(f"test -e {stops[0]} && test ! -e {skipped} && echo host >> {stopped}")
         if k + 1 < len(reqs) and plan.gap_s > 0:
-            lines.append(f"sleep {_sec(plan.gap_s)}")
+            lines.append(f"test -e {stops[0]} || test -e {stops[1]} || sleep {_sec(plan.gap_s)}")
     lines.append(f"sleep {_sec(plan.tail_s)}")
     lines += _battery_status_lines(r, "end")
     lines += [
@@ -209,23 +250,104 @@ def _kv(line: str) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class _Stop:
+    by: str  # "host" (its monitor), "phone" (the episode's own check) or "" (none)
+    why: str
+    boundary_ns: int | None = None  # boot clock: the host monitor's last good sample
+    trip_ns: int | None = None  # boot clock: the sample that saw the core offline
+
+
+def _stop_reason(files: dict[str, str], cores_online: str | None) -> _Stop:
+    """Who stopped the episode and why; the host's stop file also carries, on the phone's
+    boot clock, its monitor's last good sample and the sample that saw the loss."""
+    host = files.get(STOP_HOST, "").strip()
+    if host:
+        stamps: dict[str, int] = {}
+        words = host.split()
+        while words and "=" in words[0]:
+            key, _, val = words.pop(0).partition("=")
+            if val.isdigit():
+                stamps[key] = int(val)
+        return _Stop(
+            "host",
+            " ".join(words) or "the host's monitor stopped it",
+            stamps.get("boundary_boot_ns"),
+            stamps.get("trip_boot_ns"),
+        )
+    cores = files.get(STOP_CORES, "").strip()
+    if cores:
+        return _Stop("phone", offline_reason(cores, cores_online))
+    return _Stop("", "")
+
+
+def _boundary(plan: EpisodePlan, files: dict[str, str], stop: _Stop) -> int | None:
+    """The boot-clock time after which a request ran without the gated conditions: the
+    host monitor's last good sample, moved later by every request whose own check after it
+    saw all the cores online before the monitor saw one gone (the core went offline after
+    that check: one loss, not a core that went and came back twice)."""
+    if stop.boundary_ns is None:
+        return None
+    bound = stop.boundary_ns
+    if plan.cores_online is None or stop.trip_ns is None:
+        return bound
+    for pr in plan.requests():
+        s = pr.stem
+        if f"{s}.end" not in files or f"{s}.stopped" in files or f"{s}.skipped" in files:
+            continue
+        try:
+            end = parse_uptime_ns(files[f"{s}.end"], f"{s}.end")
+        except FormatError:
+            continue
+        if end < stop.trip_ns:  # its check saw every core online at its end
+            bound = max(bound, end)
+    return bound
+
+
+def offline_reason(online: str, expected: str | None) -> str:
+    """What the episode's own check saw, e.g. 'CPU5 went offline (online 0-4,6-7, the gate
+    saw 0-7)'."""
+    from device_agents.base import parse_cpu_list
+
+    try:
+        gone = sorted(set(parse_cpu_list(expected or "")) - set(parse_cpu_list(online)))
+    except ValueError:
+        gone = []
+    what = f"CPU{','.join(map(str, gone))} went offline" if gone else "the cores online changed"
+    return f"{what} (online {online}, the gate saw {expected or 'unknown'})"
+
+
 def assemble_episode(plan: EpisodePlan, files: dict[str, str]) -> Episode:
     """Build the Episode from the pulled raw files (name → text, names relative to the run
     directory). A request whose files are missing or that reported no tokens is kept as
-    failed, never dropped."""
+    failed, never dropped. A request the episode skipped after its conditions broke
+    (``reqNNN.skipped``) is NOT_RUN; one that ran when they broke (``reqNNN.stopped``, or
+    it ended after the boundary the host's monitor stamped) is STOPPED: neither is a
+    measurement. The metadata says who stopped the episode and why."""
+    stop = _stop_reason(files, plan.cores_online)
+    by, why, boundary = stop.by, stop.why, _boundary(plan, files, stop)
     reqs: list[RequestRecord] = []
+    first_stop: int | None = None
     for pr in plan.requests():
         s = pr.stem
+        if f"{s}.skipped" in files:
+            first_stop = pr.index if first_stop is None else first_stop
+            reqs.append(RequestRecord(pr.method, pr.phase, 0, 0, 0, 0, NOT_RUN))
+            continue
         missing = [x for x in ("origin", "rc", "end") if f"{s}.{x}" not in files]
         if missing:
-            reqs.append(RequestRecord(pr.method, pr.phase, 0, 0, 0, 0, 255))
+            reqs.append(RequestRecord(pr.method, pr.phase, 0, 0, 0, 0, RECORDS_MISSING))
             continue
         origin = parse_uptime_ns(files[f"{s}.origin"], f"{s}.origin")
         end = parse_uptime_ns(files[f"{s}.end"], f"{s}.end")
+        if f"{s}.stopped" in files or (boundary is not None and end > boundary):
+            first_stop = pr.index if first_stop is None else first_stop
+            reqs.append(RequestRecord(pr.method, pr.phase, origin, end, end, 0, STOPPED))
+            continue
         try:
             rc = int(files[f"{s}.rc"].strip() or "255")
         except ValueError:
-            rc = 255
+            rc = RECORDS_MISSING
         eos = end
         tokens = 0
         found = _REQ_LINE.findall(files.get(f"{s}.out", ""))
@@ -242,7 +364,7 @@ def assemble_episode(plan: EpisodePlan, files: dict[str, str]) -> Episode:
                     "field; the request command must print integers"
                 ) from None
         elif rc == 0:
-            rc = 254  # ran, but never said how many tokens it produced: not measurable
+            rc = NO_TOKENS  # ran, but never said how many tokens it produced: not measurable
         reqs.append(RequestRecord(pr.method, pr.phase, origin, eos, end, tokens, rc))
     meta = {}
     for key in ("t_discharging", "t_trace_started", "t_episode_done"):
@@ -252,4 +374,13 @@ def assemble_episode(plan: EpisodePlan, files: dict[str, str]) -> Episode:
         status = battery_status(files, when)
         if status:
             meta[f"battery_status_at_{when}"] = status
+    if plan.cores_online is not None:
+        meta["cores_online"] = plan.cores_online
+    if by:
+        meta["stopped_by"] = by
+        meta["stop_reason"] = why
+        if boundary is not None:
+            meta["stop_boundary_boot_ns"] = str(boundary)
+        if first_stop is not None:
+            meta["stopped_at_request"] = str(first_stop)
     return Episode(reqs, meta)

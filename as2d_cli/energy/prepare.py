@@ -37,6 +37,10 @@ def prepare_run(
     adb_port: int | None,
     models: Path | None,
     say: Callable[[str], None],
+    rest_s: float | None = None,
+    interval_s: float | None = None,
+    max_temp_c: float | None = None,
+    temp_sensor: str | None = None,
 ) -> EnergyRun:
     """The energy run the options describe, or one clear error line."""
     from device_agents.identity import identify
@@ -138,6 +142,16 @@ def prepare_run(
         facts = {"facts": device.facts().to_dict()}
     except Exception as exc:  # noqa: BLE001 - facts are context, never a reason to stop
         facts = {"facts_error": str(exc)}
+    from device_agents.gating import GateConfig
+
+    gate = GateConfig.for_device(device)
+    changes: dict = {
+        k: v
+        for k, v in (("rest_s", rest_s), ("interval_s", interval_s), ("temp_sensor", temp_sensor))
+        if v is not None
+    }
+    if max_temp_c is not None:
+        changes["max_temp_c"] = None if max_temp_c == 0 else max_temp_c
     run = EnergyRun(
         device=device,
         plan=plan,
@@ -149,5 +163,6 @@ def prepare_run(
         push_files=list(push),
         phone_facts=facts,
         preflight_done=True,
+        gate=dataclasses.replace(gate, **changes),
     )
     return run

@@ -1,7 +1,9 @@
 """The unplugged energy protocol, host side (paper D.6.1).
 
 0. Refuse what cannot measure before anything runs: the local host, an unknown connection,
-   a phone without perfetto/traced or whose battery status cannot be read (preflight).
+   a phone without perfetto/traced or whose battery status cannot be read (preflight); then
+   gate the phone as calibration and evaluation do (rest, temperature, cores online,
+   frequency ceiling) while it is still attached.
 1. Build the TraceConfig and the episode script, push both (and any helper files) into a
    per-run directory on the phone; record the phone's identity and that directory in the
    local run folder (phone_run.json); start the episode under nohup.
@@ -18,6 +20,14 @@ fails midway with the phone reachable, what it wrote is pulled first; when the p
 gone (it never came back), the directory stays on it and `collect` fetches it later.
 
 Over wireless adb the phone never leaves, so steps 2–3 reduce to waiting.
+
+The 1 Hz monitor samples the phone from the launch until the episode is done, whenever it
+reaches it (over USB: until the cable comes out and after it is back). A core going
+offline makes the host write ``stop.host`` into the run directory; the episode's own
+checks before and after every request catch what the host cannot see while unplugged.
+Either way the episode skips its later requests, the request that was running is not a
+measurement, everything finished before is analysed and kept in energy.json (status
+``stopped``), and the command ends with one line saying so.
 """
 
 from __future__ import annotations
@@ -42,6 +52,8 @@ from as2d_cli.energy.capture_config import (
 )
 from as2d_cli.energy.episode_records import format_episode
 from as2d_cli.energy.episode_script import (
+    ONLINE_FILE,
+    STOP_HOST,
     EpisodePlan,
     assemble_episode,
     parse_uptime_ns,
@@ -49,14 +61,20 @@ from as2d_cli.energy.episode_script import (
 )
 from as2d_cli.energy.refusals import MeasurementRefused
 from as2d_cli.energy.results import (
+    GATE_NAME,
+    MONITOR_NAME,
     TRACE_NAME,
+    conditions_of,
     new_run_dir,
     short_window_lines,
+    stopped_line,
     write_results,
 )
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import As2dError, DeviceError, UserError
 from device_agents.base import Device
+from device_agents.gating import GateConfig, GateResult
+from device_agents.monitor import CoreMonitor, FailureRecord
 from as2d_cli.energy.perfetto_capture import (
     CONFIG_NAME,
     preflight,
@@ -100,6 +118,8 @@ class EnergyRun:
     episode_timeout_s: float | None = None  # default: discharge wait + trace + 120 s
     phone_facts: dict = field(default_factory=dict)
     preflight_done: bool = False  # the caller already ran perfetto_capture.preflight
+    gate: GateConfig | None = None  # the gate before the capture; None: the phone's default
+    monitor_interval_s: float = 1.0  # the monitor's sampling period while it reaches the phone
 
 
 # -- refusals before anything runs ----------------------------------------------------------
@@ -381,7 +401,15 @@ def analyse_run_folder(
         raise MeasurementRefused(f"{exc} (trace and records kept in {out_dir})") from None
     counters = list(series.counters_requested) or list(COUNTERS_REQUIRED + COUNTERS_OPTIONAL)
     return write_results(
-        out_dir, analysis, episode, out_dir / TRACE_NAME, spec, phone_facts, asdict(plan), counters
+        out_dir,
+        analysis,
+        episode,
+        out_dir / TRACE_NAME,
+        spec,
+        phone_facts,
+        asdict(plan),
+        counters,
+        conditions=conditions_of(out_dir, episode),
     )
 
 
@@ -407,8 +435,11 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
     from device_agents.identity import identify
 
     identity = identify(dev).to_dict()
+    gate = _gate(dev, run.gate, say)  # while the phone is attached: nothing is made before
+    plan = _with_cores_online(plan, dev)
     out_dir = new_run_dir(run.results_root, run.phone_label)
     (out_dir / "raw").mkdir()
+    _write_json(out_dir / GATE_NAME, gate.to_dict())
     (out_dir / "plan.json").write_text(
         json.dumps(
             {
@@ -457,6 +488,7 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
         },
     )
     th: threading.Thread | None = None
+    monitor = _PhoneMonitor(ph, run.monitor_interval_s)
     try:
         cfg_remote = push_config(dev, rd, spec, keep_copy=out_dir / "trace_config.pb")
         script = render_script(plan, rd, cfg_remote, ph.trace, __version__)
@@ -467,6 +499,7 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
 
         launch = f"nohup sh {rd}/episode.sh > {rd}/episode.log 2> {rd}/episode.err"
         box: dict[str, object] = {}
+        monitor.start()  # from before the launch until the episode is done
 
         def launch_episode() -> None:
             try:
@@ -501,7 +534,7 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
                 f"Wireless adb: keep the phone off any charger; measuring for about "
                 f"{trace_s:.0f} s."
             )
-        _finish_on_phone(ph, spec, episode_s, away_s, say)
+        _finish_on_phone(ph, spec, episode_s, away_s, say, on_done=monitor.stop)
     except PhoneAway:
         raise
     except KeyboardInterrupt:
@@ -511,10 +544,120 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
         )
         raise
     except As2dError as exc:
+        monitor.stop()
         raise _salvaged(ph, exc, say) from None
+    finally:
+        monitor.stop()
     if th is not None:
         th.join(timeout=5)
-    return analyse_run_folder(out_dir, plan, spec, run.baseline, facts, say)
+    path = analyse_run_folder(out_dir, plan, spec, run.baseline, facts, say)
+    _raise_if_stopped(path)
+    return path
+
+
+def _gate(dev: Device, config: GateConfig | None, say: Say) -> GateResult:
+    """The gate before the capture (rest, temperature, every core online, the frequency
+    ceiling), with the phone attached; one line when it fails, before anything is made."""
+    from device_agents.gating import run_gate
+
+    config = config or GateConfig.for_device(dev)
+    if config.rest_s > 0 or (config.checks > 1 and config.interval_s > 0):
+        say(f"Checking the phone before the capture (about {_gate_s(config):.0f} s).")
+    result = run_gate(dev, config)
+    if not result.passed:
+        raise DeviceError(
+            f"{result.failure}; nothing was measured — let the phone idle and cool down, "
+            "then run the same command again"
+        )
+    return result
+
+
+def _gate_s(config: GateConfig) -> float:
+    return config.rest_s + max(0, config.checks - 1) * config.interval_s
+
+
+def _with_cores_online(plan: EpisodePlan, dev: Device) -> EpisodePlan:
+    """The plan with the cores online now (the gate just saw them all), which the episode
+    checks before and after every request; unchanged when the phone has no such file."""
+    import dataclasses
+    import re
+
+    text = (dev.read_files([ONLINE_FILE]).get(ONLINE_FILE) or "").strip()
+    if not re.fullmatch(r"[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*", text):
+        return plan
+    return dataclasses.replace(plan, cores_online=text)
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)
+
+
+class _PhoneMonitor:
+    """The 1 Hz monitor over an energy run: it samples the phone whenever it reaches it
+    (a phone away on purpose, unplugged, does not trip it); a core going offline writes
+    ``stop.host`` into the run directory with the boot-clock boundary after which a request
+    ran without that core, so the episode skips the rest. Its record goes to monitor.json
+    when it stops (once the episode is done, or when the run ends otherwise)."""
+
+    def __init__(self, ph: "_PhoneRun", interval_s: float) -> None:
+        self.ph = ph
+        self.monitor = CoreMonitor(ph.device, interval_s, on_trip=self._stop_episode, away_ok=True)
+        self.started = False
+        self.stopped = False
+
+    def start(self) -> None:
+        self.monitor.start()
+        self.started = True
+
+    def stop(self) -> None:
+        if not self.started or self.stopped:
+            return
+        self.stopped = True
+        self.monitor.stop()
+        _write_json(self.ph.out_dir / MONITOR_NAME, self.monitor.record())
+
+    def _stop_episode(self, failure: FailureRecord) -> None:
+        if failure.kind != "core_offline":
+            return
+        import shlex
+
+        dev, rd = self.ph.device, self.ph.run_dir
+        try:
+            if self.ph.cat("state").strip() == "done":
+                return  # every request has ended: nothing left to stop
+        except (As2dError, _PhoneGone):
+            pass
+        gone = ",".join(map(str, failure.detail.get("offline", [])))
+        at = time.strftime("%H:%M:%S", time.localtime(failure.wall_time))
+        why = f"CPU{gone} went offline on {dev.serial} (the host's monitor, at {at})"
+        last_good = failure.detail.get("last_good_wall_time") or failure.wall_time
+        head = ""
+        try:
+            # The phone's boot clock now, and the two samples on it. The host's time is
+            # taken after the round trip: both stamps come out earlier, never later, than
+            # the samples — an earlier boundary marks more requests, never fewer.
+            up = parse_uptime_ns(dev.shell(["cat", "/proc/uptime"], deadline_s=10).stdout, "up")
+            now = time.time()
+            good = up - int((now - float(last_good)) * 1e9)
+            trip = up - int((now - failure.wall_time) * 1e9)
+            head = f"boundary_boot_ns={max(0, good)} trip_boot_ns={max(0, trip)} "
+        except (As2dError, ValueError):
+            pass  # no boundary: the request that was running is marked by the episode
+        try:
+            dev.shell(
+                f"echo {shlex.quote(head + why)} > {shlex.quote(f'{rd}/{STOP_HOST}')}",
+                deadline_s=10,
+            )
+        except As2dError:
+            pass  # away: the episode's own checks around each request still apply
+
+
+def _raise_if_stopped(path: Path) -> None:
+    line = stopped_line(path)
+    if line is not None:
+        raise DeviceError(line)
 
 
 def _away(ph: _PhoneRun, waited_s: float) -> PhoneAway:
@@ -553,14 +696,22 @@ def _salvaged(ph: _PhoneRun, exc: As2dError, say: Say) -> As2dError:
 
 
 def _finish_on_phone(
-    ph: _PhoneRun, spec: CaptureSpec, episode_s: float, away_s: float, say: Say
+    ph: _PhoneRun,
+    spec: CaptureSpec,
+    episode_s: float,
+    away_s: float,
+    say: Say,
+    on_done: Callable[[], None] | None = None,
 ) -> None:
     """Wait for the episode and the bounded trace to end, pull everything, then remove the
-    phone's copy. A phone that leaves meanwhile is waited for up to `away_s`, then PhoneAway."""
+    phone's copy. A phone that leaves meanwhile is waited for up to `away_s`, then PhoneAway.
+    ``on_done`` is called once the episode is done (the monitor stops there)."""
     dev = ph.device
     for _ in range(3):
         try:
             _wait_episode_done(ph, episode_s)
+            if on_done is not None:
+                on_done()
             rc = ph.cat("perfetto.rc").strip()
             if rc != "0":
                 err = ph.cat("perfetto.err").strip().splitlines()
@@ -643,25 +794,16 @@ def _keep_old_refusal(out_dir: Path) -> None:
 def _find_phone(port: int, rec: dict, out_dir: Path) -> Device:
     """The phone that holds the run: its adb serial, else any attached phone with the same
     hardware serial (a wireless adb serial changes with every connection)."""
-    from device_agents.adb_phone import AdbPhone, list_attached
+    from device_agents.adb_phone import AdbPhone
+    from device_agents.identity import find_attached
 
     serial = rec["serial"]
     hw = (rec.get("identity") or {}).get("serial")
-    candidates = [serial] + [
-        a.serial for a in list_attached(port) if a.state == "device" and a.serial != serial
-    ]
-    for cand in candidates:
-        if not _present(port, cand):
-            continue
-        dev = AdbPhone(cand, port)
-        if not hw:
-            return dev
-        try:
-            props = dev.getprops()
-        except DeviceError:
-            continue
-        if (props.get("ro.serialno") or props.get("ro.boot.serialno") or cand) == hw:
-            return dev
+    if not hw and _present(port, serial):
+        return AdbPhone(serial, port)
+    dev = find_attached(hw, port, prefer=serial) if hw else None
+    if dev is not None:
+        return dev
     raise UserError(
         f"phone {serial}{f' (serial {hw})' if hw and hw != serial else ''} is not "
         f"attached to the adb server on port {port}; reattach it (USB cable, or "
@@ -718,7 +860,9 @@ def collect(
     facts = dict(rec.get("phone_facts") or {})
     facts.setdefault("serial", dev.serial)
     facts.setdefault("connection", connection)
-    return analyse_run_folder(out_dir, plan, spec, baseline, facts, say)
+    path = analyse_run_folder(out_dir, plan, spec, baseline, facts, say)
+    _raise_if_stopped(path)
+    return path
 
 
 def reanalyse(out_dir: Path, baseline: str | None = "target-only", say: Say | None = None) -> Path:
@@ -752,4 +896,8 @@ def reanalyse(out_dir: Path, baseline: str | None = "target-only", say: Say | No
     _keep_old_refusal(out_dir)
     facts = dict(rec.get("phone_facts") or {})
     facts.setdefault("connection", connection)
-    return analyse_run_folder(out_dir, plan, spec, baseline, facts, say)
+    path = analyse_run_folder(out_dir, plan, spec, baseline, facts, say)
+    line = stopped_line(path)
+    if line is not None and say is not None:
+        say(line[0].upper() + line[1:] + ".")
+    return path

@@ -28,7 +28,7 @@ from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import check_version, fresh_folder, git_commit
 
 SCHEMA = "as2d.energy-result"
-VERSION = 3
+VERSION = 4
 # Version history: 1 — first release (per-request rows, per-method pools, cross-check);
 # 2 — the gauge's own figures: capture.gauge_period_s and capture.gauge_readings replace
 # capture.poll_s_observed, and each request has gauge_readings_in_window; a gauge whose
@@ -39,9 +39,14 @@ VERSION = 3
 # requests all failed (status), and window_includes says per method what its window holds;
 # 3 — the gauge's error bound: each request's short_window, power_step_w and energy_bound_j,
 # each method's energy_bound_j, energy_bound_percent and short_windows; capture.gauge_noise_w
-# and each request's noise_bound_j (the bound's reading-noise part).
+# and each request's noise_bound_j (the bound's reading-noise part);
+# 4 — the measuring conditions: status (complete or stopped) and conditions (the gate before
+# the capture, the 1 Hz monitor's record, the cores the episode checked around every
+# request, and why and where it stopped measuring); requests stopped or not run.
 TRACE_NAME = "trace.perfetto-trace"
 EPISODE_NAME = "episode.tsv"
+GATE_NAME = "gate.json"  # the gate before the capture (as2d.gate/1)
+MONITOR_NAME = "monitor.json"  # the host's 1 Hz monitor over the episode
 
 
 def _upgrade_1(doc: dict) -> dict:
@@ -116,7 +121,71 @@ def _upgrade_2(doc: dict) -> dict:
     return doc
 
 
-UPGRADES = {1: _upgrade_1, 2: _upgrade_2}
+def _upgrade_3(doc: dict) -> dict:
+    """Version 3 → 4: a version-3 run was not gated or monitored; it ran to its end."""
+    doc = dict(doc)
+    doc.setdefault("status", "complete")
+    doc.setdefault("conditions", None)
+    return doc
+
+
+UPGRADES = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def conditions_of(out_dir: Path, episode: Episode) -> dict[str, Any]:
+    """What energy.json says about the measuring conditions: the gate record and the
+    monitor record kept in the run folder (gate.json, monitor.json; null when the run has
+    none), the cores the episode checked, and — when the conditions broke before the last
+    request ended — who stopped it (the host's monitor or the episode's own check), why,
+    at which request and the boundary on the boot clock."""
+    from as2d_cli.energy.episode_records import NOT_RUN, STOPPED
+
+    meta = episode.meta
+    hit = [i for i, r in enumerate(episode.requests) if r.exit_code in (STOPPED, NOT_RUN)]
+    stopped = None
+    if hit:
+        at = meta.get("stopped_at_request")
+        boundary = meta.get("stop_boundary_boot_ns")
+        stopped = {
+            "by": meta.get("stopped_by") or "phone",
+            "reason": meta.get("stop_reason") or "the device's conditions broke",
+            "at_request": int(at) if at and at.isdigit() else hit[0],
+            "boundary_boot_ns": int(boundary) if boundary and boundary.isdigit() else None,
+        }
+    return {
+        "gate": _read_json(Path(out_dir) / GATE_NAME),
+        "monitor": _read_json(Path(out_dir) / MONITOR_NAME),
+        "cores_online": meta.get("cores_online"),
+        "stopped": stopped,
+    }
+
+
+def stopped_line(path: Path) -> str | None:
+    """The one line a stopped run ends with (None: it ran to its end), from energy.json."""
+    doc = load_energy_result(path)
+    stop = (doc.get("conditions") or {}).get("stopped")
+    if doc.get("status") != "stopped" or not stop:
+        return None
+    reqs = doc["requests"]
+    i = int(stop["at_request"])
+    r = reqs[i] if 0 <= i < len(reqs) else None
+    where = (
+        f"{'before' if r is not None and r['status'].startswith('not run') else 'during'} "
+        f"request {i + 1}/{len(reqs)}" + (f" ({r['method']} {r['phase']})" if r else "")
+    )
+    done = sum(1 for x in reqs if x["status"] == "ok")
+    return (
+        f"energy stopped: {stop['reason']} {where}; the {done} request(s) measured before "
+        f"it are kept in {path} — let the phone idle and cool down, then run the same "
+        "command again"
+    )
 
 
 def _schema() -> dict:
@@ -270,7 +339,8 @@ def render_table(
                     f"{r.body_tokens} | {_f(r.j_per_token, '.3f')} |"
                 )
             else:
-                md.append(f"| {m.method} | {k} | failed | — | — | — | — |")
+                word = r.status.split(":", 1)[0]  # failed, stopped or not run
+                md.append(f"| {m.method} | {k} | {word} | — | — | — | — |")
             w.writerow(
                 [
                     m.method,
@@ -287,7 +357,7 @@ def render_table(
                 ]
             )
         if m.status != "ok" and not formal:
-            md.append(f"| {m.method} | — | failed | — | — | — | — |")
+            md.append(f"| {m.method} | — | {m.status.split(':', 1)[0]} | — | — | — | — |")
         if m.status == "ok" and (m.formal_requests > 1 or not formal):
             label = f"pooled ({m.measured_requests} of {m.formal_requests})"
             md.append(
@@ -346,7 +416,12 @@ def render_table(
         notes.append(analysis.gauge.describe(analysis.poll_s) + _window_readings(analysis))
     notes += bound_notes(analysis)
     failed = [r for r in analysis.requests if r.phase == "formal" and r.status != "ok"]
-    notes += [f"formal request {r.method} failed: {r.status}" for r in failed]
+    notes += [
+        f"formal request {r.method} failed: {r.status}"
+        if r.status.startswith("failed")
+        else f"formal request {r.method} {r.status}"
+        for r in failed
+    ]
     notes += [f"{m.method}: {m.status}" for m in analysis.methods if m.status != "ok"]
     if analysis.trace_lost_bytes:
         notes.append(
@@ -377,8 +452,10 @@ def write_results(
     plan: dict[str, Any],
     counters: list[str],
     extra_files: dict[str, Path] | None = None,
+    conditions: dict[str, Any] | None = None,
 ) -> Path:
-    """Write everything into `out_dir` (fresh, from new_run_dir). Returns energy.json."""
+    """Write everything into `out_dir` (fresh, from new_run_dir). Returns energy.json.
+    ``conditions``: the gate, monitor and stop record (conditions_of); None: not recorded."""
     out_dir = Path(out_dir)
     if (out_dir / "energy.json").exists():
         raise UserError(
@@ -398,6 +475,9 @@ def write_results(
         "table_md": "table.md",
         "table_csv": "table.csv",
     }
+    for key, name in (("gate", GATE_NAME), ("monitor", MONITOR_NAME)):
+        if (out_dir / name).exists():
+            files[key] = name
     for key, src in (extra_files or {}).items():
         dst = out_dir / Path(src).name
         if Path(src).resolve() != dst.resolve():
@@ -409,6 +489,8 @@ def write_results(
             "schema_version": VERSION,
             "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "toolkit": {"version": __version__, "git_commit": git_commit()},
+            "status": "stopped" if (conditions or {}).get("stopped") else "complete",
+            "conditions": conditions,
             "phone": phone,
             "capture": {
                 "poll_ms": spec.poll_ms,

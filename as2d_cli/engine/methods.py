@@ -133,6 +133,86 @@ class MethodSpec:
         return self.budget + 1
 
 
+# Each method option: what it sets and the methods that have it. An option given for any
+# other method is refused (check_method_options), never silently ignored: `--budget 12`
+# with SD would otherwise report SD's K=5..8 as if a budget had been tried.
+DECOUPLED = ("as2d", "as2d-no-bc")
+METHOD_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "--k": ("standard SD's physical width", ("sd",)),
+    "--budget": (
+        "the proposal budget (As²d, w/o TD) or cap (ASP, w/o BC)",
+        ("asp", "as2d", "as2d-no-td", "as2d-no-bc"),
+    ),
+    # ASP and the ablations keep SpecASR's confidence stop (DEFAULT_THRESHOLD, paper 5.1).
+    "--threshold": ("As²d's own confidence stop", ("as2d",)),
+    "--batch": ("the target-decoupled source's publication batch", DECOUPLED),
+    "--source": ("the target-decoupled source", DECOUPLED),
+    "--align": ("the target-decoupled alignment rules", DECOUPLED),
+    "--candidates": ("external candidate batches for a target-decoupled source", DECOUPLED),
+}
+# A note for (option given, method): the option a user most likely meant instead (shown
+# when the command has it), or None and what the method does instead.
+_NOTES: dict[tuple[str, str], tuple[str | None, str]] = {
+    ("--budget", "sd"): ("--k", "SD's width is --k"),
+    ("--k", "asp"): ("--budget", "ASP's cap is --budget"),
+    ("--threshold", "asp"): (None, f"ASP keeps SpecASR's fixed {DEFAULT_THRESHOLD}"),
+    ("--threshold", "as2d-no-bc"): (None, f"it keeps ASP's fixed {DEFAULT_THRESHOLD}"),
+    ("--threshold", "as2d-no-td"): (None, f"it keeps ASP's fixed {DEFAULT_THRESHOLD}"),
+}
+
+
+def check_method(method: str, methods: tuple[str, ...] = METHODS) -> None:
+    """``method`` is one of ``methods``; a near miss is named (``as2D`` → as2d)."""
+    if method in methods:
+        return
+    import difflib
+
+    near = difflib.get_close_matches(method.lower(), methods, n=1, cutoff=0.6)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    raise UserError(f"unknown --method {method!r}{hint}; choose one of {', '.join(methods)}")
+
+
+def check_method_options(
+    method: str,
+    *,
+    k: int | None = None,
+    budget: int | None = None,
+    threshold: object = None,
+    batch: object = None,
+    source: str | None = None,
+    align: str | None = None,
+    candidates: object = None,
+    methods: tuple[str, ...] = METHODS,
+    offers: tuple[str, ...] = tuple(METHOD_OPTIONS),
+) -> None:
+    """The one check every command runs on its method options (None: not given): an
+    option the method does not have is refused in one line naming it and the methods that
+    take it (:data:`METHOD_OPTIONS`). ``methods``/``offers``: the methods and options the
+    command has, so the advice names only those. Values are range-checked where parsed."""
+    check_method(method, methods)
+    given = {
+        "--k": k,
+        "--budget": budget,
+        "--threshold": threshold,
+        "--batch": batch,
+        "--source": source,
+        "--align": align,
+        "--candidates": candidates,
+    }
+    for option, value in given.items():
+        what, takers = METHOD_OPTIONS[option]
+        if value is None or method in takers:
+            continue
+        needs, note = _NOTES.get((option, method), ("", ""))
+        hint = f" ({note})" if note and (needs is None or needs in offers) else ""
+        usable = [m for m in takers if m in methods]
+        use = " or ".join([", ".join(usable[:-1]), usable[-1]] if len(usable) > 1 else usable)
+        raise UserError(
+            f"{option} sets {what}; method {method} has none{hint} — drop {option}"
+            + (f" or use --method {use}" if use else "")
+        )
+
+
 def asp_cap(max_width: int) -> int:
     """ASP's cap: 24 proposals (K25) or the largest the profile's widths allow (D.2.3)."""
     return max(1, min(DEFAULT_ASP_CAP, max_width - 1))
@@ -156,27 +236,12 @@ def expand(
     ``threshold``/``batch`` configure As²d's confidence stop and publication batch (a
     deployment's values); the ablations keep ASP's threshold. ``align`` sets both
     target-decoupled methods' alignment rules."""
-    if method not in METHODS:
-        raise UserError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    check_method_options(method, budget=budget, k=k, source=source)
     for name, v in (("--budget", budget), ("--k", k)):
         if v is not None and v < 1:
             raise UserError(f"{name} must be at least 1, got {v}")
-    # Options that do not apply to a method are refused, not silently ignored.
-    if k is not None and method != "sd":
-        raise UserError(
-            f"--k sets standard SD's physical width; method {method} has none — drop --k or use --method sd"
-        )
-    if budget is not None and method in ("target-only", "sd"):
-        raise UserError(
-            f"method {method} takes no --budget"
-            + (" (use --k for SD's physical width)" if method == "sd" else "")
-        )
     if align not in ALIGN_MODES:
         raise UserError(f"--align {align!r}: choose one of {', '.join(ALIGN_MODES)}")
-    if source is not None and method not in ("as2d", "as2d-no-bc"):
-        raise UserError(
-            f"--source picks a target-decoupled source; method {method} has none — use --method as2d or as2d-no-bc"
-        )
     if method == "target-only":
         return [MethodSpec("target-only")]
     if method == "sd":

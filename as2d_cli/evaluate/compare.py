@@ -18,21 +18,115 @@ import numpy as np
 
 from as2d_cli.errors import UserError
 from as2d_cli.evaluate.fixed import LABELS, ORDER, text_table
+from as2d_cli.formats.common import (
+    INCOMPLETE,
+    MANIFEST,
+    manifest_mismatch,
+    read_manifest,
+    sha256_file,
+)
+
+REPORT = "as2d report"  # the writer names a manifest records while a command writes
+REPORT_OUTPUTS = ("tables.md", "datasets.png", "rk.png")  # what `as2d report` renders again
+
+
+def _not_a_run(folder: Path) -> UserError:
+    return UserError(
+        f"{folder} is not an evaluation run (no results.json); give a folder `as2d eval` wrote"
+    )
+
+
+def _claims_manifest(folder: Path) -> bool:
+    """Whether ``results.json`` was written with a manifest beside it (every evaluation
+    since manifests exist says so): then a missing manifest is a damaged folder, not an
+    older one."""
+    try:
+        doc = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    res = doc.get("results") if isinstance(doc, dict) else None
+    return isinstance(res, dict) and res.get("manifest") == MANIFEST
+
+
+def verify_run(
+    folder: Path, *, resumes: str | None = None, skip: tuple[str, ...] = ()
+) -> dict | None:
+    """Check an evaluation folder against its manifest before anything reads it, and
+    return the manifest; None for a folder written before manifests existed (no manifest,
+    no INCOMPLETE note, and a results.json that does not name one), which is read as it
+    stands. Refused in one line, naming the file and what to do: a folder that is still
+    being written or was interrupted (unless ``resumes`` is the command whose writing it
+    was: that command finishes it), a file listed that is missing or whose size or
+    sha256 differs (names in ``skip`` are not checked: the caller writes them again)."""
+    folder = Path(folder)
+    if not (folder / "results.json").is_file():
+        raise _not_a_run(folder)
+    doc = read_manifest(folder)
+    note = folder / INCOMPLETE
+    if doc is None:
+        if note.exists():
+            raise UserError(
+                f"{folder} is incomplete (it has an {INCOMPLETE} note and no {MANIFEST}): its "
+                "writing was interrupted; run the evaluation again and delete this folder"
+            )
+        if _claims_manifest(folder):
+            raise UserError(
+                f"{folder} has no {MANIFEST} though its results.json was written with one: the "
+                "folder was changed after it was written; restore the manifest or run the "
+                "evaluation again"
+            )
+        return None
+    if not doc["complete"] or note.exists():
+        if doc["complete"]:
+            raise UserError(
+                f"{folder} is marked incomplete ({INCOMPLETE}); read that note, then run the "
+                "evaluation again"
+            )
+        if doc["writing"] != resumes:
+            missing = [n for n in doc["pending"] if not (folder / n).is_file()]
+            what = (
+                f"{len(missing)} of its files not written: {', '.join(missing)}"
+                if missing
+                else "its files written but not recorded"
+            )
+            todo = (
+                f"resume it with `{doc['command']}`"
+                if doc["in_place"]
+                else f"run `{doc['command']}` again for a new folder and delete this one"
+            )
+            raise UserError(
+                f"{folder} is incomplete: `{doc['writing']}` did not finish it ({what}); {todo}"
+            )
+    bad = manifest_mismatch(folder, doc, skip)
+    if bad is not None:
+        name, what = bad
+        todo = (
+            f"render it again with `as2d report {folder}`"
+            if name in REPORT_OUTPUTS
+            else "restore that file or run the evaluation again"
+        )
+        raise UserError(
+            f"{folder / name} {what}: the folder was changed after it was written; {todo}"
+        )
+    return doc
 
 
 def load_run(folder: Path, native: bool = False) -> tuple[dict, Any]:
-    """A run folder's results document and its per-window table. ``native``: the native
-    runs' table instead, one row per window, method and configuration with the median
-    time of its repetitions (paper D.3)."""
+    """A run folder's results document and its per-window table (check the folder with
+    :func:`verify_run` first). ``native``: the native runs' table instead, one row per
+    window, method and configuration with the median time of its repetitions (paper D.3)."""
     import pandas as pd
 
     folder = Path(folder)
     res = folder / "results.json"
     if not res.is_file():
+        raise _not_a_run(folder)
+    try:
+        doc = json.loads(res.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(
-            f"{folder} is not an evaluation run (no results.json); give a folder `as2d eval` wrote"
-        )
-    doc = json.loads(res.read_text(encoding="utf-8"))
+            f"{res} is not valid JSON ({exc}); the folder is damaged: run the evaluation again"
+        ) from None
     if native:
         table = folder / "native_per_window.csv"
         if not table.is_file():
@@ -86,6 +180,19 @@ def compare_runs(
 ) -> dict[str, Any]:
     from scipy import stats
 
+    if Path(a).resolve() == Path(b).resolve():
+        raise UserError(f"{a} and {b} are the same folder; compare two different evaluations")
+    checked = {a: verify_run(a), b: verify_run(b)}
+    # One run twice (a copied folder): the files it measured with are identical. Natively
+    # that is its native results (or table, in a folder without them), else results.json.
+    names = ("native.json", "native_per_window.csv") if native else ("results.json",)
+    name = next((n for n in names if (Path(a) / n).is_file() and (Path(b) / n).is_file()), None)
+    if name is not None and _digest(Path(a), name, checked[a]) == _digest(
+        Path(b), name, checked[b]
+    ):
+        raise UserError(
+            f"{a} and {b} hold the same {name} (one run, copied); compare two different evaluations"
+        )
     doc_a, per_a = load_run(a, native)
     doc_b, per_b = load_run(b, native)
     ra, rb = doc_a["results"], doc_b["results"]
@@ -169,6 +276,7 @@ def compare_runs(
         "seed": seed,
         "rows": rows,
         "inputs": {"a": doc_a.get("inputs"), "b": doc_b.get("inputs")},
+        "verified": {"a": checked[a] is not None, "b": checked[b] is not None},
     }
 
 
@@ -206,9 +314,21 @@ def render_compare(res: dict[str, Any], markdown: bool = False) -> str:
     what = "native runs (median of each window's repetitions)" if res.get("native") else "replay"
     lines += [
         "",
-        f"A: {res['a']}",
-        f"B: {res['b']}",
+        f"A: {res['a']}" + _unverified(res, "a"),
+        f"B: {res['b']}" + _unverified(res, "b"),
         f"{res['windows']} {res['split']} windows, {what}; paired per window; bootstrap {res['resamples']} resamples "
         f"(seed {res['seed']}); significant: p < {res['alpha']} and the interval excludes 1",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _digest(folder: Path, name: str, manifest: dict | None) -> str:
+    """A file's sha256, as its folder's manifest records it (just verified) when it does."""
+    entry = (manifest or {}).get("files", {}).get(name)
+    return str(entry["sha256"]) if entry else sha256_file(folder / name)
+
+
+def _unverified(res: dict[str, Any], which: str) -> str:
+    """A note for a folder written before manifests (its files are read unchecked)."""
+    ok = res.get("verified", {}).get(which, True)
+    return "" if ok else f" (no {MANIFEST}: written before manifests, its files are not verified)"

@@ -33,6 +33,7 @@ class EvalFarmOptions:
     models: str | None = None
     prompt: PromptSpec | None = None
     allow_unconfirmed: bool = False
+    allow_implausible: bool = False
     align: str | None = None
     adb_port: int | None = None
     ship_back: bool = False  # a farm of eval runs on this host's phones only (see the CLI)
@@ -60,6 +61,7 @@ def replay_all(
             models=None if opts.models is None else Path(opts.models),
             prompt=opts.prompt,
             allow_unconfirmed=opts.allow_unconfirmed,
+            allow_implausible=opts.allow_implausible,
             align=opts.align,
         )
     return dataclasses.replace(opts, replays=replays)

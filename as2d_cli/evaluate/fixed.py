@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from as2d_cli.execution import Executor
+from as2d_cli.formats.common import atomic_path
 from as2d_cli.formats.deployment import Deployment
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet
@@ -201,6 +202,8 @@ def _f(x: float | None, nd: int = 2) -> str:
 
 
 def plot_cdf(ev: FixedEval, path: Path, title: str = "") -> Path:
+    """Per-window TPS of every method as empirical CDFs; written atomically, never over
+    an existing file."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -225,7 +228,7 @@ def plot_cdf(ev: FixedEval, path: Path, title: str = "") -> Path:
     if title:
         ax.set_title(title, fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
     return path

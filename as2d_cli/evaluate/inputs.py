@@ -71,12 +71,20 @@ def find_profile(
     """The profile for ``phone`` and the model pair ``pair`` (its identity, None: the bundled
     pair): the newest measured on it, else a synthetic one. A synthetic profile prices the
     bundled pair only; an imported pair needs a profile measured with it
-    (``as2d calibrate --models``)."""
+    (``as2d calibrate --models``).
+
+    ``phone`` is a name, a hardware serial or an adb serial. An adb serial attached now is
+    the phone behind it: its profiles are those recorded with its hardware serial, whatever
+    adb serial it had when it was calibrated (a wireless phone gets a new one with every
+    connection), and never a profile of another phone that once had that adb serial."""
+    from device_agents.identity import attached_identity
     from device_agents.phones import canonical
 
     import yaml
 
     names = {phone, canonical(phone) or phone}
+    # Only a value that may be an adb serial is looked up; names and `local` need no server.
+    ident = attached_identity(phone) if phone != "local" and canonical(phone) is None else None
     measured = []
     # A farm calibration writes each phone's files in its own folder (<name>-<serial>/).
     found = [*calibrations.glob("*.profile.yaml"), *calibrations.glob("*/*.profile.yaml")]
@@ -86,11 +94,12 @@ def find_profile(
             dev = doc.get("device", {}) or {}
         except (OSError, yaml.YAMLError, AttributeError):
             continue
-        if doc.get("synthetic") or not names & {
-            dev.get("name"),
-            dev.get("serial"),
-            dev.get("connection"),
-        }:
+        if doc.get("synthetic"):
+            continue
+        if ident is not None:
+            if dev.get("serial") != ident.serial:
+                continue
+        elif not names & {dev.get("name"), dev.get("serial"), dev.get("connection")}:
             continue
         if same_pair(dev.get("pair"), pair):
             measured.append((str(doc.get("created") or ""), p.stat().st_mtime, p))
@@ -102,8 +111,11 @@ def find_profile(
             return shipped
     flag = f" --models {models}" if models is not None else ""
     which = f" measured with model pair {pair['name']!r}" if pair is not None else ""
+    from device_agents.phones import did_you_mean
+
+    who = phone + did_you_mean(phone) if ident is None else f"{phone} ({ident.describe()})"
     raise UserError(
-        f"no cost profile for --phone {phone}{which} in {calibrations}/: run "
+        f"no cost profile for --phone {who}{which} in {calibrations}/: run "
         f"`as2d calibrate --phone {phone}{flag}` first, or pass --profile FILE"
     )
 

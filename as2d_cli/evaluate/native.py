@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from as2d_cli.evaluate.native_record import GATES, MONITOR, RUNS, SETTINGS, EvalRun, NativeRecord
+from as2d_cli.errors import Interrupted
+from as2d_cli.evaluate.native_record import (
+    GATES,
+    MONITOR,
+    RUNS,
+    SETTINGS,
+    EvalRun,
+    NativeRecord,
+    mark_native,
+)
 from as2d_cli.evaluate.native_render import (
     NATIVE_COLUMNS,
     render_native,
@@ -36,6 +45,7 @@ from as2d_cli.evaluate.native_runs import (
     run_windows,
 )
 from as2d_cli.evaluate.native_stats import METHODS, divergence, host_per_pass, summarize
+from as2d_cli.formats.common import mark_complete, read_manifest
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.models.prompting import PromptSpec
 
@@ -109,21 +119,8 @@ def run_native_eval(
         prompt=prompt,
     )
     requested["placement"] = {k: v for k, v in m.placement.to_dict().items() if k != "clusters"}
-    record = (
-        NativeRecord.resume(run.folder, requested)
-        if append
-        else NativeRecord.start(run.folder, requested)
-    )
-    tc, pc = m.placement.cores
-    say(f"device {m.identity.describe()}; {m.placement.describe()}")
-    runner_opts = {
-        "models": None if models is None else str(models),
-        "target_cores": tc,
-        "producer_cores": pc,
-        "prompt": prompt,
-    }
     resume = resume_command(
-        phone,
+        m.identity.phone_option,  # finds the phone again whatever its adb serial then
         run.folder,
         windows=windows,
         repeats=repeats,
@@ -134,6 +131,22 @@ def run_native_eval(
         default_gate=GateConfig.for_device(device),
         placement=m.placement,
     )
+    # Refusals first; then the folder is marked incomplete before its first native file.
+    if append:
+        record = NativeRecord.resume(run.folder, requested)
+        mark_native(run.folder, resume)
+    else:
+        NativeRecord.check_fresh(run.folder)
+        mark_native(run.folder, resume)
+        record = NativeRecord.start(run.folder, requested)
+    tc, pc = m.placement.cores
+    say(f"device {m.identity.describe()}; {m.placement.describe()}")
+    runner_opts = {
+        "models": None if models is None else str(models),
+        "target_cores": tc,
+        "producer_cores": pc,
+        "prompt": prompt,
+    }
     run_windows(
         device,
         record,
@@ -151,16 +164,25 @@ def run_native_eval(
     summary = summarize(rows, host_per_pass(record.monitor()))
     summary["warmup_divergences"] = warm
     files = {"settings": SETTINGS, "runs": RUNS, "gates": GATES, "monitor": MONITOR}
-    path, table = write_native_outputs(
-        run.folder,
-        rows,
-        summary,
-        device=device,
-        profile_path=run.profile_path,
-        profile_device=dict(profile.device),
-        settings=s,
-        gates=record.gates(),
-        sessions=record.session + 1,
-        files=files,
-    )
+    try:
+        # Replaced when a finishing cut short left some of them: the folder is still marked.
+        path, table = write_native_outputs(
+            run.folder,
+            rows,
+            summary,
+            device=device,
+            profile_path=run.profile_path,
+            profile_device=dict(profile.device),
+            settings=s,
+            gates=record.gates(),
+            sessions=record.session + 1,
+            files=files,
+        )
+        if read_manifest(run.folder) is not None:
+            mark_complete(run.folder)  # every file, with its size and sha256
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"native evaluation interrupted while writing its tables; {record.kept()}; "
+            f"finish it with `{resume}`"
+        ) from None
     return NativeEvalOutput(path, table, summary)

@@ -12,7 +12,12 @@ what resuming one (``as2d eval --native --append RUN_DIR``) checks against them.
   (samples, failure) with the host's CPU busy and steal fractions over them (``cpu``).
 
 Every line is flushed and fsynced as it is written; a line torn by a crash is dropped when
-the run is resumed. ``session`` in each line counts the invocations (0: the first)."""
+the run is resumed. ``session`` in each line counts the invocations (0: the first).
+
+While the native part runs, the folder's manifest says it is incomplete and names the
+command that resumes it (:func:`mark_native`); once its outputs are written every file is
+recorded in it (``native.run_native_eval``). ``--append`` checks the folder against the
+manifest first (``compare.verify_run``)."""
 
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from as2d_cli.errors import UserError
-from as2d_cli.formats.common import append_jsonl, write_atomic
+from as2d_cli.formats.common import append_jsonl, mark_writing, read_manifest, write_atomic
 from as2d_cli.formats.deployment import UNRECORDED_ALIGN
 
 SETTINGS = "native.settings.json"
@@ -32,6 +37,12 @@ RUNS = "native.runs.jsonl"
 GATES = "native.gates.jsonl"
 MONITOR = "native_monitor.jsonl"
 RESULTS = "native.json"
+TABLE = "native.txt"
+PER_RUN = "native_per_window.csv"
+PLOT = "native_vs_replay.png"
+# Every file the native part writes (the plot only when a run was measured).
+NATIVE_FILES = (SETTINGS, RUNS, GATES, MONITOR, RESULTS, TABLE, PER_RUN, PLOT)
+WRITER = "as2d eval --native"  # the writer a manifest names while the native part runs
 # What must match for an --append: the measurement itself and where it runs.
 COMPARED = (
     "window_count",
@@ -86,6 +97,8 @@ def reopen_eval(
     replay results stand as written, and the native part goes on with the windows,
     deployment and profile it recorded (a ``--profile`` or ``--deployment`` given must be
     those files)."""
+    from as2d_cli.evaluate.compare import verify_run
+
     folder = Path(folder)
     if not native:
         raise UserError(f"--append {folder} resumes a native evaluation; add --native")
@@ -94,12 +107,15 @@ def reopen_eval(
             f"--append {folder}: not an `as2d eval` results folder (no results.json); give the folder "
             "an interrupted `as2d eval --native` named"
         )
+    manifest = verify_run(folder, resumes=WRITER)  # the replay part as written, untouched
     if not (folder / SETTINGS).is_file():
         raise UserError(
             f"--append {folder}: no native evaluation was started there (no {SETTINGS}); run "
             "`as2d eval --native` without --append"
         )
-    if (folder / RESULTS).exists():
+    # native.json of a run whose finishing was cut short is written again
+    finishing = manifest is not None and not manifest["complete"]
+    if (folder / RESULTS).exists() and not finishing:
         raise UserError(
             f"--append {folder}: its native evaluation is complete ({RESULTS}); nothing to resume"
         )
@@ -143,14 +159,18 @@ class NativeRecord:
         earlier = [r.get("session", 0) for name in (RUNS, GATES, MONITOR) for r in self._read(name)]
         self.session = 1 + max(earlier) if earlier else 0
 
-    @classmethod
-    def start(cls, folder: Path, settings: dict[str, Any]) -> "NativeRecord":
-        path = folder / SETTINGS
-        if path.exists():
+    @staticmethod
+    def check_fresh(folder: Path) -> None:
+        """Refuse a folder that already holds a native evaluation (before anything is written)."""
+        if (folder / SETTINGS).exists():
             raise UserError(
                 f"{folder} already holds a native evaluation; resume it with --append {folder}"
             )
-        write_atomic(path, (json.dumps(settings, indent=1) + "\n").encode(), force=True)
+
+    @classmethod
+    def start(cls, folder: Path, settings: dict[str, Any]) -> "NativeRecord":
+        cls.check_fresh(folder)
+        write_atomic(folder / SETTINGS, (json.dumps(settings, indent=1) + "\n").encode())
         return cls(folder, settings)
 
     @classmethod
@@ -201,6 +221,23 @@ class NativeRecord:
     def kept(self) -> str:
         n = sum(1 for _ in self.runs())
         return f"{n} finished run{'s' if n != 1 else ''} kept in {self.folder}"
+
+
+def mark_native(folder: Path, resume: str) -> None:
+    """Before the native part writes into ``folder``: its manifest says incomplete, naming
+    the native files as pending and ``resume`` as the command that resumes them; the replay
+    part's entries stay as recorded. A folder written before manifests is left as it is."""
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return
+    mark_writing(
+        folder,
+        writing=WRITER,
+        pending=NATIVE_FILES,
+        command=resume,
+        in_place=True,
+        files=manifest["files"],
+    )
 
 
 def _show(key: str, v: Any) -> str:

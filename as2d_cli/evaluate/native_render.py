@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from as2d_cli.evaluate.fixed import text_table
+from as2d_cli.evaluate.native_record import PER_RUN, PLOT, RESULTS, TABLE
 from as2d_cli.evaluate.native_stats import STEAL_BOUND
 from as2d_cli.evaluate.replay_gap import render_gap
+from as2d_cli.formats.common import atomic_path, write_atomic
 from as2d_cli.formats.results import make_results, write_results
 
 NATIVE_COLUMNS = [
@@ -156,9 +158,10 @@ def _config(res: dict) -> str:
     return f"{m}({src}b{res.get('budget') or res.get('cap')})"
 
 
-def write_native_table(rows: list[dict], path: Path) -> Path:
+def write_native_table(rows: list[dict], path: Path, *, force: bool = False) -> Path:
     """One row per measured native run (window, repetition, method): the tidy table of the
-    native runs, which `as2d compare --native` reads."""
+    native runs, which `as2d compare --native` reads; written atomically (``force``:
+    replacing one there)."""
     import pandas as pd
 
     recs = [
@@ -176,7 +179,8 @@ def write_native_table(rows: list[dict], path: Path) -> Path:
         }
         for r in rows
     ]
-    pd.DataFrame(recs, columns=NATIVE_COLUMNS).to_csv(path, index=False)
+    with atomic_path(path, force=force) as tmp:
+        pd.DataFrame(recs, columns=NATIVE_COLUMNS).to_csv(tmp, index=False)
     return path
 
 
@@ -193,8 +197,10 @@ def write_native_outputs(
     sessions: int,
     files: dict[str, str],
 ) -> tuple[Path, str]:
-    """``native.json``, ``native.txt``, ``native_per_window.csv`` and the plot; returns the
-    results path and the table."""
+    """``native.json``, ``native.txt``, ``native_per_window.csv`` and the plot, each written
+    atomically; returns the results path and the table. Ones already there are replaced:
+    only a native part whose finishing was cut short has them (``reopen_eval`` refuses a
+    complete one)."""
     table = render_native(summary)
     doc = make_results(
         "eval-native",
@@ -227,15 +233,16 @@ def write_native_outputs(
         inputs={"profile": profile_path},
         device=profile_device,
     )
-    path = write_results(folder / "native.json", doc)
-    (folder / "native.txt").write_text(table, encoding="utf-8")
-    table_path = write_native_table(rows, folder / "native_per_window.csv")
+    path = write_results(folder / RESULTS, doc, force=True)
+    write_atomic(folder / TABLE, table.encode("utf-8"), force=True)
+    table_path = write_native_table(rows, folder / PER_RUN, force=True)
     if rows:
         from as2d_cli.evaluate.report import plot_native
 
         plot_native(
             table_path,
-            folder / "native_vs_replay.png",
+            folder / PLOT,
             f"{device.serial} · profile {Path(profile_path).name}\nreplay vs native per window",
+            force=True,
         )
     return path, table

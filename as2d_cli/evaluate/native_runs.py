@@ -334,7 +334,11 @@ def _run_unit(
         after = _cpu(device)
         cpu = None
         if before is not None and after is not None:
-            cpu = {**after.since(before), "jiffies": after.total - before.total}
+            cpu = {
+                **after.since(before),
+                "jiffies": after.total - before.total,
+                "steal_source": after.source,
+            }
         record.append(
             MONITOR,
             {
@@ -365,6 +369,6 @@ def _cpu(device: Any) -> Any:
     from device_agents.gating import CpuTimes
 
     try:
-        return CpuTimes.read(device)
+        return CpuTimes.read_work(device)
     except DeviceError:  # the device left; the unit's error says so
         return None

@@ -7,22 +7,27 @@ median and maximum loss of those windows (Table 12), the ablations (Table 5), st
 at each K (Table 9) and the hindsight-oracle gap (Table 2, over all windows: the catalog
 is not stored per dataset) into ``tables.md``, and the figures
 ``datasets.png`` (pooled TPS per dataset) and ``rk.png`` (R(K) of the profile used, when its
-file is still there). `as2d report RUN_DIR` re-renders them; results are never changed.
+file is still there). `as2d report RUN_DIR` re-renders them once the folder checks out
+against its manifest (``compare.verify_run``), marking the folder incomplete while it
+writes; results are never changed. Every file is written atomically.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
-from as2d_cli.errors import UserError
+from as2d_cli.errors import Interrupted, UserError
 from as2d_cli.evaluate.fixed import LABELS, ORDER
 from as2d_cli.evaluate.inputs import describe_pair
+from as2d_cli.formats.common import atomic_path, mark_complete, mark_writing, write_atomic
 
 BASELINES = ("sd", "asp")
 
 
-def _load(folder: Path) -> tuple[dict, Any]:
+def load_report(folder: Path) -> tuple[dict, Any]:
+    """An evaluation folder's results document and per-window table (checked by the caller)."""
     from as2d_cli.evaluate.compare import load_run
 
     doc, per = load_run(folder)
@@ -65,7 +70,7 @@ def _f(x: float | None, nd: int = 2, pct: bool = False) -> str:
 
 
 def render_tables(doc: dict, per: Any) -> str:
-    """The tables of an evaluation's results document and per-window table (``_load``)."""
+    """The tables of an evaluation's results document and per-window table (``load_report``)."""
     res = doc["results"]
     datasets = list(res.get("datasets") or sorted(set(per["dataset"])))
     cols = [*datasets, "all"]
@@ -190,7 +195,7 @@ def render_tables(doc: dict, per: Any) -> str:
     return "\n".join(out) + "\n"
 
 
-def plot_datasets(doc: dict, per: Any, path: Path, title: str) -> Path:
+def plot_datasets(doc: dict, per: Any, path: Path, title: str, *, force: bool = False) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -208,12 +213,13 @@ def plot_datasets(doc: dict, per: Any, path: Path, title: str) -> Path:
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=6, ncol=3)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_path(path, force=force) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
     return path
 
 
-def plot_native(table: Path, path: Path, title: str) -> Path:
+def plot_native(table: Path, path: Path, title: str, *, force: bool = False) -> Path:
     """Replay against native TPS per window and method (median of each window's
     repetitions), with the diagonal: how well the profile predicts the device."""
     import matplotlib
@@ -239,13 +245,16 @@ def plot_native(table: Path, path: Path, title: str) -> Path:
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_path(path, force=force) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
     return path
 
 
-def plot_rk(profile_path: Path, path: Path, title: str | None = None) -> Path:
-    """R(K) of a profile's idle verification costs (paper Figure 8)."""
+def plot_rk(
+    profile_path: Path, path: Path, title: str | None = None, *, force: bool = False
+) -> Path:
+    """R(K) of a profile's idle verification costs (paper Figure 8), written atomically."""
     from as2d_cli.calibration.plot import plot_savings
     from as2d_cli.formats.profile_io import load_profile
 
@@ -253,15 +262,26 @@ def plot_rk(profile_path: Path, path: Path, title: str | None = None) -> Path:
     idle = {int(k): [float(v)] for k, v in prof.verify_idle_ms.items()}
     if 1 not in idle:
         raise UserError(f"{profile_path} has no K1 verification cost: R(K) is relative to it")
-    return plot_savings(
-        idle, path, title or f"{prof.device.get('name', '')}: per-token verification saving R(K)"
-    )
+    with atomic_path(path, force=force) as tmp:
+        plot_savings(
+            idle,
+            tmp,
+            title or f"{prof.device.get('name', '')}: per-token verification saving R(K)",
+        )
+    return path
 
 
-def write_report(folder: Path) -> list[Path]:
-    """tables.md, datasets.png and (when the profile file is there) rk.png in ``folder``."""
-    folder = Path(folder)
-    doc, per = _load(folder)  # read once: every table and figure comes from these two
+def report_outputs(doc: dict) -> list[str]:
+    """What :func:`render_report` writes for this results document: tables.md,
+    datasets.png and, when the profile's file is still there, rk.png."""
+    profile = Path((doc["results"].get("provenance") or {}).get("profile", {}).get("path", ""))
+    return ["tables.md", "datasets.png", *(["rk.png"] if profile.is_file() else [])]
+
+
+def render_report(folder: Path, doc: dict, per: Any, *, force: bool = False) -> list[Path]:
+    """tables.md, datasets.png and (when the profile file is there) rk.png in ``folder``
+    from the results document and per-window table (``load_report``), each written atomically;
+    ``force``: replace the ones there."""
     res = doc["results"]
     prov = res.get("provenance") or {}
     when = str(doc.get("environment", {}).get("created", ""))[:10]
@@ -269,10 +289,40 @@ def write_report(folder: Path) -> list[Path]:
         f"{prov.get('profile', {}).get('device', '')} · profile {Path(prov.get('profile', {}).get('path', '?')).name} · "
         f"{res.get('deployment', {}).get('source')}/b{res.get('deployment', {}).get('budget')} · {when}"
     )
-    out = [folder / "tables.md"]
-    out[0].write_text(render_tables(doc, per), encoding="utf-8")
-    out.append(plot_datasets(doc, per, folder / "datasets.png", title))
-    profile = Path(prov.get("profile", {}).get("path", ""))
-    if profile.is_file():
-        out.append(plot_rk(profile, folder / "rk.png"))
+    out = [write_atomic(folder / "tables.md", render_tables(doc, per).encode("utf-8"), force=force)]
+    out.append(plot_datasets(doc, per, folder / "datasets.png", title, force=force))
+    if "rk.png" in report_outputs(doc):
+        out.append(plot_rk(Path(prov["profile"]["path"]), folder / "rk.png", force=force))
     return out
+
+
+def write_report(folder: Path) -> list[Path]:
+    """`as2d report`: the folder checked against its manifest (its report outputs aside:
+    they are rendered again), marked incomplete while tables.md and the figures are
+    rendered again, then recorded complete. A folder written before manifests is rendered
+    as it stands and stays without one."""
+    from as2d_cli.evaluate.compare import REPORT, REPORT_OUTPUTS, verify_run
+
+    folder = Path(folder)
+    manifest = verify_run(folder, resumes=REPORT, skip=REPORT_OUTPUTS)
+    doc, per = load_report(folder)  # read once: every table and figure comes from these two
+    if manifest is None:
+        return render_report(folder, doc, per, force=True)
+    outputs = report_outputs(doc)
+    command = f"as2d report {shlex.quote(str(folder))}"
+    mark_writing(
+        folder,
+        writing=REPORT,
+        pending=outputs,
+        command=command,
+        in_place=True,
+        files=manifest["files"],
+    )
+    try:
+        paths = render_report(folder, doc, per, force=True)
+        mark_complete(folder)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"as2d report interrupted: {folder} is marked incomplete until `{command}` finishes"
+        ) from None
+    return paths

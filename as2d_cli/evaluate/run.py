@@ -1,18 +1,22 @@
 """Run `as2d eval` (replay part): inputs → deployment (selected if missing) → results folder.
 
 Writes ``results/<device>-<split>-<time>/`` with ``results.json`` (``as2d.results``, kind
-``eval``), ``table.txt`` and ``cdf.png``; an existing folder is never reused.
+``eval``), ``table.txt``, the tidy tables, ``tables.md`` and the figures; an existing folder
+is never reused. Every file is written atomically; the folder is marked incomplete (its
+manifest and an ``INCOMPLETE`` note naming the command that redoes it) until the last one is
+written, and its ``manifest.json`` then records each file's size and sha256.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from as2d_cli.engine.methods import DEFAULT_ALIGN
-from as2d_cli.errors import UserError
+from as2d_cli.errors import As2dError, Interrupted, UserError
 from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
 from as2d_cli.evaluate.inputs import (
     check_pair,
@@ -26,7 +30,16 @@ from as2d_cli.evaluate.inputs import (
     trace_files,
 )
 from as2d_cli.execution import Executor
-from as2d_cli.formats.common import fresh_folder, next_free, safe_name
+from as2d_cli.formats.common import (
+    MANIFEST,
+    atomic_files,
+    fresh_folder,
+    mark_complete,
+    mark_writing,
+    next_free,
+    safe_name,
+    write_atomic,
+)
 from as2d_cli.formats.deployment_io import load_deployment, rules_for
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.results import input_ref, make_results, write_results
@@ -34,6 +47,20 @@ from as2d_cli.models.prompting import PromptSpec
 from device_agents.identity import results_stem
 
 Say = Callable[[str], None]
+
+WRITER = "as2d eval"  # the writer a manifest names while the replay part writes the folder
+# What the replay part writes (rk.png only when the profile's file is there).
+EVAL_FILES = (
+    "results.json",
+    "table.txt",
+    "per_window.csv",
+    "per_window.parquet",
+    "summary.csv",
+    "cdf.png",
+    "tables.md",
+    "datasets.png",
+    "rk.png",
+)
 
 
 @dataclass
@@ -63,81 +90,94 @@ def run_eval(
     allow_unconfirmed: bool = False,
     align: str | None = None,
     executor: Executor | None = None,
+    command: str | None = None,
+    allow_implausible: bool = False,
 ) -> EvalOutput:
     """``allow_unconfirmed``: use a deployment selected on dev only (never confirmed on
     val); refused otherwise (inputs.require_confirmed). ``align``: the alignment rules (a
     deployment selected under them is found or selected; None: a given deployment's own,
     else the default rules). ``executor``: where the catalog sweeps (oracle, a selection made
-    now) run (default: the local pool)."""
-    pair = None
-    if models is not None:
-        from as2d_cli.models.bundle import load_bundle
+    now) run (default: the local pool). ``command``: the command line that redoes this
+    evaluation, for the incomplete folder's note (default: ``as2d eval --phone PHONE``).
 
-        pair = load_bundle(models, check_hashes=False, prompt=prompt).identity()
-    profile_path = profile or find_profile(phone, calibrations, pair, models)
-    prof = load_profile(profile_path)
-    files = trace_files(
-        traces
-        if traces is not None or models is None
-        else pair_traces(Path(models), (prompt or PromptSpec()).task)
-    )
-    ts = load_trace_files(files)
-    check_pair(
-        prof,
-        ts,
-        str(files[0]) if len(files) == 1 else f"the traces in {files[0].parent}",
-        pair,
-        models is not None,
-    )
-    if not any(w.split == split for w in ts.windows):
-        raise UserError(f"the traces hold no {split!r} windows; pass traces with that split")
-    device = safe_name(str(prof.device.get("name") or phone), "device")
-    candidates = (
-        []
-        if deployment is not None
-        else deployment_candidates(
-            profile_path, device, calibrations, files, align or DEFAULT_ALIGN
-        )
-    )
-    dep_path = deployment or (candidates[0][0] if candidates else None)
-    selected_now = False
-    if dep_path is None and not allow_unconfirmed and not any(w.split == "val" for w in ts.windows):
-        raise UserError(
-            "no deployment chosen on this profile and these traces yet, and the traces hold no 'val' "
-            "windows to confirm a new selection on; pass traces with val windows (or "
-            "--allow-unconfirmed to select on dev only)"
-        )
-    if dep_path is None:
-        from as2d_cli.replay.report import write_selection
-        from as2d_cli.replay.selection import select_budget
+    Ctrl-C becomes :class:`~as2d_cli.errors.Interrupted`, saying whether a folder was begun
+    (it stays marked incomplete) and what to run."""
+    redo = command or f"as2d eval --phone {phone}"
+    with _nothing_written_yet(results, redo):
+        pair = None
+        if models is not None:
+            from as2d_cli.models.bundle import load_bundle
 
-        say(
-            f"no deployment chosen on {profile_path} yet: selecting one on the dev/val splits first"
+            pair = load_bundle(models, check_hashes=False, prompt=prompt).identity()
+        profile_path = profile or find_profile(phone, calibrations, pair, models)
+        prof = load_profile(profile_path, check=True, allow_implausible=allow_implausible)
+        files = trace_files(
+            traces
+            if traces is not None or models is None
+            else pair_traces(Path(models), (prompt or PromptSpec()).task)
         )
-        sel = select_budget(ts, prof, align=align or DEFAULT_ALIGN, executor=executor)
-        report = {
-            "catalog": sel.catalog,
-            "dev": sel.dev,
-            "val": sel.val,
-            "ranking": [r.to_json() for r in sel.ranking[:10]],
-            "inputs": {"traces": [input_ref(f) for f in files]},
-        }
-        out = next_free(calibrations / device / "deployment.yaml")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        dep_path = write_selection(sel, report, profile_path, out)
-        selected_now = True
-        say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
-    dep = load_deployment(dep_path, profile=profile_path)
-    rules_for(dep, align, dep_path)
-    if not allow_unconfirmed:
-        require_confirmed(
-            Path(dep_path), dep.selection, given=deployment is not None, candidates=candidates
+        ts = load_trace_files(files)
+        check_pair(
+            prof,
+            ts,
+            str(files[0]) if len(files) == 1 else f"the traces in {files[0].parent}",
+            pair,
+            models is not None,
         )
-    say(describe_deployment(Path(dep_path), dep.source, dep.budget, dep.selection))
-    say(f"replaying every method over the {split} split with {profile_path}")
-    ev = evaluate_fixed(ts, prof, dep, split=split, executor=executor)
+        if not any(w.split == split for w in ts.windows):
+            raise UserError(f"the traces hold no {split!r} windows; pass traces with that split")
+        device = safe_name(str(prof.device.get("name") or phone), "device")
+        candidates = (
+            []
+            if deployment is not None
+            else deployment_candidates(
+                profile_path, device, calibrations, files, align or DEFAULT_ALIGN
+            )
+        )
+        dep_path = deployment or (candidates[0][0] if candidates else None)
+        selected_now = False
+        if (
+            dep_path is None
+            and not allow_unconfirmed
+            and not any(w.split == "val" for w in ts.windows)
+        ):
+            raise UserError(
+                "no deployment chosen on this profile and these traces yet, and the traces hold no 'val' "
+                "windows to confirm a new selection on; pass traces with val windows (or "
+                "--allow-unconfirmed to select on dev only)"
+            )
+        if dep_path is None:
+            from as2d_cli.replay.report import write_selection
+            from as2d_cli.replay.selection import select_budget
+
+            say(
+                f"no deployment chosen on {profile_path} yet: selecting one on the dev/val splits first"
+            )
+            sel = select_budget(ts, prof, align=align or DEFAULT_ALIGN, executor=executor)
+            report: dict[str, Any] = {
+                "catalog": sel.catalog,
+                "dev": sel.dev,
+                "val": sel.val,
+                "ranking": [r.to_json() for r in sel.ranking[:10]],
+                "inputs": {"traces": [input_ref(f) for f in files]},
+            }
+            if prof.allowed_implausible:
+                report["allowed_implausible"] = list(prof.allowed_implausible)
+            out = next_free(calibrations / device / "deployment.yaml")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            dep_path = write_selection(sel, report, profile_path, out)
+            selected_now = True
+            say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
+        dep = load_deployment(dep_path, profile=profile_path)
+        rules_for(dep, align, dep_path)
+        if not allow_unconfirmed:
+            require_confirmed(
+                Path(dep_path), dep.selection, given=deployment is not None, candidates=candidates
+            )
+        say(describe_deployment(Path(dep_path), dep.source, dep.budget, dep.selection))
+        say(f"replaying every method over the {split} split with {profile_path}")
+        ev = evaluate_fixed(ts, prof, dep, split=split, executor=executor)
     at = time.time()
-    folder = fresh_folder(results / results_stem(device, split, at))
     prov = provenance(prof, Path(profile_path), dep, Path(dep_path), files, ts)
     table = render_table(ev) + render_provenance(prov)
     inputs = {
@@ -145,25 +185,71 @@ def run_eval(
         "deployment": dep_path,
         **{f"traces{i}": f for i, f in enumerate(files)},
     }
+    # results.json names its manifest: without one beside it the folder was damaged
     doc = make_results(
-        "eval", {**ev.to_json(), "provenance": prov}, inputs=inputs, device=dict(prof.device)
+        "eval",
+        {**ev.to_json(), "provenance": prov, "manifest": MANIFEST},
+        inputs=inputs,
+        device=dict(prof.device),
     )
-    res_path = write_results(folder / "results.json", doc)
-    (folder / "table.txt").write_text(table, encoding="utf-8")
-    from as2d_cli.evaluate.tables import write_tables
+    folder = fresh_folder(results / results_stem(device, split, at))
+    try:
+        mark_writing(
+            folder, writing=WRITER, pending=EVAL_FILES, command=redo, in_place=False, files={}
+        )
+        res_path = write_results(folder / "results.json", doc)
+        write_atomic(folder / "table.txt", table.encode("utf-8"))
+        from as2d_cli.evaluate.tables import write_tables
 
-    write_tables(ev, {w.id: w for w in ts.windows}, folder)
-    plot = plot_cdf(
-        ev,
-        folder / "cdf.png",
-        f"{device} · profile {Path(profile_path).name} · {dep.source}/b{dep.budget} · {time.strftime('%Y%m%d', time.gmtime(at))}",
-    )
-    from as2d_cli.evaluate.report import write_report
+        with atomic_files(folder) as scratch:  # the tidy tables, each moved in when written
+            write_tables(ev, {w.id: w for w in ts.windows}, scratch)
+        plot = plot_cdf(
+            ev,
+            folder / "cdf.png",
+            f"{device} · profile {Path(profile_path).name} · {dep.source}/b{dep.budget} · {time.strftime('%Y%m%d', time.gmtime(at))}",
+        )
+        from as2d_cli.evaluate.report import load_report, render_report
 
-    write_report(folder)  # tables.md, datasets.png, rk.png: the paper's tables and figures
+        # tables.md, datasets.png, rk.png: the paper's tables and figures, from the files
+        render_report(folder, *load_report(folder))
+        mark_complete(folder)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"as2d eval interrupted while writing {folder}{_left(folder)}; run `{redo}` again"
+        ) from None
+    except OSError as exc:
+        what = exc.strerror or str(exc)
+        raise As2dError(
+            f"could not write {folder} ({what}: {exc.filename or folder}){_left(folder)}; free "
+            f"the space (or fix the cause), then run `{redo}` again"
+        ) from None
     return EvalOutput(
         folder, res_path, table, plot, ev, Path(dep_path), selected_now, Path(profile_path)
     )
+
+
+@contextmanager
+def _nothing_written_yet(results: Path, redo: str) -> Iterator[None]:
+    """Ctrl-C before the results folder is begun: one line saying so and what to run."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Interrupted):
+            raise
+        raise Interrupted(
+            f"as2d eval interrupted before it began a results folder in {results}; run "
+            f"`{redo}` again"
+        ) from None
+
+
+def _left(folder: Path) -> str:
+    """What an interrupted write leaves, as the rest of a sentence: an empty folder is
+    removed; anything else stays, marked incomplete, for the user to delete."""
+    try:
+        folder.rmdir()  # only when empty
+        return " (removed: nothing was in it)"
+    except OSError:
+        return ", which stays marked incomplete (its INCOMPLETE note says so) for you to delete"
 
 
 def provenance(
@@ -179,6 +265,11 @@ def provenance(
             "device": str(prof.device.get("name", "")),
             "synthetic": bool(prof.synthetic),
             "pair": (prof.device.get("pair") or {"name": "bundled"})["name"],
+            **(
+                {"allowed_implausible": list(prof.allowed_implausible)}
+                if prof.allowed_implausible
+                else {}
+            ),
         },
         "deployment": {
             "path": str(dep_path),

@@ -27,6 +27,7 @@ class Batch:
     tasks: list[Any]
     fork: bool
     resources: Sequence[dict[str, float]] | None
+    ctrl_c: bool = False  # workers get Ctrl-C themselves (see Executor.map)
 
 
 class Executor(ABC):
@@ -53,12 +54,18 @@ class Executor(ABC):
         *,
         fork: bool = True,
         resources: Sequence[dict[str, float]] | None = None,
+        ctrl_c: bool = False,
     ) -> Iterator[Any]:
         """``fn(shared, task)`` for each task, yielded in task order. ``fork=False``: the
         local pool must start fresh interpreters (work that holds native sessions).
         ``resources[i]``: custom resources task i needs on a cluster (a phone:
-        ``{"phone:SERIAL": 1}``); the local pool has one host and ignores them."""
-        yield from self._map(Batch(fn, shared, list(tasks), fork, resources))
+        ``{"phone:SERIAL": 1}``); the local pool has one host and ignores them.
+
+        Ctrl-C stops the map from this process: local workers ignore it and are ended, so
+        an interruption is the caller's one line, not a traceback per worker. ``ctrl_c``:
+        local workers get it too, for work that must stop what it started itself (a
+        phone's runner) before it ends."""
+        yield from self._map(Batch(fn, shared, list(tasks), fork, resources, ctrl_c))
 
     @abstractmethod
     def _map(self, batch: Batch) -> Iterator[Any]:

@@ -125,8 +125,9 @@ def run_farm(
     opts = dataclasses.replace(opts, ship_back=executor.remote)
     resources = [{phone_resource(p): 1.0} for p in phones] if executor.remote else None
     outcomes: list[PhoneOutcome] = []
-    # Fresh interpreters: each phone's process holds its own adb connections and runner.
-    for o in executor.map(task, opts, list(phones), fork=False, resources=resources):
+    # Fresh interpreters: each phone's process holds its own adb connections and runner,
+    # and takes Ctrl-C itself to stop that runner and say what it kept.
+    for o in executor.map(task, opts, list(phones), fork=False, resources=resources, ctrl_c=True):
         for rel, data in o.files.items():
             o.written.append(str(write_atomic(Path(opts.out_dir) / rel, data)))
         if o.ok and o.files:

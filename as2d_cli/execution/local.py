@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
+import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -41,8 +43,33 @@ def one_blas_thread_env() -> Iterator[None]:
             os.environ.pop(v, None)
 
 
-def _init(shared: Any) -> None:
+# Ctrl-C reaches every process of the terminal's process group. Workers ignore it: the
+# parent alone stops the map (terminating its workers), so an interruption is one line
+# from the parent instead of a traceback from every worker.
+
+
+@contextmanager
+def _workers_ignore_ctrl_c(ignore: bool = True) -> Iterator[None]:
+    """While workers start: SIGINT ignored here, so forked and spawned workers inherit
+    that (a fresh interpreter keeps an ignored SIGINT ignored) before any code of theirs runs."""
+    if not ignore or threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; workers still ignore it in _quiet
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _quiet() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _init(shared: Any, ctrl_c: bool = False) -> None:
     global _SHARED
+    if not ctrl_c:
+        _quiet()
     _SHARED = shared
 
 
@@ -77,12 +104,16 @@ class LocalPool(Executor):
                 yield fn(shared, t)
             return
         forked = batch.fork and "fork" in mp.get_all_start_methods()
+        quiet = not batch.ctrl_c
         if forked:
             _SHARED = shared
-            pool = mp.get_context("fork").Pool(n)
+            with _workers_ignore_ctrl_c(quiet):
+                pool = mp.get_context("fork").Pool(n, initializer=_quiet if quiet else None)
         else:
-            with one_blas_thread_env():
-                pool = mp.get_context("spawn").Pool(n, initializer=_init, initargs=(shared,))
+            with one_blas_thread_env(), _workers_ignore_ctrl_c(quiet):
+                pool = mp.get_context("spawn").Pool(
+                    n, initializer=_init, initargs=(shared, batch.ctrl_c)
+                )
         finished = False
         try:
             # imap keeps task order; chunksize 1 keeps every worker busy to the end.

@@ -33,11 +33,16 @@ Methods the replay codes against:
   kind (``costs.in_loop``, see :data:`IN_LOOP_KINDS`); 1.0 when the profile has none.
 * ``p.fit`` — :class:`Fit` (method, raw ``samples`` by figure name, notes); ``p.device``
   — device facts; ``p.synthetic`` — True for the made-up anchor profile; ``p.path``.
+* ``p.allowed_implausible`` — the plausibility problems a command was told to accept
+  (``--allow-implausible``); empty for a plausible profile. :func:`implausibilities` lists
+  them (the rules and ranges: :data:`PLAUSIBLE`, docs/formats.md).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from statistics import median
 from typing import Any, Mapping
 
 from as2d_cli.errors import FormatError
@@ -173,6 +178,9 @@ class CostProfile:
     path: str = "<profile>"  # where it was loaded from (for messages)
     schema: str = SCHEMA
     version: int = VERSION
+    # Plausibility problems accepted with --allow-implausible (results record them); never
+    # stored in the profile file: they are a property of one use of it.
+    allowed_implausible: tuple[str, ...] = ()
 
     # --------------------------------------------------------------- widths
     @property
@@ -288,3 +296,137 @@ def _ranges(ks: tuple[int, ...]) -> str:
         out.append(f"{ks[i]}" if i == j else f"{ks[i]}–{ks[j]}")
         i = j + 1
     return ",".join(out)
+
+
+# ------------------------------------------------------------------ plausibility
+# The documented ranges (docs/formats.md, "Plausibility"): (low, high) per kind of figure.
+# A figure outside them is a unit slip (seconds or microseconds written as ms), a typo or a
+# broken measurement, not a device: the fastest forward any supported model makes on any
+# host is ~0.1 ms (a 2-layer 48-wide decoder on a desktop core), a phone's 1.7B target
+# step ~60 ms; nothing that decodes speech takes 10 s a forward.
+PLAUSIBLE: dict[str, tuple[float, float]] = {
+    "forward_ms": (0.01, 10_000.0),  # target step, verification, drafter/source forwards
+    "extra_ms": (0.0, 10_000.0),  # catch-up, paired, row and refresh work
+    "overhead_ms": (0.0, 1_000.0),  # loop residual, alignment, publication
+    "startup_ms": (0.0, 60_000.0),  # a source's start (audio encoding) on the decode clock
+    "concurrent_ratio": (1.0, 10.0),  # cost beside the other model ÷ cost alone
+    "in_loop_ratio": (0.1, 10.0),  # in-loop cost ÷ sweep-priced cost
+}
+# Drops below the floor of a range, or between widths, smaller than this share of the
+# figure are measurement noise even when the raw samples cannot show it (one sample, or a
+# synthetic profile's interpolated widths).
+NOISE_FLOOR = 0.05
+# A target step and a width-1 verification are both one target forward: a bigger gap
+# than this factor is a unit slip in one of them.
+K1_STEP_FACTOR = 10.0
+
+
+def _spread(samples: Mapping[str, tuple[float, ...]], key: str) -> float:
+    """The measured noise of one figure: max − min of its raw samples, preemptions (over
+    3× the median, as the fit drops them) left out; 0 without samples."""
+    xs = [x for x in samples.get(key, ()) if math.isfinite(x)]
+    if len(xs) < 2:
+        return 0.0
+    m = median(xs)
+    xs = [x for x in xs if x <= 3 * m] if m > 0 else xs
+    return max(xs) - min(xs) if len(xs) > 1 else 0.0
+
+
+def _relative_noise(samples: Mapping[str, tuple[float, ...]], *keys: str) -> float:
+    """The summed relative spread of ``keys``' samples (a ratio of two noisy figures is
+    as noisy as both), at least :data:`NOISE_FLOOR`."""
+    rel = 0.0
+    for key in keys:
+        xs = [x for x in samples.get(key, ()) if math.isfinite(x)]
+        if xs and median(xs) > 0:
+            rel += _spread(samples, key) / median(xs)
+    return max(NOISE_FLOOR, rel)
+
+
+def implausibilities(p: CostProfile) -> list[str]:
+    """What makes ``p`` physically implausible, one ``key …: why`` phrase each (empty: it
+    is plausible). The rules (docs/formats.md, "Plausibility"):
+
+    * every figure within its :data:`PLAUSIBLE` range;
+    * the verifier's idle cost does not fall as K grows by more than the measured noise
+      (the spread of both widths' raw samples, at least :data:`NOISE_FLOOR` of the cost);
+    * concurrent/idle ratios ≥ 1 within the measured noise (at least NOISE_FLOOR): the
+      other model never makes a call cheaper;
+    * the target step within :data:`K1_STEP_FACTOR` of the width-1 verification."""
+    out: list[str] = []
+    s = p.fit.samples
+
+    def in_range(key: str, value: float, kind: str) -> None:
+        lo, hi = PLAUSIBLE[kind]
+        if not lo <= value <= hi:
+            unit = "" if kind.endswith("ratio") else " ms"
+            out.append(f"key {key}: {value:g}{unit} is outside the plausible {lo:g}–{hi:g}{unit}")
+
+    def ratio(key: str, value: float, noise: float) -> None:
+        lo, hi = PLAUSIBLE["concurrent_ratio"]
+        if value < lo - noise:
+            out.append(
+                f"key {key}: {value:g} is below 1 by more than the measured noise "
+                f"({noise:.0%}); running beside the other model cannot make a call cheaper"
+            )
+        elif value > hi:
+            out.append(f"key {key}: {value:g} is outside the plausible {lo:g}–{hi:g}")
+
+    in_range("costs.target_step_ms", p.target_step_ms, "forward_ms")
+    in_range("costs.loop_ms", p.loop_ms, "overhead_ms")
+    in_range("costs.align_ms", p.align_ms, "overhead_ms")
+    for k, v in sorted(p.verify_idle_ms.items()):
+        in_range(f"costs.verify.idle_ms.K{k}", v, "forward_ms")
+    # Each width against the dearest narrower one: a slow drift down is caught too.
+    top: tuple[int, float] | None = None
+    for k, v in sorted(p.verify_idle_ms.items()):
+        if top is not None and v < top[1]:
+            noise = max(
+                NOISE_FLOOR * top[1],
+                _spread(s, f"verify.K{top[0]}"),
+                _spread(s, f"verify.K{k}"),
+            )
+            if top[1] - v > noise:
+                out.append(
+                    f"key costs.verify.idle_ms.K{k}: {v:g} ms is below K{top[0]}'s {top[1]:g} ms "
+                    f"by more than the measured noise ({noise:.3g} ms); a wider verification "
+                    f"cannot be cheaper"
+                )
+        if top is None or v > top[1]:
+            top = (k, v)
+    for k, r in sorted(p.verify_concurrent_ratio.items()):
+        noise = _relative_noise(s, f"verify.K{k}", f"verify_concurrent.K{k}")
+        ratio(f"costs.verify.concurrent_ratio.K{k}", r, noise)
+    k1 = p.verify_idle_ms.get(1)
+    if k1 is not None and k1 > 0 and p.target_step_ms > 0:
+        gap = max(k1, p.target_step_ms) / min(k1, p.target_step_ms)
+        if gap > K1_STEP_FACTOR:
+            out.append(
+                f"key costs.target_step_ms: {p.target_step_ms:g} ms is {gap:.0f}× the width-1 "
+                f"verification's {k1:g} ms; both are one target forward (a unit slip: ms, s, µs?)"
+            )
+    d = p.drafter
+    if d is not None:
+        in_range("costs.drafter.step_ms", d.step_ms, "forward_ms")
+        for name in ("catch_up_ms", "paired_ms", "row_ms"):
+            in_range(f"costs.drafter.{name}", getattr(d, name), "extra_ms")
+        for k, v in sorted(d.refresh_ms.items()):
+            in_range(f"costs.drafter.refresh_ms.K{k}", v, "extra_ms")
+    for name, src in sorted(p.sources.items()):
+        key = f"costs.sources.{name}"
+        if src.kind == "chunked":
+            in_range(f"{key}.chunk_ms", src.chunk_ms_idle, "forward_ms")
+        else:
+            in_range(f"{key}.step_ms", src.step_ms_idle, "forward_ms")
+        in_range(f"{key}.publish_ms", src.publish_ms, "overhead_ms")
+        in_range(f"{key}.startup_ms", src.startup_ms, "startup_ms")
+        unit = "chunk" if src.kind == "chunked" else "step"
+        noise = _relative_noise(s, f"sources.{name}.{unit}", f"sources.{name}.{unit}_concurrent")
+        ratio(f"{key}.concurrent_ratio", src.concurrent_ratio, noise)
+        for k, r in sorted((src.verify_concurrent_ratio or {}).items()):
+            noise = _relative_noise(s, f"verify.K{k}", f"verify_concurrent.K{k}")
+            ratio(f"{key}.verify_concurrent_ratio.K{k}", r, noise)
+    for fam, kinds in sorted((p.in_loop or {}).items()):
+        for kind, r in sorted(kinds.items()):
+            in_range(f"costs.in_loop.{fam}.{kind}", r, "in_loop_ratio")
+    return out

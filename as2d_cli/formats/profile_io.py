@@ -3,6 +3,7 @@ for the in-memory model and ``docs/formats.md`` for the file layout."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from datetime import date, datetime
@@ -23,7 +24,9 @@ from as2d_cli.formats.profile import (
     DrafterCosts,
     Fit,
     SourceCosts,
+    implausibilities,
 )
+from as2d_cli.formats.strict import yaml_load
 
 _K = re.compile(r"^K([1-9][0-9]*)$")
 
@@ -45,15 +48,13 @@ def read_yaml(path: Path, what: str) -> Any:
         raise UserError(f"{path}: is a folder, not a {what} file") from None
     except UnicodeDecodeError:
         raise FormatError(f"{path}: not UTF-8 text; pass a YAML {what} file") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    except PermissionError:
+        raise UserError(f"{path}: not readable (permission denied); fix its permissions") from None
+    if not text.strip():
         raise FormatError(
-            f"{path}: not valid YAML{at} ({problem}); the file is truncated or damaged — fix or regenerate it"
-        ) from None
+            f"{path}: the file is empty; pass an as2d {what} file (was it cut off while copying?)"
+        )
+    return yaml_load(text, str(path), "file")
 
 
 def iso_dates(doc: Any) -> Any:
@@ -77,6 +78,7 @@ def profile_from_doc(doc: Any, where: str) -> CostProfile:
     )
     _check_in_loop(doc, where)  # before the schema: its messages name the exact family/kind
     validate_schema(doc, "profile.schema.json", where)
+    _check_finite(doc["costs"], "costs", where)
     c = doc["costs"]
     idle = _widths(c["verify"]["idle_ms"])
     ratio = _widths(c["verify"]["concurrent_ratio"])
@@ -216,9 +218,49 @@ def _in_loop(d: dict | None) -> dict[str, dict[str, float]] | None:
     }
 
 
-def load_profile(path: str | Path) -> CostProfile:
+def _check_finite(x: Any, key: str, where: str) -> None:
+    """No cost may be NaN or infinite (YAML's ``.nan``/``.inf`` pass the schema's bounds):
+    an impossible figure would only turn into an impossible result later."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            _check_finite(v, f"{key}.{k}", where)
+    elif isinstance(x, float) and not math.isfinite(x):
+        raise FormatError(
+            f"{where}: key {key}: {x} is not a finite number; fix the figure or recalibrate "
+            f"with `as2d calibrate`"
+        )
+
+
+ALLOW_HINT = "pass --allow-implausible to use it anyway (the results record that you did)"
+
+
+def check_plausible(p: CostProfile, *, allow_implausible: bool = False) -> CostProfile:
+    """``p`` when it is physically plausible (:func:`~as2d_cli.formats.profile.implausibilities`);
+    otherwise one FormatError naming the first field, or with ``allow_implausible`` ``p``
+    with the problems in ``allowed_implausible`` (results carry them in their provenance)."""
+    problems = implausibilities(p)
+    if not problems:
+        return p
+    if allow_implausible:
+        return dataclasses.replace(p, allowed_implausible=tuple(problems))
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    redo = "regenerate the profile" if p.synthetic else "recalibrate with `as2d calibrate`"
+    fix = f"fix that figure or {redo}"
+    raise FormatError(f"{p.path}: implausible profile: {problems[0]}{more}; {fix}, or {ALLOW_HINT}")
+
+
+def load_profile(
+    path: str | Path, *, check: bool = False, allow_implausible: bool = False
+) -> CostProfile:
+    """Read and validate a profile file. ``check``: a command about to price with it also
+    refuses a physically implausible one (:func:`check_plausible`); ``allow_implausible``
+    (implies ``check``) accepts it and records the problems in ``allowed_implausible``.
+    Without either (re-rendering results, resuming) only the format is checked."""
     path = Path(path)
-    return profile_from_doc(read_yaml(path, "profile"), str(path))
+    p = profile_from_doc(read_yaml(path, "profile"), str(path))
+    if check or allow_implausible:
+        return check_plausible(p, allow_implausible=allow_implausible)
+    return p
 
 
 def profile_to_doc(p: CostProfile) -> dict:

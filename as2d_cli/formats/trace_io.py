@@ -6,7 +6,8 @@ further line is one window, checked by a hand-written validator that is equivale
 (reference ends in EOS iff ``eos``, drafter shape, declared sources). The hand check keeps
 loading ~700 windows with drafter continuations fast; ``strict=True`` additionally runs
 the JSON Schema on every record. Every problem is one :class:`FormatError` line naming
-the file, line, window id and key, and what to do.
+the file, line, window id and key, and what to do; a key written twice in one record
+is refused too (:mod:`as2d_cli.formats.strict`), never resolved silently.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Iterator
 
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import check_version, validate_schema, write_atomic
+from as2d_cli.formats.strict import json_loads
 from as2d_cli.formats.trace import (
     AUTOREGRESSIVE,
     CHUNKED,
@@ -112,7 +114,7 @@ def load_traces(path: str | Path, *, split: str | None = None, strict: bool = Fa
             continue
         where = f"{path}: line {lineno}"
         try:
-            doc = json.loads(line)
+            doc = json_loads(line, where)  # a key written twice is refused, not overwritten
         except json.JSONDecodeError as e:
             raise FormatError(
                 f"{where}: not valid JSON ({e.msg} at column {e.colno}); the file is truncated or damaged — {_FIX}"

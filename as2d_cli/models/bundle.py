@@ -219,6 +219,34 @@ class ModelBundle:
         return list(json.loads(self.path(info["chars"]).read_text(encoding="utf-8"))["chars"])
 
 
+_REIMPORT = "import the pair again with `as2d models import`"
+
+
+def check_pair_folder(directory: Path) -> None:
+    """A ``--models`` folder that cannot be a pair, in words that name the fix: a pair is
+    made by `as2d models import`, never by reinstalling as2d (that repairs the bundled pair
+    only)."""
+    make = f"`as2d models import --target EXPORT --drafter EXPORT --out {directory}`"
+    if not directory.exists():
+        raise UserError(f"--models {directory}: no such folder; pass a pair folder made by {make}")
+    if not directory.is_dir():
+        raise UserError(f"--models {directory} is a file, not a model pair folder; pass the folder")
+    if (directory / "models.json").is_file():
+        return
+    if not any(directory.iterdir()):
+        raise UserError(
+            f"--models {directory} is an empty folder, not a model pair; create the pair with {make}"
+        )
+    if any(directory.glob("*.onnx")) or any(directory.glob("onnx/*.onnx")):
+        raise UserError(
+            f"--models {directory} is a model export, not a pair (no models.json); make a pair "
+            f"of it with `as2d models import --target {directory} --drafter EXPORT --out PAIR`"
+        )
+    raise UserError(
+        f"--models {directory} is not a model pair (no models.json); create one with {make}"
+    )
+
+
 def load_bundle(
     directory: Path | str | None = None,
     check_hashes: bool = True,
@@ -226,13 +254,15 @@ def load_bundle(
     prompt: PromptSpec | None = None,
 ) -> ModelBundle:
     """Read models.json in ``directory`` (default: the bundled models) and check its files."""
+    bundled = directory is None or Path(directory).resolve() == DEFAULT_DIR.resolve()
     directory = Path(directory) if directory is not None else DEFAULT_DIR
     path = directory / "models.json"
+    if not bundled:
+        check_pair_folder(directory)
     manifest = read_json(
         path,
-        f"model manifest {path} not found; reinstall the package, run training/export.py "
-        "or, for your own pair, `as2d models import`",
-        "rerun training/export.py",
+        f"model manifest {path} not found; reinstall the package or rerun training/export.py",
+        "rerun training/export.py" if bundled else _REIMPORT,
         FormatError,
     )
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
@@ -244,24 +274,24 @@ def load_bundle(
         hint = (
             "upgrade as2d"
             if isinstance(version, int) and version > VERSION
-            else "rerun training/export.py"
+            else ("rerun training/export.py" if bundled else _REIMPORT)
         )
         raise FormatError(
             f"{path}: model manifest version {version!r} is not supported (this as2d reads {VERSION}); {hint}"
         )
+    fix = (
+        "reinstall the package or rerun training/export.py"
+        if bundled and not manifest.get("imported")
+        else "re-import the pair with `as2d models import`"
+    )
     for key in ("tokenizer", "specials", "models", "sha256"):
         if key not in manifest:
-            raise FormatError(f"{path}: key {key!r} is missing; rerun training/export.py")
-    fix = (
-        "re-import the pair with `as2d models import`"
-        if manifest.get("imported")
-        else "reinstall the package or rerun training/export.py"
-    )
+            raise FormatError(f"{path}: key {key!r} is missing; {fix}")
     hashes = dict(manifest["sha256"])
     for name, info in manifest["models"].items():
         for key in ("kind", "dims", "files", "sha256"):
             if key not in info:
-                raise FormatError(f"{path}: models.{name} has no {key!r}; rerun training/export.py")
+                raise FormatError(f"{path}: models.{name} has no {key!r}; {fix}")
         hashes.update(info["sha256"])
     for filename, digest in sorted(hashes.items()):
         f = directory / filename

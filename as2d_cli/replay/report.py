@@ -268,6 +268,8 @@ def write_selection(
         "traces": report["inputs"]["traces"],
         "ranking_top": report["ranking"][:5],
     }
+    if report.get("allowed_implausible"):  # the profile failed its plausibility check
+        selection["allowed_implausible"] = list(report["allowed_implausible"])
     if Path(out).exists():
         raise UserError(f"{out}: already exists and is never overwritten; pass another --out")
     dep = make_deployment(

@@ -18,7 +18,11 @@ blocks; final and maximum values; capped outputs; first and maximum temperature.
 "Keeps pace" = mean processing below the block interval and completion lag bounded: the
 least-squares trend of l_i over the last third of the blocks (by arrival) rises by less
 than one block interval across that third. With fewer than 3 blocks in the last third the
-trend is undecided (None), and so is keeping pace.
+trend is undecided (None), and so is keeping pace. When the device's conditions broke
+during the stream (the 1 Hz monitor tripped: a core went offline, the device was lost), the
+figures cover only the blocks finished before it and keeping pace is not judged (None): a
+stream that did not run to its end under the gated conditions says nothing about whether
+the runner keeps pace.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ class RunMetrics:
     max_temp_c: float | None
     lag_trend_s: float | None  # fitted lag rise over the last third
     keeps_pace: bool | None
+    degraded_blocks: int = 0  # blocks after the monitor tripped: kept, not in these figures
+    conditions_held: bool = True  # False: the monitor tripped; keeps_pace is not judged
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,9 +144,14 @@ def run_metrics(
     block_s: float,
     drained_s: float | None,
     temperatures_c: Sequence[float] = (),
+    degraded_blocks: int = 0,
+    conditions_held: bool = True,
 ) -> RunMetrics:
     """The run's figures (Table 16's rows). ``drained_s``: stream time when the source's
-    drain ended (None when the run stopped early); ``temperatures_c`` in time order."""
+    drain ended (None when the run stopped early); ``temperatures_c`` in time order.
+    ``blocks`` are those measured under the gated conditions; ``degraded_blocks`` the ones
+    after the monitor tripped (counted, not measured); ``conditions_held`` False when it
+    tripped: keeping pace is then not judged."""
     if not blocks:
         raise ValueError("no blocks: nothing was measured")
     per = block_metrics(blocks)
@@ -151,7 +162,9 @@ def run_metrics(
     third = blocks[n - math.ceil(n / 3) :]
     rise = trend_rise([b.arrival_s for b in third], lags[n - len(third) :])
     mean_proc = sum(m.processing_s for m in per) / n
-    keeps = None if rise is None else (mean_proc < block_s and rise < block_s)
+    keeps = (
+        None if rise is None or not conditions_held else (mean_proc < block_s and rise < block_s)
+    )
     return RunMetrics(
         blocks=n,
         audio_s=audio,
@@ -172,4 +185,6 @@ def run_metrics(
         max_temp_c=max(temperatures_c) if temperatures_c else None,
         lag_trend_s=rise,
         keeps_pace=keeps,
+        degraded_blocks=degraded_blocks,
+        conditions_held=conditions_held,
     )

@@ -82,18 +82,17 @@ def corpus_recording(minutes: float, corpus_dir: Path | None = None) -> Recordin
 
 
 def file_recording(path: Path, minutes: float | None = None) -> Recording:
-    """``--audio FILE``, checked here (16 kHz mono, readable) before anything starts."""
-    import soundfile as sf
+    """``--audio FILE``, checked here before anything starts: audio soundfile reads to its
+    end (not truncated), 16 kHz mono, at least ``MIN_AUDIO_S`` long, and as long as
+    ``--minutes`` asks."""
+    from as2d_cli.corpus.manifest import AUDIO_RATE, read_audio_file
 
     if not path.is_file():
         raise UserError(f"--audio {path}: no such file")
-    try:
-        info = sf.info(str(path))
-    except Exception as exc:  # soundfile raises its own error types
-        raise UserError(f"--audio {path} cannot be read as audio ({exc})") from None
-    if info.samplerate != 16_000 or info.channels != 1:
+    seconds = len(read_audio_file(path, f"--audio {path}")) / AUDIO_RATE
+    if minutes is not None and minutes * 60.0 > seconds + 1e-6:
         raise UserError(
-            f"--audio {path} is {info.samplerate} Hz with {info.channels} channel(s); the stream "
-            f"needs 16 kHz mono (e.g. `ffmpeg -i {path.name} -ar 16000 -ac 1 out.wav`)"
+            f"--minutes {minutes:g}: --audio {path} holds {seconds / 60:.2f} minutes; ask for "
+            "less or drop --minutes (the whole file streams)"
         )
     return Recording(None if minutes is None else minutes * 60.0, audio=path)

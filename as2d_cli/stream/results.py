@@ -20,8 +20,11 @@ from as2d_cli.stream.metrics import (
 )
 
 SCHEMA = "as2d.stream"
-VERSION = 1
-# Version history: 1 — first release.
+VERSION = 2
+# Version history: 1 — first release; 2 — blocks that ran after the monitor tripped are
+# marked (each block's ``degraded``), the run's figures leave them out
+# (``metrics.degraded_blocks``) and keeping pace is not judged then
+# (``metrics.conditions_held``).
 
 CSV_COLUMNS = (
     "block",
@@ -49,6 +52,7 @@ CSV_COLUMNS = (
     "proposed",
     "accepted",
     "equal_to_target_only",
+    "degraded",
     "text",
 )
 
@@ -105,18 +109,29 @@ def temperature(monitor: dict[str, Any] | None, start_wall: float | None) -> dic
 def summarize(
     outcome: Any, settings: dict[str, Any]
 ) -> tuple[list[BlockMetrics], RunMetrics | None, dict[str, Any]]:
-    """Per-block and run metrics and the temperature series of a stream's outcome."""
+    """Per-block metrics of every block, and the run's metrics over the blocks measured
+    under the gated conditions (those before ``outcome.degraded_from``), with the
+    temperature series of a stream's outcome."""
     start_wall = (outcome.start or {}).get("wall_time")
     temp = temperature(outcome.monitor, start_wall)
     if not outcome.blocks:
         return [], None, temp
     tim = timings(outcome.blocks)
-    drained = (outcome.streamed or {}).get("drained_s")
-    run = run_metrics(
-        tim,
-        block_s=float(settings["block_s"]),
-        drained_s=drained,
-        temperatures_c=[c for _, c in temp["samples"]],
+    cut = getattr(outcome, "degraded_from", None)
+    clean = tim if cut is None else tim[:cut]
+    held = bool(getattr(outcome, "conditions_held", True))
+    drained = (outcome.streamed or {}).get("drained_s") if held else None
+    run = (
+        run_metrics(
+            clean,
+            block_s=float(settings["block_s"]),
+            drained_s=drained,
+            temperatures_c=[c for _, c in temp["samples"]],
+            degraded_blocks=len(tim) - len(clean),
+            conditions_held=held,
+        )
+        if clean
+        else None
     )
     return block_metrics(tim), run, temp
 
@@ -147,8 +162,9 @@ def write_stream(
     per, run, temp = summarize(outcome, settings)
     checks = {c["block"]: c for c in outcome.checks}
     status = "interrupted" if outcome.interrupted else "stopped" if outcome.stopped else "complete"
+    cut = getattr(outcome, "degraded_from", None)
     blocks = []
-    for b, bm in zip(outcome.blocks, per):
+    for i, (b, bm) in enumerate(zip(outcome.blocks, per)):
         c = checks.get(b["block"])
         blocks.append(
             {
@@ -157,6 +173,7 @@ def write_stream(
                 "body_tokens": body_tokens(b),
                 "equal_to_target_only": None if c is None else c["equal"],
                 "first_divergence": None if c is None else c["first_divergence"],
+                "degraded": cut is not None and i >= cut,
             }
         )
     streamed = outcome.streamed or {}
@@ -245,16 +262,30 @@ def table(doc: dict[str, Any]) -> str:
         + _recording_line(doc.get("recording") or {})
         + "\n"
     )
+    degraded = sum(1 for b in doc["blocks"] if b.get("degraded"))
     if m is None:
+        if degraded:
+            return head + (
+                f"No block finished before the monitor tripped ({degraded} degraded block(s) "
+                "kept): nothing to report.\n"
+            )
         return head + "No block finished: nothing to report.\n"
     temp = doc["temperature"]
     sensor = f" ({temp['sensor']})" if temp.get("sensor") else ""
-    keeps = (
-        "undecided (fewer than 3 blocks in the last third)"
-        if m["lag_trend_s"] is None
-        else f"{'yes' if m['keeps_pace'] else 'no'} (lag trend over the last third "
-        f"{m['lag_trend_s']:+.2f} s)"
-    )
+    if not m.get("conditions_held", True):
+        keeps = "not judged: the monitor tripped during the stream" + (
+            f"; the figures cover the {m['blocks']} block(s) before it, {degraded} later "
+            "block(s) are degraded"
+            if degraded
+            else ""
+        )
+    elif m["lag_trend_s"] is None:
+        keeps = "undecided (fewer than 3 blocks in the last third)"
+    else:
+        keeps = (
+            f"{'yes' if m['keeps_pace'] else 'no'} (lag trend over the last third "
+            f"{m['lag_trend_s']:+.2f} s)"
+        )
     rows = [
         (
             "Mean encoder / prefill / decode (s)",

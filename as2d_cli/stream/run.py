@@ -1,13 +1,23 @@
 """One stream on a device: load the runner, gate once, stream under the 1 Hz monitor,
 and keep every block as it arrives (``blocks.jsonl``) whatever ends the run — the last
 block, Ctrl-C, the monitor tripping (a core offline, the device lost) or the runner
-failing."""
+failing.
+
+When the monitor trips, the stream stops: a local runner is killed at once; a phone's
+runner (file mode, which the host cannot kill) is told through a stop file beside its run
+directory and ends before its next block. Every block that finished after the monitor's
+last good sample — the one running when it tripped, and any a phone finished before it
+saw the stop file — is marked degraded: kept in the files, left out of the figures, and
+the run's keeps-pace verdict is not given."""
 
 from __future__ import annotations
 
+import contextlib
+import posixpath
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from as2d_cli.errors import DeviceError
 from as2d_cli.formats.common import append_jsonl
@@ -28,6 +38,15 @@ class StreamOutcome:
     monitor: dict[str, Any] | None = None
     stopped: str | None = None  # why the stream ended early
     interrupted: bool = False
+    # The first block that finished after the monitor's last good sample: it and every
+    # later block ran (at least partly) without the conditions the gate checked (None: none)
+    degraded_from: int | None = None
+    received: list[float] = field(default_factory=list)  # host wall time each block arrived
+
+    @property
+    def conditions_held(self) -> bool:
+        """Whether the monitor stayed quiet for the whole stream."""
+        return (self.monitor or {}).get("failure") is None
 
 
 def stream_command(recording: Recording, settings: dict[str, Any]) -> dict[str, Any]:
@@ -52,7 +71,7 @@ def run_stream(
     (:class:`device_agents.measurement.Measurement`); never raises for an ended stream:
     the outcome says how it ended (the caller writes the results, then reports)."""
     from device_agents.gating import run_gate
-    from device_agents.monitor import CoreMonitor, abort_on_trip
+    from device_agents.monitor import CoreMonitor
 
     out = StreamOutcome()
     device = m.device
@@ -68,6 +87,7 @@ def run_stream(
                 on_start(body)
         elif kind == "block":
             out.blocks.append(body)
+            out.received.append(time.time())
             append_jsonl(raw, [body])
             if on_block is not None:
                 on_block(body)
@@ -98,22 +118,30 @@ def run_stream(
         if not g.passed:
             out.stopped = f"the gate failed before the stream: {g.failure}"
             return out
-        monitor = CoreMonitor(device, monitor_interval_s, on_trip=abort_on_trip(runner)).start()
-        try:
-            res = runner.call(stream_command(recording, settings), on_event=on_event)
-            res.pop("event", None)
-            out.streamed = res
-        except KeyboardInterrupt:
-            runner.abort()
-            out.interrupted = True
-            out.stopped = "interrupted (Ctrl-C)"
-        except DeviceError as exc:
-            out.stopped = _why(monitor.failure) if monitor.failure is not None else str(exc)
-        finally:
-            monitor.stop()
-            out.monitor = monitor.record()
-        if out.stopped is None and monitor.failure is not None:  # a phone's batch ran to its end
-            out.stopped = _why(monitor.failure)
+        with _stop_file(device) as stop:
+            monitor = CoreMonitor(
+                device, monitor_interval_s, on_trip=_stopper(device, runner, stop)
+            ).start()
+            command = stream_command(recording, settings)
+            if stop is not None:  # named from the runner's own run directory (AS2D_FILES)
+                command["stop_file"] = posixpath.join("..", *stop.split("/")[-2:])
+            try:
+                res = runner.call(command, on_event=on_event)
+                res.pop("event", None)
+                out.streamed = res
+            except KeyboardInterrupt:
+                runner.abort()
+                out.interrupted = True
+                out.stopped = "interrupted (Ctrl-C)"
+            except DeviceError as exc:
+                out.stopped = _why(monitor.failure) if monitor.failure is not None else str(exc)
+            finally:
+                monitor.stop()
+                out.monitor = monitor.record()
+        if monitor.failure is not None:
+            _mark_degraded(out, monitor)
+            if not out.interrupted:
+                out.stopped = _why(monitor.failure) + _degraded_note(out)
     finally:
         try:
             runner.close()
@@ -123,10 +151,70 @@ def run_stream(
 
 
 def _why(failure: Any) -> str:
-    """The monitor's failure as the stream's reason (its own words are a batch's)."""
-    return failure.message.replace(
-        " into the episode", " after the stream's monitor started"
-    ).replace("the batch is stopped (results so far are kept)", "the blocks so far are kept")
+    """The monitor's failure as the stream's reason."""
+    if failure.kind == "core_offline":
+        gone = ",".join(map(str, failure.detail.get("offline", [])))
+        at = time.strftime("%H:%M:%S", time.localtime(failure.wall_time))
+        return (
+            f"CPU{gone} went offline {failure.t_s:.1f} s after the stream's monitor started "
+            f"(at {at})"
+        )
+    return failure.message
+
+
+@contextlib.contextmanager
+def _stop_file(device: Any) -> Iterator[str | None]:
+    """Where the host tells a phone's runner to stop: ``stop`` in a per-run directory of its
+    own beside the runner's (removed afterwards); None on the local host, whose runner the
+    monitor kills."""
+    if getattr(device, "kind", "local") == "local":
+        yield None
+        return
+    with device.run_dir("streamstop") as folder:
+        yield posixpath.join(folder, "stop")
+
+
+def _stopper(device: Any, runner: Any, stop: str | None) -> Callable[[Any], None]:
+    """The monitor's on_trip: kill a local runner; write a phone's stop file."""
+    from device_agents.monitor import abort_on_trip
+
+    abort = abort_on_trip(runner)
+
+    def on_trip(record: Any) -> None:
+        abort(record)
+        if stop is not None:
+            try:
+                device.shell(["touch", stop], deadline_s=10)
+            except DeviceError:
+                pass  # the device is gone: its runner ends when its command's stream closes
+
+    return on_trip
+
+
+def _mark_degraded(out: StreamOutcome, monitor: Any) -> None:
+    """Every block that reached the host after the monitor's last good sample ran, at least
+    partly, after the conditions broke: it and the blocks after it are degraded. (A block
+    reaches the host after it finished — a phone's, up to one read-back later — so this
+    never misses one; it may take in a block that finished just before.)"""
+    failure = monitor.failure
+    good = failure.detail.get("last_good_wall_time")
+    if good is None:
+        before = [s.wall_time for s in monitor.samples if s.wall_time < failure.wall_time]
+        good = before[-1] if before else failure.wall_time
+    late = [i for i, t in enumerate(out.received) if t > float(good)]
+    out.degraded_from = late[0] if late else None
+
+
+def _degraded_note(out: StreamOutcome) -> str:
+    n = len(out.blocks)
+    if out.degraded_from is None:
+        return ""
+    k = n - out.degraded_from
+    return (
+        f"; block{'s' if k > 1 else ''} {out.degraded_from + 1}"
+        f"{f'–{n}' if k > 1 else ''} ran after it and "
+        f"{'are' if k > 1 else 'is'} marked degraded (left out of the figures)"
+    )
 
 
 def settings_for(

@@ -7,6 +7,14 @@ that verifies against one of the authorized keys (adbkeys.py) brings the device 
 other gets a fresh TOKEN; an offered AUTH(RSAPUBLICKEY) is never accepted (a real phone would
 ask the user), so an adb server with another key sees the phone ``unauthorized``.
 
+Hostile local clients: a header announcing more payload than the phone's maximum
+(wire.MAX_PAYLOAD) closes the connection before any of it is read; at most
+``max_unauthenticated`` connections may be unauthenticated at once (a new one beyond that
+is closed at once, unless the oldest of those merely waits for the user, which makes room);
+and a connection still unauthenticated ``auth_deadline_s`` after it was accepted is closed,
+unless it waits for the user (it offered its public key, or the phone plays 'offline'). So
+memory held for connections that have not authenticated stays bounded.
+
 Written from the AOSP protocol documents (protocol.txt, SERVICES.TXT, SYNC.TXT). One
 thread per connection reads messages; each opened stream runs its service in its own
 thread, so a stalled command never blocks the transport.
@@ -14,6 +22,7 @@ thread, so a stalled command never blocks the transport.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue
@@ -35,6 +44,10 @@ log = logging.getLogger(__name__)
 FEATURES = "shell_v2,cmd,fixed_push_mkdir,fixed_push_symlink_timestamp"
 # adbd slows down a client that keeps failing (1 s per attempt past 256 failures).
 _FREE_AUTH_FAILURES = 256
+# Connections not authenticated yet: at most this many at once, each for at most this long
+# (an adb server on loopback authenticates in milliseconds).
+MAX_UNAUTHENTICATED = 8
+AUTH_DEADLINE_S = 10.0
 
 
 class Stream:
@@ -117,6 +130,10 @@ class Transport(threading.Thread):
         self.online = False
         self._token: bytes | None = None
         self._auth_failures = 0
+        self.accepted_at = time.monotonic()
+        # The peer has played its whole hand and waits for the user (offered its public key,
+        # or sent CNXN to a phone playing 'offline'): exempt from the auth deadline.
+        self.waiting_for_user = False
 
     def send(self, msg: wire.Message) -> None:
         with self._send_lock:
@@ -152,7 +169,15 @@ class Transport(threading.Thread):
 
     def _loop(self) -> None:
         while self.alive:
-            msg = wire.read_message(self.sock)
+            try:
+                msg = wire.read_message(self.sock, wire.MAX_PAYLOAD)
+            except wire.PayloadTooLarge as exc:
+                self.adbd._refuse(
+                    "oversized",
+                    f"{exc} ({'authenticated' if self.online else 'before authentication'}); "
+                    "connection closed",
+                )
+                return
             if msg is None:
                 return
             self._handle(msg)
@@ -162,7 +187,10 @@ class Transport(threading.Thread):
         if msg.command == wire.A_CNXN:
             self.max_payload = max(4096, min(msg.arg1, wire.MAX_PAYLOAD))
             if self.adbd.auth_mode == "offline":
+                self.waiting_for_user = True
                 return  # never answer: the server keeps the device 'offline'
+            if self.online:  # an authenticated peer starts over: a fresh deadline
+                self.accepted_at = time.monotonic()
             self.online = False
             self._send_token()
         elif msg.command == wire.A_AUTH:
@@ -190,6 +218,7 @@ class Transport(threading.Thread):
             elif msg.arg0 == wire.AUTH_RSAPUBLICKEY:
                 # A real phone asks "Allow USB debugging?"; this one never allows it, so the
                 # server keeps the device 'unauthorized'.
+                self.waiting_for_user = True
                 self.adbd._offered(msg.data)
         elif msg.command == wire.A_OPEN:
             if not self.online:
@@ -454,6 +483,8 @@ class EmulatedAdbd:
         port: int = 0,
         auth_mode: str = "device",
         authorized_keys: "str | os.PathLike[str] | Iterable[adbkeys.AdbPublicKey] | None" = None,
+        max_unauthenticated: int = MAX_UNAUTHENTICATED,
+        auth_deadline_s: float = AUTH_DEADLINE_S,
     ) -> None:
         if auth_mode not in ("device", "unauthorized", "offline"):
             raise ValueError(
@@ -465,6 +496,14 @@ class EmulatedAdbd:
         if authorized_keys is not None:
             self.authorize(authorized_keys)
         self.offered_keys: list[str] = []  # public keys offered by servers and not accepted
+        if max_unauthenticated < 1 or auth_deadline_s <= 0:
+            raise ValueError("max_unauthenticated must be >= 1 and auth_deadline_s > 0")
+        self.max_unauthenticated = max_unauthenticated
+        self.auth_deadline_s = auth_deadline_s
+        # Connections refused or cut, by reason: oversized (a packet above MAX_PAYLOAD),
+        # too_many (over max_unauthenticated), evicted (made room for a new one while
+        # waiting for the user), auth_deadline (not authenticated in time).
+        self.refused: collections.Counter[str] = collections.Counter()
         self._requested_port = port
         self.port = 0
         self._listener: socket.socket | None = None
@@ -527,6 +566,7 @@ class EmulatedAdbd:
     def _accept_loop(self) -> None:
         assert self._listener is not None
         while not self._stopped.is_set():
+            self._reap()
             try:
                 conn, _ = self._listener.accept()
             except socket.timeout:
@@ -536,11 +576,65 @@ class EmulatedAdbd:
             if not self._accepting.is_set():
                 conn.close()  # unplugged or vanished: refuse like a missing device
                 continue
+            self._reap()
+            if not self._make_room():
+                conn.close()
+                continue
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             t = Transport(self, conn)
             with self._lock:
                 self._transports.append(t)
             t.start()
+
+    def _unauthenticated(self) -> list[Transport]:
+        """Live connections not authenticated yet, oldest first."""
+        with self._lock:
+            return [t for t in self._transports if t.alive and not t.online]
+
+    def handshakes(self) -> dict[str, int]:
+        """Live unauthenticated connections: ``pending`` (within the auth deadline) and
+        ``waiting_for_user``."""
+        conns = self._unauthenticated()
+        waiting = sum(t.waiting_for_user for t in conns)
+        return {"pending": len(conns) - waiting, "waiting_for_user": waiting}
+
+    def _reap(self) -> None:
+        """Close connections still unauthenticated past the auth deadline."""
+        now = time.monotonic()
+        for t in self._unauthenticated():
+            if not t.waiting_for_user and now - t.accepted_at > self.auth_deadline_s:
+                self._refuse(
+                    "auth_deadline",
+                    f"a connection did not authenticate within {self.auth_deadline_s:g} s; closed",
+                )
+                t.drop()
+
+    def _make_room(self) -> bool:
+        """Whether a new connection may start its handshake: below the cap, or the oldest
+        connection waiting for the user is cut to make room."""
+        waiting = self._unauthenticated()
+        if len(waiting) < self.max_unauthenticated:
+            return True
+        idle = [t for t in waiting if t.waiting_for_user]
+        if idle:
+            self._refuse(
+                "evicted",
+                f"{self.max_unauthenticated} connections are unauthenticated; closed the "
+                "oldest one waiting for the user to make room",
+            )
+            idle[0].drop()
+            return True
+        self._refuse(
+            "too_many",
+            f"{self.max_unauthenticated} connections are authenticating already; "
+            "a new one was closed at once",
+        )
+        return False
+
+    def _refuse(self, reason: str, message: str) -> None:
+        with self._lock:
+            self.refused[reason] += 1
+        log.warning("emulated adbd on %s: %s", self.serial, message)
 
     def _transport_ended(self, t: Transport) -> None:
         with self._lock:

@@ -25,11 +25,28 @@ from device_agents.emulator.shell import (
     run_host_program,
 )
 from device_agents.emulator.vfs import VirtualFS
+from device_agents.gating import HOST_STAT
 
 if TYPE_CHECKING:
     from device_agents.emulator.adbd import EmulatedAdbd
 
 Launcher = Callable[[CommandContext, str], int]
+
+# The emulated phone's /proc/stat is scripted (set_load), so the gate's settle check can be
+# tested; its programs really run on the host, whose CPU time HOST_STAT gives: the `cpu`
+# lines of the host's own /proc/stat, read on every read (empty where the host has none).
+# A run's recorded CPU busy and steal come from there (CpuTimes.read_work); a real phone has
+# no such file and its own /proc/stat is the truth.
+_HOST_PROC_STAT = Path("/proc/stat")
+
+
+def host_cpu_stat(path: Path = _HOST_PROC_STAT) -> str:
+    """The ``cpu`` lines of this host's /proc/stat ("" where it has none)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    return "".join(line + "\n" for line in text.splitlines() if line.startswith("cpu"))
 
 
 @dataclass
@@ -222,6 +239,7 @@ class ScriptedPhone:
             ),
         )
         fs.add_dynamic("/proc/stat", self._proc_stat)
+        fs.add_dynamic(HOST_STAT, host_cpu_stat)
         fs.add_dynamic("/proc/loadavg", lambda: f"{self.load['load1']:.2f} 0.05 0.01 1/512 4242\n")
         fs.add_dynamic(
             "/proc/version", lambda: "Linux version 6.1.75-android14-11 (emulated by as2d)\n"

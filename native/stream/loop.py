@@ -9,6 +9,10 @@ tokens its epoch's earlier blocks committed (EOS excluded; the most recent half 
 decoder's positions at most), prefilled after the prompt. Each block is one engine
 :class:`~as2d_cli.engine.Episode` of the chosen policy, so its committed tokens are the
 target's greedy output for that audio and context whatever the candidates were.
+
+With ``stop_file`` set, the stream ends before the first block that would start after that
+file appeared (the host's monitor writes it when the device's conditions break); the blocks
+done so far stand, and the source worker is stopped as at the end.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -23,6 +28,7 @@ import numpy as np
 from as2d_cli.engine import Episode, TargetOnly, WallClock
 from as2d_cli.errors import UserError
 from native.producer import pin_current_thread
+from native.protocol import FILES_ENV
 from native.stream.clock import CLOCKS, StreamClock
 from native.stream.pacer import RATE, Block, Pacer, plan_blocks
 from native.stream.settings import StreamSettings
@@ -57,6 +63,7 @@ class StreamRun:
     drained_s: float = 0.0  # ... and the source worker stopped (resource time)
     source_mode: str | None = None
     source_error: str | None = None
+    stopped_before: int | None = None  # the stop file appeared: the first block not processed
 
 
 def text_context(
@@ -194,8 +201,15 @@ def run_stream(
         if source is not None:
             source.start()
         outputs: list[list[int]] = []
+        stop = stop_path(s.stop_file)
         for i, block in enumerate(blocks):
+            if stop is not None and stop.exists():
+                run.stopped_before = i
+                break
             clock.idle_until(block.arrival_s)
+            if stop is not None and stop.exists():  # it may have come while waiting
+                run.stopped_before = i
+                break
             queued = pacer.arrived_count() - i  # arrived and not yet processed, this one included
             context = text_context(blocks, outputs, i, eos, cap)
             out = decode_block(
@@ -239,6 +253,15 @@ def run_stream(
             source.finish()
         if pinned and before is not None:
             os.sched_setaffinity(0, before)
+
+
+def stop_path(name: str | None) -> Path | None:
+    """The stop file's path: a relative name is in the runner's files folder (AS2D_FILES,
+    the batch's run directory on a phone; else the working directory)."""
+    if not name:
+        return None
+    p = Path(name)
+    return p if p.is_absolute() else Path(os.environ.get(FILES_ENV, ".")) / p
 
 
 def _warm_target(models: Any, audio: np.ndarray, language: str | None, *, serial: bool) -> None:

@@ -51,18 +51,10 @@ def stream_audio(cmd: dict[str, Any], corpus_dir: str | None) -> tuple[np.ndarra
 
 
 def read_audio(path: Path) -> np.ndarray:
-    """A 16 kHz mono file as float32 samples; anything else is one clear error."""
-    import soundfile as sf
+    """A 16 kHz mono file as float32 samples; anything else (missing, not audio, truncated,
+    another rate, too short) is one clear error naming the file."""
+    from as2d_cli.corpus.manifest import read_audio_file
 
     if not path.is_file():
         raise UserError(f"audio file {path} not found")
-    try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-    except Exception as exc:  # soundfile raises its own error types
-        raise UserError(f"{path} cannot be read as audio ({exc})") from None
-    if rate != RATE or data.shape[1] != 1:
-        raise UserError(
-            f"{path} is {rate} Hz with {data.shape[1]} channel(s); the stream needs 16 kHz mono "
-            f"(e.g. `ffmpeg -i {path.name} -ar 16000 -ac 1 out.wav`)"
-        )
-    return data[:, 0]
+    return read_audio_file(path, str(path))

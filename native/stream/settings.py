@@ -39,6 +39,10 @@ class StreamSettings:
     check: bool = False  # re-run target-only on every block and context after the stream
     max_tokens: int | None = None  # per block (default: what the decoder has room for)
     warmup: bool = True
+    # A file whose appearance stops the stream before its next block (the host's monitor
+    # writes it when the device's conditions break); relative: to the runner's files folder
+    # (AS2D_FILES). None: the stream runs to its end.
+    stop_file: str | None = None
 
     def spec(self) -> MethodSpec:
         if self.method == "target-only":
@@ -95,4 +99,12 @@ def stream_settings(cmd: dict) -> StreamSettings:
         check=bool(cmd.get("check", False)),
         max_tokens=_count(cmd, "max_tokens", None),
         warmup=bool(cmd.get("warmup", True)),
+        stop_file=_path(cmd, "stop_file"),
     )
+
+
+def _path(cmd: dict, key: str) -> str | None:
+    v = cmd.get(key)
+    if v is not None and (not isinstance(v, str) or not v):
+        raise ProtocolError(f"field {key!r} must be a path or null, got {v!r}")
+    return v
