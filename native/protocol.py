@@ -28,7 +28,7 @@ PROTOCOL = "as2d.runner"
 PROTOCOL_VERSION = 1
 
 MODEL_SOURCES = ("drafter", "lookahead", "ctc")  # the sources the pair's models run
-SOURCES = (*MODEL_SOURCES, "external")
+SOURCES = (*MODEL_SOURCES, "external", "history")  # history: engine/history.py, no producer
 # Where a device run finds what the host pushed with its batch (native.launch): the corpus
 # windows it reads, and the folder a command's relative file names (a stream's audio) are in.
 CORPUS_ENV = "AS2D_CORPUS"
@@ -75,6 +75,13 @@ def _num(cmd: dict, key: str, default: float | None) -> float | None:
     return float(v)
 
 
+def _bool(cmd: dict, key: str, default: bool) -> bool:
+    v = cmd.get(key, default)
+    if not isinstance(v, bool):
+        raise ProtocolError(f"field {key!r} must be true or false, got {v!r}")
+    return v
+
+
 def decode_settings(cmd: dict) -> dict[str, Any]:
     """Validate a ``decode`` command's fields and fill defaults."""
     method = cmd.get("method")
@@ -108,6 +115,7 @@ def decode_settings(cmd: dict) -> dict[str, Any]:
         "window_bound": _int(cmd, "align_window", DEFAULT_ALIGN_WINDOW, 0),
         "lookback": _int(cmd, "align_lookback", DEFAULT_ALIGN_LOOKBACK, 0),
         "align": choice_field(cmd, "align", ALIGN_MODES, DEFAULT_ALIGN),
+        "history": _bool(cmd, "history", False),
         "max_tokens": _int(cmd, "max_tokens", None, 1),
         "candidates": candidates,
         "events": bool(cmd.get("events", True)),
@@ -137,6 +145,7 @@ def method_spec(s: dict[str, Any]) -> MethodSpec:
         lookback=s["lookback"],
         window=s["window_bound"],
         align=s["align"],
+        history=bool(s.get("history", False)) and m == "as2d",
     )
 
 

@@ -247,6 +247,9 @@ def _start_source(
     if name == "ctc" and not models.ctc_eligible(language):
         name = "drafter"  # language-ineligible: fall back (paper D.4.3)
     src.name, src.buffer = name, CandidateBuffer(name, "producer-0")
+    if name == "history":  # the committed history alone (engine/history.py): no producer
+        src.buffer.close()
+        return src
     if name == "external":
         units, schedule = external_units([(b["t_ms"], b["tokens"]) for b in s["candidates"]])
         while schedule and schedule[0] <= 0:  # available at the request: published at time 0
@@ -436,9 +439,11 @@ def _result(
         out["source_confidences"] = [
             None if c is None else round(c, 6) for c in src.buffer.confidences
         ]
-        out["publications_ms"] = [[t / 1e6, off, cnt] for t, off, cnt in producer.publications]
+        pubs = producer.publications if producer is not None else []
+        out["publications_ms"] = [[t / 1e6, off, cnt] for t, off, cnt in pubs]
         # tokens per producer step (its start and a final publication emit none)
-        out["source_steps"] = [n for _, _, n in producer.steps if n > 0]
+        steps = producer.steps if producer is not None else []
+        out["source_steps"] = [n for _, _, n in steps if n > 0]
     return out
 
 
@@ -460,6 +465,7 @@ def _round(r: Any) -> dict[str, Any]:
         "drafted": r.drafted,
         "catch_up": r.catch_up,
         "recycled": r.recycled,
+        "from_history": r.from_history,
         "start_ns": r.start,
         "end_ns": r.end,
     }

@@ -70,8 +70,12 @@ def run_checked(policy, sc, *, buffer=None, drafter=None) -> None:
         assert rec.width <= sc.max_tokens - before  # the output budget bounds the width
         assert rec.width == target.calls[-1] == rec.offered + 1
         assert 1 <= rec.committed == len(ep.tokens) - before
-        if buffer is not None:  # only candidates published by the boundary are offered
+        if buffer is not None and not rec.from_history:
+            # only candidates published by the boundary are offered (history candidates,
+            # engine/history.py, come from the committed output, not the buffer)
             assert rec.offered <= rec.ready <= buffer.ready_count(rec.start)
+        if rec.from_history:  # history fills only a round the buffer left empty
+            assert rec.ready == 0
         assert rounds <= len(sc.ref)  # every round makes progress
     assert ep.tokens == sc.ref
     res = ep.result

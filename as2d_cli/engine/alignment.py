@@ -154,6 +154,15 @@ class Aligner:
             return
         self._advance(tokens, ready, offered, accepted, root)
 
+    def after_alone(self, tokens: Sequence[int], ready: int, committed: Sequence[int]) -> None:
+        """After a call whose candidates did not come from the buffer (history candidates,
+        engine/history.py): the cursor moves as if each committed token had come from its
+        own call processing the root alone — an anchor call while a mismatch awaits one,
+        else a plain step — so the buffer's alignment is what it would have been."""
+        self._guessed = None
+        for t in committed:
+            self.after_call(tokens, ready, 0, 0, int(t), self.status == MISMATCH)
+
     def _advance(
         self, tokens: Sequence[int], ready: int, offered: int, accepted: int, root: int
     ) -> None:

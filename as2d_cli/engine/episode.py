@@ -16,6 +16,7 @@ from typing import Sequence
 from as2d_cli.engine.alignment import Aligner
 from as2d_cli.engine.buffer import CandidateBuffer
 from as2d_cli.engine.clock import Clock, Op
+from as2d_cli.engine.history import HistoryIndex
 from as2d_cli.engine.interfaces import Draft, Drafter, Target
 from as2d_cli.engine.policies import ASP, As2d, Policy, StandardSD, TargetOnly
 from as2d_cli.engine.records import EpisodeResult, RoundRecord
@@ -74,6 +75,7 @@ class Episode:
         buffer: CandidateBuffer | None = None,
         drafter: Drafter | None = None,
         keep_rounds: bool = True,
+        context: Sequence[int] = (),
     ) -> None:
         if max_tokens < 1:
             raise EngineError("max_tokens must be at least 1 (the first token)")
@@ -100,6 +102,12 @@ class Episode:
             if isinstance(policy, As2d)
             else None
         )
+        # History candidates (As²d with ``history``): the context carried into the request
+        # (a stream's earlier blocks) then the committed output, indexed as it grows.
+        self.history = (
+            HistoryIndex(context) if isinstance(policy, As2d) and policy.history else None
+        )
+        self._indexed = 0  # committed tokens already in the history index
         # Serial drafter state: forwards owed for a fully accepted last draft, and the
         # last rejected draft kept for ASP recycling (tokens, confidences, accepted).
         self._behind = 0
@@ -270,8 +278,26 @@ class Episode:
             chain = confidence_stop(
                 tokens[first:stop], buf.confidences[first:stop], stop - first, policy.threshold
             )
+        from_history = False
+        if not chain and self.history is not None and self.remaining > 1:
+            # The merge rule: the buffer first; history fills a round it leaves empty.
+            chain = self.clock.run(
+                lambda: self._history_chain(min(policy.budget, self.remaining - 1)), _ALIGN
+            )
+            from_history = bool(chain)
+        before = len(self.tokens)
         rec = self._verify(chain, "verify", start, ready=usable, cursor=aligner.cursor, action="-")
-        if not self.done:
+        rec.from_history = from_history
+        if from_history:
+            self.result.history_proposed += rec.offered
+            self.result.history_accepted += min(rec.accepted, rec.committed)
+        if not self.done and from_history:
+            committed = self.tokens[before:]
+            self.clock.run(
+                lambda: aligner.after_alone(tokens, buf.ready_count(self.clock.now()), committed),
+                _ALIGN,
+            )
+        elif not self.done:
             accepted, new_root = rec.accepted, rec.new_root
             self.clock.run(
                 lambda: aligner.after_call(
@@ -290,6 +316,13 @@ class Episode:
         rec.end = self.clock.now()
         self.result.end = rec.end
         return rec
+
+    def _history_chain(self, limit: int) -> list[int]:
+        """History candidates after the committed output (engine/history.py)."""
+        assert self.history is not None
+        self.history.extend(self.tokens[self._indexed :])
+        self._indexed = len(self.tokens)
+        return self.history.propose(limit)
 
     # ------------------------------------------------------------ verification
     def _verify(

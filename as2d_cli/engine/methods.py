@@ -45,6 +45,8 @@ from as2d_cli.engine.policies import (
 from as2d_cli.errors import UserError
 
 METHODS = ("target-only", "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc")
+# The As²d source that is the committed history alone (engine/history.py): no producer.
+HISTORY = "history"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,9 @@ class MethodSpec:
     lookback: int = DEFAULT_ALIGN_LOOKBACK  # alignment rule 4 (docs/engine.md)
     window: int = DEFAULT_ALIGN_WINDOW
     align: str = DEFAULT_ALIGN  # "paper" reproduces C.3 (+ look-back); "suffix" (alignment.py)
+    # As²d: history candidates (engine/history.py) fill rounds the source leaves empty;
+    # the source "history" is that alone, with no producer.
+    history: bool = False
 
     @property
     def decoupled(self) -> bool:
@@ -76,6 +81,8 @@ class MethodSpec:
         if self.method == "target-only":
             return "target-only"
         src = f"{self.source}/" if self.decoupled and self.source else ""
+        if self.method == "as2d" and self.history and self.source != HISTORY:
+            src = f"{self.source}+{HISTORY}/"
         return f"{self.method}({src}b{self.budget})"
 
     def policy(self) -> Policy:
@@ -99,6 +106,7 @@ class MethodSpec:
                 window=self.window,
                 lookback=self.lookback,
                 align=self.align,
+                history=self.history or self.source == HISTORY,
             )
         if m == "as2d-no-td":
             return without_td(

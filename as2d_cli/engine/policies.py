@@ -74,6 +74,8 @@ class As2d:
     window: int = DEFAULT_ALIGN_WINDOW
     lookback: int = DEFAULT_ALIGN_LOOKBACK
     align: str = DEFAULT_ALIGN  # "paper": C.3's K1 anchor calls; "suffix": alignment.py
+    # History candidates (engine/history.py) fill a round the buffer leaves empty.
+    history: bool = False
     name: str = "as2d"
     serial: ClassVar[bool] = False
     decoupled: ClassVar[bool] = True

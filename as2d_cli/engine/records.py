@@ -32,6 +32,7 @@ class RoundRecord:
     drafted: int = 0  # drafter forwards charged this round (serial policies)
     catch_up: int = 0
     recycled: int = 0  # ASP: reused suffix length (0: no recycling)
+    from_history: bool = False  # As²d: the candidates came from the committed history
     start: int = 0  # ns, episode clock
     end: int = 0
 
@@ -49,6 +50,8 @@ class EpisodeResult:
     proposed: int = 0  # candidates offered to the target
     accepted: int = 0  # candidates accepted
     drafted: int = 0  # serial drafter forwards (incl. catch-up)
+    history_proposed: int = 0  # As²d: of ``proposed``, candidates from the committed history
+    history_accepted: int = 0  # of ``accepted``, history candidates
     width_histogram: Counter = field(default_factory=Counter)
     start: int = 0
     end: int = 0  # end of the last target round (drain is the driver's to add)
@@ -80,6 +83,8 @@ class EpisodeResult:
             "proposed": self.proposed,
             "accepted": self.accepted,
             "drafted": self.drafted,
+            "history_proposed": self.history_proposed,
+            "history_accepted": self.history_accepted,
             "coverage": self.coverage,
             "acceptance": self.acceptance,
             "multi_token_fraction": self.multi_token_fraction,

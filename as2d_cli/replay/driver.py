@@ -23,7 +23,8 @@ from as2d_cli.engine.reference import SequenceDrafter, SequenceTarget
 from as2d_cli.errors import EngineError, FormatError
 from as2d_cli.formats.profile import CostProfile, ms_to_ns
 from as2d_cli.formats.trace import WindowTrace
-from as2d_cli.engine.methods import MethodSpec
+from as2d_cli.engine.buffer import CandidateBuffer
+from as2d_cli.engine.methods import HISTORY, MethodSpec
 from as2d_cli.replay.pricing import (
     Price,
     WidthTable,
@@ -134,9 +135,13 @@ class Prepared:
         """Verification costs for target calls next to ``source`` (its own ratios if any)."""
         t = self._tables.get(source)
         if t is None:
-            self.profile.source(source)  # refuses a source the profile has no costs for
-            t = WidthTable(self.profile, source, concurrent=True)
-            t.require(self.spec.max_width, concurrent=True)
+            if source == HISTORY:  # no producer runs beside the target: idle widths only
+                t = WidthTable(self.profile, None, concurrent=False)
+                t.require(self.spec.max_width)
+            else:
+                self.profile.source(source)  # refuses a source the profile has no costs for
+                t = WidthTable(self.profile, source, concurrent=True)
+                t.require(self.spec.max_width, concurrent=True)
             self._tables[source] = t
         return t
 
@@ -238,7 +243,13 @@ def replay_window(
     spec = prep.spec
     used: str | None = None
     tl: ProducerTimeline | None = None
-    if spec.decoupled:
+    if spec.decoupled and spec.source == HISTORY:
+        # The committed history alone (engine/history.py): no producer, nothing published.
+        used = HISTORY
+        price, ratio = decoupled_price(prep.table(HISTORY), prep.align_ns, 0), None
+        buffer = CandidateBuffer(HISTORY)
+        buffer.close()
+    elif spec.decoupled:
         assert spec.source is not None
         used, tl = timeline if timeline is not None else timeline_for(w, prep, spec.source)
         table = prep.table(used)

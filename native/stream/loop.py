@@ -118,6 +118,7 @@ def decode_block(
         buffer=buffer,
         drafter=drafter,
         keep_rounds=False,
+        context=context,
     )
     ready_at_start = buffer.ready_count(ep.clock.now()) if buffer is not None else None
     while not ep.done:

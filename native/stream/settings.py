@@ -39,6 +39,9 @@ class StreamSettings:
     check: bool = False  # re-run target-only on every block and context after the stream
     max_tokens: int | None = None  # per block (default: what the decoder has room for)
     warmup: bool = True
+    # History candidates (engine/history.py): fill rounds the source leaves empty, from the
+    # block's context (the earlier blocks' text) and its own output.
+    history: bool = False
     # A file whose appearance stops the stream before its next block (the host's monitor
     # writes it when the device's conditions break); relative: to the runner's files folder
     # (AS2D_FILES). None: the stream runs to its end.
@@ -57,6 +60,7 @@ class StreamSettings:
             batch=self.batch,
             lookback=DEFAULT_ALIGN_LOOKBACK,
             window=DEFAULT_ALIGN_WINDOW,
+            history=self.history,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,6 +103,7 @@ def stream_settings(cmd: dict) -> StreamSettings:
         check=bool(cmd.get("check", False)),
         max_tokens=_count(cmd, "max_tokens", None),
         warmup=bool(cmd.get("warmup", True)),
+        history=bool(cmd.get("history", False)),
         stop_file=_path(cmd, "stop_file"),
     )
 
