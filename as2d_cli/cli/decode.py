@@ -32,7 +32,15 @@ def decode(
         None, "--k", help=f"Standard SD physical width K (default {DEFAULT_SD_K})."
     ),
     source: Optional[str] = typer.Option(
-        None, "--source", help="drafter, lookahead or ctc (As²d sources; default drafter)."
+        None,
+        "--source",
+        help="drafter, lookahead, ctc, or history (the committed output's own repeats, no "
+        "producer) (As²d sources; default drafter).",
+    ),
+    history: bool = typer.Option(
+        False,
+        "--history",
+        help="As²d: history candidates fill the rounds the source leaves empty (docs/engine.md).",
     ),
     align: Optional[str] = options.align(),
     candidates: Optional[Path] = typer.Option(
@@ -59,7 +67,13 @@ def decode(
 
     # Options the method does not have, before anything else (one check for every command).
     check_method_options(
-        method, budget=budget, k=k, source=source, align=align, candidates=candidates
+        method,
+        budget=budget,
+        k=k,
+        source=source,
+        align=align,
+        candidates=candidates,
+        history=history,
     )
     spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
     from device_agents.measurement import MeasureOptions, prepare
@@ -81,6 +95,7 @@ def decode(
         "source": source or "drafter",
         "align": align or DEFAULT_ALIGN,
         "max_tokens": max_tokens,
+        "history": history,
     }
     if budget is not None and method in ("asp", "as2d-no-bc"):
         cmd["cap"] = budget  # the runner's field for ASP's cap (native.protocol.method_spec)

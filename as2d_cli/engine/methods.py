@@ -157,6 +157,7 @@ METHOD_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "--source": ("the target-decoupled source", DECOUPLED),
     "--align": ("the target-decoupled alignment rules", DECOUPLED),
     "--candidates": ("external candidate batches for a target-decoupled source", DECOUPLED),
+    "--history": ("history candidates beside As²d's source (engine/history.py)", ("as2d",)),
 }
 # A note for (option given, method): the option a user most likely meant instead (shown
 # when the command has it), or None and what the method does instead.
@@ -190,6 +191,7 @@ def check_method_options(
     source: str | None = None,
     align: str | None = None,
     candidates: object = None,
+    history: bool | None = None,
     methods: tuple[str, ...] = METHODS,
     offers: tuple[str, ...] = tuple(METHOD_OPTIONS),
 ) -> None:
@@ -206,6 +208,7 @@ def check_method_options(
         "--source": source,
         "--align": align,
         "--candidates": candidates,
+        "--history": history or None,
     }
     for option, value in given.items():
         what, takers = METHOD_OPTIONS[option]

@@ -140,6 +140,15 @@ def decode_block(
     }
 
 
+def _closed_buffer() -> Any:
+    """An empty, closed candidate buffer: the history-alone source publishes nothing."""
+    from as2d_cli.engine import CandidateBuffer
+
+    buf = CandidateBuffer("history")
+    buf.close()
+    return buf
+
+
 def run_stream(
     models: Any,
     audio: np.ndarray,
@@ -177,7 +186,7 @@ def run_stream(
         )
         if s.warmup:  # sessions warmed before the stream clock starts
             _warm_target(models, audio[: blocks[0].end], language, serial=policy.serial)
-        if policy.decoupled:
+        if policy.decoupled and s.source != "history":  # history alone: no producer
             source = SourceEpochs(models, len(blocks), source_settings)
             if s.warmup:
                 source.warm_up(audio[: blocks[0].end])
@@ -220,7 +229,9 @@ def run_stream(
                 s,
                 language=language,
                 clock=clock,
-                buffer=None if source is None else source.buffers[i],
+                buffer=_closed_buffer()
+                if source is None and policy.decoupled
+                else (None if source is None else source.buffers[i]),
             )
             if source is not None:
                 source.consumed[i].set()

@@ -19,7 +19,7 @@ from native.stream.clock import CLOCKS
 from native.stream.source import LIFETIMES
 
 STREAM_METHODS = ("as2d", "target-only", "sd")
-STREAM_SOURCES = ("drafter", "lookahead", "ctc")
+STREAM_SOURCES = ("drafter", "lookahead", "ctc", "history")  # history: engine/history.py
 DEFAULT_BLOCK_S = 4.0
 DEFAULT_CONTEXT_S = 12.0
 
