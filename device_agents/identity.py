@@ -3,7 +3,7 @@ the phone table, model id, hardware serial), not how it is reached today. A phon
 wireless adb gets a new connection serial every time; its hardware serial
 (``ro.serialno``) and model stay, so resumable work and stored files key on those.
 
-Where a device's files live follows one rule (:func:`profile_stem`, :func:`deployment_dir`,
+Where a device's files live follows one rule (:func:`profile_stem`,
 :func:`results_stem`): everything is named by :attr:`DeviceIdentity.name`. A phone that
 comes back under another adb serial is found by its hardware serial
 (:func:`find_attached`, :func:`attached_identity`), and a command printed for later names it
@@ -165,11 +165,6 @@ def stamp(at: float | None = None) -> str:
 def profile_stem(name: str, at: float | None = None) -> str:
     """``calibrations/<name>-<UTC time>.profile.yaml`` (and its samples, gates, plot)."""
     return f"{safe(name)}-{stamp(at)}"
-
-
-def deployment_dir(calibrations: Path, name: str) -> Path:
-    """``calibrations/<name>/``: the deployments chosen for the device's profiles."""
-    return calibrations / safe(name)
 
 
 def results_stem(name: str, what: str, at: float | None = None) -> str:

@@ -1,5 +1,5 @@
 """The one table of phones the toolkit knows by name: the paper's four (Table 6,
-shared/phones.md). ``--phone``, the emulated phone's profiles, profile and result folder
+docs/phones.md). ``--phone``, the emulated phone's profiles, profile and result folder
 names all use these names; the aliases are accepted on input only."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The profile holds milliseconds; the engine's virtual clock advances by integer
 nanoseconds so T = D + V − O + H holds exactly. Every price is converted once per
 (profile, method, source) into lookup tables, so the hot path is a dict lookup.
 
-Concurrency (D.2.1, SEMANTICS): a target call costs idle × the profile's concurrent/idle
+Concurrency (D.2.1; docs/replay.md): a target call costs idle × the profile's concurrent/idle
 ratio for its width while the producer is in service. Whether it is, is decided at the
 call's start (the event-time rule of a discrete-event simulation); the producer's own
 segments likewise use their concurrent cost when the target is in service at their start.

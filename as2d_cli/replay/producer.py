@@ -1,4 +1,4 @@
-"""The target-decoupled producer's own timeline (paper C.1, A.3; SEMANTICS "Publication").
+"""The target-decoupled producer's own timeline (paper C.1, A.3; docs/replay.md).
 
 An autoregressive source runs its startup, then one step per token of its own sequence (or,
 when its trace lists ``steps``, one step per entry, emitting that many tokens), publishing

@@ -1,6 +1,6 @@
 """Pooled throughput: TPS = Σ tokens / Σ time over the windows pooled (A.3, D.1.3).
 
-Tokens are committed tokens (first token and EOS included, SEMANTICS.md); time is
+Tokens are committed tokens (first token and EOS included; docs/engine.md, "Clocks and charged work"); time is
 post-prefill decode time in seconds. Impossible figures — negative or non-finite times,
 negative tokens, tokens per zero time — raise :class:`ImpossibleFigure`, never a number.
 """

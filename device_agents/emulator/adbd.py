@@ -641,10 +641,6 @@ class EmulatedAdbd:
             if t in self._transports:
                 self._transports.remove(t)
 
-    def connected(self) -> bool:
-        with self._lock:
-            return any(t.online and t.alive for t in self._transports)
-
     def drop_connections(self, refuse: bool) -> None:
         """Cut every connection; with ``refuse`` also stop accepting new ones."""
         if refuse:

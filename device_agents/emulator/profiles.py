@@ -1,4 +1,4 @@
-"""Public facts of the paper's four phones (Table 6 and /work/shared/phones.md), as the
+"""Public facts of the paper's four phones (Table 6 and docs/phones.md), as the
 emulated phone presents them: getprop values, CPU clusters, GPU, RAM."""
 
 from __future__ import annotations
