@@ -278,6 +278,8 @@ class Episode:
             chain = confidence_stop(
                 tokens[first:stop], buf.confidences[first:stop], stop - first, policy.threshold
             )
+            if self.eos_id in chain:  # a source ends at its EOS: nothing after it is offered
+                chain = chain[: chain.index(self.eos_id) + 1]
         from_history = False
         if not chain and self.history is not None and self.remaining > 1:
             # The merge rule: the buffer first; history fills a round it leaves empty.
