@@ -40,6 +40,9 @@ def setup(tmp_path: Path) -> dict:
             # suffix anchoring existed, which `--align paper` must reproduce exactly.
             "--align",
             "paper",
+            # The example traces hold 7 dev windows (fewer than MIN_DEV_WINDOWS) and val does
+            # not retain their selection: eval uses it only when told to (and records that).
+            "--accept-unvalidated",
         ],
     }
 
@@ -198,6 +201,7 @@ def test_a_deployments_threshold_and_batch_reach_every_consumer(setup, tmp_path:
         traces=setup["traces"],
         deployment=dep_path,
         results=tmp_path / "res",
+        accept_unvalidated=True,  # 7 dev windows
     )
     ev = out.evaluation
     as2d = ev.runs["as2d"].specs[0]
@@ -216,6 +220,7 @@ def test_a_deployments_threshold_and_batch_reach_every_consumer(setup, tmp_path:
         traces=setup["traces"],
         results=tmp_path / "res2",
         calibrations=tmp_path / "cal2",
+        accept_unvalidated=True,
     ).evaluation
     assert default.runs["as2d"].specs[0].batch == DEFAULT_BATCH
 

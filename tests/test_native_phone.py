@@ -600,6 +600,7 @@ def test_eval_native_gates_each_window_on_the_phone(
                 "0",
                 "--interval",
                 "0.05",
+                "--accept-unvalidated",  # the example traces' selection: 7 dev windows
             ]
         )
     err = capsys.readouterr().err

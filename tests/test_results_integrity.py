@@ -68,6 +68,7 @@ def inputs(tmp_path_factory) -> dict:  # type: ignore[no-untyped-def]
         traces=traces,
         calibrations=base / "cal",
         results=base / "res",
+        accept_unvalidated=True,  # the example traces' selection (7 dev windows, NOT retained)
     )
     return {"traces": traces, "deployment": out.deployment_path, "run": out.folder, "base": base}
 
@@ -87,6 +88,7 @@ def _eval(inputs: dict, results: Path, traces: Path | None = None) -> list[str]:
         str(inputs["base"] / "cal"),
         "--results",
         str(results),
+        "--accept-unvalidated",
     ]
 
 
@@ -107,6 +109,7 @@ def other(inputs, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
         traces=inputs["traces"],
         deployment=inputs["deployment"],
         results=tmp_path / "other",
+        accept_unvalidated=True,
     ).folder
 
 

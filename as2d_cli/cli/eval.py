@@ -40,10 +40,17 @@ def eval_(
         help="Fixed configuration (default: the newest chosen on this profile and these traces; selected now if none).",
     ),
     allow_implausible: bool = options.allow_implausible(),
+    accept_unvalidated: bool = typer.Option(
+        False,
+        "--accept-unvalidated",
+        help="Use a deployment that failed its own checks — NOT retained on the val split, never "
+        "checked there, or selected on fewer dev windows than the minimum (refused otherwise); "
+        "results.json records it and why.",
+    ),
     allow_unconfirmed: bool = typer.Option(
         False,
         "--allow-unconfirmed",
-        help="Use a deployment that was selected on dev only, never confirmed on the val split (refused otherwise).",
+        help="The older name of --accept-unvalidated (the same override).",
     ),
     align: Optional[str] = options.align(
         "a deployment selected under them is used, or selected now."
@@ -152,7 +159,7 @@ def eval_(
                 measure=measure,
                 models=None if models is None else str(models),
                 prompt=spec,
-                allow_unconfirmed=allow_unconfirmed,
+                allow_unconfirmed=allow_unconfirmed or accept_unvalidated,
                 allow_implausible=allow_implausible,
                 align=align,
             ),
@@ -188,10 +195,13 @@ def eval_(
                 models=models,
                 prompt=spec,
                 allow_unconfirmed=allow_unconfirmed,
+                accept_unvalidated=accept_unvalidated,
                 allow_implausible=allow_implausible,
                 align=align,
                 executor=executor,
                 command=_command_line(ctx),
+                # a found profile of another device (or a synthetic one) is refused first
+                native=None if m is None else m.identity,
             )
     native_out = None
     if native:
@@ -276,6 +286,18 @@ def _farm(
         )
     err = Console(stderr=True, highlight=False)
     check_phones(phones, remote=False)  # before the replays: a phone given twice
+    from as2d_cli.evaluate.run import check_native_profile
+    from device_agents.identity import identify
+    from device_agents.registry import resolve_phone
+
+    for p in phones:  # each phone's own profile (a farm takes no --profile), before anything runs
+        check_native_profile(
+            p,
+            identify(resolve_phone(p)),
+            calibrations=Path(opts.calibrations),
+            models=None if opts.models is None else Path(opts.models),
+            prompt=opts.prompt,
+        )
     opts = replay_all(phones, opts, lambda s: typer.echo(s, err=True))
     outcomes = run_farm(
         phones,

@@ -129,7 +129,20 @@ def select_budget(
             "used anyway (--allow-implausible)",
             err=True,
         )
+    from as2d_cli.evaluate.inputs import ACCEPT_FLAG, validation_failures
+    from as2d_cli.replay.report import no_gain_note
+
+    note = no_gain_note(rep)  # recorded in the deployment (selection.beats_target_only)
+    failures = validation_failures({**rep, "retained": sel.retained})
+    if failures:  # `as2d eval` refuses it without the override
+        typer.echo(
+            f"note: this deployment was {' and '.join(failures)}; `as2d eval` uses it only "
+            f"with {ACCEPT_FLAG}",
+            err=True,
+        )
     if as_json:
+        if note is not None:
+            typer.echo(note, err=True)
         typer.echo(json.dumps(rep, indent=1, allow_nan=False))
         return
     c = Console(width=110, highlight=False)
@@ -155,6 +168,8 @@ def select_budget(
             f"val: {v['tps']:.2f} TPS, rank {v['rank']} (best {vb['source']}/budget {vb['budget']}{vset} "
             f"{v['best']['tps']:.2f}); {verdict} at tolerance {100 * v['tolerance']:.1f}%"
         )
+    if note is not None:
+        c.print(note, soft_wrap=True)
     dropped = rep["catalog"].get("dropped_budgets") or []
     if dropped:
         c.print(

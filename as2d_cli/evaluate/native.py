@@ -11,7 +11,9 @@ source's published candidates, the serial drafts) are replayed with the frozen p
 (``native_replay``), and the signed TPS error 100·(TPS_replay/TPS_native − 1) is reported
 per run; a window's error pools its repetitions (TPS over all its runs), and the table
 gives the mean absolute per-window error and the pooled error (``native_stats``,
-``native_render``).
+``native_render``). With a profile not measured on this device (synthetic, or another
+device's: given explicitly with ``--profile``) the same figures are labelled an *expected
+error*, not agreement (``summary.replay_vs_native``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,14 @@ from as2d_cli.evaluate.native_runs import (
     resume_command,
     run_windows,
 )
-from as2d_cli.evaluate.native_stats import METHODS, divergence, host_per_pass, summarize
+from as2d_cli.evaluate.inputs import profile_mismatch
+from as2d_cli.evaluate.native_stats import (
+    METHODS,
+    comparison,
+    divergence,
+    host_per_pass,
+    summarize,
+)
 from as2d_cli.formats.common import mark_complete, read_manifest
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.models.prompting import PromptSpec
@@ -163,6 +172,8 @@ def run_native_eval(
     price_rows(rows, profile)
     summary = summarize(rows, host_per_pass(record.monitor()))
     summary["warmup_divergences"] = warm
+    # A synthetic profile or another device's (run with --profile given): an expected error.
+    summary["replay_vs_native"] = comparison(profile_mismatch(profile, m.identity))
     files = {"settings": SETTINGS, "runs": RUNS, "gates": GATES, "monitor": MONITOR}
     try:
         # Replaced when a finishing cut short left some of them: the folder is still marked.

@@ -62,9 +62,21 @@ def render_native(summary: dict[str, Any]) -> str:
     lines = text_table(head, body)
     r = summary.get("as2d_over_target_only_native")
     lines.append("")
-    lines.append(
-        "agreement per window: replay vs the median native time of its repetitions (D.3), and vs their pooled time"
-    )
+    vs = summary.get("replay_vs_native") or {}
+    if vs.get("kind") == "expected_error":  # the profile was not measured on this device
+        lines.insert(
+            0,
+            f"replay vs native: expected error (profile of another device / synthetic), not "
+            f"agreement — {vs.get('why')}; calibrate this device for agreement",
+        )
+        lines.append(
+            "expected error per window: replay vs the median native time of its repetitions "
+            "(D.3), and vs their pooled time"
+        )
+    else:
+        lines.append(
+            "agreement per window: replay vs the median native time of its repetitions (D.3), and vs their pooled time"
+        )
     lines.append("native As²d / target-only pooled: " + ("—" if r is None else f"{r:.3f}×"))
     lines.append(
         "split-half: per window, the median native time of the even repetitions vs the odd ones "

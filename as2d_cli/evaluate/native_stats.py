@@ -19,6 +19,15 @@ METHODS = ("target-only", "sd", "asp", "as2d")
 STEAL_BOUND = 0.05  # a pass whose CPU steal passes this ran on a host shared with other guests
 
 
+def comparison(mismatch: str | None) -> dict[str, Any]:
+    """What the replay-vs-native figures are: ``agreement`` (the profile was measured on
+    this device), or an ``expected_error`` with why (``mismatch``: a synthetic profile, or
+    another device's — :func:`as2d_cli.evaluate.inputs.profile_mismatch`)."""
+    if mismatch is None:
+        return {"kind": "agreement", "why": None}
+    return {"kind": "expected_error", "why": mismatch}
+
+
 def divergence(ref: dict, res: dict) -> dict | None:
     """First position where ``res`` departs from the target-only ``ref``, with margins."""
     a, b = ref["tokens"], res["tokens"]

@@ -19,6 +19,8 @@ from as2d_cli.engine.methods import DEFAULT_ALIGN
 from as2d_cli.errors import As2dError, Interrupted, UserError
 from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
 from as2d_cli.evaluate.inputs import (
+    ACCEPT_FLAG,
+    MIN_DEV_WINDOWS,
     check_pair,
     deployment_candidates,
     describe_pair,
@@ -26,8 +28,10 @@ from as2d_cli.evaluate.inputs import (
     find_profile,
     load_trace_files,
     pair_traces,
-    require_confirmed,
+    profile_mismatch,
+    require_validated,
     trace_files,
+    validation_failures,
 )
 from as2d_cli.execution import Executor
 from as2d_cli.formats.common import (
@@ -92,9 +96,16 @@ def run_eval(
     executor: Executor | None = None,
     command: str | None = None,
     allow_implausible: bool = False,
+    accept_unvalidated: bool = False,
+    native: Any = None,
 ) -> EvalOutput:
-    """``allow_unconfirmed``: use a deployment selected on dev only (never confirmed on
-    val); refused otherwise (inputs.require_confirmed). ``align``: the alignment rules (a
+    """``accept_unvalidated``: use a deployment that failed its own checks — NOT retained
+    on val, never checked there (selected on dev only), or selected on fewer than
+    ``MIN_DEV_WINDOWS`` dev windows — and record that in the results; refused otherwise
+    (inputs.require_validated). ``allow_unconfirmed`` is its older name and does the same.
+    ``native``: the identity of the device the native part will measure (device_agents
+    ``DeviceIdentity``): a profile found for it (no ``profile`` given) that is synthetic or
+    another device's is refused before anything is written. ``align``: the alignment rules (a
     deployment selected under them is found or selected; None: a given deployment's own,
     else the default rules). ``executor``: where the catalog sweeps (oracle, a selection made
     now) run (default: the local pool). ``command``: the command line that redoes this
@@ -104,13 +115,12 @@ def run_eval(
     (it stays marked incomplete) and what to run."""
     redo = command or f"as2d eval --phone {phone}"
     with _nothing_written_yet(results, redo):
-        pair = None
-        if models is not None:
-            from as2d_cli.models.bundle import load_bundle
-
-            pair = load_bundle(models, check_hashes=False, prompt=prompt).identity()
+        pair = _pair(models, prompt)
         profile_path = profile or find_profile(phone, calibrations, pair, models)
         prof = load_profile(profile_path, check=True, allow_implausible=allow_implausible)
+        if native is not None and profile is None:
+            refuse_foreign_profile(prof, Path(profile_path), native, phone)
+        accept = accept_unvalidated or allow_unconfirmed
         files = trace_files(
             traces
             if traces is not None or models is None
@@ -136,24 +146,35 @@ def run_eval(
         )
         dep_path = deployment or (candidates[0][0] if candidates else None)
         selected_now = False
-        if (
-            dep_path is None
-            and not allow_unconfirmed
-            and not any(w.split == "val" for w in ts.windows)
-        ):
+        if dep_path is None and not accept and not any(w.split == "val" for w in ts.windows):
             raise UserError(
                 "no deployment chosen on this profile and these traces yet, and the traces hold no 'val' "
-                "windows to confirm a new selection on; pass traces with val windows (or "
-                "--allow-unconfirmed to select on dev only)"
+                f"windows to confirm a new selection on; pass traces with val windows (or "
+                f"{ACCEPT_FLAG}, or --allow-unconfirmed, to select on dev only)"
+            )
+        n_dev = sum(w.split == "dev" for w in ts.windows)
+        if dep_path is None and not accept and 0 < n_dev < MIN_DEV_WINDOWS:
+            raise UserError(
+                f"no deployment chosen on this profile and these traces yet, and the traces hold "
+                f"{n_dev} dev windows, fewer than the {MIN_DEV_WINDOWS} a selection is trusted on; "
+                f"pass traces with at least {MIN_DEV_WINDOWS} dev windows (or {ACCEPT_FLAG} to "
+                "select on these anyway)"
             )
         if dep_path is None:
-            from as2d_cli.replay.report import write_selection
+            from as2d_cli.replay.report import with_target_only, write_selection
             from as2d_cli.replay.selection import select_budget
 
             say(
                 f"no deployment chosen on {profile_path} yet: selecting one on the dev/val splits first"
             )
             sel = select_budget(ts, prof, align=align or DEFAULT_ALIGN, executor=executor)
+            if sel.retained is False and not accept:  # refused before the deployment is written
+                failed = " and ".join(validation_failures(sel.to_json()))
+                raise UserError(
+                    f"the configuration selected now on the dev split ({sel.source}/budget "
+                    f"{sel.budget}) was {failed}; nothing was written: pass {ACCEPT_FLAG} to use "
+                    "it anyway (recorded in the results), or select on more dev and val windows"
+                )
             report: dict[str, Any] = {
                 "catalog": sel.catalog,
                 "dev": sel.dev,
@@ -161,6 +182,7 @@ def run_eval(
                 "ranking": [r.to_json() for r in sel.ranking[:10]],
                 "inputs": {"traces": [input_ref(f) for f in files]},
             }
+            report = with_target_only(report, sel, ts, prof)
             if prof.allowed_implausible:
                 report["allowed_implausible"] = list(prof.allowed_implausible)
             out = next_free(calibrations / device / "deployment.yaml")
@@ -170,16 +192,28 @@ def run_eval(
             say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
         dep = load_deployment(dep_path, profile=profile_path)
         rules_for(dep, align, dep_path)
-        if not allow_unconfirmed:
-            require_confirmed(
-                Path(dep_path), dep.selection, given=deployment is not None, candidates=candidates
-            )
+        failures = require_validated(
+            Path(dep_path),
+            dep.selection,
+            given=deployment is not None,
+            candidates=candidates,
+            accept=accept,
+        )
         say(describe_deployment(Path(dep_path), dep.source, dep.budget, dep.selection))
+        if failures:
+            flag = ACCEPT_FLAG if accept_unvalidated else "--allow-unconfirmed"
+            say(
+                f"warning: {dep_path} was {' and '.join(failures)}; used anyway ({flag}), "
+                "as the results record"
+            )
         say(f"replaying every method over the {split} split with {profile_path}")
         ev = evaluate_fixed(ts, prof, dep, split=split, executor=executor)
     at = time.time()
-    prov = provenance(prof, Path(profile_path), dep, Path(dep_path), files, ts)
-    table = render_table(ev) + render_provenance(prov)
+    prov = provenance(prof, Path(profile_path), dep, Path(dep_path), files, ts, failures)
+    from as2d_cli.replay.report import no_gain_note
+
+    note = no_gain_note(dep.selection)  # said above the table
+    table = ("" if note is None else f"{note}\n\n") + render_table(ev) + render_provenance(prov)
     inputs = {
         "profile": profile_path,
         "deployment": dep_path,
@@ -253,12 +287,24 @@ def _left(folder: Path) -> str:
 
 
 def provenance(
-    prof: Any, profile_path: Path, dep: Any, dep_path: Path, files: list[Path], ts: Any
+    prof: Any,
+    profile_path: Path,
+    dep: Any,
+    dep_path: Path,
+    files: list[Path],
+    ts: Any,
+    failures: list[str] | None = None,
 ) -> dict[str, Any]:
     """What a table was computed from: the profile (and whether it is synthetic), the
-    deployment (and whether validation retained it), the traces and their model pair."""
+    deployment (whether validation retained it, how many dev windows chose it, whether it
+    beat target-only there, and — ``failures``, the checks it failed — whether it was used
+    unvalidated), the traces and their model pair."""
     pair = ts.provenance.get("pair") or {"name": "bundled"}
-    retained = (dep.selection or {}).get("retained")
+    selection = dep.selection or {}
+    retained = selection.get("retained")
+    dev = selection.get("dev")
+    dev = dev if isinstance(dev, dict) else {}
+    beats = selection.get("beats_target_only")
     return {
         "profile": {
             "path": str(profile_path),
@@ -278,6 +324,11 @@ def provenance(
             "threshold": dep.threshold,
             "batch": dep.batch,
             "validation_retained": retained,
+            "dev_windows": dev.get("windows"),
+            "beats_target_only_on_dev": beats if isinstance(beats, bool) else None,
+            # used although it failed its own checks (--accept-unvalidated), and why
+            "accepted_unvalidated": bool(failures),
+            "validation_failures": list(failures or []),
         },
         "traces": [str(f) for f in files],
         "pair": {
@@ -304,6 +355,8 @@ def render_provenance(prov: dict[str, Any]) -> str:
         False: "NOT retained on validation",
         None: "not validated",
     }[d["validation_retained"]]
+    if d.get("accepted_unvalidated"):
+        val += "; used unvalidated"  # --accept-unvalidated (or --allow-unconfirmed)
     traces = prov["traces"]
     where = traces[0] if len(traces) == 1 else f"{len(traces)} files in {Path(traces[0]).parent}"
     return (
@@ -312,3 +365,42 @@ def render_provenance(prov: dict[str, Any]) -> str:
         f"batch {d['batch']}; {val})\n"
         f"traces      {where} (model pair {describe_pair(prov['pair'])})\n"
     )
+
+
+def refuse_foreign_profile(prof: Any, profile_path: Path, identity: Any, phone: str) -> None:
+    """Refuse, in one line, a profile found for a native evaluation that was not measured
+    on the device being measured (synthetic, or another device's): its replay would report
+    an expected error as agreement. ``--profile`` given explicitly runs it, labelled so."""
+    why = profile_mismatch(prof, identity)
+    if why is None:
+        return
+    raise UserError(
+        f"{profile_path} is a {why}; its replay of native runs measures an expected error, "
+        f"not agreement: calibrate this device first (`as2d calibrate --phone {phone}`), or "
+        f"pass --profile {profile_path} explicitly to run anyway (the native report then "
+        "labels the comparison an expected error)"
+    )
+
+
+def check_native_profile(
+    phone: str,
+    identity: Any,
+    *,
+    calibrations: Path = Path("calibrations"),
+    models: Path | None = None,
+    prompt: PromptSpec | None = None,
+) -> None:
+    """The profile ``run_eval`` would find for ``phone`` (no ``--profile``: a farm's
+    phones), refused when it is synthetic or another device's
+    (:func:`refuse_foreign_profile`)."""
+    path = find_profile(phone, calibrations, _pair(models, prompt), models)
+    refuse_foreign_profile(load_profile(path), Path(path), identity, phone)
+
+
+def _pair(models: Path | None, prompt: PromptSpec | None) -> dict | None:
+    """The identity of the model pair ``models`` (None: the bundled pair)."""
+    if models is None:
+        return None
+    from as2d_cli.models.bundle import load_bundle
+
+    return load_bundle(models, check_hashes=False, prompt=prompt).identity()

@@ -9,7 +9,7 @@ stored as the payload of an ``as2d.results`` file with ``--out``) is documented 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor
@@ -234,7 +234,40 @@ def select_report(
         "inputs": {"profile": _ref(profile_path), "traces": _trace_refs(traces_path)},
         **sel.to_json(),
     }
-    return sel, report
+    return sel, with_target_only(report, sel, traces, profile)
+
+
+def with_target_only(report: dict, sel: Selection, traces: TraceSet, profile: CostProfile) -> dict:
+    """``report`` with target-only's pooled TPS on the dev windows the catalog was ranked on
+    (``dev.target_only_tps``) and whether the selected configuration — the best of the
+    catalog there — beats it (``beats_target_only``; a tie within 1e-9 does not). False:
+    no As²d configuration of the catalog beat target-only on dev."""
+    dev = windows_of(traces, sel.dev["split"])
+    base = run_method(dev, profile, "target-only", detail=False).pooled_tps()
+    out = {**report, "dev": {**report["dev"], "target_only_tps": base}}
+    if base is not None:  # None: target-only took no decode time, nothing to beat
+        out["beats_target_only"] = bool(sel.dev["tps"] > base * (1.0 + 1e-9))
+    return out
+
+
+def no_gain_note(selection: Mapping[str, Any]) -> str | None:
+    """One line when the selection records that no As²d configuration beat target-only on
+    dev (a deployment's ``selection``, or a selection report); None when one did or when it
+    records nothing (deployments selected before it was recorded)."""
+    if selection.get("beats_target_only") is not False:
+        return None
+    dev = selection.get("dev") or {}
+    top = (selection.get("ranking_top") or selection.get("ranking") or [{}])[0]
+    best = f"{top['source']}/budget {top['budget']}" if "source" in top else "the selected one"
+    base = dev.get("target_only_tps")
+    against = f" against target-only's {base:.2f}" if isinstance(base, (int, float)) else ""
+    tps = dev.get("tps")
+    at = f" {tps:.2f} TPS" if isinstance(tps, (int, float)) else ""
+    return (
+        f"no As²d configuration beats target-only on dev: the best, {best}, reached{at}"
+        f"{against} over {dev.get('windows', '?')} dev windows; As²d is not expected to speed "
+        "this device up with these sources"
+    )
 
 
 def catalog_axes(catalog: dict) -> str:
@@ -261,13 +294,19 @@ def write_selection(
     selection = {
         "method": f"pooled-TPS ranking of the {catalog_axes(report['catalog'])} catalog on the development split",
         "catalog": report["catalog"],
-        "dev": {k: report["dev"][k] for k in ("split", "windows", "tokens", "tps")},
+        "dev": {
+            k: report["dev"][k]
+            for k in ("split", "windows", "tokens", "tps", "target_only_tps")
+            if k in report["dev"]
+        },
         "dev_oracle_gap_percent": report["dev"]["oracle"]["gap_percent"],
         "val": report["val"],
         "retained": sel.retained,
         "traces": report["inputs"]["traces"],
         "ranking_top": report["ranking"][:5],
     }
+    if "beats_target_only" in report:  # False: no configuration beat target-only on dev
+        selection["beats_target_only"] = report["beats_target_only"]
     if report.get("allowed_implausible"):  # the profile failed its plausibility check
         selection["allowed_implausible"] = list(report["allowed_implausible"])
     if Path(out).exists():
