@@ -42,7 +42,14 @@ def main() -> None:
     if ahead is not None and p.drafter is not None:
         share = float(ahead["macs_share"])
         step = round(qwen.step_ms_idle * (1 + share) + p.drafter.row_ms, 3)
-        sources["lookahead"] = dataclasses.replace(qwen, name="lookahead", step_ms_idle=step)
+        derived = (
+            f"not measured on a phone: the draft forward ({p.drafter.step_ms} ms) x (1 + {share}, "
+            f"the look-ahead head's share of the bundled drafter's per-token multiply-adds) + one "
+            f"extra row ({p.drafter.row_ms} ms)"
+        )
+        sources["lookahead"] = dataclasses.replace(
+            qwen, name="lookahead", step_ms_idle=step, derived=derived
+        )
         notes += (
             f" lookahead = the qwen role with a look-ahead head: draft forward x (1 + {share}, "
             f"the head's share of the bundled drafter's per-token multiply-adds) + one extra "

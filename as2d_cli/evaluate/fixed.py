@@ -88,6 +88,54 @@ class FixedEval:
         }
 
 
+SENSITIVITY = (0.75, 1.25)  # the derived cost's factors eval reports the headline at
+
+
+def derived_sensitivity(
+    traces: TraceSet, profile: CostProfile, deployment: Deployment, *, split: str = "test"
+) -> dict | None:
+    """When the deployment's source is priced with a derived cost (``SourceCosts.derived``:
+    neither measured nor published), As²d / target-only at that price and with the
+    source's step (or chunk) cost × each of :data:`SENSITIVITY`; None otherwise."""
+    import dataclasses
+
+    src = profile.sources.get(deployment.source)
+    if src is None or not src.derived:
+        return None
+    windows = windows_of(traces, split)
+    base = run_method(windows, profile, "target-only", detail=False).pooled_tps()
+
+    def ratio(p: CostProfile) -> float | None:
+        tps = run_method(
+            windows,
+            p,
+            "as2d",
+            budget=deployment.budget,
+            source=deployment.source,
+            threshold=deployment.threshold,
+            batch=deployment.batch,
+            align=deployment.align,
+            detail=False,
+        ).pooled_tps()
+        return None if tps is None or not base else tps / base
+
+    scaled = []
+    for f in SENSITIVITY:
+        s = dataclasses.replace(
+            src, step_ms_idle=src.step_ms_idle * f, chunk_ms_idle=src.chunk_ms_idle * f
+        )
+        scaled.append(ratio(dataclasses.replace(profile, sources={**profile.sources, src.name: s})))
+    key = "step_ms" if src.kind == "autoregressive" else "chunk_ms"
+    return {
+        "cost": f"costs.sources.{src.name}.{key}",
+        "value_ms": src.step_ms_idle if key == "step_ms" else src.chunk_ms_idle,
+        "derived": src.derived,
+        "factors": list(SENSITIVITY),
+        "as2d_over_target_only": ratio(profile),
+        "as2d_over_target_only_scaled": scaled,
+    }
+
+
 def evaluate_fixed(
     traces: TraceSet,
     profile: CostProfile,

@@ -17,7 +17,13 @@ from typing import Any, Callable, Iterator
 
 from as2d_cli.engine.methods import DEFAULT_ALIGN
 from as2d_cli.errors import As2dError, Interrupted, UserError
-from as2d_cli.evaluate.fixed import FixedEval, evaluate_fixed, plot_cdf, render_table
+from as2d_cli.evaluate.fixed import (
+    FixedEval,
+    derived_sensitivity,
+    evaluate_fixed,
+    plot_cdf,
+    render_table,
+)
 from as2d_cli.evaluate.inputs import (
     ACCEPT_FLAG,
     MIN_DEV_WINDOWS,
@@ -208,8 +214,12 @@ def run_eval(
             )
         say(f"replaying every method over the {split} split with {profile_path}")
         ev = evaluate_fixed(ts, prof, dep, split=split, executor=executor)
+        sensitivity = derived_sensitivity(ts, prof, dep, split=split)
     at = time.time()
     prov = provenance(prof, Path(profile_path), dep, Path(dep_path), files, ts, failures)
+    if sensitivity is not None:  # a derived cost priced this table: say so, and how much it matters
+        prov["profile"]["derived"] = {sensitivity["cost"]: sensitivity["derived"]}
+        prov["sensitivity"] = sensitivity
     from as2d_cli.replay.report import no_gain_note
 
     note = no_gain_note(dep.selection)  # said above the table
@@ -359,12 +369,24 @@ def render_provenance(prov: dict[str, Any]) -> str:
         val += "; used unvalidated"  # --accept-unvalidated (or --allow-unconfirmed)
     traces = prov["traces"]
     where = traces[0] if len(traces) == 1 else f"{len(traces)} files in {Path(traces[0]).parent}"
-    return (
+    out = (
         f"profile     {p['path']} ({p['device']}; {kind})\n"
         f"deployment  {d['path']} ({d['source']}/budget {d['budget']}, threshold {d['threshold']}, "
         f"batch {d['batch']}; {val})\n"
         f"traces      {where} (model pair {describe_pair(prov['pair'])})\n"
     )
+    s = prov.get("sensitivity")
+    if s is not None:
+        at = ", ".join(
+            f"{r:.3f}× at ×{f:g}"
+            for f, r in zip(s["factors"], s["as2d_over_target_only_scaled"])
+            if r
+        )
+        out += (
+            f"derived     {s['cost']} = {s['value_ms']:g} ms is derived ({s['derived']}): "
+            f"As²d / target-only {s['as2d_over_target_only']:.3f}× at it; {at}\n"
+        )
+    return out
 
 
 def refuse_foreign_profile(prof: Any, profile_path: Path, identity: Any, phone: str) -> None:

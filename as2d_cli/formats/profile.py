@@ -105,6 +105,9 @@ class SourceCosts:
     concurrent_ratio: float = 1.0  # the producer's own slowdown while the target is busy
     verify_concurrent_ratio: Mapping[int, float] | None = field(default=None, hash=False)
     startup_ms_per_audio_s: float = 0.0  # startup (audio encoding) grows with the window
+    # How the costs were derived when they were neither measured nor published (e.g. the
+    # K70 profile's look-ahead forward, from the drafter's forward); None: not derived.
+    derived: str | None = None
 
     def startup_for(self, audio_s: float | None, ref_audio_s: float | None) -> float:
         """Startup for a window of ``audio_s`` seconds (flat when either is unknown)."""

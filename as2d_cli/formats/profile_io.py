@@ -117,6 +117,7 @@ def profile_from_doc(doc: Any, where: str) -> CostProfile:
             concurrent_ratio=float(s["concurrent_ratio"]),
             verify_concurrent_ratio=own or None,
             startup_ms_per_audio_s=float(s.get("startup_ms_per_audio_s", 0.0)),
+            derived=s.get("derived"),
         )
     f = doc["fit"]
     fit = Fit(
@@ -296,6 +297,8 @@ def profile_to_doc(p: CostProfile) -> dict:
             sd["verify_concurrent_ratio"] = _kkeys(dict(s.verify_concurrent_ratio))
         if s.startup_ms_per_audio_s:
             sd["startup_ms_per_audio_s"] = s.startup_ms_per_audio_s
+        if s.derived:
+            sd["derived"] = s.derived
         costs["sources"][name] = sd
     if p.context is not None:
         c = p.context
