@@ -11,7 +11,7 @@ import typer
 
 from as2d_cli.cli import options
 from as2d_cli.cli.paths import file_in_option, folder_in_option, folder_out_option
-from as2d_cli.errors import UserError
+from as2d_cli.errors import Interrupted, UserError
 
 
 def energy(
@@ -134,7 +134,12 @@ def energy(
                 found.append(p.opts[0])
         return found
 
+    held: list[str] = []  # what a Ctrl-C left: said once, as the command's last line
+
     def say(msg: str) -> None:
+        if msg.startswith("Interrupted"):
+            held.append(msg)
+            return
         typer.echo(f">>> {msg}", err=True)
 
     if from_run is not None and collect is not None:
@@ -198,7 +203,15 @@ def energy(
             max_temp_c=max_temp,
             temp_sensor=temp_sensor,
         )
-        path = protocol.run_energy(run, say)
+        try:
+            path = protocol.run_energy(run, say)
+        except KeyboardInterrupt:
+            if not held:
+                raise
+            tail = held[-1].removeprefix("Interrupted")
+            sep = ";" if tail.startswith(":") else ""
+            what = tail.lstrip(":").strip().rstrip(".")
+            raise Interrupted(f"as2d energy interrupted{sep} {what}") from None
     typer.echo((path.parent / "table.md").read_text(), nl=False)
     typer.echo(f"results: {path}")
 

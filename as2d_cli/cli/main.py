@@ -16,7 +16,10 @@ native.limit_blas_threads()
 
 import errno
 import importlib
+import signal
 import sys
+
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -129,29 +132,37 @@ def _os_error_line(exc: OSError) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; usage errors, every As2dError and any OSError on a path
-    become one line on stderr (never a traceback) and a non-zero exit."""
+    become one line on stderr (never a traceback) and a non-zero exit. Once the command
+    has returned, a late Ctrl-C is ignored: the work is done and said."""
     try:
         rv = _run(sys.argv[1:] if argv is None else list(argv))
     except NoArgsIsHelpError as exc:  # the help was printed
-        sys.exit(exc.exit_code)
+        _exit(exc.exit_code)
     except ClickException as exc:
         _error(_usage_line(exc))
-        sys.exit(exc.exit_code)
+        _exit(exc.exit_code)
     except typer.Abort:
         _error("aborted")
-        sys.exit(1)
+        _exit(1)
     except As2dError as exc:
         _error(str(exc))
-        sys.exit(exc.exit_code)
+        _exit(exc.exit_code)
     except KeyboardInterrupt:
         Console(stderr=True).print("interrupted; results written so far are kept")
-        sys.exit(130)
+        _exit(130)
     except OSError as exc:
         if exc.errno == errno.EPIPE:  # the reader went away (`as2d … | head`)
-            sys.exit(1)
+            _exit(1)
         _error(_os_error_line(exc))
-        sys.exit(1)
-    sys.exit(rv if isinstance(rv, int) else 0)
+        _exit(1)
+    _exit(rv if isinstance(rv, int) else 0)
+
+
+def _exit(code: int | None) -> NoReturn:
+    """Exit with ``code``; a Ctrl-C arriving now (the command's work is over) is ignored
+    rather than printed as a traceback over the finished output."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
 
 
 def _run(args: list[str]) -> object:

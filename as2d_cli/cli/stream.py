@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -92,7 +95,7 @@ def stream(
     from as2d_cli.errors import DeviceError, Interrupted, UserError
     from as2d_cli.formats.common import fresh_folder
     from as2d_cli.stream.recording import corpus_recording, file_recording
-    from as2d_cli.stream.results import write_stream
+    from as2d_cli.stream.results import mark_incomplete, write_stream
     from as2d_cli.stream.run import run_stream, settings_for
     from device_agents.identity import results_stem
     from device_agents.measurement import MeasureOptions, prepare
@@ -134,7 +137,9 @@ def stream(
         check=check,
     )
     label = f"As²d ({source_}, b{budget_})" if method == "as2d" else method
+    command = shlex.join(["as2d", "stream", *sys.argv[2:]])
     folder = fresh_folder(out / results_stem(m.identity.name, "stream", time.time()))
+    mark_incomplete(folder, command)  # until stream.json is written, last
     con = Console(stderr=True)
     con.print(
         f"streaming {recording.seconds / 60 if recording.seconds else 'all of'} min "
@@ -142,32 +147,40 @@ def stream(
         f"{m.identity.name} with {label} in {block_s:g} s blocks; results in {folder}"
     )
     view = _LiveView(con, block_s)
-    outcome = run_stream(
-        m,
-        recording,
-        settings,
-        folder,
-        models=models,
-        prompt=None if spec.empty else spec,
-        open_runner=open_runner,
-        on_start=view.start,
-        on_block=view.block,
-        say=lambda msg: con.print(msg),
-    )
+    try:
+        outcome = run_stream(
+            m,
+            recording,
+            settings,
+            folder,
+            models=models,
+            prompt=None if spec.empty else spec,
+            open_runner=open_runner,
+            on_start=view.start,
+            on_block=view.block,
+            say=lambda msg: con.print(msg),
+        )
+    except BaseException:
+        view.stop()
+        _drop_if_empty(folder)  # failed before any block: no folder to delete by hand
+        raise
     view.stop()
-    doc = write_stream(
-        folder,
-        outcome,
-        settings=settings,
-        recording=recording.to_dict(),
-        measurement=m.record(),
-        command=shlex.join(["as2d", "stream", *sys.argv[2:]]),
-        label=label,
-    )
+    with _ctrl_c_after() as late:  # the blocks measured are written whole first
+        doc = write_stream(
+            folder,
+            outcome,
+            settings=settings,
+            recording=recording.to_dict(),
+            measurement=m.record(),
+            command=command,
+            label=label,
+        )
     Console().print((folder / "table.md").read_text())
     kept = f"{len(outcome.blocks)} block(s) kept in {folder}"
     if outcome.interrupted:
         raise Interrupted(f"stream interrupted; {kept}")
+    if late:
+        raise Interrupted(f"interrupted after the stream ended; its files are written: {kept}")
     if outcome.stopped:
         raise DeviceError(f"stream stopped: {outcome.stopped}; {kept}")
     c = doc.get("check")
@@ -176,6 +189,30 @@ def stream(
             f"[yellow]--check: {c['blocks'] - c['equal']} block(s) differ from target-only "
             f"(first: block {c['first_divergent_block']} at token {c['first_divergence']})[/]"
         )
+
+
+def _drop_if_empty(folder: Path) -> None:
+    """Remove a stream folder that holds nothing but its INCOMPLETE note."""
+    from as2d_cli.formats.common import INCOMPLETE
+
+    if {p.name for p in folder.iterdir()} <= {INCOMPLETE}:
+        (folder / INCOMPLETE).unlink(missing_ok=True)
+        folder.rmdir()
+
+
+@contextlib.contextmanager
+def _ctrl_c_after() -> Iterator[list[int]]:
+    """A Ctrl-C while the stream's files are written (about a second) takes effect once
+    they are; the list says whether one came."""
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+    old = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 class _LiveView:

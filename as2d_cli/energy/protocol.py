@@ -72,6 +72,7 @@ from as2d_cli.energy.results import (
 )
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import As2dError, DeviceError, UserError
+from as2d_cli.formats.common import INCOMPLETE, write_atomic
 from device_agents.base import Device
 from device_agents.gating import GateConfig, GateResult
 from device_agents.monitor import CoreMonitor, FailureRecord
@@ -255,6 +256,18 @@ class _PhoneRun:
         except DeviceError as exc:
             raise self._gone_or(exc) from None
 
+    def launched(self) -> bool:
+        """Whether the episode was ever started: its launch line makes episode.log first."""
+        try:
+            return (
+                self.device.shell(
+                    ["test", "-e", f"{self.run_dir}/episode.log"], deadline_s=15
+                ).exit_code
+                == 0
+            )
+        except DeviceError as exc:
+            raise self._gone_or(exc) from None
+
     def pull_all(self) -> None:
         """Every file the episode wrote (episode.log included, subdirectories to a bounded
         depth) into raw/, and the trace beside it. An entry that cannot be pulled while the
@@ -301,13 +314,15 @@ class _PhoneRun:
             self._pull_tree(f"{remote}/{e}", local / e, f"{shown}/{e}", skipped, depth + 1)
 
     def remove(self) -> None:
-        """Delete the run directory and the trace from the phone (after pull_all)."""
+        """Delete the run directory and the trace from the phone (after pull_all). The
+        local record says ``collected`` first: a host killed while removing leaves a
+        leftover on the phone, never a folder that waits for files the phone no longer has."""
+        _update_phone_run(self.out_dir, state="collected")
         try:
             self.device.shell(["rm", "-rf", self.run_dir], deadline_s=30)
         except DeviceError:
             pass  # the phone left after everything was pulled: a leftover, nothing lost
         remove_trace(self.device, self.trace)
-        _update_phone_run(self.out_dir, state="collected")
 
 
 def _make_remote_dir(dev: Device) -> str:
@@ -319,9 +334,7 @@ def _make_remote_dir(dev: Device) -> str:
 
 
 def _write_phone_run(out_dir: Path, doc: dict) -> None:
-    tmp = out_dir / (PHONE_RUN + ".part")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp.replace(out_dir / PHONE_RUN)
+    write_atomic(out_dir / PHONE_RUN, (json.dumps(doc, indent=2) + "\n").encode(), force=True)
 
 
 def _update_phone_run(out_dir: Path, **changes: object) -> None:
@@ -332,11 +345,20 @@ def _update_phone_run(out_dir: Path, **changes: object) -> None:
         _write_phone_run(out_dir, doc)
 
 
+def _never_on_phone(out_dir: Path, missing: str) -> str:
+    return (
+        f"{out_dir} has no {missing}: `as2d energy` was stopped before it started the run on "
+        "the phone, so nothing was measured; measure again and delete this folder"
+    )
+
+
 def _load_phone_run(out_dir: Path) -> dict:
     path = out_dir / PHONE_RUN
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
+        if (out_dir / "plan.json").exists() and not (out_dir / TRACE_NAME).exists():
+            raise UserError(_never_on_phone(out_dir, PHONE_RUN)) from None
         raise UserError(
             f"{out_dir} has no {PHONE_RUN}; it is not a run folder `as2d energy` "
             "left on a phone — analyse it with --from-run, or rerun"
@@ -381,7 +403,7 @@ def analyse_run_folder(
 ) -> Path:
     """Analyse a folder holding raw/ records and the trace; write results (or refused.txt)."""
     episode = assemble_episode(plan, _read_text_files(out_dir / "raw"))
-    (out_dir / "episode.tsv").write_text(format_episode(episode))
+    write_atomic(out_dir / "episode.tsv", format_episode(episode).encode("utf-8"), force=True)
     try:
         series = read_battery_series(out_dir / TRACE_NAME)
         if series.lost_bytes and say is not None:
@@ -397,7 +419,7 @@ def analyse_run_folder(
             for line in short_window_lines(analysis):
                 say(line)
     except MeasurementRefused as exc:
-        (out_dir / "refused.txt").write_text(str(exc) + "\n")
+        write_atomic(out_dir / "refused.txt", (str(exc) + "\n").encode("utf-8"), force=True)
         raise MeasurementRefused(f"{exc} (trace and records kept in {out_dir})") from None
     counters = list(series.counters_requested) or list(COUNTERS_REQUIRED + COUNTERS_OPTIONAL)
     return write_results(
@@ -437,20 +459,64 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
     identity = identify(dev).to_dict()
     gate = _gate(dev, run.gate, say)  # while the phone is attached: nothing is made before
     plan = _with_cores_online(plan, dev)
-    out_dir = new_run_dir(run.results_root, run.phone_label)
+    out_dir = new_run_dir(run.results_root, run.phone_label)  # marked INCOMPLETE
+    try:
+        return _measure(run, out_dir, plan, spec, gate, identity, port, say)
+    except KeyboardInterrupt:
+        say(_interrupted(out_dir))
+        raise
+
+
+def _interrupted(out_dir: Path) -> str:
+    """What a Ctrl-C left and what finishes it, from the run folder's phone record."""
+    try:
+        rec = json.loads((out_dir / PHONE_RUN).read_text())
+    except (OSError, ValueError):
+        rec = None
+    if not isinstance(rec, dict):
+        return (
+            f"Interrupted before the episode was started on the phone: nothing was measured; "
+            f"delete {out_dir}."
+        )
+    if rec.get("state") == "collected":
+        return (
+            f"Interrupted: everything the phone wrote is in {out_dir}; analyse it with "
+            f"`as2d energy --from-run {out_dir}`."
+        )
+    return (
+        f"Interrupted: the phone keeps this run in {rec.get('run_dir')} until it is "
+        f"collected; run `as2d energy --collect {out_dir}` when it is attached again."
+    )
+
+
+def _measure(
+    run: EnergyRun,
+    out_dir: Path,
+    plan: EpisodePlan,
+    spec: CaptureSpec,
+    gate: GateResult,
+    identity: dict,
+    port: int,
+    say: Say,
+) -> Path:
+    """The protocol from its fresh run folder on: returns the written energy.json."""
+    dev = run.device
     (out_dir / "raw").mkdir()
     _write_json(out_dir / GATE_NAME, gate.to_dict())
-    (out_dir / "plan.json").write_text(
-        json.dumps(
-            {
-                "plan": asdict(plan),
-                "poll_ms": spec.poll_ms,
-                "duration_ms": spec.duration_ms,
-                "connection": run.connection,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_atomic(
+        out_dir / "plan.json",
+        (
+            json.dumps(
+                {
+                    "plan": asdict(plan),
+                    "poll_ms": spec.poll_ms,
+                    "duration_ms": spec.duration_ms,
+                    "connection": run.connection,
+                },
+                indent=2,
+            )
+            + "\n"
+        ).encode("utf-8"),
     )
     trace_s = spec.duration_ms / 1000
     away_s = run.return_timeout_s if run.return_timeout_s is not None else trace_s + AWAY_GRACE_S
@@ -492,7 +558,7 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
     try:
         cfg_remote = push_config(dev, rd, spec, keep_copy=out_dir / "trace_config.pb")
         script = render_script(plan, rd, cfg_remote, ph.trace, __version__)
-        (out_dir / "episode.sh").write_text(script)
+        write_atomic(out_dir / "episode.sh", script.encode("utf-8"))
         dev.push(out_dir / "episode.sh", f"{rd}/episode.sh")
         for f in run.push_files:
             dev.push(Path(f), f"{rd}/{Path(f).name}")
@@ -535,13 +601,7 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
                 f"{trace_s:.0f} s."
             )
         _finish_on_phone(ph, spec, episode_s, away_s, say, on_done=monitor.stop)
-    except PhoneAway:
-        raise
-    except KeyboardInterrupt:
-        say(
-            f"Interrupted: the phone keeps this run in {rd} until it is collected; run "
-            f"`as2d energy --collect {out_dir}` when it is attached again."
-        )
+    except (PhoneAway, KeyboardInterrupt):
         raise
     except As2dError as exc:
         monitor.stop()
@@ -589,9 +649,7 @@ def _with_cores_online(plan: EpisodePlan, dev: Device) -> EpisodePlan:
 
 
 def _write_json(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(path)
+    write_atomic(path, (json.dumps(doc, indent=1) + "\n").encode(), force=True)
 
 
 class _PhoneMonitor:
@@ -775,6 +833,8 @@ def _load_plan(out_dir: Path) -> tuple[EpisodePlan, CaptureSpec, str]:
         spec = CaptureSpec(duration_ms=int(doc["duration_ms"]), poll_ms=int(doc["poll_ms"]))
         connection = doc.get("connection", "usb")
     except FileNotFoundError:
+        if (out_dir / INCOMPLETE).exists():
+            raise UserError(_never_on_phone(out_dir, "plan.json")) from None
         raise UserError(
             f"{out_dir} has no plan.json; pass a folder written by `as2d energy`"
         ) from None
@@ -832,6 +892,8 @@ def collect(
             f"{out_dir}: the phone's files were already collected; analyse them "
             f"with `as2d energy --from-run {out_dir}`"
         )
+    if rec.get("state") == NOT_STARTED:
+        raise UserError(_not_started(out_dir))
     port = int(adb_port or rec["adb_port"])
     dev = _find_phone(port, rec, out_dir)
     ph = _PhoneRun(dev, port, rec["run_dir"], rec["trace"], out_dir, set(rec.get("exclude", [])))
@@ -846,6 +908,14 @@ def collect(
             f"phone {dev.serial} no longer holds {ph.run_dir} (removed, or the phone "
             "was reset); nothing to collect — rerun the measurement"
         )
+    if not _launched(ph):
+        # Killed before it launched the episode: nothing ran, nothing will come.
+        try:
+            dev.shell(["rm", "-rf", ph.run_dir], deadline_s=30)
+        except DeviceError:
+            pass  # a leftover on the phone; nothing was measured in it
+        _update_phone_run(out_dir, state=NOT_STARTED)
+        raise UserError(_not_started(out_dir))
     _keep_old_refusal(out_dir)
     say(f"Collecting {ph.run_dir} from {dev.serial} into {out_dir}.")
     episode_s = float(
@@ -865,6 +935,33 @@ def collect(
     return path
 
 
+NOT_STARTED = "not-started"  # phone_run.json's state when the episode never ran
+
+
+def _not_started(out_dir: Path) -> str:
+    return (
+        f"{out_dir}: the episode never started on the phone (`as2d energy` was stopped "
+        "before it launched it), so nothing was measured; measure again and delete this folder"
+    )
+
+
+def _launched(ph: _PhoneRun, grace_s: float = 3.0) -> bool:
+    """Whether the episode ever started; a launch the killed host had just sent gets
+    ``grace_s`` to show up on the phone."""
+    limit = time.monotonic() + grace_s
+    try:
+        while not ph.launched():
+            if time.monotonic() >= limit:
+                return False
+            time.sleep(0.5)
+    except _PhoneGone:
+        raise UserError(
+            f"phone {ph.device.serial} left again; reattach it and run "
+            f"`as2d energy --collect {ph.out_dir}`"
+        ) from None
+    return True
+
+
 def reanalyse(out_dir: Path, baseline: str | None = "target-only", say: Say | None = None) -> Path:
     """Analyse a run folder again (after a refusal was fixed, or after replugging late).
     Writes energy.json only if the folder has none yet: results are never overwritten."""
@@ -879,6 +976,8 @@ def reanalyse(out_dir: Path, baseline: str | None = "target-only", say: Say | No
     if (out_dir / PHONE_RUN).exists():
         rec = _load_phone_run(out_dir)
     if not (out_dir / "raw").is_dir() or not (out_dir / TRACE_NAME).exists():
+        if rec.get("state") == NOT_STARTED:
+            raise UserError(_not_started(out_dir))
         if rec and rec.get("state") != "collected":
             raise UserError(
                 f"{out_dir} lacks raw/ or {TRACE_NAME}: the phone still holds the "

@@ -2,7 +2,10 @@
 table (Markdown and CSV), the raw Perfetto trace and the episode records side by side.
 
 A run gets its own folder <results>/<device>-energy-<time>/; an existing folder is never written
-into again (a second run on the same second gets a -2 suffix).
+into again (a second run on the same second gets a -2 suffix). From the moment it is made until
+energy.json is in place, an ``INCOMPLETE`` note in it says it is not a result and what finishes
+it; energy.json is written last, whole or not at all (fsynced, then linked into place), so a
+folder without it — whatever killed the run — is never read as a result.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import csv
 import io
 import json
 import math
-import shutil
 from dataclasses import asdict, is_dataclass
 from datetime import datetime, timezone
 from importlib import resources
@@ -25,7 +27,14 @@ from as2d_cli.energy.analysis import SHORT_WINDOW_PERIODS, EnergyAnalysis
 from as2d_cli.energy.capture_config import CaptureSpec
 from as2d_cli.energy.episode_records import Episode, format_episode
 from as2d_cli.errors import FormatError, UserError
-from as2d_cli.formats.common import check_version, fresh_folder, git_commit
+from as2d_cli.formats.common import (
+    INCOMPLETE,
+    check_version,
+    fresh_folder,
+    git_commit,
+    utc_now,
+    write_atomic,
+)
 
 SCHEMA = "as2d.energy-result"
 VERSION = 4
@@ -435,11 +444,31 @@ def render_table(
 
 def new_run_dir(results_root: Path, phone_name: str, now: datetime | None = None) -> Path:
     """A fresh folder ``results/<device>-energy-<UTC time>/`` (the rule every result
-    folder follows: device_agents.identity.results_stem); never an existing one."""
+    folder follows: device_agents.identity.results_stem); never an existing one. It is
+    marked incomplete (:func:`mark_incomplete`) until :func:`write_results` finishes it."""
     from device_agents.identity import results_stem
 
     now = now or datetime.now(timezone.utc)
-    return fresh_folder(Path(results_root) / results_stem(phone_name, "energy", now.timestamp()))
+    folder = fresh_folder(Path(results_root) / results_stem(phone_name, "energy", now.timestamp()))
+    mark_incomplete(folder)
+    return folder
+
+
+def mark_incomplete(out_dir: Path) -> None:
+    """The INCOMPLETE note: this folder is no result until energy.json is in it, and what
+    finishes it."""
+    text = (
+        f"{out_dir} is incomplete: `as2d energy` began it at {utc_now()} and has not written "
+        "energy.json.\n"
+        "If that command is no longer running it was interrupted or killed, it refused the "
+        "measurement (refused.txt then says why), or the phone did not come back in time.\n"
+        f"While phone_run.json says `on-phone`, `as2d energy --collect {out_dir}` fetches what "
+        f"the phone kept and analyses it; once it says `collected`, `as2d energy --from-run "
+        f"{out_dir}` analyses what was pulled. Either writes energy.json and removes this note. "
+        "Otherwise measure again (a new folder) and delete this one.\n"
+        "Nothing in this folder is a result until energy.json is there.\n"
+    )
+    write_atomic(Path(out_dir) / INCOMPLETE, text.encode("utf-8"), force=True)
 
 
 def write_results(
@@ -463,12 +492,13 @@ def write_results(
             "overwritten — use a new run folder"
         )
     if Path(trace).resolve() != (out_dir / TRACE_NAME).resolve():
-        shutil.copyfile(trace, out_dir / TRACE_NAME)
-    (out_dir / EPISODE_NAME).write_text(format_episode(episode))
+        write_atomic(out_dir / TRACE_NAME, Path(trace).read_bytes(), force=True)
+    # Every file whole or absent; a re-analysis (--from-run, --collect) writes them again.
+    write_atomic(out_dir / EPISODE_NAME, format_episode(episode).encode("utf-8"), force=True)
     windows = window_includes(plan)
     md, csv_text = render_table(analysis, windows)
-    (out_dir / "table.md").write_text(md)
-    (out_dir / "table.csv").write_text(csv_text)
+    write_atomic(out_dir / "table.md", md.encode("utf-8"), force=True)
+    write_atomic(out_dir / "table.csv", csv_text.encode("utf-8"), force=True)
     files = {
         "trace": TRACE_NAME,
         "episode": EPISODE_NAME,
@@ -481,7 +511,7 @@ def write_results(
     for key, src in (extra_files or {}).items():
         dst = out_dir / Path(src).name
         if Path(src).resolve() != dst.resolve():
-            shutil.copyfile(src, dst)
+            write_atomic(dst, Path(src).read_bytes(), force=True)
         files[key] = dst.name
     doc = _clean(
         {
@@ -515,11 +545,10 @@ def write_results(
         }
     )
     jsonschema.validate(doc, _schema())
-    path = out_dir / "energy.json"
-    tmp = out_dir / "energy.json.part"
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp.replace(path)
-    return path
+    # The note goes first, then energy.json, last of all and whole: a kill in between
+    # leaves a folder without energy.json, which nothing reads as a result either.
+    (out_dir / INCOMPLETE).unlink(missing_ok=True)
+    return write_atomic(out_dir / "energy.json", (json.dumps(doc, indent=2) + "\n").encode())
 
 
 def load_energy_result(path: Path) -> dict[str, Any]:

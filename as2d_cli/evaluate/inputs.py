@@ -358,7 +358,16 @@ def trace_files(traces: Path | None) -> list[Path]:
     root = traces if traces is not None else ASSET_TRACES
     if root.is_file():
         return [root]
-    files = sorted([*root.glob("*.jsonl"), *root.glob("*.jsonl.gz")]) if root.is_dir() else []
+    files = (
+        sorted(
+            f
+            for f in [*root.glob("*.jsonl"), *root.glob("*.jsonl.gz")]
+            # a build's resumable partial (traces build) is not a trace file until it is done
+            if not f.name.endswith(".partial.jsonl") and not f.name.startswith(".")
+        )
+        if root.is_dir()
+        else []
+    )
     if not files:
         where = f"{root}" if traces is not None else "the toolkit's bundled traces"
         raise UserError(

@@ -1,7 +1,12 @@
 """A stream's files (docs/formats.md, "as2d.stream"): ``blocks.csv`` (one row per block),
 ``stream.json`` (the whole record), ``table.md`` (Table 16's rows) and ``stream.png``
 (Figure 9's panels). Written once, into the run's own fresh folder, also after Ctrl-C or
-a stop: every block measured is kept."""
+a stop: every block measured is kept.
+
+Complete, or visibly not: from the moment the folder is made an ``INCOMPLETE`` note says
+it is no stream result yet (:func:`mark_incomplete`); each file is written whole
+(atomically), and ``stream.json`` last, after the note is gone. A folder without
+``stream.json`` — a killed run leaves ``blocks.jsonl`` and the note — is never a stream."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from as2d_cli.formats.common import environment, write_atomic
+from as2d_cli.formats.common import INCOMPLETE, atomic_path, environment, utc_now, write_atomic
 from as2d_cli.formats.results import to_jsonable
 from as2d_cli.stream.metrics import (
     BlockMetrics,
@@ -148,6 +153,22 @@ def check_summary(checks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def mark_incomplete(folder: Path, command: str) -> None:
+    """The INCOMPLETE note of a stream folder being written (``command``: what made it)."""
+    text = (
+        f"{folder} is incomplete: `as2d stream` began it at {utc_now()} and has not written "
+        "stream.json.\n"
+        "If that command is no longer running it was killed: blocks.jsonl holds the blocks "
+        "it finished, as the runner reported them, but the stream's files (stream.json, "
+        "blocks.csv, table.md, stream.png) were not written, and nothing reads this folder "
+        "as a stream.\n"
+        f"Run `{command}` again (it writes a new folder) and delete this one.\n"
+        "(Ctrl-C leaves no such folder: it writes the files from the blocks so far, with "
+        "status `interrupted`.)\n"
+    )
+    write_atomic(Path(folder) / INCOMPLETE, text.encode("utf-8"), force=True)
+
+
 def write_stream(
     folder: Path,
     outcome: Any,
@@ -158,7 +179,8 @@ def write_stream(
     command: str,
     label: str,
 ) -> dict[str, Any]:
-    """Write the four files; return stream.json's content."""
+    """Write the four files, stream.json last (its presence says the others are whole),
+    and remove the INCOMPLETE note; return stream.json's content."""
     per, run, temp = summarize(outcome, settings)
     checks = {c["block"]: c for c in outcome.checks}
     status = "interrupted" if outcome.interrupted else "stopped" if outcome.stopped else "complete"
@@ -204,13 +226,17 @@ def write_stream(
         "monitor": outcome.monitor,
     }
     doc = to_jsonable(doc, "stream.json")
-    write_atomic(folder / "stream.json", (json.dumps(doc, indent=1) + "\n").encode())
     _csv(folder / "blocks.csv", blocks)
     write_atomic(folder / "table.md", table(doc).encode())
     if blocks:
         from as2d_cli.stream.plot import plot_stream
 
-        plot_stream(doc, folder / "stream.png")
+        with atomic_path(folder / "stream.png") as tmp:
+            plot_stream(doc, tmp)
+    # The note goes first, stream.json last: a kill in between leaves a folder without
+    # stream.json, which is no stream either.
+    (Path(folder) / INCOMPLETE).unlink(missing_ok=True)
+    write_atomic(folder / "stream.json", (json.dumps(doc, indent=1) + "\n").encode())
     return doc
 
 

@@ -4,13 +4,20 @@ prefix-conditioned drafter's continuation at every target-path position, per win
 Windows fan out on an executor (:mod:`as2d_cli.execution`; each worker with
 single-threaded ONNX Runtime sessions): a local process pool, or Ray, where the pair's
 files travel once through the object store. Finished windows are appended to
-``<out>.partial.jsonl`` in window order, so an interrupted build resumes where it stopped;
-the final file is written only when every window is done.
+``<out>.partial.jsonl`` in window order, each record whole on its own line and fsynced
+before the next window is taken as done, so an interrupted build — Ctrl-C, a killed
+process, a power cut — resumes where it stopped and traces no finished window again (a
+line a kill tore is cut off and its window traced again). The final file is written only
+when every window is done, atomically (:func:`as2d_cli.formats.trace_io.write_traces`),
+so it is either whole or absent; the partial goes after it. One build at a time writes a
+partial (an exclusive lock on it).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -20,7 +27,7 @@ from typing import Any, Callable
 
 from as2d_cli import __version__
 from as2d_cli.engine.methods import DEFAULT_ASP_CAP
-from as2d_cli.errors import UserError
+from as2d_cli.errors import Interrupted, UserError
 from as2d_cli.execution import Executor, LocalPool
 from as2d_cli.formats.trace import VERSION as TRACE_VERSION
 from as2d_cli.models.prompting import TRACE_TASKS, PromptSpec
@@ -302,12 +309,92 @@ def provenance(models: Any) -> dict:
     }
 
 
+def partial_path(out: Path) -> Path:
+    """Where a build of ``out`` keeps its finished windows until the file is written."""
+    return out.with_name(out.name + ".partial.jsonl")
+
+
 def check_out(out: Path, force: bool) -> None:
     """Refuse an existing output (before any worker or cluster starts)."""
     if out.exists() and not force:
+        extra = ""
+        if partial_path(out).exists():
+            extra = (
+                f" ({partial_path(out).name} beside it holds the windows of an unfinished "
+                "build of that file: --force finishes that build and replaces the file)"
+            )
         raise UserError(
-            f"{out} already exists and is never overwritten; pass --force or another --out"
+            f"{out} already exists and is never overwritten; pass --force or another --out{extra}"
         )
+
+
+def _lock(f: Any, partial: Path) -> None:
+    """One build at a time appends to a partial: a second one is refused."""
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UserError(
+            f"another `as2d traces build` is writing {partial}; wait for it to finish, or "
+            "build into another --out"
+        ) from None
+
+
+def _append(f: Any, rec: dict) -> None:
+    """One record, whole on its own line, on disk before the window counts as done."""
+    f.write((json.dumps(rec, separators=(",", ":")) + "\n").encode("utf-8"))
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _resume(f: Any, partial: Path, head: dict) -> tuple[dict[str, dict], bool]:
+    """The finished windows of the partial open in ``f`` (id → record) and whether it
+    has its first line (``head``: who made it, and with which settings). A last line a
+    kill tore (no newline) is cut off first, so the next record starts a line of its own
+    and that window is traced again; a partial of another pair or other settings is
+    refused. A window recorded twice keeps its last record."""
+    data = partial.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        os.ftruncate(f.fileno(), end)
+        os.fsync(f.fileno())
+        data = data[:end]
+    done: dict[str, dict] = {}
+    has_head = False
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # damaged in the middle (not something a kill leaves): traced again
+        if not isinstance(rec, dict):
+            continue
+        if "pair" in rec and "id" not in rec:  # the partial's first line: who made it
+            ident = head["pair"]
+            if rec["pair"] != ident:
+                raise UserError(
+                    f"{partial} holds windows traced with pair {rec['pair'].get('name')!r} "
+                    f"({rec['pair'].get('task')}), not {ident['name']!r} ({ident['task']}); "
+                    "move it away or build with the same --models/--task/--language/--question"
+                )
+            if "max_tokens" in rec and rec["max_tokens"] != head["max_tokens"]:
+
+                def said(n: object) -> str:
+                    return "no --max-tokens" if n is None else f"--max-tokens {n}"
+
+                raise UserError(
+                    f"{partial} holds windows traced with {said(rec['max_tokens'])}, not "
+                    f"{said(head['max_tokens'])}; build with the same option to resume it, or "
+                    "move it away"
+                )
+            has_head = True
+            continue
+        if isinstance(rec.get("id"), str):
+            done[rec["id"]] = rec
+    if done and not has_head:
+        raise UserError(
+            f"{partial} has no first line naming the pair that traced its windows; move it "
+            "away (its windows are traced again)"
+        )
+    return done, has_head
 
 
 def build_traces(
@@ -326,7 +413,6 @@ def build_traces(
     """Trace ``split``'s windows into ``out`` on ``executor`` (default: a local pool of
     ``processes``, one per usable CPU, but no more than the windows left)."""
     from as2d_cli.corpus.manifest import load_corpus
-    from as2d_cli.formats.trace_io import load_traces, write_traces
 
     check_out(out, force)
     windows = load_corpus().split(split)
@@ -342,52 +428,87 @@ def build_traces(
         prompt=prompt,
     )
     ident = bundle.identity()
-    partial = out.with_name(out.name + ".partial.jsonl")
-    done: dict[str, dict] = {}
-    if partial.exists():
-        for line in partial.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by the interruption: that window runs again
-            if "pair" in rec and "id" not in rec:  # the partial's first line: who made it
-                if rec["pair"] != ident:
-                    raise UserError(
-                        f"{partial} holds windows traced with pair {rec['pair'].get('name')!r} "
-                        f"({rec['pair'].get('task')}), not {ident['name']!r} ({ident['task']}); "
-                        "move it away or build with the same --models/--task/--language/--question"
-                    )
-                continue
-            done[rec["id"]] = rec
+    partial = partial_path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(partial, "ab") as f:
+        _lock(f, partial)
+        head = {"pair": ident, "max_tokens": max_tokens}
+        done, has_head = _resume(f, partial, head)
+        try:
+            return _build(
+                split,
+                out,
+                windows,
+                (f, partial, done, has_head, head, bundle),
+                models_dir=models_dir,
+                processes=processes,
+                progress=progress,
+                force=force,
+                max_tokens=max_tokens,
+                prompt=prompt,
+                executor=executor,
+            )
+        except Interrupted:
+            raise
+        except KeyboardInterrupt:
+            if not done:  # nothing traced yet: no partial left behind
+                partial.unlink(missing_ok=True)
+                raise Interrupted(
+                    f"as2d traces build interrupted before a window of {out.name} was traced; "
+                    "run the same command again"
+                ) from None
+            kept = sum(1 for w in windows if w.id in done)
+            where = f"kept in {partial}" if partial.exists() else "written"
+            raise Interrupted(
+                f"as2d traces build interrupted; {kept} of {len(windows)} windows {where} — "
+                "run the same command again to resume"
+            ) from None
+
+
+def _build(
+    split: str,
+    out: Path,
+    windows: list,
+    state: tuple[Any, Path, dict[str, dict], bool, dict, Any],
+    *,
+    models_dir: str | None,
+    processes: int | None,
+    progress: Callable[[int, int, str], None] | None,
+    force: bool,
+    max_tokens: int | None,
+    prompt: PromptSpec | None,
+    executor: Executor | None,
+) -> Path:
+    """The windows not yet in the partial (``state``: its open file, path, finished
+    windows, whether it has its first line, that line, the pair), then the final file."""
+    from as2d_cli.formats.trace_io import load_traces, write_traces
+
+    f, partial, done, has_head, head, bundle = state
     todo = [w.id for w in windows if w.id not in done]
     failures: list[str] = []
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fresh = not partial.exists() or partial.stat().st_size == 0
-    with open(partial, "a", encoding="utf-8") as f:
-        if fresh:
-            f.write(json.dumps({"pair": ident}) + "\n")
-        n = len(done)
+    if not has_head:
+        _append(f, head)
+    n = len(windows) - len(todo)
+    if progress:
+        progress(n, len(windows), "resumed" if done else "starting")
+    ex = executor if executor is not None else LocalPool(processes)
+    job = _TraceJob(
+        models_dir,
+        max_tokens,
+        prompt or PromptSpec(),
+        head["pair"]["sha256"],
+        pair_files(bundle.directory) if ex.remote and todo else None,
+    )
+    # Fresh interpreters (no fork): ONNX Runtime sessions do not survive a fork.
+    for wid, rec in ex.map(_trace_task, job, todo, fork=False):
+        n += 1
+        if isinstance(rec, str):
+            failures.append(f"{wid}: {rec}")
+        else:
+            _append(f, rec)
+            done[wid] = rec
         if progress:
-            progress(n, len(windows), "resumed" if n else "starting")
-        ex = executor if executor is not None else LocalPool(processes)
-        job = _TraceJob(
-            models_dir,
-            max_tokens,
-            prompt or PromptSpec(),
-            ident["sha256"],
-            pair_files(bundle.directory) if ex.remote and todo else None,
-        )
-        # Fresh interpreters (no fork): ONNX Runtime sessions do not survive a fork.
-        for wid, rec in ex.map(_trace_task, job, todo, fork=False):
-            n += 1
-            if isinstance(rec, str):
-                failures.append(f"{wid}: {rec}")
-            else:
-                done[wid] = rec
-                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
-                f.flush()
-            if progress:
-                progress(n, len(windows), wid)
+            progress(n, len(windows), wid)
     if failures:
         raise UserError(
             f"{len(failures)} window(s) failed (first: {failures[0]}); finished windows are kept in "
@@ -411,13 +532,17 @@ def build_traces(
         "windows": len(windows),
         "vocab_size": models.bundle.vocab.size,
     }
-    tmp = out.with_name(out.name + ".tmp.jsonl")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(header, separators=(",", ":")) + "\n")
-        for w in windows:
-            f.write(json.dumps(done[w.id], separators=(",", ":")) + "\n")
-    ts = load_traces(tmp)  # validate what we made before it becomes the result
-    path = write_traces(out, ts, split=split, force=force)
-    tmp.unlink()
+    # Checked before it becomes the result, in a scratch file no reader of trace folders
+    # takes for traces (they read *.jsonl and *.jsonl.gz).
+    tmp = out.with_name(f".{out.name}.check-{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as t:
+            t.write(json.dumps(header, separators=(",", ":")) + "\n")
+            for w in windows:
+                t.write(json.dumps(done[w.id], separators=(",", ":")) + "\n")
+        ts = load_traces(tmp)
+    finally:
+        tmp.unlink(missing_ok=True)
+    path = write_traces(out, ts, split=split, force=force)  # whole or absent
     partial.unlink()
     return path
