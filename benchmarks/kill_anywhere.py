@@ -76,7 +76,42 @@ def _native(rng: random.Random, tmp: Path, _phones: Any) -> list[str]:
     return list(summary["outcomes"])
 
 
-COMMANDS = {"traces": _traces, "stream": _stream, "energy": _energy, "native": _native}
+def _calibrate(rng, tmp: Path, phones):  # type: ignore[no-untyped-def]
+    """Calibration steps killed at random points (the slow test that drives them)."""
+    import subprocess
+
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "0",
+            "-m",
+            "slow",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_measurement_conditions.py",
+            "-k",
+            "random_points",
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        raise AssertionError(res.stdout.strip().splitlines()[-1] if res.stdout else res.stderr)
+    yield "calibrate: every step committed once"
+
+
+COMMANDS = {
+    "traces": _traces,
+    "stream": _stream,
+    "energy": _energy,
+    "native": _native,
+    "calibrate": _calibrate,
+}
 
 
 def main() -> int:

@@ -323,6 +323,7 @@ def traces_until_done(
     return summary
 
 
+@pytest.mark.slow  # how many kills land mid-run depends on the machine's load; benchmarks/kill_anywhere.py runs it
 def test_traces_build_killed_anywhere_resumes_and_traces_no_window_twice(tmp_path: Path) -> None:
     """SIGKILL while the pool starts, Ctrl-C and SIGKILL between windows, SIGKILL in the
     final write, then the same command again until the file is written. (Ctrl-C while the
@@ -460,6 +461,7 @@ def streams_stopped(
     return how
 
 
+@pytest.mark.slow  # how many kills land mid-run depends on the machine's load; benchmarks/kill_anywhere.py runs it
 def test_stream_killed_anywhere_leaves_no_folder_taken_as_complete(tmp_path: Path) -> None:
     how = streams_stopped(
         tmp_path,
