@@ -38,12 +38,15 @@ def windows(draw, i: int = 0) -> WindowTrace:
     capped = draw(st.booleans()) and len(body) >= 1
     ref = tuple(body) if capped else tuple(body) + (EOS,)
     max_tokens = len(ref) if capped else len(ref) + draw(st.integers(0, 5))
-    ar = draw(st.lists(st.integers(0, VOCAB - 1), max_size=10))
+    # A source ends at its own end: EOS only as its last token, its end marked only there.
+    ar = draw(st.lists(tok, max_size=10)) + ([EOS] if draw(st.booleans()) else [])
     arc = draw(st.none() | st.lists(conf, min_size=len(ar), max_size=len(ar)))
-    chunks = tuple(
-        Chunk(tuple(draw(st.lists(tok, max_size=4))), float(e), None)
-        for e in sorted(draw(st.lists(st.integers(0, 20), max_size=3)))
-    )
+    ar_eos = ar[-1] == EOS if ar else draw(st.booleans())
+    ends = sorted(draw(st.lists(st.integers(0, 20), max_size=3)))
+    chunk_toks = [list(draw(st.lists(tok, max_size=4))) for _ in ends]
+    if chunk_toks:
+        chunk_toks[-1].append(EOS)  # a chunked source's last chunk ends with EOS
+    chunks = tuple(Chunk(tuple(t), float(e), None) for t, e in zip(chunk_toks, ends))
     eligible = draw(st.booleans())
     cap = draw(st.integers(1, 4))
     n_pos = len(ref) - 1
@@ -73,7 +76,7 @@ def windows(draw, i: int = 0) -> WindowTrace:
                 tuple(ar),
                 None if arc is None else tuple(arc),
                 None,
-                draw(st.booleans()),
+                ar_eos,
                 True,
             ),
             "ch": SourceTrace(

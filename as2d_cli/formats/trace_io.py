@@ -294,6 +294,7 @@ def _window(
                 f"unknown source (the header declares {', '.join(sorted(declared)) or 'none'}); declare it in the header or drop it",
             )
         sources[name] = _source(s, info, f"sources.{name}.", vocab)
+        _ends_at_its_end(sources[name], eos_id, f"sources.{name}.")
     missing = sorted(set(declared) - set(sources))
     if missing:
         raise _Bad(
@@ -318,6 +319,23 @@ def _window(
         drafter,
         default_source,
     )
+
+
+def _ends_at_its_end(src: SourceTrace, eos_id: int, p: str) -> None:
+    """A source ends at its own end: nothing after its EOS, and an end marked (``eos``)
+    only on an EOS token (docs/formats.md)."""
+    toks = src.tokens
+    if eos_id in toks[:-1]:
+        raise _Bad(
+            f"{p}tokens[{toks.index(eos_id) + 1}]",
+            "a token after the source's own EOS; a source ends at its EOS — cut what follows it",
+        )
+    if src.eos and toks and toks[-1] != eos_id:
+        raise _Bad(
+            p + "eos",
+            f"is true but the last token is {toks[-1]}, not EOS {eos_id}; set it false (the "
+            "source stopped at its cap) or end the tokens with EOS",
+        )
 
 
 def _source(s: Any, info: SourceInfo, p: str, vocab: int | None) -> SourceTrace:
