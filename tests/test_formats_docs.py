@@ -24,7 +24,7 @@ def test_trace_example_loads(tmp_path):
     p.write_text(block)
     ts = load_traces(p, split="test", strict=True)
     (w,) = ts.windows
-    assert w.reference[-1] == ts.eos_id and w.sources["parakeet"].tokens == (785, 3975)
+    assert w.reference[-1] == ts.eos_id and w.sources["parakeet"].tokens == (785, 3975, ts.eos_id)
     assert w.drafter.continuations[0] == (3974, 151645)
 
 
