@@ -39,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.engine.causes import CallCauses, call_causes  # noqa: E402
 from as2d_cli.evaluate.native import pick_windows  # noqa: E402
+from as2d_cli.evaluate.native_render import split_text  # noqa: E402
+from as2d_cli.evaluate.native_stats import time_split_per_token  # noqa: E402
 from native.host import LocalRunner, default_cores  # noqa: E402
 from native.protocol import MODEL_SOURCES as SOURCES  # noqa: E402  (--source, as2d@<source>)
 
@@ -152,8 +154,9 @@ def main() -> int:
                         "exact": x["tokens"] == ref,
                         "acc": x["accounting_ms"],
                         "causes": round_causes(x) if "rounds" in x else None,
-                        "split": x.get("time_split_ns"),
-                        "published": len(x.get("source_tokens") or []),
+                        "result": {
+                            k: x.get(k) for k in ("time_split_ns", "n_tokens", "source_tokens")
+                        },
                     }
                 )
             print(
@@ -248,38 +251,17 @@ def main() -> int:
 
 
 def time_split(runs: list[dict], methods: list[str]) -> dict:
-    """Where each method's time went, over all its runs: the target's thread per committed
-    token and the source per published token, each split into ONNX Runtime calls, the
-    Python around them and waiting for a CPU (as2d_cli/models/timing.py); printed as µs."""
+    """Where each method's time went, over all its runs, per token (µs): the target's thread
+    per committed token and the source per published token, each split into ONNX Runtime
+    calls, the Python around them and waiting for a CPU (as2d_cli/evaluate/native_stats.py)."""
     out: dict = {}
     print("\ntime per token (µs): ORT call / Python around it / waiting for a CPU")
     for m in methods:
-        sel = [x for x in runs if x["method"] == m and x["split"]]
-        if not sel:
+        row = time_split_per_token([x["result"] for x in runs if x["method"] == m])
+        if not row:
             continue
-        row: dict = {}
-        for side, count in (("target", "tokens"), ("source", "published")):
-            parts = [x["split"][side] for x in sel if x["split"].get(side)]
-            n = sum(x[count] for x in sel if x["split"].get(side))
-            if not parts or not n:
-                continue
-            tot = {
-                k: sum(p.get(k, 0) for p in parts)
-                for k in ("ort_ns", "python_ns", "wait_ns", "drafter_ort_ns")
-            }
-            row[side] = {
-                k.removesuffix("_ns") + "_us_per_token": v / 1e3 / n for k, v in tot.items()
-            }
         out[m] = row
-        text = []
-        for side, r in row.items():
-            drafter = r["drafter_ort_us_per_token"]
-            text.append(
-                f"{side} {r['ort_us_per_token']:.0f} / {r['python_us_per_token']:.0f} / "
-                f"{r['wait_us_per_token']:.0f}"
-                + (f" (serial drafter's ORT {drafter:.0f})" if drafter else "")
-            )
-        print(f"  {m:<12} " + "; ".join(text))
+        print(f"  {m:<12} " + "; ".join(split_text(side, v) for side, v in row.items()))
     return out
 
 

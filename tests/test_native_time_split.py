@@ -60,3 +60,25 @@ def test_a_request_reports_its_time_split(method: str, monkeypatch: pytest.Monke
         assert src is None
     if method == "sd":  # the serial drafter's calls ran on the target's thread, counted apart
         assert 0 < t["drafter_ort_ns"] < t["ort_ns"]
+
+
+def test_native_reports_render_the_split_per_token() -> None:
+    from as2d_cli.evaluate.native_render import split_text
+    from as2d_cli.evaluate.native_stats import time_split_per_token
+
+    runs = [
+        {
+            "n_tokens": 10,
+            "source_tokens": list(range(20)),
+            "time_split_ns": {
+                "target": {"ort_ns": 5_000_000, "python_ns": 1_000_000, "wait_ns": 0},
+                "source": {"ort_ns": 4_000_000, "python_ns": 2_000_000, "wait_ns": 400_000},
+            },
+        },
+        {"n_tokens": 30, "source_tokens": [], "time_split_ns": {"target": {"ort_ns": 15_000_000}}},
+    ]
+    s = time_split_per_token(runs)
+    assert s["target"]["ort_us"] == 500 and s["target"]["python_us"] == 25  # over 40 tokens
+    assert s["source"]["ort_us"] == 200 and s["source"]["wait_us"] == 20  # over 20 published
+    assert split_text("source", s["source"]) == "source 200 / 100 / 20"
+    assert time_split_per_token([{"n_tokens": 3}]) == {}  # runs from before the split

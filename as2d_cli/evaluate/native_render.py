@@ -113,6 +113,19 @@ def render_native(summary: dict[str, Any]) -> str:
             "drift-adj: each pass's replay scaled by target-only's native/replayed time in that pass "
             "(" + " / ".join(f"{f:.3f}" for f in summary["drift_factor_per_pass"]) + ")"
         )
+    split = {
+        m: s["time_split_us_per_token"]
+        for m, s in summary["methods"].items()
+        if s.get("time_split_us_per_token")
+    }
+    if split:
+        lines.append(
+            "time per token (µs): ONNX Runtime calls / Python around them / waiting for a CPU"
+        )
+        for m, sides in split.items():
+            lines.append(
+                f"  {m:<12} " + "; ".join(split_text(side, v) for side, v in sides.items())
+            )
     lines += render_gap(summary.get("replay_gap") or {})
     for d in summary.get("warmup_divergences", []):
         lines.append(_divergence_line(d["run"], d, "warm-up"))
@@ -120,6 +133,15 @@ def render_native(summary: dict[str, Any]) -> str:
         for d in s["divergences"]:
             lines.append(_divergence_line(m, d, f"rep {d['rep']}"))
     return "\n".join(lines) + "\n"
+
+
+def split_text(side: str, v: dict[str, float]) -> str:
+    """One side of a method's time split: ``target 450 / 45 / 2`` (and the serial drafter's
+    ORT share on the target's thread)."""
+    text = f"{side} {v['ort_us']:.0f} / {v['python_us']:.0f} / {v['wait_us']:.0f}"
+    if v.get("drafter_ort_us"):
+        text += f" (of the ORT time, the serial drafter's {v['drafter_ort_us']:.0f})"
+    return text
 
 
 def _host_bound_line(b: dict[str, Any], n_methods: int) -> str:

@@ -174,6 +174,31 @@ def host_bound(summary: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def time_split_per_token(results: list[dict]) -> dict[str, Any]:
+    """Where native runs' time went (a result's ``time_split_ns``, as2d_cli/models/timing.py),
+    in µs per token: the target's thread per committed token and the source per published
+    token, each as ONNX Runtime calls, the Python around them and waiting for a CPU (the
+    serial drafter's ORT time on the target's thread apart). Empty without the split."""
+    out: dict[str, Any] = {}
+    for side in ("target", "source"):
+        parts = [
+            (r["time_split_ns"][side], r)
+            for r in results
+            if (r.get("time_split_ns") or {}).get(side)
+        ]
+        n = sum(
+            r["n_tokens"] if side == "target" else len(r.get("source_tokens") or [])
+            for _, r in parts
+        )
+        if not parts or not n:
+            continue
+        out[side] = {
+            k.removesuffix("_ns") + "_us": sum(p.get(k, 0) for p, _ in parts) / 1e3 / n
+            for k in ("ort_ns", "python_ns", "wait_ns", "drafter_ort_ns")
+        }
+    return out
+
+
 def summarize(rows: list[dict], host: list[dict] | None = None) -> dict[str, Any]:
     """``host``: the host's CPU per pass (:func:`host_per_pass`), when it was read."""
     out: dict[str, Any] = {"methods": {}}
@@ -213,6 +238,9 @@ def summarize(rows: list[dict], host: list[dict] | None = None) -> dict[str, Any
                 {"window": r["window"], "rep": r["rep"], **r["divergence"]} for r in inexact
             ],
         }
+        split = time_split_per_token([r["res"] for r in sel])
+        if split:
+            out["methods"][m]["time_split_us_per_token"] = split
     out["drift_factor_per_pass"] = [drift[k] for k in sorted(drift)]
     out["replay_gap"] = gap_summary(rows)
     out["target_only_oracle_fit"] = target_only_oracle_fit(rows)
