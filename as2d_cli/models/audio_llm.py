@@ -29,6 +29,7 @@ from as2d_cli.models.audio_llm_export import HINT, specials_text
 from as2d_cli.models.contract import Cache, Cross
 from as2d_cli.models.prompting import PromptSpec, render_chat
 from as2d_cli.models.session import cache_length, make_session
+from as2d_cli.models.suppression import Suppression
 from as2d_cli.models.whisper_features import HOP, N_SAMPLES, SAMPLE_RATE, whisper_log_mel
 
 KIND = "audio-llm-onnx"
@@ -43,7 +44,6 @@ class AudioLlmModel:
         self.vocab = bundle.vocab_for(name)
         self.spec: PromptSpec = bundle.effective_prompt()
         files, dims = info["files"], info["dims"]
-        self.dims = dims
         hint = f"re-import the pair with `as2d models import` ({HINT})"
         self.encoder = make_session(bundle.path(files["encoder"]), threads, hint)
         self.embed = make_session(bundle.path(files["embed"]), threads, hint)
@@ -67,13 +67,7 @@ class AudioLlmModel:
         self.template = str(info["chat_template"])
         self._specials = specials_text(tok_cfg)
         gen = json.loads(bundle.path(files["generation"]).read_text(encoding="utf-8"))
-        vocab_out = int(dims["vocab"])
-
-        def ids(key: str) -> np.ndarray:
-            raw = [int(t) for t in (gen.get(key) or []) if 0 <= int(t) < vocab_out]
-            return np.asarray(sorted(set(raw)), dtype=np.int64)
-
-        self.suppress, self.begin_suppress = ids("suppress_tokens"), ids("begin_suppress_tokens")
+        self.suppression = Suppression(gen, int(dims["vocab"]))
         eos = [int(e) for e in dims["eos"]]
         self.eos = eos[0]
         self._eos_all = np.asarray(eos, dtype=np.int64)
@@ -107,10 +101,14 @@ class AudioLlmModel:
         )
 
     def _template_ids(self, question: str | None) -> list[int]:
-        text = self.rendered(question)
-        if text not in self._templates:
-            self._templates[text] = self.vocab.ids(text)
-        return self._templates[text]
+        """The rendered template's ids, rendered and tokenized once per instruction (a
+        request's encoding runs on the producer's clock for a decoupled source)."""
+        instruction = self.instruction(question)
+        ids = self._templates.get(instruction)
+        if ids is None:
+            text = render_chat(self.template, instruction, self._specials, f"model {self.name!r}")
+            ids = self._templates[instruction] = self.vocab.ids(text)
+        return ids
 
     def prompt_for(
         self, language: str | None = None, question: str | None = None
@@ -217,9 +215,5 @@ class AudioLlmModel:
         if self._eos_rest.size:  # every end-of-text id is the pair's EOS
             logits[:, self.eos] = logits[:, self._eos_all].max(axis=1)
             logits[:, self._eos_rest] = -np.inf
-        if self.suppress.size:
-            logits[:, self.suppress] = -np.inf
-        first = len(cross.prompt) - 1 - n  # the row that chooses the first generated token
-        if self.begin_suppress.size and 0 <= first < k:
-            logits[first, self.begin_suppress] = -np.inf
+        self.suppression.apply(logits, len(cross.prompt), n)
         return logits, (keys, values)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from as2d_cli.errors import UserError
-from as2d_cli.models.export_files import export_json, external_data, file_variants
+from as2d_cli.models.export_files import export_json, external_data, variant_folder
 
 HINT = (
     "see docs/models.md, 'Audio language models', for the files an export must hold "
@@ -94,10 +94,6 @@ def model_type_of(directory: Path) -> str | None:
     return cfg.get("model_type") if isinstance(cfg, dict) else None
 
 
-def _variants(onnx_dir: Path) -> list[str]:
-    return file_variants(onnx_dir, ENCODER)
-
-
 def read_chat_template(directory: Path, tokenizer_config: dict) -> str:
     """The chat template: tokenizer_config.json's ``chat_template``, else chat_template.jinja
     or chat_template.json beside it (where newer transformers save it)."""
@@ -131,22 +127,7 @@ def find_audio_llm_export(directory: Path, variant: str | None = None) -> AudioL
             f"{directory / 'config.json'} describes a {mt!r} model; audio language models of type "
             f"{', '.join(MODEL_TYPES)} are supported"
         )
-    if _variants(directory):
-        layout, onnx_dir = "flat", directory
-    elif (directory / "onnx").is_dir() and _variants(directory / "onnx"):
-        layout, onnx_dir = "onnx", directory / "onnx"
-    else:
-        raise UserError(
-            f"{directory} has no {ENCODER}.onnx (neither beside config.json nor under onnx/); {HINT}"
-        )
-    have = _variants(onnx_dir)
-    suffix = f"_{variant}" if variant else ""
-    if (variant or "") not in have:
-        names = ", ".join(v or "(plain)" for v in have)
-        raise UserError(
-            f"{onnx_dir} has no {ENCODER}{suffix}.onnx; its variants are: {names} (choose one with "
-            "--variant, or --drafter-variant for the drafter)"
-        )
+    layout, onnx_dir, suffix = variant_folder(directory, ENCODER, variant, HINT)
     files = {k: onnx_dir / f"{k}{suffix}.onnx" for k in (ENCODER, EMBED, DECODER)}
     for key, f in files.items():
         if not f.is_file():

@@ -84,6 +84,7 @@ class ModelBundle:
     vocab: Vocabulary = field(repr=False)
     prompt: PromptSpec = PromptSpec()
     _vocabs: dict = field(default_factory=dict, repr=False, compare=False)
+    _prompt_hashes: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def task(self) -> str | None:
@@ -170,14 +171,15 @@ class ModelBundle:
         spec = self.effective_prompt().for_window(question)
         if spec.task == "answer" and spec.question is None and spec.text is None:
             return None
-        info = self.model("target")
-        tok_cfg = json.loads(
-            self.path(info["files"]["tokenizer_config"]).read_text(encoding="utf-8")
-        )
-        text = render_chat(
-            info["chat_template"], spec.instruction(), specials_text(tok_cfg), "target"
-        )
-        return text_hash(text)
+        instruction = spec.instruction()
+        if instruction not in self._prompt_hashes:  # a native run asks once per request
+            info = self.model("target")
+            tok_cfg = json.loads(
+                self.path(info["files"]["tokenizer_config"]).read_text(encoding="utf-8")
+            )
+            text = render_chat(info["chat_template"], instruction, specials_text(tok_cfg), "target")
+            self._prompt_hashes[instruction] = text_hash(text)
+        return str(self._prompt_hashes[instruction])
 
     def max_length(self) -> int:
         """The target's committed-token limit: decoder positions less its prompt (an audio

@@ -156,10 +156,11 @@ class ConvertingDrafter:
         ended = bool(toks) and toks[-1] == self.src.eot
         body = toks[:-1] if ended else toks
         full = self.src.decode([*src_prefix, *body])
-        ids = self.dst.encode(stable_text(full, True), start=True)
-        whole = self.dst.encode(stable_text(full, ended), start=True)
-        if len(whole) > len(prefix):  # whole words only, unless that leaves nothing new
-            ids = whole
+        ids = self.dst.encode(stable_text(full, ended), start=True)
+        if not ended and len(ids) <= len(
+            prefix
+        ):  # whole words only, unless that leaves nothing new
+            ids = self.dst.encode(stable_text(full, True), start=True)
         out: list[int] = []
         if _common(ids, prefix) == len(prefix):
             out = ids[len(prefix) :]

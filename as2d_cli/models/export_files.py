@@ -32,6 +32,31 @@ def file_variants(onnx_dir: Path, stem: str) -> list[str]:
     return out
 
 
+def variant_folder(
+    directory: Path, stem: str, variant: str | None, hint: str
+) -> tuple[str, Path, str]:
+    """Where an export keeps its ONNX files and which of them ``variant`` (None: the plain
+    files) names: (``flat`` | ``onnx``, that folder, the file-name suffix). Refuses an export
+    without ``stem``.onnx, and a variant it lacks (naming those it has), in one line."""
+    if file_variants(directory, stem):
+        layout, onnx_dir = "flat", directory
+    elif (directory / "onnx").is_dir() and file_variants(directory / "onnx", stem):
+        layout, onnx_dir = "onnx", directory / "onnx"
+    else:
+        raise UserError(
+            f"{directory} has no {stem}.onnx (neither beside config.json nor under onnx/); {hint}"
+        )
+    have = file_variants(onnx_dir, stem)
+    suffix = f"_{variant}" if variant else ""
+    if (variant or "") not in have:
+        names = ", ".join(v or "(plain)" for v in have)
+        raise UserError(
+            f"{onnx_dir} has no {stem}{suffix}.onnx; its variants are: {names} (choose one with "
+            "--variant, or --drafter-variant for the drafter)"
+        )
+    return layout, onnx_dir, suffix
+
+
 def external_data(files: Iterable[Path | None]) -> list[Path]:
     """The ONNX files' external-data files (``model.onnx_data``, or ``model.onnx.data``)."""
     return [

@@ -26,9 +26,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from as2d_cli.errors import EngineError, UserError
-from as2d_cli.models.export_files import export_json, external_data, file_variants
+from as2d_cli.models.export_files import (
+    export_json,
+    external_data,
+    variant_folder,
+)
 from as2d_cli.models.whisper_prompt import HINT, build_prompt  # noqa: F401  (re-exported)
 from as2d_cli.models.session import Cache, Cross, cache_length, make_session
+from as2d_cli.models.suppression import Suppression
 from as2d_cli.models.whisper_features import N_SAMPLES, SAMPLE_RATE, whisper_log_mel
 
 ENCODER = "encoder_model"
@@ -66,11 +71,6 @@ def _json(path: Path, what: str) -> dict:
     return export_json(path, what, "a Hugging Face Whisper export", HINT)
 
 
-def variants(onnx_dir: Path) -> list[str]:
-    """The variants of the encoder in ``onnx_dir``: "" for the plain file, else the suffix."""
-    return file_variants(onnx_dir, ENCODER)
-
-
 def find_export(directory: Path, variant: str | None = None) -> WhisperExport:
     """Read an export folder (flat or ``onnx/`` layout) for ``variant`` (None: the plain
     float files). Raises one UserError naming the file and what to do."""
@@ -85,21 +85,7 @@ def find_export(directory: Path, variant: str | None = None) -> WhisperExport:
             f"{directory / 'config.json'} describes a {config.get('model_type')!r} model, not Whisper; "
             "as2d reads Whisper-architecture encoder-decoder exports"
         )
-    if variants(directory):
-        layout, onnx_dir = "flat", directory
-    elif (directory / "onnx").is_dir() and variants(directory / "onnx"):
-        layout, onnx_dir = "onnx", directory / "onnx"
-    else:
-        raise UserError(
-            f"{directory} has no {ENCODER}.onnx (neither beside config.json nor under onnx/); {HINT}"
-        )
-    have = variants(onnx_dir)
-    suffix = "" if not variant else f"_{variant}"
-    if (variant or "") not in have:
-        names = ", ".join(v or "(plain)" for v in have)
-        raise UserError(
-            f"{onnx_dir} has no {ENCODER}{suffix}.onnx; its variants are: {names} (choose one with --variant, or --drafter-variant for the drafter)"
-        )
+    layout, onnx_dir, suffix = variant_folder(directory, ENCODER, variant, HINT)
     encoder = onnx_dir / f"{ENCODER}{suffix}.onnx"
     merged = onnx_dir / f"{MERGED}{suffix}.onnx"
     plain, past = onnx_dir / f"{DECODER}{suffix}.onnx", onnx_dir / f"{WITH_PAST}{suffix}.onnx"
@@ -194,19 +180,7 @@ class WhisperModel:
         empty = tuple(np.zeros((1, H, 0, dh), dtype=np.float32) for _ in range(self.layers))
         self._empty: Cache = (empty, empty)
         self._dummy_enc = np.zeros((1, H, 1, dh), dtype=np.float32)
-        vocab_out = int(dims["vocab"])
-        sup = [
-            int(t)
-            for t in (self.generation.get("suppress_tokens") or [])
-            if 0 <= int(t) < vocab_out
-        ]
-        self.suppress = np.asarray(sorted(set(sup)), dtype=np.int64)
-        beg = [
-            int(t)
-            for t in (self.generation.get("begin_suppress_tokens") or [])
-            if 0 <= int(t) < vocab_out
-        ]
-        self.begin_suppress = np.asarray(sorted(set(beg)), dtype=np.int64)
+        self.suppression = Suppression(self.generation, int(dims["vocab"]))
 
     # ------------------------------------------------------------------ requests
     def prompt_for(
@@ -290,9 +264,5 @@ class WhisperModel:
         keys = tuple(out[k] for k, _ in self._self_out)
         values = tuple(out[v] for _, v in self._self_out)
         logits = np.array(out["logits"][0], dtype=np.float32)  # a copy: suppression writes into it
-        if self.suppress.size:
-            logits[:, self.suppress] = -np.inf
-        first = len(cross.prompt) - 1 - n  # the row that chooses the first generated token
-        if self.begin_suppress.size and 0 <= first < len(tokens):
-            logits[first, self.begin_suppress] = -np.inf
+        self.suppression.apply(logits, len(cross.prompt), n)
         return logits, (keys, values)
