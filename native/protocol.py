@@ -19,6 +19,7 @@ from as2d_cli.engine.methods import (
     DEFAULT_BUDGET,
     DEFAULT_SD_K,
     DEFAULT_THRESHOLD,
+    HISTORY,
     METHODS,
     MethodSpec,
 )
@@ -28,7 +29,7 @@ PROTOCOL = "as2d.runner"
 PROTOCOL_VERSION = 1
 
 MODEL_SOURCES = ("drafter", "lookahead", "ctc")  # the sources the pair's models run
-SOURCES = (*MODEL_SOURCES, "external", "history")  # history: engine/history.py, no producer
+SOURCES = (*MODEL_SOURCES, "external", HISTORY)  # history: engine/history.py, no producer
 # Where a device run finds what the host pushed with its batch (native.launch): the corpus
 # windows it reads, and the folder a command's relative file names (a stream's audio) are in.
 CORPUS_ENV = "AS2D_CORPUS"

@@ -18,6 +18,7 @@ import numpy as np
 
 from as2d_cli.engine import CandidateBuffer, Episode, Policy, WallClock
 from as2d_cli.engine.accounting import decompose, split_intervals
+from as2d_cli.engine.history import HISTORY, history_buffer
 from as2d_cli.errors import UserError
 from as2d_cli.models.timing import booked_wall_ns, mark, split_since
 from native.producer import Producer, external_units, pin_current_thread, source_units
@@ -246,10 +247,10 @@ def _start_source(
     name = s["source"]
     if name == "ctc" and not models.ctc_eligible(language):
         name = "drafter"  # language-ineligible: fall back (paper D.4.3)
-    src.name, src.buffer = name, CandidateBuffer(name, "producer-0")
-    if name == "history":  # the committed history alone (engine/history.py): no producer
-        src.buffer.close()
+    if name == HISTORY:  # the committed history alone (engine/history.py): no producer
+        src.name, src.buffer = name, history_buffer()
         return src
+    src.name, src.buffer = name, CandidateBuffer(name, "producer-0")
     if name == "external":
         units, schedule = external_units([(b["t_ms"], b["tokens"]) for b in s["candidates"]])
         while schedule and schedule[0] <= 0:  # available at the request: published at time 0

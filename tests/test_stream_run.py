@@ -186,3 +186,15 @@ def test_the_lookahead_source_streams_target_only_tokens(models, audio, referenc
     )
     assert [b["tokens"] for b in run.blocks] == [b["tokens"] for b in reference.blocks]
     assert run.source_error is None and len(run.epochs) == 3
+
+
+@pytest.mark.parametrize("source, history", [("history", False), ("drafter", True)])
+def test_history_candidates_commit_target_only_tokens(
+    models, audio, reference, source, history
+) -> None:
+    """History candidates (the block's context and its output), alone or beside the drafter."""
+    s = _settings("as2d", source=source, history=history)
+    run = run_stream(models, audio, s, language="en", make_clock=SkipClock)
+    assert [b["tokens"] for b in run.blocks] == [b["tokens"] for b in reference.blocks]
+    if source == "history":  # no producer ran
+        assert run.source_mode is None and not run.epochs

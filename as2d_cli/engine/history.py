@@ -27,9 +27,20 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from as2d_cli.engine.buffer import CandidateBuffer
+
+# The As²d source that is the committed history alone: no producer, nothing published.
+HISTORY = "history"
 MAX_NGRAM = 3  # longest suffix looked up (prompt-lookup decoding's usual 3)
 MIN_NGRAM = 2  # shortest: one matching token is too often a common word
 SHORT = 2  # tokens proposed after a match outside a loop
+
+
+def history_buffer() -> CandidateBuffer:
+    """The candidate buffer of the history-alone source: empty and closed."""
+    buf = CandidateBuffer(HISTORY)
+    buf.close()
+    return buf
 
 
 class HistoryIndex:

@@ -33,6 +33,7 @@ from as2d_cli.engine.defaults import (  # noqa: F401  (re-exported: every caller
     DEFAULT_THRESHOLD,
     SD_WIDTHS,
 )
+from as2d_cli.engine.history import HISTORY  # noqa: F401  (re-exported with the methods)
 from as2d_cli.engine.policies import (
     ASP,
     As2d,
@@ -45,8 +46,6 @@ from as2d_cli.engine.policies import (
 from as2d_cli.errors import UserError
 
 METHODS = ("target-only", "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc")
-# The As²d source that is the committed history alone (engine/history.py): no producer.
-HISTORY = "history"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,8 @@ from as2d_cli.engine.reference import SequenceDrafter, SequenceTarget
 from as2d_cli.errors import EngineError, FormatError
 from as2d_cli.formats.profile import CostProfile, ms_to_ns
 from as2d_cli.formats.trace import WindowTrace
-from as2d_cli.engine.buffer import CandidateBuffer
-from as2d_cli.engine.methods import HISTORY, MethodSpec
+from as2d_cli.engine.history import HISTORY, history_buffer
+from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.replay.pricing import (
     Price,
     WidthTable,
@@ -247,8 +247,7 @@ def replay_window(
         # The committed history alone (engine/history.py): no producer, nothing published.
         used = HISTORY
         price, ratio = decoupled_price(prep.table(HISTORY), prep.align_ns, 0), None
-        buffer = CandidateBuffer(HISTORY)
-        buffer.close()
+        buffer = history_buffer()
     elif spec.decoupled:
         assert spec.source is not None
         used, tl = timeline if timeline is not None else timeline_for(w, prep, spec.source)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from as2d_cli.engine import Episode, TargetOnly, WallClock
+from as2d_cli.engine.history import HISTORY, history_buffer
 from as2d_cli.errors import UserError
 from native.producer import pin_current_thread
 from native.protocol import FILES_ENV
@@ -140,15 +141,6 @@ def decode_block(
     }
 
 
-def _closed_buffer() -> Any:
-    """An empty, closed candidate buffer: the history-alone source publishes nothing."""
-    from as2d_cli.engine import CandidateBuffer
-
-    buf = CandidateBuffer("history")
-    buf.close()
-    return buf
-
-
 def run_stream(
     models: Any,
     audio: np.ndarray,
@@ -186,7 +178,7 @@ def run_stream(
         )
         if s.warmup:  # sessions warmed before the stream clock starts
             _warm_target(models, audio[: blocks[0].end], language, serial=policy.serial)
-        if policy.decoupled and s.source != "history":  # history alone: no producer
+        if policy.decoupled and s.source != HISTORY:  # history alone: no producer
             source = SourceEpochs(models, len(blocks), source_settings)
             if s.warmup:
                 source.warm_up(audio[: blocks[0].end])
@@ -229,7 +221,7 @@ def run_stream(
                 s,
                 language=language,
                 clock=clock,
-                buffer=_closed_buffer()
+                buffer=history_buffer()
                 if source is None and policy.decoupled
                 else (None if source is None else source.buffers[i]),
             )

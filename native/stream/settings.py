@@ -12,6 +12,7 @@ from as2d_cli.engine.methods import (
     DEFAULT_BUDGET,
     DEFAULT_SD_K,
     DEFAULT_THRESHOLD,
+    HISTORY,
     MethodSpec,
 )
 from native.protocol import ProtocolError, choice_field
@@ -19,7 +20,7 @@ from native.stream.clock import CLOCKS
 from native.stream.source import LIFETIMES
 
 STREAM_METHODS = ("as2d", "target-only", "sd")
-STREAM_SOURCES = ("drafter", "lookahead", "ctc", "history")  # history: engine/history.py
+STREAM_SOURCES = ("drafter", "lookahead", "ctc", HISTORY)  # history: engine/history.py
 DEFAULT_BLOCK_S = 4.0
 DEFAULT_CONTEXT_S = 12.0
 
