@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from as2d_cli.calibration.fit import savings
+from as2d_cli.calibration.in_loop import MIN_SAMPLES
 from as2d_cli.calibration.plan import Step, make_plan
 from as2d_cli.calibration.run import _Partial, calibrate, calibration_windows
 from as2d_cli.corpus.manifest import load_corpus
@@ -213,7 +214,16 @@ def test_interrupted_calibration_resumes_and_writes_profile(tmp_path) -> None:
         and {"sd", "asp"} <= set(prof.in_loop)
         and all(math.isfinite(r) and r > 0 for fam in prof.in_loop.values() for r in fam.values())
     )
-    assert prof.source("drafter").verify_concurrent_ratio
+    # The drafter's own verify ratio needs MIN_SAMPLES priceable verifies that ran beside it;
+    # how many there are depends on the machine's load, so check the rule both ways.
+    beside = [
+        s
+        for s in samples
+        if s["figure"] == "loop.as2d:drafter.verify"
+        and s.get("concurrent")
+        and int(s["width"]) in prof.widths
+    ]
+    assert bool(prof.source("drafter").verify_concurrent_ratio) == (len(beside) >= MIN_SAMPLES)
     assert res.plot_path.stat().st_size > 1000 and res.plot_path.read_bytes()[:4] == b"\x89PNG"
     assert set(savings(prof)) == {1, 2, 4} and savings(prof)[1] == pytest.approx(0.0)
     # A second calibration never overwrites the first profile.
