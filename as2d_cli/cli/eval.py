@@ -115,6 +115,7 @@ def eval_(
         help="Native: resume the interrupted native evaluation in this results folder: runs only what it lacks, then builds the tables from all its runs (give the run's own options; other settings are refused).",
     ),
     ray: Optional[str] = options.ray(),
+    figure_format: str = options.figure_format(),
 ) -> None:
     """Replay every method with one fixed configuration; optionally run them natively too."""
     spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
@@ -202,6 +203,7 @@ def eval_(
                 command=_command_line(ctx),
                 # a found profile of another device (or a synthetic one) is refused first
                 native=None if m is None else m.identity,
+                figure_format=figure_format,
             )
     native_out = None
     if native:
@@ -232,7 +234,7 @@ def eval_(
         typer.echo("")
         typer.echo(native_out.table, nl=False)
     typer.echo(
-        f"\nresults in {out.folder}/ (results.json, table.txt, tables.md, per_window.csv/.parquet, summary.csv, PNGs)"
+        f"\nresults in {out.folder}/ (results.json, table.txt, tables.md, per_window.csv/.parquet, summary.csv, the tables' CSVs, figures)"
     )
 
 

@@ -429,8 +429,18 @@ def one_of(default: str | None, *flags: str, choices: tuple[str, ...], help: str
     )
 
 
+def figure_format(default: str | None = "png", help: str = "") -> Any:
+    """``--format png|pdf|svg``: the figures' file format."""
+    from as2d_cli.figures.style import FORMATS
+
+    return one_of(
+        default, "--format", choices=FORMATS, help=help or "Figure file format: png, pdf or svg."
+    )
+
+
 __all__ = [
     "allow_implausible",
+    "figure_format",
     "milliseconds",
     "one_of",
     "interval",

@@ -81,6 +81,7 @@ def stream(
     max_temp: Optional[float] = options.max_temp(),
     temp_sensor: Optional[str] = options.temp_sensor(),
     adb_port: Optional[int] = options.adb_port(),
+    figure_format: str = options.figure_format(),
 ) -> None:
     """Stream a recording in real time through resident models; report lag, RTF, throughput."""
     from as2d_cli.engine.methods import check_method_options
@@ -174,6 +175,7 @@ def stream(
             measurement=m.record(),
             command=command,
             label=label,
+            figure_format=figure_format,
         )
     Console().print((folder / "table.md").read_text())
     kept = f"{len(outcome.blocks)} block(s) kept in {folder}"

@@ -27,7 +27,12 @@ from as2d_cli.formats.common import (
 )
 
 REPORT = "as2d report"  # the writer names a manifest records while a command writes
-REPORT_OUTPUTS = ("tables.md", "datasets.png", "rk.png")  # what `as2d report` renders again
+# What `as2d report` renders again: tables.md, the tables' CSVs and every figure format.
+REPORT_OUTPUTS = (
+    "tables.md",
+    *(f"table{n}.csv" for n in (2, 4, 5, 8, 9, 12)),
+    *(f"{f}.{x}" for f in ("cdf", "datasets", "rk") for x in ("png", "pdf", "svg")),
+)
 
 
 def _not_a_run(folder: Path) -> UserError:
@@ -144,7 +149,9 @@ def load_run(folder: Path, native: bool = False) -> tuple[dict, Any]:
         raise UserError(
             f"{folder} has no per_window.csv; run `as2d eval` again to write one, then compare"
         )
-    return doc, pd.read_csv(per)
+    from as2d_cli.evaluate.tables import read_per_window
+
+    return doc, read_per_window(per)
 
 
 def _window_arrays(

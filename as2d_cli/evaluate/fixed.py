@@ -9,12 +9,10 @@ over the source × budget catalog, and per-window CDF data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from as2d_cli.execution import Executor
-from as2d_cli.formats.common import atomic_path
 from as2d_cli.formats.deployment import Deployment
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet
@@ -41,6 +39,9 @@ class FixedEval:
     datasets: list[str]
     oracle: dict[str, Any]
     window_ids: list[str]
+    # per window: the oracle's choice (source run, budget) and its time in ns — what the
+    # per-dataset oracle gap (Table 2) pools; kept in the tidy tables, not results.json
+    oracle_windows: dict[str, tuple[str, int, int]] = field(default_factory=dict)
 
     def table_rows(self) -> list[dict[str, Any]]:
         base = self.runs["target-only"]
@@ -189,7 +190,8 @@ def evaluate_fixed(
         executor=executor,
         align=align,
     )
-    orc = oracle(cat, src, b).to_json()
+    orc_result = oracle(cat, src, b)
+    orc = orc_result.to_json()
     orc["catalog"] = {
         "sources": sources,
         "budgets": usable,
@@ -198,7 +200,11 @@ def evaluate_fixed(
         "align": align,
     }
     datasets = list(dict.fromkeys(w.dataset for w in windows))
-    return FixedEval(split, deployment, runs, datasets, orc, [w.id for w in windows])
+    best = cat.times.reshape(len(cat.window_ids), -1).min(axis=1)
+    per_window = {
+        w: (s, int(bb), int(t)) for (w, s, bb), t in zip(orc_result.choices, best.tolist())
+    }
+    return FixedEval(split, deployment, runs, datasets, orc, [w.id for w in windows], per_window)
 
 
 def render_table(ev: FixedEval) -> str:
@@ -247,36 +253,3 @@ def text_table(head: list[str], body: list[list[str]]) -> list[str]:
 
 def _f(x: float | None, nd: int = 2) -> str:
     return "—" if x is None else f"{x:.{nd}f}"
-
-
-def plot_cdf(ev: FixedEval, path: Path, title: str = "") -> Path:
-    """Per-window TPS of every method as empirical CDFs; written atomically, never over
-    an existing file."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
-    for m, vals in ev.cdf().items():
-        if not vals:
-            continue
-        n = len(vals)
-        ax.step(
-            vals,
-            [(i + 1) / n for i in range(n)],
-            where="post",
-            label=LABELS[m],
-            linewidth=2.0 if m == "as2d" else 1.2,
-        )
-    ax.set_xlabel("tokens per second (per window)")
-    ax.set_ylabel("fraction of windows")
-    ax.legend(fontsize=7, loc="lower right")
-    ax.grid(alpha=0.3)
-    if title:
-        ax.set_title(title, fontsize=8)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp)
-    plt.close(fig)
-    return path

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from as2d_cli.evaluate.fixed import text_table
-from as2d_cli.evaluate.native_record import PER_RUN, PLOT, RESULTS, TABLE
+from as2d_cli.evaluate.native_record import PER_RUN, PLOT, RESULTS, TABLE, run_spec
 from as2d_cli.evaluate.native_stats import STEAL_BOUND
 from as2d_cli.evaluate.replay_gap import render_gap
 from as2d_cli.formats.common import atomic_path, write_atomic
@@ -183,13 +183,7 @@ def _f(x: float | None, signed: bool = False) -> str:
 
 def _config(res: dict) -> str:
     """A native run's configuration, named as the replay names it (``MethodSpec.label``)."""
-    m = res["method"]
-    if m == "target-only":
-        return m
-    if m == "sd":
-        return f"sd-k{res['k']}"
-    src = f"{res['source']}/" if res.get("source") and m in ("as2d", "as2d-no-bc") else ""
-    return f"{m}({src}b{res.get('budget') or res.get('cap')})"
+    return run_spec(res).label
 
 
 def write_native_table(rows: list[dict], path: Path, *, force: bool = False) -> Path:
@@ -257,8 +251,9 @@ def write_native_outputs(
                     "eos": r["res"]["eos"],
                     "accounting_ms": r["res"]["accounting_ms"],
                     "config": {
-                        kk: r["res"].get(kk)
-                        for kk in ("k", "budget", "source", "cap", "threshold", "batch")
+                        kk: v
+                        for kk, v in run_spec(r["res"]).to_wire().items()
+                        if kk in ("k", "budget", "source", "threshold", "batch")
                     },
                 }
                 for r in rows
@@ -273,10 +268,13 @@ def write_native_outputs(
     if rows:
         from as2d_cli.evaluate.report import plot_native
 
+        ident = settings.get("device") or {}
+        name = ident.get("marketing_name") or ident.get("name") or "device"
         plot_native(
             table_path,
-            folder / PLOT,
-            f"{device.serial} · profile {Path(profile_path).name}\nreplay vs native per window",
+            folder / Path(PLOT).stem,
+            f"{name} · profile {Path(profile_path).name}: replay against native per window",
+            formats=(Path(PLOT).suffix.lstrip("."),),
             force=True,
         )
     return path, table

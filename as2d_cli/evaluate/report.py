@@ -1,29 +1,41 @@
-"""The paper's tables and figures for one evaluation, from its stored files only.
+"""The paper's tables and figures of one evaluation, or of several side by side, from
+their stored files only.
 
-``write_report(folder)`` reads ``results.json`` and ``per_window.csv`` once and renders, as
-Markdown: pooled TPS per dataset with gains over target-only and over the fastest
-baseline (paper Tables 1/8), the share of windows slower than target-only (Table 4), the
-median and maximum loss of those windows (Table 12), the ablations (Table 5), standard SD
-at each K (Table 9) and the hindsight-oracle gap (Table 2, over all windows: the catalog
-is not stored per dataset) into ``tables.md``, and the figures
-``datasets.png`` (pooled TPS per dataset) and ``rk.png`` (R(K) of the profile used, when its
-file is still there). `as2d report RUN_DIR` re-renders them once the folder checks out
-against its manifest (``compare.verify_run``), marking the folder incomplete while it
-writes; results are never changed. Every file is written atomically.
+``write_report(folder)`` reads ``results.json`` and ``per_window.csv`` once and renders the
+paper's tables (``paper_tables``: Tables 2, 4, 5, 8, 9 and 12) into ``tables.md`` and one
+CSV each (``table2.csv`` …), and the figures ``cdf`` (per-window TPS, Figure 5),
+``datasets`` (pooled TPS per dataset) and ``rk`` (R(K) of the profile used, when its file
+is still there) as PNG, PDF and SVG. `as2d report RUN_DIR` re-renders them once the folder
+checks out against its manifest (``compare.verify_run``), marking the folder incomplete
+while it writes; results are never changed. ``write_reports(folders, out)`` renders two or
+more evaluations side by side into a fresh folder (each phone a column; a CDF panel per
+device). Every file is written atomically.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from as2d_cli.errors import Interrupted, UserError
-from as2d_cli.evaluate.fixed import LABELS, ORDER
 from as2d_cli.evaluate.inputs import describe_pair
-from as2d_cli.formats.common import atomic_path, mark_complete, mark_writing, write_atomic
+from as2d_cli.evaluate.paper_tables import (
+    RunData,
+    paper_tables,
+    render_markdown,
+    run_data,
+    table_files,
+    write_csvs,
+)
+from as2d_cli.figures import FORMATS, cdf_figure, datasets_figure, date_text, native_figure, rk_figure
+from as2d_cli.formats.common import fresh_folder, mark_complete, mark_writing, write_atomic
 
-BASELINES = ("sd", "asp")
+FIGURES = ("cdf", "datasets", "rk")  # what a report draws (rk only with its profile)
+TABLE_FILES = ("table2.csv", "table4.csv", "table5.csv", "table8.csv", "table9.csv", "table12.csv")
+REPORT_SCHEMA, REPORT_VERSION = "as2d.report", 1  # report.json of a report over several runs
 
 
 def load_report(folder: Path) -> tuple[dict, Any]:
@@ -36,279 +48,157 @@ def load_report(folder: Path) -> tuple[dict, Any]:
     return doc, per
 
 
-def _pooled(rows: Any) -> float | None:
-    """Σ tokens / Σ time per configuration, the mean over configurations (SD's K)."""
-    if rows.empty:
-        return None
-    by = rows.groupby("config").agg(tokens=("tokens", "sum"), ms=("time_ms", "sum"))
-    by = by[by["ms"] > 0]
-    return float((by["tokens"] / (by["ms"] / 1e3)).mean()) if not by.empty else None
+def run_name(doc: dict, folder: Path | None = None) -> str:
+    """A run's column heading: the device whose profile priced it."""
+    prov = doc.get("results", {}).get("provenance") or {}
+    name = (prov.get("profile") or {}).get("device") or (doc.get("environment") or {}).get(
+        "device", {}
+    ).get("name")
+    return str(name or (folder.name if folder else "run"))
 
 
-def _ratio(x: float | None, y: float | None) -> str:
-    """x / y to 3 places; "—" when either is missing (None) or zero."""
-    return _f(x / y, 3) if x and y else "—"
-
-
-def _window_tps(per: Any, method: str) -> Any:
-    """Per window: TPS (SD: the mean over its K), indexed by window."""
-    return per[per["method"] == method].groupby("window")["tps"].mean()
-
-
-def _md(head: list[str], rows: list[list[str]]) -> list[str]:
+def _head(doc: dict) -> list[str]:
+    """tables.md's title and provenance line of one evaluation."""
+    res = doc["results"]
+    dep = res.get("deployment", {})
+    prof = (res.get("provenance") or {}).get("profile", {})
     return [
-        "| " + " | ".join(head) + " |",
-        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|",
-        *("| " + " | ".join(r) + " |" for r in rows),
+        f"# Evaluation tables: {res.get('windows')} {res.get('split')} windows",
+        "",
+        f"Fixed configuration {dep.get('source')}/budget {dep.get('budget')} (threshold "
+        f"{dep.get('threshold')}, batch {dep.get('batch')}); profile {prof.get('path', '?')}"
+        + (" (synthetic)" if prof.get("synthetic") else "")
+        + f"; model pair {describe_pair((res.get('provenance') or {}).get('pair'))}.",
     ]
-
-
-def _f(x: float | None, nd: int = 2, pct: bool = False) -> str:
-    if x is None:
-        return "—"
-    return f"{x:+.{nd}f} %" if pct else f"{x:.{nd}f}"
 
 
 def render_tables(doc: dict, per: Any) -> str:
-    """The tables of an evaluation's results document and per-window table (``load_report``)."""
+    """tables.md of one evaluation (its results document and per-window table)."""
+    return render_markdown(paper_tables([run_data(run_name(doc), doc, per)]), _head(doc))
+
+
+def _title(doc: dict) -> str:
     res = doc["results"]
-    datasets = list(res.get("datasets") or sorted(set(per["dataset"])))
-    cols = [*datasets, "all"]
-    methods = [m for m in ORDER if m in set(per["method"])]
-
-    def sel(m: str, d: str) -> Any:
-        rows = per[per["method"] == m]
-        return rows if d == "all" else rows[rows["dataset"] == d]
-
-    pooled = {m: {d: _pooled(sel(m, d)) for d in cols} for m in methods}
-    out = [f"# Evaluation tables: {res.get('windows')} {res.get('split')} windows", ""]
+    prof = (res.get("provenance") or {}).get("profile", {})
     dep = res.get("deployment", {})
-    prov = res.get("provenance") or {}
-    out.append(
-        f"Fixed configuration {dep.get('source')}/budget {dep.get('budget')} (threshold {dep.get('threshold')}, "
-        f"batch {dep.get('batch')}); profile {prov.get('profile', {}).get('path', '?')}"
-        + (" (synthetic)" if prov.get("profile", {}).get("synthetic") else "")
-        + f"; model pair {describe_pair(prov.get('pair'))}."
+    when = date_text(str((doc.get("environment") or {}).get("created", "")))
+    return (
+        f"{prof.get('device', '')} · profile {Path(prof.get('path', '?')).name} · "
+        f"{dep.get('source')}/b{dep.get('budget')} · {when}"
     )
-    out += ["", "## Pooled TPS per dataset (Tables 1 and 8)", ""]
-    out += _md(["method", *cols], [[LABELS[m], *(_f(pooled[m][d]) for d in cols)] for m in methods])
-    out += [
-        "",
-        "Gain over target-only and over the fastest baseline (standard SD or SpecASR-ASP, per dataset):",
-        "",
+
+
+def plot_cdf(ev: Any, base: Path, title: str = "", formats: Sequence[str] = ("png",)) -> list[Path]:
+    """Per-window TPS of every method of a FixedEval as CDFs (``base.<format>``)."""
+    return cdf_figure([("", ev.cdf())], base, formats, title=title)
+
+
+def _cdf_panels(runs: Sequence[RunData]) -> list[tuple[str, dict[str, list[float]]]]:
+    return [
+        (r.name if len(runs) > 1 else "", {m: r.window_tps[m].dropna().tolist() for m in r.window_tps if m != "oracle"})
+        for r in runs
     ]
-    rows = []
-    for m in methods:
-        if m == "target-only":
-            continue
-        cells = []
-        for d in cols:
-            to, x = pooled["target-only"][d], pooled[m][d]
-            known = [pooled[b][d] for b in BASELINES if b in pooled]
-            best = max((v for v in known if v is not None), default=None)
-            g1 = 100 * (x / to - 1) if x and to else None
-            g2 = 100 * (x / best - 1) if x and best and m not in BASELINES else None
-            cells.append(f"{_f(g1, 1, True)} / {_f(g2, 1, True)}")
-        rows.append([LABELS[m], *cells])
-    out += _md(["method (vs TO / vs best baseline)", *cols], rows)
-
-    base = _window_tps(per, "target-only")
-    meta = per[per["method"] == "target-only"].set_index("window")["dataset"]
-    out += ["", "## Windows slower than target-only (Table 4) and their loss (Table 12)", ""]
-    rows4, rows12 = [], []
-    for m in methods:
-        if m == "target-only":
-            continue
-        w = _window_tps(per, m)
-        both = w.notna() & base.reindex(w.index).notna()
-        loss = 100 * (1 - w[both] / base.reindex(w.index)[both])
-        slow = loss[loss > 1e-9 * 100]
-        cells = []
-        for d in cols:
-            ids = loss.index if d == "all" else loss.index[meta.reindex(loss.index) == d]
-            n, k = len(ids), len(slow.index.intersection(ids))
-            cells.append(f"{k}/{n} ({100 * k / n:.1f} %)" if n else "—")
-        rows4.append([LABELS[m], *cells])
-        rows12.append(
-            [
-                LABELS[m],
-                str(len(slow)),
-                _f(float(slow.median()) if len(slow) else None, 1),
-                _f(float(slow.max()) if len(slow) else None, 1),
-            ]
-        )
-    out += _md(["method", *cols], rows4)
-    out += ["", "Loss of the slower windows, 100·(1 − TPS/TPS_target-only) %:", ""]
-    out += _md(["method", "slower windows", "median loss %", "max loss %"], rows12)
-
-    out += ["", "## Ablations (Table 5)", ""]
-    abl = [m for m in ("as2d", "as2d-no-td", "as2d-no-bc") if m in pooled]
-    a_all = pooled.get("as2d", {}).get("all")
-    out += _md(
-        ["method", "pooled TPS", "× target-only", "× As²d"],
-        [
-            [
-                LABELS[m],
-                _f(pooled[m]["all"]),
-                _ratio(pooled[m]["all"], pooled["target-only"]["all"]),
-                _ratio(pooled[m]["all"], a_all),
-            ]
-            for m in abl
-        ],
-    )
-
-    if "sd" in pooled:
-        sd = per[per["method"] == "sd"]
-        configs = sorted(
-            set(sd["config"]),
-            key=lambda c: int(c.rsplit("k", 1)[-1]) if c.rsplit("k", 1)[-1].isdigit() else 0,
-        )
-        out += ["", "## Standard SD at each physical width K (Table 9)", ""]
-        out += _md(
-            ["K", *cols],
-            [
-                [
-                    c,
-                    *(
-                        _f(
-                            _pooled(
-                                sd[
-                                    (sd["config"] == c)
-                                    & ((sd["dataset"] == d) if d != "all" else True)
-                                ]
-                            )
-                        )
-                        for d in cols
-                    ),
-                ]
-                for c in configs
-            ],
-        )
-
-    o = res.get("oracle") or {}
-    if o:
-        out += ["", "## Hindsight oracle (Table 2, all windows)", ""]
-        out += _md(
-            ["oracle TPS", "selected TPS", "gap %"],
-            [[_f(o.get("tps_oracle")), _f(o.get("tps_selected")), _f(o.get("gap_percent"))]],
-        )
-    return "\n".join(out) + "\n"
 
 
-def plot_datasets(doc: dict, per: Any, path: Path, title: str, *, force: bool = False) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    datasets = list(doc["results"].get("datasets") or sorted(set(per["dataset"])))
-    methods = [m for m in ORDER if m in set(per["method"])]
-    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
-    width = 0.8 / len(methods)
-    for i, m in enumerate(methods):
-        vals = [_pooled(per[(per["method"] == m) & (per["dataset"] == d)]) or 0.0 for d in datasets]
-        ax.bar([j + i * width for j in range(len(datasets))], vals, width, label=LABELS[m])
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(datasets))], datasets, fontsize=8)
-    ax.set_ylabel("pooled tokens per second")
-    ax.set_title(title, fontsize=8)
-    ax.legend(fontsize=6, ncol=3)
-    fig.tight_layout()
-    with atomic_path(path, force=force) as tmp:
-        fig.savefig(tmp)
-    plt.close(fig)
-    return path
-
-
-def plot_native(table: Path, path: Path, title: str, *, force: bool = False) -> Path:
-    """Replay against native TPS per window and method (median of each window's
-    repetitions), with the diagonal: how well the profile predicts the device."""
-    import matplotlib
-    import pandas as pd
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = pd.read_csv(table)
-    med = runs.groupby(["method", "window"], as_index=False).agg(
-        native=("tps", "median"), replay=("tps_replay", "first")
-    )
-    fig, ax = plt.subplots(figsize=(4.6, 4.2), dpi=120)
-    for m, g in med.groupby("method"):
-        ax.scatter(
-            g["native"], g["replay"], s=14, label=str(m)
-        )  # native SD runs one K: the method's name
-    lo = float(min(med["native"].min(), med["replay"].min()))
-    hi = float(max(med["native"].max(), med["replay"].max()))
-    ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.7)
-    ax.set_xlabel("native TPS (median of repetitions)")
-    ax.set_ylabel("replayed TPS (same trajectory)")
-    ax.set_title(title, fontsize=8)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    with atomic_path(path, force=force) as tmp:
-        fig.savefig(tmp)
-    plt.close(fig)
-    return path
+def _dataset_panels(runs: Sequence[RunData]) -> list[tuple[str, dict[str, dict[str, float | None]]]]:
+    return [
+        (r.name, {m: {d: v for d, v in by.items() if d != "all"} for m, by in r.pooled.items() if m != "oracle"})
+        for r in runs
+    ]
 
 
 def plot_rk(
-    profile_path: Path, path: Path, title: str | None = None, *, force: bool = False
-) -> Path:
-    """R(K) of a profile's idle verification costs (paper Figure 8), written atomically."""
-    from as2d_cli.calibration.plot import plot_savings
+    profile_path: Path,
+    base: Path,
+    title: str | None = None,
+    *,
+    formats: Sequence[str] = ("png",),
+    force: bool = False,
+) -> list[Path]:
+    """R(K) of a profile's idle verification costs (paper Figure 8), ``base.<format>``."""
     from as2d_cli.formats.profile_io import load_profile
 
     prof = load_profile(profile_path)
     idle = {int(k): [float(v)] for k, v in prof.verify_idle_ms.items()}
     if 1 not in idle:
         raise UserError(f"{profile_path} has no K1 verification cost: R(K) is relative to it")
-    with atomic_path(path, force=force) as tmp:
-        plot_savings(
-            idle,
-            tmp,
-            title or f"{prof.device.get('name', '')}: per-token verification saving R(K)",
-        )
-    return path
+    name = title or f"{prof.device.get('name', '')}: per-token verification saving R(K)"
+    return rk_figure(idle, base, formats, title=name, force=force)
 
 
-def report_outputs(doc: dict) -> list[str]:
-    """What :func:`render_report` writes for this results document: tables.md,
-    datasets.png and, when the profile's file is still there, rk.png."""
-    profile = Path((doc["results"].get("provenance") or {}).get("profile", {}).get("path", ""))
-    return ["tables.md", "datasets.png", *(["rk.png"] if profile.is_file() else [])]
+def plot_native(
+    table: Path, base: Path, title: str, *, formats: Sequence[str] = ("png",), force: bool = False
+) -> list[Path]:
+    """Replay against native TPS per window and method (median of each window's
+    repetitions), with the diagonal: how well the profile predicts the device."""
+    import pandas as pd
 
-
-def render_report(folder: Path, doc: dict, per: Any, *, force: bool = False) -> list[Path]:
-    """tables.md, datasets.png and (when the profile file is there) rk.png in ``folder``
-    from the results document and per-window table (``load_report``), each written atomically;
-    ``force``: replace the ones there."""
-    res = doc["results"]
-    prov = res.get("provenance") or {}
-    when = str(doc.get("environment", {}).get("created", ""))[:10]
-    title = (
-        f"{prov.get('profile', {}).get('device', '')} · profile {Path(prov.get('profile', {}).get('path', '?')).name} · "
-        f"{res.get('deployment', {}).get('source')}/b{res.get('deployment', {}).get('budget')} · {when}"
+    runs = pd.read_csv(table)
+    med = runs.groupby(["method", "window"], as_index=False).agg(
+        native=("tps", "median"), replay=("tps_replay", "first")
     )
-    out = [write_atomic(folder / "tables.md", render_tables(doc, per).encode("utf-8"), force=force)]
-    out.append(plot_datasets(doc, per, folder / "datasets.png", title, force=force))
-    if "rk.png" in report_outputs(doc):
-        out.append(plot_rk(Path(prov["profile"]["path"]), folder / "rk.png", force=force))
+    points = {str(m): (g["native"].tolist(), g["replay"].tolist()) for m, g in med.groupby("method")}
+    return native_figure(points, base, formats, title=title, force=force)
+
+
+def _profile_file(doc: dict) -> Path | None:
+    p = Path(((doc["results"].get("provenance") or {}).get("profile") or {}).get("path", ""))
+    return p if str(p) not in ("", ".") and p.is_file() else None
+
+
+def report_outputs(doc: dict, formats: Sequence[str] = FORMATS, cdf: bool = True) -> list[str]:
+    """What :func:`render_report` writes for this results document."""
+    figs = [f for f in FIGURES if (f != "rk" or _profile_file(doc)) and (f != "cdf" or cdf)]
+    return ["tables.md", *TABLE_FILES, *(f"{f}.{x}" for f in figs for x in formats)]
+
+
+def render_report(
+    folder: Path,
+    doc: dict,
+    per: Any,
+    *,
+    force: bool = False,
+    formats: Sequence[str] = FORMATS,
+    cdf: bool = True,
+) -> list[Path]:
+    """tables.md, the tables' CSVs and the figures (``cdf``: the CDF too) in ``folder``
+    from the results document and per-window table (``load_report``), each written
+    atomically; ``force``: replace the ones there."""
+    run = run_data(run_name(doc), doc, per)
+    tables = paper_tables([run])
+    text = render_markdown(tables, _head(doc))
+    out = [write_atomic(folder / "tables.md", text.encode("utf-8"), force=force)]
+    out += write_csvs(tables, folder, force=force)
+    if cdf:
+        out += cdf_figure(_cdf_panels([run]), folder / "cdf", formats, title=_title(doc), force=force)
+    out += plot_datasets(doc, per, folder / "datasets", _title(doc), formats=formats, force=force)
+    profile = _profile_file(doc)
+    if profile is not None:
+        out += plot_rk(profile, folder / "rk", formats=formats, force=force)
     return out
 
 
-def write_report(folder: Path) -> list[Path]:
-    """`as2d report`: the folder checked against its manifest (its report outputs aside:
-    they are rendered again), marked incomplete while tables.md and the figures are
-    rendered again, then recorded complete. A folder written before manifests is rendered
-    as it stands and stays without one."""
+def plot_datasets(
+    doc: dict, per: Any, base: Path, title: str, *, formats: Sequence[str] = ("png",), force: bool = False
+) -> list[Path]:
+    """Pooled TPS per dataset and method of one evaluation."""
+    run = run_data(run_name(doc), doc, per)
+    return datasets_figure(_dataset_panels([run]), base, formats, title=title, force=force)
+
+
+def write_report(folder: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+    """`as2d report RUN_DIR`: the folder checked against its manifest (its report outputs
+    aside: they are rendered again), marked incomplete while tables.md, the tables' CSVs
+    and the figures are rendered again, then recorded complete. A folder written before
+    manifests is rendered as it stands and stays without one."""
     from as2d_cli.evaluate.compare import REPORT, REPORT_OUTPUTS, verify_run
 
     folder = Path(folder)
     manifest = verify_run(folder, resumes=REPORT, skip=REPORT_OUTPUTS)
     doc, per = load_report(folder)  # read once: every table and figure comes from these two
     if manifest is None:
-        return render_report(folder, doc, per, force=True)
-    outputs = report_outputs(doc)
+        return render_report(folder, doc, per, force=True, formats=formats)
+    outputs = report_outputs(doc, formats)
     command = f"as2d report {shlex.quote(str(folder))}"
     mark_writing(
         folder,
@@ -319,10 +209,56 @@ def write_report(folder: Path) -> list[Path]:
         files=manifest["files"],
     )
     try:
-        paths = render_report(folder, doc, per, force=True)
+        paths = render_report(folder, doc, per, force=True, formats=formats)
         mark_complete(folder)
     except KeyboardInterrupt:
         raise Interrupted(
             f"as2d report interrupted: {folder} is marked incomplete until `{command}` finishes"
         ) from None
     return paths
+
+
+def write_reports(folders: Sequence[Path], out: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+    """`as2d report RUN_A RUN_B …`: the paper's tables with each run's phone as a column
+    (or block of columns), the CDF with a panel per device and pooled TPS per dataset, in
+    a fresh folder under ``out`` (``report-<time>``) with ``report.json`` naming the runs."""
+    from as2d_cli.evaluate.compare import verify_run
+
+    runs, docs = [], []
+    for f in folders:
+        verify_run(Path(f))
+        doc, per = load_report(Path(f))
+        runs.append(run_data(run_name(doc, Path(f)), doc, per))
+        docs.append(doc)
+    _distinct_names(runs, folders)
+    tables = paper_tables(runs)
+    head = [f"# Evaluation tables: {len(runs)} runs side by side", ""]
+    head += [f"- {r.name}: {f} — " + _head(d)[2] for r, f, d in zip(runs, folders, docs)]
+    dest = fresh_folder(Path(out) / time.strftime("report-%Y%m%d-%H%M%S", time.gmtime()))
+    paths = [write_atomic(dest / "tables.md", render_markdown(tables, head).encode("utf-8"))]
+    paths += write_csvs(tables, dest)
+    paths += cdf_figure(_cdf_panels(runs), dest / "cdf", formats)
+    paths += datasets_figure(_dataset_panels(runs), dest / "datasets", formats)
+    paths.append(_report_json(dest, "eval", folders))
+    return paths
+
+
+def _distinct_names(runs: Sequence[RunData], folders: Sequence[Path]) -> None:
+    """Two runs of one device are told apart by their folders' names."""
+    names = [r.name for r in runs]
+    for r, f in zip(runs, folders):
+        if names.count(r.name) > 1:
+            r.name = f"{r.name} ({Path(f).name})"
+
+
+def _report_json(dest: Path, kind: str, folders: Sequence[Path]) -> Path:
+    from as2d_cli.formats.common import utc_now
+
+    doc = {
+        "schema": REPORT_SCHEMA,
+        "version": REPORT_VERSION,
+        "kind": kind,
+        "created": utc_now(),
+        "runs": [str(f) for f in folders],
+    }
+    return write_atomic(dest / "report.json", (json.dumps(doc, indent=1) + "\n").encode("utf-8"))

@@ -21,9 +21,9 @@ from as2d_cli.evaluate.fixed import (
     FixedEval,
     derived_sensitivity,
     evaluate_fixed,
-    plot_cdf,
     render_table,
 )
+from as2d_cli.evaluate.report import plot_cdf
 from as2d_cli.evaluate.inputs import (
     ACCEPT_FLAG,
     MIN_DEV_WINDOWS,
@@ -59,7 +59,8 @@ from device_agents.identity import results_stem
 Say = Callable[[str], None]
 
 WRITER = "as2d eval"  # the writer a manifest names while the replay part writes the folder
-# What the replay part writes (rk.png only when the profile's file is there).
+# What the replay part writes (rk only when the profile's file is there), figures in the
+# format asked for (eval_files).
 EVAL_FILES = (
     "results.json",
     "table.txt",
@@ -71,6 +72,14 @@ EVAL_FILES = (
     "datasets.png",
     "rk.png",
 )
+
+
+def eval_files(fmt: str = "png") -> tuple[str, ...]:
+    """What the replay part writes with its figures as ``fmt``."""
+    from as2d_cli.evaluate.report import TABLE_FILES
+
+    figs = tuple(n.replace(".png", f".{fmt}") for n in EVAL_FILES)
+    return (*figs, *TABLE_FILES)
 
 
 @dataclass
@@ -104,6 +113,7 @@ def run_eval(
     allow_implausible: bool = False,
     accept_unvalidated: bool = False,
     native: Any = None,
+    figure_format: str = "png",
 ) -> EvalOutput:
     """``accept_unvalidated``: use a deployment that failed its own checks — NOT retained
     on val, never checked there (selected on dev only), or selected on fewer than
@@ -116,6 +126,7 @@ def run_eval(
     else the default rules). ``executor``: where the catalog sweeps (oracle, a selection made
     now) run (default: the local pool). ``command``: the command line that redoes this
     evaluation, for the incomplete folder's note (default: ``as2d eval --phone PHONE``).
+    ``figure_format``: the figures' format (png, pdf or svg).
 
     Ctrl-C becomes :class:`~as2d_cli.errors.Interrupted`, saying whether a folder was begun
     (it stays marked incomplete) and what to run."""
@@ -239,23 +250,30 @@ def run_eval(
     folder = fresh_folder(results / results_stem(device, split, at))
     try:
         mark_writing(
-            folder, writing=WRITER, pending=EVAL_FILES, command=redo, in_place=False, files={}
+            folder,
+            writing=WRITER,
+            pending=eval_files(figure_format),
+            command=redo,
+            in_place=False,
+            files={},
         )
         res_path = write_results(folder / "results.json", doc)
         write_atomic(folder / "table.txt", table.encode("utf-8"))
-        from as2d_cli.evaluate.tables import write_tables
+        from as2d_cli.evaluate.tables import run_columns, write_tables
+        from as2d_cli.figures import date_text
 
         with atomic_files(folder) as scratch:  # the tidy tables, each moved in when written
-            write_tables(ev, {w.id: w for w in ts.windows}, scratch)
+            write_tables(ev, {w.id: w for w in ts.windows}, scratch, run_columns(prov))
         plot = plot_cdf(
             ev,
-            folder / "cdf.png",
-            f"{device} · profile {Path(profile_path).name} · {dep.source}/b{dep.budget} · {time.strftime('%Y%m%d', time.gmtime(at))}",
-        )
+            folder / "cdf",
+            f"{device} · profile {Path(profile_path).name} · {dep.source}/b{dep.budget} · {date_text(at)}",
+            (figure_format,),
+        )[0]
         from as2d_cli.evaluate.report import load_report, render_report
 
-        # tables.md, datasets.png, rk.png: the paper's tables and figures, from the files
-        render_report(folder, *load_report(folder))
+        # tables.md and its CSVs, datasets, rk: the paper's tables and figures, from the files
+        render_report(folder, *load_report(folder), formats=(figure_format,), cdf=False)
         mark_complete(folder)
     except KeyboardInterrupt:
         raise Interrupted(

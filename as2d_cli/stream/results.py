@@ -178,9 +178,11 @@ def write_stream(
     measurement: dict[str, Any],
     command: str,
     label: str,
+    figure_format: str = "png",
 ) -> dict[str, Any]:
     """Write the four files, stream.json last (its presence says the others are whole),
-    and remove the INCOMPLETE note; return stream.json's content."""
+    and remove the INCOMPLETE note; return stream.json's content. ``figure_format``:
+    stream.png, .pdf or .svg."""
     per, run, temp = summarize(outcome, settings)
     checks = {c["block"]: c for c in outcome.checks}
     status = "interrupted" if outcome.interrupted else "stopped" if outcome.stopped else "complete"
@@ -231,7 +233,7 @@ def write_stream(
     if blocks:
         from as2d_cli.stream.plot import plot_stream
 
-        with atomic_path(folder / "stream.png") as tmp:
+        with atomic_path(folder / f"stream.{figure_format}") as tmp:
             plot_stream(doc, tmp)
     # The note goes first, stream.json last: a kill in between leaves a folder without
     # stream.json, which is no stream either.
