@@ -49,7 +49,7 @@ def main() -> int:
     )
     a = ap.parse_args()
 
-    from native.host import LocalRunner, default_cores
+    from as2d_cli.launch.host import LocalRunner, default_cores
 
     tc, pc = default_cores()
     if pc is None:

@@ -34,7 +34,7 @@ def main() -> int:
     native.limit_blas_threads()  # as the runner does, before numpy is imported
     from as2d_cli.calibration.run import calibration_windows
     from as2d_cli.corpus.manifest import load_corpus
-    from native.host import default_cores
+    from as2d_cli.launch.host import default_cores
     from native.request import load_models, run_request
 
     wid = a.window or calibration_windows()[0]

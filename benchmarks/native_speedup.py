@@ -41,7 +41,7 @@ from as2d_cli.engine.causes import CallCauses, call_causes  # noqa: E402
 from as2d_cli.evaluate.native import pick_windows  # noqa: E402
 from as2d_cli.evaluate.native_render import split_text  # noqa: E402
 from as2d_cli.evaluate.native_stats import time_split_per_token  # noqa: E402
-from native.host import LocalRunner, default_cores  # noqa: E402
+from as2d_cli.launch.host import LocalRunner, default_cores  # noqa: E402
 from native.protocol import MODEL_SOURCES as SOURCES  # noqa: E402  (--source, as2d@<source>)
 
 

@@ -24,6 +24,7 @@ from native.request import load_models  # noqa: E402
 from native.stream.clock import SkipClock  # noqa: E402
 from native.stream.loop import run_stream  # noqa: E402
 from native.stream.recording import stream_audio  # noqa: E402
+from as2d_cli.engine.methods import spec_of  # noqa: E402
 from native.stream.settings import StreamSettings  # noqa: E402
 
 
@@ -40,12 +41,12 @@ def main() -> int:
     audio, lang = stream_audio({"windows": ids, "seconds": a.minutes * 60}, None)
     models = load_models()
     settings = {
-        "target-only": StreamSettings(method="target-only"),
-        "as2d": StreamSettings(method="as2d", source=a.source, budget=a.budget),
+        "target-only": StreamSettings(spec_of("target-only")),
+        "as2d": StreamSettings(spec_of("as2d", source=a.source, budget=a.budget)),
         "as2d+history": StreamSettings(
-            method="as2d", source=a.source, budget=a.budget, history=True
+            spec_of("as2d", source=a.source, budget=a.budget, history=True)
         ),
-        "history alone": StreamSettings(method="as2d", source="history", budget=a.budget),
+        "history alone": StreamSettings(spec_of("as2d", source="history", budget=a.budget)),
     }
     names = list(settings)
     tot = {

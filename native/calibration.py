@@ -382,7 +382,7 @@ def probe_loop(
 EPISODE_METHODS = (
     {"method": "target-only"},
     {"method": "sd", "k": DEFAULT_SD_K},
-    {"method": "asp", "cap": 15},
+    {"method": "asp", "budget": 15},  # the cap
     {"method": "as2d", "source": "drafter", "budget": 4},
     {"method": "as2d", "source": "lookahead", "budget": 4},  # a pair with a look-ahead decoder
     {"method": "as2d", "source": "ctc", "budget": 4},

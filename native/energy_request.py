@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m native.energy_request")
     ap.add_argument("--window", required=True, help="corpus window id")
     ap.add_argument("--method", required=True, help="target-only, sd, asp, as2d, …")
-    ap.add_argument("--budget", type=int, default=None, help="As²d proposal budget b")
+    ap.add_argument(
+        "--budget", type=int, default=None, help="As²d's proposal budget b; ASP's cap"
+    )
     ap.add_argument("--k", type=int, default=None, help="standard SD width")
     ap.add_argument("--max-tokens", type=int, default=None)
     ap.add_argument("--models", default=None, help="model directory (default: bundled)")

@@ -165,13 +165,6 @@ def load_models(
     return models
 
 
-def policy_for(s: dict[str, Any]) -> Policy:
-    """The policy of validated decode settings, from the engine's one method owner."""
-    from native.protocol import method_spec
-
-    return method_spec(s).policy()
-
-
 class RecordingDrafter:
     """Keeps every prefix-conditioned draft (position, tokens, confidences) for replay."""
 
@@ -242,9 +235,10 @@ def _start_source(
 ) -> _Source:
     """Start the request's source (decoupled methods only) on the decode clock."""
     src = _Source(WallClock())
+    spec = s["spec"]
     if not policy.decoupled:
         return src
-    name = s["source"]
+    name = spec.source
     if name == "ctc" and not models.ctc_eligible(language):
         name = "drafter"  # language-ineligible: fall back (paper D.4.3)
     if name == HISTORY:  # the committed history alone (engine/history.py): no producer
@@ -269,7 +263,7 @@ def _start_source(
                 audio,
                 max_tokens + 8,
                 kind,
-                s["batch"],
+                spec.batch,
                 models.shared_hidden(),
                 language,
                 question=question,
@@ -281,7 +275,7 @@ def _start_source(
         else:
             units_of = source_units(models.source(name, audio, max_tokens + 8, language, question))
             src.producer = Producer(
-                units_of, src.buffer, src.clock, kind=kind, batch=s["batch"], cores=producer_cores
+                units_of, src.buffer, src.clock, kind=kind, batch=spec.batch, cores=producer_cores
             )
             src.mode = "thread"
     src.producer.start()
@@ -316,7 +310,7 @@ def run_request(
 
     ``language`` and ``question`` are the request's own (a corpus window's); the pair's
     prompt settings take precedence where they fix them (a forced language, --question)."""
-    policy = policy_for(s)
+    policy = s["spec"].policy()
     target = models.target
     before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     pinned = pin_current_thread(target_cores)
@@ -410,14 +404,10 @@ def _result(
         # (a corpus window's, for --task answer); None for any other task.
         "question": bundle.prompt.for_window(question).question,
         "prompt_sha256": bundle.prompt_hash(question),
-        "method": s["method"],
+        # the settings in MethodSpec's wire form, with the source that ran (after fallback)
+        **s["spec"].to_wire(),
         "policy": policy.name,
         "source": src.name,
-        "budget": s["budget"] if policy.decoupled or s["method"] == "as2d-no-td" else None,
-        "k": s["k"] if s["method"] == "sd" else None,
-        "threshold": s["threshold"] if s["method"] not in ("target-only", "sd") else None,
-        "batch": s["batch"] if policy.decoupled else None,
-        "align": s["align"] if policy.decoupled else None,
         "tokens": res.tokens,
         "n_tokens": n,
         "eos": res.eos,

@@ -108,7 +108,7 @@ def test_cli_deploy_is_skipped_when_held_and_remove_cleans_up(arm64_phone) -> No
 
 
 def test_runner_on_the_arm64_phone_through_the_runner_host_gives_host_tokens(arm64_phone) -> None:  # type: ignore[no-untyped-def]
-    """The real-phone path of `as2d decode/calibrate/eval --native`: native.host's file-mode
+    """The real-phone path of `as2d decode/calibrate/eval --native`: as2d_cli.launch.host's file-mode
     runner (push commands and corpus window, start from the bundle, pull events) on the
     emulated arm64 phone, against the host runner on the same frozen code and models."""
     import os
@@ -117,8 +117,8 @@ def test_runner_on_the_arm64_phone_through_the_runner_host_gives_host_tokens(arm
 
     from test_bundle_common import project_snapshot
 
-    from native.host import open_runner
-    from native.launch import BundleLauncher
+    from as2d_cli.launch.host import open_runner
+    from as2d_cli.launch.payload import BundleLauncher
 
     project = project_snapshot()
     corpus = project / "as2d_cli" / "assets" / "corpus" / "manifest.json"

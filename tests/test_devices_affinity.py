@@ -9,7 +9,7 @@ import pytest
 from as2d_cli.errors import UserError
 from device_agents.affinity import Cluster, clusters, placement
 from device_agents.local import LocalHost
-from native.host import LocalRunner, RunnerError
+from as2d_cli.launch.host import LocalRunner, RunnerError
 
 
 @pytest.mark.parametrize(

@@ -178,8 +178,7 @@ def test_a_deployments_threshold_and_batch_reach_every_consumer(setup, tmp_path:
     from as2d_cli.evaluate.run import run_eval
     from as2d_cli.formats.deployment_io import load_deployment
     from as2d_cli.replay.report import select_report, write_selection
-    from native.protocol import decode_settings, method_spec
-    from native.request import policy_for
+    from native.protocol import decode_settings
 
     profile = DATA / "example-profile.yaml"
     files = sorted(setup["traces"].glob("*.jsonl"))
@@ -234,8 +233,8 @@ def test_a_deployments_threshold_and_batch_reach_every_consumer(setup, tmp_path:
         **native_commands(dep, 24)["as2d"],
         "source": "drafter",
     }
-    assert policy_for(decode_settings(cmd)) == as2d.policy()
-    assert method_spec(decode_settings(cmd)) == dataclasses.replace(as2d, source="drafter")
+    assert decode_settings(cmd)["spec"].policy() == as2d.policy()
+    assert decode_settings(cmd)["spec"] == dataclasses.replace(as2d, source="drafter")
 
 
 def test_compare_native_uses_each_windows_median_repetition(tmp_path: Path, capsys) -> None:

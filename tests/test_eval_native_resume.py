@@ -82,12 +82,12 @@ class Counting:
 
 
 def _count_runs(monkeypatch, interrupt_at: int | None = None) -> list:  # type: ignore[no-untyped-def]
-    import native.host
+    import as2d_cli.launch.host
 
-    real = native.host.open_runner
+    real = as2d_cli.launch.host.open_runner
     log: list = []
     monkeypatch.setattr(
-        native.host,
+        as2d_cli.launch.host,
         "open_runner",
         lambda device, **kw: Counting(real(device, **kw), log, interrupt_at),
     )

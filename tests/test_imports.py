@@ -32,8 +32,7 @@ LAYERS: dict[str, int] = {
     "device_agents": 4,  # the host's view of devices
     "device_agents.emulator": 5,
     "as2d_cli.bundle": 5,  # the emulated phone; the phone runtime
-    "native.host": 6,
-    "native.launch": 6,  # starting runners on devices
+    "as2d_cli.launch": 6,  # the host starting runners, here and on devices
     "as2d_cli.replay": 7,
     "as2d_cli.tracegen": 7,
     "as2d_cli.calibration": 7,
@@ -185,9 +184,9 @@ def test_a_cycle_and_an_upward_import_would_be_found(tmp_path: Path) -> None:
     CLI is upward."""
     (tmp_path / "m.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-        "    from as2d_cli.cli import main\ndef f():\n    from native import host\n"
+        "    from as2d_cli.cli import main\ndef f():\n    from native import runner\n"
     )
-    assert _imports(tmp_path / "m.py") == ["native", "native.host"]
+    assert _imports(tmp_path / "m.py") == ["native", "native.runner"]
     graph = {m: set(t) for m, t in _graph().items()}
     assert "as2d_cli.engine.policies" in graph["as2d_cli.engine.methods"]
     graph["as2d_cli.engine.policies"].add("as2d_cli.engine.methods")

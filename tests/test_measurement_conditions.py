@@ -544,7 +544,7 @@ def test_a_local_stream_stops_at_once_when_a_core_goes_offline(tmp_path: Path) -
     from as2d_cli.stream.recording import corpus_recording
     from as2d_cli.stream.run import run_stream, settings_for
     from device_agents.measurement import prepare
-    from native.host import open_runner
+    from as2d_cli.launch.host import open_runner
 
     host = _FlakyHost()
     if len(host.cpu_state().cores) < 2:
@@ -603,8 +603,8 @@ def test_a_phone_stream_stops_before_its_next_block_when_a_core_goes_offline(
     from as2d_cli.stream.recording import corpus_recording
     from as2d_cli.stream.run import run_stream, settings_for
     from device_agents.measurement import prepare
-    from native.host import open_runner
-    from native.launch import choose_launcher
+    from as2d_cli.launch.host import open_runner
+    from as2d_cli.launch.payload import choose_launcher
 
     m = prepare(py_phone.serial, adb_port=py_phone.adb_port)
     m = dataclasses.replace(m, gate=dataclasses.replace(m.gate, rest_s=0.0, interval_s=0.05))

@@ -11,7 +11,7 @@ import pytest
 
 from as2d_cli.models.pair import import_pair
 from device_agents.emulator.python import enable_python
-from native.host import LocalRunner, open_runner
+from as2d_cli.launch.host import LocalRunner, open_runner
 
 DATA = Path(__file__).parent / "data" / "whisper"
 WINDOW = "dev-read-000"
@@ -69,7 +69,7 @@ def test_the_arm64_bundle_carries_the_pair_under_qemu(
     from as2d_cli.bundle.deploy import deploy
     from as2d_cli.bundle.emulated import enable_arm64_bundle
     from device_agents.emulator.session import EmulatorSession
-    from native.launch import BundleLauncher
+    from as2d_cli.launch.payload import BundleLauncher
 
     need_qemu()
     built = build_bundle(project_root=project_snapshot(), models=pair)

@@ -25,8 +25,8 @@ from as2d_cli.errors import DeviceError, UserError
 from as2d_cli.formats.profile_io import load_profile
 from device_agents.emulator.python import enable_python
 from device_agents.gating import GateConfig
-from native.host import DeviceRunner, LocalRunner, RunnerError, open_runner
-from native.launch import (
+from as2d_cli.launch.host import DeviceRunner, LocalRunner, RunnerError, open_runner
+from as2d_cli.launch.payload import (
     MARKER,
     RUNTIME_AREA,
     BundleLauncher,
@@ -91,7 +91,7 @@ def test_payload_is_pushed_once_and_the_code_runs_from_the_pushed_copy(py_phone,
 
 
 def test_payload_archives_are_reproducible_and_a_damaged_cache_entry_is_repacked(tmp_path) -> None:
-    from native.launch import app_files, pack_part
+    from as2d_cli.launch.payload import app_files, pack_part
 
     one = pack_part("app", app_files(), cache=tmp_path / "a")
     two = pack_part("app", app_files(), cache=tmp_path / "b")
@@ -180,7 +180,8 @@ def test_a_code_change_pushes_only_the_code_and_models_come_from_the_pushed_copy
 ) -> None:
     import shutil
 
-    from native.launch import PACKAGES, PROJECT_ROOT, app_files, deploy_payload, pack_part
+    from as2d_cli.bundle.recipe import PROJECT_PACKAGES
+    from as2d_cli.launch.payload import PROJECT_ROOT, app_files, deploy_payload, pack_part
 
     session = make_emulated_phone()
     enable_python(session.phone)
@@ -188,7 +189,7 @@ def test_a_code_change_pushes_only_the_code_and_models_come_from_the_pushed_copy
     first = choose_launcher(dev, models_dir=MODELS)
     assert isinstance(first, PythonPayloadLauncher) and first.pushed == ("app", "models")
     # The same models with edited code: only the code part goes to the phone again.
-    for pkg in PACKAGES:
+    for pkg in PROJECT_PACKAGES:
         shutil.copytree(
             PROJECT_ROOT / pkg, tmp_path / "src" / pkg, ignore=shutil.ignore_patterns("__pycache__")
         )

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from native.host import LocalRunner, RunnerError, default_cores
-from native.protocol import METHODS
+from as2d_cli.launch.host import LocalRunner, RunnerError, default_cores
+from native.protocol import METHODS, PROTOCOL_VERSION
 
 MAX = 48
 
@@ -22,7 +22,7 @@ def runner():
     tc, pc = default_cores()
     r = LocalRunner()
     hello = r.call({"op": "hello"})
-    assert hello["protocol"] == "as2d.runner" and hello["version"] == 1
+    assert hello["protocol"] == "as2d.runner" and hello["version"] == PROTOCOL_VERSION
     loaded = r.call({"op": "load", "target_cores": tc, "producer_cores": pc})
     assert loaded["max_tokens"] > MAX
     r.window = windows[0].id
@@ -180,23 +180,22 @@ def test_runner_file_mode(tmp_path) -> None:
 def test_a_dead_producer_process_is_replaced_for_the_next_request() -> None:
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.errors import UserError
+    from native.protocol import decode_settings
     from native.request import load_models, run_request
 
     w = sorted(load_corpus().split("dev"), key=lambda w: w.seconds)[0]
     audio = w.load_audio()
     models = load_models()
-    s = {
-        "method": "as2d",
-        "source": "drafter",
-        "budget": 2,
-        "threshold": 0.4,
-        "batch": 8,
-        "window_bound": 8,
-        "lookback": 8,
-        "align": "suffix",
-        "max_tokens": 24,
-        "events": False,
-    }
+    s = decode_settings(
+        {
+            "method": "as2d",
+            "window": w.id,
+            "source": "drafter",
+            "budget": 2,
+            "max_tokens": 24,
+            "events": False,
+        }
+    )
     try:
         first = run_request(models, audio, s, language=w.language)
         assert first["producer_mode"] == "process"

@@ -379,9 +379,9 @@ def test_an_interrupted_native_evaluation_is_incomplete_until_append_finishes_it
     """Real native runs (the bundled models, locally) on two windows: Ctrl-C after two
     runs, the folder refused by report; `--append` completes it and the manifest then
     records the native files too."""
-    import native.host
+    import as2d_cli.launch.host
 
-    real = native.host.open_runner
+    real = as2d_cli.launch.host.open_runner
     calls: list[int] = []
 
     class Stop:
@@ -404,7 +404,7 @@ def test_an_interrupted_native_evaluation_is_incomplete_until_append_finishes_it
         def __exit__(self, *exc: object) -> None:
             self.inner.close()
 
-    monkeypatch.setattr(native.host, "open_runner", lambda d, **kw: Stop(real(d, **kw)))
+    monkeypatch.setattr(as2d_cli.launch.host, "open_runner", lambda d, **kw: Stop(real(d, **kw)))
     profile = ROOT / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml"
     deployment = ROOT / "as2d_cli" / "assets" / "profiles" / "k70" / "deployment.yaml"
     if not (profile.is_file() and deployment.is_file()):

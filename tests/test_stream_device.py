@@ -16,7 +16,7 @@ from as2d_cli.stream.recording import Recording, corpus_recording
 from as2d_cli.stream.results import write_stream
 from as2d_cli.stream.run import run_stream, settings_for
 from device_agents.measurement import prepare
-from native.host import open_runner
+from as2d_cli.launch.host import open_runner
 
 SETTINGS = settings_for(
     "as2d",
@@ -83,7 +83,7 @@ def py_phone(emulated_phone):  # type: ignore[no-untyped-def]
 
 
 def test_a_stream_on_the_emulated_phone_is_exact_and_complete(py_phone, tmp_path: Path) -> None:
-    from native.launch import choose_launcher
+    from as2d_cli.launch.payload import choose_launcher
 
     m = prepare(py_phone.serial, adb_port=py_phone.adb_port)
     m = dataclasses.replace(m, gate=dataclasses.replace(m.gate, rest_s=0.0, interval_s=0.05))
@@ -116,7 +116,7 @@ def test_a_host_audio_file_streams_on_the_emulated_phone(py_phone, tmp_path: Pat
 
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.stream.recording import file_recording
-    from native.launch import choose_launcher
+    from as2d_cli.launch.payload import choose_launcher
 
     rec = _recording(4.0)
     corpus = load_corpus()
@@ -146,7 +146,7 @@ def test_a_core_going_offline_mid_stream_stops_it_and_keeps_every_block(
     stream with its reason (the phone's runner ends before its next block), every block the
     phone's run finished is kept, those after the trip marked degraded."""
     from device_agents.emulator.python import enable_python
-    from native.launch import choose_launcher
+    from as2d_cli.launch.payload import choose_launcher
 
     session = make_emulated_phone()
     enable_python(session.phone)

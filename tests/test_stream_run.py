@@ -16,6 +16,7 @@ from native.stream.clock import SkipClock
 from native.stream.loop import check_blocks, run_stream
 from native.stream.pacer import RATE, Pacer, plan_blocks
 from native.stream.recording import stream_audio
+from as2d_cli.engine.methods import spec_of
 from native.stream.settings import StreamSettings
 
 BLOCK_S, CONTEXT_S = 2.0, 4.0  # two blocks per context epoch
@@ -42,8 +43,10 @@ def audio():
     return a
 
 
-def _settings(method: str, **kw) -> StreamSettings:
-    return StreamSettings(method=method, block_s=BLOCK_S, context_s=CONTEXT_S, **kw)
+def _settings(method: str, lifetime: str = "arrival", **spec: object) -> StreamSettings:
+    return StreamSettings(
+        spec=spec_of(method, **spec), lifetime=lifetime, block_s=BLOCK_S, context_s=CONTEXT_S
+    )
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +121,10 @@ def test_both_source_lifetimes_commit_target_only_tokens(
 
 def test_as2d_on_a_real_clock_equals_target_only(models, audio) -> None:
     short = audio[: 2 * RATE]  # two 1 s blocks in one epoch, paced in real time: about 2 s
-    s = StreamSettings(method="as2d", block_s=1.0, context_s=2.0, check=True)
+    s = StreamSettings(block_s=1.0, context_s=2.0, check=True)
     run = run_stream(models, short, s, language="en")
     ref = run_stream(
-        models, short, replace(s, method="target-only"), language="en", make_clock=SkipClock
+        models, short, replace(s, spec=spec_of("target-only")), language="en", make_clock=SkipClock
     )
     assert [b["tokens"] for b in run.blocks] == [b["tokens"] for b in ref.blocks]
     assert run.blocks[1]["context_tokens"] > 0  # the second block decoded after the first's text
@@ -170,8 +173,8 @@ def test_block_plan_refuses_what_cannot_stream() -> None:
 
 def test_settings_default_to_the_papers_stream() -> None:
     s = StreamSettings()
-    assert (s.block_s, s.context_s, s.lifetime, s.method) == (4.0, 12.0, "arrival", "as2d")
-    assert replace(s, method="sd").spec().label == "sd-k8"
+    assert (s.block_s, s.context_s, s.lifetime, s.spec.method) == (4.0, 12.0, "arrival", "as2d")
+    assert replace(s, spec=spec_of("sd")).spec.label == "sd-k8"
 
 
 def test_the_lookahead_source_streams_target_only_tokens(models, audio, reference) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from as2d_cli.corpus.manifest import load_corpus
 from as2d_cli.models.bundle import load_bundle
-from native.host import LocalRunner
+from as2d_cli.launch.host import LocalRunner
+from native.protocol import PROTOCOL_VERSION
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "runner" / "vectors.jsonl"
 MAX = 40
@@ -88,7 +89,7 @@ def main() -> None:
         "schema": "as2d.runner-vectors",
         "version": 1,
         "protocol": "as2d.runner",
-        "protocol_version": 1,
+        "protocol_version": PROTOCOL_VERSION,
         "models": hashes,
         "tokenizer_sha256": bundle.manifest["sha256"],
         "max_tokens": MAX,

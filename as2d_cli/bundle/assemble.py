@@ -28,7 +28,7 @@ from pathlib import Path
 
 from as2d_cli.bundle.apt import DebPackage
 from as2d_cli.bundle.elf import EM_AARCH64, is_elf, read_elf
-from as2d_cli.bundle.recipe import Recipe
+from as2d_cli.bundle.recipe import Recipe, shipped_files
 from as2d_cli.bundle.tools import require_tool
 from as2d_cli.bundle.wheels import Wheel
 from as2d_cli.errors import UserError
@@ -219,16 +219,11 @@ def _add_project(tree: Tree, recipe: Recipe, project_root: Path) -> None:
             raise UserError(
                 f"project package {base} is missing; build the bundle from a checkout of the project"
             )
-        for path in sorted(base.rglob("*")):
-            rel_src = path.relative_to(project_root).as_posix()
-            if not path.is_file() or excluded(rel_src, recipe.project_excludes):
-                continue
-            comp = "assets" if rel_src.startswith("as2d_cli/assets/") else "project"
-            tree.add(f"app/{rel_src}", path, comp, 0o644)
-
-
-def excluded(rel: str, patterns: tuple[str, ...]) -> bool:
-    return any(rel == p or rel.startswith(p + "/") or fnmatch.fnmatch(rel, p) for p in patterns)
+    for rel_src, path in shipped_files(
+        project_root, recipe.project_packages, recipe.project_excludes
+    ):
+        comp = "assets" if rel_src.startswith("as2d_cli/assets/") else "project"
+        tree.add(f"app/{rel_src}", path, comp, 0o644)
 
 
 def _prune(tree: Tree) -> None:

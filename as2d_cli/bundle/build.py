@@ -23,10 +23,10 @@ from typing import Any
 import as2d_cli
 from as2d_cli.bundle import manifest as mf
 from as2d_cli.bundle.apt import PrivateApt
-from as2d_cli.bundle.assemble import STDLIB, excluded, assemble, unpack_debs
+from as2d_cli.bundle.assemble import STDLIB, assemble, unpack_debs
 from as2d_cli.bundle.cache import HashMemo, cache_root, sha256_text
 from as2d_cli.bundle.pack import pack, read_member
-from as2d_cli.bundle.recipe import Recipe
+from as2d_cli.bundle.recipe import Recipe, shipped_files
 from as2d_cli.bundle.wheels import fetch_wheels
 from as2d_cli.errors import FormatError
 
@@ -61,13 +61,8 @@ def project_files(
 ) -> list[tuple[str, str]]:
     """(relative path, SHA-256) of every project file the bundle will carry."""
     memo = memo or HashMemo()
-    out = []
-    for pkg in recipe.project_packages:
-        for path in sorted((project_root / pkg).rglob("*")):
-            rel = path.relative_to(project_root).as_posix()
-            if path.is_file() and not excluded(rel, recipe.project_excludes):
-                out.append((rel, memo.sha256(path)))
-    return out
+    files = shipped_files(project_root, recipe.project_packages, recipe.project_excludes)
+    return [(rel, memo.sha256(path)) for rel, path in files]
 
 
 def snapshot_project(recipe: Recipe, src: Path, dest: Path) -> Path:

@@ -6,8 +6,10 @@ change to it gives a new bundle.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from as2d_cli.errors import UserError
 
@@ -57,11 +59,39 @@ WHEELS = (
     "typing_extensions==4.16.0",
 )
 
-# Project packages copied into the bundle (the runner and what it imports), and the parts
-# of them that only the host uses. device_agents (the host's view of devices, and the
-# emulated phone) never runs on a phone.
+# What ships to a phone, the one list: the project packages the runner needs (native and
+# what it imports) minus the parts only the host runs — the CLI, the bundle builder, the
+# launchers. The arm64 bundle carries these files; a phone with Python gets the same code
+# as the runner payload (launch.payload), its assets (the models) as a part of their own.
+# device_agents (the host's view of devices, and the emulated phone) never ships.
 PROJECT_PACKAGES = ("as2d_cli", "native")
-PROJECT_EXCLUDES = ("as2d_cli/cli", "as2d_cli/bundle", "*/__pycache__", "*.pyc")
+PROJECT_EXCLUDES = (
+    "as2d_cli/cli",
+    "as2d_cli/bundle",
+    "as2d_cli/launch",
+    "*/__pycache__",
+    "*.pyc",
+)
+
+
+def excluded(rel: str, patterns: tuple[str, ...]) -> bool:
+    """Whether project path ``rel`` (posix) is one of ``patterns`` or under one."""
+    return any(rel == p or rel.startswith(p + "/") or fnmatch.fnmatch(rel, p) for p in patterns)
+
+
+def shipped_files(
+    root: Path,
+    packages: tuple[str, ...] = PROJECT_PACKAGES,
+    excludes: tuple[str, ...] = PROJECT_EXCLUDES,
+) -> list[tuple[str, Path]]:
+    """(path relative to ``root``, file) of every project file that ships to a phone."""
+    out: list[tuple[str, Path]] = []
+    for pkg in packages:
+        for path in sorted((root / pkg).rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            if path.is_file() and not excluded(rel, excludes):
+                out.append((rel, path))
+    return out
 
 
 @dataclass(frozen=True)

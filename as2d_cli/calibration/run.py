@@ -359,7 +359,7 @@ def _run_steps(
     from as2d_cli.errors import Interrupted
     from device_agents.gating import CpuTimes, run_gate, settle
     from device_agents.monitor import CoreMonitor, abort_on_trip
-    from native.host import open_runner as default_open
+    from as2d_cli.launch.host import open_runner as default_open
 
     total = sum(s.weight for s in steps)
     runner = None

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from as2d_cli.cli import options
 from as2d_cli.cli.paths import file_in_option
-from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_ASP_CAP, DEFAULT_BUDGET, DEFAULT_SD_K
+from as2d_cli.engine.methods import DEFAULT_ASP_CAP, DEFAULT_BUDGET, DEFAULT_SD_K
 
 
 def decode(
@@ -63,7 +63,7 @@ def decode(
     os_placement: bool = options.os_placement(),
 ) -> None:
     """Run one native request and report its tokens, rounds and timings."""
-    from as2d_cli.engine.methods import check_method_options
+    from as2d_cli.engine.methods import check_method_options, spec_of
 
     # Options the method does not have, before anything else (one check for every command).
     check_method_options(
@@ -79,34 +79,29 @@ def decode(
     from device_agents.measurement import MeasureOptions, prepare
     from device_agents.monitor import call_monitored
     from native.candidates import load_candidates
-    from native.host import open_runner
+    from as2d_cli.launch.host import open_runner
     from as2d_cli.errors import UserError
 
     if models is not None:  # missing, empty, an export instead of a pair: named before any work
         from as2d_cli.models.bundle import check_pair_folder
 
         check_pair_folder(models)
-    cmd = {
-        "op": "decode",
-        "window": window,
-        "method": method,
-        "budget": DEFAULT_BUDGET if budget is None else budget,
-        "k": DEFAULT_SD_K if k is None else k,
-        "source": source or "drafter",
-        "align": align or DEFAULT_ALIGN,
-        "max_tokens": max_tokens,
-        "history": history,
-    }
-    if budget is not None and method in ("asp", "as2d-no-bc"):
-        cmd["cap"] = budget  # the runner's field for ASP's cap (native.protocol.method_spec)
+    if candidates is not None and source is not None:
+        raise UserError(
+            "--candidates is the source of the proposals; drop --source (or --candidates)"
+        )
+    settings = spec_of(
+        method,
+        budget=budget,
+        k=k,
+        source="external" if candidates is not None else source,
+        align=align,
+        history=history,
+    )
+    cmd = {"op": "decode", "window": window, **settings.to_wire(), "max_tokens": max_tokens}
     if candidates is not None:
-        if source is not None:
-            raise UserError(
-                "--candidates is the source of the proposals; drop --source (or --candidates)"
-            )
         from as2d_cli.models.bundle import load_bundle
 
-        cmd["source"] = "external"
         # Checked against the pair's tokenizer here: a token the target cannot emit would
         # only fail deep inside the runner.
         vocab = load_bundle(models, check_hashes=False).vocab.size

@@ -100,7 +100,7 @@ def stream(
     from as2d_cli.stream.run import run_stream, settings_for
     from device_agents.identity import results_stem
     from device_agents.measurement import MeasureOptions, prepare
-    from native.host import open_runner
+    from as2d_cli.launch.host import open_runner
 
     if models is not None:  # missing, empty, an export instead of a pair: named before any work
         from as2d_cli.models.bundle import check_pair_folder

@@ -10,5 +10,6 @@ DEFAULT_ASP_CAP = 24  # ASP's proposal cap
 DEFAULT_BATCH = 8  # an autoregressive source's publication batch
 DEFAULT_ALIGN_WINDOW = 8  # alignment search bound ahead of a mismatch
 DEFAULT_ALIGN_LOOKBACK = 8  # retired positions the alignment may return to (alignment.py, rule 4)
+DEFAULT_SOURCE = "drafter"  # a native target-decoupled request's source (the pair's drafter)
 DEFAULT_ALIGN = "suffix"  # alignment rules: "paper" (C.3 + look-back) or "suffix" (alignment.py)
 ALIGN_MODES = ("paper", "suffix")

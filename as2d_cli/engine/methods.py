@@ -19,7 +19,10 @@ them without importing this module) and every caller imports them from here.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from as2d_cli.engine.defaults import (  # noqa: F401  (re-exported: every caller imports them from here)
     ALIGN_MODES,
@@ -30,6 +33,7 @@ from as2d_cli.engine.defaults import (  # noqa: F401  (re-exported: every caller
     DEFAULT_BATCH,
     DEFAULT_BUDGET,
     DEFAULT_SD_K,
+    DEFAULT_SOURCE,
     DEFAULT_THRESHOLD,
     SD_WIDTHS,
 )
@@ -58,8 +62,8 @@ class MethodSpec:
     source: str | None = None  # decoupled methods: the requested source
     threshold: float | None = DEFAULT_THRESHOLD
     batch: int = DEFAULT_BATCH
-    lookback: int = DEFAULT_ALIGN_LOOKBACK  # alignment rule 4 (docs/engine.md)
-    window: int = DEFAULT_ALIGN_WINDOW
+    align_lookback: int = DEFAULT_ALIGN_LOOKBACK  # alignment rule 4 (docs/engine.md)
+    align_window: int = DEFAULT_ALIGN_WINDOW
     align: str = DEFAULT_ALIGN  # "paper" reproduces C.3 (+ look-back); "suffix" (alignment.py)
     # As²d: history candidates (engine/history.py) fill rounds the source leaves empty;
     # the source "history" is that alone, with no producer.
@@ -102,8 +106,8 @@ class MethodSpec:
                 budget=self.budget,
                 threshold=self.threshold,
                 batch=self.batch,
-                window=self.window,
-                lookback=self.lookback,
+                window=self.align_window,
+                lookback=self.align_lookback,
                 align=self.align,
                 history=self.history or self.source == HISTORY,
             )
@@ -123,7 +127,7 @@ class MethodSpec:
                 threshold=p.threshold,
                 batch=self.batch,
                 window=p.window,
-                lookback=self.lookback,
+                lookback=self.align_lookback,
                 align=p.align,
                 name=p.name,
             )
@@ -138,6 +142,117 @@ class MethodSpec:
             return self.k
         assert self.budget is not None
         return self.budget + 1
+
+    def to_wire(self) -> dict[str, Any]:
+        """The one wire form (docs/runner-protocol.md, "Method settings"): every field under
+        its one name; a field the method does not take is null."""
+        takes = WIRE_TAKES[self.method]
+        return {
+            "method": self.method,
+            **{f: getattr(self, f) if f in takes else None for f in WIRE_FIELDS[1:]},
+        }
+
+    @classmethod
+    def from_wire(cls, doc: Mapping[str, Any]) -> "MethodSpec":
+        """The spec a wire object names: only the method's own fields are read (the others
+        may hold anything: a result or command carries more); an absent one takes the
+        method's default, a bad one is one UserError naming the field."""
+        method = doc.get("method")
+        if method not in WIRE_TAKES:
+            raise UserError(f"field 'method' must be one of {', '.join(METHODS)}, got {method!r}")
+        values = {f: _wire_value(doc, f, method) for f in WIRE_TAKES[method]}
+        return cls(method, **values)
+
+
+# The wire form: one name per MethodSpec field, in this order, and the fields each method
+# reads (the rest travel as null). w/o BC keeps ASP's alignment window (policies.without_bc).
+WIRE_FIELDS = (
+    "method",
+    "k",
+    "budget",
+    "source",
+    "threshold",
+    "batch",
+    "align",
+    "align_window",
+    "align_lookback",
+    "history",
+)
+_SERIAL_FIELDS = ("budget", "threshold")
+_DECOUPLED_FIELDS = (*_SERIAL_FIELDS, "source", "batch", "align", "align_lookback")
+WIRE_TAKES: dict[str, tuple[str, ...]] = {
+    "target-only": (),
+    "sd": ("k",),
+    "asp": _SERIAL_FIELDS,
+    "as2d-no-td": _SERIAL_FIELDS,
+    "as2d-no-bc": _DECOUPLED_FIELDS,
+    "as2d": (*_DECOUPLED_FIELDS, "align_window", "history"),
+}
+# (kind, lowest value) of each field; "budget" is ASP's and w/o BC's cap too.
+_WIRE_KINDS: dict[str, tuple[type, int]] = {
+    "k": (int, 1),
+    "budget": (int, 1),
+    "batch": (int, 1),
+    "align_window": (int, 0),
+    "align_lookback": (int, 0),
+}
+
+
+def wire_default(field: str, method: str) -> Any:
+    """A wire field's value when a command leaves it out."""
+    if field == "budget":
+        return DEFAULT_ASP_CAP if method in ("asp", "as2d-no-bc") else DEFAULT_BUDGET
+    defaults = {
+        "k": DEFAULT_SD_K,
+        "source": DEFAULT_SOURCE,
+        "threshold": DEFAULT_THRESHOLD,
+        "batch": DEFAULT_BATCH,
+        "align": DEFAULT_ALIGN,
+        "align_window": DEFAULT_ALIGN_WINDOW,
+        "align_lookback": DEFAULT_ALIGN_LOOKBACK,
+        "history": False,
+    }
+    return defaults[field]
+
+
+def _wire_value(doc: Mapping[str, Any], field: str, method: str) -> Any:
+    v = doc[field] if field in doc else wire_default(field, method)
+    if field == "threshold":  # null: no confidence stop
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise UserError(f"field 'threshold' must be a number or null, got {v!r}")
+        return None if v is None else float(v)
+    if field == "history":
+        if not isinstance(v, bool):
+            raise UserError(f"field 'history' must be true or false, got {v!r}")
+        return v
+    if field in ("source", "align"):
+        choices = ALIGN_MODES if field == "align" else None
+        if not isinstance(v, str) or (choices is not None and v not in choices):
+            want = f"one of {', '.join(choices)}" if choices else "a source name"
+            raise UserError(f"field {field!r} must be {want}, got {v!r}")
+        return v
+    _, lo = _WIRE_KINDS[field]
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise UserError(f"field {field!r} must be an integer >= {lo}, got {v!r}")
+    return v
+
+
+def spec_of(method: str, **given: Any) -> MethodSpec:
+    """The spec a command's method options name, by their wire names (None: not given —
+    the method's default); options the method does not take are not read."""
+    return MethodSpec.from_wire(
+        {"method": method, **{k: v for k, v in given.items() if v is not None}}
+    )
+
+
+def spec_grid(base: MethodSpec, lists: Mapping[str, Sequence[Any]]) -> list[MethodSpec]:
+    """``base`` under every combination of the listed settings (llama-bench's way: every
+    setting a list, their product swept), the first setting outermost; a value listed twice
+    counts once. ``lists`` maps MethodSpec field names to their values; an empty list keeps
+    ``base``'s value."""
+    names = list(lists)
+    axes = [list(dict.fromkeys(lists[n])) or [getattr(base, n)] for n in names]
+    return [dataclasses.replace(base, **dict(zip(names, combo))) for combo in itertools.product(*axes)]
 
 
 # Each method option: what it sets and the methods that have it. An option given for any

@@ -110,7 +110,7 @@ def run_native_eval(
     repetition before the measured ones); their outputs are still checked for exactness."""
     from device_agents.gating import GateConfig
     from device_agents.measurement import prepare
-    from native.host import open_runner as default_open_runner
+    from as2d_cli.launch.host import open_runner as default_open_runner
 
     m = measurement or prepare(phone)
     device = m.device

@@ -26,8 +26,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Mapping
 
+from as2d_cli.engine.methods import DECOUPLED, DEFAULT_BATCH, MethodSpec
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import append_jsonl, mark_writing, read_manifest, write_atomic
 from as2d_cli.formats.deployment import UNRECORDED_ALIGN
@@ -177,6 +178,7 @@ class NativeRecord:
     def resume(cls, folder: Path, requested: dict[str, Any]) -> "NativeRecord":
         """The recorded run, if ``requested`` (this command's settings) measures the same."""
         recorded = json.loads((folder / SETTINGS).read_text(encoding="utf-8"))
+        recorded["commands"] = upgrade_commands(recorded.get("commands") or {})
         differ = [k for k in COMPARED if recorded.get(k) != requested.get(k)]
         if "commands" in differ and ("deployment" in differ or "profile" in differ):
             differ.remove("commands")  # the decode settings follow from those
@@ -262,10 +264,43 @@ def _show(key: str, v: Any) -> str:
     if key == "methods":
         return ",".join(v)
     if key == "commands":
-        return ", ".join(f"{m}" + "".join(f" {k} {x}" for k, x in c.items()) for m, c in v.items())
+        return ", ".join(
+            m + "".join(f" {k} {x}" for k, x in c.items() if k != "method" and x is not None)
+            for m, c in v.items()
+        )
     if isinstance(v, dict):
         return json.dumps(v, sort_keys=True)
     return str(v)
+
+
+def _upgraded(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored command or result with runner protocol version 1's name read: ``cap``
+    (ASP's and w/o BC's cap, which MethodSpec's wire form calls ``budget``)."""
+    out = dict(doc)
+    cap = out.pop("cap", None)
+    if cap is not None and out.get("method") in ("asp", "as2d-no-bc"):
+        out["budget"] = cap
+    return out
+
+
+def upgrade_commands(commands: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``native.settings.json``'s decode settings per method in MethodSpec's wire form,
+    whichever protocol version wrote them (version 1 left out the defaults)."""
+    return {
+        m: MethodSpec.from_wire(_upgraded({"method": m, **c})).to_wire()
+        for m, c in commands.items()
+    }
+
+
+def run_spec(res: Mapping[str, Any]) -> MethodSpec:
+    """The method settings a recorded run ran with, read from its result (their wire form,
+    ``source`` the one that ran); a run recorded before the result carried its alignment
+    rules ran the paper's."""
+    doc = _upgraded(res)
+    if doc.get("method") in DECOUPLED:
+        doc["align"] = doc.get("align") or UNRECORDED_ALIGN
+        doc["batch"] = doc.get("batch") or DEFAULT_BATCH
+    return MethodSpec.from_wire(doc)
 
 
 def _repair(path: Path) -> None:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec
+from as2d_cli.evaluate.native_record import run_spec
 from as2d_cli.evaluate.native_stats import METHODS, divergence
 from as2d_cli.evaluate.replay_gap import native_facts, replay_facts
-from as2d_cli.formats.deployment import UNRECORDED_ALIGN
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import (
     AUTOREGRESSIVE,
@@ -75,7 +74,9 @@ def native_trace(
                 longest[p] = d
         # ASP's drafts end at its confidence stop, which the replay's drafter reproduces from
         # the recorded confidences; the trace's cap is the method's, not the longest draft.
-        cap = max([len(d["tokens"]) for d in longest.values()] + [int(res.get("cap") or 0)])
+        spec = run_spec(res)
+        asp_cap = spec.budget if spec.method == "asp" and spec.budget else 0
+        cap = max([len(d["tokens"]) for d in longest.values()] + [asp_cap])
         conts = tuple(tuple(longest[p]["tokens"]) if p in longest else () for p in range(len(ref)))
         confs_ = tuple(
             tuple(longest[p]["confidences"] or ()) if p in longest else () for p in range(len(ref))
@@ -104,24 +105,7 @@ def replay_native(
 ) -> tuple[float | None, dict[str, Any]]:
     """The replayed TPS of a native run's trajectory, and the replay's figures for the
     op-by-op comparison (``replay_gap``)."""
-    m = res["method"]
-    if m == "target-only":
-        spec = MethodSpec("target-only")
-    elif m == "sd":
-        spec = MethodSpec("sd", k=res["k"])
-    elif m == "asp":
-        spec = MethodSpec(
-            "asp", budget=res["cap"], threshold=res.get("threshold", DEFAULT_THRESHOLD)
-        )
-    else:  # the run's own settings (the deployment's), so the replay prices the same policy
-        spec = MethodSpec(
-            "as2d",
-            budget=res["budget"],
-            source=res["source"],
-            threshold=res.get("threshold", DEFAULT_THRESHOLD),
-            batch=res.get("batch") or DEFAULT_BATCH,
-            align=res.get("align") or UNRECORDED_ALIGN,
-        )
+    spec = run_spec(res)  # the run's own settings, so the replay prices the same policy
     prep = Prepared(profile, spec)
     tl = timeline_for(w, prep, spec.source) if spec.decoupled and spec.source is not None else None
     r = replay_window(w, prep, detail=True, timeline=tl)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from as2d_cli.engine.methods import DEFAULT_SD_K
+from as2d_cli.engine.methods import DEFAULT_SD_K, MethodSpec
 from as2d_cli.errors import DeviceError
 from as2d_cli.evaluate.native_record import GATES, MONITOR, RUNS, EvalRun, NativeRecord
 from as2d_cli.evaluate.native_stats import METHODS
@@ -40,20 +40,23 @@ def pick_windows(ids: list[str], datasets: dict[str, str], n: int) -> list[str]:
 
 
 def native_commands(dep: Any, asp_cap_: int) -> dict[str, dict[str, Any]]:
-    """The decode settings of each natively run method: the deployment's As²d (source,
-    budget, threshold, batch, alignment) and the baselines' defaults."""
-    return {
-        "target-only": {},
-        "sd": {"k": DEFAULT_SD_K},
-        "asp": {"cap": asp_cap_},
-        "as2d": {
-            "budget": dep.budget,
-            "source": dep.source,
-            "threshold": dep.threshold,
-            "batch": dep.batch,
-            "align": dep.align,
-        },
-    }
+    """The decode settings of each natively run method in MethodSpec's wire form: the
+    deployment's As²d (source, budget, threshold, batch, alignment) and the baselines'
+    defaults."""
+    specs = (
+        MethodSpec("target-only"),
+        MethodSpec("sd", k=DEFAULT_SD_K),
+        MethodSpec("asp", budget=asp_cap_),
+        MethodSpec(
+            "as2d",
+            budget=dep.budget,
+            source=dep.source,
+            threshold=dep.threshold,
+            batch=dep.batch,
+            align=dep.align,
+        ),
+    )
+    return {s.method: s.to_wire() for s in specs}
 
 
 def native_settings(
@@ -302,7 +305,6 @@ def _run_unit(
     finished: list[str] = []
 
     def keep(m: str, res: dict) -> None:
-        res["cap"] = cmds[m].get("cap")
         record.append(
             RUNS, {"window": u.window, "rep": u.rep, "warmup": u.rep < 0, "method": m, "res": res}
         )

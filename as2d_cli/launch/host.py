@@ -4,7 +4,7 @@
   exchanges JSON lines over its stdin/stdout.
 * :class:`DeviceRunner` runs a batch of commands on a :class:`device_agents.base.Device`:
   it pushes the commands file (and the corpus windows the batch reads) into a per-run
-  directory, starts the runner there with a :mod:`native.launch` strategy (the arm64
+  directory, starts the runner there with a :mod:`as2d_cli.launch.payload` strategy (the arm64
   bundle, or the runner payload on a device with Python), and pulls the events file back
   — so the same protocol works over ``adb shell`` and survives a slow or unplugged link.
 """
@@ -22,14 +22,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from as2d_cli.errors import DeviceError
-from native.launch import Launcher, choose_launcher, push_audio, push_windows, windows_in
+from as2d_cli.launch.payload import (
+    Launcher,
+    choose_launcher,
+    push_audio,
+    push_windows,
+    windows_in,
+)
 from native.protocol import CORPUS_ENV, FILES_ENV
 
 if TYPE_CHECKING:
     from as2d_cli.models.prompting import PromptSpec
 
 TERMINAL = ("hello", "loaded", "result", "calibrated", "streamed", "error", "bye")
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class RunnerError(DeviceError):
@@ -137,7 +143,7 @@ class DeviceRunner(RunnerHandle):
 
     def __init__(self, device: Any, launcher: "Launcher", deadline_s: float = 1800.0) -> None:
         self.device = device
-        self.launcher = launcher  # native.launch: how python starts on this device
+        self.launcher = launcher  # launch.payload: how python starts on this device
         self.deadline_s = deadline_s
         # With a period (seconds), a batch's events reach ``on_event`` while it runs: the
         # events file is read back that often (a stream's live view); None: at its end.
@@ -270,7 +276,7 @@ def open_runner(
     """A runner for ``device`` with models loaded (``models``: a model pair folder on this
     host, default the bundled pair; ``prompt``: the pair's prompt settings, docs/models.md):
     pipes locally; on a phone, file-mode batches started by ``launcher`` (default:
-    :func:`native.launch.choose_launcher`), which carries the pair."""
+    :func:`as2d_cli.launch.payload.choose_launcher`), which carries the pair."""
     load = {
         "op": "load",
         "models": None if models is None else str(Path(models).resolve()),

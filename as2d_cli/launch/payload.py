@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from as2d_cli import __version__
+from as2d_cli.bundle.recipe import excluded, shipped_files
 from as2d_cli.errors import DeviceError, UserError
 from as2d_cli.formats.common import sha256_file
 
@@ -42,10 +43,10 @@ PAYLOAD_SCHEMA = "as2d.payload"
 PAYLOAD_VERSION = 1
 RUNTIME_AREA = "as2d-runtime"
 MARKER = "payload.sha256"  # written only after a complete unpack: proves a whole payload
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-# The runner's code: these packages minus the host-only parts (CLI, bundle builder, assets).
-PACKAGES = ("as2d_cli", "native")
-EXCLUDED = ("as2d_cli/cli", "as2d_cli/bundle", "as2d_cli/assets")
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# The runner's code: what ships to a phone (the bundle recipe's one list), its assets
+# apart — the models travel as the payload's second part.
+ASSETS = "as2d_cli/assets"
 RUNTIMES = ("auto", "python", "bundle")
 RUNTIME_ENV = "AS2D_PHONE_RUNTIME"
 FIXED_MTIME = 1577836800  # reproducible archives: same files, same bytes
@@ -205,20 +206,9 @@ class Payload:
 
 
 def app_files(root: Path = PROJECT_ROOT) -> list[tuple[str, Path]]:
-    """(name in the payload, host file) for the runner's code: ``app/<package>/...``."""
-    out: list[tuple[str, Path]] = []
-    for pkg in PACKAGES:
-        for f in sorted((root / pkg).rglob("*")):
-            rel = f.relative_to(root).as_posix()
-            if (
-                not f.is_file()
-                or "__pycache__" in f.parts
-                or f.suffix == ".pyc"
-                or any(rel == e or rel.startswith(e + "/") for e in EXCLUDED)
-            ):
-                continue
-            out.append((f"app/{rel}", f))
-    return out
+    """(name in the payload, host file) for the runner's code, ``app/<package>/...``: what
+    ships to a phone (bundle.recipe) without the assets."""
+    return [(f"app/{rel}", f) for rel, f in shipped_files(root) if not excluded(rel, (ASSETS,))]
 
 
 def model_files(

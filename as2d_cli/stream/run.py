@@ -228,15 +228,15 @@ def settings_for(
     check: bool,
     clock: str = "real",
 ) -> dict[str, Any]:
-    """The runner's stream fields for the CLI's options."""
-    s: dict[str, Any] = {
-        "method": method,
+    """The runner's stream fields for the CLI's options: the method's settings in
+    MethodSpec's wire form and the stream's own."""
+    from as2d_cli.engine.methods import spec_of
+
+    return {
+        **spec_of(method, budget=budget, source=source).to_wire(),
         "block_s": block_s,
         "context_s": context_s,
         "source_lifetime": lifetime,
         "check": check,
         "clock": clock,
     }
-    if method == "as2d":
-        s.update(budget=budget, source=source)
-    return s

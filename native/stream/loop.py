@@ -27,6 +27,7 @@ import numpy as np
 
 from as2d_cli.engine import Episode, TargetOnly, WallClock
 from as2d_cli.engine.history import HISTORY, history_buffer
+from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.errors import UserError
 from native.producer import pin_current_thread
 from native.protocol import FILES_ENV
@@ -92,7 +93,7 @@ def decode_block(
 ) -> dict[str, Any]:
     """Encode, prefill and decode one block; stream times of each stage and the episode."""
     target = models.target
-    policy = s.spec().policy()
+    policy = s.spec.policy()
     t_enc = clock.now()
     target.encode(audio, language)
     t_pre = clock.now()
@@ -157,7 +158,7 @@ def run_stream(
     block's record as soon as its output is complete. ``make_clock`` (default: the
     settings' clock) is called when the stream starts, after loading and warm-up."""
     blocks = plan_blocks(len(audio), s.block_s, s.context_s)
-    policy = s.spec().policy()
+    policy = s.spec.policy()
     target = models.target
     eos = target.eos_id
     cap = target.model.max_positions // 2
@@ -168,8 +169,8 @@ def run_stream(
     try:
         t0 = time.perf_counter()
         source_settings = SourceSettings(
-            s.source,
-            s.batch,
+            s.spec.source,
+            s.spec.batch,
             target.model.max_positions,
             s.lifetime,
             s.block_s,
@@ -178,7 +179,7 @@ def run_stream(
         )
         if s.warmup:  # sessions warmed before the stream clock starts
             _warm_target(models, audio[: blocks[0].end], language, serial=policy.serial)
-        if policy.decoupled and s.source != HISTORY:  # history alone: no producer
+        if policy.decoupled and s.spec.source != HISTORY:  # history alone: no producer
             source = SourceEpochs(models, len(blocks), source_settings)
             if s.warmup:
                 source.warm_up(audio[: blocks[0].end])
@@ -299,7 +300,7 @@ def check_blocks(
     whether each block's committed tokens equal it, and where they first differ."""
     from dataclasses import replace
 
-    ref_s = replace(s, method="target-only", max_tokens=None)
+    ref_s = replace(s, spec=MethodSpec("target-only"), max_tokens=None)
     plan = plan_blocks(len(audio), s.block_s, s.context_s)
     eos = models.target.eos_id
     cap = models.target.model.max_positions // 2
