@@ -23,6 +23,12 @@ from as2d_cli.energy.episode_records import (
     RequestRecord,
 )
 from as2d_cli.energy.gauge import GaugeEstimate, estimate_gauge
+from as2d_cli.energy.readings import (
+    NOISE_SIGMAS,
+    PlacedReadings,
+    fit_window,
+    place_readings,
+)
 from as2d_cli.energy.refusals import (
     MeasurementRefused,
     RefusalLimits,
@@ -102,19 +108,56 @@ def edge_bound_j(
     return d * step, step
 
 
-NOISE_SIGMAS = 3.0  # the reading-noise term of the bound covers this many standard deviations
+def loaded_windows(episode: Episode) -> list[tuple[int, int]]:
+    """The windows of the requests that ran to their end (warm-ups included): the phone
+    under load."""
+    return [(r.origin_ns, r.end_ns) for r in episode.requests if r.exit_code == 0]
 
 
-def reading_noise_w(series: BatterySeries, gauge: GaugeEstimate) -> float:
-    """The gauge's reading noise in power (W, one standard deviation), from the changes
-    between consecutive distinct readings: median |change| / 0.6745 / √2 (load steps are
-    few and do not move the median)."""
+def reading_noise(
+    series: BatterySeries, gauge: GaugeEstimate, loaded: list[tuple[int, int]] | None = None
+) -> float:
+    """The gauge's relative reading noise (one standard deviation, as a fraction of the
+    power read), from the changes between consecutive distinct readings. A gauge's noise
+    grows with the current it reads, so only pairs that arrived inside one request window
+    (`loaded`) count — the whole capture only when fewer than three such pairs exist.
+    σ₀ = median |change| / 0.6745 / √2 (robust to load steps and dips); the changes within
+    4·√2·σ₀ then give σ as their root mean square / √2 (a steadier estimate)."""
     new = np.isin(series.t_ns, gauge.update_ns)
-    p = power_w(series)[new]
-    p = p[np.isfinite(p)]
-    if p.size < 3:
+    t, p = series.t_ns[new], power_w(series)[new]
+    ok = np.isfinite(p)
+    t, p = t[ok], p[ok]
+    mean = (p[1:] + p[:-1]) / 2.0
+    rel = np.abs(np.diff(p)) / np.where(mean > 0, mean, np.inf)
+    if loaded:
+        same = np.zeros(rel.size, dtype=bool)
+        for a, b in loaded:
+            inside = (t >= a) & (t <= b)
+            same |= inside[1:] & inside[:-1]
+        if int(same.sum()) >= 3:
+            rel = rel[same]
+    if rel.size < 2:
         return 0.0
-    return float(np.median(np.abs(np.diff(p)))) / 0.6745 / np.sqrt(2.0)
+    s0 = float(np.median(rel)) / 0.6745 / np.sqrt(2.0)
+    kept = rel[rel <= 4.0 * np.sqrt(2.0) * s0]
+    return float(np.sqrt(np.mean(kept**2) / 2.0)) if kept.size >= 2 else s0
+
+
+def not_covered(series: BatterySeries, t0: int, t1: int) -> str | None:
+    """The status of a request whose window the trace does not cover (None when it does):
+    the trace ends before the window does (it was cut, or ran to its bound first) or
+    starts after it began. Such a request is kept and marked, never refuses the run."""
+    first, last = int(series.t_ns[0]), int(series.t_ns[-1])
+    if first <= t0 and t1 <= last:
+        return None
+    span = f"the trace covers boot {first / 1e9:.3f}–{last / 1e9:.3f} s"
+    if t0 < first:
+        return f"not covered: {span}, and this window starts at {t0 / 1e9:.3f} s"
+    if series.lost_bytes:
+        why = f"it was cut mid-packet ({series.lost_bytes} bytes lost after its last whole packet)"
+    else:
+        why = "the request outlasted the bounded trace (--request-budget-s sizes it)"
+    return f"not covered: {span}, and this window ends at {t1 / 1e9:.3f} s — {why}"
 
 
 @dataclass(frozen=True)
@@ -139,6 +182,7 @@ class RequestEnergy:
     power_step_w: float | None = None  # the step in power at the window's edges (edge_bound_j)
     energy_bound_j: float | None = None  # ± bound on the gauge's error: edges + noise
     noise_bound_j: float | None = None  # its reading-noise part, 3σ·√(window·period)
+    energy_from: str | None = None  # "readings" placed inside the window, or "polls"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -196,10 +240,13 @@ class EnergyAnalysis:
     poll_s: float
     baseline: str | None
     gauge: GaugeEstimate | None = None  # the gauge's distinct readings and update period
-    noise_w: float | None = None  # the gauge's reading noise in power (1σ, reading_noise_w)
+    noise_w: float | None = None  # reading noise in W (1σ) at the measured requests' mean power
     sign_note: str | None = None  # set when the gauge's current sign was corrected
     trace_bytes: int = 0  # size of the trace file read
     trace_lost_bytes: int = 0  # bytes after its last whole packet (a trace cut mid-packet)
+    noise_percent: float | None = None  # the gauge's relative reading noise (1σ, reading_noise)
+    placement_s: float | None = None  # how far a reading's update instant may be off (±)
+    on_grid: bool | None = None  # one fixed update grid fits every reading's bracket
 
 
 def analyse_request(
@@ -207,7 +254,8 @@ def analyse_request(
     r: RequestRecord,
     limits: RefusalLimits = RefusalLimits(),
     gauge: GaugeEstimate | None = None,
-    noise_w: float = 0.0,
+    noise: float = 0.0,
+    placed: PlacedReadings | None = None,
 ) -> RequestEnergy:
     label = f"request {r.method}/{r.phase} at boot {r.origin_ns / 1e9:.3f} s"
     base: dict[str, Any] = dict(  # the fields taken as they are from the record
@@ -224,6 +272,9 @@ def analyse_request(
     if r.exit_code != 0:
         why = _FAILURES.get(r.exit_code, f"request exited with {r.exit_code}")
         return RequestEnergy(**base, status=f"failed: {why}")
+    uncovered = not_covered(series, r.origin_ns, r.end_ns)
+    if uncovered:
+        return RequestEnergy(**base, status=uncovered)
     check_window(series, r.origin_ns, r.end_ns, label, limits)
     window_s = (r.end_ns - r.origin_ns) / 1e9
     if window_s <= 0:
@@ -236,19 +287,13 @@ def analyse_request(
             f"{label}: {r.body_tokens} body tokens — J/token is "
             "undefined; the request produced no output"
         )
-    energy = integrate_energy_j(series, r.origin_ns, r.end_ns)
-    inside = int(((series.t_ns >= r.origin_ns) & (series.t_ns <= r.end_ns)).sum())
     gauge = gauge if gauge is not None else estimate_gauge(series)
+    energy, bound, step, noise, source = _energy_and_bound(
+        series, r.origin_ns, r.end_ns, gauge, noise, placed
+    )
+    inside = int(((series.t_ns >= r.origin_ns) & (series.t_ns <= r.end_ns)).sum())
     response_s = (r.target_eos_ns - r.origin_ns) / 1e9
-    short = bound = step = noise = None
-    if gauge.period_s is not None:
-        short = window_s < SHORT_WINDOW_PERIODS * gauge.period_s
-        edge, step = edge_bound_j(
-            series, r.origin_ns, r.end_ns, gauge.period_s, poll_period_s(series)
-        )
-        # each distinct reading's noise is held for one period: √(window / period) of them
-        noise = NOISE_SIGMAS * noise_w * float(np.sqrt(window_s * gauge.period_s))
-        bound = edge + noise
+    short = None if gauge.period_s is None else window_s < SHORT_WINDOW_PERIODS * gauge.period_s
     return RequestEnergy(
         **base,
         status="ok",
@@ -264,7 +309,35 @@ def analyse_request(
         power_step_w=step,
         energy_bound_j=bound,
         noise_bound_j=noise,
+        energy_from=source,
     )
+
+
+def _energy_and_bound(
+    series: BatterySeries,
+    t0: int,
+    t1: int,
+    gauge: GaugeEstimate,
+    noise: float,
+    placed: PlacedReadings | None,
+) -> tuple[float, float | None, float | None, float | None, str]:
+    """(energy, bound, power step, noise part, source) of the window [t0, t1]: from the
+    readings placed inside it when there are any (source "readings"), else from the polled
+    curve with the gauge's lateness in the bound (source "polls"). `noise` is the gauge's
+    relative reading noise; in W it is that share of the window's mean power."""
+    polled = integrate_energy_j(series, t0, t1)
+    if gauge.period_s is None:
+        return polled, None, None, None, "polls"
+    window_s = (t1 - t0) / 1e9
+    noise_w = noise * max(polled, 0.0) / window_s
+    fit = None if placed is None else fit_window(placed, t0, t1, noise_w)
+    if fit is not None:
+        bound = fit.edge_j + fit.transient_j + fit.noise_j
+        return fit.energy_j, bound, fit.step_w, fit.noise_j, "readings"
+    # each distinct reading's noise is held for one period: √(window / period) of them
+    noise_j = NOISE_SIGMAS * noise_w * float(np.sqrt(window_s * gauge.period_s))
+    edge, step = edge_bound_j(series, t0, t1, gauge.period_s, poll_period_s(series))
+    return polled, edge + noise_j, step, noise_j, "polls"
 
 
 def cross_check(series: BatterySeries, limits: RefusalLimits = RefusalLimits()) -> CrossCheck:
@@ -448,8 +521,9 @@ def analyse_episode(
     check_battery_status(episode.meta, series)
     series, sign_note = correct_current_sign(series, episode.meta)
     gauge = estimate_gauge(series)
-    noise_w = reading_noise_w(series, gauge)
-    reqs = [analyse_request(series, r, limits, gauge, noise_w) for r in episode.requests]
+    placed = place_readings(series, gauge, power_w(series))
+    noise = reading_noise(series, gauge, loaded_windows(episode))
+    reqs = [analyse_request(series, r, limits, gauge, noise, placed) for r in episode.requests]
     order: list[str] = []
     for r in reqs:
         if r.phase == "formal" and r.method not in order:
@@ -463,8 +537,18 @@ def analyse_episode(
         poll_period_s(series),
         base,
         gauge,
-        noise_w if gauge.period_s is not None else None,
+        _noise_w(reqs, noise) if gauge.period_s is not None else None,
         sign_note,
         trace_bytes=series.trace_bytes,
         trace_lost_bytes=series.lost_bytes,
+        noise_percent=100.0 * noise if gauge.period_s is not None else None,
+        placement_s=float(placed.eps_ns.max()) / 1e9 if len(placed) else None,
+        on_grid=placed.on_grid if len(placed) else None,
     )
+
+
+def _noise_w(reqs: list[RequestEnergy], noise: float) -> float | None:
+    """The relative reading noise in W at the measured requests' mean power."""
+    e = sum(r.energy_j or 0.0 for r in reqs if r.status == "ok")
+    w = sum(r.window_s or 0.0 for r in reqs if r.status == "ok")
+    return noise * e / w if w > 0 else None

@@ -28,6 +28,7 @@ target EOS is taken as its end.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass
@@ -136,6 +137,13 @@ class EpisodePlan:
         n = len(self.requests())
         s = self.settle_s + n * self.request_budget_s + max(0, n - 1) * self.gap_s + self.tail_s
         return int(s * 1000) + 1000
+
+
+def lead_s(period_s: float, poll_s: float) -> float:
+    """How long the phone must already carry a method's load before its first formal
+    request: one gauge period (the next update) plus one poll (the poll that carries it),
+    rounded up to 10 ms."""
+    return math.ceil((period_s + poll_s) * 100 - 1e-9) / 100
 
 
 def _sec(x: float) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -655,3 +655,89 @@ class EmulatedPower:
         rec.stop()
         rec.join(5.0)
         return 0
+
+
+# -- synthetic episodes: the battery model polled on a virtual clock -------------------------
+@dataclass(frozen=True)
+class SimRequest:
+    """One request of a simulated episode: `workers` busy for `duration_s`, with idle
+    `dips` inside it ((offset_s, length_s) from its origin: a request that briefly waits)."""
+
+    method: str
+    phase: str  # warmup | formal
+    duration_s: float
+    workers: float = 1.0
+    dips: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass
+class SimulatedEpisode:
+    """The polls a simulated capture wrote, the requests' windows on the boot clock
+    (method, phase, origin_ns, end_ns) and each window's true energy (J)."""
+
+    readings: list[GaugeReading]
+    windows: list[tuple[str, str, int, int]]
+    truth_j: list[float]
+    model: "BatteryModel"
+
+
+def _poll_times(start: int, end: int, poll_ms: int, late_ms: float, rng: random.Random) -> list[int]:
+    """Polls every poll_ms from `start`, each up to late_ms late (a loaded phone), in order."""
+    step = poll_ms * 1_000_000
+    out = []
+    for k in range((end - start) // step + 1):
+        late = int(rng.random() * late_ms * 1_000_000) if late_ms and k else 0
+        out.append(max(out[-1] + 1 if out else start, start + k * step + late))
+    return out
+
+
+def simulate_episode(
+    params: BatteryParams,
+    requests: list[SimRequest],
+    *,
+    poll_ms: int = 250,
+    late_ms: float = 0.0,
+    phase_s: float = 0.0,
+    settle_s: float = 3.0,
+    between_s: tuple[float, float] = (0.01, 0.05),
+    tail_s: float = 3.0,
+    seed: int = 0,
+    start_ns: int = 100_000_000_000,
+    plugged: Callable[[int], bool] = lambda t: False,
+    faults: GaugeFaults | None = None,
+) -> SimulatedEpisode:
+    """Run the requests back to back on a battery model driven by a virtual boot clock and
+    polled as Perfetto polls it. The gauge's grid starts at `start_ns`; the first request
+    starts `settle_s + phase_s` later; between two requests the phone idles a random
+    `between_s` (the episode script's stamps and checks). `plugged(t)` scripts a charger.
+    The truth is the model's own integral over each window (BatteryModel.true_energy_j)."""
+    rng = random.Random(seed)
+    s = 1_000_000_000
+    t = start_ns + int((settle_s + phase_s) * s)
+    events: list[tuple[int, float]] = [(start_ns, 0.0)]  # (from, busy workers)
+    windows: list[tuple[str, str, int, int]] = []
+    for k, r in enumerate(requests):
+        origin, end = t, t + int(r.duration_s * s)
+        events.append((origin, r.workers))
+        for off, length in r.dips:
+            events += [(origin + int(off * s), 0.0), (origin + int((off + length) * s), r.workers)]
+        events.append((end, 0.0))
+        windows.append((r.method, r.phase, origin, end))
+        gap = rng.uniform(*between_s) if k + 1 < len(requests) else 0.0
+        t = end + int(gap * s)
+    stop = t + int(tail_s * s)
+    clock = ManualClock(start_ns)
+    model = BatteryModel(replace(params, seed=seed), faults or GaugeFaults(), clock_ns=clock)
+    model.set_plugged(plugged(start_ns))
+    polls = _poll_times(start_ns, stop, poll_ms, late_ms, rng)
+    todo = sorted([(a, 0, w) for a, w in events] + [(p, 1, 0.0) for p in polls])
+    readings: list[GaugeReading] = []
+    for at, kind, workers in todo:
+        clock.now_ns = at
+        model.set_plugged(plugged(at))
+        if kind == 0:
+            model.set_activity(workers)
+        else:
+            readings.append(model.read())
+    truth = [model.true_energy_j(a, b) for _, _, a, b in windows]
+    return SimulatedEpisode(readings, windows, truth, model)
