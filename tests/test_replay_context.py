@@ -60,14 +60,15 @@ def test_standard_sd_prices_drafts_at_their_own_cache_lengths() -> None:
 
 
 def test_producer_startup_and_steps_follow_the_context() -> None:
-    # Startup 10 + 1·(10 − 8) = 12; steps i = 0..4 at 1.5 × (20 + 0.5·(i − 2)); publication 1.
+    # Startup 1.5 × (10 + 1·(10 − 8)) = 18; steps i = 0..4 at 1.5 × (20 + 0.5·(i − 2));
+    # publication 1.5 × 1 (every producer segment at the concurrent ratio 1.5).
     p = ctx_profile()
     w = hand_window([5, 1, 2, 3, EOS])
     tl = build_timeline(
         "qwen", w.sources["qwen"], p.source("qwen"), 8, context=p.context, audio_s=w.audio_seconds
     )
     steps = sum(1.5 * (20 + 0.5 * (i - 2)) for i in range(5))
-    assert tl.publications[0].at == pytest.approx((12 + steps + 1) * MS, abs=5)
+    assert tl.publications[0].at == pytest.approx((18 + steps + 1.5) * MS, abs=5)
     # As²d: two concurrent K1 (cache 0, 1: 2 × (50 + 2), 2 × (50 + 3)) then K3 idle at cache 2 (70 + 4).
     r = replay_window(w, Prepared(p, MethodSpec("as2d", budget=7, source="qwen")))
     assert r.width_histogram == {1: 2, 3: 1}

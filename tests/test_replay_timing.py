@@ -21,7 +21,8 @@ def as2d(budget=7, source="qwen"):
 
 
 def test_publication_readiness_and_idle_cost_after_producer_finish() -> None:
-    # Producer: startup 10, five steps of 20×1.5 = 30, publication 1 → one batch at 161 ms.
+    # Producer (concurrent ratio 1.5 on every segment): startup 10×1.5 = 15, five steps of
+    # 20×1.5 = 30, publication 1×1.5 = 1.5 → one batch at 166.5 ms.
     # Target: K1 at 0 (concurrent, 2×50) and at 100 (concurrent): nothing published yet.
     # At 200 the batch is ready and the producer done: K3 = [2, 3, EOS] at idle 70 ms.
     p = hand_profile()
@@ -30,22 +31,24 @@ def test_publication_readiness_and_idle_cost_after_producer_finish() -> None:
     assert r.committed == [5, 1, 2, 3, EOS]
     assert r.width_histogram == {1: 2, 3: 1}
     assert r.time_ns == 270 * MS and r.target_end_ns == 270 * MS
-    assert (r.D, r.V, r.O, r.H) == (161 * MS, 270 * MS, 161 * MS, 0)
-    assert r.producer_spans == [(0, 161 * MS)] and r.verifier_spans == [(0, 270 * MS)]
+    d = round(166.5 * MS)
+    assert (r.D, r.V, r.O, r.H) == (d, 270 * MS, d, 0)
+    assert r.producer_spans == [(0, d)] and r.verifier_spans == [(0, 270 * MS)]
     assert (r.proposed, r.accepted, r.rounds) == (2, 2, 3)
     assert r.tps == pytest.approx(5 / 0.270)
 
 
 def test_drain_charges_the_in_flight_producer_step() -> None:
-    # Target: one concurrent K1 (100 ms) commits EOS. Producer segments: startup [0,15),
-    # steps [15,45) [45,75) [75,105): the last is in flight at 100 and ends at 105.
-    p = hand_profile(qwen_startup=15.0)
+    # Target: one concurrent K1 (100 ms) commits EOS. Producer segments: startup 10×1.5
+    # [0,15), steps [15,45) [45,75) [75,105): the last is in flight at 100 and ends at 105.
+    p = hand_profile(qwen_startup=10.0)
     w = hand_window([5, EOS], qwen=[5, 1, 2, 3, 4, 6, 7, 8, 9])
     r = replay_window(w, Prepared(p, as2d()))
     assert r.target_end_ns == 100 * MS and r.time_ns == 105 * MS
     assert (r.D, r.V, r.O, r.H) == (105 * MS, 100 * MS, 100 * MS, 0)
-    # A step ending exactly at target EOS is not in flight: no drain.
-    p2 = hand_profile(qwen_startup=10.0)
+    # A step ending exactly at target EOS is not in flight: no drain (ratio 2: startup
+    # [0,20), steps [20,60) [60,100)).
+    p2 = hand_profile(qwen_startup=10.0, qwen_ratio=2.0)
     r2 = replay_window(w, Prepared(p2, as2d()))
     assert r2.time_ns == 100 * MS and r2.D == 100 * MS
 
@@ -89,14 +92,15 @@ def test_autoregressive_batches_of_eight_and_final_partial_batch() -> None:
     toks = list(range(1, 20))
     w = hand_window([5, EOS], qwen=toks)
     tl = build_timeline("qwen", w.sources["qwen"], p.source("qwen"), 8)
-    # startup 10, steps of 30, publication 1 after every 8 tokens and after the last 3.
+    # startup 15, steps of 30, publication 1.5 after every 8 tokens and after the last 3
+    # (all at the concurrent ratio 1.5).
     assert [pub.at for pub in tl.publications] == [
-        (10 + 240 + 1) * MS,
-        (10 + 480 + 2) * MS,
-        (10 + 570 + 3) * MS,
+        round((15 + 240 + 1.5) * MS),
+        round((15 + 480 + 3) * MS),
+        round((15 + 570 + 4.5) * MS),
     ]
     assert [len(pub.tokens) for pub in tl.publications] == [8, 8, 3]
-    assert tl.finish == 583 * MS
+    assert tl.finish == round(589.5 * MS)
 
 
 def test_standard_sd_charges_drafts_catch_up_verification_and_loop() -> None:
@@ -209,8 +213,8 @@ def test_missing_drafter_and_source_kind_mismatch_are_clear_errors() -> None:
 
 
 def test_a_self_speculating_source_pays_per_step_not_per_token() -> None:
-    # 19 tokens in 12 steps of 30 ms (seven of them emit two tokens) after a startup of 10;
-    # with batch 8 a publication (1 ms) follows the step that brings the pending tokens to
+    # 19 tokens in 12 steps of 30 ms (seven of them emit two tokens) after a startup of 15;
+    # with batch 8 a publication (1.5 ms) follows the step that brings the pending tokens to
     # 8 or more: 1+2+2+2+1 = 8 after step 5, 2+2+2+1+2 = 9 after step 10, the last 2 at
     # the end.
     p = hand_profile()
@@ -221,9 +225,9 @@ def test_a_self_speculating_source_pays_per_step_not_per_token() -> None:
     tl = build_timeline("qwen", src, p.source("qwen"), 8)
     assert [len(pub.tokens) for pub in tl.publications] == [8, 9, 2]
     assert [pub.at for pub in tl.publications] == [
-        (10 + 5 * 30 + 1) * MS,
-        (10 + 10 * 30 + 2) * MS,
-        (10 + 12 * 30 + 3) * MS,
+        round((15 + 5 * 30 + 1.5) * MS),
+        round((15 + 10 * 30 + 3) * MS),
+        round((15 + 12 * 30 + 4.5) * MS),
     ]
     assert sum((pub.tokens for pub in tl.publications), ()) == tuple(toks)
     assert [k for k in tl.kinds if k == "step"] == ["step"] * len(steps)

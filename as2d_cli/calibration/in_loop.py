@@ -328,9 +328,12 @@ def _source(
         chunk = src.chunk_ms_idle * float(changes.get("concurrent_ratio", src.concurrent_ratio))
     st = _startup(ops.get("source_step", []), ctx.ref_audio_s if ctx is not None else None, chunk)
     if st is not None:
-        changes["startup_ms"], slope = st
+        # The episodes see the startup beside the running target; the profile keeps idle
+        # figures and the replay applies the concurrent ratio, which gives the observed back.
+        r = float(changes.get("concurrent_ratio", src.concurrent_ratio))
+        changes["startup_ms"] = st[0] / r
         if ctx is not None:
-            changes["startup_ms_per_audio_s"] = slope
+            changes["startup_ms_per_audio_s"] = st[1] / r
     return dataclasses.replace(src, **changes) if changes else src
 
 

@@ -10,7 +10,7 @@ end of its publication. The producer never waits for the target (A.1).
 Why one timeline per (window, source) serves every budget: the engine takes a target
 round at every boundary (K1 when nothing is usable), so the target is in service
 continuously from 0 to its EOS. Every producer segment that starts before target EOS
-therefore runs at its concurrent cost, and segments are back to back — the timeline up
+therefore runs at its concurrent cost (startup and publication included), and segments are back to back — the timeline up
 to target EOS does not depend on the budget or on target outcomes. At target EOS the
 producer is told to stop; the segment already started finishes and is charged (drain).
 The full-window protocol (A.1) makes the whole audio available before the decode clock
@@ -139,11 +139,14 @@ def build_timeline(
             f"use a profile calibrated for this source"
         )
     use_ctx = context is not None and audio_s is not None
+    # Startup and publication run beside the target like the steps do, so they pay the
+    # producer's concurrent ratio too (the profile's figures are idle ones).
+    ratio = costs.concurrent_ratio
     if context is not None and audio_s is not None:
-        startup = ms_to_ns(costs.startup_for(audio_s, context.ref_audio_s))
+        startup = ms_to_ns(costs.startup_for(audio_s, context.ref_audio_s) * ratio)
     else:
-        startup = ms_to_ns(costs.startup_ms)
-    publish = ms_to_ns(costs.publish_ms)
+        startup = ms_to_ns(costs.startup_ms * ratio)
+    publish = ms_to_ns(costs.publish_ms * ratio)
     segments: list[tuple[str, int]] = [(STARTUP, startup)]
     pubs: list[tuple[int, tuple[int, ...], tuple[float, ...] | None]] = []
     t = startup
