@@ -312,7 +312,7 @@ class AdbPhone(Device):
                 else Fact(None, f"unavailable: getprop {key} is empty")
             )
 
-        per_core = {c: int(files[p].strip()) / 1e6 for c, p in zip(cpus, max_paths) if files.get(p)}
+        per_core = {c: int(f.strip()) / 1e6 for c, p in zip(cpus, max_paths) if (f := files.get(p))}
         v: dict[str, Fact] = {
             "model_id": prop("model_id", "ro.product.model"),
             "marketing_name": prop("marketing_name", "ro.product.marketname"),
@@ -336,8 +336,8 @@ class AdbPhone(Device):
                 else Fact(None, "unavailable: cpuinfo_max_freq unreadable")
             ),
             "gpu": (
-                Fact(files[gpu_path].strip(), gpu_path)
-                if files.get(gpu_path)
+                Fact(gpu.strip(), gpu_path)
+                if (gpu := files.get(gpu_path))
                 else Fact(None, f"unavailable: {gpu_path} unreadable (not a Qualcomm Adreno GPU?)")
             ),
             "ram_gib": _mem_fact(files.get(mem_path)),

@@ -30,8 +30,8 @@ def _bad(spec: str, why: str) -> UserError:
     )
 
 
-def apply_fault(phone: ScriptedPhone, spec: str) -> str:
-    """Arm one fault; returns a human description."""
+def _apply_base_fault(phone: ScriptedPhone, spec: str) -> str:
+    """Arm one fault of the device forms; returns a human description."""
     n = phone.profile.n_cpus
     if m := re.fullmatch(r"core-(offline|online):(\d+)@([\d.]+)", spec):
         cpu, at = int(m[2]), float(m[3])
@@ -129,10 +129,7 @@ def reattach(phone: ScriptedPhone) -> None:
         phone._tell_server("connect")
 
 
-_apply_base_fault = apply_fault
-
-
-def apply_fault(phone: ScriptedPhone, spec: str) -> str:  # noqa: F811 - extends the forms above
+def apply_fault(phone: ScriptedPhone, spec: str) -> str:
     """Arm one fault (the forms above and the energy faults); returns a human description."""
     if m := re.fullmatch(r"battery-status:([A-Za-z-]+)@([\d.]+)", spec):
         status = m[1].replace("-", " ").capitalize()

@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -102,14 +103,19 @@ THERMAL_ZONES = (
 CPU = "/sys/devices/system/cpu"
 
 
+def _text(content: str) -> Callable[[], str]:
+    """A dynamic file whose content never changes."""
+    return lambda: content
+
+
 def _ranges(cpus: list[int]) -> str:
-    out: list[str] = []
+    out: list[tuple[int, int]] = []
     for c in sorted(cpus):
         if out and out[-1][1] == c - 1:
-            out[-1] = (out[-1][0], c)  # type: ignore[assignment]
+            out[-1] = (out[-1][0], c)
         else:
-            out.append((c, c))  # type: ignore[arg-type]
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)  # type: ignore[misc]
+            out.append((c, c))
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
 
 
 class ScriptedPhone:
@@ -204,27 +210,25 @@ class ScriptedPhone:
         for cpu in range(n):
             cl = self._cluster(cpu)
             base = f"{CPU}/cpu{cpu}"
-            fs.add_dynamic(f"{base}/online", lambda cpu=cpu: "1\n" if cpu in self.online else "0\n")
+            fs.add_dynamic(f"{base}/online", partial(self._online_file, cpu))
             fq = f"{base}/cpufreq"
-            fs.add_dynamic(f"{fq}/cpuinfo_max_freq", lambda cl=cl: f"{cl.max_khz}\n")
-            fs.add_dynamic(f"{fq}/cpuinfo_min_freq", lambda cl=cl: f"{cl.min_khz}\n")
-            fs.add_dynamic(f"{fq}/scaling_min_freq", lambda cl=cl: f"{cl.min_khz}\n")
-            fs.add_dynamic(
-                f"{fq}/scaling_max_freq", lambda cpu=cpu: f"{self.ceiling_khz[self._policy(cpu)]}\n"
-            )
-            fs.add_dynamic(f"{fq}/scaling_cur_freq", lambda cpu=cpu: f"{self.current_khz(cpu)}\n")
-            fs.add_dynamic(f"{fq}/related_cpus", lambda cl=cl: " ".join(map(str, cl.cpus)) + "\n")
+            fs.add_dynamic(f"{fq}/cpuinfo_max_freq", _text(f"{cl.max_khz}\n"))
+            fs.add_dynamic(f"{fq}/cpuinfo_min_freq", _text(f"{cl.min_khz}\n"))
+            fs.add_dynamic(f"{fq}/scaling_min_freq", _text(f"{cl.min_khz}\n"))
+            fs.add_dynamic(f"{fq}/scaling_max_freq", partial(self._ceiling_file, cpu))
+            fs.add_dynamic(f"{fq}/scaling_cur_freq", partial(self._current_file, cpu))
+            fs.add_dynamic(f"{fq}/related_cpus", _text(" ".join(map(str, cl.cpus)) + "\n"))
             fs.add_dynamic(f"{fq}/scaling_governor", lambda: "walt\n")
         for i, zone in enumerate(THERMAL_ZONES):
-            fs.add_dynamic(f"/sys/class/thermal/thermal_zone{i}/type", lambda z=zone: z + "\n")
+            fs.add_dynamic(f"/sys/class/thermal/thermal_zone{i}/type", _text(zone + "\n"))
             fs.add_dynamic(
-                f"/sys/class/thermal/thermal_zone{i}/temp", lambda z=zone: f"{self.thermal_mc[z]}\n"
+                f"/sys/class/thermal/thermal_zone{i}/temp", partial(self._thermal_file, zone)
             )
         fs.add_dynamic("/sys/class/kgsl/kgsl-3d0/gpu_model", lambda: self.profile.gpu_model + "\n")
         for key in Battery().sysfs():
             fs.add_dynamic(
                 f"/sys/class/power_supply/battery/{key}",
-                lambda key=key: self.battery.sysfs()[key] + "\n",
+                partial(self._battery_file, key),
             )
         fs.add_dynamic(
             "/sys/class/power_supply/usb/online",
@@ -266,6 +270,21 @@ class ScriptedPhone:
             b, st, idle = self._jiffies
         user = b - st
         return f"cpu  {user} 0 0 {idle} 0 0 0 {st} 0 0\n"
+
+    def _online_file(self, cpu: int) -> str:
+        return "1\n" if cpu in self.online else "0\n"
+
+    def _ceiling_file(self, cpu: int) -> str:
+        return f"{self.ceiling_khz[self._policy(cpu)]}\n"
+
+    def _current_file(self, cpu: int) -> str:
+        return f"{self.current_khz(cpu)}\n"
+
+    def _thermal_file(self, zone: str) -> str:
+        return f"{self.thermal_mc[zone]}\n"
+
+    def _battery_file(self, key: str) -> str:
+        return self.battery.sysfs()[key] + "\n"
 
     def current_khz(self, cpu: int) -> int:
         """A plausible running clock: 70 % of the cluster maximum, never above the ceiling."""

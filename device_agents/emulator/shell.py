@@ -407,19 +407,21 @@ def _attend(ctx: CommandContext, proc: "subprocess.Popen[bytes]") -> int:
             ctx.cancel.set()
 
     def pump_in() -> None:
+        sink = proc.stdin
+        assert sink is not None  # started with stdin=PIPE
         try:
             while proc.poll() is None:
                 chunk = ctx.stdin.read1(timeout=0.1)
                 if chunk:
-                    proc.stdin.write(chunk)
-                    proc.stdin.flush()
+                    sink.write(chunk)
+                    sink.flush()
                 elif ctx.stdin.at_eof:
                     break
         except (BrokenPipeError, OSError, ValueError):
             pass
         finally:
             try:
-                proc.stdin.close()
+                sink.close()
             except OSError:
                 pass
 
