@@ -2,10 +2,13 @@
 
 For each method and dataset: the pooled TPS of both runs (from their ``per_window`` tables,
 pooled as ``results.json`` pools), the ratio B/A, a paired Wilcoxon signed-rank test on the
-per-window TPS (scipy.stats.wilcoxon) and a bootstrap confidence interval of the pooled
-ratio, resampling windows in pairs (scipy.stats.bootstrap, percentile method, fixed seed so
-a comparison is reproducible). A difference is called significant when the test's p-value is
-below ``alpha`` and the interval excludes 1.
+per-window TPS (scipy.stats.wilcoxon) with Holm's correction across every test of the
+comparison (the raw p kept beside it), the matched-pairs rank-biserial effect size, and
+bootstrap confidence intervals of the pooled ratio and of the effect size, resampling
+windows in pairs (scipy.stats.bootstrap, percentile method, fixed seed so a comparison is
+reproducible). A difference is called significant when the Holm-adjusted p is below
+``alpha`` and the ratio's interval excludes 1; a test with so few non-zero differences that
+its smallest possible p is not below ``alpha`` is marked "too few windows".
 """
 
 from __future__ import annotations
@@ -175,18 +178,73 @@ def _window_tps(tok: np.ndarray, sec: np.ndarray) -> np.ndarray:
         return np.nanmean(np.where(sec > 0, tok / sec, np.nan), axis=1)
 
 
-def compare_runs(
-    a: Path,
-    b: Path,
-    *,
-    alpha: float = 0.05,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-    native: bool = False,
-) -> dict[str, Any]:
+def _bootstrap(
+    stat: Any, n: int, resamples: int, confidence: float, seed: int
+) -> tuple[float | None, float | None]:
+    """A percentile bootstrap interval of ``stat`` over windows resampled in pairs (fixed
+    seed: a comparison is reproducible); None with fewer than 2 windows."""
     from scipy import stats
 
+    if n < 2:
+        return None, None
+    ci = stats.bootstrap(
+        (np.arange(n),),
+        stat,
+        vectorized=True,
+        n_resamples=resamples,
+        confidence_level=confidence,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
+    lo, hi = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
+    return (None, None) if np.isnan(lo) or np.isnan(hi) else (lo, hi)
+
+
+def _compare_cell(
+    arrays: tuple[np.ndarray, ...], alpha: float, confidence: float, resamples: int, seed: int
+) -> dict[str, Any]:
+    """One method and dataset: pooled TPS of both runs, their ratio with its interval,
+    the paired Wilcoxon test and the rank-biserial effect size with its interval."""
+    from scipy import stats
+
+    from as2d_cli.stats.compare import rank_biserial, wilcoxon_min_p
+
+    ta, sa, tb, sb = arrays
+    pa, pb = float(_pooled(ta, sa)), float(_pooled(tb, sb))
+    xa, xb = _window_tps(ta, sa), _window_tps(tb, sb)
+    ok = ~(np.isnan(xa) | np.isnan(xb))
+    diff = xb[ok] - xa[ok]
+    nonzero = int(np.count_nonzero(diff))
+    p = float(stats.wilcoxon(diff).pvalue) if nonzero else 1.0
+
+    def ratio(i: np.ndarray, axis: int = -1) -> np.ndarray:  # i: resampled windows (..., n)
+        return _pooled(tb[i], sb[i]) / _pooled(ta[i], sa[i])
+
+    def effect(i: np.ndarray, axis: int = -1) -> np.ndarray:
+        return rank_biserial(diff[i])
+
+    lo, hi = _bootstrap(ratio, len(ta), resamples, confidence, seed)
+    r = float(rank_biserial(diff)) if nonzero else None
+    r_lo, r_hi = _bootstrap(effect, len(diff), resamples, confidence, seed) if nonzero else (None, None)
+    return {
+        "windows": len(ta),
+        "tps_a": pa,
+        "tps_b": pb,
+        "ratio": pb / pa,
+        "ci_low": lo,
+        "ci_high": hi,
+        "p_value": p,
+        "effect_r": r,
+        "effect_ci_low": r_lo,
+        "effect_ci_high": r_hi,
+        # with n paired windows the exact test's p is at least 2/2^n: at or above alpha no
+        # difference could be called significant, whatever the data
+        "too_few": wilcoxon_min_p(int(ok.sum())) >= alpha,
+    }
+
+
+def _check_pair(a: Path, b: Path, native: bool) -> dict[Path, dict | None]:
+    """Both folders checked; the same run twice (a copied folder) refused."""
     if Path(a).resolve() == Path(b).resolve():
         raise UserError(f"{a} and {b} are the same folder; compare two different evaluations")
     checked = {a: verify_run(a), b: verify_run(b)}
@@ -200,6 +258,22 @@ def compare_runs(
         raise UserError(
             f"{a} and {b} hold the same {name} (one run, copied); compare two different evaluations"
         )
+    return checked
+
+
+def compare_runs(
+    a: Path,
+    b: Path,
+    *,
+    alpha: float = 0.05,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+    native: bool = False,
+) -> dict[str, Any]:
+    from as2d_cli.stats.compare import holm
+
+    checked = _check_pair(a, b, native)
     doc_a, per_a = load_run(a, native)
     doc_b, per_b = load_run(b, native)
     ra, rb = doc_a["results"], doc_b["results"]
@@ -221,56 +295,19 @@ def compare_runs(
     for m in methods:
         for d in [*datasets, "all"]:
             sel = None if d == "all" else d
-            ids = sorted(
-                set(
-                    per_a[(per_a["method"] == m) & ((per_a["dataset"] == sel) if sel else True)][
-                        "window"
-                    ]
-                )
-            )
+            rows_a = per_a[(per_a["method"] == m) & ((per_a["dataset"] == sel) if sel else True)]
+            ids = sorted(set(rows_a["window"]))
             if not ids:
                 continue
-            ta, sa = _window_arrays(per_a, m, sel, ids)
-            tb, sb = _window_arrays(per_b, m, sel, ids)
-            pa, pb = float(_pooled(ta, sa)), float(_pooled(tb, sb))
-            xa, xb = _window_tps(ta, sa), _window_tps(tb, sb)
-            ok = ~(np.isnan(xa) | np.isnan(xb))
-            diff = xb[ok] - xa[ok]
-            p = float(stats.wilcoxon(diff).pvalue) if np.any(diff != 0) else 1.0
-            lo = hi = None
-            if len(ids) >= 2:
-
-                def ratio(
-                    i: np.ndarray, axis: int = -1
-                ) -> np.ndarray:  # i: resampled window indices (..., n)
-                    return _pooled(tb[i], sb[i]) / _pooled(ta[i], sa[i])
-
-                ci = stats.bootstrap(
-                    (np.arange(len(ids)),),
-                    ratio,
-                    vectorized=True,
-                    n_resamples=resamples,
-                    confidence_level=confidence,
-                    method="percentile",
-                    random_state=np.random.default_rng(seed),
-                )
-                lo, hi = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
-            sig = p < alpha and lo is not None and hi is not None and not (lo <= 1.0 <= hi)
-            rows.append(
-                {
-                    "method": m,
-                    "label": LABELS[m],
-                    "dataset": d,
-                    "windows": len(ids),
-                    "tps_a": pa,
-                    "tps_b": pb,
-                    "ratio": pb / pa,
-                    "p_value": p,
-                    "ci_low": lo,
-                    "ci_high": hi,
-                    "significant": bool(sig),
-                }
-            )
+            arrays = (*_window_arrays(per_a, m, sel, ids), *_window_arrays(per_b, m, sel, ids))
+            cell = _compare_cell(arrays, alpha, confidence, resamples, seed)
+            rows.append({"method": m, "label": LABELS[m], "dataset": d, **cell})
+    # Holm across every test of the comparison; the raw p stays beside it
+    for r, ph in zip(rows, holm([r["p_value"] for r in rows])):
+        lo, hi = r["ci_low"], r["ci_high"]
+        r["p_holm"] = ph
+        excludes = lo is not None and hi is not None and not (lo <= 1.0 <= hi)
+        r["significant"] = bool(ph < alpha and excludes and not r["too_few"])
     return {
         "a": str(a),
         "b": str(b),
@@ -281,52 +318,96 @@ def compare_runs(
         "confidence": confidence,
         "resamples": resamples,
         "seed": seed,
+        "tests": len(rows),
         "rows": rows,
         "inputs": {"a": doc_a.get("inputs"), "b": doc_b.get("inputs")},
         "verified": {"a": checked[a] is not None, "b": checked[b] is not None},
     }
 
 
+def _verdict(r: dict[str, Any]) -> str:
+    if r["too_few"]:
+        return "too few windows"
+    return "significant" if r["significant"] else "not significant"
+
+
+def _ci(lo: float | None, hi: float | None, nd: int = 3) -> str:
+    return "—" if lo is None or hi is None else f"{lo:.{nd}f} to {hi:.{nd}f}"
+
+
 def render_compare(res: dict[str, Any], markdown: bool = False) -> str:
+    level = f"{int(round(res['confidence'] * 100))}%"
     head = [
         "method",
         "dataset",
+        "windows",
         "TPS A",
         "TPS B",
         "B/A",
-        f"{int(res['confidence'] * 100)}% CI",
+        f"B/A {level} CI",
         "p (Wilcoxon)",
-        "",
+        "p (Holm)",
+        "effect r",
+        f"r {level} CI",
+        "verdict",
     ]
     body = []
     for r in res["rows"]:
-        ci = "—" if r["ci_low"] is None else f"{r['ci_low']:.3f}–{r['ci_high']:.3f}"
         body.append(
             [
                 r["label"],
                 r["dataset"],
+                str(r["windows"]),
                 f"{r['tps_a']:.2f}",
                 f"{r['tps_b']:.2f}",
                 f"{r['ratio']:.3f}",
-                ci,
+                _ci(r["ci_low"], r["ci_high"]),
                 f"{r['p_value']:.3g}",
-                "significant" if r["significant"] else "",
+                f"{r['p_holm']:.3g}",
+                "—" if r["effect_r"] is None else f"{r['effect_r']:+.2f}",
+                _ci(r["effect_ci_low"], r["effect_ci_high"], 2),
+                _verdict(r),
             ]
         )
     if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 3) + "---|"]
         lines += ["| " + " | ".join(row) + " |" for row in body]
     else:
         lines = text_table(head, body)
+    return "\n".join(lines + _notes(res)) + "\n"
+
+
+def _notes(res: dict[str, Any]) -> list[str]:
     what = "native runs (median of each window's repetitions)" if res.get("native") else "replay"
-    lines += [
+    few = sum(1 for r in res["rows"] if r["too_few"])
+    notes = [
         "",
         f"A: {res['a']}" + _unverified(res, "a"),
         f"B: {res['b']}" + _unverified(res, "b"),
-        f"{res['windows']} {res['split']} windows, {what}; paired per window; bootstrap {res['resamples']} resamples "
-        f"(seed {res['seed']}); significant: p < {res['alpha']} and the interval excludes 1",
+        f"{res['windows']} {res['split']} windows, {what}; paired per window. B/A: pooled TPS "
+        f"ratio with a bootstrap percentile interval ({res['resamples']} resamples, seed "
+        f"{res['seed']}). p: two-sided Wilcoxon signed-rank test of per-window TPS, and "
+        f"Holm-adjusted across all {len(res['rows'])} tests. Effect r: matched-pairs "
+        "rank-biserial correlation (−1: every window slower in B, +1: every window faster), "
+        "with a bootstrap interval. Significant: Holm p < "
+        f"{res['alpha']} and the B/A interval excludes 1.",
     ]
-    return "\n".join(lines) + "\n"
+    if few:
+        notes.append(
+            f"Too few windows: {few} test(s) pair so few windows (n ≤ "
+            f"{_max_too_few(res['alpha'])}) that even the smallest possible p (2/2^n) is not "
+            f"below {res['alpha']}: they cannot show a difference, whatever the data."
+        )
+    return notes
+
+
+def _max_too_few(alpha: float) -> int:
+    from as2d_cli.stats.compare import wilcoxon_min_p
+
+    n = 0
+    while wilcoxon_min_p(n + 1) >= alpha:
+        n += 1
+    return n
 
 
 def _digest(folder: Path, name: str, manifest: dict | None) -> str:

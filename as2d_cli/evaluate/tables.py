@@ -199,7 +199,7 @@ def read_per_window(path: Path) -> Any:
     if head != PER_WINDOW_COLUMNS:
         return pd.read_csv(path)
     frame = pd.read_csv(
-        path, dtype=DTYPES, float_precision="round_trip", keep_default_na=False, na_values=[""]
+        path, dtype=DTYPES, keep_default_na=False, na_values=[""]
     )
     return frame
 

@@ -1,12 +1,15 @@
 """Comparisons across configurations: SD's K-mean summary (D.1.3), the per-window
-hindsight oracle and its gap (D.4.3), slowdown counts (D.4.5) and CDF data."""
+hindsight oracle and its gap (D.4.3), slowdown counts (D.4.5) and CDF data; and what a
+comparison of two runs reports beside its tests: Holm's correction across them, the
+paired rank-biserial effect size, and the smallest p-value a paired test of n windows can
+give (below which it is meaningless)."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
 from as2d_cli.stats.pooled import (
     ALL,
@@ -164,8 +167,48 @@ def cdf(values: Mapping[str, float] | Sequence[float]) -> list[tuple[float, floa
     return [(x, (i + 1) / n) for i, x in enumerate(xs)]
 
 
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error across every test given),
+    in the order given: the i-th smallest p times (m − i), made monotone, capped at 1."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+def rank_biserial(diffs: Any) -> Any:
+    """The matched-pairs rank-biserial correlation of paired differences (last axis;
+    leading axes are resamples): (Σ ranks of positive − Σ ranks of negative) / Σ ranks,
+    zeros dropped as the Wilcoxon test drops them; from −1 (every window lower in B) to
+    +1 (every window higher); NaN when every difference is zero."""
+    import numpy as np
+    from scipy.stats import rankdata
+
+    d = np.asarray(diffs, dtype=float)
+    zeros = (d == 0).sum(axis=-1, keepdims=True)
+    # zeros have the smallest |d|, so they take ranks 1..z: the others' ranks less z are
+    # their ranks among the non-zero differences
+    ranks = np.where(d != 0, rankdata(np.abs(d), axis=-1) - zeros, 0.0)
+    total = ranks.sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(total > 0, (np.sign(d) * ranks).sum(axis=-1) / total, np.nan)
+
+
+def wilcoxon_min_p(n_nonzero: int) -> float:
+    """The smallest two-sided p-value the exact Wilcoxon signed-rank test can give with
+    ``n_nonzero`` non-zero paired differences: 2 / 2^n (1 with none)."""
+    return 1.0 if n_nonzero <= 0 else min(1.0, 2.0 / 2.0**n_nonzero)
+
+
 __all__ = [
     "ALL",
+    "holm",
+    "rank_biserial",
+    "wilcoxon_min_p",
     "SD_WIDTHS",
     "TIE",
     "OracleResult",
