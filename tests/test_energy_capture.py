@@ -203,7 +203,9 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
         ["CURRENT", "VOLTAGE", "CHARGE"],
     )
     doc = load_energy_result(path)
-    assert doc["schema"] == "as2d.energy-result" and doc["schema_version"] == 4
+    assert doc["schema"] == "as2d.energy-result" and doc["schema_version"] == 5
+    assert doc["requests"][0]["energy_from"] == "readings"
+    assert doc["capture"]["gauge_noise_percent"] is not None
     assert doc["status"] == "complete" and doc["conditions"] is None  # none were passed
     # The gauge behind the trace updates once a second (polled every 250 ms).
     assert doc["capture"]["gauge_period_s"] == pytest.approx(1.0, rel=0.01)
@@ -215,9 +217,9 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="never overwritten"):
         write_results(d1, analysis, ep, trace, spec, {}, {}, [])
     future = json.loads(path.read_text())
-    future["schema_version"] = 5
+    future["schema_version"] = 6
     (tmp_path / "future.json").write_text(json.dumps(future))
-    with pytest.raises(FormatError, match="version 5 is newer"):
+    with pytest.raises(FormatError, match="version 6 is newer"):
         load_energy_result(tmp_path / "future.json")
     broken = json.loads(path.read_text())
     del broken["cross_check"]
@@ -230,7 +232,15 @@ _V3_REQUEST = ("short_window", "power_step_w", "energy_bound_j", "noise_bound_j"
 _V3_METHOD = ("energy_bound_j", "energy_bound_percent", "short_windows")
 
 
+def _drop_v4(doc: dict) -> None:
+    for r in doc["requests"]:  # version 5's
+        del r["energy_from"]
+    for k in ("gauge_noise_percent", "gauge_placement_s", "gauge_on_grid"):
+        doc["capture"].pop(k, None)
+
+
 def _drop_v3(doc: dict) -> None:
+    _drop_v4(doc)
     del doc["status"], doc["conditions"]  # version 4's
     for r in doc["requests"]:
         for k in _V3_REQUEST:
@@ -240,7 +250,23 @@ def _drop_v3(doc: dict) -> None:
             del m[k]
 
 
-def test_version_3_results_are_read_as_version_4(tmp_path: Path) -> None:
+def test_version_4_results_are_read_as_version_5(tmp_path: Path) -> None:
+    """A version-4 run integrated the polled curve: energy_from reads null."""
+    analysis, ep, trace = _analysis(tmp_path)
+    d = new_run_dir(tmp_path / "results", "k70")
+    path = write_results(
+        d, analysis, ep, trace, CaptureSpec(duration_ms=10_000), {}, {}, ["CURRENT"]
+    )
+    old = json.loads(path.read_text())
+    old["schema_version"] = 4
+    _drop_v4(old)
+    (tmp_path / "v4.json").write_text(json.dumps(old))
+    doc = load_energy_result(tmp_path / "v4.json")
+    assert doc["schema_version"] == 5 and doc["requests"][0]["energy_from"] is None
+    assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
+
+
+def test_version_3_results_are_read_as_version_5(tmp_path: Path) -> None:
     """A version-3 run was neither gated nor monitored: it reads as complete, conditions null."""
     analysis, ep, trace = _analysis(tmp_path)
     d = new_run_dir(tmp_path / "results", "k70")
@@ -249,14 +275,15 @@ def test_version_3_results_are_read_as_version_4(tmp_path: Path) -> None:
     )
     old = json.loads(path.read_text())
     old["schema_version"] = 3
+    _drop_v4(old)
     del old["status"], old["conditions"]
     (tmp_path / "v3.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v3.json")
-    assert doc["schema_version"] == 4 and doc["status"] == "complete"
+    assert doc["schema_version"] == 5 and doc["status"] == "complete"
     assert doc["conditions"] is None
 
 
-def test_version_2_results_are_read_as_version_4(tmp_path: Path) -> None:
+def test_version_2_results_are_read_as_version_5(tmp_path: Path) -> None:
     analysis, ep, trace = _analysis(tmp_path)
     d = new_run_dir(tmp_path / "results", "k70")
     path = write_results(
@@ -269,13 +296,13 @@ def test_version_2_results_are_read_as_version_4(tmp_path: Path) -> None:
     _drop_v3(old)
     (tmp_path / "v2.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v2.json")
-    assert doc["schema_version"] == 4 and doc["status"] == "complete"
+    assert doc["schema_version"] == 5 and doc["status"] == "complete"
     assert all(doc["requests"][0][k] is None for k in _V3_REQUEST)
     assert all(doc["methods"][0][k] is None for k in _V3_METHOD)
     assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
 
 
-def test_version_1_results_are_read_as_version_4(tmp_path: Path) -> None:
+def test_version_1_results_are_read_as_version_5(tmp_path: Path) -> None:
     analysis, ep, trace = _analysis(tmp_path)
     d = new_run_dir(tmp_path / "results", "k70")
     path = write_results(
@@ -298,7 +325,7 @@ def test_version_1_results_are_read_as_version_4(tmp_path: Path) -> None:
     _drop_v3(old)
     (tmp_path / "v1.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v1.json")
-    assert doc["schema_version"] == 4 and "poll_s_observed" not in doc["capture"]
+    assert doc["schema_version"] == 5 and "poll_s_observed" not in doc["capture"]
     assert doc["requests"][0]["energy_bound_j"] is None
     assert doc["capture"]["gauge_period_s"] is None and doc["capture"]["gauge_readings"] is None
     assert doc["requests"][0]["gauge_readings_in_window"] is None

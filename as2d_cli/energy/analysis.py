@@ -143,6 +143,9 @@ def reading_noise(
     return float(np.sqrt(np.mean(kept**2) / 2.0)) if kept.size >= 2 else s0
 
 
+NOT_COVERED = "not covered"  # the status word of a request whose window the trace misses
+
+
 def not_covered(series: BatterySeries, t0: int, t1: int) -> str | None:
     """The status of a request whose window the trace does not cover (None when it does):
     the trace ends before the window does (it was cut, or ran to its bound first) or
@@ -152,12 +155,12 @@ def not_covered(series: BatterySeries, t0: int, t1: int) -> str | None:
         return None
     span = f"the trace covers boot {first / 1e9:.3f}–{last / 1e9:.3f} s"
     if t0 < first:
-        return f"not covered: {span}, and this window starts at {t0 / 1e9:.3f} s"
+        return f"{NOT_COVERED}: {span}, and this window starts at {t0 / 1e9:.3f} s"
     if series.lost_bytes:
         why = f"it was cut mid-packet ({series.lost_bytes} bytes lost after its last whole packet)"
     else:
         why = "the request outlasted the bounded trace (--request-budget-s sizes it)"
-    return f"not covered: {span}, and this window ends at {t1 / 1e9:.3f} s — {why}"
+    return f"{NOT_COVERED}: {span}, and this window ends at {t1 / 1e9:.3f} s — {why}"
 
 
 @dataclass(frozen=True)
@@ -397,31 +400,51 @@ def cross_check(series: BatterySeries, limits: RefusalLimits = RefusalLimits()) 
     )
 
 
+def counter_agreement(series: BatterySeries) -> float | None:
+    """Σ Δq·I·Δt over the intervals between polls: positive when the charge counter moves
+    the way the current says in Android's sign (it falls while the current is negative and
+    rises while it is positive), negative when the gauge reports the opposite sign; None
+    without a charge counter that moved. A charger plugged in for part of the capture
+    moves both the same way, so it cannot flip the answer, however long it stayed in."""
+    q, cur = series.charge_uah, series.current_ua
+    mean_i = (cur[1:] + cur[:-1]) / 2.0
+    dq = np.diff(q)
+    ok = np.isfinite(dq) & np.isfinite(mean_i) & (dq != 0)
+    if not ok.any():
+        return None
+    dt = np.diff(series.t_ns).astype(float)
+    return float(np.sum((dq * mean_i * dt)[ok]))
+
+
 def correct_current_sign(
     series: BatterySeries, meta: dict[str, str]
 ) -> tuple[BatterySeries, str | None]:
     """(the series in Android's sign, a note when it had to be corrected).
 
     Some gauges report discharge current positive. That is a sign convention, not a
-    charger, when the battery status said Discharging (at the start or end of the
-    capture, and a charger status at neither), the charge counter fell over the capture,
-    and most polls read a positive current: the current is then negated, and the note
-    says so. Without that evidence (no status recorded, no charge counter, or a counter
-    that rose) positive current stays what it looks like: charging, refused per window."""
+    charger, when the battery status said Discharging (at the start or end of the capture,
+    and a charger status at neither), the charge counter fell over the capture, and the
+    counter moved against the current's sign (counter_agreement < 0): the current is then
+    negated, and the note says so. Without that evidence (no status recorded, no charge
+    counter, a counter that rose or that follows the current) positive current stays what
+    it looks like: charging, refused per window. A weak charger plugged back during the
+    idle tail makes many polls positive, but the counter rises with them: no correction."""
     statuses = [meta.get(f"battery_status_at_{w}", "").strip().lower() for w in ("start", "end")]
     if "discharging" not in statuses or not series.has("current_ua"):
-        return series, None
-    cur = series.current_ua[np.isfinite(series.current_ua)]
-    if float(np.median(cur)) <= 0:
         return series, None
     q = series.charge_uah[np.isfinite(series.charge_uah)]
     if q.size < 2 or float(q[0] - q[-1]) <= 0:
         return series, None
+    agree = counter_agreement(series)
+    if agree is None or agree >= 0:
+        return series, None
+    cur = series.current_ua[np.isfinite(series.current_ua)]
     note = (
         f"the gauge reports discharge current positive (battery status Discharging, "
         f"charge counter fell {float(q[0] - q[-1]) / 1000:.2f} mAh while the median current "
-        f"read +{float(np.median(cur)) / 1000:.0f} mA): a sign convention, not a charger — "
-        "the current's sign was corrected for the energy figures and the cross-check"
+        f"read {float(np.median(cur)) / 1000:+.0f} mA, and the counter moved against the "
+        "current's sign): a sign convention, not a charger — the current's sign was "
+        "corrected for the energy figures and the cross-check"
     )
     fixed = replace(series, current_ua=-series.current_ua, current_avg_ua=-series.current_avg_ua)
     return fixed, note
@@ -439,6 +462,7 @@ def pool_methods(
         if not ok:
             why = formal[0].status.removeprefix("failed: ") if formal else "no formal request"
             stopped = bool(formal) and all(r.exit_code in _STOPS for r in formal)
+            cut = bool(formal) and all(r.status.startswith(NOT_COVERED) for r in formal)
             rows.append(
                 MethodSummary(
                     m,
@@ -447,6 +471,9 @@ def pool_methods(
                     nf,
                     f"stopped: none of its {n} formal request(s) was measured ({why})"
                     if stopped
+                    else f"{NOT_COVERED}: the trace covers none of its {n} formal request(s) "
+                    f"({why.removeprefix(NOT_COVERED + ': ')})"
+                    if cut
                     else f"failed: all {n} formal request(s) failed ({why})",
                     None,
                     None,
@@ -524,6 +551,7 @@ def analyse_episode(
     placed = place_readings(series, gauge, power_w(series))
     noise = reading_noise(series, gauge, loaded_windows(episode))
     reqs = [analyse_request(series, r, limits, gauge, noise, placed) for r in episode.requests]
+    _refuse_if_nothing_covered(reqs)
     order: list[str] = []
     for r in reqs:
         if r.phase == "formal" and r.method not in order:
@@ -545,6 +573,17 @@ def analyse_episode(
         placement_s=float(placed.eps_ns.max()) / 1e9 if len(placed) else None,
         on_grid=placed.on_grid if len(placed) else None,
     )
+
+
+def _refuse_if_nothing_covered(reqs: list[RequestEnergy]) -> None:
+    """A trace that covers none of the requests that ran has nothing to measure: one line."""
+    ran = [r for r in reqs if r.exit_code == 0]
+    if ran and all(r.status.startswith(NOT_COVERED) for r in ran):
+        r = ran[0]
+        raise MeasurementRefused(
+            f"request {r.method}/{r.phase} at boot {r.origin_boot_ns / 1e9:.3f} s: {r.status}; "
+            "the trace covers no request window, so nothing was measured"
+        )
 
 
 def _noise_w(reqs: list[RequestEnergy], noise: float) -> float | None:

@@ -37,7 +37,7 @@ from as2d_cli.formats.common import (
 )
 
 SCHEMA = "as2d.energy-result"
-VERSION = 4
+VERSION = 5
 # Version history: 1 — first release (per-request rows, per-method pools, cross-check);
 # 2 — the gauge's own figures: capture.gauge_period_s and capture.gauge_readings replace
 # capture.poll_s_observed, and each request has gauge_readings_in_window; a gauge whose
@@ -51,7 +51,10 @@ VERSION = 4
 # and each request's noise_bound_j (the bound's reading-noise part);
 # 4 — the measuring conditions: status (complete or stopped) and conditions (the gate before
 # the capture, the 1 Hz monitor's record, the cores the episode checked around every
-# request, and why and where it stopped measuring); requests stopped or not run.
+# request, and why and where it stopped measuring); requests stopped or not run;
+# 5 — energy from the gauge's readings placed at their update instants: each request's
+# energy_from (readings or polls), capture.gauge_noise_percent (the noise under load),
+# gauge_placement_s and gauge_on_grid; requests the trace does not cover kept and marked.
 TRACE_NAME = "trace.perfetto-trace"
 EPISODE_NAME = "episode.tsv"
 GATE_NAME = "gate.json"  # the gate before the capture (as2d.gate/1)
@@ -138,7 +141,16 @@ def _upgrade_3(doc: dict) -> dict:
     return doc
 
 
-UPGRADES = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3}
+def _upgrade_4(doc: dict) -> dict:
+    """Version 4 → 5: a version-4 file integrated the polled curve; energy_from is null."""
+    doc = dict(doc)
+    doc["requests"] = [
+        {"energy_from": None, **r} if isinstance(r, dict) else r for r in doc.get("requests") or []
+    ]
+    return doc
+
+
+UPGRADES = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4}
 
 
 def _read_json(path: Path) -> Any:
@@ -265,13 +277,25 @@ def bound_notes(analysis: EnergyAnalysis) -> list[str]:
     if g is None or g.period_s is None:
         return []
     d = g.period_s + analysis.poll_s
+    placed = [r for r in analysis.requests if r.energy_from == "readings"]
+    polled = [r for r in analysis.requests if r.energy_from == "polls" and r.status == "ok"]
+    noise = analysis.noise_percent or 0.0
     out = [
-        f"± bound: the gauge shows a load step up to {d:.3g} s late (update period "
-        f"{g.period_s:.3g} s + poll {analysis.poll_s:.3g} s); a request's energy is off by at "
-        f"most {d:.3g} s × the step in power between its edges, plus 3 × the reading noise "
-        f"({analysis.noise_w or 0.0:.3g} W) × √(window × period); a method's pooled energy "
-        "by the sum of the edge terms and the noise terms in quadrature (docs/energy.md)"
+        f"± bound: energy from the gauge's readings placed at their update instants (± "
+        f"{analysis.placement_s or 0.0:.3g} s){' on one fixed update grid' if analysis.on_grid else ''}, "
+        f"each the power at its instant; off by at most 3 × the reading noise under load "
+        f"({noise:.2g} % per reading) carried through the time each reading stands for, plus "
+        "that time × the departure of any reading that leaves its neighbours (a transient the "
+        "gauge caught), plus the placement × the step at each edge; a method's pooled "
+        "energy by the sum of those terms and the noise terms in quadrature (docs/energy.md)"
     ]
+    if polled or not placed:
+        out.append(
+            f"{len(polled)} window(s) held no reading surely inside: their energy is the polled "
+            f"curve's, which shows a load step up to {d:.3g} s late (period {g.period_s:.3g} s "
+            f"+ poll {analysis.poll_s:.3g} s), bounded by {d:.3g} s × the step between its edges "
+            "plus 3 × the noise × √(window × period)"
+        )
     for m in analysis.methods:
         if m.energy_bound_percent is not None:
             out.append(f"{m.method}: pooled energy ± {m.energy_bound_percent:.1f} %")
@@ -529,6 +553,9 @@ def write_results(
                 "gauge_period_s": analysis.gauge.period_s if analysis.gauge else None,
                 "gauge_readings": analysis.gauge.readings if analysis.gauge else None,
                 "gauge_noise_w": analysis.noise_w,
+                "gauge_noise_percent": analysis.noise_percent,
+                "gauge_placement_s": analysis.placement_s,
+                "gauge_on_grid": analysis.on_grid,
                 "current_sign_corrected": analysis.sign_note is not None,
                 "current_sign_note": analysis.sign_note,
                 "trace_bytes": analysis.trace_bytes,
