@@ -10,7 +10,7 @@ import pytest
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.trace import TraceSet
 from as2d_cli.replay.driver import Prepared, replay_window
-from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec
+from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec, spec_grid
 from as2d_cli.replay.selection import oracle, rank, rank_settings, select_budget
 from as2d_cli.replay.sweep import sweep
 from as2d_cli.synthetic import synthetic_profile, synthetic_traces
@@ -158,7 +158,11 @@ def test_ranking_across_settings_keeps_each_settings_order_and_breaks_ties_by_se
         return CatalogTimes(["w"], ["d"], np.array([5]), ["a", "b"], [1, 2], t, t, [["a", "b"]])
 
     slow, fast = cat([[20, 30], [20, 40]]), cat([[20, 10], [40, 40]])
-    merged = rank_settings([((0.4, 8), slow), ((0.7, 2), fast)])
+
+    def st(threshold: float, batch: int) -> MethodSpec:
+        return MethodSpec("as2d", threshold=threshold, batch=batch)
+
+    merged = rank_settings([(st(0.4, 8), slow), (st(0.7, 2), fast)])
     assert len(merged) == 8
     assert (merged[0].source, merged[0].budget, merged[0].threshold, merged[0].batch) == (
         "a",
@@ -173,10 +177,14 @@ def test_ranking_across_settings_keeps_each_settings_order_and_breaks_ties_by_se
         ("a", 1, 0.7),
     ]
     # Each setting's own order survives the merge, and one setting is plain rank().
-    for st, c in (((0.4, 8), slow), ((0.7, 2), fast)):
-        own = [(r.source, r.budget) for r in merged if (r.threshold, r.batch) == st]
-        assert own == [(r.source, r.budget) for r in rank(c, *st)]
-    assert rank(slow) == rank_settings([((DEFAULT_THRESHOLD, DEFAULT_BATCH), slow)])
+    for setting, c in ((st(0.4, 8), slow), (st(0.7, 2), fast)):
+        own = [
+            (r.source, r.budget)
+            for r in merged
+            if (r.threshold, r.batch) == (setting.threshold, setting.batch)
+        ]
+        assert own == [(r.source, r.budget) for r in rank(c, setting)]
+    assert rank(slow) == rank_settings([(st(DEFAULT_THRESHOLD, DEFAULT_BATCH), slow)])
 
 
 def test_a_wider_catalog_picks_the_best_setting_and_reports_it() -> None:
@@ -190,8 +198,7 @@ def test_a_wider_catalog_picks_the_best_setting_and_reports_it() -> None:
         prof,
         budgets=budgets,
         processes=1,
-        thresholds=ths,
-        batches=bts,
+        settings=spec_grid(MethodSpec("as2d"), {"threshold": ths, "batch": bts}),
         progress=lambda *a: heard.append(a),
     )
     # One report per sweep as it starts: every setting on dev, then on val.
@@ -201,7 +208,13 @@ def test_a_wider_catalog_picks_the_best_setting_and_reports_it() -> None:
         and heard[5][0] == "val, threshold 0.4, batch 8"
     )
     singles = {
-        (t, b): select_budget(ts, prof, budgets=budgets, processes=1, threshold=t, batch=b)
+        (t, b): select_budget(
+            ts,
+            prof,
+            budgets=budgets,
+            processes=1,
+            settings=[MethodSpec("as2d", threshold=t, batch=b)],
+        )
         for t in ths
         for b in bts
     }

@@ -63,7 +63,7 @@ def select_budget(
     allow_implausible: bool = options.allow_implausible(),
 ) -> None:
     """Select the fixed As²d configuration (source × budget) by pooled dev TPS."""
-    from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BATCH, DEFAULT_THRESHOLD
+    from as2d_cli.engine.methods import DEFAULT_ALIGN, MethodSpec, spec_grid
     from as2d_cli.errors import UserError
     from as2d_cli.execution import open_executor
     from as2d_cli.formats.common import next_free
@@ -71,6 +71,14 @@ def select_budget(
     from as2d_cli.replay.report import default_deployment_path, select_report, write_selection
     from as2d_cli.replay.sweep import DEFAULT_BUDGETS
 
+    # Every setting a list, parsed once; the catalog spans their product (llama-bench's way).
+    settings = spec_grid(
+        MethodSpec("as2d", align=DEFAULT_ALIGN if align is None else align),
+        {
+            "threshold": [] if threshold is None else options.parse_fractions(threshold),
+            "batch": [] if batch is None else options.parse_counts(batch),
+        },
+    )
     # The profile's plausibility, before any sweep (select_report reads its format again).
     prof = load_profile(profile, check=True, allow_implausible=allow_implausible)
     srcs = [s.strip() for s in sources.split(",") if s.strip()] if sources else None
@@ -108,14 +116,10 @@ def select_budget(
             traces,
             sources=srcs,
             budgets=searched,
+            settings=settings,
             tolerance=tolerance,
             processes=processes,
-            threshold=DEFAULT_THRESHOLD,
-            batch=DEFAULT_BATCH,
             executor=executor,
-            align=DEFAULT_ALIGN if align is None else align,
-            thresholds=None if threshold is None else options.parse_fractions(threshold),
-            batches=None if batch is None else options.parse_counts(batch),
             progress=progress,
         )
     dest = out if out is not None else next_free(default_deployment_path(prof))
@@ -148,8 +152,8 @@ def select_budget(
     c = Console(width=110, highlight=False)
     dev = rep["dev"]
     cat = rep["catalog"]
-    settings = len(cat["thresholds"]) * len(cat["batches"]) > 1
-    chosen = f", threshold {sel.threshold}, batch {sel.batch}" if settings else ""
+    several = len(cat["thresholds"]) * len(cat["batches"]) > 1
+    chosen = f", threshold {sel.threshold}, batch {sel.batch}" if several else ""
     c.print(
         f"selected {sel.source} / budget {sel.budget} (K ≤ {sel.budget + 1}){chosen}: {dev['tps']:.2f} TPS pooled over "
         f"{dev['windows']} dev windows ({cat['configurations']} configurations)"
@@ -163,7 +167,7 @@ def select_budget(
     else:
         verdict = "retained" if v["retained"] else "NOT retained"
         vb = v["best"]
-        vset = f" threshold {vb['threshold']} batch {vb['batch']}" if settings else ""
+        vset = f" threshold {vb['threshold']} batch {vb['batch']}" if several else ""
         c.print(
             f"val: {v['tps']:.2f} TPS, rank {v['rank']} (best {vb['source']}/budget {vb['budget']}{vset} "
             f"{v['best']['tps']:.2f}); {verdict} at tolerance {100 * v['tolerance']:.1f}%"
@@ -176,7 +180,7 @@ def select_budget(
             f"budgets {options.spans(dropped)} left out: the profile lacks some of their widths"
         )
     for r in rep["ranking"][:5]:
-        setting = f" threshold {r['threshold']} batch {r['batch']:>2}" if settings else ""
+        setting = f" threshold {r['threshold']} batch {r['batch']:>2}" if several else ""
         c.print(f"  {r['source']:>12} budget {r['budget']:>2}{setting}: {r['tps']:.3f}")
     c.print(f"wrote {written}")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.execution import Executor
 from as2d_cli.formats.deployment import Deployment
 from as2d_cli.formats.profile import CostProfile
@@ -184,11 +185,9 @@ def evaluate_fixed(
         profile,
         sources,
         usable,
+        setting=MethodSpec("as2d", threshold=th, batch=batch, align=align),
         processes=processes,
-        threshold=th,
-        batch=batch,
         executor=executor,
-        align=align,
     )
     orc_result = oracle(cat, src, b)
     orc = orc_result.to_json()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from as2d_cli.engine.methods import DEFAULT_ALIGN
+from as2d_cli.engine.methods import DEFAULT_ALIGN, MethodSpec
 from as2d_cli.errors import As2dError, Interrupted, UserError
 from as2d_cli.evaluate.fixed import (
     FixedEval,
@@ -184,7 +184,8 @@ def run_eval(
             say(
                 f"no deployment chosen on {profile_path} yet: selecting one on the dev/val splits first"
             )
-            sel = select_budget(ts, prof, align=align or DEFAULT_ALIGN, executor=executor)
+            setting = MethodSpec("as2d", align=align or DEFAULT_ALIGN)
+            sel = select_budget(ts, prof, settings=[setting], executor=executor)
             if sel.retained is False and not accept:  # refused before the deployment is written
                 failed = " and ".join(validation_failures(sel.to_json()))
                 raise UserError(

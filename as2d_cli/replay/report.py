@@ -27,8 +27,8 @@ from as2d_cli.formats.trace import TraceSet
 from as2d_cli.formats.trace_io import load_traces
 from as2d_cli.replay.run import run_method, slowdowns
 from as2d_cli.replay.selection import Selection, select_budget, windows_of
-from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BATCH, DEFAULT_BUDGET, DEFAULT_THRESHOLD
-from as2d_cli.replay.sweep import DEFAULT_BUDGETS
+from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BUDGET, MethodSpec
+from as2d_cli.replay.sweep import AS2D, DEFAULT_BUDGETS
 from as2d_cli.stats.compare import cdf
 
 REPORT_SCHEMA = "as2d.replay-report"
@@ -189,42 +189,33 @@ def select_report(
     *,
     sources: Sequence[str] | None = None,
     budgets: Sequence[int] = DEFAULT_BUDGETS,
+    settings: Sequence[MethodSpec] = (AS2D,),
     tolerance: float = 0.01,
     processes: int | None = None,
-    threshold: float | None = DEFAULT_THRESHOLD,
-    batch: int = DEFAULT_BATCH,
     executor: Executor | None = None,
-    align: str = DEFAULT_ALIGN,
-    thresholds: Sequence[float | None] | None = None,
-    batches: Sequence[int] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[Selection, dict]:
     """Run the selection on the traces' dev and val splits; return it and its report.
-    ``thresholds``/``batches`` widen the catalog to those settings (:func:`select_budget`)."""
+    ``settings``: As²d's settings the catalog spans (:func:`select_budget`)."""
     if not 0.0 <= tolerance < 1.0:
         raise UserError(f"--tolerance {tolerance}: give a fraction in [0, 1), e.g. 0.01 for 1 %")
     if processes is not None and processes < 1:
         raise UserError(f"--processes {processes}: give at least 1")
     profile, traces = load_inputs(profile_path, traces_path)
-    for b in [batch, *(batches or ())]:
-        for t in [threshold, *(thresholds or ())]:
-            if b < 1 or (t is not None and not 0.0 <= t <= 1.0):
-                raise UserError(
-                    f"--batch {b} / --threshold {t}: give a batch >= 1 and a threshold in [0, 1]"
-                )
+    for st in settings:
+        if st.batch < 1 or (st.threshold is not None and not 0.0 <= st.threshold <= 1.0):
+            raise UserError(
+                f"--batch {st.batch} / --threshold {st.threshold}: give a batch >= 1 and a threshold in [0, 1]"
+            )
     sel = select_budget(
         traces,
         profile,
         sources=sources,
         budgets=budgets,
+        settings=settings,
         tolerance=tolerance,
         processes=processes,
-        threshold=threshold,
-        batch=batch,
         executor=executor,
-        align=align,
-        thresholds=thresholds,
-        batches=batches,
         progress=progress,
     )
     report = {

@@ -16,17 +16,17 @@ windows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BATCH, DEFAULT_THRESHOLD
+from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet, WindowTrace
-from as2d_cli.replay.sweep import DEFAULT_BUDGETS, CatalogTimes, sweep
+from as2d_cli.replay.sweep import AS2D, DEFAULT_BUDGETS, CatalogTimes, sweep
 from as2d_cli.stats.compare import oracle_gap
 
 DEFAULT_TOLERANCE = 0.01
@@ -34,11 +34,26 @@ DEFAULT_TOLERANCE = 0.01
 
 @dataclass(frozen=True)
 class Ranked:
-    source: str
-    budget: int
+    spec: MethodSpec  # one configuration: a setting of the catalog at a source and budget
     tps: float
-    threshold: float | None = DEFAULT_THRESHOLD  # the setting it was replayed with
-    batch: int = DEFAULT_BATCH
+
+    @property
+    def source(self) -> str:
+        assert self.spec.source is not None
+        return self.spec.source
+
+    @property
+    def budget(self) -> int:
+        assert self.spec.budget is not None
+        return self.spec.budget
+
+    @property
+    def threshold(self) -> float | None:
+        return self.spec.threshold
+
+    @property
+    def batch(self) -> int:
+        return self.spec.batch
 
     def to_json(self) -> dict:
         return {
@@ -50,29 +65,25 @@ class Ranked:
         }
 
 
-Setting = tuple[float | None, int]  # (As²d's confidence stop, publication batch)
-
-
-def rank_settings(cats: Sequence[tuple[Setting, CatalogTimes]]) -> list[Ranked]:
+def rank_settings(cats: Sequence[tuple[MethodSpec, CatalogTimes]]) -> list[Ranked]:
     """Every configuration of every setting's catalog by pooled TPS, best first (ties:
     smaller budget, then the earlier setting, then the catalog's source order — the
     cheaper, simpler configuration wins a tie)."""
     rows: list[tuple[float, int, int, int, Ranked]] = []
-    for k, ((threshold, batch), cat) in enumerate(cats):
+    for k, (setting, cat) in enumerate(cats):
         tps = cat.pooled_tps()
         for s, source in enumerate(cat.sources):
             for b, budget in enumerate(cat.budgets):
                 t = float(tps[s, b])
-                rows.append((-t, budget, k, s, Ranked(source, budget, t, threshold, batch)))
+                spec = replace(setting, source=source, budget=budget)
+                rows.append((-t, budget, k, s, Ranked(spec, t)))
     rows.sort(key=lambda r: r[:4])
     return [r[4] for r in rows]
 
 
-def rank(
-    cat: CatalogTimes, threshold: float | None = DEFAULT_THRESHOLD, batch: int = DEFAULT_BATCH
-) -> list[Ranked]:
+def rank(cat: CatalogTimes, setting: MethodSpec = AS2D) -> list[Ranked]:
     """Every configuration of one catalog by pooled TPS, best first (:func:`rank_settings`)."""
-    return rank_settings([((threshold, batch), cat)])
+    return rank_settings([(setting, cat)])
 
 
 @dataclass
@@ -122,18 +133,34 @@ def oracle(cat: CatalogTimes, source: str, budget: int) -> OracleResult:
 
 @dataclass
 class Selection:
-    source: str
-    budget: int
+    spec: MethodSpec  # the chosen configuration: source, budget and As²d's settings
     dev: dict
     val: dict | None
     ranking: list[Ranked]
     catalog: dict
     excluded_sources: dict[str, str] = field(default_factory=dict)
-    threshold: float | None = (
-        DEFAULT_THRESHOLD  # As²d's confidence stop the catalog was replayed with
-    )
-    batch: int = DEFAULT_BATCH  # and its publication batch
-    align: str = DEFAULT_ALIGN  # and its alignment rules
+
+    @property
+    def source(self) -> str:
+        assert self.spec.source is not None
+        return self.spec.source
+
+    @property
+    def budget(self) -> int:
+        assert self.spec.budget is not None
+        return self.spec.budget
+
+    @property
+    def threshold(self) -> float | None:
+        return self.spec.threshold
+
+    @property
+    def batch(self) -> int:
+        return self.spec.batch
+
+    @property
+    def align(self) -> str:
+        return self.spec.align
 
     @property
     def retained(self) -> bool | None:
@@ -183,7 +210,6 @@ def _feasible(profile: CostProfile, sources: Sequence[str], budget: int) -> bool
     must be measured, idle and concurrent (D.2.1); otherwise it leaves the catalog."""
     from as2d_cli.errors import FormatError
     from as2d_cli.replay.driver import Prepared
-    from as2d_cli.engine.methods import MethodSpec
 
     try:
         for s in sources:
@@ -201,31 +227,66 @@ def feasible_budgets(
     return [b for b in sorted(set(int(x) for x in budgets)) if _feasible(profile, sources, b)]
 
 
+@dataclass(frozen=True)
+class _Sweeps:
+    """The sweeps of one selection: every setting's catalog on a split."""
+
+    profile: CostProfile
+    sources: list[str]
+    budgets: list[int]
+    settings: list[MethodSpec]
+    processes: int | None
+    executor: Executor | None
+    progress: Callable[[str, int, int], None] | None
+    total: int  # sweeps in the whole selection (progress)
+
+    def run(
+        self, split: str, windows: list[WindowTrace], done: int
+    ) -> list[tuple[MethodSpec, CatalogTimes]]:
+        """One sweep per setting; ``done``: the sweeps before these (progress)."""
+        out = []
+        for i, st in enumerate(self.settings):
+            if self.progress is not None:
+                label = (
+                    f", threshold {st.threshold}, batch {st.batch}"
+                    if len(self.settings) > 1
+                    else ""
+                )
+                self.progress(f"{split}{label}", done + i, self.total)
+            cat = sweep(
+                windows,
+                self.profile,
+                self.sources,
+                self.budgets,
+                setting=st,
+                processes=self.processes,
+                executor=self.executor,
+            )
+            out.append((st, cat))
+        return out
+
+
 def select_budget(
     traces: TraceSet,
     profile: CostProfile,
     *,
     sources: Sequence[str] | None = None,
     budgets: Sequence[int] = DEFAULT_BUDGETS,
-    dev_split: str = "dev",
-    val_split: str = "val",
+    settings: Sequence[MethodSpec] = (AS2D,),
+    splits: tuple[str, str] = ("dev", "val"),
     tolerance: float = DEFAULT_TOLERANCE,
     processes: int | None = None,
-    threshold: float | None = DEFAULT_THRESHOLD,
-    batch: int = DEFAULT_BATCH,
     executor: Executor | None = None,
-    align: str = DEFAULT_ALIGN,
-    thresholds: Sequence[float | None] | None = None,
-    batches: Sequence[int] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> Selection:
-    """Rank the catalog on ``dev_split``, check retention on ``val_split`` (skipped with a
-    note when the traces hold no validation windows). As²d runs with ``threshold``,
-    ``batch`` and ``align`` throughout the catalog; ``thresholds`` and ``batches``, when
-    given, widen it: every source × budget under every (threshold, batch) setting, and the
-    chosen setting goes into the selection (and so the deployment). The sweeps run on
-    ``executor`` (default: a local pool of ``processes``); ``progress(label, done, total)``
-    hears of each one as it starts."""
+    """Rank the catalog on the development split, check retention on the validation split
+    (``splits``; skipped with a note when the traces hold no validation windows). The
+    catalog is every source × budget under each of ``settings`` (As²d with its threshold,
+    batch and alignment: one, or a grid from ``engine.methods.spec_grid``); the chosen
+    configuration, its setting included, is the selection (and so the deployment). The
+    sweeps run on ``executor`` (default: a local pool of ``processes``);
+    ``progress(label, done, total)`` hears of each one as it starts."""
+    dev_split, val_split = splits
     dev = [w for w in traces.windows if w.split == dev_split]
     if not dev:
         have = sorted({w.split for w in traces.windows})
@@ -239,93 +300,63 @@ def select_budget(
         raise UserError(
             f"{profile.path}: none of budgets {budgets[0]}–{budgets[-1]} has its width measured (profile max K{profile.max_width}); lower --budgets"
         )
-    dropped = [b for b in budgets if b not in usable_budgets]
-    ths = list(dict.fromkeys(thresholds)) if thresholds else [threshold]
-    bts = list(dict.fromkeys(int(b) for b in batches)) if batches else [batch]
-    settings: list[Setting] = [(t, b) for t in ths for b in bts]
+    grid = list(dict.fromkeys(settings))
     val = [w for w in traces.windows if w.split == val_split]
-    total = len(settings) * (2 if val else 1)
-
-    def catalogs(
-        split: str, split_windows: list[WindowTrace], done: int
-    ) -> list[tuple[Setting, CatalogTimes]]:
-        """One sweep per setting; ``done``: the sweeps before these (progress)."""
-        out = []
-        for i, (t, b) in enumerate(settings):
-            if progress is not None:
-                setting = f", threshold {t}, batch {b}" if len(settings) > 1 else ""
-                progress(f"{split}{setting}", done + i, total)
-            out.append(
-                (
-                    (t, b),
-                    sweep(
-                        split_windows,
-                        profile,
-                        srcs,
-                        usable_budgets,
-                        processes=processes,
-                        threshold=t,
-                        batch=b,
-                        executor=executor,
-                        align=align,
-                    ),
-                )
-            )
-        return out
-
-    cats = catalogs(dev_split, dev, 0)
+    sweeps = _Sweeps(
+        profile,
+        srcs,
+        usable_budgets,
+        grid,
+        processes,
+        executor,
+        progress,
+        len(grid) * (2 if val else 1),
+    )
+    cats = sweeps.run(dev_split, dev, 0)
     ranking = rank_settings(cats)
     best = ranking[0]
-    cat = next(c for st, c in cats if st == (best.threshold, best.batch))
-    orc = oracle(cat, best.source, best.budget)
+    cat = next(
+        c for st, c in cats if replace(st, source=best.source, budget=best.budget) == best.spec
+    )
     dev_info = {
         "split": dev_split,
         "windows": len(dev),
         "tokens": int(cat.tokens.sum()),
         "tps": best.tps,
-        "oracle": orc.to_json(),
+        "oracle": oracle(cat, best.source, best.budget).to_json(),
     }
-    val_info = None
-    if val:
-        vcats = catalogs(val_split, val, len(settings))
-        vrank = rank_settings(vcats)
-        key = (best.source, best.budget, best.threshold, best.batch)
-        chosen = next(r for r in vrank if (r.source, r.budget, r.threshold, r.batch) == key)
-        pos = vrank.index(chosen) + 1
-        vbest = vrank[0]
-        retained = chosen.tps >= (1.0 - tolerance) * vbest.tps
-        val_info = {
-            "split": val_split,
-            "windows": len(val),
-            "tokens": int(vcats[0][1].tokens.sum()),
-            "tps": chosen.tps,
-            "rank": pos,
-            "best": vbest.to_json(),
-            "retention": chosen.tps / vbest.tps,
-            "tolerance": tolerance,
-            "retained": retained,
-        }
+    val_info = _validation(sweeps.run(val_split, val, len(grid)), best, tolerance) if val else None
+    if val_info is not None:
+        val_info = {"split": val_split, "windows": len(val), **val_info}
     described = {
         "sources": srcs,
         "budgets": usable_budgets,
-        "thresholds": ths,
-        "batches": bts,
-        "configurations": len(srcs) * len(usable_budgets) * len(settings),
-        "dropped_budgets": dropped,
+        "thresholds": list(dict.fromkeys(st.threshold for st in grid)),
+        "batches": list(dict.fromkeys(st.batch for st in grid)),
+        "configurations": len(srcs) * len(usable_budgets) * len(grid),
+        "dropped_budgets": [b for b in budgets if b not in usable_budgets],
         "ranking": "pooled TPS on the development split",
     }
-    return Selection(
-        best.source,
-        best.budget,
-        dev_info,
-        val_info,
-        ranking,
-        described,
-        excluded,
-        best.threshold,
-        best.batch,
-        align,
-    )
+    return Selection(best.spec, dev_info, val_info, ranking, described, excluded)
+
+
+def _validation(
+    vcats: list[tuple[MethodSpec, CatalogTimes]], best: Ranked, tolerance: float
+) -> dict[str, Any]:
+    """Where the chosen configuration ranks among every setting's on validation, and whether
+    it is retained (within ``tolerance`` of the best there)."""
+    vrank = rank_settings(vcats)
+    chosen = next(r for r in vrank if r.spec == best.spec)
+    vbest = vrank[0]
+    return {
+        "tokens": int(vcats[0][1].tokens.sum()),
+        "tps": chosen.tps,
+        "rank": vrank.index(chosen) + 1,
+        "best": vbest.to_json(),
+        "retention": chosen.tps / vbest.tps,
+        "tolerance": tolerance,
+        "retained": chosen.tps >= (1.0 - tolerance) * vbest.tps,
+    }
 
 
 def windows_of(traces: TraceSet, split: str | None) -> list[WindowTrace]:

@@ -11,7 +11,7 @@ many chunks the windows ran.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -22,7 +22,7 @@ from as2d_cli.execution import default_processes as default_processes
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
-from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec
+from as2d_cli.engine.methods import MethodSpec
 
 DEFAULT_BUDGETS = tuple(range(1, 25))
 
@@ -54,6 +54,9 @@ class CatalogTimes:
         return int(self.rounds.sum())
 
 
+AS2D = MethodSpec("as2d")  # the catalog's default setting: As²d's own defaults
+
+
 @dataclass(frozen=True)
 class _Catalog:
     """What every chunk reads: shipped to each worker once (see the executor)."""
@@ -62,45 +65,34 @@ class _Catalog:
     profile: CostProfile
     sources: list[str]
     budgets: list[int]
-    threshold: float | None
-    batch: int
+    setting: MethodSpec  # As²d's settings (threshold, batch, alignment) for every cell
     reuse: bool
-    align: str = DEFAULT_ALIGN
 
 
 def _chunk_task(cat: _Catalog, bounds: tuple[int, int]) -> tuple:
     lo, hi = bounds
     return _run_chunk(
-        cat.windows[lo:hi],
-        cat.profile,
-        cat.sources,
-        cat.budgets,
-        cat.threshold,
-        cat.batch,
-        cat.reuse,
-        cat.align,
+        cat.windows[lo:hi], cat.profile, cat.sources, cat.budgets, cat.setting, cat.reuse
     )
 
 
-def _grid(profile, sources, budgets, threshold, batch, align) -> list[list[Prepared]]:
-    """As²d's prepared configurations, one row per source, one column per budget."""
+def _grid(
+    profile: CostProfile, sources: Sequence[str], budgets: Sequence[int], setting: MethodSpec
+) -> list[list[Prepared]]:
+    """``setting``'s prepared configurations, one row per source, one column per budget."""
     return [
-        [
-            Prepared(
-                profile,
-                MethodSpec(
-                    "as2d", budget=b, source=s, threshold=threshold, batch=batch, align=align
-                ),
-            )
-            for b in budgets
-        ]
-        for s in sources
+        [Prepared(profile, replace(setting, budget=b, source=s)) for b in budgets] for s in sources
     ]
 
 
 def _run_chunk(
-    windows, profile, sources, budgets, threshold, batch, reuse=True, align=DEFAULT_ALIGN
-):
+    windows: Sequence[WindowTrace],
+    profile: CostProfile,
+    sources: Sequence[str],
+    budgets: Sequence[int],
+    setting: MethodSpec,
+    reuse: bool = True,
+) -> tuple:
     """Times, rounds and used sources for ``windows``; budgets ascending.
 
     Budget saturation (exact, not an approximation): a budget b only ever cuts a round's
@@ -114,7 +106,7 @@ def _run_chunk(
     rounds = np.zeros((len(windows), S, B), dtype=np.int64)
     simulated = 0
     used: list[list[str]] = []
-    preps = _grid(profile, sources, budgets, threshold, batch, align)
+    preps = _grid(profile, sources, budgets, setting)
     for i, w in enumerate(windows):
         row: list[str] = []
         for j, s in enumerate(sources):
@@ -142,15 +134,14 @@ def sweep(
     sources: Sequence[str],
     budgets: Sequence[int] = DEFAULT_BUDGETS,
     *,
-    threshold: float | None = DEFAULT_THRESHOLD,
-    batch: int = DEFAULT_BATCH,
+    setting: MethodSpec = AS2D,
     processes: int | None = None,
     reuse: bool = True,
     executor: Executor | None = None,
-    align: str = DEFAULT_ALIGN,
 ) -> CatalogTimes:
-    """Replay As²d for every window × source × budget on ``executor`` (default: a local
-    pool of ``processes``, every usable CPU; 1 runs in-process)."""
+    """Replay As²d under ``setting`` (its threshold, batch and alignment) for every window ×
+    source × budget on ``executor`` (default: a local pool of ``processes``, every usable
+    CPU; 1 runs in-process)."""
     if not windows:
         raise UserError("no windows to sweep; check the trace file and the split")
     if not sources or not budgets:
@@ -160,7 +151,7 @@ def sweep(
         raise UserError(f"budgets must be >= 1, got {budgets[0]}")
     # Check every configuration's widths and sources once, in the parent: a missing width
     # or source fails here with one line, before any worker starts.
-    for s, row in zip(sources, _grid(profile, sources, budgets, threshold, batch, align)):
+    for s, row in zip(sources, _grid(profile, sources, budgets, setting)):
         for prep in row:
             prep.table(s)
     ex = executor if executor is not None else LocalPool(processes)
@@ -173,9 +164,7 @@ def sweep(
     rounds = np.zeros((W, S, B), dtype=np.int64)
     used: list[list[str]] = [[] for _ in range(W)]
     simulated = 0
-    shared = _Catalog(
-        list(windows), profile, list(sources), budgets, threshold, batch, reuse, align
-    )
+    shared = _Catalog(list(windows), profile, list(sources), budgets, setting, reuse)
     results: Any = ex.map(_chunk_task, shared, bounds)
     for (lo, _), (t, r, u, n) in zip(bounds, results):
         times[lo : lo + len(t)] = t
