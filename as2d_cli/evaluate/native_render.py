@@ -78,6 +78,7 @@ def render_native(summary: dict[str, Any]) -> str:
             "agreement per window: replay vs the median native time of its repetitions (D.3), and vs their pooled time"
         )
     lines.append("native As²d / target-only pooled: " + ("—" if r is None else f"{r:.3f}×"))
+    lines += _ratio_line(summary.get("as2d_ratio"))
     lines.append(
         "split-half: per window, the median native time of the even repetitions vs the odd ones "
         "(the device's own repeatability)"
@@ -278,3 +279,15 @@ def write_native_outputs(
             force=True,
         )
     return path, table
+
+
+def _ratio_line(c: dict[str, Any] | None) -> list[str]:
+    """The As²d / target-only ratio the replay predicts beside the one the device gave."""
+    if not c or c.get("replay") is None or c.get("native") is None:
+        return []
+    lo, hi = c["native_range"] or (c["native"], c["native"])
+    return [
+        f"As²d / target-only: replay {c['replay']:.3f}×, native {c['native']:.3f}× (per pass "
+        f"{lo:.3f}–{hi:.3f}×, {len(c['native_per_pass'])} passes); replay ÷ native "
+        f"{c['replay_over_native']:.3f}"
+    ]

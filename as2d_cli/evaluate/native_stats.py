@@ -199,6 +199,46 @@ def time_split_per_token(results: list[dict]) -> dict[str, Any]:
     return out
 
 
+def _pooled_tps(rows: Iterable[dict], replay: bool) -> float | None:
+    tok = t = 0.0
+    for r in rows:
+        n = r["res"]["n_tokens"]
+        if replay:
+            if not r.get("tps_replay"):
+                return None
+            t += n / r["tps_replay"]
+        else:
+            t += r["res"]["time_ms"] / 1e3
+        tok += n
+    return tok / t if t else None
+
+
+def ratio_comparison(rows: list[dict]) -> dict[str, Any] | None:
+    """As²d / target-only as the replay predicts it and as the device gave it, over the same
+    windows; the native ratio per pass (each pass runs every window once) is the interval
+    its repetitions give. None without both methods."""
+    by = {m: [r for r in rows if r["method"] == m] for m in ("target-only", "as2d")}
+    if not all(by.values()):
+        return None
+    to_rep, a_rep = _pooled_tps(by["target-only"], True), _pooled_tps(by["as2d"], True)
+    to_nat, a_nat = _pooled_tps(by["target-only"], False), _pooled_tps(by["as2d"], False)
+    per_pass = []
+    for rep in sorted({r["rep"] for r in rows}):
+        t = _pooled_tps([r for r in by["target-only"] if r["rep"] == rep], False)
+        a = _pooled_tps([r for r in by["as2d"] if r["rep"] == rep], False)
+        if t and a:
+            per_pass.append(a / t)
+    replay = a_rep / to_rep if a_rep and to_rep else None
+    native = a_nat / to_nat if a_nat and to_nat else None
+    return {
+        "replay": replay,
+        "native": native,
+        "native_per_pass": per_pass,
+        "native_range": [min(per_pass), max(per_pass)] if per_pass else None,
+        "replay_over_native": replay / native if replay and native else None,
+    }
+
+
 def summarize(rows: list[dict], host: list[dict] | None = None) -> dict[str, Any]:
     """``host``: the host's CPU per pass (:func:`host_per_pass`), when it was read."""
     out: dict[str, Any] = {"methods": {}}
@@ -247,6 +287,7 @@ def summarize(rows: list[dict], host: list[dict] | None = None) -> dict[str, Any
     to = out["methods"]["target-only"]["pooled_tps_native"]
     a = out["methods"]["as2d"]["pooled_tps_native"]
     out["as2d_over_target_only_native"] = a / to if a and to else None
+    out["as2d_ratio"] = ratio_comparison(rows)
     # The device's own speed over the run: target-only pooled TPS per pass over the windows
     # (the same requests each pass); the replay's frozen profile cannot follow such drift.
     passes: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
