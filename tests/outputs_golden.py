@@ -38,6 +38,7 @@ def eval_args(root: Path, results: str = "res", profile: Path | None = None) -> 
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capsys.readouterr()  # what earlier commands printed is not this one's output
     with pytest.raises(SystemExit) as e:
         main(args)
     out = capsys.readouterr()

@@ -117,6 +117,7 @@ def test_report_of_two_runs_sets_the_phones_side_by_side(tmp_path: Path, golden:
     slow = yaml.safe_load((DATA / "example-profile.yaml").read_text())
     slow["device"]["name"] = "slowphone"
     slow["costs"]["target_step_ms"] *= 1.25
+    slow["costs"]["verify"]["idle_ms"] = {k: v * 1.25 for k, v in slow["costs"]["verify"]["idle_ms"].items()}
     (tmp_path / "slow.profile.yaml").write_text(yaml.safe_dump(slow))
     other = golden_run(tmp_path, profile=tmp_path / "slow.profile.yaml")
     code, out, err = run(["report", str(golden), str(other), "--out", str(tmp_path / "rep"), "--format", "svg"], capsys)

@@ -28,7 +28,7 @@ from as2d_cli.formats.common import INCOMPLETE, MANIFEST, sha256_file
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[1]
-EVAL_FILES = set(run_mod.EVAL_FILES)  # rk.png too: the example profile is there
+EVAL_FILES = set(run_mod.eval_files())  # rk.png too: the example profile is there
 
 
 def _run(args: list[str], capsys) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
@@ -135,9 +135,11 @@ def test_report_rerenders_a_verified_folder_and_records_what_it_wrote(run, capsy
     after = json.loads((run / MANIFEST).read_text())
     assert after["complete"] is True and not (run / INCOMPLETE).exists()
     assert after["files"]["tables.md"] == before["tables.md"]  # the same tables again
-    assert {k: v for k, v in after["files"].items() if k not in ("datasets.png", "rk.png")} == {
-        k: v for k, v in before.items() if k not in ("datasets.png", "rk.png")
+    figures = ("cdf.", "datasets.", "rk.")  # drawn again, now also as PDF and SVG
+    assert {k: v for k, v in after["files"].items() if not k.startswith(figures)} == {
+        k: v for k, v in before.items() if not k.startswith(figures)
     }
+    assert {"cdf.pdf", "datasets.svg", "rk.pdf"} <= set(after["files"])
     assert not [p for p in run.iterdir() if p.name.startswith(".")]
 
 
@@ -147,7 +149,7 @@ def test_report_rerenders_a_verified_folder_and_records_what_it_wrote(run, capsy
         ("edit", "per_window.csv", "has sha256"),
         ("truncate", "results.json", "has 100 bytes where the manifest records"),
         ("delete", "per_window.parquet", "is missing"),
-        ("delete", "cdf.png", "is missing"),
+        ("delete", "summary.csv", "is missing"),
     ],
 )
 def test_a_changed_file_is_refused_naming_it(
@@ -273,7 +275,7 @@ def test_ctrl_c_while_eval_writes_leaves_a_folder_marked_incomplete(
     assert {"results.json", "per_window.csv"} <= {p.name for p in folder.iterdir()}
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temp file left
 
-    said = f"{folder} is incomplete: `as2d eval` did not finish it (4 of its files not written: cdf.png"
+    said = f"{folder} is incomplete: `as2d eval` did not finish it (10 of its files not written: cdf.png"
     _refused(["report", str(folder)], capsys, said, f"run `{redo}` again for a new folder")
     _refused(["compare", str(other), str(folder)], capsys, said)
     _refused(
@@ -294,7 +296,7 @@ def test_a_full_disk_while_eval_writes_is_one_line_and_leaves_no_complete_folder
 ) -> None:
     import as2d_cli.evaluate.tables as tables
 
-    def full(ev: object, meta: object, folder: Path) -> None:
+    def full(ev: object, meta: object, folder: Path, run: object = None) -> None:
         (folder / "per_window.csv").write_text("window,split\nw1,te")  # cut short
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / "per_window.csv"))
 

@@ -264,7 +264,7 @@ def run_eval(
         from as2d_cli.figures import date_text
 
         with atomic_files(folder) as scratch:  # the tidy tables, each moved in when written
-            write_tables(ev, {w.id: w for w in ts.windows}, scratch, run_columns(prov))
+            write_tables(ev, {w.id: w for w in ts.windows}, scratch, run=run_columns(prov))
         plot = plot_cdf(
             ev,
             folder / "cdf",
