@@ -161,7 +161,7 @@ def test_calibrate_quick_end_to_end_through_the_bundle(arm64_phone, tmp_path: Pa
         **os.environ,
         **arm64_phone.env,
         "AS2D_PHONE_RUNTIME": "bundle",
-    }  # native/launch.py: the real-phone runtime
+    }  # as2d_cli/launch/payload.py: the real-phone runtime
     before = len(arm64_phone.phone.history)
     proc = subprocess.run(
         [

@@ -99,7 +99,7 @@ def mini_plan(window: str) -> list[Step]:
                 "methods": [
                     {"method": "target-only", "max_tokens": 24},
                     {"method": "sd", "k": 2, "max_tokens": 24},
-                    {"method": "asp", "cap": 1, "max_tokens": 24},
+                    {"method": "asp", "budget": 1, "max_tokens": 24},
                     {"method": "as2d", "source": "drafter", "budget": 1, "max_tokens": 24},
                 ],
             },

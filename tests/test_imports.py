@@ -214,3 +214,26 @@ def test_core_never_imports_cli() -> None:
                 if m.split(".")[0] in {"typer", "rich", "click"} or m.startswith("as2d_cli.cli"):
                     offenders.append(f"{path.relative_to(ROOT)} imports {m}")
     assert not offenders, offenders
+
+
+def test_what_ships_to_a_phone_holds_everything_the_runner_imports() -> None:
+    """The one list of what ships to a phone (bundle.recipe, for the arm64 bundle and the
+    runner payload alike) holds every module the runner's modules import, transitively, and
+    none of the host's launchers."""
+    from as2d_cli.bundle.recipe import shipped_files
+
+    shipped = {
+        ".".join(Path(rel).with_suffix("").parts).removesuffix(".__init__")
+        for rel, _ in shipped_files(ROOT)
+        if rel.endswith(".py")
+    }
+    graph = _graph()
+    todo = [m for m in MODULES if m.split(".")[0] == "native"]
+    needed: set[str] = set()
+    while todo:
+        m = todo.pop()
+        if m not in needed:
+            needed.add(m)
+            todo += graph[m]
+    assert needed <= shipped, sorted(needed - shipped)
+    assert not {m for m in shipped if m.startswith(("as2d_cli.launch", "as2d_cli.cli"))}
