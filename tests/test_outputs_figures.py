@@ -123,7 +123,9 @@ def test_stream_figure_keeps_rtf_1_and_drops_an_empty_temperature_panel(
 ) -> None:
     from as2d_cli.figures import overlapping_ticks, stream_figure
 
-    paths = stream_figure([stream_doc("As²d (drafter, b7)", 0.6, sensor=False)], tmp_path / "s", ["svg"])
+    paths = stream_figure(
+        [stream_doc("As²d (drafter, b7)", 0.6, sensor=False)], tmp_path / "s", ["svg"]
+    )
     _check_files(paths)
     (fig,) = figures
     assert len(fig.axes) == 5  # no temperature panel without a sensor
@@ -152,14 +154,27 @@ def test_native_figure_names_methods_and_device_not_ids(tmp_path: Path, figures:
     from as2d_cli.evaluate.report import plot_native
 
     rows = [
-        [f"w{w}", "read", r, m, m, 50, 1000.0 + 10 * w + r, 50 / (1 + 0.01 * w), 49 / (1 + 0.01 * w), True]
+        [
+            f"w{w}",
+            "read",
+            r,
+            m,
+            m,
+            50,
+            1000.0 + 10 * w + r,
+            50 / (1 + 0.01 * w),
+            49 / (1 + 0.01 * w),
+            True,
+        ]
         for w in range(4)
         for r in range(3)
         for m in ("target-only", "as2d")
     ]
     table = tmp_path / "native_per_window.csv"
     pd.DataFrame(rows, columns=NATIVE_COLUMNS).to_csv(table, index=False)
-    paths = plot_native(table, tmp_path / "nvr", "Redmi K70 Pro · profile k70.profile.yaml", formats=("pdf",))
+    paths = plot_native(
+        table, tmp_path / "nvr", "Redmi K70 Pro · profile k70.profile.yaml", formats=("pdf",)
+    )
     _check_files(paths, min_kb=3)
     (fig,) = figures
     t = _texts(fig)
@@ -167,10 +182,14 @@ def test_native_figure_names_methods_and_device_not_ids(tmp_path: Path, figures:
     assert t["xlabels"][0].startswith("native throughput")
 
 
-def test_report_of_two_runs_has_a_cdf_panel_per_device(tmp_path: Path, figures: list, capsys) -> None:
+def test_report_of_two_runs_has_a_cdf_panel_per_device(
+    tmp_path: Path, figures: list, capsys
+) -> None:
     a = golden_run(tmp_path)
     b = golden_run(tmp_path)
-    code, out, err = run(["report", str(a), str(b), "--out", str(tmp_path / "rep"), "--format", "pdf"], capsys)
+    code, out, err = run(
+        ["report", str(a), str(b), "--out", str(tmp_path / "rep"), "--format", "pdf"], capsys
+    )
     assert code == 0, err
     (dest,) = (tmp_path / "rep").iterdir()
     _check_files([dest / "cdf.pdf", dest / "datasets.pdf"])
@@ -181,7 +200,9 @@ def test_report_of_two_runs_has_a_cdf_panel_per_device(tmp_path: Path, figures: 
     assert doc["schema"] == "as2d.report" and doc["runs"] == [str(a), str(b)]
 
 
-def test_report_of_two_streams_overlays_figure_9_and_writes_table_16(tmp_path: Path, capsys) -> None:
+def test_report_of_two_streams_overlays_figure_9_and_writes_table_16(
+    tmp_path: Path, capsys
+) -> None:
     folders = []
     for name, rtf in (("cooled", 0.9), ("uncooled", 1.2)):
         f = tmp_path / name
@@ -216,7 +237,9 @@ def test_eval_and_plot_write_the_format_asked_for(tmp_path: Path, capsys) -> Non
     from as2d_cli.evaluate.compare import verify_run
 
     assert verify_run(folder) is not None  # the manifest vouches for the PDFs
-    code, _, err = run(["plot", "rk", str(DATA / "example-profile.yaml"), "--out", str(tmp_path / "r.svg")], capsys)
+    code, _, err = run(
+        ["plot", "rk", str(DATA / "example-profile.yaml"), "--out", str(tmp_path / "r.svg")], capsys
+    )
     assert code == 0, err
     _check_files([tmp_path / "r.svg"])
     code, _, err = run(["eval", "--format", "jpg"], capsys)

@@ -52,7 +52,9 @@ def test_each_table_is_also_a_csv_of_its_unrounded_values(golden: Path) -> None:
     assert t2.loc["all", name] == pytest.approx(res["oracle"]["gap_percent"], rel=1e-9)
     t12 = pd.read_csv(golden / "table12.csv").set_index("method")
     slower = tps["sd"]["slower"]
-    assert t12.loc["sd", "faster"] == slower["faster"] and t12.loc["sd", "slower"] == slower["slower"]
+    assert (
+        t12.loc["sd", "faster"] == slower["faster"] and t12.loc["sd", "slower"] == slower["slower"]
+    )
     t4 = pd.read_csv(golden / "table4.csv").set_index("phone")
     assert t4.loc[name, "sd"] == pytest.approx(100 * slower["slower"] / res["windows"])
     t5 = pd.read_csv(golden / "table5.csv").set_index("phone")
@@ -69,13 +71,19 @@ def test_table_2_per_dataset_pools_the_oracles_windows(golden: Path) -> None:
     assert len(o) == res["windows"] and (o["tokens"].to_numpy() == a["tokens"].to_numpy()).all()
     # never slower than the fixed configuration on any window (it is among the choices)
     assert (o["time_ms"].to_numpy() <= a["time_ms"].to_numpy() * (1 + 1e-12)).all()
-    assert o["tokens"].sum() / (o["time_ms"].sum() / 1e3) == pytest.approx(res["oracle"]["tps_oracle"], rel=1e-9)
+    assert o["tokens"].sum() / (o["time_ms"].sum() / 1e3) == pytest.approx(
+        res["oracle"]["tps_oracle"], rel=1e-9
+    )
     import pandas as pd
 
     t2 = pd.read_csv(golden / "table2.csv").set_index("dataset")
     for d in res["datasets"]:
         od, ad = o[o["dataset"] == d], a[a["dataset"] == d]
-        gap = 100 * (1 - (ad["tokens"].sum() / ad["time_ms"].sum()) / (od["tokens"].sum() / od["time_ms"].sum()))
+        gap = 100 * (
+            1
+            - (ad["tokens"].sum() / ad["time_ms"].sum())
+            / (od["tokens"].sum() / od["time_ms"].sum())
+        )
         assert t2.loc[d].iloc[0] == pytest.approx(gap, abs=1e-9)
 
 
@@ -100,7 +108,9 @@ def test_tidy_table_has_every_setting_in_a_typed_column_and_round_trips(golden: 
     sd = csv[csv["method"] == "sd"]
     assert sorted(set(sd["k"])) == [5, 6, 7, 8] and sd["budget"].isna().all()
     assert sd["source"].isna().all() and sd["align"].isna().all()
-    assert set(csv["device"]) == {"k70-synthetic"} and set(csv["profile"]) == {"example-profile.yaml"}
+    assert set(csv["device"]) == {"k70-synthetic"} and set(csv["profile"]) == {
+        "example-profile.yaml"
+    }
     assert set(csv["task"]) == {"transcribe"} and set(csv["pair"]) == {"bundled"}
     # the per-window SD K5–8 mean, the figure the CDF and Table 4 count
     mean = sd.groupby("window")["tps"].mean()
@@ -111,16 +121,23 @@ def test_tidy_table_has_every_setting_in_a_typed_column_and_round_trips(golden: 
     assert csv.loc[csv["method"] == "target-only", "slower"].isna().all()
 
 
-def test_report_of_two_runs_sets_the_phones_side_by_side(tmp_path: Path, golden: Path, capsys) -> None:
+def test_report_of_two_runs_sets_the_phones_side_by_side(
+    tmp_path: Path, golden: Path, capsys
+) -> None:
     import yaml
 
     slow = yaml.safe_load((DATA / "example-profile.yaml").read_text())
     slow["device"]["name"] = "slowphone"
     slow["costs"]["target_step_ms"] *= 1.25
-    slow["costs"]["verify"]["idle_ms"] = {k: v * 1.25 for k, v in slow["costs"]["verify"]["idle_ms"].items()}
+    slow["costs"]["verify"]["idle_ms"] = {
+        k: v * 1.25 for k, v in slow["costs"]["verify"]["idle_ms"].items()
+    }
     (tmp_path / "slow.profile.yaml").write_text(yaml.safe_dump(slow))
     other = golden_run(tmp_path, profile=tmp_path / "slow.profile.yaml")
-    code, out, err = run(["report", str(golden), str(other), "--out", str(tmp_path / "rep"), "--format", "svg"], capsys)
+    code, out, err = run(
+        ["report", str(golden), str(other), "--out", str(tmp_path / "rep"), "--format", "svg"],
+        capsys,
+    )
     assert code == 0, err
     (dest,) = (tmp_path / "rep").iterdir()
     md = (dest / "tables.md").read_text()
@@ -143,19 +160,25 @@ def test_report_rerenders_the_same_tables_and_adds_vector_figures(golden: Path, 
     (golden / "tables.md").unlink()
     code, out, err = run(["report", str(golden)], capsys)
     assert code == 0, err
-    assert (golden / "tables.md").read_text() == before and (golden / "table8.csv").read_bytes() == csv8
+    assert (golden / "tables.md").read_text() == before and (
+        golden / "table8.csv"
+    ).read_bytes() == csv8
     assert (golden / "cdf.pdf").is_file() and (golden / "rk.svg").is_file()
     from as2d_cli.evaluate.compare import verify_run
 
     assert verify_run(golden) is not None  # complete again, the new files vouched for
 
 
-def test_compare_holm_effect_sizes_and_too_few_windows(tmp_path: Path, golden: Path, capsys) -> None:
+def test_compare_holm_effect_sizes_and_too_few_windows(
+    tmp_path: Path, golden: Path, capsys
+) -> None:
     import yaml
 
     slow = yaml.safe_load((DATA / "example-profile.yaml").read_text())
     slow["costs"]["target_step_ms"] *= 1.25
-    slow["costs"]["verify"]["idle_ms"] = {k: v * 1.25 for k, v in slow["costs"]["verify"]["idle_ms"].items()}
+    slow["costs"]["verify"]["idle_ms"] = {
+        k: v * 1.25 for k, v in slow["costs"]["verify"]["idle_ms"].items()
+    }
     (tmp_path / "slow.profile.yaml").write_text(yaml.safe_dump(slow))
     other = golden_run(tmp_path, profile=tmp_path / "slow.profile.yaml")
     code, out, err = run(["compare", str(golden), str(other), "--json"], capsys)
@@ -165,7 +188,9 @@ def test_compare_holm_effect_sizes_and_too_few_windows(tmp_path: Path, golden: P
     ps = [r["p_value"] for r in rows]
     from as2d_cli.stats.compare import holm
 
-    assert [r["p_holm"] for r in rows] == holm(ps) and all(r["p_holm"] >= r["p_value"] for r in rows)
+    assert [r["p_holm"] for r in rows] == holm(ps) and all(
+        r["p_holm"] >= r["p_value"] for r in rows
+    )
     to = next(r for r in rows if (r["method"], r["dataset"]) == ("target-only", "all"))
     # every window is slower in B: the effect size is −1 and its interval excludes 0
     assert to["effect_r"] == -1.0 and to["effect_ci_high"] < 0 and to["ci_high"] < 1

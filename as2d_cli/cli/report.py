@@ -97,9 +97,15 @@ def rk(
 
     fmt = figure_format or (out.suffix.lstrip(".") if out is not None and out.suffix else "png")
     if fmt not in FORMATS:
-        raise UserError(f"--out {out}: a {out.suffix if out else ''} figure is not one of png, pdf, svg; name it .png, .pdf or .svg")
+        raise UserError(
+            f"--out {out}: a {out.suffix if out else ''} figure is not one of png, pdf, svg; name it .png, .pdf or .svg"
+        )
     stem = profile.name.removesuffix(".yaml").removesuffix(".profile") + ".rk"
-    dest = out.with_suffix(f".{fmt}") if out is not None else next_free(profile.with_name(f"{stem}.{fmt}"))
+    dest = (
+        out.with_suffix(f".{fmt}")
+        if out is not None
+        else next_free(profile.with_name(f"{stem}.{fmt}"))
+    )
     if dest.exists():
         raise UserError(f"{dest} already exists and is never overwritten; choose another --out")
     base = dest.with_name(dest.name.removesuffix(dest.suffix))

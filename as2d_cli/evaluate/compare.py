@@ -225,7 +225,9 @@ def _compare_cell(
 
     lo, hi = _bootstrap(ratio, len(ta), resamples, confidence, seed)
     r = float(rank_biserial(diff)) if nonzero else None
-    r_lo, r_hi = _bootstrap(effect, len(diff), resamples, confidence, seed) if nonzero else (None, None)
+    r_lo, r_hi = (
+        _bootstrap(effect, len(diff), resamples, confidence, seed) if nonzero else (None, None)
+    )
     return {
         "windows": len(ta),
         "tps_a": pa,

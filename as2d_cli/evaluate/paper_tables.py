@@ -110,7 +110,10 @@ def run_data(name: str, doc: dict, per: Any) -> RunData:
         rows = per[per["method"] == m]
         pooled[m] = {d: _pooled(sel(rows, d)) for d in cols}
         n_cfg = max(rows["config"].nunique() if m != "oracle" else 1, 1)
-        tokens_s[m] = (float(rows["tokens"].sum()) / n_cfg, float(rows["time_ms"].sum()) / 1e3 / n_cfg)
+        tokens_s[m] = (
+            float(rows["tokens"].sum()) / n_cfg,
+            float(rows["time_ms"].sum()) / 1e3 / n_cfg,
+        )
         wtps[m] = rows.groupby("window")["tps"].mean()  # SD: the mean over its K
     sd = per[per["method"] == "sd"]
     sd_k = {}
@@ -211,22 +214,26 @@ def _all_pooled(runs: Sequence[RunData], m: str) -> float | None:
 
 def table5(runs: Sequence[RunData]) -> PaperTable:
     ms = ("as2d", "as2d-no-bc", "as2d-no-td")
-    csv = [[r.name, *(r.pooled.get(m, {}).get("all") for m in ms)] for r in runs]
+    vals: list[tuple[str, list[float | None]]] = [
+        (r.name, [r.pooled.get(m, {}).get("all") for m in ms]) for r in runs
+    ]
     if len(runs) > 1:  # pooled over every phone's tokens and time, as the paper's "All"
-        csv.append(["All", *(_all_pooled(runs, m) for m in ms)])
+        vals.append(("All", [_all_pooled(runs, m) for m in ms]))
     return PaperTable(
         5,
         "Removing TD lowers TPS most. Values show TPS after removing BC or TD.",
         ["Phone", "As²d", "−BC", "−TD"],
-        [[c[0], *(_f(v) for v in c[1:])] for c in csv],
+        [[name, *(_f(v) for v in vs)] for name, vs in vals],
         ["phone", *ms],
-        csv,
+        [[name, *vs] for name, vs in vals],
     )
 
 
 def _gain(r: RunData, d: str) -> float | None:
     """100·(TPS_As²d / max(TPS_SD, TPS_SpecASR) − 1), before rounding."""
-    best = max((v for m in BASELINES if (v := r.pooled.get(m, {}).get(d)) is not None), default=None)
+    best = max(
+        (v for m in BASELINES if (v := r.pooled.get(m, {}).get(d)) is not None), default=None
+    )
     a = r.pooled.get("as2d", {}).get(d)
     return 100 * (a / best - 1) if a and best else None
 
@@ -235,7 +242,9 @@ def table8(runs: Sequence[RunData]) -> PaperTable:
     ds = [*_columns(runs), "all"]
     order = ("target-only", "sd", "asp", "as2d", "gain", "as2d-no-bc", "as2d-no-td")
     head = ["Method"] + [
-        (f"{r.name} · {d}" if len(runs) > 1 else d) if d != "all" else (f"{r.name} · All" if len(runs) > 1 else "All")
+        (f"{r.name} · {d}" if len(runs) > 1 else d)
+        if d != "all"
+        else (f"{r.name} · All" if len(runs) > 1 else "All")
         for r in runs
         for d in ds
     ]
@@ -280,7 +289,10 @@ def table9(runs: Sequence[RunData]) -> PaperTable:
         mean = {d: sum(v) / len(v) if v else None for d, v in cells.items()}
         rows.append(["Mean", *(_f(mean[d]) for d in ds)])
         rows.append(
-            ["Range", *(f"{min(cells[d]):.2f}–{max(cells[d]):.2f}" if cells[d] else "—" for d in ds)]
+            [
+                "Range",
+                *(f"{min(cells[d]):.2f}–{max(cells[d]):.2f}" if cells[d] else "—" for d in ds),
+            ]
         )
         csv.append([r.name, "Mean", *(mean[d] for d in ds)])
         csv.append([r.name, "Range min", *(min(cells[d]) if cells[d] else None for d in ds)])
@@ -315,7 +327,9 @@ def table12(runs: Sequence[RunData]) -> PaperTable:
                     "—" if s["max_loss"] is None else f"{s['max_loss']:.1f}%",
                 ]
             )
-            csv.append([r.name, m, s["windows"], s["faster"], s["slower"], s["median_loss"], s["max_loss"]])
+            csv.append(
+                [r.name, m, s["windows"], s["faster"], s["slower"], s["median_loss"], s["max_loss"]]
+            )
     return PaperTable(
         12,
         "The counts compare per-window throughput with target-only (ties within 1e-9 count "

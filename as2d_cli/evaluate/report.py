@@ -27,10 +27,16 @@ from as2d_cli.evaluate.paper_tables import (
     paper_tables,
     render_markdown,
     run_data,
-    table_files,
     write_csvs,
 )
-from as2d_cli.figures import FORMATS, cdf_figure, datasets_figure, date_text, native_figure, rk_figure
+from as2d_cli.figures import (
+    FORMATS,
+    cdf_figure,
+    datasets_figure,
+    date_text,
+    native_figure,
+    rk_figure,
+)
 from as2d_cli.formats.common import fresh_folder, mark_complete, mark_writing, write_atomic
 
 FIGURES = ("cdf", "datasets", "rk")  # what a report draws (rk only with its profile)
@@ -95,14 +101,26 @@ def plot_cdf(ev: Any, base: Path, title: str = "", formats: Sequence[str] = ("pn
 
 def _cdf_panels(runs: Sequence[RunData]) -> list[tuple[str, dict[str, list[float]]]]:
     return [
-        (r.name if len(runs) > 1 else "", {m: r.window_tps[m].dropna().tolist() for m in r.window_tps if m != "oracle"})
+        (
+            r.name if len(runs) > 1 else "",
+            {m: r.window_tps[m].dropna().tolist() for m in r.window_tps if m != "oracle"},
+        )
         for r in runs
     ]
 
 
-def _dataset_panels(runs: Sequence[RunData]) -> list[tuple[str, dict[str, dict[str, float | None]]]]:
+def _dataset_panels(
+    runs: Sequence[RunData],
+) -> list[tuple[str, dict[str, dict[str, float | None]]]]:
     return [
-        (r.name, {m: {d: v for d, v in by.items() if d != "all"} for m, by in r.pooled.items() if m != "oracle"})
+        (
+            r.name,
+            {
+                m: {d: v for d, v in by.items() if d != "all"}
+                for m, by in r.pooled.items()
+                if m != "oracle"
+            },
+        )
         for r in runs
     ]
 
@@ -137,7 +155,9 @@ def plot_native(
     med = runs.groupby(["method", "window"], as_index=False).agg(
         native=("tps", "median"), replay=("tps_replay", "first")
     )
-    points = {str(m): (g["native"].tolist(), g["replay"].tolist()) for m, g in med.groupby("method")}
+    points = {
+        str(m): (g["native"].tolist(), g["replay"].tolist()) for m, g in med.groupby("method")
+    }
     return native_figure(points, base, formats, title=title, force=force)
 
 
@@ -170,7 +190,9 @@ def render_report(
     out = [write_atomic(folder / "tables.md", text.encode("utf-8"), force=force)]
     out += write_csvs(tables, folder, force=force)
     if cdf:
-        out += cdf_figure(_cdf_panels([run]), folder / "cdf", formats, title=_title(doc), force=force)
+        out += cdf_figure(
+            _cdf_panels([run]), folder / "cdf", formats, title=_title(doc), force=force
+        )
     out += plot_datasets(doc, per, folder / "datasets", _title(doc), formats=formats, force=force)
     profile = _profile_file(doc)
     if profile is not None:
@@ -179,7 +201,13 @@ def render_report(
 
 
 def plot_datasets(
-    doc: dict, per: Any, base: Path, title: str, *, formats: Sequence[str] = ("png",), force: bool = False
+    doc: dict,
+    per: Any,
+    base: Path,
+    title: str,
+    *,
+    formats: Sequence[str] = ("png",),
+    force: bool = False,
 ) -> list[Path]:
     """Pooled TPS per dataset and method of one evaluation."""
     run = run_data(run_name(doc), doc, per)
@@ -218,7 +246,9 @@ def write_report(folder: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
     return paths
 
 
-def write_reports(folders: Sequence[Path], out: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+def write_reports(
+    folders: Sequence[Path], out: Path, formats: Sequence[str] = FORMATS
+) -> list[Path]:
     """`as2d report RUN_A RUN_B …`: the paper's tables with each run's phone as a column
     (or block of columns), the CDF with a panel per device and pooled TPS per dataset, in
     a fresh folder under ``out`` (``report-<time>``) with ``report.json`` naming the runs."""

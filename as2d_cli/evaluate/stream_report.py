@@ -15,7 +15,11 @@ from as2d_cli.formats.common import fresh_folder, write_atomic
 
 # Table 16's rows: (metric, the metrics' keys, decimals), as the paper names them.
 ROWS: tuple[tuple[str, tuple[str, ...], int], ...] = (
-    ("Mean encoder / prefill / decode (s)", ("mean_encoder_s", "mean_prefill_s", "mean_decode_s"), 2),
+    (
+        "Mean encoder / prefill / decode (s)",
+        ("mean_encoder_s", "mean_prefill_s", "mean_decode_s"),
+        2,
+    ),
     ("Mean complete block processing (s)", ("mean_processing_s",), 2),
     ("Active / resource RTF", ("active_rtf", "resource_rtf"), 3),
     ("Decode throughput (tokens/s)", ("decode_tps",), 2),
@@ -31,7 +35,9 @@ def load_stream(folder: Path) -> dict[str, Any]:
     """A stream folder's ``stream.json`` (refused in one line when it is not one)."""
     path = Path(folder) / "stream.json"
     if not path.is_file():
-        raise UserError(f"{folder} is not a stream (no stream.json); give folders `as2d stream` wrote")
+        raise UserError(
+            f"{folder} is not a stream (no stream.json); give folders `as2d stream` wrote"
+        )
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -61,7 +67,9 @@ def table16(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> tuple[str, 
     ]
     csv: list[list[Any]] = []
     for label, keys, nd in ROWS:
-        lines.append(f"| {label} | " + " | ".join(_cell(d.get("metrics"), keys, nd) for d in docs) + " |")
+        lines.append(
+            f"| {label} | " + " | ".join(_cell(d.get("metrics"), keys, nd) for d in docs) + " |"
+        )
         for k in keys:
             csv.append([k, *((d.get("metrics") or {}).get(k) for d in docs)])
     lines.append("| Keeps pace | " + " | ".join(_keeps(d.get("metrics")) for d in docs) + " |")

@@ -46,13 +46,21 @@ PER_WINDOW: tuple[tuple[str, str, str], ...] = (
     ("tokens", "int64", "committed tokens (first token and EOS included)"),
     ("time_ms", "float64", "post-prefill decode time (ms)"),
     ("tps", "float64", "tokens / time (empty: no decode time)"),
-    ("window_tps", "float64", "the method's TPS on the window as the CDF and Table 4 count it: for standard SD the mean over K5–8"),
+    (
+        "window_tps",
+        "float64",
+        "the method's TPS on the window as the CDF and Table 4 count it: for standard SD the mean over K5–8",
+    ),
     ("rounds", "int64", "target calls"),
     ("accepted", "int64", "accepted draft tokens"),
     ("proposed", "int64", "proposed draft tokens"),
     ("eos", "bool", "the target committed EOS"),
     ("capped", "bool", "the output reached the token cap"),
-    ("slower", "boolean", "this configuration's TPS below target-only's on the window (empty for target-only)"),
+    (
+        "slower",
+        "boolean",
+        "this configuration's TPS below target-only's on the window (empty for target-only)",
+    ),
 )
 PER_WINDOW_COLUMNS = [c for c, _, _ in PER_WINDOW]
 DTYPES = {c: t for c, t, _ in PER_WINDOW}
@@ -198,9 +206,7 @@ def read_per_window(path: Path) -> Any:
     head = pd.read_csv(path, nrows=0).columns.tolist()
     if head != PER_WINDOW_COLUMNS:
         return pd.read_csv(path)
-    frame = pd.read_csv(
-        path, dtype=DTYPES, keep_default_na=False, na_values=[""]
-    )
+    frame = pd.read_csv(path, dtype=DTYPES, keep_default_na=False, na_values=[""])
     return frame
 
 
@@ -217,7 +223,11 @@ def write_tables(
     paths = [folder / "per_window.csv", folder / "per_window.parquet", folder / "summary.csv"]
     per.to_csv(paths[0], index=False)
     table = pa.Table.from_pandas(per, preserve_index=False)
-    meta_ = {**(table.schema.metadata or {}), b"as2d.schema": SCHEMA.encode(), b"as2d.version": str(VERSION).encode()}
+    meta_ = {
+        **(table.schema.metadata or {}),
+        b"as2d.schema": SCHEMA.encode(),
+        b"as2d.version": str(VERSION).encode(),
+    }
     pq.write_table(table.replace_schema_metadata(meta_), paths[1])
     pd.DataFrame(summary_rows(ev)).to_csv(paths[2], index=False)
     return paths

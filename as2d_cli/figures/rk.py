@@ -36,7 +36,9 @@ def rk_figure(
     r = savings(idle_samples)
     ks = list(r)
     with styled() as plt:
-        fig, ax = plt.subplots(figsize=(max(4.0, 0.22 * len(ks) + 2.0), 3.0), constrained_layout=True)
+        fig, ax = plt.subplots(
+            figsize=(max(4.0, 0.22 * len(ks) + 2.0), 3.0), constrained_layout=True
+        )
         ax.bar(
             ks,
             [r[k][0] for k in ks],

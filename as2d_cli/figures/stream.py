@@ -82,7 +82,9 @@ def stream_figure(
             _temperature(last, docs, names)
         else:
             last.remove()
-            fig.text(0.84, 0.25, "no temperature sensor:\nno temperature panel", ha="center", fontsize=7)
+            fig.text(
+                0.84, 0.25, "no temperature sensor:\nno temperature panel", ha="center", fontsize=7
+            )
         axes.flat[2].legend(loc="lower right")
         if len(docs) == 1:
             fig.suptitle(names[0])

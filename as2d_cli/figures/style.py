@@ -39,7 +39,7 @@ METHOD_COLORS = {
 # Colours of series that are not methods (several streams, several devices).
 SERIES_COLORS = ("#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#BBBBBB")
 
-RC: dict[str, Any] = {
+RC: Any = {  # matplotlib's rcParams (typed by key in its stubs)
     "font.family": "DejaVu Sans",
     "font.size": 8,
     "axes.titlesize": 9,
