@@ -252,7 +252,9 @@ def spec_grid(base: MethodSpec, lists: Mapping[str, Sequence[Any]]) -> list[Meth
     ``base``'s value."""
     names = list(lists)
     axes = [list(dict.fromkeys(lists[n])) or [getattr(base, n)] for n in names]
-    return [dataclasses.replace(base, **dict(zip(names, combo))) for combo in itertools.product(*axes)]
+    return [
+        dataclasses.replace(base, **dict(zip(names, combo))) for combo in itertools.product(*axes)
+    ]
 
 
 # Each method option: what it sets and the methods that have it. An option given for any

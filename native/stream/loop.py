@@ -27,7 +27,7 @@ import numpy as np
 
 from as2d_cli.engine import Episode, TargetOnly, WallClock
 from as2d_cli.engine.history import HISTORY, history_buffer
-from as2d_cli.engine.methods import MethodSpec
+from as2d_cli.engine.methods import DEFAULT_SOURCE, MethodSpec
 from as2d_cli.errors import UserError
 from native.producer import pin_current_thread
 from native.protocol import FILES_ENV
@@ -169,7 +169,7 @@ def run_stream(
     try:
         t0 = time.perf_counter()
         source_settings = SourceSettings(
-            s.spec.source,
+            s.spec.source or DEFAULT_SOURCE,  # read only when the method has a source
             s.spec.batch,
             target.model.max_positions,
             s.lifetime,
