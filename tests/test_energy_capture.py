@@ -495,7 +495,9 @@ def test_bundle_request_template_keeps_only_the_episode_placeholders() -> None:
     tpl = bundle_request_template(deployed, "dev-sung-004", ["--budget", "3"])
     plan = EpisodePlan(methods=("as2d",), request_cmd=tpl)
     plan.validate()
-    line = tpl.format(method="as2d", phase="formal", index=7, run_dir="/data/local/tmp/as2d-e-1")
+    line = tpl.format(
+        method="as2d", phase="formal", index=7, run_dir="/data/local/tmp/as2d-e-1", min_s="2.26"
+    )
     argv = shlex.split(line)
     assert argv[:4] == [
         "mkdir",
@@ -512,6 +514,8 @@ def test_bundle_request_template_keeps_only_the_episode_placeholders() -> None:
         "as2d",
         "--result",
         "/data/local/tmp/as2d-e-1/result-7.json",
+        "--min-s",
+        "2.26",
         "--budget",
         "3",
     ]

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from as2d_cli.cli.main import main
-from as2d_cli.energy.analysis import integrate_energy_j
+from as2d_cli.energy.analysis import analyse_episode, integrate_energy_j
 from as2d_cli.energy.episode_records import read_episode
 from as2d_cli.energy.episode_script import EpisodePlan
 from as2d_cli.energy.protocol import EnergyRun, run_energy
@@ -107,8 +108,16 @@ def test_unplugged_usb_run_writes_versioned_results(
         events.append("replug")
         s.phone.replug()
 
-    s.phone.schedule(1.5, unplug)
-    s.phone.schedule(1.5 + TRACE_S + 3.0, replug)
+    def user() -> None:  # unplugs once the episode waits for it, replugs after the trace
+        tmp = s.phone.fs.host_path("/data/local/tmp")
+        deadline = time.monotonic() + 60
+        while not list(tmp.glob("as2d-energy-*/state")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        unplug()
+        time.sleep(TRACE_S + 3.0)
+        replug()
+
+    threading.Thread(target=user, daemon=True).start()
     code, out, err = _run(_args(s, tmp_path / "res"), capsys)
     power.stop_all()
     assert code == 0, err
@@ -123,11 +132,14 @@ def test_unplugged_usb_run_writes_versioned_results(
     m = {x["method"]: x for x in doc["methods"]}
     series = read_battery_series(d / "trace.perfetto-trace")
     p = -series.current_ua * series.voltage_uv * 1e-12  # W per poll: idle ≈ 1.7, busy ≈ 6.5
-    for x in doc["requests"]:
-        # Each figure is the integral over its own window of the trace kept beside it…
-        assert x["energy_j"] == pytest.approx(
-            integrate_energy_j(series, x["origin_boot_ns"], x["end_boot_ns"])
-        )
+    again = analyse_episode(series, read_episode(d / "episode.tsv"))
+    for x, y in zip(doc["requests"], again.requests):
+        # Each figure comes from the trace and records kept beside it…
+        assert x["energy_j"] == pytest.approx(y.energy_j)
+        if x["energy_from"] == "polls":  # (no reading surely inside: the polled curve's)
+            assert x["energy_j"] == pytest.approx(
+                integrate_energy_j(series, x["origin_boot_ns"], x["end_boot_ns"])
+            )
         # …and a busy window's mean power lies between idle and busy: 250 ms polls smear
         # the load edges, so a 0.7 s request reads well below the busy level, never idle.
         assert 1.5 * p.min() < x["mean_power_w"] <= p.max()
@@ -228,7 +240,9 @@ def test_phone_that_is_never_unplugged_is_one_clear_error(
     said: list[str] = []
     with pytest.raises(UserError, match="still attached after 2 s.*--connection wireless"):
         run_energy(run, said.append)
-    assert said and said[0].startswith("Unplug the USB cable now")
+    # the gauge's period first (its warm-up cannot be stretched: no {min_s}), then unplug
+    assert said[0].startswith("gauge: updates every") and "does not take {min_s}" in said[0]
+    assert said[1].startswith("Unplug the USB cable now")
     assert (_run_dir(tmp_path / "res") / "plan.json").exists()  # what was written is kept
     power.stop_all()
 

@@ -81,6 +81,11 @@ class EpisodePlan:
     # The cores online the gate saw (/sys/devices/system/cpu/online, e.g. "0-7"): checked
     # before and after every request; None: no check (the phone has no such file).
     cores_online: str | None = None
+    # The gauge's update period probed before the capture (gauge_probe), and the load each
+    # method's last warm-up holds at least (one period + one poll): its command gets it as
+    # {min_s} / {min_ms} (0 for every other request).
+    gauge_period_s: float | None = None
+    lead_s: float = 0.0
 
     def validate(self) -> None:
         if not self.methods:
@@ -103,18 +108,20 @@ class EpisodePlan:
             if not cmd.strip():
                 raise UserError(f"empty request command for {m}; pass --request-cmd")
             try:
-                cmd.format(method="m", phase="p", index=0, run_dir="/r")
+                cmd.format(method="m", phase="p", index=0, run_dir="/r", min_s="0", min_ms=0)
             except (KeyError, IndexError, ValueError) as exc:
                 raise UserError(
                     f"request command template {cmd!r} is invalid ({exc}); only "
-                    "{method}, {phase}, {index}, {run_dir} are substituted — "
-                    "write literal braces as {{ }}"
+                    "{method}, {phase}, {index}, {run_dir}, {min_s}, {min_ms} are "
+                    "substituted — write literal braces as {{ }}"
                 ) from None
         for v, what in ((self.settle_s, "settle"), (self.gap_s, "gap"), (self.tail_s, "tail")):
             if v < 0:
                 raise UserError(f"{what} time must be ≥ 0 s")
         if self.request_budget_s <= 0 or self.discharge_wait_s < 0:
             raise UserError("request budget must be > 0 s and the discharge wait ≥ 0 s")
+        if not 0 <= self.lead_s <= self.request_budget_s:
+            raise UserError("the warm-up lead must lie between 0 s and the request budget")
         if self.cores_online is not None and not _CPU_LIST.match(self.cores_online):
             raise UserError(
                 f"cores online {self.cores_online!r} is not a CPU list like 0-7; the phone's "
@@ -123,6 +130,13 @@ class EpisodePlan:
 
     def command_for(self, method: str) -> str:
         return dict(self.method_cmds).get(method, self.request_cmd)
+
+    def min_s_for(self, pr: PlannedRequest) -> float:
+        """The load `pr` holds at least: lead_s for its method's last warm-up, else 0."""
+        if pr.phase != "warmup" or self.lead_s <= 0:
+            return 0.0
+        last = [r.index for r in self.requests() if r.method == pr.method and r.phase == "warmup"]
+        return self.lead_s if pr.index == last[-1] else 0.0
 
     def requests(self) -> list[PlannedRequest]:
         out: list[PlannedRequest] = []
@@ -179,8 +193,14 @@ def render_script(
     stops = (q(f"{r}/{STOP_HOST}"), q(f"{r}/{STOP_CORES}"))
     online = None if plan.cores_online is None else q(f"^{plan.cores_online}$")
     for k, pr in enumerate(reqs):
+        lead = plan.min_s_for(pr)
         cmd = plan.command_for(pr.method).format(
-            method=q(pr.method), phase=q(pr.phase), index=pr.index, run_dir=q(r)
+            method=q(pr.method),
+            phase=q(pr.phase),
+            index=pr.index,
+            run_dir=q(r),
+            min_s=_sec(lead),
+            min_ms=int(round(lead * 1000)),
         )
         base = f"{r}/{pr.stem}"
         skipped, stopped = q(base + ".skipped"), q(base + ".stopped")

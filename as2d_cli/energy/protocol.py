@@ -51,6 +51,7 @@ from as2d_cli.energy.capture_config import (
     CaptureSpec,
 )
 from as2d_cli.energy.episode_records import format_episode
+from as2d_cli.energy.gauge_probe import PROBE_MAX_S, probe_device, size_plan
 from as2d_cli.energy.episode_script import (
     ONLINE_FILE,
     STOP_HOST,
@@ -121,6 +122,9 @@ class EnergyRun:
     preflight_done: bool = False  # the caller already ran perfetto_capture.preflight
     gate: GateConfig | None = None  # the gate before the capture; None: the phone's default
     monitor_interval_s: float = 1.0  # the monitor's sampling period while it reaches the phone
+    # How long the gauge is probed before the capture (gauge_probe); 0: not probed, the
+    # warm-ups are not sized from its period.
+    gauge_probe_s: float = PROBE_MAX_S
 
 
 # -- refusals before anything runs ----------------------------------------------------------
@@ -459,6 +463,9 @@ def run_energy(run: EnergyRun, say: Say) -> Path:
     identity = identify(dev).to_dict()
     gate = _gate(dev, run.gate, say)  # while the phone is attached: nothing is made before
     plan = _with_cores_online(plan, dev)
+    if run.gauge_probe_s > 0:  # the warm-ups and gaps sized from the gauge, said in one line
+        plan, line = size_plan(plan, probe_device(dev, run.gauge_probe_s), run.poll_ms)
+        say(line)
     out_dir = new_run_dir(run.results_root, run.phone_label)  # marked INCOMPLETE
     try:
         return _measure(run, out_dir, plan, spec, gate, identity, port, say)

@@ -12,6 +12,7 @@ current reported positive) are switches on the model so refusals can be tested e
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -246,6 +247,79 @@ class BatteryModel:
                 g.capacity_percent,
                 g.updated_ns,
             )
+
+
+# -- the load the phone's programs put on it ---------------------------------------------------
+THREAD_SAMPLE_S = 0.1  # how often the programs' CPU time is read
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_times(pids: set[int]) -> dict[int, tuple[int, float, float]]:
+    """Per process: (parent pid, CPU seconds of its own threads, CPU seconds of its reaped
+    children) from /proc/PID/stat (utime + stime, cutime + cstime)."""
+    out: dict[int, tuple[int, float, float]] = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ppid = int(fields[1])
+            own = (int(fields[11]) + int(fields[12])) * _TICK_S
+            kids = (int(fields[13]) + int(fields[14])) * _TICK_S
+        except (OSError, IndexError, ValueError):
+            continue
+        out[pid] = (ppid, own, kids)
+    return out
+
+
+class ThreadLoad:
+    """The busy workers the phone's programs are: every `THREAD_SAMPLE_S`, the CPU time the
+    processes the phone runs (and their descendants) used since the last sample, per second
+    — a request with a target and a producer thread busy counts two, an idle one none. The
+    model holds that load until the next sample."""
+
+    def __init__(self, phone, model: BatteryModel) -> None:  # type: ignore[no-untyped-def]
+        self.phone, self.model = phone, model
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="as2d-thread-load", daemon=True)
+        self._held = 0.0
+        self._seen: dict[int, tuple[int, float, float]] = {}  # pid → _cpu_times at the last sample
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+        self._hold(0.0)
+
+    def _hold(self, workers: float) -> None:
+        self.model.add_activity(workers - self._held)
+        self._held = workers
+
+    def sample(self, dt_s: float) -> float:
+        """Busy workers over the last `dt_s` seconds: the CPU time every process used since
+        it was last seen (a new one from its start), its reaped children's included — less
+        what a child seen before had used when it was reaped (now in its parent's share)."""
+        from device_agents.emulator.phone import _process_trees
+
+        roots = set(getattr(self.phone, "processes", ()))
+        now = _cpu_times(_process_trees(roots)) if roots else {}
+        used = 0.0
+        for pid, (_, own, kids) in now.items():
+            _, own0, kids0 = self._seen.get(pid, (0, 0.0, 0.0))
+            used += max(0.0, own - own0) + max(0.0, kids - kids0)
+        for pid, (ppid, own0, kids0) in self._seen.items():
+            if pid not in now and ppid in now:  # reaped: its time moved into the parent's
+                used -= own0 + kids0
+        self._seen = now
+        return max(0.0, used) / dt_s if dt_s > 0 else 0.0
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(THREAD_SAMPLE_S):
+            t = time.monotonic()
+            self._hold(self.sample(t - last))
+            last = t
 
 
 # -- trace writing ------------------------------------------------------------------------
@@ -492,8 +566,9 @@ class EmulatedPower:
       ``running`` and ``persist.traced.enable`` is ``1``, as on Android ≥ 11);
     - ``nohup`` — runs its command immune to the adb connection closing (USB unplug);
     - ``/proc/uptime`` on the boot clock the trace uses;
-    - activity: every host program the phone runs counts as one busy worker while it runs
-      (``busy()`` lets other command handlers, e.g. the native runner, say the same).
+    - activity: the host programs the phone runs count with the threads they keep busy
+      (ThreadLoad: the CPU time of their processes and threads, children included, per
+      second); ``busy()`` lets other command handlers add busy workers of their own.
     """
 
     def __init__(self, phone, model: BatteryModel | None = None) -> None:  # type: ignore[no-untyped-def]
@@ -523,14 +598,10 @@ class EmulatedPower:
         self.phone.props.setdefault("persist.traced.enable", "1")
         self.phone.register_command("nohup", self._nohup)
         self.phone.fs.add_dynamic("/proc/uptime", self._uptime)
-        inner = self._inner_launcher = self.phone.launcher
+        self._inner_launcher = self.phone.launcher
         self.phone.as2d_power = self
-
-        def launcher(ctx, host_path: str) -> int:  # type: ignore[no-untyped-def]
-            with self.busy():
-                return inner(ctx, host_path)
-
-        self.phone.launcher = launcher
+        self.threads = ThreadLoad(self.phone, self.model)
+        self.threads.start()
         return self
 
     class _Busy:
@@ -547,6 +618,9 @@ class EmulatedPower:
         return EmulatedPower._Busy(self.model, workers)
 
     def stop_all(self) -> None:
+        threads = getattr(self, "threads", None)
+        if threads is not None:
+            threads.stop()
         for r in self.recorders:
             r.stop()
         for r in self.recorders:

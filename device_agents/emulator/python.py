@@ -66,14 +66,10 @@ def make_python_command(interpreter: str | None = None):  # type: ignore[no-unty
         env["PYTHONPATH"] = ":".join(p for p in [*phone_path.split(":"), *libs] if p)
         env["PYTHONNOUSERSITE"] = "1"
         env.update(emulated_cpus_env())  # the phone's virtual CPU numbers map onto this host's
-        # A python3 request is load like any program the phone runs: with the battery
-        # model installed (device_agents.emulator.battery), it holds one busy worker
-        # while it runs, as the phone's launcher does for pushed programs.
-        power = getattr(ctx.phone, "as2d_power", None)
-        if power is None:
-            return ctx.run_host([exe, "-S", *args], env=env)
-        with power.busy():
-            return ctx.run_host([exe, "-S", *args], env=env)
+        # A python3 request is load like any program the phone runs: with the battery model
+        # installed (device_agents.emulator.battery.ThreadLoad) it counts the threads it
+        # keeps busy, its worker processes included.
+        return ctx.run_host([exe, "-S", *args], env=env)
 
     return python
 
