@@ -32,10 +32,10 @@ from as2d_cli.stats.compare import oracle_gap
 DEFAULT_TOLERANCE = 0.01
 
 
-@dataclass(frozen=True)
-class Ranked:
-    spec: MethodSpec  # one configuration: a setting of the catalog at a source and budget
-    tps: float
+class _Configured:
+    """A configuration's catalog coordinates and As²d settings, read from its spec."""
+
+    spec: MethodSpec
 
     @property
     def source(self) -> str:
@@ -54,6 +54,16 @@ class Ranked:
     @property
     def batch(self) -> int:
         return self.spec.batch
+
+    @property
+    def align(self) -> str:
+        return self.spec.align
+
+
+@dataclass(frozen=True)
+class Ranked(_Configured):
+    spec: MethodSpec  # one configuration: a setting of the catalog at a source and budget
+    tps: float
 
     def to_json(self) -> dict:
         return {
@@ -132,35 +142,13 @@ def oracle(cat: CatalogTimes, source: str, budget: int) -> OracleResult:
 
 
 @dataclass
-class Selection:
+class Selection(_Configured):
     spec: MethodSpec  # the chosen configuration: source, budget and As²d's settings
     dev: dict
     val: dict | None
     ranking: list[Ranked]
     catalog: dict
     excluded_sources: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def source(self) -> str:
-        assert self.spec.source is not None
-        return self.spec.source
-
-    @property
-    def budget(self) -> int:
-        assert self.spec.budget is not None
-        return self.spec.budget
-
-    @property
-    def threshold(self) -> float | None:
-        return self.spec.threshold
-
-    @property
-    def batch(self) -> int:
-        return self.spec.batch
-
-    @property
-    def align(self) -> str:
-        return self.spec.align
 
     @property
     def retained(self) -> bool | None:
