@@ -227,3 +227,13 @@ def test_report_bad_input_is_one_line(tmp_path: Path, golden: Path, capsys) -> N
     assert code == 2 and "twice" in err and err.count("\n") == 1
     code, _, err = run(["report", str(tmp_path / "missing")], capsys)
     assert code == 2 and err.count("\n") == 1
+
+
+def test_the_data_dictionary_in_the_docs_is_the_tables_own() -> None:
+    """docs/formats.md lists every per_window column with its dtype, in order."""
+    from as2d_cli.evaluate.tables import PER_WINDOW
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text()
+    section = doc.split("### `per_window` — the data dictionary", 1)[1].split("###", 1)[0]
+    rows = [r.split("|") for r in section.splitlines() if r.startswith("| `")]
+    assert [(r[1].strip(" `"), r[2].strip()) for r in rows] == [(c, t) for c, t, _ in PER_WINDOW]
