@@ -2,7 +2,7 @@
 captures the emulated battery model writes (device_agents.emulator.battery.simulate_episode),
 checked against the model's true integrated energy per request.
 
-    python benchmarks/energy_gauge_periods.py [--phases 8] [--seeds 3] [--late-ms 200]
+    python benchmarks/energy_gauge_periods.py [--phases 8] [--seeds 10] [--late-ms 200]
 
 For every gauge period from 0.25 to 2 s and every phase of the requests against the
 gauge's update grid, one episode is simulated as `as2d energy` runs it by default: idle
@@ -163,7 +163,7 @@ def summarize(rows: list[dict[str, Any]], dips: bool) -> tuple[str, bool]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phases", type=int, default=8, help="phases per gauge period")
-    ap.add_argument("--seeds", type=int, default=3, help="episodes per phase")
+    ap.add_argument("--seeds", type=int, default=10, help="episodes per phase")
     ap.add_argument("--late-ms", type=float, default=200.0, help="polls up to this late")
     ap.add_argument("--periods", default=",".join(map(str, PERIODS_MS)), help="gauge periods (ms)")
     ap.add_argument("--json", type=Path, default=None, help="write every row here")

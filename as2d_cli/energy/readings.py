@@ -105,8 +105,9 @@ class WindowFit:
 
 
 def _inside(pr: PlacedReadings, t0: int, t1: int) -> np.ndarray:
-    """Indices of the readings surely inside [t0, t1] (their instant ± ε)."""
-    return np.flatnonzero((pr.t_ns - pr.eps_ns >= t0) & (pr.t_ns + pr.eps_ns <= t1))
+    """Indices of the readings surely inside [t0, t1) (their instant ± ε): a reading taken
+    at the very instant the window ends already shows what follows it."""
+    return np.flatnonzero((pr.t_ns - pr.eps_ns >= t0) & (pr.t_ns + pr.eps_ns < t1))
 
 
 def _area(ts: np.ndarray, ps: np.ndarray, t0: int, t1: int) -> float:
