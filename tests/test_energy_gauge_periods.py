@@ -169,8 +169,12 @@ def _cut_run_folder(tmp_path: Path) -> tuple[Path, int]:
     t0 = 2000 * S
     req = [SimRequest("target-only", "formal", 4.0), SimRequest("as2d", "formal", 4.0)]
     sim = simulate_episode(
-        BatteryParams(gauge_update_ms=1000), req, settle_s=2.0, between_s=(0.5, 0.5),
-        tail_s=2.0, start_ns=t0,
+        BatteryParams(gauge_update_ms=1000),
+        req,
+        settle_s=2.0,
+        between_s=(0.5, 0.5),
+        tail_s=2.0,
+        start_ns=t0,
     )
     cfg = build_trace_config(CaptureSpec(duration_ms=13_000))
     full = encode_trace(sim.readings, cfg, COUNTERS[:4])
@@ -316,9 +320,7 @@ def test_thread_load_counts_threads_and_child_processes(monkeypatch) -> None:
         ]
     )
     monkeypatch.setattr(battery, "_cpu_times", lambda pids: next(times))
-    monkeypatch.setattr(
-        "device_agents.emulator.phone._process_trees", lambda roots: {10, 11}
-    )
+    monkeypatch.setattr("device_agents.emulator.phone._process_trees", lambda roots: {10, 11})
     phone = types.SimpleNamespace(processes={10})
     load = battery.ThreadLoad(phone, BatteryModel(clock_ns=ManualClock(0)))
     assert load.sample(0.1) == 0.0

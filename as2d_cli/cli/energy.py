@@ -24,7 +24,7 @@ def energy(
     request_cmd: Optional[str] = typer.Option(
         None,
         "--request-cmd",
-        help="On-device command for one request; {method} {phase} {index} {run_dir} are substituted. It must print 'AS2D_REQUEST body_tokens=N' (optionally origin_boot_ns/target_eos_boot_ns/end_boot_ns).",
+        help="On-device command for one request; {method} {phase} {index} {run_dir} are substituted, and {min_s}/{min_ms}: how long it must hold its load at least (a method's last warm-up: one gauge period plus one poll; else 0). It must print 'AS2D_REQUEST body_tokens=N' (optionally origin_boot_ns/target_eos_boot_ns/end_boot_ns).",
     ),
     method_cmd: List[str] = typer.Option(
         [],

@@ -291,7 +291,7 @@ def analyse_request(
             "undefined; the request produced no output"
         )
     gauge = gauge if gauge is not None else estimate_gauge(series)
-    energy, bound, step, noise, source = _energy_and_bound(
+    energy, bound, step, noise_j, source = _energy_and_bound(
         series, r.origin_ns, r.end_ns, gauge, noise, placed
     )
     inside = int(((series.t_ns >= r.origin_ns) & (series.t_ns <= r.end_ns)).sum())
@@ -311,7 +311,7 @@ def analyse_request(
         short_window=short,
         power_step_w=step,
         energy_bound_j=bound,
-        noise_bound_j=noise,
+        noise_bound_j=noise_j,
         energy_from=source,
     )
 

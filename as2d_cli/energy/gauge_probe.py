@@ -56,9 +56,7 @@ def _number(text: str | None) -> float:
 def _series(rows: list[tuple[int, float, float, float]]) -> BatterySeries:
     a = np.array(rows, dtype=float)
     nan = np.full(len(rows), np.nan)
-    return BatterySeries(
-        a[:, 0].astype(np.int64), a[:, 1], a[:, 2], a[:, 3], nan, nan, None, ()
-    )
+    return BatterySeries(a[:, 0].astype(np.int64), a[:, 1], a[:, 2], a[:, 3], nan, nan, None, ())
 
 
 def probe_gauge(
@@ -74,7 +72,8 @@ def probe_gauge(
         t_a = clock_ns()
         got = read()
         t_b = clock_ns()
-        rows.append((int((t_a + t_b) // 2), *(_number(got.get(f)) for f in FILES)))
+        cur, volt, charge = (_number(got.get(f)) for f in FILES)
+        rows.append((int((t_a + t_b) // 2), cur, volt, charge))
         seconds = (t_b - start) / 1e9
         if len(rows) >= 3:
             g = estimate_gauge(_series(rows))

@@ -42,7 +42,9 @@ class PlacedReadings:
         return int(self.t_ns.size)
 
 
-def _brackets(series: BatterySeries, gauge: GaugeEstimate) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _brackets(
+    series: BatterySeries, gauge: GaugeEstimate
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lo, hi, index of the first poll showing it) per distinct reading after the first."""
     t = series.t_ns
     first = np.flatnonzero(np.isin(t, gauge.update_ns))
@@ -75,7 +77,9 @@ def _grid_fit(
     return (u_lo + u_hi) / 2.0, (u_hi - u_lo) / 2.0
 
 
-def place_readings(series: BatterySeries, gauge: GaugeEstimate, power: np.ndarray) -> PlacedReadings:
+def place_readings(
+    series: BatterySeries, gauge: GaugeEstimate, power: np.ndarray
+) -> PlacedReadings:
     """The distinct readings of `series` (power per poll in `power`) at their update instants."""
     lo, hi, idx = _brackets(series, gauge)
     p = power[idx]
@@ -145,9 +149,7 @@ def _departures(ts: np.ndarray, ps: np.ndarray, before: float, after: float) -> 
     return np.abs(ps - ref)
 
 
-def fit_window(
-    pr: PlacedReadings, t0: int, t1: int, noise_w: float
-) -> WindowFit | None:
+def fit_window(pr: PlacedReadings, t0: int, t1: int, noise_w: float) -> WindowFit | None:
     """Energy over [t0, t1] from the readings inside it; None when none is surely inside
     (a window shorter than about one gauge period: the polled curve is all there is).
     Each reading's independent noise counts with the time its value is held for: the noise

@@ -755,7 +755,9 @@ class SimulatedEpisode:
     model: "BatteryModel"
 
 
-def _poll_times(start: int, end: int, poll_ms: int, late_ms: float, rng: random.Random) -> list[int]:
+def _poll_times(
+    start: int, end: int, poll_ms: int, late_ms: float, rng: random.Random
+) -> list[int]:
     """Polls every poll_ms from `start`, each up to late_ms late (a loaded phone), in order."""
     step = poll_ms * 1_000_000
     out = []
