@@ -60,3 +60,43 @@ def test_the_ratio_line_is_rendered_and_absent_without_both_methods() -> None:
     rows = _rows()
     rows[0]["tps_replay"] = None
     assert ratio_comparison(rows)["replay"] is None
+
+
+def _gap(to_nat, to_rep, a_nat, a_rep, v_nat, v_rep, r_nat, r_rep) -> dict:
+    def fig(n: float, r: float) -> dict:
+        return {"native": n, "replay": r, "ratio": r / n}
+
+    return {
+        "target-only": {"time_ms": fig(to_nat, to_rep)},
+        "as2d": {
+            "time_ms": fig(a_nat, a_rep),
+            "verifier_ms": fig(v_nat, v_rep),
+            "rounds": fig(r_nat, r_rep),
+        },
+    }
+
+
+def test_the_ratio_error_is_the_product_of_its_factors() -> None:
+    from as2d_cli.evaluate.replay_gap import ratio_factors, render_ratio_factors
+
+    # Native: target-only 1000 ms, As²d 650 ms (V 600 over 100 rounds); repriced:
+    # target-only 800 ms (the profile 20 % cheap), As²d 500 ms (V 480 over 96 rounds).
+    gap = _gap(1000, 800, 650, 500, 600, 480, 100, 96)
+    rf = ratio_factors(gap, replay_ratio=1.7)
+    f = rf["factors"]
+    assert f["trajectories"] == pytest.approx(1.7 / (800 / 500))
+    assert f["target-only price"] == pytest.approx(0.8)
+    assert f["As²d verify price"] == pytest.approx((600 / 100) / (480 / 96))
+    assert f["As²d rounds"] == pytest.approx(100 / 96)
+    assert f["As²d not verifying"] == pytest.approx((650 / 600) / (500 / 480))
+    assert rf["replay_over_native"] == pytest.approx(1.7 / (1000 / 650))
+    product = 1.0
+    for x in f.values():
+        product *= x
+    assert product == pytest.approx(rf["replay_over_native"])
+    assert sum(rf["shares"].values()) == pytest.approx(1.0)
+    text = "\n".join(render_ratio_factors(rf))
+    assert "target-only price" in text and "1.105 = the product" in text
+    # no target-only runs, or no replay ratio: nothing to split
+    assert ratio_factors({"as2d": gap["as2d"]}, 1.7) is None
+    assert ratio_factors(gap, None) is None

@@ -10,7 +10,7 @@ from typing import Any
 from as2d_cli.evaluate.fixed import text_table
 from as2d_cli.evaluate.native_record import PER_RUN, PLOT, RESULTS, TABLE, run_spec
 from as2d_cli.evaluate.native_stats import STEAL_BOUND
-from as2d_cli.evaluate.replay_gap import render_gap
+from as2d_cli.evaluate.replay_gap import render_gap, render_ratio_factors
 from as2d_cli.formats.common import atomic_path, write_atomic
 from as2d_cli.formats.results import make_results, write_results
 
@@ -128,6 +128,7 @@ def render_native(summary: dict[str, Any]) -> str:
                 f"  {m:<12} " + "; ".join(split_text(side, v) for side, v in sides.items())
             )
     lines += render_gap(summary.get("replay_gap") or {})
+    lines += render_ratio_factors((summary.get("as2d_ratio") or {}).get("factors"))
     for d in summary.get("warmup_divergences", []):
         lines.append(_divergence_line(d["run"], d, "warm-up"))
     for m, s in summary["methods"].items():

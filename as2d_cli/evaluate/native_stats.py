@@ -13,7 +13,7 @@ from collections import defaultdict
 from statistics import median
 from typing import Any, Callable, Iterable
 
-from as2d_cli.evaluate.replay_gap import gap_summary
+from as2d_cli.evaluate.replay_gap import gap_summary, ratio_factors
 
 METHODS = ("target-only", "sd", "asp", "as2d")
 STEAL_BOUND = 0.05  # a pass whose CPU steal passes this ran on a host shared with other guests
@@ -288,6 +288,8 @@ def summarize(rows: list[dict], host: list[dict] | None = None) -> dict[str, Any
     a = out["methods"]["as2d"]["pooled_tps_native"]
     out["as2d_over_target_only_native"] = a / to if a and to else None
     out["as2d_ratio"] = ratio_comparison(rows)
+    if out["as2d_ratio"] is not None:
+        out["as2d_ratio"]["factors"] = ratio_factors(out["replay_gap"], out["as2d_ratio"]["replay"])
     # The device's own speed over the run: target-only pooled TPS per pass over the windows
     # (the same requests each pass); the replay's frozen profile cannot follow such drift.
     passes: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])

@@ -15,6 +15,7 @@ publications (native − replay, ms; > 0: the native source was later than the p
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from statistics import median
 from typing import Any, Iterable, Mapping, Sequence
@@ -97,6 +98,73 @@ def gap_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         d["producer_finish_lag_ms"] = median(fin) if fin else None
         out[m] = d
     return out
+
+
+# The factors the ratio error splits into (their product is replay ÷ native of As²d /
+# target-only), in the order the lines print them.
+RATIO_FACTORS = (
+    ("trajectories", "the replay's own runs against the native trajectories repriced"),
+    ("target-only price", "target-only's time, repriced ÷ native"),
+    ("As²d verify price", "native ÷ repriced time per As²d verifier round"),
+    ("As²d rounds", "native ÷ repriced As²d rounds (when candidates were ready)"),
+    ("As²d not verifying", "native ÷ repriced T/V of As²d (time the verifier waits)"),
+)
+
+
+def ratio_factors(
+    gap: Mapping[str, Mapping[str, Any]], replay_ratio: float | None
+) -> dict[str, Any] | None:
+    """Where the As²d / target-only ratio the replay predicts departs from the native one.
+
+    With the native runs repriced on their own trajectories (``gap``), the ratio error
+    (replay ratio ÷ native ratio) is exactly the product of: the replay's own runs against
+    the repriced trajectories; target-only's price (repriced ÷ native time); As²d's
+    verifier price per round, its rounds and its time outside the verifier (each native ÷
+    repriced). Each factor's share is its part of the error's logarithm. None without both
+    methods, or when a figure is zero."""
+    to, a = gap.get("target-only"), gap.get("as2d")
+    if not to or not a or replay_ratio is None:
+        return None
+    try:
+        nat_ratio = to["time_ms"]["native"] / a["time_ms"]["native"]
+        repriced_ratio = to["time_ms"]["replay"] / a["time_ms"]["replay"]
+        v_nat, v_rep = a["verifier_ms"]["native"], a["verifier_ms"]["replay"]
+        r_nat, r_rep = a["rounds"]["native"], a["rounds"]["replay"]
+        t_nat, t_rep = a["time_ms"]["native"], a["time_ms"]["replay"]
+        f = {
+            "trajectories": replay_ratio / repriced_ratio,
+            "target-only price": to["time_ms"]["replay"] / to["time_ms"]["native"],
+            "As²d verify price": (v_nat / r_nat) / (v_rep / r_rep),
+            "As²d rounds": r_nat / r_rep,
+            "As²d not verifying": (t_nat / v_nat) / (t_rep / v_rep),
+        }
+    except (ZeroDivisionError, KeyError, TypeError):
+        return None
+    total = replay_ratio / nat_ratio
+    log_total = math.log(total)
+    return {
+        "replay_over_native": total,
+        "factors": f,
+        "shares": {
+            k: (math.log(x) / log_total if abs(log_total) > 1e-12 else None) for k, x in f.items()
+        },
+    }
+
+
+def render_ratio_factors(rf: Mapping[str, Any] | None) -> list[str]:
+    """Lines for the native table: each factor of the ratio error and its share."""
+    if not rf:
+        return []
+    lines = [
+        "",
+        f"replay ÷ native of As²d / target-only {rf['replay_over_native']:.3f} = the product of "
+        "(share of the error):",
+    ]
+    for key, what in RATIO_FACTORS:
+        share = rf["shares"][key]
+        pct = "—" if share is None else f"{100 * share:+.0f} %"
+        lines.append(f"  {key:<20} {rf['factors'][key]:.3f}  ({pct})  {what}")
+    return lines
 
 
 def render_gap(gap: Mapping[str, Mapping[str, Any]]) -> list[str]:
