@@ -13,7 +13,7 @@ of the same repetition. For every As²d method it prints what the target's calls
 past the cursor (pace), K1 calls with candidates published but none usable (aligner), and
 the share of offered candidates rejected (quality).
 
-    python benchmarks/native_speedup.py [--windows N] [--repeats 3] [--split test] [--budget 7] [--source drafter|lookahead|ctc] [--batch 8] [--threshold 0.4] [--align suffix|paper] [--json out.json]
+    python benchmarks/native_speedup.py [--windows N] [--rounds 3] [--split test] [--budget 7] [--source drafter|lookahead|ctc] [--batch 8] [--threshold 0.4] [--align suffix|paper] [--json out.json]
 
 A method written ``as2d@paper`` (or ``as2d@suffix``) runs As²d with those alignment rules
 beside the others, e.g. ``--methods target-only,as2d,as2d@paper`` compares the rules in
@@ -64,9 +64,13 @@ def main() -> int:
     )
     ap.add_argument(
         "--repeats",
+        "--rounds",
+        dest="repeats",
         type=int,
         default=3,
-        help="interleaved runs per window and method (median time)",
+        help="rounds: passes over the windows, each running every method on every window with "
+        "the order rotating; a window's time is the median of its rounds, and the As²d / "
+        "target-only ratio of each round gives the median and range printed",
     )
     ap.add_argument("--budget", type=int, default=7)
     ap.add_argument("--source", default="drafter", choices=SOURCES, help="As²d's source")
@@ -206,6 +210,7 @@ def main() -> int:
             for k, v in x["acc"].items():
                 acc[k] += v
     out["as2d_over_target_only"] = out["methods"]["as2d"] / out["methods"]["target-only"]
+    out["rounds"] = per_round = round_ratios(runs, a.repeats)
     out["as2d_slower_fraction"] = len(slower) / len(tpw) if tpw else float("nan")
     out["as2d_accounting_ms"] = dict(acc)
     out["as2d_slower_windows"] = sorted(slower)
@@ -215,6 +220,11 @@ def main() -> int:
     for s, d in out["settings"].items():
         print(f"  {s:<13}" + "  ".join(f"{m} {v:.2f}" for m, v in d.items()))
     print(f"As²d / target-only pooled: {out['as2d_over_target_only']:.3f}×")
+    print(
+        f"As²d / target-only per round: median {statistics.median(per_round):.3f}×, range "
+        f"{min(per_round):.3f}–{max(per_round):.3f}× over {len(per_round)} rounds "
+        f"({', '.join(f'{x:.3f}' for x in per_round)})"
+    )
     print(
         f"windows where As²d is slower than target-only: {len(slower)}/{len(tpw)} ({out['as2d_slower_fraction']:.1%})"
         + (f": {', '.join(sorted(slower))}" if slower else "")
@@ -248,6 +258,21 @@ def main() -> int:
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))
     return 0
+
+
+def round_ratios(runs: list[dict], rounds: int) -> list[float]:
+    """As²d / target-only pooled over each round's windows (every window once per method):
+    the rounds alternate with the host's state, so their median and range say what one
+    pooled figure cannot."""
+    out = []
+    for rep in range(rounds):
+
+        def tps(m: str) -> float:
+            sel = [x for x in runs if x["rep"] == rep and x["method"] == m]
+            return sum(x["tokens"] for x in sel) / sum(x["time_ms"] for x in sel)
+
+        out.append(tps("as2d") / tps("target-only"))
+    return out
 
 
 def time_split(runs: list[dict], methods: list[str]) -> dict:
