@@ -424,7 +424,7 @@ def main() -> None:
         )
         for _, lb, align in rules:
             spec = MethodSpec(
-                "as2d", budget=args.budget, source=src, lookback=lb, align=align, **setting
+                "as2d", budget=args.budget, source=src, align_lookback=lb, align=align, **setting
             )
             f_tps, acc = replay(windows, free, spec)
             p_tps, _ = replay(windows, prof, spec)

@@ -356,9 +356,9 @@ def run_request(
                 src.producer.join()
         if src.producer is not None and src.producer.error is not None:
             raise UserError(f"the {src.name} source failed: {src.producer.error}")
-        T, dec, _ = _drained(src, target_end)
+        _, dec, _ = _drained(src, target_end)
         out = _result(
-            models, s, policy, language, question, ep.result, src, max_tokens, prefill_ns, T, dec
+            models, s, policy, language, question, ep.result, src, max_tokens, prefill_ns, dec
         )
         out["margins"] = margins
         out["pinned"] = bool(pinned)
@@ -387,11 +387,12 @@ def _result(
     src: _Source,
     max_tokens: int,
     prefill_ns: int,
-    T: int,
     dec: Any,
 ) -> dict[str, Any]:
-    """The request's result record (docs/runner-protocol.md, the ``result`` event)."""
+    """The request's result record (docs/runner-protocol.md, the ``result`` event); ``dec``:
+    the episode's D/V/O/H decomposition, its time ``T`` included."""
     n = len(res.tokens)
+    T = dec.T
     producer = src.producer
     bundle = models.bundle
     out: dict[str, Any] = {
