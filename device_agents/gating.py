@@ -374,7 +374,11 @@ class CeilingAtLeast(Operation):
 
 
 def settle(
-    device: Device, quiet_s: float, max_wait_s: float = 300.0, sleep: Sleep = time.sleep
+    device: Device,
+    quiet_s: float,
+    max_wait_s: float = 300.0,
+    sleep: Sleep = time.sleep,
+    waiting: Callable[[float, int], None] | None = None,
 ) -> Observation:
     """Wait, once before measuring, until the device has been quiet: a one-minute load
     average under QUIET_LOAD and a quiet first second, or ``quiet_s`` consecutive seconds with
@@ -383,7 +387,8 @@ def settle(
     (2-core VM: target steps 1.30 ms right after a training run was stopped, 0.78 ms 40 s
     later), and a VM whose neighbours take its CPU shows it only as steal, not as load, so
     a calibration started at once prices the slow state. Never fails: after ``max_wait_s``
-    it says the host is still busy and measuring goes on (the observation records it)."""
+    it says the host is still busy and measuring goes on (the observation records it).
+    ``waiting(seconds waited, consecutive quiet seconds)`` is told every second."""
     load_text = device.read_files(["/proc/loadavg"]).get("/proc/loadavg")
     prev = CpuTimes.read(device)
     if quiet_s <= 0 or not load_text or prev is None:
@@ -411,6 +416,8 @@ def settle(
         calm = frac["busy"] <= QUIET_BUSY and frac["steal"] <= QUIET_STEAL
         quiet = quiet + 1 if calm else 0
         seconds += 1
+        if waiting is not None:
+            waiting(time.monotonic() - start, quiet)
         detail = {
             "load1": load1,
             "waited_s": round(time.monotonic() - start, 1),

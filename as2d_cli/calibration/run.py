@@ -342,6 +342,24 @@ def calibrate(
     )
 
 
+def _settle_progress(
+    progress: Progress | None, quiet_s: float, done: float, total: float
+) -> Callable[[float, int], None] | None:
+    """The settle wait told as progress: how long it has waited and how long it was quiet."""
+    if progress is None:
+        return None
+
+    def waiting(waited: float, quiet: int) -> None:
+        progress(
+            f"waiting for a quiet host: {quiet} of {quiet_s:.0f} s quiet, waited {waited:.0f} s",
+            done,
+            total,
+        )
+
+    waiting(0.0, 0)
+    return waiting
+
+
 def _run_steps(
     device: Any,
     steps: list[Step],
@@ -371,9 +389,11 @@ def _run_steps(
             finished = sum(s.weight for s in steps if s.key in done)
             settled = None
             if not gates and gate_cfg.settle_s > 0:  # once, before the first measurement
-                if progress:
-                    progress("waiting for a quiet host", finished, total)
-                settled = settle(device, gate_cfg.settle_s)
+                settled = settle(
+                    device,
+                    gate_cfg.settle_s,
+                    waiting=_settle_progress(progress, gate_cfg.settle_s, finished, total),
+                )
             if progress:
                 progress(step.label, finished, total)
             result = run_gate(device, gate_cfg)

@@ -7,11 +7,10 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from as2d_cli.cli import options
 from as2d_cli.cli.paths import folder_out_option
-from as2d_cli.cli.progress import progress_bar
+from as2d_cli.cli.progress import Steps
 
 if TYPE_CHECKING:
     from as2d_cli.calibration.farm import FarmOptions
@@ -85,16 +84,10 @@ def calibrate(
     m = prepare(phone[0], measure)
     device, gate, cores = m.device, m.gate, m.placement.cores
     Console(stderr=True).print(f"calibrating {m.identity.describe()}; {m.placement.describe()}")
-    with progress_bar(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    ) as bar:
-        bar_task = bar.add_task("starting", total=1.0)
+    with Steps("calibrate", count=False) as steps:
 
         def progress(label: str, done: float, total: float) -> None:
-            bar.update(bar_task, description=label, completed=done / total if total else 1.0)
+            steps.update(done, total, label)
 
         res = run(
             device,

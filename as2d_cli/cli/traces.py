@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
 from as2d_cli.cli import options
 from as2d_cli.cli.paths import file_target_option
-from as2d_cli.cli.progress import progress_bar
+from as2d_cli.cli.progress import Steps
 
 
 def build(
@@ -51,19 +50,10 @@ def build(
     folder = pair_traces(models, spec.task) if models is not None else ASSET_TRACES
     path = out or folder / f"{split}.jsonl.gz"
     check_out(path, force)  # before a Ray instance starts
-    with (
-        open_executor(ray, processes) as executor,
-        progress_bar(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-        ) as bar,
-    ):
-        bar_task = bar.add_task(f"tracing {split}", total=None)
+    with open_executor(ray, processes) as executor, Steps(f"tracing {split}") as steps:
 
         def progress(n: int, total: int, wid: str) -> None:
-            bar.update(bar_task, completed=n, total=total, description=f"tracing {split}: {wid}")
+            steps.update(n, total, wid)
 
         written = build_traces(
             split,
