@@ -72,15 +72,19 @@ def test_episode_table_figures(tmp_path: Path) -> None:
     )
     a = analyse_episode(s, ep)
     t, x = a.requests
-    assert t.energy_j == pytest.approx(12.0) and t.mean_power_w == pytest.approx(6.0)
-    assert t.j_per_token == pytest.approx(1.2) and t.response_s == pytest.approx(2.0)
-    assert x.energy_j == pytest.approx(14.5) and x.response_s == pytest.approx(1.0)
-    assert x.window_s == pytest.approx(2.0) and x.j_per_token == pytest.approx(2.9)
+    # Every 1 s poll carries a new reading: each was taken somewhere in the second before
+    # its poll, placed at the middle (± 0.5 s). Surely inside [0, 2): the 1 s poll's
+    # reading (8 W at 0.5 s), held over the window; inside [2, 4): 10.5 W at 2.5 s.
+    assert t.energy_from == "readings" and x.energy_from == "readings"
+    assert t.energy_j == pytest.approx(16.0) and t.mean_power_w == pytest.approx(8.0)
+    assert t.j_per_token == pytest.approx(1.6) and t.response_s == pytest.approx(2.0)
+    assert x.energy_j == pytest.approx(21.0) and x.response_s == pytest.approx(1.0)
+    assert x.window_s == pytest.approx(2.0) and x.j_per_token == pytest.approx(4.2)
     # Mean power as the paper: energy / response time (to target EOS), not / window.
-    assert x.mean_power_w == pytest.approx(14.5) and x.window_power_w == pytest.approx(7.25)
+    assert x.mean_power_w == pytest.approx(21.0) and x.window_power_w == pytest.approx(10.5)
     m = {r.method: r for r in a.methods}
-    assert m["as2d"].energy_vs_baseline_percent == pytest.approx(100 * (14.5 / 12 - 1))
-    assert m["as2d"].j_per_token_vs_baseline_percent == pytest.approx(100 * (2.9 / 1.2 - 1))
+    assert m["as2d"].energy_vs_baseline_percent == pytest.approx(100 * (21 / 16 - 1))
+    assert m["as2d"].j_per_token_vs_baseline_percent == pytest.approx(100 * (4.2 / 1.6 - 1))
     assert a.poll_s == pytest.approx(1.0)  # taken from the trace's own config packet
 
 
