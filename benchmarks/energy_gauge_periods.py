@@ -15,10 +15,12 @@ inside some formal requests. The trace is encoded as a real Perfetto trace, read
 the toolkit's reader and analysed by `analyse_episode`.
 
 Prints, per period: formal requests, the worst per-request error against the truth (%),
-the worst first-formal-request error, the share of requests whose true error lies outside
-the stated bound, and the median bound (%). Exit code 1 when a period misses the targets
-(|error| ≤ 2 % on the plain sweep, the true error inside the bound in ≥ 99 % of requests on
-both); `--json FILE` keeps every row.
+the worst first-formal-request error, how many requests' true error lies outside the stated
+bound, and the median bound (%). On the dip sweep a dip no gauge reading fell into is
+energy the gauge never saw: those requests are counted apart with their worst error, not
+held against the bound. Exit code 1 when a period misses the targets (|error| ≤ 2 % on
+the plain sweep; the true error inside the bound in ≥ 99 % of requests on both);
+`--json FILE` keeps every row. About 10 s of CPU.
 """
 
 from __future__ import annotations
