@@ -151,7 +151,8 @@ def instant_sources(p: CostProfile) -> CostProfile:
             startup_ms=0.0,
             startup_ms_per_audio_s=0.0,
             publish_ms=0.0,
-            **({"step_ms_idle": tiny} if s.kind == "autoregressive" else {"chunk_ms_idle": tiny}),
+            step_ms_idle=tiny if s.kind == "autoregressive" else s.step_ms_idle,
+            chunk_ms_idle=s.chunk_ms_idle if s.kind == "autoregressive" else tiny,
         )
         for name, s in p.sources.items()
     }
@@ -162,7 +163,7 @@ def replay(windows, prof: CostProfile, spec: MethodSpec) -> tuple[float, float]:
     """(pooled TPS, accepted share of the decoded tokens)."""
     prep = Prepared(prof, spec)
     rows = [replay_window(w, prep, detail=False) for w in windows]
-    return pooled(rows), sum(r.accepted for r in rows) / sum(r.tokens - 1 for r in rows)
+    return pooled(rows) or 0.0, sum(r.accepted for r in rows) / sum(r.tokens - 1 for r in rows)
 
 
 def per_window_shares(windows, prof: CostProfile, spec: MethodSpec) -> dict[str, float]:
@@ -189,6 +190,7 @@ def round_causes(windows, prof: CostProfile, spec: MethodSpec) -> dict[str, floa
     """What the target's calls saw, pooled over the windows (as2d_cli/engine/causes.py)."""
     prep = Prepared(prof, spec)
     tot = CallCauses()
+    assert spec.source is not None  # an As²d spec
     for w in windows:
         timeline = timeline_for(w, prep, spec.source)
         pubs, n = [], 0
@@ -282,6 +284,7 @@ def by_setting(
     instant source's and the actual accepted share (free widths, every window), and As²d /
     target-only (``bases``: its TPS per group) on the profile, to say in which settings the
     remaining gap sits; then how the source's sequence departs from the target's there."""
+    assert spec.source is not None  # an As²d spec
     print(f"  {spec.source}")
     print(
         f"    {'setting':<14} {'windows':>7} {'served':>7} {'ceiling':>8} {'instant':>8} "

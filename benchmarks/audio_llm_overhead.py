@@ -18,6 +18,7 @@ files, and the text conversion's cost per published token.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 import statistics
 import sys
 import tempfile
@@ -49,7 +50,7 @@ def overhead(bundle, calls: int) -> None:
     for name in ("target", "drafter"):
         if bundle.kind(name) != "audio-llm-onnx":
             continue
-        model = open_seq2seq(bundle, name)
+        model: Any = open_seq2seq(bundle, name)  # the audio-LLM adapter (its graphs are read)
         cross = model.encode(audio, w.language)
         _, past = model.decode(list(cross.prompt), model.empty_cache(), cross)
         _, past = model.decode(list(range(40, 56)), past, cross)

@@ -103,6 +103,7 @@ def main() -> None:
         for n, w in enumerate(picked, 1):
             enc = target.encode(w.load_audio())
             ref, _ = free_run(target, enc, a.limit)
+            assert enc.hidden is not None  # the target's encoder states
             cross = drafter.encode_hidden(enc.hidden)
             seqs = {}
             for rep in range(a.repeats):

@@ -22,6 +22,7 @@ K=1/2/4/8/16, drafter K=1, CTC per chunk. All figures come from this one run.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 import difflib
 import json
 import sys
@@ -139,7 +140,9 @@ def batched_check(
                     "position": pos + 1 + i,
                     "sequential": ref[pos + 1 + i],
                     "batched": dec[i],
-                    "top2_margin": float(target.last_margins[i]),
+                    "top2_margin": float(target.last_margins[i])
+                    if target.last_margins is not None
+                    else float("nan"),
                 }
         pos += len(chunk)
     return None
@@ -248,13 +251,13 @@ def main() -> None:
     table = {}
     for setting in [x for x in SETTINGS if x in per]:
         table[setting] = {k: (v[0] / v[1] if v[1] else None) for k, v in per[setting].items()}
-    pooled = defaultdict(lambda: [0, 0])
+    pooled: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0])
     for s in per.values():
         for k, v in s.items():
             pooled[k][0] += v[0]
             pooled[k][1] += v[1]
     table["all"] = {k: (v[0] / v[1] if v[1] else None) for k, v in pooled.items()}
-    result = {
+    result: dict[str, Any] = {
         "split": args.split,
         "windows": sum(seen.values()),
         "target_tokens_excl_eos": n_tokens,
@@ -288,8 +291,8 @@ def main() -> None:
             + " / ".join(f"{x:.3f}" for x in quarters)
         )
     print(f"batched K=8 vs sequential disagreements: {len(disagreements)}")
-    for d in disagreements:
-        print(f"  {d}")
+    for dis in disagreements:
+        print(f"  {dis}")
     for k, v in result["costs_ms_one_thread"].items():
         print(f"{k:>28}: {v:.3f}")
     if args.json:

@@ -204,7 +204,7 @@ def main() -> int:
     base = {x["window"]: x["tokens"] / x["time_ms"] for x in rows if x["method"] == "target-only"}
     tpw = {x["window"]: x["tokens"] / x["time_ms"] for x in rows if x["method"] == "as2d"}
     slower = [w for w in tpw if tpw[w] / base[w] < 1 - 1e-9]
-    acc = defaultdict(float)
+    acc: defaultdict[str, float] = defaultdict(float)
     for x in runs:
         if x["method"] == "as2d":
             for k, v in x["acc"].items():

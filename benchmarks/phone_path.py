@@ -48,10 +48,11 @@ def main() -> int:
         t0 = time.monotonic()
         warm = choose_launcher(dev)
         t_warm = time.monotonic() - t0
+        pushed = [getattr(x, "pushed", ()) for x in (cold, warm)]  # the python payload's
         print(
-            f"deploy: first {t_cold:.2f} s (pushed {', '.join(cold.pushed)}), "  # type: ignore[attr-defined]
-            f"again {t_warm:.2f} s (pushed {', '.join(warm.pushed) or 'nothing'})"
-        )  # type: ignore[attr-defined]
+            f"deploy: first {t_cold:.2f} s (pushed {', '.join(pushed[0]) or 'nothing'}), "
+            f"again {t_warm:.2f} s (pushed {', '.join(pushed[1]) or 'nothing'})"
+        )
         runner = open_runner(dev, launcher=warm)
         hello = []
         for _ in range(a.reps):

@@ -12,6 +12,8 @@ noise hits both alike).
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import statistics
 import sys
@@ -29,7 +31,7 @@ from as2d_cli.models.bundle import load_bundle  # noqa: E402
 from as2d_cli.models.loader import open_seq2seq  # noqa: E402
 
 
-def raw_feeds(model, tokens, past, cross) -> tuple[object, dict]:
+def raw_feeds(model, tokens, past, cross) -> tuple[Any, dict]:
     """The cached-branch feeds as a caller of ONNX Runtime would build them once."""
     feeds = {"input_ids": np.asarray(tokens, dtype=np.int64)[None]}
     if model.with_past is None:
