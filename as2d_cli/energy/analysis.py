@@ -1,10 +1,12 @@
 """Request energy E = ∫ I·V dt (trapezoidal) over [request origin, end of both workers].
 
 Power is taken positive while discharging (Android reports discharge current negative).
-Window endpoints fall between polls; the power there is linearly interpolated from the
-bracketing samples, so the integral is exactly the trapezoid of the piecewise-linear
-power curve through the samples, clipped to the window. Whole phone, no idle subtraction
-(paper D.6.1).
+The integral runs over the gauge's distinct readings placed at the instants the gauge took
+them (as2d_cli.energy.readings): the line through the readings surely inside the window,
+held flat to its edges. A window with no reading surely inside takes the polled curve:
+window endpoints fall between polls, the power there linearly interpolated from the
+bracketing samples, so that integral is the trapezoid of the piecewise-linear power curve
+through the polls, clipped to the window. Whole phone, no idle subtraction (paper D.6.1).
 """
 
 from __future__ import annotations
@@ -450,6 +452,20 @@ def correct_current_sign(
     return fixed, note
 
 
+def _unmeasured(formal: list[RequestEnergy]) -> str:
+    """The status of a method none of whose formal requests was measured, and why."""
+    n = len(formal)
+    if not formal:
+        return "failed: all 0 formal request(s) failed (no formal request)"
+    why = formal[0].status.removeprefix("failed: ")
+    if all(r.exit_code in _STOPS for r in formal):
+        return f"stopped: none of its {n} formal request(s) was measured ({why})"
+    if all(r.status.startswith(NOT_COVERED) for r in formal):
+        why = why.removeprefix(NOT_COVERED + ": ")
+        return f"{NOT_COVERED}: the trace covers none of its {n} formal request(s) ({why})"
+    return f"failed: all {n} formal request(s) failed ({why})"
+
+
 def pool_methods(
     reqs: list[RequestEnergy], order: list[str], baseline: str | None
 ) -> list[MethodSummary]:
@@ -460,31 +476,7 @@ def pool_methods(
         ok = [r for r in formal if r.status == "ok"]
         n, nf = len(formal), len(formal) - len(ok)
         if not ok:
-            why = formal[0].status.removeprefix("failed: ") if formal else "no formal request"
-            stopped = bool(formal) and all(r.exit_code in _STOPS for r in formal)
-            cut = bool(formal) and all(r.status.startswith(NOT_COVERED) for r in formal)
-            rows.append(
-                MethodSummary(
-                    m,
-                    n,
-                    0,
-                    nf,
-                    f"stopped: none of its {n} formal request(s) was measured ({why})"
-                    if stopped
-                    else f"{NOT_COVERED}: the trace covers none of its {n} formal request(s) "
-                    f"({why.removeprefix(NOT_COVERED + ': ')})"
-                    if cut
-                    else f"failed: all {n} formal request(s) failed ({why})",
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                )
-            )
+            rows.append(MethodSummary(m, n, 0, nf, _unmeasured(formal), *([None] * 8)))
             continue
         e = sum(r.energy_j or 0.0 for r in ok)
         resp = sum(r.response_s or 0.0 for r in ok)
