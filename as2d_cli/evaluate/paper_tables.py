@@ -332,8 +332,8 @@ def table12(runs: Sequence[RunData]) -> PaperTable:
             )
     return PaperTable(
         12,
-        "The counts compare per-window throughput with target-only (ties within 1e-9 count "
-        "as neither); all windows are retained. Losses measure TPS reductions among slower "
+        "The counts compare per-window throughput with target-only. Ties within 1e-9 count "
+        "as neither; all windows are retained. Losses measure TPS reductions among slower "
         "windows.",
         ["Phone", "Method", "Faster", "Slower", "Median loss", "Max. loss"],
         rows,

@@ -42,7 +42,8 @@ def rk_figure(
         ax.bar(
             ks,
             [r[k][0] for k in ks],
-            yerr=[r[k][1] for k in ks],
+            # a profile keeps one figure per K: no spread to draw then
+            yerr=[r[k][1] for k in ks] if any(r[k][1] for k in ks) else None,
             color=SERIES_COLORS[0],
             capsize=2,
             error_kw={"linewidth": 0.8},
