@@ -188,14 +188,8 @@ WIRE_TAKES: dict[str, tuple[str, ...]] = {
     "as2d-no-bc": _DECOUPLED_FIELDS,
     "as2d": (*_DECOUPLED_FIELDS, "align_window", "history"),
 }
-# (kind, lowest value) of each field; "budget" is ASP's and w/o BC's cap too.
-_WIRE_KINDS: dict[str, tuple[type, int]] = {
-    "k": (int, 1),
-    "budget": (int, 1),
-    "batch": (int, 1),
-    "align_window": (int, 0),
-    "align_lookback": (int, 0),
-}
+# The lowest value of each integer field ("budget" is ASP's and w/o BC's cap too).
+_WIRE_MINIMA = {"k": 1, "budget": 1, "batch": 1, "align_window": 0, "align_lookback": 0}
 
 
 def wire_default(field: str, method: str) -> Any:
@@ -231,7 +225,7 @@ def _wire_value(doc: Mapping[str, Any], field: str, method: str) -> Any:
             want = f"one of {', '.join(choices)}" if choices else "a source name"
             raise UserError(f"field {field!r} must be {want}, got {v!r}")
         return v
-    _, lo = _WIRE_KINDS[field]
+    lo = _WIRE_MINIMA[field]
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
         raise UserError(f"field {field!r} must be an integer >= {lo}, got {v!r}")
     return v

@@ -178,7 +178,8 @@ class NativeRecord:
     def resume(cls, folder: Path, requested: dict[str, Any]) -> "NativeRecord":
         """The recorded run, if ``requested`` (this command's settings) measures the same."""
         recorded = json.loads((folder / SETTINGS).read_text(encoding="utf-8"))
-        recorded["commands"] = upgrade_commands(recorded.get("commands") or {})
+        if recorded.get("commands") is not None:  # as this version writes them
+            recorded["commands"] = upgrade_commands(recorded["commands"])
         differ = [k for k in COMPARED if recorded.get(k) != requested.get(k)]
         if "commands" in differ and ("deployment" in differ or "profile" in differ):
             differ.remove("commands")  # the decode settings follow from those
