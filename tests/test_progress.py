@@ -29,13 +29,13 @@ def clock(monkeypatch) -> Clock:
 def test_plain_lines_are_throttled_and_carry_the_time_left(clock: Clock) -> None:
     out = io.StringIO()
     with Steps("tracing test", stream=out) as steps:
-        steps.update(0, 40, "test-read-000")  # the first line at once
+        steps.update("test-read-000", 0, 40)  # the first line at once
         clock.t += 2
-        steps.update(1, 40, "test-read-001")  # within PLAIN_EVERY_S: not printed
+        steps.update("test-read-001", 1, 40)  # within PLAIN_EVERY_S: not printed
         clock.t += PLAIN_EVERY_S
-        steps.update(10, 40, "test-read-010")
+        steps.update("test-read-010", 10, 40)
         clock.t += 1
-        steps.update(40, 40, "test-sung-039")  # the last is always printed
+        steps.update("test-sung-039", 40, 40)  # the last is always printed
     lines = out.getvalue().splitlines()
     assert lines == [
         "tracing test: test-read-000 — 0/40 (0%), 0 s elapsed",
@@ -47,13 +47,13 @@ def test_plain_lines_are_throttled_and_carry_the_time_left(clock: Clock) -> None
 def test_a_new_phase_is_printed_at_once_and_percent_only_without_counts(clock: Clock) -> None:
     out = io.StringIO()
     with Steps("calibrate", count=False, stream=out) as steps:
-        steps.update(0, 10, "waiting for a quiet host: 0 of 20 s quiet, waited 0 s")
+        steps.update("waiting for a quiet host: 0 of 20 s quiet, waited 0 s", 0, 10)
         clock.t += 1
-        steps.update(0, 10, "waiting for a quiet host: 1 of 20 s quiet, waited 1 s")
+        steps.update("waiting for a quiet host: 1 of 20 s quiet, waited 1 s", 0, 10)
         clock.t += 1
-        steps.update(2.5, 10, "verify K1-8 idle")
+        steps.update("verify K1-8 idle", 2.5, 10)
         clock.t += 200
-        steps.update(5, 10, "verify K1-8 concurrent")
+        steps.update("verify K1-8 concurrent", 5, 10)
     lines = out.getvalue().splitlines()
     assert len(lines) == 3
     assert lines[1] == "calibrate: verify K1-8 idle — 25%, 2 s elapsed, about 6 s left"
@@ -63,8 +63,8 @@ def test_a_new_phase_is_printed_at_once_and_percent_only_without_counts(clock: C
 def test_quiet_says_nothing(clock: Clock) -> None:
     out = io.StringIO()
     with Steps("eval", quiet=True, stream=out) as steps:
-        steps.update(1, 2, "x")
-        steps.update(2, 2, "y")
+        steps.update("x", 1, 2)
+        steps.update("y", 2, 2)
     assert out.getvalue() == ""
 
 

@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from as2d_cli.reporting import Progress, settle_waiting
 from as2d_cli.calibration.fit import fit_profile
 from as2d_cli.calibration.plan import Step, make_plan, plan_hash
 from as2d_cli.calibration.plot import plot_savings
 from as2d_cli.errors import DeviceError, UserError
 from as2d_cli.formats.common import append_jsonl, safe_name, write_atomic
 from as2d_cli.models.prompting import PromptSpec
-
-Progress = Callable[[str, float, float], None]  # (label, done weight, total weight)
 
 
 @dataclass
@@ -342,24 +341,6 @@ def calibrate(
     )
 
 
-def _settle_progress(
-    progress: Progress | None, quiet_s: float, done: float, total: float
-) -> Callable[[float, int], None] | None:
-    """The settle wait told as progress: how long it has waited and how long it was quiet."""
-    if progress is None:
-        return None
-
-    def waiting(waited: float, quiet: int) -> None:
-        progress(
-            f"waiting for a quiet host: {quiet} of {quiet_s:.0f} s quiet, waited {waited:.0f} s",
-            done,
-            total,
-        )
-
-    waiting(0.0, 0)
-    return waiting
-
-
 def _run_steps(
     device: Any,
     steps: list[Step],
@@ -392,7 +373,7 @@ def _run_steps(
                 settled = settle(
                     device,
                     gate_cfg.settle_s,
-                    waiting=_settle_progress(progress, gate_cfg.settle_s, finished, total),
+                    waiting=settle_waiting(progress, gate_cfg.settle_s, finished, total),
                 )
             if progress:
                 progress(step.label, finished, total)

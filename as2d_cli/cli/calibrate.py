@@ -85,16 +85,12 @@ def calibrate(
     device, gate, cores = m.device, m.gate, m.placement.cores
     Console(stderr=True).print(f"calibrating {m.identity.describe()}; {m.placement.describe()}")
     with Steps("calibrate", count=False) as steps:
-
-        def progress(label: str, done: float, total: float) -> None:
-            steps.update(done, total, label)
-
         res = run(
             device,
             out_dir=out,
             quick=quick,
             window=window,
-            progress=progress,
+            progress=steps.update,
             gate=gate,
             cores=cores,
             models=models,

@@ -116,6 +116,7 @@ def eval_(
     ),
     ray: Optional[str] = options.ray(),
     figure_format: str = options.figure_format(),
+    quiet: bool = options.quiet(),
 ) -> None:
     """Replay every method with one fixed configuration; optionally run them natively too."""
     spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
@@ -172,57 +173,63 @@ def eval_(
     if native:  # the device, its placement and gate: resolved once, before anything runs
         m = prepare(phone_, measure)
 
+    from as2d_cli.cli.progress import Steps
     from as2d_cli.evaluate.native_record import EvalRun
     from as2d_cli.evaluate.run import EvalOutput
 
     out: EvalRun | EvalOutput  # both name the results folder, file and table
-    if append is not None:  # the interrupted run's replay results stand; its native part goes on
-        from as2d_cli.evaluate.native_record import reopen_eval
+    native_out = None
+    with Steps("eval", quiet=quiet) as steps:
+        if (
+            append is not None
+        ):  # the interrupted run's replay results stand; its native part goes on
+            from as2d_cli.evaluate.native_record import reopen_eval
 
-        out = reopen_eval(append, native=native, profile=profile, deployment=deployment)
-    else:
-        from as2d_cli.execution import open_executor
+            out = reopen_eval(append, native=native, profile=profile, deployment=deployment)
+        else:
+            from as2d_cli.execution import open_executor
 
-        with open_executor(ray) as executor:  # the oracle sweep (and a selection made now)
-            out = run_eval(
+            with open_executor(ray) as executor:  # the oracle sweep (and a selection made now)
+                out = run_eval(
+                    phone_,
+                    profile=profile,
+                    traces=traces,
+                    deployment=deployment,
+                    split=split,
+                    calibrations=calibrations,
+                    results=results,
+                    say=steps.note,
+                    models=models,
+                    prompt=spec,
+                    allow_unconfirmed=allow_unconfirmed,
+                    accept_unvalidated=accept_unvalidated,
+                    allow_implausible=allow_implausible,
+                    align=align,
+                    executor=executor,
+                    command=_command_line(ctx),
+                    # a found profile of another device (or a synthetic one) is refused first
+                    native=None if m is None else m.identity,
+                    figure_format=figure_format,
+                    progress=steps.update,
+                )
+        if native:
+            from as2d_cli.evaluate.native import run_native_eval
+
+            assert m is not None
+            native_out = run_native_eval(
                 phone_,
-                profile=profile,
-                traces=traces,
-                deployment=deployment,
-                split=split,
-                calibrations=calibrations,
-                results=results,
-                say=lambda s: typer.echo(s, err=True),
+                out,
+                windows=windows,
+                repeats=repeats,
+                warmup=warmup,
+                say=steps.note,
+                gate=m.gate,
                 models=models,
                 prompt=spec,
-                allow_unconfirmed=allow_unconfirmed,
-                accept_unvalidated=accept_unvalidated,
-                allow_implausible=allow_implausible,
-                align=align,
-                executor=executor,
-                command=_command_line(ctx),
-                # a found profile of another device (or a synthetic one) is refused first
-                native=None if m is None else m.identity,
-                figure_format=figure_format,
+                append=append is not None,
+                measurement=m,
+                progress=steps.update,
             )
-    native_out = None
-    if native:
-        from as2d_cli.evaluate.native import run_native_eval
-
-        assert m is not None
-        native_out = run_native_eval(
-            phone_,
-            out,
-            windows=windows,
-            repeats=repeats,
-            warmup=warmup,
-            say=lambda s: typer.echo(s, err=True),
-            gate=m.gate,
-            models=models,
-            prompt=spec,
-            append=append is not None,
-            measurement=m,
-        )
     if as_json:
         doc = json.loads(out.results.read_text())
         if native_out is not None:

@@ -438,8 +438,19 @@ def figure_format(default: str | None = "png", help: str = "") -> Any:
     )
 
 
+def quiet() -> Any:
+    """``--quiet``: no progress and no notes on stderr (warnings and errors still print)."""
+    return typer.Option(
+        False,
+        "--quiet",
+        "-q",
+        help="No progress or notes on stderr; warnings, errors and the result still print.",
+    )
+
+
 __all__ = [
     "allow_implausible",
+    "quiet",
     "figure_format",
     "milliseconds",
     "one_of",

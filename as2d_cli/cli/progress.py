@@ -35,7 +35,7 @@ def _duration(s: float) -> str:
 
 
 class Steps:
-    """Progress of one long command: ``update(done, total, label)`` as the work advances.
+    """Progress of one long command: ``update(label, done, total)`` as the work advances.
 
     On a terminal it draws a bar with the elapsed time and the time left; elsewhere it
     prints ``what: label — done/total (p %), elapsed, about … left`` at most every
@@ -78,7 +78,18 @@ class Steps:
         if self._bar is not None:
             self._bar.__exit__(exc_type, exc, tb)
 
-    def update(self, done: float, total: float | None, label: str = "") -> None:
+    def note(self, text: str) -> None:
+        """A line of its own: above the bar on a terminal, plainly elsewhere; with ``quiet``
+        only a warning (a line starting ``warning:``)."""
+        if self.quiet and not text.startswith("warning:"):
+            return
+        if self._bar is not None:
+            self._bar.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream or sys.stderr, flush=True)
+
+    def update(self, label: str, done: float, total: float | None) -> None:
+        """``label``: what runs now (its text before a colon is its phase); a ``Progress``."""
         if self.quiet:
             return
         desc = f"{self.what}: {label}" if label else self.what

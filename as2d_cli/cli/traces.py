@@ -53,7 +53,7 @@ def build(
     with open_executor(ray, processes) as executor, Steps(f"tracing {split}") as steps:
 
         def progress(n: int, total: int, wid: str) -> None:
-            steps.update(n, total, wid)
+            steps.update(wid, n, total)
 
         written = build_traces(
             split,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from as2d_cli.reporting import Progress
 from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.execution import Executor
 from as2d_cli.formats.deployment import Deployment
@@ -147,31 +148,35 @@ def evaluate_fixed(
     budgets: Sequence[int] = DEFAULT_BUDGETS,
     processes: int | None = None,
     executor: Executor | None = None,
+    progress: Progress | None = None,
 ) -> FixedEval:
+    """Every method replayed with the deployment's configuration, and the hindsight oracle
+    over its catalog; ``progress(label, done, total)`` hears of each replay as it starts."""
     windows = windows_of(traces, split)
     src, b = deployment.source, deployment.budget
     # The deployment's As²d settings, everywhere (w/o BC keeps ASP's threshold).
     th, batch, align = deployment.threshold, deployment.batch, deployment.align
-    runs = {
-        "target-only": run_method(windows, profile, "target-only", detail=False),
-        "sd": run_method(windows, profile, "sd", detail=False),
-        "asp": run_method(windows, profile, "asp", detail=False),
-        "as2d-no-td": run_method(windows, profile, "as2d-no-td", budget=b, detail=False),
-        "as2d-no-bc": run_method(
-            windows, profile, "as2d-no-bc", source=src, batch=batch, align=align, detail=False
-        ),
-        "as2d": run_method(
-            windows,
-            profile,
-            "as2d",
-            budget=b,
-            source=src,
-            threshold=th,
-            batch=batch,
-            align=align,
-            detail=False,
-        ),
+    plan: dict[str, dict[str, Any]] = {
+        "target-only": {},
+        "sd": {},
+        "asp": {},
+        "as2d-no-td": {"budget": b},
+        "as2d-no-bc": {"source": src, "batch": batch, "align": align},
+        "as2d": {
+            "budget": b,
+            "source": src,
+            "threshold": th,
+            "batch": batch,
+            "align": align,
+        },
     }
+    runs = {}
+    for i, (m, kw) in enumerate(plan.items()):
+        if progress is not None:
+            progress(f"replaying {m}", i, len(plan) + 1)
+        runs[m] = run_method(windows, profile, m, detail=False, **kw)
+    if progress is not None:
+        progress("the hindsight oracle's sweep", len(plan), len(plan) + 1)
     # The oracle searches the catalog the deployment was chosen from (its sources, where these
     # traces and the profile have them), else every trace source the profile prices.
     chosen = ((deployment.selection or {}).get("catalog") or {}).get("sources") or []

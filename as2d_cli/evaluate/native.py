@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from as2d_cli.reporting import Progress, Say
 from as2d_cli.errors import Interrupted
 from as2d_cli.evaluate.native_record import (
     GATES,
@@ -58,7 +59,6 @@ from as2d_cli.formats.common import mark_complete, read_manifest
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.models.prompting import PromptSpec
 
-Say = Callable[[str], None]
 
 __all__ = [
     "METHODS",
@@ -98,6 +98,7 @@ def run_native_eval(
     open_runner: Callable[..., Any] | None = None,
     monitor_interval_s: float = 1.0,
     measurement: Any = None,
+    progress: Progress | None = None,
 ) -> NativeEvalOutput:
     """``out``: the replay part's output (``run_eval``), or with ``append`` the interrupted
     run's folder reopened (``native_record.reopen_eval``): then only the runs its records
@@ -107,7 +108,8 @@ def run_native_eval(
     (device_agents.measurement.prepare; None: prepared here with the defaults).
 
     ``warmup`` passes over the windows run first and are not measured (D.3: one warm-up
-    repetition before the measured ones); their outputs are still checked for exactness."""
+    repetition before the measured ones); their outputs are still checked for exactness.
+    ``progress(label, done, total)`` hears of the settle wait and of each window's runs."""
     from device_agents.gating import GateConfig
     from device_agents.measurement import prepare
     from as2d_cli.launch.host import open_runner as default_open_runner
@@ -165,6 +167,7 @@ def run_native_eval(
         say=say,
         monitor_interval_s=monitor_interval_s,
         resume=resume,
+        progress=progress,
     )
 
     s = record.settings

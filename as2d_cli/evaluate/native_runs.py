@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from as2d_cli.reporting import Progress, Say, settle_waiting
 from as2d_cli.engine.methods import DEFAULT_SD_K, MethodSpec
 from as2d_cli.errors import DeviceError
 from as2d_cli.evaluate.native_record import GATES, MONITOR, RUNS, EvalRun, NativeRecord
 from as2d_cli.evaluate.native_stats import METHODS
 from as2d_cli.models.prompting import PromptSpec
-
-Say = Callable[[str], None]
 
 
 def pick_windows(ids: list[str], datasets: dict[str, str], n: int) -> list[str]:
@@ -200,6 +199,7 @@ def run_windows(
     say: Say,
     monitor_interval_s: float,
     resume: str,
+    progress: Progress | None = None,
 ) -> None:
     """Gate and run every window × pass × method the record does not hold yet, appending
     each run, gate and monitor record as it finishes. Ctrl-C becomes
@@ -236,9 +236,13 @@ def run_windows(
                 say(
                     f"waiting until the host has been quiet for {gate_cfg.settle_s:g} s (--settle 0 skips)"
                 )
-                settled = settle(device, gate_cfg.settle_s)
+                settled = settle(
+                    device, gate_cfg.settle_s, waiting=settle_waiting(progress, gate_cfg.settle_s)
+                )
                 say(settled.message)
             for u in todo:
+                if progress is not None:
+                    progress(f"native runs: {u.window}", u.index - 1, len(plan))
                 where = f"native window {u.index}/{len(plan)} ({u.window}{', warm-up' if u.rep < 0 else ''})"
                 _gate(device, record, gate_cfg, u, settled if u is todo[0] else None, where, hint)
                 _run_unit(
@@ -256,6 +260,8 @@ def run_windows(
                     f"[{u.index}/{len(plan)}] {'warm-up ' if u.rep < 0 else ''}{u.window}: "
                     + "  ".join(f"{m} {done[(u.window, u.rep, m)]:.1f}" for m in METHODS)
                 )
+                if progress is not None:
+                    progress(f"native runs: {u.window}", u.index, len(plan))
     except KeyboardInterrupt:
         raise Interrupted(f"native evaluation interrupted; {hint()}") from None
     except DeviceError as exc:

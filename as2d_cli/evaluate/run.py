@@ -13,8 +13,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
+from as2d_cli.reporting import Progress, Say
 from as2d_cli.engine.methods import DEFAULT_ALIGN, MethodSpec
 from as2d_cli.errors import As2dError, Interrupted, UserError
 from as2d_cli.evaluate.fixed import (
@@ -56,7 +57,6 @@ from as2d_cli.formats.results import input_ref, make_results, write_results
 from as2d_cli.models.prompting import PromptSpec
 from device_agents.identity import results_stem
 
-Say = Callable[[str], None]
 
 WRITER = "as2d eval"  # the writer a manifest names while the replay part writes the folder
 # What the replay part writes (rk only when the profile's file is there), figures in the
@@ -114,6 +114,7 @@ def run_eval(
     accept_unvalidated: bool = False,
     native: Any = None,
     figure_format: str = "png",
+    progress: Progress | None = None,
 ) -> EvalOutput:
     """``accept_unvalidated``: use a deployment that failed its own checks — NOT retained
     on val, never checked there (selected on dev only), or selected on fewer than
@@ -126,7 +127,8 @@ def run_eval(
     else the default rules). ``executor``: where the catalog sweeps (oracle, a selection made
     now) run (default: the local pool). ``command``: the command line that redoes this
     evaluation, for the incomplete folder's note (default: ``as2d eval --phone PHONE``).
-    ``figure_format``: the figures' format (png, pdf or svg).
+    ``figure_format``: the figures' format (png, pdf or svg). ``progress`` hears of each
+    selection sweep, method replay and the oracle sweep as it starts.
 
     Ctrl-C becomes :class:`~as2d_cli.errors.Interrupted`, saying whether a folder was begun
     (it stays marked incomplete) and what to run."""
@@ -185,7 +187,15 @@ def run_eval(
                 f"no deployment chosen on {profile_path} yet: selecting one on the dev/val splits first"
             )
             setting = MethodSpec("as2d", align=align or DEFAULT_ALIGN)
-            sel = select_budget(ts, prof, settings=[setting], executor=executor)
+            sel = select_budget(
+                ts,
+                prof,
+                settings=[setting],
+                executor=executor,
+                progress=None
+                if progress is None
+                else (lambda lab, d, t: progress(f"selecting: {lab}", d, t)),
+            )
             if sel.retained is False and not accept:  # refused before the deployment is written
                 failed = " and ".join(validation_failures(sel.to_json()))
                 raise UserError(
@@ -225,7 +235,7 @@ def run_eval(
                 "as the results record"
             )
         say(f"replaying every method over the {split} split with {profile_path}")
-        ev = evaluate_fixed(ts, prof, dep, split=split, executor=executor)
+        ev = evaluate_fixed(ts, prof, dep, split=split, executor=executor, progress=progress)
         sensitivity = derived_sensitivity(ts, prof, dep, split=split)
     at = time.time()
     prov = provenance(prof, Path(profile_path), dep, Path(dep_path), files, ts, failures)
