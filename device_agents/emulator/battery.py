@@ -760,7 +760,7 @@ def _poll_times(
 ) -> list[int]:
     """Polls every poll_ms from `start`, each up to late_ms late (a loaded phone), in order."""
     step = poll_ms * 1_000_000
-    out = []
+    out: list[int] = []
     for k in range((end - start) // step + 1):
         late = int(rng.random() * late_ms * 1_000_000) if late_ms and k else 0
         out.append(max(out[-1] + 1 if out else start, start + k * step + late))
