@@ -3,6 +3,8 @@ as2d_cli/cli/progress.py). Core code takes these callables and never prints itse
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Callable
 
 Say = Callable[[str], None]  # a line of its own (a note or a warning)
@@ -30,3 +32,33 @@ def settle_waiting(
 
     waiting(0.0, 0)
     return waiting
+
+
+class Ticker:
+    """Tells ``progress`` every ``every_s`` seconds how far a wait of about ``total_s`` is
+    (for work that runs elsewhere and says nothing until it ends, like a phone's capture)."""
+
+    def __init__(
+        self, progress: Progress | None, label: str, total_s: float, every_s: float = 1.0
+    ) -> None:
+        self.progress, self.label, self.total_s, self.every_s = progress, label, total_s, every_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.progress is None or self._thread is not None:
+            return
+        t0 = time.monotonic()
+        progress = self.progress
+
+        def tick() -> None:
+            while not self._stop.wait(self.every_s):
+                progress(self.label, min(time.monotonic() - t0, self.total_s), self.total_s)
+
+        self._thread = threading.Thread(target=tick, name="as2d-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)

@@ -190,7 +190,9 @@ def test_plugged_in_run_is_refused_and_raw_files_kept(
     code, out, err = _run(argv, capsys)
     power.stop_all()
     assert code == 2
-    (line,) = [ln for ln in err.splitlines() if not ln.startswith(">>> ")]  # prompts aside
+    (line,) = [
+        ln for ln in err.splitlines() if not ln.startswith((">>> ", "energy: "))
+    ]  # prompts and progress aside
     assert line.startswith("error: ") and "charging" in line and "disconnect USB" in line
     d = _run_dir(tmp_path / "res")
     assert not (d / "energy.json").exists()
@@ -332,7 +334,7 @@ def test_perfetto_failure_is_one_line_and_records_are_kept(
     )
     power.stop_all()
     assert code == 3
-    (line,) = [ln for ln in err.splitlines() if not ln.startswith(">>> ")]
+    (line,) = [ln for ln in err.splitlines() if not ln.startswith((">>> ", "energy: "))]
     assert "perfetto failed" in line and "traced_consumer" in line and "persist.traced" in line
     raw = _run_dir(tmp_path / "res") / "raw"
     assert (raw / "perfetto.rc").read_text().strip() == "1" and (raw / "req001.out").exists()

@@ -72,7 +72,9 @@ def _run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def _errors(err: str) -> list[str]:
-    return [ln for ln in err.splitlines() if not ln.startswith(">>> ")]
+    return [
+        ln for ln in err.splitlines() if not ln.startswith((">>> ", "energy: "))
+    ]  # prompts and progress aside
 
 
 def _phone(

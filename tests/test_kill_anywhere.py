@@ -61,7 +61,7 @@ def cli(args: list[str]) -> tuple[int, str, str]:
 
 def one_line(code: int, err: str, *said: str) -> str:
     """A refusal: exit 2 and one line on stderr (prompts aside) saying each of ``said``."""
-    lines = [x for x in err.splitlines() if x.strip() and not x.startswith(">>> ")]
+    lines = [x for x in err.splitlines() if x.strip() and not x.startswith((">>> ", "energy: "))]
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
     for s in said:
         assert s in lines[0], lines[0]

@@ -106,6 +106,7 @@ def energy(
     interval: Optional[float] = options.interval(),
     max_temp: Optional[float] = options.max_temp(),
     temp_sensor: Optional[str] = options.temp_sensor(),
+    quiet: bool = options.quiet(),
 ) -> None:
     """Measure request energy (J, W, J/token) from battery current × voltage, unplugged."""
     import importlib
@@ -134,84 +135,90 @@ def energy(
                 found.append(p.opts[0])
         return found
 
-    held: list[str] = []  # what a Ctrl-C left: said once, as the command's last line
+    from as2d_cli.cli.progress import Steps
 
-    def say(msg: str) -> None:
-        if msg.startswith("Interrupted"):
-            held.append(msg)
-            return
-        typer.echo(f">>> {msg}", err=True)
+    with Steps("energy", quiet=quiet, count=False) as steps:
+        held: list[str] = []  # what a Ctrl-C left: said once, as the command's last line
 
-    if from_run is not None and collect is not None:
-        raise UserError(
-            "pass --from-run DIR (analyse a pulled folder) or --collect DIR "
-            "(fetch what the phone kept), not both"
-        )
-    if from_run is not None:
-        extra = given("from_run", "baseline")
-        if extra:
-            raise UserError(
-                f"--from-run analyses a folder that was already measured; "
-                f"{', '.join(extra)} cannot apply to it — drop "
-                f"{'it' if len(extra) == 1 else 'them'}"
-            )
-        path = protocol.reanalyse(from_run, baseline=baseline or None, say=say)
-    elif collect is not None:
-        extra = given("collect", "baseline", "adb_port")
-        if extra:
-            raise UserError(
-                f"--collect fetches the run a phone kept and analyses it as it "
-                f"was planned; {', '.join(extra)} cannot apply to it — drop "
-                f"{'it' if len(extra) == 1 else 'them'}"
-            )
-        if not collect.is_dir():
-            raise UserError(
-                f"--collect {collect}: no such folder; pass the run folder the "
-                "interrupted `as2d energy` named"
-            )
-        path = protocol.collect(collect, baseline=baseline or None, say=say, adb_port=adb_port)
-    else:
-        if not phone:
-            raise UserError("pass --phone (see `as2d devices`), --from-run DIR or --collect DIR")
-        from as2d_cli.energy.prepare import prepare_run
+        def say(msg: str) -> None:
+            if msg.startswith("Interrupted"):
+                held.append(msg)
+                return
+            steps.note(f">>> {msg}", always=True)  # the protocol's instructions, even quiet
 
-        run = prepare_run(
-            phone,
-            connection=connection,
-            methods=methods,
-            request_cmd=request_cmd,
-            method_cmd=method_cmd,
-            bundle=bundle,
-            window=window,
-            native_arg=native_arg,
-            push=push,
-            poll_ms=poll_ms,
-            warmups=warmups,
-            repeats=repeats,
-            request_budget_s=request_budget_s,
-            settle_s=settle_s,
-            gap_s=gap_s,
-            tail_s=tail_s,
-            discharge_wait_s=discharge_wait_s,
-            baseline=baseline or None,
-            out=out,
-            adb_port=adb_port,
-            models=models,
-            say=say,
-            rest_s=rest,
-            interval_s=interval,
-            max_temp_c=max_temp,
-            temp_sensor=temp_sensor,
-        )
-        try:
-            path = protocol.run_energy(run, say)
-        except KeyboardInterrupt:
-            if not held:
-                raise
-            tail = held[-1].removeprefix("Interrupted")
-            sep = ";" if tail.startswith(":") else ""
-            what = tail.lstrip(":").strip().rstrip(".")
-            raise Interrupted(f"as2d energy interrupted{sep} {what}") from None
+        if from_run is not None and collect is not None:
+            raise UserError(
+                "pass --from-run DIR (analyse a pulled folder) or --collect DIR "
+                "(fetch what the phone kept), not both"
+            )
+        if from_run is not None:
+            extra = given("from_run", "baseline")
+            if extra:
+                raise UserError(
+                    f"--from-run analyses a folder that was already measured; "
+                    f"{', '.join(extra)} cannot apply to it — drop "
+                    f"{'it' if len(extra) == 1 else 'them'}"
+                )
+            path = protocol.reanalyse(from_run, baseline=baseline or None, say=say)
+        elif collect is not None:
+            extra = given("collect", "baseline", "adb_port")
+            if extra:
+                raise UserError(
+                    f"--collect fetches the run a phone kept and analyses it as it "
+                    f"was planned; {', '.join(extra)} cannot apply to it — drop "
+                    f"{'it' if len(extra) == 1 else 'them'}"
+                )
+            if not collect.is_dir():
+                raise UserError(
+                    f"--collect {collect}: no such folder; pass the run folder the "
+                    "interrupted `as2d energy` named"
+                )
+            path = protocol.collect(collect, baseline=baseline or None, say=say, adb_port=adb_port)
+        else:
+            if not phone:
+                raise UserError(
+                    "pass --phone (see `as2d devices`), --from-run DIR or --collect DIR"
+                )
+            from as2d_cli.energy.prepare import prepare_run
+
+            run = prepare_run(
+                phone,
+                connection=connection,
+                methods=methods,
+                request_cmd=request_cmd,
+                method_cmd=method_cmd,
+                bundle=bundle,
+                window=window,
+                native_arg=native_arg,
+                push=push,
+                poll_ms=poll_ms,
+                warmups=warmups,
+                repeats=repeats,
+                request_budget_s=request_budget_s,
+                settle_s=settle_s,
+                gap_s=gap_s,
+                tail_s=tail_s,
+                discharge_wait_s=discharge_wait_s,
+                baseline=baseline or None,
+                out=out,
+                adb_port=adb_port,
+                models=models,
+                say=say,
+                rest_s=rest,
+                interval_s=interval,
+                max_temp_c=max_temp,
+                temp_sensor=temp_sensor,
+            )
+            run.progress = steps.update
+            try:
+                path = protocol.run_energy(run, say)
+            except KeyboardInterrupt:
+                if not held:
+                    raise
+                tail = held[-1].removeprefix("Interrupted")
+                sep = ";" if tail.startswith(":") else ""
+                what = tail.lstrip(":").strip().rstrip(".")
+                raise Interrupted(f"as2d energy interrupted{sep} {what}") from None
     typer.echo((path.parent / "table.md").read_text(), nl=False)
     typer.echo(f"results: {path}")
 

@@ -78,10 +78,11 @@ class Steps:
         if self._bar is not None:
             self._bar.__exit__(exc_type, exc, tb)
 
-    def note(self, text: str) -> None:
+    def note(self, text: str, always: bool = False) -> None:
         """A line of its own: above the bar on a terminal, plainly elsewhere; with ``quiet``
-        only a warning (a line starting ``warning:``)."""
-        if self.quiet and not text.startswith("warning:"):
+        only a warning (a line starting ``warning:``) or one that is ``always`` said (what
+        the user must do)."""
+        if self.quiet and not (always or text.startswith("warning:")):
             return
         if self._bar is not None:
             self._bar.console.print(text, markup=False, highlight=False)

@@ -73,6 +73,7 @@ from as2d_cli.energy.results import (
 )
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import As2dError, DeviceError, UserError
+from as2d_cli.reporting import Progress, Say, Ticker
 from as2d_cli.formats.common import INCOMPLETE, write_atomic
 from device_agents.base import Device
 from device_agents.gating import GateConfig, GateResult
@@ -86,7 +87,6 @@ from as2d_cli.energy.perfetto_capture import (
     wait_trace_end,
 )
 
-Say = Callable[[str], None]
 
 CONNECTIONS = ("usb", "wireless")
 PHONE_RUN = "phone_run.json"  # the phone's identity and where its run lives (for --collect)
@@ -125,6 +125,7 @@ class EnergyRun:
     # How long the gauge is probed before the capture (gauge_probe); 0: not probed, the
     # warm-ups are not sized from its period.
     gauge_probe_s: float = PROBE_MAX_S
+    progress: Progress | None = None  # told how far the capture is while the phone measures
 
 
 # -- refusals before anything runs ----------------------------------------------------------
@@ -562,6 +563,7 @@ def _measure(
     )
     th: threading.Thread | None = None
     monitor = _PhoneMonitor(ph, run.monitor_interval_s)
+    ticker = Ticker(run.progress, "capturing on the phone", trace_s)
     try:
         cfg_remote = push_config(dev, rd, spec, keep_copy=out_dir / "trace_config.pb")
         script = render_script(plan, rd, cfg_remote, ph.trace, __version__)
@@ -573,6 +575,7 @@ def _measure(
         launch = f"nohup sh {rd}/episode.sh > {rd}/episode.log 2> {rd}/episode.err"
         box: dict[str, object] = {}
         monitor.start()  # from before the launch until the episode is done
+        ticker.start()
 
         def launch_episode() -> None:
             try:
@@ -615,6 +618,7 @@ def _measure(
         raise _salvaged(ph, exc, say) from None
     finally:
         monitor.stop()
+        ticker.stop()
     if th is not None:
         th.join(timeout=5)
     path = analyse_run_folder(out_dir, plan, spec, run.baseline, facts, say)
