@@ -91,10 +91,9 @@ def main() -> int:
         f = c.get("factors")
         if f:
             print(
-                "  factors: "
+                "  factors (effect on the ratio): "
                 + ", ".join(
-                    f"{k} {f['factors'][k]:.3f}"
-                    + ("" if f["shares"][k] is None else f" ({100 * f['shares'][k]:+.0f} %)")
+                    f"{k} {f['factors'][k]:.3f} ({100 * (f['factors'][k] - 1):+.1f} %)"
                     for k, _ in RATIO_FACTORS
                 ),
                 flush=True,

@@ -308,7 +308,9 @@ def test_compare_native_uses_each_windows_median_repetition(tmp_path: Path, caps
     assert code == 2 and "no native runs" in err
 
 
-def test_paper_tables_golden_report_rerenders_and_rk_plot(setup, capsys, tmp_path: Path) -> None:
+def test_paper_tables_golden_report_rerenders_and_rk_plot(
+    setup, capsys, tmp_path: Path, monkeypatch
+) -> None:
     code, _, err = _run(setup["args"], capsys)
     assert code == 0, err
     folder = next(setup["res"].iterdir())
@@ -325,10 +327,16 @@ def test_paper_tables_golden_report_rerenders_and_rk_plot(setup, capsys, tmp_pat
     assert "Table 4: As²d reduces slowdowns" in out
     prof = tmp_path / "p.profile.yaml"
     shutil.copy(DATA / "example-profile.yaml", prof)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)  # the figure goes to the current folder, not beside the profile
     code, out, err = _run(["plot", "rk", str(prof)], capsys)
     assert code == 0, err
-    assert (tmp_path / "p.rk.png").read_bytes()[:4] == b"\x89PNG"
-    code, _, err = _run(["plot", "rk", str(prof), "--out", str(tmp_path / "p.rk.png")], capsys)
+    assert (here / "p.rk.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "p.rk.png").exists()
+    code, _, err = _run(["plot", "rk", str(prof)], capsys)  # again: a new name, nothing lost
+    assert code == 0 and len(list(here.glob("p*.rk.png"))) == 2
+    code, _, err = _run(["plot", "rk", str(prof), "--out", str(here / "p.rk.png")], capsys)
     assert code == 2 and "never overwritten" in err
 
 

@@ -100,3 +100,21 @@ def test_the_ratio_error_is_the_product_of_its_factors() -> None:
     # no target-only runs, or no replay ratio: nothing to split
     assert ratio_factors({"as2d": gap["as2d"]}, 1.7) is None
     assert ratio_factors(gap, None) is None
+
+
+def test_the_replay_ratio_is_the_replays_own_runs_when_given() -> None:
+    # The replay part ran w1 and w2 its own way: target-only 1.0 s and 3.0 s, As²d 0.4 s and
+    # 1.2 s; weighted as the native runs (each window twice) → (800/8.0) / (800/3.2) = 2.5.
+    own = {
+        "target-only": {"w1": (100, 1000.0), "w2": (300, 3000.0)},
+        "as2d": {"w1": (100, 400.0), "w2": (300, 1200.0)},
+    }
+    c = ratio_comparison(_rows(), own)
+    assert c["replay"] == pytest.approx(2.5)
+    assert c["repriced"] == pytest.approx(4.0 / 1.5)  # the native trajectories repriced
+    assert c["replay_over_native"] == pytest.approx(2.5 / (8.2 / 5.2))
+    text = render_native(summarize(_rows(), own=own))
+    assert "replay 2.500× (the native runs' own trajectories repriced: 2.667×)" in text
+    # a window the replay part did not run: no replay ratio rather than a partial one
+    del own["as2d"]["w2"]
+    assert ratio_comparison(_rows(), own)["replay"] is None

@@ -49,6 +49,7 @@ def calibrate(
     producer_cores: Optional[str] = options.producer_cores(),
     os_placement: bool = options.os_placement(),
     ray: Optional[str] = options.ray(),
+    quiet: bool = options.quiet(),
 ) -> None:
     """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
     spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
@@ -83,8 +84,8 @@ def calibrate(
         return
     m = prepare(phone[0], measure)
     device, gate, cores = m.device, m.gate, m.placement.cores
-    Console(stderr=True).print(f"calibrating {m.identity.describe()}; {m.placement.describe()}")
-    with Steps("calibrate", count=False) as steps:
+    with Steps("calibrate", quiet=quiet, count=False) as steps:
+        steps.note(f"calibrating {m.identity.describe()}; {m.placement.describe()}")
         res = run(
             device,
             out_dir=out,

@@ -82,8 +82,8 @@ def rk(
         None,
         "--out",
         callback=file_out_option,
-        help="Figure to write (default: beside the profile, never overwritten); its suffix "
-        "gives the format unless --format does.",
+        help="Figure to write (default: PROFILE's name with .rk in the current folder, never "
+        "overwritten); its suffix gives the format unless --format does.",
     ),
     figure_format: Optional[str] = options.figure_format(
         None, "Figure file format: png, pdf or svg (default: --out's suffix, else png)."
@@ -104,7 +104,7 @@ def rk(
     dest = (
         out.with_suffix(f".{fmt}")
         if out is not None
-        else next_free(profile.with_name(f"{stem}.{fmt}"))
+        else next_free(Path.cwd() / f"{stem}.{fmt}")  # never into the profile's (package) folder
     )
     if dest.exists():
         raise UserError(f"{dest} already exists and is never overwritten; choose another --out")

@@ -61,6 +61,7 @@ def select_budget(
     ),
     align: Optional[str] = options.align("the whole catalog, recorded in the deployment."),
     allow_implausible: bool = options.allow_implausible(),
+    quiet: bool = options.quiet(),
 ) -> None:
     """Select the fixed As²d configuration (source × budget) by pooled dev TPS."""
     from as2d_cli.engine.methods import DEFAULT_ALIGN, MethodSpec, spec_grid
@@ -93,24 +94,9 @@ def select_budget(
                 f"--budgets {budgets}: {options.spans(unmeasured)} need widths up to K{max(unmeasured) + 1}, "
                 f"but {profile} measured up to K{widest}; pass budgets up to {widest - 1}"
             )
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from as2d_cli.cli.progress import Steps
 
-    from as2d_cli.cli.progress import progress_bar
-
-    with (
-        open_executor(ray, processes) as executor,
-        progress_bar(
-            TextColumn("sweeping {task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        ) as bar,
-    ):
-        task = bar.add_task("", total=None)
-
-        def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, description=label, completed=done, total=total)
-
+    with open_executor(ray, processes) as executor, Steps("sweeping", quiet=quiet) as steps:
         sel, rep = select_report(
             profile,
             traces,
@@ -120,7 +106,7 @@ def select_budget(
             tolerance=tolerance,
             processes=processes,
             executor=executor,
-            progress=progress,
+            progress=steps.update,
         )
     dest = out if out is not None else next_free(default_deployment_path(prof))
     if prof.allowed_implausible:  # recorded in the deployment too (write_selection)

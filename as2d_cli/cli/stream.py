@@ -82,6 +82,7 @@ def stream(
     temp_sensor: Optional[str] = options.temp_sensor(),
     adb_port: Optional[int] = options.adb_port(),
     figure_format: str = options.figure_format(),
+    quiet: bool = options.quiet(),
 ) -> None:
     """Stream a recording in real time through resident models; report lag, RTF, throughput."""
     from as2d_cli.engine.methods import check_method_options
@@ -141,13 +142,12 @@ def stream(
     command = shlex.join(["as2d", "stream", *sys.argv[2:]])
     folder = fresh_folder(out / results_stem(m.identity.name, "stream", time.time()))
     mark_incomplete(folder, command)  # until stream.json is written, last
-    con = Console(stderr=True)
-    con.print(
+    view = _LiveView(quiet)
+    view.steps.note(
         f"streaming {recording.seconds / 60 if recording.seconds else 'all of'} min "
         f"({'--audio ' + str(audio) if audio else f'{len(recording.windows)} corpus windows'}) on "
         f"{m.identity.name} with {label} in {block_s:g} s blocks; results in {folder}"
     )
-    view = _LiveView(con, block_s)
     try:
         outcome = run_stream(
             m,
@@ -159,7 +159,7 @@ def stream(
             open_runner=open_runner,
             on_start=view.start,
             on_block=view.block,
-            say=lambda msg: con.print(msg),
+            say=view.steps.note,
         )
     except BaseException:
         view.stop()
@@ -187,9 +187,9 @@ def stream(
         raise DeviceError(f"stream stopped: {outcome.stopped}; {kept}")
     c = doc.get("check")
     if c is not None and c["equal"] != c["blocks"]:
-        con.print(
-            f"[yellow]--check: {c['blocks'] - c['equal']} block(s) differ from target-only "
-            f"(first: block {c['first_divergent_block']} at token {c['first_divergence']})[/]"
+        view.steps.note(
+            f"warning: --check: {c['blocks'] - c['equal']} block(s) differ from target-only "
+            f"(first: block {c['first_divergent_block']} at token {c['first_divergence']})"
         )
 
 
@@ -218,44 +218,43 @@ def _ctrl_c_after() -> Iterator[list[int]]:
 
 
 class _LiveView:
-    """Blocks done, the current completion lag and the running RTF, live on stderr."""
+    """Blocks done, the current completion lag and the running RTF: a bar on a terminal,
+    throttled lines elsewhere (cli/progress.Steps), nothing with --quiet."""
 
-    def __init__(self, con: Console, block_s: float) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    def __init__(self, quiet: bool) -> None:
+        from as2d_cli.cli.progress import Steps
 
-        from as2d_cli.cli.progress import progress_bar
-
-        self.block_s = block_s
+        self.steps = Steps("stream", quiet=quiet)
         self.busy = 0.0
         self.audio = 0.0
-        self.bar = progress_bar(
-            TextColumn("stream"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[status]}"),
-            TimeElapsedColumn(),
-        )
-        self.task: Any = None
+        self.done = 0
+        self.total = 0
+        self.started = False
 
     def start(self, info: dict[str, Any]) -> None:
-        self.bar.start()
-        self.task = self.bar.add_task("stream", total=info["blocks"], status="waiting for block 1")
+        self.steps.__enter__()
+        self.started = True
+        self.total = int(info["blocks"])
+        self.steps.update("waiting for block 1", 0, self.total)
 
     def block(self, b: dict[str, Any]) -> None:
-        if self.task is None:
+        if not self.started:
             return
         self.busy += b["finish_s"] - b["start_s"]
         self.audio += b["audio_end_s"] - b["audio_start_s"]
+        self.done += 1
         lag = b["finish_s"] - b["arrival_s"]
-        self.bar.update(
-            self.task,
-            advance=1,
-            status=f"lag {lag:.2f} s  queue {b['start_s'] - b['arrival_s']:.2f} s  "
+        self.steps.update(
+            f"lag {lag:.2f} s, queue {b['start_s'] - b['arrival_s']:.2f} s, "
             f"active RTF {self.busy / self.audio:.3f}",
+            self.done,
+            self.total,
         )
 
     def stop(self) -> None:
-        self.bar.stop()
+        if self.started:
+            self.started = False
+            self.steps.__exit__(None, None, None)
 
 
 def register(app: typer.Typer) -> None:

@@ -36,6 +36,7 @@ def build(
     max_tokens: Optional[int] = options.limit(
         None, "--max-tokens", help="Cap each window's reference (default: the target's limit)."
     ),
+    quiet: bool = options.quiet(),
 ) -> None:
     """Run the target, the sources and the drafter over a corpus split (resumable)."""
     spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
@@ -50,7 +51,7 @@ def build(
     folder = pair_traces(models, spec.task) if models is not None else ASSET_TRACES
     path = out or folder / f"{split}.jsonl.gz"
     check_out(path, force)  # before a Ray instance starts
-    with open_executor(ray, processes) as executor, Steps(f"tracing {split}") as steps:
+    with open_executor(ray, processes) as executor, Steps(f"tracing {split}", quiet=quiet) as steps:
 
         def progress(n: int, total: int, wid: str) -> None:
             steps.update(wid, n, total)

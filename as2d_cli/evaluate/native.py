@@ -53,6 +53,7 @@ from as2d_cli.evaluate.native_stats import (
     comparison,
     divergence,
     host_per_pass,
+    own_replay_times,
     summarize,
 )
 from as2d_cli.formats.common import mark_complete, read_manifest
@@ -173,7 +174,7 @@ def run_native_eval(
     s = record.settings
     rows, warm = collect_runs(record.runs(), s["windows"], s["datasets"])
     price_rows(rows, profile)
-    summary = summarize(rows, host_per_pass(record.monitor()))
+    summary = summarize(rows, host_per_pass(record.monitor()), _own_runs(run.folder, s["windows"]))
     summary["warmup_divergences"] = warm
     # A synthetic profile or another device's (run with --profile given): an expected error.
     summary["replay_vs_native"] = comparison(profile_mismatch(profile, m.identity))
@@ -200,3 +201,14 @@ def run_native_eval(
             f"finish it with `{resume}`"
         ) from None
     return NativeEvalOutput(path, table, summary)
+
+
+def _own_runs(folder: Path, windows: list[str]) -> dict[str, dict[str, tuple[int, float]]] | None:
+    """The replay part's own runs of the native windows (its per_window table in the same
+    folder), for the ratio a profile-priced table reports; None when it is not there."""
+    from as2d_cli.evaluate.tables import read_per_window
+
+    path = folder / "per_window.csv"
+    if not path.exists():
+        return None
+    return own_replay_times(read_per_window(path), windows)

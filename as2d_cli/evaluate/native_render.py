@@ -287,8 +287,14 @@ def _ratio_line(c: dict[str, Any] | None) -> list[str]:
     if not c or c.get("replay") is None or c.get("native") is None:
         return []
     lo, hi = c["native_range"] or (c["native"], c["native"])
+    rep = c.get("repriced")
+    again = (
+        f" (the native runs' own trajectories repriced: {rep:.3f}×)"
+        if rep is not None and rep != c["replay"]
+        else ""
+    )
     return [
-        f"As²d / target-only: replay {c['replay']:.3f}×, native {c['native']:.3f}× (per pass "
-        f"{lo:.3f}–{hi:.3f}×, {len(c['native_per_pass'])} passes); replay ÷ native "
+        f"As²d / target-only: replay {c['replay']:.3f}×{again}, native {c['native']:.3f}× "
+        f"(per pass {lo:.3f}–{hi:.3f}×, {len(c['native_per_pass'])} passes); replay ÷ native "
         f"{c['replay_over_native']:.3f}"
     ]

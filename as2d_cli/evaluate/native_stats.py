@@ -213,10 +213,31 @@ def _pooled_tps(rows: Iterable[dict], replay: bool) -> float | None:
     return tok / t if t else None
 
 
-def ratio_comparison(rows: list[dict]) -> dict[str, Any] | None:
+def own_replay_times(
+    per_window: Any, windows: Iterable[str]
+) -> dict[str, dict[str, tuple[int, float]]]:
+    """The replay part's own runs of ``windows`` (its per_window frame): per method, each
+    window's (tokens, time ms) as the engine ran it with the trace's candidates."""
+    want = set(windows)
+    out: dict[str, dict[str, tuple[int, float]]] = {}
+    for m in ("target-only", "as2d"):
+        sel = per_window[(per_window["method"] == m) & per_window["window"].isin(want)]
+        out[m] = {
+            str(w): (int(n), float(t))
+            for w, n, t in zip(sel["window"], sel["tokens"], sel["time_ms"])
+        }
+    return out
+
+
+def ratio_comparison(
+    rows: list[dict], own: dict[str, dict[str, tuple[int, float]]] | None = None
+) -> dict[str, Any] | None:
     """As²d / target-only as the replay predicts it and as the device gave it, over the same
-    windows; the native ratio per pass (each pass runs every window once) is the interval
-    its repetitions give. None without both methods."""
+    windows and repetitions; the native ratio per pass (each pass runs every window once)
+    is the interval its repetitions give. ``replay`` is the replay's own runs of the
+    windows (``own``, from the replay part: what a profile-priced table reports);
+    ``repriced`` is the native runs' own trajectories priced with the profile. None
+    without both methods."""
     by = {m: [r for r in rows if r["method"] == m] for m in ("target-only", "as2d")}
     if not all(by.values()):
         return None
@@ -228,10 +249,12 @@ def ratio_comparison(rows: list[dict]) -> dict[str, Any] | None:
         a = _pooled_tps([r for r in by["as2d"] if r["rep"] == rep], False)
         if t and a:
             per_pass.append(a / t)
-    replay = a_rep / to_rep if a_rep and to_rep else None
+    repriced = a_rep / to_rep if a_rep and to_rep else None
     native = a_nat / to_nat if a_nat and to_nat else None
+    replay = _own_ratio(by, own) if own else repriced
     return {
         "replay": replay,
+        "repriced": repriced,
         "native": native,
         "native_per_pass": per_pass,
         "native_range": [min(per_pass), max(per_pass)] if per_pass else None,
@@ -239,8 +262,30 @@ def ratio_comparison(rows: list[dict]) -> dict[str, Any] | None:
     }
 
 
-def summarize(rows: list[dict], host: list[dict] | None = None) -> dict[str, Any]:
-    """``host``: the host's CPU per pass (:func:`host_per_pass`), when it was read."""
+def _own_ratio(
+    by: dict[str, list[dict]], own: dict[str, dict[str, tuple[int, float]]]
+) -> float | None:
+    """As²d / target-only of the replay's own runs, weighted as the native runs are (each
+    window as often as it ran natively)."""
+    tps = []
+    for m in ("target-only", "as2d"):
+        n = t = 0.0
+        for r in by[m]:
+            got = own.get(m, {}).get(r["window"])
+            if got is None:
+                return None
+            n, t = n + got[0], t + got[1]
+        tps.append(n / t if t else 0.0)
+    return tps[1] / tps[0] if tps[0] and tps[1] else None
+
+
+def summarize(
+    rows: list[dict],
+    host: list[dict] | None = None,
+    own: dict[str, dict[str, tuple[int, float]]] | None = None,
+) -> dict[str, Any]:
+    """``host``: the host's CPU per pass (:func:`host_per_pass`), when it was read; ``own``:
+    the replay part's own runs of the windows (:func:`own_replay_times`)."""
     out: dict[str, Any] = {"methods": {}}
     drift = _drift_factors(rows)
     for m in METHODS:
@@ -287,7 +332,7 @@ def summarize(rows: list[dict], host: list[dict] | None = None) -> dict[str, Any
     to = out["methods"]["target-only"]["pooled_tps_native"]
     a = out["methods"]["as2d"]["pooled_tps_native"]
     out["as2d_over_target_only_native"] = a / to if a and to else None
-    out["as2d_ratio"] = ratio_comparison(rows)
+    out["as2d_ratio"] = ratio_comparison(rows, own)
     if out["as2d_ratio"] is not None:
         out["as2d_ratio"]["factors"] = ratio_factors(out["replay_gap"], out["as2d_ratio"]["replay"])
     # The device's own speed over the run: target-only pooled TPS per pass over the windows

@@ -103,10 +103,13 @@ def gap_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
 # The factors the ratio error splits into (their product is replay ÷ native of As²d /
 # target-only), in the order the lines print them.
 RATIO_FACTORS = (
-    ("trajectories", "the replay's own runs against the native trajectories repriced"),
+    (
+        "trajectories",
+        "the replay's own runs (the traces' sources) ÷ the native runs' sources replayed",
+    ),
     ("target-only price", "target-only's time, repriced ÷ native"),
     ("As²d verify price", "native ÷ repriced time per As²d verifier round"),
-    ("As²d rounds", "native ÷ repriced As²d rounds (when candidates were ready)"),
+    ("As²d rounds", "native ÷ replayed As²d rounds (when the producer made candidates ready)"),
     ("As²d not verifying", "native ÷ repriced T/V of As²d (time the verifier waits)"),
 )
 
@@ -151,19 +154,29 @@ def ratio_factors(
     }
 
 
+# Below this ratio error (replay ÷ native within ±2 %) shares of it say nothing: factors
+# of a few percent that cancel would show as hundreds of percent of a near-zero error.
+SHARE_FROM = 0.02
+
+
 def render_ratio_factors(rf: Mapping[str, Any] | None) -> list[str]:
-    """Lines for the native table: each factor of the ratio error and its share."""
+    """Lines for the native table: each factor of the ratio error, its effect on the ratio,
+    and its share of the error when the error is large enough to share out."""
     if not rf:
         return []
+    total = rf["replay_over_native"]
+    shared = abs(total - 1) >= SHARE_FROM
     lines = [
         "",
-        f"replay ÷ native of As²d / target-only {rf['replay_over_native']:.3f} = the product of "
-        "(share of the error):",
+        f"replay ÷ native of As²d / target-only {total:.3f} = the product of"
+        + (" (effect on the ratio; share of the error):" if shared else " (effect on the ratio):"),
     ]
     for key, what in RATIO_FACTORS:
-        share = rf["shares"][key]
-        pct = "—" if share is None else f"{100 * share:+.0f} %"
-        lines.append(f"  {key:<20} {rf['factors'][key]:.3f}  ({pct})  {what}")
+        f, share = rf["factors"][key], rf["shares"][key]
+        part = f"{100 * (f - 1):+.1f} %"
+        if shared and share is not None:
+            part += f"; {100 * share:.0f} %"
+        lines.append(f"  {key:<20} {f:.3f}  ({part})  {what}")
     return lines
 
 

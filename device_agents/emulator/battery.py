@@ -142,7 +142,10 @@ class BatteryModel:
     def add_activity(self, delta: float) -> None:
         with self._lock:
             self._advance_locked()
-            self._activity = max(0.0, self._activity + delta)
+            x = self._activity + delta
+            # Fractions added and taken away again leave a float residue (1e-16), not zero:
+            # below a billionth of a worker nothing runs.
+            self._activity = x if x > 1e-9 else 0.0
 
     # -- physics --------------------------------------------------------------------------
     def _activity_now(self) -> float:
