@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 Say = Callable[[str], None]  # a line of its own (a note or a warning)
 Progress = Callable[[str, float, float], None]  # (label, done, total): how far the work is

@@ -52,23 +52,24 @@ import argparse
 import dataclasses
 import difflib
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from as2d_cli.engine.causes import CallCauses, call_causes
 from as2d_cli.engine.methods import (
     ALIGN_MODES,
     DEFAULT_ALIGN,
     DEFAULT_ALIGN_LOOKBACK,
     DEFAULT_BATCH,
     DEFAULT_THRESHOLD,
+    MethodSpec,
 )
+from as2d_cli.evaluate.native_replay import published_steps
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
-from as2d_cli.evaluate.native_replay import published_steps
 from as2d_cli.formats.trace_io import load_traces
 from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
-from as2d_cli.engine.causes import CallCauses, call_causes
-from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.replay.run import pooled
 
 ROOT = Path(__file__).resolve().parents[1]

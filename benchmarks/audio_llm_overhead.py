@@ -18,12 +18,12 @@ files, and the text conversion's cost per published token.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

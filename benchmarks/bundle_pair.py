@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 from as2d_cli.bundle.build import build_bundle, pair_folder  # noqa: E402
 from as2d_cli.bundle.deploy import deploy  # noqa: E402
 from as2d_cli.bundle.emulated import enable_arm64_bundle  # noqa: E402
-from device_agents.emulator.session import EmulatorSession  # noqa: E402
 from as2d_cli.launch.host import LocalRunner, open_runner  # noqa: E402
 from as2d_cli.launch.payload import BundleLauncher  # noqa: E402
+from device_agents.emulator.session import EmulatorSession  # noqa: E402
 
 
 def main() -> int:

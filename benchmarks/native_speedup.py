@@ -265,13 +265,13 @@ def round_ratios(runs: list[dict], rounds: int) -> list[float]:
     the rounds alternate with the host's state, so their median and range say what one
     pooled figure cannot."""
     out = []
+
+    def tps(m: str, rep: int) -> float:
+        sel = [x for x in runs if x["rep"] == rep and x["method"] == m]
+        return sum(x["tokens"] for x in sel) / sum(x["time_ms"] for x in sel)
+
     for rep in range(rounds):
-
-        def tps(m: str) -> float:
-            sel = [x for x in runs if x["rep"] == rep and x["method"] == m]
-            return sum(x["tokens"] for x in sel) / sum(x["time_ms"] for x in sel)
-
-        out.append(tps("as2d") / tps("target-only"))
+        out.append(tps("as2d", rep) / tps("target-only", rep))
     return out
 
 

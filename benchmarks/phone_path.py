@@ -19,10 +19,10 @@ import sys
 import time
 
 from as2d_cli.corpus.manifest import load_corpus
-from device_agents.emulator.python import enable_python
-from device_agents.emulator.session import EmulatorSession
 from as2d_cli.launch.host import LocalRunner, open_runner
 from as2d_cli.launch.payload import build_payload, choose_launcher
+from device_agents.emulator.python import enable_python
+from device_agents.emulator.session import EmulatorSession
 
 
 def main() -> int:

@@ -14,8 +14,8 @@ import argparse
 import os
 import time
 
-from as2d_cli.replay.driver import Prepared, replay_window
 from as2d_cli.engine.methods import MethodSpec
+from as2d_cli.replay.driver import Prepared, replay_window
 from as2d_cli.replay.sweep import DEFAULT_BUDGETS, default_processes, sweep
 from as2d_cli.synthetic import synthetic_profile, synthetic_traces
 

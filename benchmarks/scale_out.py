@@ -62,8 +62,8 @@ def main() -> None:
     import ray
 
     from as2d_cli.execution.ray_executor import RayExecutor
-    from as2d_cli.tracegen.build import pair_files
     from as2d_cli.models.bundle import DEFAULT_DIR
+    from as2d_cli.tracegen.build import pair_files
 
     ts = synthetic_traces(drafter=False)
     windows = list(ts.windows)[: args.windows]

@@ -12,14 +12,13 @@ noise hits both alike).
 
 from __future__ import annotations
 
-from typing import Any
-
 import argparse
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

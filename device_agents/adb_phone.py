@@ -7,9 +7,10 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from as2d_cli.errors import DeviceError, UserError
 
@@ -162,7 +163,7 @@ class AdbPhone(Device):
             while exit_code is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise socket.timeout()
+                    raise TimeoutError()
                 sock.settimeout(remaining)
                 chunk = sock.recv(65536)
                 if not chunk:
@@ -180,7 +181,7 @@ class AdbPhone(Device):
                         err += data
                     elif kind == EXIT:
                         exit_code = data[0] if data else 255
-        except socket.timeout:
+        except TimeoutError:
             raise DeviceTimeout(
                 f"phone {self.serial}: {cmd[:80]!r} did not finish within {deadline_s:g} s "
                 f"(deadline); output so far is kept -- the device may be stalled, "
@@ -279,7 +280,7 @@ class AdbPhone(Device):
         prefix = ["taskset", mask_hex(affinity)] if affinity else []
         return self.shell([*prefix, *argv], deadline_s)
 
-    def spawn(self, argv: Sequence[str], affinity: set[int] | None = None) -> "AdbProcess":
+    def spawn(self, argv: Sequence[str], affinity: set[int] | None = None) -> AdbProcess:
         from device_agents.process import AdbProcess
 
         prefix = ["taskset", mask_hex(affinity)] if affinity else []

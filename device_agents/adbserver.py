@@ -55,7 +55,7 @@ class PrivateAdbServer:
         )  # libusb start-up stalls the first reply by ~3 s
         return env
 
-    def start(self, timeout: float = 10.0) -> "PrivateAdbServer":
+    def start(self, timeout: float = 10.0) -> PrivateAdbServer:
         (self.home / ".android").mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [adbutils.adb_path(), "-P", str(self.port), "nodaemon", "server"],
@@ -107,7 +107,7 @@ class PrivateAdbServer:
         if self._owned_home:
             shutil.rmtree(self.home, ignore_errors=True)
 
-    def __enter__(self) -> "PrivateAdbServer":
+    def __enter__(self) -> PrivateAdbServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -11,9 +11,10 @@ import posixpath
 import shlex
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from as2d_cli.errors import DeviceError, UserError
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 class DeviceTimeout(DeviceError):
     """A command did not finish within its total deadline; ``partial`` keeps its output."""
 
-    def __init__(self, message: str, partial: "ShellResult | None" = None) -> None:
+    def __init__(self, message: str, partial: ShellResult | None = None) -> None:
         super().__init__(message)
         self.partial = partial
 
@@ -35,7 +36,7 @@ class DeviceDisconnected(DeviceError):
     """The device went away (cable, adb server, crash) mid-command; ``partial`` keeps what
     the command printed before."""
 
-    def __init__(self, message: str, partial: "ShellResult | None" = None) -> None:
+    def __init__(self, message: str, partial: ShellResult | None = None) -> None:
         super().__init__(message)
         self.partial = partial
 
@@ -55,7 +56,7 @@ class ShellResult:
     stderr: str
     seconds: float
 
-    def check(self, what: str) -> "ShellResult":
+    def check(self, what: str) -> ShellResult:
         if self.exit_code != 0:
             detail = (self.stderr or self.stdout).strip().splitlines()
             raise DeviceError(
@@ -110,7 +111,7 @@ class Facts:
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {k: {"value": v.value, "source": v.source} for k, v in self.values.items()}
 
-    def updated(self, **facts: Fact) -> "Facts":
+    def updated(self, **facts: Fact) -> Facts:
         """A copy with facts another component measured (e.g. the runner's OpenCL version)."""
         return Facts({**self.values, **facts})
 
@@ -246,7 +247,7 @@ class Device(abc.ABC):
         """Run a program, pinned to the CPUs in ``affinity`` when given."""
 
     @abc.abstractmethod
-    def spawn(self, argv: Sequence[str], affinity: set[int] | None = None) -> "DeviceProcess":
+    def spawn(self, argv: Sequence[str], affinity: set[int] | None = None) -> DeviceProcess:
         """Start a long-running program with streamed stdin/stdout (line protocol)."""
 
     @abc.abstractmethod

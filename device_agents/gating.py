@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from as2d_cli.errors import DeviceError
 from device_agents.base import Device
@@ -55,7 +56,7 @@ class GateConfig:
     cool_wait_s: float = COOL_WAIT_S  # how long a hot device may take to cool down
 
     @classmethod
-    def for_device(cls, device: Device) -> "GateConfig":
+    def for_device(cls, device: Device) -> GateConfig:
         """Phone defaults are the paper's; the local host checks only that cores are online
         (many hosts, VMs in particular, expose no cpufreq) and, once before measuring, that
         it has been quiet for a while (see :func:`settle`)."""
@@ -252,20 +253,20 @@ class CpuTimes:
     source: str = "host"
 
     @classmethod
-    def parse(cls, stat: str) -> "CpuTimes":
+    def parse(cls, stat: str) -> CpuTimes:
         f = [int(x) for x in stat.splitlines()[0].split()[1:]]
         f = f[:8] + [0] * (8 - len(f[:8]))  # user nice system idle iowait irq softirq steal
         total = sum(f)
         return cls(total - f[3] - f[4], f[7], total)
 
     @classmethod
-    def read(cls, device: Device) -> "CpuTimes | None":
+    def read(cls, device: Device) -> CpuTimes | None:
         """The device's own /proc/stat (the settle check's; scripted on the emulated phone)."""
         text = device.read_files(["/proc/stat"]).get("/proc/stat")
         return cls._own(device, text)
 
     @classmethod
-    def read_work(cls, device: Device) -> "CpuTimes | None":
+    def read_work(cls, device: Device) -> CpuTimes | None:
         """CPU times of the machine that runs the device's work, as a run records them: on
         the emulated phone the host's (HOST_STAT), not its scripted /proc/stat; elsewhere the
         device's own /proc/stat. ``source`` says which."""
@@ -276,12 +277,12 @@ class CpuTimes:
         return cls._own(device, files.get("/proc/stat"))
 
     @classmethod
-    def _own(cls, device: Device, text: str | None) -> "CpuTimes | None":
+    def _own(cls, device: Device, text: str | None) -> CpuTimes | None:
         if not text:
             return None
         return replace(cls.parse(text), source="host" if device.kind == "local" else "phone")
 
-    def since(self, earlier: "CpuTimes") -> dict[str, float]:
+    def since(self, earlier: CpuTimes) -> dict[str, float]:
         """Busy and steal fractions of the time between two readings."""
         d = self.total - earlier.total
         if d <= 0:

@@ -10,8 +10,9 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from as2d_cli.errors import DeviceError, UserError
 from device_agents.base import (
@@ -91,7 +92,7 @@ class LocalHost(Device):
                 )
         return self._execute(list(argv), deadline_s, affinity, quote_command(argv))
 
-    def spawn(self, argv: Sequence[str], affinity: set[int] | None = None) -> "LocalProcess":
+    def spawn(self, argv: Sequence[str], affinity: set[int] | None = None) -> LocalProcess:
         from device_agents.process import LocalProcess
 
         if affinity and not affinity <= os.sched_getaffinity(0):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Generic, TypeVar
 
 from as2d_cli.errors import DeviceError
 from device_agents.base import CpuState, Device
@@ -29,7 +30,7 @@ class Sample:
     battery_temp_c: float | None = None
 
     @classmethod
-    def of(cls, t0: float, state: CpuState) -> "Sample":
+    def of(cls, t0: float, state: CpuState) -> Sample:
         return cls(
             round(time.monotonic() - t0, 3),
             state.wall_time,
@@ -79,7 +80,7 @@ class CoreMonitor:
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
 
-    def start(self) -> "CoreMonitor":
+    def start(self) -> CoreMonitor:
         self._t0 = time.monotonic()
         self._sample()  # first sample synchronously: the episode starts from a known state
         self._thread = threading.Thread(target=self._loop, daemon=True, name="as2d-core-monitor")
@@ -162,7 +163,7 @@ class CoreMonitor:
         if self.failure is not None:
             raise DeviceError(self.failure.message)
 
-    def __enter__(self) -> "CoreMonitor":
+    def __enter__(self) -> CoreMonitor:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -118,7 +118,7 @@ class DeviceProcess:
     def kill(self) -> None:
         raise NotImplementedError
 
-    def __enter__(self) -> "DeviceProcess":
+    def __enter__(self) -> DeviceProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from as2d_cli.errors import DeviceError, UserError
+from device_agents import phones
 from device_agents.adb_phone import (
     STATE_ADVICE,
     AdbPhone,
@@ -15,7 +16,6 @@ from device_agents.adb_phone import (
     adb_port,
     list_attached,
 )
-from device_agents import phones
 from device_agents.base import Device, Facts
 from device_agents.local import LocalHost
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -138,7 +139,7 @@ class _BackgroundProducer:
             p.join()
             self.steps += [(b - a) / 1e6 for a, b, n in p.steps if n > 0]
 
-    def __enter__(self) -> "_BackgroundProducer":
+    def __enter__(self) -> _BackgroundProducer:
         self.thread.start()
         self.busy.wait(30)
         return self

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from as2d_cli.engine import CandidateBuffer, WallClock
 from as2d_cli.models.timing import add_splits, mark, split_since
-
 
 EMULATED_CPUS = "AS2D_EMULATED_CPUS"
 

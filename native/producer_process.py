@@ -22,14 +22,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import threading
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from as2d_cli.engine import CandidateBuffer, WallClock
 from as2d_cli.errors import UserError
-
 
 BLAS_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -140,7 +141,7 @@ def load_models(
     directory: str | None = None,
     threads: int = 1,
     *,
-    prompt: "PromptSpec | None" = None,
+    prompt: PromptSpec | None = None,
 ) -> Models:
     """Load a model pair (default: the bundled one; ``package:REL`` is a folder inside the
     as2d_cli package); ``prompt`` holds the request settings (task, language, question,

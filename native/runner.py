@@ -28,7 +28,6 @@ from native.protocol import (
     parse_command,
 )
 
-
 if TYPE_CHECKING:  # loaded on demand: the runner answers `hello` before any model import
     from as2d_cli.corpus.manifest import Corpus
     from as2d_cli.models.prompting import PromptSpec
@@ -230,7 +229,7 @@ def _try_pinning(sides: dict[str, list[int] | None]) -> dict[str, Any]:
     return out
 
 
-def _prompt(cmd: dict) -> "PromptSpec":
+def _prompt(cmd: dict) -> PromptSpec:
     """The ``load`` command's prompt settings: ``prompt`` (a PromptSpec's wire form, or
     null), else the string fields ``task`` and ``language``."""
     from as2d_cli.models.prompting import PromptSpec

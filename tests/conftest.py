@@ -12,7 +12,7 @@ emulated phones connected to it with `adb connect`.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from as2d_cli.engine import CandidateBuffer, Draft, Op
 from as2d_cli.engine.reference import FunctionTarget, greedy_reference

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from test_cli_bad_input import run, snapshot
 
 from as2d_cli.errors import FormatError, UserError
-from test_cli_bad_input import run, snapshot
 
 DATA = Path(__file__).resolve().parent / "data"
 REPO = Path(__file__).resolve().parents[1]

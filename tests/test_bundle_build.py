@@ -12,7 +12,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from test_bundle_common import project_snapshot, shared_build
 
 from as2d_cli.bundle import manifest as mf

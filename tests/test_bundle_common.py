@@ -11,9 +11,9 @@ import functools
 import json
 import os
 import shutil
-import tempfile
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +64,7 @@ except ImportError:
     pruned = True
 print(json.dumps({"results": results, "sha": hashlib.sha256(b"as2d").hexdigest(), "pruned_sqlite3": pruned,
                   "numpy": np.__version__, "ort": ort.__version__}))
-""" % {"hidden": HIDDEN, "steps": STEPS}
+""" % {"hidden": HIDDEN, "steps": STEPS}  # noqa: UP031 - a script template; braces in it are Python
 
 
 @functools.lru_cache(maxsize=1)

@@ -16,9 +16,9 @@ from as2d_cli.calibration.run import _Partial, calibrate, calibration_windows
 from as2d_cli.corpus.manifest import load_corpus
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.profile_io import load_profile
+from as2d_cli.launch.host import default_cores
 from device_agents.gating import GateConfig
 from device_agents.local import LocalHost
-from as2d_cli.launch.host import default_cores
 
 # The local gate without its once-per-run wait for a quiet host (tested in test_devices_gating).
 NO_SETTLE = replace(GateConfig.for_device(LocalHost()), settle_s=0.0)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from replay_helpers import EOS, hand_profile, hand_window
+from test_calibration import _synthetic_samples
 
 from as2d_cli.calibration.fit import fit_profile
 from as2d_cli.calibration.in_loop import _Pricer, apply_in_loop
-from as2d_cli.replay.driver import Prepared, replay_window
 from as2d_cli.engine.methods import MethodSpec
-from replay_helpers import EOS, hand_profile, hand_window
-from test_calibration import _synthetic_samples
+from as2d_cli.replay.driver import Prepared, replay_window
 
 AUDIO = (5.0, 8.0, 12.0)
 
@@ -320,7 +320,7 @@ def test_a_cold_first_chunk_is_charged_once() -> None:
     )
     base = dataclasses.replace(fitted, sources={**fitted.sources, "parakeet": chunked})
     steps = []
-    for rep in range(3):
+    for _rep in range(3):
         end = 0.5
         steps.append(
             {

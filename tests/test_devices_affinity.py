@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from as2d_cli.errors import UserError
+from as2d_cli.launch.host import LocalRunner, RunnerError
 from device_agents.affinity import Cluster, clusters, placement
 from device_agents.local import LocalHost
-from as2d_cli.launch.host import LocalRunner, RunnerError
 
 
 @pytest.mark.parametrize(

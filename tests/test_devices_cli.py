@@ -17,7 +17,6 @@ import jsonschema
 import pytest
 
 import device_agents
-
 from as2d_cli.cli.main import main
 
 

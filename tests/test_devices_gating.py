@@ -12,7 +12,6 @@ import jsonschema
 import pytest
 
 import device_agents
-
 from device_agents.gating import GateConfig, GateFailed, require_gate, run_gate, show_gate
 from device_agents.local import LocalHost
 from device_agents.monitor import BatchStopped, CoreMonitor, run_batch

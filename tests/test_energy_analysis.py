@@ -159,7 +159,7 @@ def test_gauge_updates_on_a_fixed_grid_however_late_the_polls() -> None:
         assert r.current_ua == -round((params.idle_ma + params.per_worker_ma * held) * 1000)
 
 
-def _series_of(tmp_path: Path, readings: list) -> "object":
+def _series_of(tmp_path: Path, readings: list) -> object:
     path = tmp_path / "g.perfetto-trace"
     path.write_bytes(encode_trace(readings, None, ["CURRENT", "VOLTAGE", "CHARGE"]))
     return read_battery_series(path)

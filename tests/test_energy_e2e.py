@@ -24,8 +24,8 @@ from as2d_cli.energy.protocol import EnergyRun, run_energy
 from as2d_cli.energy.results import load_energy_result
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import UserError
-from device_agents.gating import GateConfig
 from device_agents.emulator.battery import BatteryModel, BatteryParams, EmulatedPower
+from device_agents.gating import GateConfig
 
 WORKLOAD = Path(__file__).resolve().parents[1] / "device_agents" / "energy_workload.sh"
 # The gate before the capture, without the phone defaults' 15 s rest and 5 s between checks.

@@ -23,7 +23,6 @@ from as2d_cli.energy.protocol import EnergyRun, PhoneAway, run_energy
 from as2d_cli.energy.results import load_energy_result
 from as2d_cli.energy.trace_reader import read_battery_series, whole_prefix
 from as2d_cli.errors import DeviceError, UserError
-from device_agents.gating import GateConfig
 from device_agents.emulator.battery import (
     BatteryModel,
     BatteryParams,
@@ -34,6 +33,7 @@ from device_agents.emulator.battery import (
     simulate_readings,
 )
 from device_agents.emulator.faults import apply_fault, force_battery_status, reattach
+from device_agents.gating import GateConfig
 
 # Polls every 100 ms (the gauge updates as fast): a 0.5 s request gets several readings.
 # The gate before the capture, without the phone defaults' 15 s rest and 5 s between checks.

@@ -8,9 +8,6 @@ from pathlib import Path
 import pytest
 
 from as2d_cli.energy.capture_config import CaptureSpec
-from as2d_cli.energy.trace_reader import read_battery_series
-from as2d_cli.errors import DeviceError
-from device_agents.emulator.battery import BatteryModel, BatteryParams, EmulatedPower
 from as2d_cli.energy.perfetto_capture import (
     device_boot_ns,
     pull_trace,
@@ -20,6 +17,9 @@ from as2d_cli.energy.perfetto_capture import (
     trace_path_for,
     wait_trace_end,
 )
+from as2d_cli.energy.trace_reader import read_battery_series
+from as2d_cli.errors import DeviceError
+from device_agents.emulator.battery import BatteryModel, BatteryParams, EmulatedPower
 
 
 def test_background_capture_round_trip(emulated_phone, tmp_path: Path) -> None:

@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import random
 
+from engine_scenarios import (
+    DRAFT_MODES,
+    EOS,
+    SOURCE_MODES,
+    AdversarialDrafter,
+    make_scenario,
+    new_target,
+    price,
+    publish_all,
+    source_tokens,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from as2d_cli.engine.methods import ALIGN_MODES
 from as2d_cli.engine import (
     ASP,
     As2d,
@@ -22,17 +32,7 @@ from as2d_cli.engine import (
     without_bc,
     without_td,
 )
-from engine_scenarios import (
-    DRAFT_MODES,
-    EOS,
-    SOURCE_MODES,
-    AdversarialDrafter,
-    make_scenario,
-    new_target,
-    price,
-    publish_all,
-    source_tokens,
-)
+from as2d_cli.engine.methods import ALIGN_MODES
 
 EXAMPLES = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -6,12 +6,6 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from as2d_cli.engine import As2d, CandidateBuffer
-from as2d_cli.engine.history import HistoryIndex
-from as2d_cli.engine.methods import ALIGN_MODES, HISTORY, MethodSpec
 from engine_scenarios import (
     EOS,
     SOURCE_MODES,
@@ -20,8 +14,13 @@ from engine_scenarios import (
     publish_all,
     source_tokens,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_engine_exactness import run_checked
 
+from as2d_cli.engine import As2d, CandidateBuffer
+from as2d_cli.engine.history import HistoryIndex
+from as2d_cli.engine.methods import ALIGN_MODES, HISTORY, MethodSpec
 from as2d_cli.engine.reference import greedy_reference
 
 

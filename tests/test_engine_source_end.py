@@ -3,8 +3,9 @@ source's EOS (a width it would pay for nothing), and still commits the target's 
 
 from __future__ import annotations
 
-from as2d_cli.engine import As2d, CandidateBuffer, Episode, VirtualClock
 from engine_scenarios import EOS, make_decide, price
+
+from as2d_cli.engine import As2d, CandidateBuffer, Episode, VirtualClock
 from as2d_cli.engine.reference import FunctionTarget, greedy_reference
 
 

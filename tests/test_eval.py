@@ -381,7 +381,7 @@ def test_native_summary_pools_each_windows_repetitions_and_reports_drift() -> No
     # and +50 %, the window 0.
     # w2: one pass each, natively 0.1 s, replayed 0.125 s: −20 %.
     for m in METHODS:
-        for rep, (w, nat, rep_s) in enumerate([("w1", 0.1, 0.2), ("w2", 0.1, 0.125)]):
+        for _rep, (w, nat, rep_s) in enumerate([("w1", 0.1, 0.2), ("w2", 0.1, 0.125)]):
             rows.append(
                 {
                     "window": w,

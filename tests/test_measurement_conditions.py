@@ -541,10 +541,10 @@ def test_keeping_pace_is_never_judged_over_degraded_blocks(tmp_path: Path) -> No
 
 
 def test_a_local_stream_stops_at_once_when_a_core_goes_offline(tmp_path: Path) -> None:
+    from as2d_cli.launch.host import open_runner
     from as2d_cli.stream.recording import corpus_recording
     from as2d_cli.stream.run import run_stream, settings_for
     from device_agents.measurement import prepare
-    from as2d_cli.launch.host import open_runner
 
     host = _FlakyHost()
     if len(host.cpu_state().cores) < 2:
@@ -600,11 +600,11 @@ def test_a_phone_stream_stops_before_its_next_block_when_a_core_goes_offline(
     """The phone's runner runs in file mode (the host cannot kill it): the monitor's trip
     writes the stop file beside its run directory and the runner ends before its next
     block. Blocks that reached the host after the trip are degraded; no verdict on pace."""
+    from as2d_cli.launch.host import open_runner
+    from as2d_cli.launch.payload import choose_launcher
     from as2d_cli.stream.recording import corpus_recording
     from as2d_cli.stream.run import run_stream, settings_for
     from device_agents.measurement import prepare
-    from as2d_cli.launch.host import open_runner
-    from as2d_cli.launch.payload import choose_launcher
 
     m = prepare(py_phone.serial, adb_port=py_phone.adb_port)
     m = dataclasses.replace(m, gate=dataclasses.replace(m.gate, rest_s=0.0, interval_s=0.05))

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from as2d_cli.corpus.manifest import load_corpus
+from as2d_cli.engine.interfaces import Source
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.models.bundle import DEFAULT_DIR, load_bundle
 from as2d_cli.models.drafter import OrtDrafter
-from as2d_cli.engine.interfaces import Source
 from as2d_cli.models.session import Seq2SeqModel
 from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource, LookaheadSource
 from as2d_cli.models.target import OrtTarget, greedy_decode
@@ -389,7 +389,7 @@ def test_training_composites_join_same_setting_utterances_end_to_end(
     # are the same whenever it is built (a resumed run), and the single utterances stay.
     fresh = train.Data("target", 4000, 48, concat=1.0, fresh_concat=True)
 
-    def groups(d: "train.Data", epoch: int) -> tuple[set[str], list[list[str]]]:
+    def groups(d: train.Data, epoch: int) -> tuple[set[str], list[list[str]]]:
         d.epoch_order(epoch)
         return (
             {it["id"] for it in d.items if "+" in it["id"]},

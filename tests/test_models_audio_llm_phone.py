@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from as2d_cli.launch.host import LocalRunner, open_runner
 from as2d_cli.models.pair import import_pair
 from as2d_cli.models.prompting import PromptSpec
 from device_agents.emulator.python import enable_python
-from as2d_cli.launch.host import LocalRunner, open_runner
 
 DATA = Path(__file__).parent / "data"
 WINDOW = "dev-read-000"

@@ -8,8 +8,8 @@ from as2d_cli.models.features import (
     HOP,
     N_MELS,
     SAMPLE_RATE,
-    _mel_to_hz,
     _hz_to_mel,
+    _mel_to_hz,
     log_mel,
     mel_filters,
 )

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from as2d_cli.launch.host import LocalRunner, open_runner
 from as2d_cli.models.pair import import_pair
 from device_agents.emulator.python import enable_python
-from as2d_cli.launch.host import LocalRunner, open_runner
 
 DATA = Path(__file__).parent / "data" / "whisper"
 WINDOW = "dev-read-000"
@@ -68,8 +68,8 @@ def test_the_arm64_bundle_carries_the_pair_under_qemu(
     from as2d_cli.bundle.build import build_bundle, pair_folder
     from as2d_cli.bundle.deploy import deploy
     from as2d_cli.bundle.emulated import enable_arm64_bundle
-    from device_agents.emulator.session import EmulatorSession
     from as2d_cli.launch.payload import BundleLauncher
+    from device_agents.emulator.session import EmulatorSession
 
     need_qemu()
     built = build_bundle(project_root=project_snapshot(), models=pair)

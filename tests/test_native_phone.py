@@ -23,8 +23,6 @@ from as2d_cli.calibration.plan import Step
 from as2d_cli.calibration.run import _Partial, calibrate, calibration_windows
 from as2d_cli.errors import DeviceError, UserError
 from as2d_cli.formats.profile_io import load_profile
-from device_agents.emulator.python import enable_python
-from device_agents.gating import GateConfig
 from as2d_cli.launch.host import DeviceRunner, LocalRunner, RunnerError, open_runner
 from as2d_cli.launch.payload import (
     MARKER,
@@ -36,6 +34,8 @@ from as2d_cli.launch.payload import (
     probe_python,
     push_windows,
 )
+from device_agents.emulator.python import enable_python
+from device_agents.gating import GateConfig
 
 MODELS = Path(os.environ["AS2D_TEST_MODELS"]) if os.environ.get("AS2D_TEST_MODELS") else None
 MAX = 40

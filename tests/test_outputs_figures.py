@@ -5,11 +5,11 @@ checked on the matplotlib figures themselves (their text bounding boxes)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
 from outputs_golden import golden_run, run, stream_doc
 
 KB = 1024

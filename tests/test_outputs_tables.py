@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from outputs_golden import DATA, golden_run, run
 
 TABLES = (2, 4, 5, 8, 9, 12)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec, spec_grid
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.trace import TraceSet
 from as2d_cli.replay.driver import Prepared, replay_window
-from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec, spec_grid
 from as2d_cli.replay.selection import oracle, rank, rank_settings, select_budget
 from as2d_cli.replay.sweep import sweep
 from as2d_cli.synthetic import synthetic_profile, synthetic_traces
@@ -81,7 +81,7 @@ def test_ranking_and_oracle(data, cat) -> None:
     )
     assert orc.tps_oracle >= orc.tps_selected == pytest.approx(best.tps, rel=1e-12)
     assert orc.gap_percent == pytest.approx(100 * (1 - best.tps / orc.tps_oracle), rel=1e-12)
-    for (wid, src, b), i in zip(orc.choices, range(len(cat.window_ids))):
+    for (_wid, src, b), i in zip(orc.choices, range(len(cat.window_ids))):
         j = cat.budgets.index(b)
         assert (
             min(cat.times[i, s_, j] for s_ in range(3) if cat.used[i][s_] == src)

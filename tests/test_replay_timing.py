@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from replay_helpers import EOS, hand_profile, hand_window
 
+from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.replay.driver import Prepared, replay_window
-from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.replay.producer import build_timeline
-from replay_helpers import EOS, hand_profile, hand_window
 
 MS = 1_000_000
 

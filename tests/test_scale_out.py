@@ -12,8 +12,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -245,7 +246,7 @@ def test_a_farm_of_two_emulated_phones_calibrates_both_at_once(
     outcomes = calibrate_farm(serials, opts, LocalPool(2))
     assert [o.ok for o in outcomes] == [True, True], farm_table(outcomes)
     spans = []
-    for o, i in zip(outcomes, (1, 2)):
+    for _o, i in zip(outcomes, (1, 2)):
         folder = tmp_path / f"k70-as2dfarm000{i}"
         profile = load_profile(next(folder.glob("*.profile.yaml")))
         assert profile.device["serial"] == f"as2dfarm000{i}" and profile.target_step_ms > 0

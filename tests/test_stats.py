@@ -63,7 +63,7 @@ def test_impossible_outcomes_refused(make):
 def test_zero_time():
     one = O("a", "x", 1, 0.0)  # only the free first token
     with pytest.raises(ImpossibleFigure, match="zero decode time has no tokens/s"):
-        one.tps
+        _ = one.tps
     with pytest.raises(ImpossibleFigure, match="zero total decode time"):
         pooled_tps([one])
     assert pooled_tps([one, O("b", "x", 3, 1.0)]) == 4.0  # fine when pooled with others

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from as2d_cli.launch.host import open_runner
 from as2d_cli.stream.recording import Recording, corpus_recording
 from as2d_cli.stream.results import write_stream
 from as2d_cli.stream.run import run_stream, settings_for
 from device_agents.measurement import prepare
-from as2d_cli.launch.host import open_runner
 
 SETTINGS = settings_for(
     "as2d",
@@ -115,8 +115,8 @@ def test_a_host_audio_file_streams_on_the_emulated_phone(py_phone, tmp_path: Pat
     import soundfile as sf
 
     from as2d_cli.corpus.manifest import load_corpus
-    from as2d_cli.stream.recording import file_recording
     from as2d_cli.launch.payload import choose_launcher
+    from as2d_cli.stream.recording import file_recording
 
     rec = _recording(4.0)
     corpus = load_corpus()
@@ -145,8 +145,8 @@ def test_a_core_going_offline_mid_stream_stops_it_and_keeps_every_block(
     its frequency ceiling drops before that: the drop is recorded, the core stops the
     stream with its reason (the phone's runner ends before its next block), every block the
     phone's run finished is kept, those after the trip marked degraded."""
-    from device_agents.emulator.python import enable_python
     from as2d_cli.launch.payload import choose_launcher
+    from device_agents.emulator.python import enable_python
 
     session = make_emulated_phone()
     enable_python(session.phone)

@@ -11,12 +11,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from as2d_cli.engine.methods import spec_of
 from as2d_cli.errors import EngineError, UserError
 from native.stream.clock import SkipClock
 from native.stream.loop import check_blocks, run_stream
 from native.stream.pacer import RATE, Pacer, plan_blocks
 from native.stream.recording import stream_audio
-from as2d_cli.engine.methods import spec_of
 from native.stream.settings import StreamSettings
 
 BLOCK_S, CONTEXT_S = 2.0, 4.0  # two blocks per context epoch

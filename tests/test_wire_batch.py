@@ -121,7 +121,7 @@ class Follow:
                 self.calls.append((rel, code.co_name, a, f))
                 self.reached = self.reached or rel in PRODUCERS
 
-    def __enter__(self) -> "Follow":
+    def __enter__(self) -> Follow:
         sys.setprofile(self)
         threading.setprofile(self)
         return self

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from onnx import load as onnx_load, numpy_helper
+from onnx import load as onnx_load
+from onnx import numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "training"))

@@ -41,7 +41,7 @@ from scipy.signal import resample_poly
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from as2d_cli.corpus.manifest import SCHEMA, VERSION, SETTINGS  # noqa: E402
+from as2d_cli.corpus.manifest import SCHEMA, SETTINGS, VERSION  # noqa: E402
 from as2d_cli.corpus.text import normalize_text  # noqa: E402
 from as2d_cli.models.features import SAMPLE_RATE, log_mel  # noqa: E402
 

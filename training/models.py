@@ -17,8 +17,8 @@ import math
 from dataclasses import asdict, dataclass
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Dims:
     enc_heads: int = 0
     enc_ffn: int = 0
 
-    def encoder_dims(self) -> "Dims":
+    def encoder_dims(self) -> Dims:
         """The dimensions the encoder (and the encoder's CTC head) are built with."""
         return Dims(
             **{
@@ -314,7 +314,7 @@ class Seq2Seq(nn.Module):
             p.requires_grad_(False)
 
     @classmethod
-    def from_saved(cls, saved: dict) -> "Seq2Seq":
+    def from_saved(cls, saved: dict) -> Seq2Seq:
         """The model of a loaded training checkpoint (``torch.load`` of ckpt.pt), in eval mode."""
         model = cls(Dims(**saved["dims"]))
         model.load_state_dict(saved["model"])

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 from as2d_cli.corpus.manifest import load_corpus
-from as2d_cli.models.bundle import load_bundle
 from as2d_cli.launch.host import LocalRunner
+from as2d_cli.models.bundle import load_bundle
 from native.protocol import PROTOCOL_VERSION
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "runner" / "vectors.jsonl"

@@ -4,7 +4,6 @@ timestamp, so the same tree always gives the same bytes."""
 from __future__ import annotations
 
 import gzip
-
 import tarfile
 from pathlib import Path
 

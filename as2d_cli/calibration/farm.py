@@ -13,9 +13,10 @@ phone resumes) and the finished files come back to this host's ``<out>``.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from as2d_cli.execution import Executor
 from as2d_cli.execution.farm import PhoneOutcome, on_phone, run_farm

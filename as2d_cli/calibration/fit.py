@@ -10,14 +10,15 @@ without samples is absent from the profile.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from statistics import median
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from as2d_cli.calibration.in_loop import apply_in_loop
-from as2d_cli.calibration.regression import MIN_AUDIO_SPAN_S, lstsq as _lstsq
+from as2d_cli.calibration.regression import MIN_AUDIO_SPAN_S
+from as2d_cli.calibration.regression import lstsq as _lstsq
 from as2d_cli.errors import UserError
 from as2d_cli.formats.profile import ContextCosts, CostProfile, DrafterCosts, Fit, SourceCosts
-
 
 DRAFTER_PROBE_CACHE = 17.0  # the serial drafter probes run after SOT and 16 reference tokens
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from statistics import median
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from as2d_cli.calibration.regression import MIN_AUDIO_SPAN_S, lstsq as _lstsq
+from as2d_cli.calibration.regression import MIN_AUDIO_SPAN_S
+from as2d_cli.calibration.regression import lstsq as _lstsq
 from as2d_cli.errors import FormatError
 from as2d_cli.formats.profile import IN_LOOP_KINDS, CostProfile, SourceCosts
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 
 def plot_savings(idle_samples: Mapping[int, Sequence[float]], path: Path, title: str) -> Path:

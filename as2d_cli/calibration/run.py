@@ -15,17 +15,18 @@ import dataclasses
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from as2d_cli.reporting import Progress, settle_waiting
 from as2d_cli.calibration.fit import fit_profile
 from as2d_cli.calibration.plan import Step, make_plan, plan_hash
 from as2d_cli.calibration.plot import plot_savings
 from as2d_cli.errors import DeviceError, UserError
 from as2d_cli.formats.common import append_jsonl, safe_name, write_atomic
 from as2d_cli.models.prompting import PromptSpec
+from as2d_cli.reporting import Progress, settle_waiting
 
 
 @dataclass
@@ -356,9 +357,9 @@ def _run_steps(
     """Gate and run every step not done yet, under the monitor; append each step's samples,
     gate record and monitor record as it finishes. Returns the gate records of this run."""
     from as2d_cli.errors import Interrupted
+    from as2d_cli.launch.host import open_runner as default_open
     from device_agents.gating import CpuTimes, run_gate, settle
     from device_agents.monitor import CoreMonitor, abort_on_trip
-    from as2d_cli.launch.host import open_runner as default_open
 
     total = sum(s.weight for s in steps)
     runner = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -26,7 +26,7 @@ def calibrate(
     quick: bool = typer.Option(
         False, "--quick", help="Fewer widths, offsets and repetitions (minutes, not tens)."
     ),
-    window: Optional[str] = typer.Option(
+    window: str | None = typer.Option(
         None, "--window", help="Calibration window (default: longest English dev window)."
     ),
     out: Path = typer.Option(
@@ -35,20 +35,20 @@ def calibrate(
         callback=folder_out_option,
         help="Folder for the profile, samples and plot.",
     ),
-    rest: Optional[float] = options.rest(),
-    interval: Optional[float] = options.interval(),
-    settle: Optional[float] = options.settle(),
-    models: Optional[Path] = options.models(),
-    task: Optional[str] = options.task(),
-    language: Optional[str] = options.language(),
-    question: Optional[str] = options.question(),
-    prompt: Optional[str] = options.prompt_text(),
-    max_temp: Optional[float] = options.max_temp(),
-    temp_sensor: Optional[str] = options.temp_sensor(),
-    verifier_cores: Optional[str] = options.verifier_cores(),
-    producer_cores: Optional[str] = options.producer_cores(),
+    rest: float | None = options.rest(),
+    interval: float | None = options.interval(),
+    settle: float | None = options.settle(),
+    models: Path | None = options.models(),
+    task: str | None = options.task(),
+    language: str | None = options.language(),
+    question: str | None = options.question(),
+    prompt: str | None = options.prompt_text(),
+    max_temp: float | None = options.max_temp(),
+    temp_sensor: str | None = options.temp_sensor(),
+    verifier_cores: str | None = options.verifier_cores(),
+    producer_cores: str | None = options.producer_cores(),
     os_placement: bool = options.os_placement(),
-    ray: Optional[str] = options.ray(),
+    ray: str | None = options.ray(),
     quiet: bool = options.quiet(),
 ) -> None:
     """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
@@ -109,12 +109,12 @@ def calibrate(
     c.print(f"took {res.seconds:.0f} s")
 
 
-def _farm(phones: list[str], ray: Optional[str], opts: FarmOptions) -> None:
+def _farm(phones: list[str], ray: str | None, opts: FarmOptions) -> None:
     """Several phones at once: one worker per phone, then the farm summary table."""
     from as2d_cli.calibration.farm import calibrate_farm
-    from as2d_cli.execution.farm import farm_table, phone_resource
     from as2d_cli.errors import DeviceError, UserError
     from as2d_cli.execution import open_executor
+    from as2d_cli.execution.farm import farm_table, phone_resource
 
     if "local" in phones and len(phones) > 1:
         raise UserError(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console, JustifyMethod
@@ -15,9 +14,9 @@ from as2d_cli.corpus.manifest import load_corpus
 
 
 def list_windows(
-    split: Optional[str] = typer.Option(None, "--split", help="dev, val or test (default: all)."),
+    split: str | None = typer.Option(None, "--split", help="dev, val or test (default: all)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
-    corpus_dir: Optional[Path] = typer.Option(
+    corpus_dir: Path | None = typer.Option(
         None,
         "--corpus",
         callback=folder_in_option,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -22,16 +21,16 @@ def decode(
     phone: str = typer.Option(
         "local", "--phone", help="local, a known phone name, or an adb serial."
     ),
-    budget: Optional[int] = options.budget(
+    budget: int | None = options.budget(
         None,
         "--budget",
         help=f"As²d/w-o-TD proposal budget b (physical K <= b+1; default {DEFAULT_BUDGET}); "
         f"ASP/w-o-BC cap (default {DEFAULT_ASP_CAP}).",
     ),
-    k: Optional[int] = options.width(
+    k: int | None = options.width(
         None, "--k", help=f"Standard SD physical width K (default {DEFAULT_SD_K})."
     ),
-    source: Optional[str] = typer.Option(
+    source: str | None = typer.Option(
         None,
         "--source",
         help="drafter, lookahead, ctc, or history (the committed output's own repeats, no "
@@ -42,24 +41,24 @@ def decode(
         "--history",
         help="As²d: history candidates fill the rounds the source leaves empty (docs/engine.md).",
     ),
-    align: Optional[str] = options.align(),
-    candidates: Optional[Path] = typer.Option(
+    align: str | None = options.align(),
+    candidates: Path | None = typer.Option(
         None,
         "--candidates",
         callback=file_in_option,
         help="JSON Lines of external batches {t_ms, tokens}.",
     ),
-    max_tokens: Optional[int] = options.limit(
+    max_tokens: int | None = options.limit(
         None, "--max-tokens", help="Output cap (default: the model's)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    models: Optional[Path] = options.models(),
-    task: Optional[str] = options.task(),
-    language: Optional[str] = options.language(),
-    question: Optional[str] = options.question(),
-    prompt: Optional[str] = options.prompt_text(),
-    verifier_cores: Optional[str] = options.verifier_cores(),
-    producer_cores: Optional[str] = options.producer_cores(),
+    models: Path | None = options.models(),
+    task: str | None = options.task(),
+    language: str | None = options.language(),
+    question: str | None = options.question(),
+    prompt: str | None = options.prompt_text(),
+    verifier_cores: str | None = options.verifier_cores(),
+    producer_cores: str | None = options.producer_cores(),
     os_placement: bool = options.os_placement(),
 ) -> None:
     """Run one native request and report its tokens, rounds and timings."""
@@ -76,11 +75,11 @@ def decode(
         history=history,
     )
     spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
+    from as2d_cli.errors import UserError
+    from as2d_cli.launch.host import open_runner
     from device_agents.measurement import MeasureOptions, prepare
     from device_agents.monitor import call_monitored
     from native.candidates import load_candidates
-    from as2d_cli.launch.host import open_runner
-    from as2d_cli.errors import UserError
 
     if models is not None:  # missing, empty, an export instead of a pair: named before any work
         from as2d_cli.models.bundle import check_pair_folder

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -26,8 +25,8 @@ def devices(
     as_json: bool = typer.Option(
         False, "--json", help="Print JSON (schema as2d.devices/1) instead of a table."
     ),
-    adb_port: Optional[int] = options.adb_port(),
-    ray: Optional[str] = typer.Option(
+    adb_port: int | None = options.adb_port(),
+    ray: str | None = typer.Option(
         None,
         "--ray",
         metavar="ADDRESS",
@@ -147,24 +146,24 @@ def gate(
     show: bool = typer.Option(
         False, "--show", help="Only show each check once (no rest, no waiting)."
     ),
-    rest: Optional[float] = options.seconds(
+    rest: float | None = options.seconds(
         None, "--rest", help="Seconds of rest before checking (phone default 15)."
     ),
-    interval: Optional[float] = options.seconds(
+    interval: float | None = options.seconds(
         None, "--interval", help="Seconds between the ceiling checks (default 5)."
     ),
-    core: Optional[int] = options.core(
+    core: int | None = options.core(
         None,
         "--gate-core",
         help="Core whose frequency ceiling is checked (default 4; one the device has).",
     ),
-    min_ghz: Optional[float] = options.positive(
+    min_ghz: float | None = options.positive(
         None, "--min-ghz", help="Minimum ceiling in GHz (default 1.8816)."
     ),
-    max_temp: Optional[float] = options.max_temp(),
-    temp_sensor: Optional[str] = options.temp_sensor(),
+    max_temp: float | None = options.max_temp(),
+    temp_sensor: str | None = options.temp_sensor(),
     as_json: bool = typer.Option(False, "--json", help="Print the gate record as JSON."),
-    adb_port: Optional[int] = options.adb_port("adb server port."),
+    adb_port: int | None = options.adb_port("adb server port."),
 ) -> None:
     """Check a device as before a measured episode: rest, temperature, all cores online,
     frequency ceiling."""
@@ -216,7 +215,7 @@ def watch(
     interval: float = options.positive_seconds(
         1.0, "--interval", help="Seconds between samples (the episode monitor uses 1)."
     ),
-    adb_port: Optional[int] = options.adb_port("adb server port."),
+    adb_port: int | None = options.adb_port("adb server port."),
 ) -> None:
     """Sample cores online and frequency ceilings as the episode monitor does; stop
     with the monitor's error if a core goes offline."""

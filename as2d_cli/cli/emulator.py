@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -18,7 +17,7 @@ def start(
     port: int = options.emulator_port(
         0, "--port", help="Loopback port of the emulated adbd (0: any free port)."
     ),
-    adb_port: Optional[int] = options.adb_port(
+    adb_port: int | None = options.adb_port(
         help="adb server to attach to (default: $ANDROID_ADB_SERVER_PORT or 5037; started privately if none runs there)."
     ),
     private_server: bool = typer.Option(
@@ -37,13 +36,13 @@ def start(
         "--auth",
         help="device (only authorized adb keys are accepted), unauthorized (no key accepted) or offline (no handshake).",
     ),
-    authorized_keys: Optional[Path] = typer.Option(
+    authorized_keys: Path | None = typer.Option(
         None,
         "--authorized-keys",
         metavar="FILE",
         help="adb public keys the phone accepts, one per line in adbkey.pub format (default: the key of the adb server it attaches to).",
     ),
-    fault: List[str] = typer.Option(
+    fault: list[str] = typer.Option(
         [],
         "--fault",
         help="Fault to inject (repeatable): core-offline:CPU@T, ceiling:CPU=GHZ@T, stall:CMD, freeze@T+D, vanish:CMD, vanish@T, unplug@T[+D].",
@@ -68,20 +67,20 @@ def start(
         "--battery",
         help="Install the battery model and a perfetto that writes real traces, so `as2d energy` can measure (docs/energy.md).",
     ),
-    gauge_period_ms: Optional[int] = options.milliseconds(
+    gauge_period_ms: int | None = options.milliseconds(
         None,
         "--gauge-period-ms",
         minimum=10,
         maximum=60_000,
         help="With --battery: the fuel gauge's update period (default 1000).",
     ),
-    gauge_sign: Optional[str] = options.one_of(
+    gauge_sign: str | None = options.one_of(
         None,
         "--gauge-sign",
         choices=("negative", "positive"),
         help="With --battery: the sign the gauge gives discharge current (default negative, Android's).",
     ),
-    gauge_units: Optional[str] = options.one_of(
+    gauge_units: str | None = options.one_of(
         None,
         "--gauge-units",
         choices=("uA", "mA", "nA"),

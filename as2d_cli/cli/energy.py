@@ -5,7 +5,6 @@ disconnected (paper D.6.1); `--from-run DIR` analyses a pulled run folder again;
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -15,36 +14,36 @@ from as2d_cli.errors import Interrupted, UserError
 
 
 def energy(
-    phone: Optional[str] = typer.Option(
+    phone: str | None = typer.Option(
         None, "--phone", help="Phone to measure: a known name (see `as2d devices`) or a serial."
     ),
     methods: str = typer.Option(
         "as2d,target-only", "--methods", help="Methods in measurement order (comma-separated)."
     ),
-    request_cmd: Optional[str] = typer.Option(
+    request_cmd: str | None = typer.Option(
         None,
         "--request-cmd",
         help="On-device command for one request; {method} {phase} {index} {run_dir} are substituted, and {min_s}/{min_ms}: how long it must hold its load at least (a method's last warm-up: one gauge period plus one poll; else 0). It must print 'AS2D_REQUEST body_tokens=N' (optionally origin_boot_ns/target_eos_boot_ns/end_boot_ns).",
     ),
-    method_cmd: List[str] = typer.Option(
+    method_cmd: list[str] = typer.Option(
         [],
         "--method-cmd",
         help="METHOD=COMMAND: a request command for one method (repeatable).",
     ),
-    bundle: Optional[Path] = typer.Option(
+    bundle: Path | None = typer.Option(
         None,
         "--bundle",
         help="Run the native runner's requests from this bundle archive (`as2d bundle build`), deployed to the phone once.",
     ),
-    window: Optional[str] = typer.Option(
+    window: str | None = typer.Option(
         None, "--window", help="Corpus window the native requests transcribe (with --bundle)."
     ),
-    native_arg: List[str] = typer.Option(
+    native_arg: list[str] = typer.Option(
         [],
         "--native-arg",
         help="Extra argument for the native request, e.g. --native-arg=--budget --native-arg=3 (repeatable).",
     ),
-    push: List[Path] = typer.Option(
+    push: list[Path] = typer.Option(
         [],
         "--push",
         callback=file_in_option,
@@ -85,27 +84,27 @@ def energy(
         callback=folder_out_option,
         help="Results folder (a fresh energy/<time>-<phone>/ is made inside).",
     ),
-    adb_port: Optional[int] = options.adb_port(),
-    from_run: Optional[Path] = typer.Option(
+    adb_port: int | None = options.adb_port(),
+    from_run: Path | None = typer.Option(
         None,
         "--from-run",
         callback=folder_in_option,
         help="Analyse an existing run folder instead of measuring.",
     ),
-    collect: Optional[Path] = typer.Option(
+    collect: Path | None = typer.Option(
         None,
         "--collect",
         help="Fetch the run a phone kept (it left and did not come back in time, or the host was interrupted) into this run folder and analyse it.",
     ),
-    models: Optional[Path] = typer.Option(
+    models: Path | None = typer.Option(
         None,
         "--models",
         help="With --bundle: the model pair the requests run (the bundle must carry it: `as2d bundle build --models PAIR`).",
     ),
-    rest: Optional[float] = options.rest(),
-    interval: Optional[float] = options.interval(),
-    max_temp: Optional[float] = options.max_temp(),
-    temp_sensor: Optional[str] = options.temp_sensor(),
+    rest: float | None = options.rest(),
+    interval: float | None = options.interval(),
+    max_temp: float | None = options.max_temp(),
+    temp_sensor: str | None = options.temp_sensor(),
     quiet: bool = options.quiet(),
 ) -> None:
     """Measure request energy (J, W, J/token) from battery current × voltage, unplugged."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -24,16 +24,16 @@ def eval_(
         help="Device whose cost profile prices the replay (k70, local, a serial…); with "
         "--native, repeat it to evaluate a farm of this host's phones at once (one process per phone).",
     ),
-    profile: Optional[Path] = typer.Option(
+    profile: Path | None = typer.Option(
         None,
         "--profile",
         callback=file_in_option,
         help="Cost profile (default: found for --phone in calibrations/).",
     ),
-    traces: Optional[Path] = typer.Option(
+    traces: Path | None = typer.Option(
         None, "--traces", help="Trace file or folder (default: the bundled traces)."
     ),
-    deployment: Optional[Path] = typer.Option(
+    deployment: Path | None = typer.Option(
         None,
         "--deployment",
         callback=file_in_option,
@@ -52,9 +52,7 @@ def eval_(
         "--allow-unconfirmed",
         help="The older name of --accept-unvalidated (the same override).",
     ),
-    align: Optional[str] = options.align(
-        "a deployment selected under them is used, or selected now."
-    ),
+    align: str | None = options.align("a deployment selected under them is used, or selected now."),
     split: str = typer.Option("test", "--split", help="Split to evaluate."),
     calibrations: Path = typer.Option(
         Path("calibrations"),
@@ -87,34 +85,34 @@ def eval_(
         help="Native: unmeasured warm-up passes over the windows first.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
-    rest: Optional[float] = options.rest(
+    rest: float | None = options.rest(
         "Native: gate rest in seconds before each window (default: the device's)."
     ),
-    interval: Optional[float] = options.interval(
+    interval: float | None = options.interval(
         "Native: seconds between the gate's checks (default: the device's)."
     ),
-    settle: Optional[float] = options.settle(
+    settle: float | None = options.settle(
         "Native: once before measuring, seconds the host must have been quiet (local default 20; 0 skips)."
     ),
-    models: Optional[Path] = options.models(
+    models: Path | None = options.models(
         "A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it."
     ),
-    task: Optional[str] = options.task(),
-    language: Optional[str] = options.language(),
-    question: Optional[str] = options.question(),
-    prompt: Optional[str] = options.prompt_text(),
-    max_temp: Optional[float] = options.max_temp(),
-    temp_sensor: Optional[str] = options.temp_sensor(),
-    verifier_cores: Optional[str] = options.verifier_cores(),
-    producer_cores: Optional[str] = options.producer_cores(),
+    task: str | None = options.task(),
+    language: str | None = options.language(),
+    question: str | None = options.question(),
+    prompt: str | None = options.prompt_text(),
+    max_temp: float | None = options.max_temp(),
+    temp_sensor: str | None = options.temp_sensor(),
+    verifier_cores: str | None = options.verifier_cores(),
+    producer_cores: str | None = options.producer_cores(),
     os_placement: bool = options.os_placement(),
-    append: Optional[Path] = typer.Option(
+    append: Path | None = typer.Option(
         None,
         "--append",
         metavar="RUN_DIR",
         help="Native: resume the interrupted native evaluation in this results folder: runs only what it lacks, then builds the tables from all its runs (give the run's own options; other settings are refused).",
     ),
-    ray: Optional[str] = options.ray(),
+    ray: str | None = options.ray(),
     figure_format: str = options.figure_format(),
     quiet: bool = options.quiet(),
 ) -> None:

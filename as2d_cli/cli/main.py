@@ -18,7 +18,6 @@ import errno
 import importlib
 import signal
 import sys
-
 from typing import NoReturn
 
 import typer

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -33,22 +32,22 @@ def import_(
         callback=folder_new_option,
         help="The pair folder to write (never overwritten).",
     ),
-    ctc: Optional[Path] = typer.Option(
+    ctc: Path | None = typer.Option(
         None,
         "--ctc",
         callback=folder_in_option,
         help="A CTC model folder (ONNX + vocabulary) as a chunked source.",
     ),
-    variant: Optional[str] = typer.Option(
+    variant: str | None = typer.Option(
         None, "--variant", help="The target's file variant (quantized, int8, q4, fp16…)."
     ),
-    drafter_variant: Optional[str] = typer.Option(
+    drafter_variant: str | None = typer.Option(
         None, "--drafter-variant", help="The drafter's file variant."
     ),
     copy: bool = typer.Option(
         False, "--copy", help="Copy the ONNX files into the pair (default: reference them)."
     ),
-    name: Optional[str] = typer.Option(
+    name: str | None = typer.Option(
         None, "--name", help="The pair's name (default: the folder's)."
     ),
     task: str = options.one_of(
@@ -95,15 +94,13 @@ def import_(
 
 
 def check(
-    pair: Optional[Path] = typer.Argument(
-        None, help="The pair folder (default: the bundled pair)."
-    ),
+    pair: Path | None = typer.Argument(None, help="The pair folder (default: the bundled pair)."),
     windows: int = options.count(2, "--windows", help="Development windows to decode."),
     reps: int = options.count(3, "--reps", help="Timed repetitions per width."),
-    task: Optional[str] = options.task(),
-    language: Optional[str] = options.language(),
-    question: Optional[str] = options.question(),
-    prompt: Optional[str] = options.prompt_text(),
+    task: str | None = options.task(),
+    language: str | None = options.language(),
+    question: str | None = options.question(),
+    prompt: str | None = options.prompt_text(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Load a pair, decode a few windows, check K-wide = sequential (K=1..16) and rollback, time each width."""

@@ -21,8 +21,9 @@ Paths are checked in :mod:`as2d_cli.cli.paths`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import typer
 

@@ -9,8 +9,9 @@ parsed. Any OSError that still escapes is printed by ``main()`` as one line nami
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import typer
 

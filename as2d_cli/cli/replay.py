@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -27,23 +26,23 @@ def replay(
         help="Trace file (as2d.trace JSON Lines, .jsonl or .jsonl.gz); repeat to merge files.",
     ),
     method: str = typer.Option("as2d", "--method", help=f"One of: {', '.join(METHODS)}."),
-    budget: Optional[int] = options.budget(
+    budget: int | None = options.budget(
         None,
         "--budget",
         help="As²d/w-o-TD budget (default: deployment's, else 7); ASP/w-o-BC cap (default 24 or the profile's largest width − 1).",
     ),
-    source: Optional[str] = typer.Option(
+    source: str | None = typer.Option(
         None,
         "--source",
         help="Target-decoupled source (default: deployment's, else the traces' default).",
     ),
-    k: Optional[int] = options.width(
+    k: int | None = options.width(
         None, "--k", help="Standard SD: one physical width K instead of the K=5..8 mean."
     ),
-    split: Optional[str] = typer.Option(
+    split: str | None = typer.Option(
         None, "--split", help="Replay only this split's windows (default: all)."
     ),
-    deployment: Optional[Path] = typer.Option(
+    deployment: Path | None = typer.Option(
         None,
         "--deployment",
         callback=file_in_option,
@@ -52,13 +51,13 @@ def replay(
     as_json: bool = typer.Option(
         False, "--json", help="Print the machine-readable report (as2d.replay-report v2)."
     ),
-    align: Optional[str] = options.align("default: the deployment's."),
+    align: str | None = options.align("default: the deployment's."),
     spans: bool = typer.Option(
         True,
         "--spans/--no-spans",
         help="Include each window's merged producer/verifier service spans (ns).",
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None,
         "--out",
         callback=file_out_option,

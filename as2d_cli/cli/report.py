@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,7 +16,7 @@ def report(
         help="An evaluation folder (`as2d eval` wrote it), several side by side, or two or "
         "more stream folders (`as2d stream` wrote them).",
     ),
-    figure_format: Optional[str] = options.figure_format(
+    figure_format: str | None = options.figure_format(
         None, "Figure file format: png, pdf or svg (default: all three)."
     ),
     out: Path = typer.Option(
@@ -78,14 +77,14 @@ def rk(
     profile: Path = typer.Argument(
         ..., callback=file_in_option, help="A cost profile (as2d.profile YAML)."
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None,
         "--out",
         callback=file_out_option,
         help="Figure to write (default: PROFILE's name with .rk in the current folder, never "
         "overwritten); its suffix gives the format unless --format does.",
     ),
-    figure_format: Optional[str] = options.figure_format(
+    figure_format: str | None = options.figure_format(
         None, "Figure file format: png, pdf or svg (default: --out's suffix, else png)."
     ),
 ) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -21,12 +20,12 @@ def select_budget(
         "--traces",
         help="Trace file(s) holding the dev and val windows; repeat to merge files (e.g. a dev and a val file).",
     ),
-    sources: Optional[str] = typer.Option(
+    sources: str | None = typer.Option(
         None,
         "--sources",
         help="Comma-separated sources to search (default: every trace source the profile has costs for).",
     ),
-    budgets: Optional[str] = options.budget_list(
+    budgets: str | None = options.budget_list(
         None,
         "--budgets",
         help=f"Budgets to search, e.g. 1-8,12 (each {options.MIN_BUDGET}-{options.MAX_BUDGET} and measured by the profile; default: those of {options.MIN_BUDGET}-{options.MAX_BUDGET} the profile's widths allow).",
@@ -36,11 +35,11 @@ def select_budget(
         "--tolerance",
         help="Validation retention: chosen TPS within this fraction of the val best.",
     ),
-    processes: Optional[int] = options.processes(
+    processes: int | None = options.processes(
         "Worker processes (default: usable CPUs; with --ray local, Ray's CPUs)."
     ),
-    ray: Optional[str] = options.ray(),
-    out: Optional[Path] = typer.Option(
+    ray: str | None = options.ray(),
+    out: Path | None = typer.Option(
         None,
         "--out",
         callback=file_out_option,
@@ -49,17 +48,17 @@ def select_budget(
     as_json: bool = typer.Option(
         False, "--json", help="Print the machine-readable selection report."
     ),
-    threshold: Optional[str] = options.fraction_list(
+    threshold: str | None = options.fraction_list(
         None,
         "--threshold",
         help="As²d's confidence stop for the whole catalog (default: the methods' default), or a comma list to search, e.g. 0.4,0.6,0.7; the chosen one goes into the deployment.",
     ),
-    batch: Optional[str] = options.count_list(
+    batch: str | None = options.count_list(
         None,
         "--batch",
         help="The source's publication batch for the whole catalog (default: the methods' default), or a comma list to search, e.g. 1,2,8.",
     ),
-    align: Optional[str] = options.align("the whole catalog, recorded in the deployment."),
+    align: str | None = options.align("the whole catalog, recorded in the deployment."),
     allow_implausible: bool = options.allow_implausible(),
     quiet: bool = options.quiet(),
 ) -> None:

@@ -8,8 +8,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -26,14 +27,14 @@ def stream(
     phone: str = typer.Option(
         "local", "--phone", help="local, a known phone name, or an adb serial."
     ),
-    audio: Optional[Path] = typer.Option(
+    audio: Path | None = typer.Option(
         None,
         "--audio",
         callback=file_in_option,
         help="A 16 kHz mono recording (any file soundfile reads); default: the bundled corpus's "
         "English read speech joined end to end.",
     ),
-    minutes: Optional[float] = options.positive(
+    minutes: float | None = options.positive(
         None, "--minutes", help="Stream length in minutes (default: 10, or all of --audio)."
     ),
     block_s: float = options.positive(4.0, "--block-s", help="Block interval and length (s)."),
@@ -41,12 +42,12 @@ def stream(
         12.0, "--context-s", help="Audio and text context kept before a reset (s)."
     ),
     method: str = options.one_of("as2d", "--method", choices=METHODS, help="Decoding method."),
-    budget: Optional[int] = options.budget(
+    budget: int | None = options.budget(
         None,
         "--budget",
         help=f"As²d proposal budget b (physical K <= b+1; default {DEFAULT_BUDGET}).",
     ),
-    source: Optional[str] = options.one_of(
+    source: str | None = options.one_of(
         None,
         "--source",
         choices=("drafter", "lookahead", "ctc"),
@@ -68,19 +69,19 @@ def stream(
         callback=folder_out_option,
         help="Results folder (a fresh <device>-stream-<time>/ is made inside).",
     ),
-    models: Optional[Path] = options.models(),
-    task: Optional[str] = options.task(),
-    language: Optional[str] = options.language(),
-    question: Optional[str] = options.question(),
-    prompt: Optional[str] = options.prompt_text(),
-    verifier_cores: Optional[str] = options.verifier_cores(),
-    producer_cores: Optional[str] = options.producer_cores(),
+    models: Path | None = options.models(),
+    task: str | None = options.task(),
+    language: str | None = options.language(),
+    question: str | None = options.question(),
+    prompt: str | None = options.prompt_text(),
+    verifier_cores: str | None = options.verifier_cores(),
+    producer_cores: str | None = options.producer_cores(),
     os_placement: bool = options.os_placement(),
-    rest: Optional[float] = options.rest(),
-    interval: Optional[float] = options.interval(),
-    max_temp: Optional[float] = options.max_temp(),
-    temp_sensor: Optional[str] = options.temp_sensor(),
-    adb_port: Optional[int] = options.adb_port(),
+    rest: float | None = options.rest(),
+    interval: float | None = options.interval(),
+    max_temp: float | None = options.max_temp(),
+    temp_sensor: str | None = options.temp_sensor(),
+    adb_port: int | None = options.adb_port(),
     figure_format: str = options.figure_format(),
     quiet: bool = options.quiet(),
 ) -> None:
@@ -96,12 +97,12 @@ def stream(
     spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
     from as2d_cli.errors import DeviceError, Interrupted, UserError
     from as2d_cli.formats.common import fresh_folder
+    from as2d_cli.launch.host import open_runner
     from as2d_cli.stream.recording import corpus_recording, file_recording
     from as2d_cli.stream.results import mark_incomplete, write_stream
     from as2d_cli.stream.run import run_stream, settings_for
     from device_agents.identity import results_stem
     from device_agents.measurement import MeasureOptions, prepare
-    from as2d_cli.launch.host import open_runner
 
     if models is not None:  # missing, empty, an export instead of a pair: named before any work
         from as2d_cli.models.bundle import check_pair_folder

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -14,26 +13,26 @@ from as2d_cli.cli.progress import Steps
 
 def build(
     split: str = typer.Option(..., "--split", help="dev, val or test."),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None,
         "--out",
         callback=file_target_option,
         help="Output file (default: the bundled traces folder).",
     ),
-    processes: Optional[int] = options.processes(
+    processes: int | None = options.processes(
         "Worker processes (default: one per CPU; with --ray local, Ray's CPUs)."
     ),
-    ray: Optional[str] = options.ray(),
-    limit: Optional[int] = options.limit(
+    ray: str | None = options.ray(),
+    limit: int | None = options.limit(
         None, "--limit", help="Only the first N windows (a quick look)."
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
-    models: Optional[Path] = options.models(),
-    task: Optional[str] = options.task(),
-    language: Optional[str] = options.language(),
-    question: Optional[str] = options.question(),
-    prompt: Optional[str] = options.prompt_text(),
-    max_tokens: Optional[int] = options.limit(
+    models: Path | None = options.models(),
+    task: str | None = options.task(),
+    language: str | None = options.language(),
+    question: str | None = options.question(),
+    prompt: str | None = options.prompt_text(),
+    max_tokens: int | None = options.limit(
         None, "--max-tokens", help="Cap each window's reference (default: the target's limit)."
     ),
     quiet: bool = options.quiet(),

@@ -52,7 +52,7 @@ class Window:
     text: str
 
     @property
-    def spoken(self) -> "SpokenQuestion":
+    def spoken(self) -> SpokenQuestion:
         """The window's spoken question and reference answer (docs/corpus.md)."""
         from as2d_cli.corpus.questions import question_for
 

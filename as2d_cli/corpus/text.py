@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Sequence
+from collections.abc import Sequence
 
 _KEEP = re.compile(r"[^a-zäöüßáéíóúñ' ]")
 

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 _M, _R, _I = "@@AS2D_METHOD@@", "@@AS2D_RUN_DIR@@", "@@AS2D_INDEX@@"
 _S = "@@AS2D_MIN_S@@"

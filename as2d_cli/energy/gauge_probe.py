@@ -10,8 +10,9 @@ still in: the gauge updates all the same.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ def probe_device(dev: Any, max_s: float = PROBE_MAX_S) -> GaugeProbe:
     return probe_gauge(lambda: dev.read_files(list(FILES)), max_s)
 
 
-def _takes_min(plan: "EpisodePlan") -> list[str]:
+def _takes_min(plan: EpisodePlan) -> list[str]:
     """The methods whose request command does not take {min_s}/{min_ms} (its warm-up
     cannot be stretched: it lasts what the command takes)."""
     return [
@@ -98,7 +99,7 @@ def _takes_min(plan: "EpisodePlan") -> list[str]:
     ]
 
 
-def size_plan(plan: "EpisodePlan", probe: GaugeProbe, poll_ms: int) -> tuple["EpisodePlan", str]:
+def size_plan(plan: EpisodePlan, probe: GaugeProbe, poll_ms: int) -> tuple[EpisodePlan, str]:
     """The plan with its warm-up lead and gaps sized from the probed gauge period, and the
     one line that says so before the capture starts — or why the first formal request
     cannot be measured like the others (no warm-up, a lead longer than the request budget,

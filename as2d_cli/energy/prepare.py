@@ -6,8 +6,8 @@ bundle's native request command is deployed. Returns the run for :func:`protocol
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from as2d_cli.energy.protocol import EnergyRun, check_measurable, check_windows, window_ids
 from as2d_cli.errors import UserError
@@ -90,10 +90,9 @@ def prepare_run(
             f"no request command for {', '.join(missing)}; pass --request-cmd "
             "or --method-cmd METHOD=COMMAND for each"
         )
+    from as2d_cli.energy.episode_script import EpisodePlan
     from as2d_cli.energy.perfetto_capture import preflight
     from device_agents.registry import resolve_phone
-
-    from as2d_cli.energy.episode_script import EpisodePlan
 
     # With --bundle the request command is known after deployment; "true" stands in
     # for the checks of everything else before touching the phone.

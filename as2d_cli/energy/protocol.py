@@ -38,10 +38,10 @@ import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Callable
 
 from as2d_cli import __version__
 from as2d_cli.energy.analysis import analyse_episode
@@ -51,7 +51,6 @@ from as2d_cli.energy.capture_config import (
     CaptureSpec,
 )
 from as2d_cli.energy.episode_records import format_episode
-from as2d_cli.energy.gauge_probe import PROBE_MAX_S, probe_device, size_plan
 from as2d_cli.energy.episode_script import (
     ONLINE_FILE,
     STOP_HOST,
@@ -59,6 +58,15 @@ from as2d_cli.energy.episode_script import (
     assemble_episode,
     parse_uptime_ns,
     render_script,
+)
+from as2d_cli.energy.gauge_probe import PROBE_MAX_S, probe_device, size_plan
+from as2d_cli.energy.perfetto_capture import (
+    CONFIG_NAME,
+    preflight,
+    push_config,
+    remove_trace,
+    trace_path_for,
+    wait_trace_end,
 )
 from as2d_cli.energy.refusals import MeasurementRefused
 from as2d_cli.energy.results import (
@@ -73,20 +81,11 @@ from as2d_cli.energy.results import (
 )
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import As2dError, DeviceError, UserError
-from as2d_cli.reporting import Progress, Say, Ticker
 from as2d_cli.formats.common import INCOMPLETE, write_atomic
+from as2d_cli.reporting import Progress, Say, Ticker
 from device_agents.base import Device
 from device_agents.gating import GateConfig, GateResult
 from device_agents.monitor import CoreMonitor, FailureRecord
-from as2d_cli.energy.perfetto_capture import (
-    CONFIG_NAME,
-    preflight,
-    push_config,
-    remove_trace,
-    trace_path_for,
-    wait_trace_end,
-)
-
 
 CONNECTIONS = ("usb", "wireless")
 PHONE_RUN = "phone_run.json"  # the phone's identity and where its run lives (for --collect)
@@ -192,7 +191,7 @@ def wait_presence(port: int, serial: str, present: bool, timeout_s: float) -> bo
     """
     import adbutils
 
-    wake: "queue.Queue[object]" = queue.Queue()
+    wake: queue.Queue[object] = queue.Queue()
     stop = threading.Event()
 
     def pump() -> None:
@@ -548,7 +547,7 @@ def _measure(
         {
             "schema": PHONE_RUN_SCHEMA,
             "version": 1,
-            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
             "serial": dev.serial,
             "adb_port": port,
             "connection": run.connection,
@@ -670,7 +669,7 @@ class _PhoneMonitor:
     ran without that core, so the episode skips the rest. Its record goes to monitor.json
     when it stops (once the episode is done, or when the run ends otherwise)."""
 
-    def __init__(self, ph: "_PhoneRun", interval_s: float) -> None:
+    def __init__(self, ph: _PhoneRun, interval_s: float) -> None:
         self.ph = ph
         self.monitor = CoreMonitor(ph.device, interval_s, on_trip=self._stop_episode, away_ok=True)
         self.started = False

@@ -15,7 +15,7 @@ import io
 import json
 import math
 from dataclasses import asdict, is_dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -472,7 +472,7 @@ def new_run_dir(results_root: Path, phone_name: str, now: datetime | None = None
     marked incomplete (:func:`mark_incomplete`) until :func:`write_results` finishes it."""
     from device_agents.identity import results_stem
 
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     folder = fresh_folder(Path(results_root) / results_stem(phone_name, "energy", now.timestamp()))
     mark_incomplete(folder)
     return folder
@@ -541,7 +541,7 @@ def write_results(
         {
             "schema": SCHEMA,
             "schema_version": VERSION,
-            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
             "toolkit": {"version": __version__, "git_commit": git_commit()},
             "status": "stopped" if (conditions or {}).get("stopped") else "complete",
             "conditions": conditions,

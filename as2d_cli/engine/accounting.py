@@ -8,8 +8,8 @@ With integer times the identity holds exactly; :func:`decompose` checks it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from as2d_cli.engine.clock import PRODUCER, VERIFIER, Interval
 from as2d_cli.errors import EngineError

@@ -46,7 +46,7 @@ gives the measured effect).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 MATCHED = 1
 SUFFIX_NGRAM = 4  # longest committed suffix a guess compares (longer matches rank alike)

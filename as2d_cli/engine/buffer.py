@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from as2d_cli.errors import EngineError
 

@@ -10,8 +10,8 @@ the source's *quality*. ``benchmarks/alignment_ceiling.py`` reads the replay's r
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import Iterable, Sequence
 
 
 @dataclass

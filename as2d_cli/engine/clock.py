@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from as2d_cli.errors import EngineError
 
@@ -69,7 +70,7 @@ class Clock(ABC):
         """Current time in nanoseconds."""
 
     @abstractmethod
-    def run(self, work: Callable[[], T], op: "Op | Callable[[T], Op]") -> T:
+    def run(self, work: Callable[[], T], op: Op | Callable[[T], Op]) -> T:
         """Execute ``work`` and charge it as ``op``; the op may be computed from the
         work's result (a confidence-stopped draft's length is known only afterwards)."""
 
@@ -88,7 +89,7 @@ class WallClock(Clock):
     def now(self) -> int:
         return time.perf_counter_ns() - self.origin
 
-    def run(self, work: Callable[[], T], op: "Op | Callable[[T], Op]") -> T:
+    def run(self, work: Callable[[], T], op: Op | Callable[[T], Op]) -> T:
         start = self.now()
         result = work()
         end = self.now()
@@ -114,7 +115,7 @@ class VirtualClock(Clock):
     def now(self) -> int:
         return self._now
 
-    def run(self, work: Callable[[], T], op: "Op | Callable[[T], Op]") -> T:
+    def run(self, work: Callable[[], T], op: Op | Callable[[T], Op]) -> T:
         start = self._now
         position = self.position
         at = (

@@ -11,7 +11,8 @@ clock.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from functools import partial
 
 from as2d_cli.engine.alignment import Aligner
 from as2d_cli.engine.buffer import CandidateBuffer
@@ -222,7 +223,7 @@ class Episode:
                     sconf = None if old_conf is None else old_conf[j:]
                     chain = confidence_stop(suffix, sconf, limit, policy.threshold)
                     refresh = getattr(self._drafter, "refresh", None)
-                    work = _noop if refresh is None else (lambda: refresh(self.tokens, chain))
+                    work = _noop if refresh is None else partial(refresh, self.tokens, chain)
                     self.clock.run(work, Op("refresh", width=len(chain)))
                     return chain, sconf, len(chain), 0
         d: Draft = self.clock.run(

@@ -25,7 +25,7 @@ per n per committed token (:meth:`extend`), so a lookup is a dictionary access, 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from as2d_cli.engine.buffer import CandidateBuffer
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from as2d_cli.engine.defaults import (  # noqa: F401  (re-exported: every caller imports them from here)
     ALIGN_MODES,
@@ -153,7 +154,7 @@ class MethodSpec:
         }
 
     @classmethod
-    def from_wire(cls, doc: Mapping[str, Any]) -> "MethodSpec":
+    def from_wire(cls, doc: Mapping[str, Any]) -> MethodSpec:
         """The spec a wire object names: only the method's own fields are read (the others
         may hold anything: a result or command carries more); an absent one takes the
         method's default, a bad one is one UserError naming the field."""

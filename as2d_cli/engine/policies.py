@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Union
+from typing import ClassVar
 
 from as2d_cli.engine.defaults import (
     ALIGN_MODES,
@@ -93,7 +93,7 @@ class As2d:
             raise EngineError(f"alignment must be one of {', '.join(ALIGN_MODES)}")
 
 
-Policy = Union[TargetOnly, StandardSD, ASP, As2d]
+Policy = TargetOnly | StandardSD | ASP | As2d
 
 
 def without_td(budget: int, threshold: float = DEFAULT_THRESHOLD) -> ASP:

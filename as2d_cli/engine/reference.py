@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from as2d_cli.engine.interfaces import Draft
 from as2d_cli.errors import EngineError

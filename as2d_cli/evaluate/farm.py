@@ -6,9 +6,10 @@ per phone, never two on one phone. Each phone's results folder is the one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from as2d_cli.execution.farm import PhoneOutcome, on_phone
 from as2d_cli.models.prompting import PromptSpec

@@ -9,10 +9,10 @@ over the source × budget catalog, and per-window CDF data.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-from as2d_cli.reporting import Progress
 from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.execution import Executor
 from as2d_cli.formats.deployment import Deployment
@@ -21,6 +21,7 @@ from as2d_cli.formats.trace import TraceSet
 from as2d_cli.replay.run import MethodRun, run_method, slowdowns
 from as2d_cli.replay.selection import catalog_sources, feasible_budgets, oracle, windows_of
 from as2d_cli.replay.sweep import DEFAULT_BUDGETS, sweep
+from as2d_cli.reporting import Progress
 
 LABELS = {
     "target-only": "Target-only",

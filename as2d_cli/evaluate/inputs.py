@@ -22,9 +22,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
@@ -82,10 +83,10 @@ def find_profile(
     the phone behind it: its profiles are those recorded with its hardware serial, whatever
     adb serial it had when it was calibrated (a wireless phone gets a new one with every
     connection), and never a profile of another phone that once had that adb serial."""
+    import yaml
+
     from device_agents.identity import attached_identity
     from device_agents.phones import canonical
-
-    import yaml
 
     names = {phone, canonical(phone) or phone}
     # Only a value that may be an adb serial is looked up; names and `local` need no server.

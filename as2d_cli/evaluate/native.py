@@ -18,12 +18,13 @@ error*, not agreement (``summary.replay_vs_native``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from as2d_cli.reporting import Progress, Say
 from as2d_cli.errors import Interrupted
+from as2d_cli.evaluate.inputs import profile_mismatch
 from as2d_cli.evaluate.native_record import (
     GATES,
     MONITOR,
@@ -47,7 +48,6 @@ from as2d_cli.evaluate.native_runs import (
     resume_command,
     run_windows,
 )
-from as2d_cli.evaluate.inputs import profile_mismatch
 from as2d_cli.evaluate.native_stats import (
     METHODS,
     comparison,
@@ -59,7 +59,7 @@ from as2d_cli.evaluate.native_stats import (
 from as2d_cli.formats.common import mark_complete, read_manifest
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.models.prompting import PromptSpec
-
+from as2d_cli.reporting import Progress, Say
 
 __all__ = [
     "METHODS",
@@ -111,9 +111,9 @@ def run_native_eval(
     ``warmup`` passes over the windows run first and are not measured (D.3: one warm-up
     repetition before the measured ones); their outputs are still checked for exactness.
     ``progress(label, done, total)`` hears of the settle wait and of each window's runs."""
+    from as2d_cli.launch.host import open_runner as default_open_runner
     from device_agents.gating import GateConfig
     from device_agents.measurement import prepare
-    from as2d_cli.launch.host import open_runner as default_open_runner
 
     m = measurement or prepare(phone)
     device = m.device

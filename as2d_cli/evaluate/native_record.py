@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any
 
 from as2d_cli.engine.methods import DECOUPLED, DEFAULT_BATCH, MethodSpec
 from as2d_cli.errors import UserError
@@ -74,7 +75,7 @@ class EvalRun:
     deployment: Any  # source, budget, threshold, batch
 
     @classmethod
-    def of(cls, out: Any) -> "EvalRun":
+    def of(cls, out: Any) -> EvalRun:
         """From ``evaluate.run.run_eval``'s output (an EvalRun passes through)."""
         if isinstance(out, cls):
             return out
@@ -169,13 +170,13 @@ class NativeRecord:
             )
 
     @classmethod
-    def start(cls, folder: Path, settings: dict[str, Any]) -> "NativeRecord":
+    def start(cls, folder: Path, settings: dict[str, Any]) -> NativeRecord:
         cls.check_fresh(folder)
         write_atomic(folder / SETTINGS, (json.dumps(settings, indent=1) + "\n").encode())
         return cls(folder, settings)
 
     @classmethod
-    def resume(cls, folder: Path, requested: dict[str, Any]) -> "NativeRecord":
+    def resume(cls, folder: Path, requested: dict[str, Any]) -> NativeRecord:
         """The recorded run, if ``requested`` (this command's settings) measures the same."""
         recorded = json.loads((folder / SETTINGS).read_text(encoding="utf-8"))
         if recorded.get("commands") is not None:  # as this version writes them

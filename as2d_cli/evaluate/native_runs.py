@@ -13,16 +13,17 @@ import dataclasses
 import shlex
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from as2d_cli.reporting import Progress, Say, settle_waiting
 from as2d_cli.engine.methods import DEFAULT_SD_K, MethodSpec
 from as2d_cli.errors import DeviceError
 from as2d_cli.evaluate.native_record import GATES, MONITOR, RUNS, EvalRun, NativeRecord
 from as2d_cli.evaluate.native_stats import METHODS
 from as2d_cli.models.prompting import PromptSpec
+from as2d_cli.reporting import Progress, Say, settle_waiting
 
 
 def pick_windows(ids: list[str], datasets: dict[str, str], n: int) -> list[str]:

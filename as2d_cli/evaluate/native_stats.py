@@ -10,8 +10,9 @@ Rows are measured native runs, each priced by the replay (``native_replay.price_
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from statistics import median
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from as2d_cli.evaluate.replay_gap import gap_summary, ratio_factors
 

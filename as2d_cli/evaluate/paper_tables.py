@@ -11,9 +11,10 @@ Each table renders as Markdown and as a CSV of its unrounded values.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from as2d_cli.stats.compare import TIE
 

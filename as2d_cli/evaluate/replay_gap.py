@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from statistics import median
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from as2d_cli.replay.driver import WindowReplay
 from as2d_cli.replay.producer import ProducerTimeline

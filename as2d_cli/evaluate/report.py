@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from as2d_cli.errors import Interrupted, UserError
 from as2d_cli.evaluate.inputs import describe_pair

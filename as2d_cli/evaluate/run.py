@@ -10,12 +10,12 @@ written, and its ``manifest.json`` then records each file's size and sha256.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from as2d_cli.reporting import Progress, Say
 from as2d_cli.engine.methods import DEFAULT_ALIGN, MethodSpec
 from as2d_cli.errors import As2dError, Interrupted, UserError
 from as2d_cli.evaluate.fixed import (
@@ -24,14 +24,13 @@ from as2d_cli.evaluate.fixed import (
     evaluate_fixed,
     render_table,
 )
-from as2d_cli.evaluate.report import plot_cdf
 from as2d_cli.evaluate.inputs import (
     ACCEPT_FLAG,
     MIN_DEV_WINDOWS,
     check_pair,
     deployment_candidates,
-    describe_pair,
     describe_deployment,
+    describe_pair,
     find_profile,
     load_trace_files,
     pair_traces,
@@ -40,6 +39,7 @@ from as2d_cli.evaluate.inputs import (
     trace_files,
     validation_failures,
 )
+from as2d_cli.evaluate.report import plot_cdf
 from as2d_cli.execution import Executor
 from as2d_cli.formats.common import (
     MANIFEST,
@@ -55,8 +55,8 @@ from as2d_cli.formats.deployment_io import load_deployment, rules_for
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.results import input_ref, make_results, write_results
 from as2d_cli.models.prompting import PromptSpec
+from as2d_cli.reporting import Progress, Say
 from device_agents.identity import results_stem
-
 
 WRITER = "as2d eval"  # the writer a manifest names while the replay part writes the folder
 # What the replay part writes (rk only when the profile's file is there), figures in the

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from as2d_cli.errors import UserError
 from as2d_cli.figures import FORMATS, stream_figure, stream_name

@@ -12,8 +12,9 @@ pandas dtype, meaning; :func:`read_per_window` reads either file back to the sam
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from as2d_cli.engine.methods import DEFAULT_THRESHOLD
 from as2d_cli.evaluate.fixed import LABELS, ORDER, FixedEval

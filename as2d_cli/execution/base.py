@@ -12,8 +12,9 @@ incrementally in a fixed order whatever the number of workers.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Self, Sequence
+from typing import Any, Self
 
 TaskFn = Callable[[Any, Any], Any]  # (shared, task) -> result
 
@@ -75,7 +76,7 @@ class Executor(ABC):
         """Whether some worker offers the custom resource ``name`` (one host: always)."""
         return True
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook: most executors have nothing to release
         """Release the workers."""
 
     def __enter__(self) -> Self:

@@ -15,9 +15,10 @@ import dataclasses
 import os
 import socket
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from as2d_cli.errors import As2dError, UserError
 from as2d_cli.execution.base import Executor

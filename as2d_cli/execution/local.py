@@ -6,12 +6,13 @@ import multiprocessing as mp
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from as2d_cli.errors import UserError
-from native import BLAS_THREAD_VARS
 from as2d_cli.execution.base import Batch, Executor, TaskFn
+from native import BLAS_THREAD_VARS
 
 # The shared data of the running map, set in the parent before forking (workers inherit
 # it copy-on-write, nothing is pickled) or by the spawn initializer (pickled once per worker).

@@ -15,8 +15,9 @@ import os
 import sys
 import tempfile
 from collections import deque
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 from as2d_cli.errors import As2dError, UserError
 from as2d_cli.execution.base import Batch, Executor, TaskFn

@@ -3,8 +3,8 @@ pooled TPS per dataset, and replayed against native TPS (D.3)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from as2d_cli.figures.style import (
     METHOD_ORDER,

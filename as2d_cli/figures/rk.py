@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from statistics import stdev
-from typing import Mapping, Sequence
 
 from as2d_cli.figures.style import SERIES_COLORS, save, styled
 

@@ -5,8 +5,9 @@ temperature over stream time including the drain. RTF 1 is a dotted line, always
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from as2d_cli.figures.style import SERIES_COLORS, save, styled
 

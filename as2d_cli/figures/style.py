@@ -5,9 +5,10 @@ figure as PNG, PDF or SVG, atomically and reproducibly (no creation date inside)
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import atomic_path

@@ -17,12 +17,12 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from functools import lru_cache
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from as2d_cli import __version__
 from as2d_cli.errors import FormatError, UserError
@@ -79,14 +79,14 @@ def check_version(
     return doc
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def json_schema(name: str) -> dict:
     """A JSON Schema shipped under ``as2d_cli/formats/schemas/``."""
     text = resources.files("as2d_cli.formats").joinpath("schemas", name).read_text()
     return json.loads(text)
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def _validator(name: str):
     import jsonschema
 
@@ -144,7 +144,7 @@ def git_commit() -> str:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def environment(device: Mapping[str, Any] | None = None) -> dict:

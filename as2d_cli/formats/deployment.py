@@ -10,8 +10,9 @@ split, windows, catalog, ranking, chosen TPS, validation retention…), ``enviro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 SCHEMA = "as2d.deployment"
 VERSION = 2

@@ -41,9 +41,10 @@ Methods the replay codes against:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Mapping
+from typing import Any
 
 from as2d_cli.errors import FormatError
 

@@ -33,8 +33,9 @@ every further line one window. See ``docs/formats.md`` and ``schemas/trace.schem
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 SCHEMA = "as2d.trace"
 VERSION = 2
@@ -152,7 +153,7 @@ class TraceSet:
     schema: str = SCHEMA
     version: int = VERSION
 
-    def by_split(self, split: str) -> "TraceSet":
+    def by_split(self, split: str) -> TraceSet:
         return TraceSet(
             self.provenance,
             self.eos_id,

@@ -16,9 +16,10 @@ import gzip
 import io
 import json
 import zlib
+from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import check_version, validate_schema, write_atomic
@@ -76,8 +77,7 @@ def _open_lines(path: Path) -> Iterator[tuple[int, str]]:
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
-            for i, line in enumerate(f, 1):
-                yield i, line
+            yield from enumerate(f, 1)
     except FileNotFoundError:
         raise UserError(f"{path}: no such trace file; check the --traces path") from None
     except IsADirectoryError:

@@ -18,8 +18,9 @@ import sys
 import tempfile
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from as2d_cli.errors import DeviceError
 from as2d_cli.launch.payload import (
@@ -58,14 +59,14 @@ class RunnerHandle(ABC):
     def batch(self, cmds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return [self.call(c) for c in cmds]
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook: a handle may hold nothing to close
         pass
 
-    def abort(self) -> None:
+    def abort(self) -> None:  # noqa: B027 - a hook: some runners cannot be stopped
         """Stop the command in flight at once (from another thread); the handle is then
         unusable. Runners that cannot be stopped from outside finish the command."""
 
-    def __enter__(self) -> "RunnerHandle":
+    def __enter__(self) -> RunnerHandle:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -141,7 +142,7 @@ class LocalRunner(RunnerHandle):
 class DeviceRunner(RunnerHandle):
     """Runs command batches on a device in file mode (push commands, run, pull events)."""
 
-    def __init__(self, device: Any, launcher: "Launcher", deadline_s: float = 1800.0) -> None:
+    def __init__(self, device: Any, launcher: Launcher, deadline_s: float = 1800.0) -> None:
         self.device = device
         self.launcher = launcher  # launch.payload: how python starts on this device
         self.deadline_s = deadline_s
@@ -270,8 +271,8 @@ def open_runner(
     *,
     target_cores: list[int] | None = None,
     producer_cores: list[int] | None = None,
-    launcher: "Launcher | None" = None,
-    prompt: "PromptSpec | None" = None,
+    launcher: Launcher | None = None,
+    prompt: PromptSpec | None = None,
 ) -> RunnerHandle:
     """A runner for ``device`` with models loaded (``models``: a model pair folder on this
     host, default the bundled pair; ``prompt``: the pair's prompt settings, docs/models.md):

@@ -30,9 +30,10 @@ import shlex
 import tarfile
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from as2d_cli import __version__
 from as2d_cli.bundle.recipe import excluded, shipped_files
@@ -167,7 +168,6 @@ def choose_launcher(
     if models_dir is None:
         return BundleLauncher(ensure_deployed(device))
     from as2d_cli.bundle.build import pair_folder
-
     from native.request import PACKAGE_PREFIX
 
     deployed = ensure_deployed(device, models=Path(models_dir))

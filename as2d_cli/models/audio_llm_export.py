@@ -129,7 +129,7 @@ def find_audio_llm_export(directory: Path, variant: str | None = None) -> AudioL
         )
     layout, onnx_dir, suffix = variant_folder(directory, ENCODER, variant, HINT)
     files = {k: onnx_dir / f"{k}{suffix}.onnx" for k in (ENCODER, EMBED, DECODER)}
-    for key, f in files.items():
+    for f in files.values():
         if not f.is_file():
             raise UserError(
                 f"{f} is missing: an audio-LLM export needs {ENCODER}, {EMBED} and {DECODER} "

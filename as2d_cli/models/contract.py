@@ -18,8 +18,9 @@ attention); rolling back is slicing P (:func:`~as2d_cli.models.session.truncate_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 

@@ -25,7 +25,8 @@ like any other. Its cost is counted (``convert_ns``, tokens published) for
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from as2d_cli.engine.interfaces import Draft
 

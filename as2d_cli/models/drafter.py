@@ -7,7 +7,8 @@ tokens each) plus one K=1 call per drafted token.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

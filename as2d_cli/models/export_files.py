@@ -5,8 +5,8 @@ external-data files large exports keep their weights in."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import read_json

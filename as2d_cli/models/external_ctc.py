@@ -29,8 +29,8 @@ import numpy as np
 
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
-from as2d_cli.models.session import make_session
 from as2d_cli.models.ctc import CHUNK_SECONDS, ChunkedRecognizer, greedy_ctc
+from as2d_cli.models.session import make_session
 
 BLANKS = ("<pad>", "<blank>", "<blk>")
 DROP = ("<s>", "</s>", "<unk>", "<bos>", "<eos>")

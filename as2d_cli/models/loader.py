@@ -3,7 +3,8 @@ by the kind its manifest names (one registry: a new model kind is one entry here
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from as2d_cli.errors import UserError
 from as2d_cli.models.bundle import ModelBundle

@@ -19,9 +19,10 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from as2d_cli import __version__
 from as2d_cli.errors import UserError

@@ -87,14 +87,14 @@ class PromptSpec:
         }
 
     @classmethod
-    def from_wire(cls, doc: Any) -> "PromptSpec":
+    def from_wire(cls, doc: Any) -> PromptSpec:
         if doc is None:
             return cls()
         if not isinstance(doc, dict) or set(doc) - {"task", "language", "question", "text"}:
             raise UserError(f"prompt settings {doc!r} are not a PromptSpec object")
         return cls(doc.get("task"), doc.get("language"), doc.get("question"), doc.get("text"))
 
-    def for_window(self, question: str | None) -> "PromptSpec":
+    def for_window(self, question: str | None) -> PromptSpec:
         """This spec for one window: ``answer`` without --question takes the window's own."""
         if self.task == "answer" and self.question is None and self.text is None and question:
             return replace(self, question=question)

@@ -7,7 +7,7 @@ releases the GIL while it computes).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -176,7 +176,7 @@ class Seq2SeqModel:
             return self.encode_hidden(hidden)
         return self.encode(audio, language)
 
-    def shares_encoder_of(self, other: "Seq2SeqModel") -> bool:
+    def shares_encoder_of(self, other: Seq2SeqModel) -> bool:
         """True when this model reads ``other``'s encoder states (so ``other``'s
         :attr:`Cross.hidden` for a request can stand in for encoding the audio again)."""
         return self.encoder_from is not None and self.encoder_from == other.name

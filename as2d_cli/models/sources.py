@@ -18,16 +18,17 @@ never the target's prefix.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from as2d_cli.errors import EngineError
 from as2d_cli.models.bundle import ModelBundle
-from as2d_cli.models.features import log_mel
 from as2d_cli.models.contract import DecoderModel
 from as2d_cli.models.ctc import CHUNK_SECONDS, ChunkedRecognizer, greedy_ctc  # noqa: F401  (re-exported)
 from as2d_cli.models.external_ctc import ExternalCtc
+from as2d_cli.models.features import log_mel
 from as2d_cli.models.session import (
     Cross,
     _check_io,

@@ -9,7 +9,7 @@ root plus candidates in ONE decoder call and returns the greedy decision at ever
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -19,9 +19,10 @@ transformers' greedy generation applies (``suppress_tokens`` at every step,
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,10 +32,10 @@ from as2d_cli.models.export_files import (
     external_data,
     variant_folder,
 )
-from as2d_cli.models.whisper_prompt import HINT, build_prompt  # noqa: F401  (re-exported)
 from as2d_cli.models.session import Cache, Cross, cache_length, make_session
 from as2d_cli.models.suppression import Suppression
 from as2d_cli.models.whisper_features import N_SAMPLES, SAMPLE_RATE, whisper_log_mel
+from as2d_cli.models.whisper_prompt import HINT, build_prompt  # noqa: F401  (re-exported)
 
 ENCODER = "encoder_model"
 MERGED = "decoder_model_merged"

@@ -19,12 +19,12 @@ from typing import Any
 from as2d_cli.engine.accounting import decompose, merge, split_intervals
 from as2d_cli.engine.clock import Op, VirtualClock
 from as2d_cli.engine.episode import Episode
+from as2d_cli.engine.history import HISTORY, history_buffer
+from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.engine.reference import SequenceDrafter, SequenceTarget
 from as2d_cli.errors import EngineError, FormatError
 from as2d_cli.formats.profile import CostProfile, ms_to_ns
 from as2d_cli.formats.trace import WindowTrace
-from as2d_cli.engine.history import HISTORY, history_buffer
-from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.replay.pricing import (
     Price,
     WidthTable,

@@ -19,7 +19,7 @@ family and op kind (the sweeps time calls hot; a loop's calls are not).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from as2d_cli.engine.clock import Op
 from as2d_cli.errors import FormatError

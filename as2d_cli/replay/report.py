@@ -8,9 +8,11 @@ stored as the payload of an ``as2d.results`` file with ``--out``) is documented 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
+from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BUDGET, MethodSpec
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor
 from as2d_cli.formats.common import sha256_file
@@ -27,7 +29,6 @@ from as2d_cli.formats.trace import TraceSet
 from as2d_cli.formats.trace_io import load_traces
 from as2d_cli.replay.run import run_method, slowdowns
 from as2d_cli.replay.selection import Selection, select_budget, windows_of
-from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BUDGET, MethodSpec
 from as2d_cli.replay.sweep import AS2D, DEFAULT_BUDGETS
 from as2d_cli.stats.compare import cdf
 

@@ -9,13 +9,9 @@ configuration. Pooled TPS = Σ tokens / Σ time over the windows pooled (A.3).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from as2d_cli.errors import UserError
-from as2d_cli.formats.profile import CostProfile
-from as2d_cli.formats.trace import WindowTrace
-from as2d_cli.replay.driver import Prepared, WindowReplay, replay_window
 from as2d_cli.engine.methods import (
     DEFAULT_ALIGN,
     DEFAULT_BATCH,
@@ -24,6 +20,10 @@ from as2d_cli.engine.methods import (
     MethodSpec,
     expand,
 )
+from as2d_cli.errors import UserError
+from as2d_cli.formats.profile import CostProfile
+from as2d_cli.formats.trace import WindowTrace
+from as2d_cli.replay.driver import Prepared, WindowReplay, replay_window
 from as2d_cli.stats.compare import TIE, sd_summary, sd_window_tps, slowdown
 from as2d_cli.stats.pooled import Outcome, pooled_tps
 

@@ -11,18 +11,19 @@ many chunks the windows ran.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
+from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor, LocalPool
 from as2d_cli.execution import default_processes as default_processes
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import WindowTrace
 from as2d_cli.replay.driver import Prepared, replay_window, timeline_for
-from as2d_cli.engine.methods import MethodSpec
 
 DEFAULT_BUDGETS = tuple(range(1, 25))
 

@@ -8,8 +8,8 @@ negative tokens, tokens per zero time — raise :class:`ImpossibleFigure`, never
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from as2d_cli.errors import UserError
 
@@ -44,7 +44,7 @@ class Outcome:
             )
 
     @classmethod
-    def from_ns(cls, window: str, dataset: str, tokens: int, time_ns: int) -> "Outcome":
+    def from_ns(cls, window: str, dataset: str, tokens: int, time_ns: int) -> Outcome:
         return cls(window, dataset, int(tokens), time_ns / 1e9)
 
     @property

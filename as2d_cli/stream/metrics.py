@@ -28,8 +28,9 @@ the runner keeps pace.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 TRAILING = 15  # Figure 9's trailing window, in blocks
 MIN_TREND_BLOCKS = 3

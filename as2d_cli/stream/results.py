@@ -11,8 +11,9 @@ it is no stream result yet (:func:`mark_incomplete`); each file is written whole
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from as2d_cli.formats.common import INCOMPLETE, atomic_path, environment, utc_now, write_atomic
 from as2d_cli.formats.results import to_jsonable

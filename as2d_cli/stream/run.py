@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import posixpath
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from as2d_cli.errors import DeviceError
 from as2d_cli.formats.common import append_jsonl

@@ -21,9 +21,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from as2d_cli import __version__
 from as2d_cli.engine.methods import DEFAULT_ASP_CAP

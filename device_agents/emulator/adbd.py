@@ -31,8 +31,8 @@ import stat as stat_mod
 import struct
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from device_agents.emulator import adbkeys, wire
 from device_agents.emulator.phone import ScriptedPhone
@@ -53,14 +53,14 @@ AUTH_DEADLINE_S = 10.0
 class Stream:
     """One adb stream (OPEN'ed by the host). Writes honour adb's one-WRTE-in-flight rule."""
 
-    def __init__(self, transport: "Transport", local_id: int, remote_id: int) -> None:
+    def __init__(self, transport: Transport, local_id: int, remote_id: int) -> None:
         self.transport = transport
         self.local_id = local_id
         self.remote_id = remote_id
         self.ready = threading.Event()
         self.ready.set()
         self.closed = threading.Event()
-        self._inbound: "queue.Queue[bytes | None]" = queue.Queue()
+        self._inbound: queue.Queue[bytes | None] = queue.Queue()
         self._pending = b""
 
     def write(self, data: bytes) -> None:
@@ -117,7 +117,7 @@ class Stream:
 class Transport(threading.Thread):
     """One connection from the adb server."""
 
-    def __init__(self, adbd: "EmulatedAdbd", sock: socket.socket) -> None:
+    def __init__(self, adbd: EmulatedAdbd, sock: socket.socket) -> None:
         super().__init__(daemon=True, name="emulated-adbd-transport")
         self.adbd = adbd
         self.sock = sock
@@ -482,7 +482,7 @@ class EmulatedAdbd:
         phone: ScriptedPhone,
         port: int = 0,
         auth_mode: str = "device",
-        authorized_keys: "str | os.PathLike[str] | Iterable[adbkeys.AdbPublicKey] | None" = None,
+        authorized_keys: str | os.PathLike[str] | Iterable[adbkeys.AdbPublicKey] | None = None,
         max_unauthenticated: int = MAX_UNAUTHENTICATED,
         auth_deadline_s: float = AUTH_DEADLINE_S,
     ) -> None:
@@ -513,7 +513,7 @@ class EmulatedAdbd:
         self._stopped = threading.Event()
         phone.attach_adbd(self)
 
-    def authorize(self, keys: "str | os.PathLike[str] | Iterable[adbkeys.AdbPublicKey]") -> None:
+    def authorize(self, keys: str | os.PathLike[str] | Iterable[adbkeys.AdbPublicKey]) -> None:
         """Accept exactly these keys from now on (a key file, or the keys)."""
         if isinstance(keys, (str, os.PathLike)):
             self.authorized_keys = tuple(adbkeys.load_keys(Path(keys)))
@@ -544,7 +544,7 @@ class EmulatedAdbd:
     def serial(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> "EmulatedAdbd":
+    def start(self) -> EmulatedAdbd:
         if self.auth_mode == "device" and self.authorized_keys is None:
             self.authorized_keys = tuple(
                 adbkeys.load_user_keys(
@@ -569,7 +569,7 @@ class EmulatedAdbd:
             self._reap()
             try:
                 conn, _ = self._listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -26,9 +26,9 @@ import hmac
 import os
 import pwd
 import struct
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from as2d_cli.errors import UserError
 

@@ -16,9 +16,9 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
@@ -67,7 +67,7 @@ GAUGE_UNITS = {"uA": 1.0, "mA": 1e-3, "nA": 1e3}  # the unit written into the µ
 GAUGE_PERIOD_MS = (10, 60_000)  # the update periods the options accept
 
 
-def gauge_model(period_ms: int = 1000, sign: str = "negative", units: str = "uA") -> "BatteryModel":
+def gauge_model(period_ms: int = 1000, sign: str = "negative", units: str = "uA") -> BatteryModel:
     """A battery model whose gauge updates every `period_ms` on the boot clock, reports
     discharge current with `sign` (GAUGE_SIGNS) and writes current in `units` (GAUGE_UNITS)."""
     from as2d_cli.errors import UserError
@@ -583,7 +583,7 @@ class EmulatedPower:
         self.traced_enabled = True
         self._pids = iter(range(31_000, 10**9))
 
-    def install(self) -> "EmulatedPower":
+    def install(self) -> EmulatedPower:
         from device_agents.emulator.shell import CommandContext  # noqa: F401 (typing only)
 
         previous = getattr(self.phone, "as2d_power", None)
@@ -617,7 +617,7 @@ class EmulatedPower:
         def __exit__(self, *exc: object) -> None:
             self.model.add_activity(-self.workers)
 
-    def busy(self, workers: float = 1.0) -> "EmulatedPower._Busy":
+    def busy(self, workers: float = 1.0) -> EmulatedPower._Busy:
         return EmulatedPower._Busy(self.model, workers)
 
     def stop_all(self) -> None:
@@ -755,7 +755,7 @@ class SimulatedEpisode:
     readings: list[GaugeReading]
     windows: list[tuple[str, str, int, int]]
     truth_j: list[float]
-    model: "BatteryModel"
+    model: BatteryModel
 
 
 def _poll_times(

@@ -11,10 +11,11 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from device_agents.emulator.pipes import Pipe, StreamClosed
 from device_agents.emulator.profiles import PROFILES, PhoneProfile, profile_named
@@ -160,7 +161,7 @@ class ScriptedPhone:
         self.stalled: set[str] = set()
         self.vanish_on: set[str] = set()
         self.adb_server_port: int | None = None  # set to let unplug/replug tell the server
-        self._adbd: "EmulatedAdbd | None" = None
+        self._adbd: EmulatedAdbd | None = None
         self._timers: list[threading.Timer] = []
         self._stopped = threading.Event()
         # Host processes running the phone's commands (process ids; their children are
@@ -176,7 +177,7 @@ class ScriptedPhone:
         """Add or replace a command; ``handler(ctx) -> exit status``."""
         self.commands[name] = handler
 
-    def attach_adbd(self, adbd: "EmulatedAdbd") -> None:
+    def attach_adbd(self, adbd: EmulatedAdbd) -> None:
         self._adbd = adbd
 
     def banner(self, features: str) -> bytes:

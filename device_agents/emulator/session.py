@@ -64,7 +64,7 @@ class EmulatorSession:
     def serial(self) -> str:
         return self.adbd.serial
 
-    def start(self, timeout: float = 10.0) -> "EmulatorSession":
+    def start(self, timeout: float = 10.0) -> EmulatorSession:
         try:
             self.adbd.start()
         except OSError as exc:
@@ -176,7 +176,7 @@ class EmulatorSession:
         if self.server is not None:
             self.server.stop()
 
-    def __enter__(self) -> "EmulatorSession":
+    def __enter__(self) -> EmulatorSession:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

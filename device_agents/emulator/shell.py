@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from device_agents.emulator.pipes import Pipe
 from device_agents.emulator.vfs import normalize
@@ -27,7 +28,7 @@ class ShellSyntaxError(Exception):
 class CommandContext:
     """What a command handler gets. Handlers return the exit status."""
 
-    phone: "ScriptedPhone"
+    phone: ScriptedPhone
     argv: list[str]
     stdin: Pipe
     stdout: Writer
@@ -217,7 +218,7 @@ class Interpreter:
 
     def __init__(
         self,
-        phone: "ScriptedPhone",
+        phone: ScriptedPhone,
         stdin: Pipe,
         stdout: Writer,
         stderr: Writer,
@@ -383,7 +384,7 @@ def run_host_program(
         ctx.phone.process_ended(proc.pid)
 
 
-def _attend(ctx: CommandContext, proc: "subprocess.Popen[bytes]") -> int:
+def _attend(ctx: CommandContext, proc: subprocess.Popen[bytes]) -> int:
     """Pin, stream and wait for a started host process; kill its group when cancelled."""
     import os
     import signal
@@ -450,7 +451,7 @@ def _attend(ctx: CommandContext, proc: "subprocess.Popen[bytes]") -> int:
     return 128 - code if code < 0 else code
 
 
-def interactive(phone: "ScriptedPhone", stdin: Pipe, write: Writer, cancel: threading.Event) -> int:
+def interactive(phone: ScriptedPhone, stdin: Pipe, write: Writer, cancel: threading.Event) -> int:
     """`adb shell` with no command: a prompt, simple line editing (the client's terminal is
     raw, so the phone echoes), one script per line until `exit` or Ctrl-D."""
 

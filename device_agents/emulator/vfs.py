@@ -10,8 +10,9 @@ import posixpath
 import shutil
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 WRITABLE = ("/data/local/tmp", "/sdcard")
 
@@ -145,7 +146,7 @@ class VirtualFS:
                 os.utime(hp, (mtime, mtime))
         return None
 
-    def open_write(self, vpath: str) -> "tuple[BinaryIO | None, str | None]":
+    def open_write(self, vpath: str) -> tuple[BinaryIO | None, str | None]:
         """(file, None) to stream a new file into a writable area, or (None, error)."""
         err = self._deny(vpath)
         if err:

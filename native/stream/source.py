@@ -20,8 +20,9 @@ could start (its block already consumed, or its deadline passed) is recorded as 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from as2d_cli.engine import CandidateBuffer, WallClock
 from as2d_cli.errors import UserError
