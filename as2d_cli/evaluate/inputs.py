@@ -209,18 +209,6 @@ def deployment_candidates(
     return sorted(cands, key=lambda c: (c[0].stat().st_mtime, c[0].name), reverse=True)
 
 
-def find_deployment(
-    profile_path: Path,
-    device: str,
-    calibrations: Path,
-    traces: list[Path] | None = None,
-    align: str | None = None,
-) -> Path | None:
-    """The newest of :func:`deployment_candidates`, or None."""
-    cands = deployment_candidates(profile_path, device, calibrations, traces, align)
-    return cands[0][0] if cands else None
-
-
 def validation(selection: Mapping[str, Any] | None) -> bool | None:
     """Whether the val split retained the selection (True / False), or None when it was
     never checked there (selected on dev only: unconfirmed)."""
