@@ -11,10 +11,6 @@ Say = Callable[[str], None]  # a line of its own (a note or a warning)
 Progress = Callable[[str, float, float], None]  # (label, done, total): how far the work is
 
 
-def silent(_: str) -> None:
-    """A ``Say`` that says nothing."""
-
-
 def settle_waiting(
     progress: Progress | None, quiet_s: float, done: float = 0.0, total: float = 1.0
 ) -> Callable[[float, int], None] | None:

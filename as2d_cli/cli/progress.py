@@ -23,13 +23,6 @@ from rich.progress import (
 PLAIN_EVERY_S = 10.0  # off a terminal: at most one line this often (and every change of phase)
 
 
-def progress_bar(*columns: str | ProgressColumn) -> Progress:
-    """A transient bar on stderr. Off a terminal rich draws nothing but leaves a blank line
-    when it stops — before a command's one-line error too — so there it is disabled."""
-    console = Console(stderr=True)
-    return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
-
-
 def _duration(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
 

@@ -363,10 +363,6 @@ def csv_name(t: PaperTable) -> str:
     return f"table{t.number}.csv"
 
 
-def table_files(tables: Sequence[PaperTable]) -> list[str]:
-    return [csv_name(t) for t in tables]
-
-
 def write_csvs(tables: Sequence[PaperTable], folder: Path, *, force: bool = False) -> list[Path]:
     from as2d_cli.formats.common import write_atomic
 

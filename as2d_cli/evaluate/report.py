@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from as2d_cli.errors import Interrupted, UserError
-from as2d_cli.evaluate.inputs import describe_pair
 from as2d_cli.evaluate.paper_tables import (
     RunData,
     paper_tables,
@@ -39,6 +38,7 @@ from as2d_cli.figures import (
     rk_figure,
 )
 from as2d_cli.formats.common import fresh_folder, mark_complete, mark_writing, write_atomic
+from as2d_cli.formats.pairs import describe_pair
 
 FIGURES = ("cdf", "datasets", "rk")  # what a report draws (rk only with its profile)
 TABLE_FILES = ("table2.csv", "table4.csv", "table5.csv", "table8.csv", "table9.csv", "table12.csv")
@@ -77,11 +77,6 @@ def _head(doc: dict) -> list[str]:
         + (" (synthetic)" if prof.get("synthetic") else "")
         + f"; model pair {describe_pair((res.get('provenance') or {}).get('pair'))}.",
     ]
-
-
-def render_tables(doc: dict, per: Any) -> str:
-    """tables.md of one evaluation (its results document and per-window table)."""
-    return render_markdown(paper_tables([run_data(run_name(doc), doc, per)]), _head(doc))
 
 
 def _title(doc: dict) -> str:
