@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from as2d_cli.engine.methods import spec_of  # noqa: E402
 from native.request import load_models  # noqa: E402
-from native.stream.clock import SkipClock  # noqa: E402
-from native.stream.loop import run_stream  # noqa: E402
-from native.stream.recording import stream_audio  # noqa: E402
-from native.stream.settings import StreamSettings  # noqa: E402
+from native.stream_clock import SkipClock  # noqa: E402
+from native.stream_loop import run_stream  # noqa: E402
+from native.stream_recording import stream_audio  # noqa: E402
+from native.stream_settings import StreamSettings  # noqa: E402
 
 
 def _settings(name: str, source: str, budget: int) -> StreamSettings:

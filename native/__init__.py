@@ -2,6 +2,10 @@
 
 ``python -m native.runner`` speaks JSON lines (commands in, events out); see
 docs/runner-protocol.md. :mod:`as2d_cli.launch.host` launches it locally or on a device.
+Sustained streaming (paper D.6.2, docs/streaming.md) is ``stream_*``: :mod:`stream_clock`
+(real or virtual time), :mod:`stream_pacer` (the blocks, their arrival and context epochs),
+:mod:`stream_source` (the resident source worker's epochs), :mod:`stream_loop` (the serial
+target path over every block).
 """
 
 import os

@@ -128,9 +128,9 @@ class Runner:
         """A paced stream through the resident models (docs/streaming.md): a ``stream_start``
         event, one ``block`` event per block as its output completes, ``check`` events with
         --check, then ``streamed``."""
-        from native.stream.loop import check_blocks, run_stream
-        from native.stream.recording import stream_audio
-        from native.stream.settings import stream_settings
+        from native.stream_loop import check_blocks, run_stream
+        from native.stream_recording import stream_audio
+        from native.stream_settings import stream_settings
 
         if self.models is None:
             raise ProtocolError("send a 'load' command before 'stream'")

@@ -32,10 +32,10 @@ from as2d_cli.engine.methods import DEFAULT_SOURCE, MethodSpec
 from as2d_cli.errors import UserError
 from native.producer import pin_current_thread
 from native.protocol import FILES_ENV
-from native.stream.clock import CLOCKS, StreamClock
-from native.stream.pacer import RATE, Block, Pacer, plan_blocks
-from native.stream.settings import StreamSettings
-from native.stream.source import SourceEpochs, SourceSettings
+from native.stream_clock import CLOCKS, StreamClock
+from native.stream_pacer import RATE, Block, Pacer, plan_blocks
+from native.stream_settings import StreamSettings
+from native.stream_source import SourceEpochs, SourceSettings
 
 OnBlock = Callable[[dict[str, Any]], None]
 

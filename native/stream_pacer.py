@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from as2d_cli.errors import EngineError, UserError
-from native.stream.clock import StreamClock
+from native.stream_clock import StreamClock
 
 RATE = 16_000
 MIN_BLOCK_SAMPLES = 400  # shorter than one encoder frame's receptive field: not a block

@@ -11,7 +11,7 @@ import numpy as np
 
 from as2d_cli.errors import UserError
 from native.protocol import FILES_ENV, ProtocolError
-from native.stream.pacer import RATE
+from native.stream_pacer import RATE
 
 
 def stream_audio(cmd: dict[str, Any], corpus_dir: str | None) -> tuple[np.ndarray, str | None]:

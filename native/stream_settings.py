@@ -7,8 +7,8 @@ from typing import Any
 
 from as2d_cli.engine.methods import DEFAULT_BUDGET, DEFAULT_SOURCE, HISTORY, MethodSpec
 from native.protocol import ProtocolError, choice_field, int_field, wire_spec
-from native.stream.clock import CLOCKS
-from native.stream.source import LIFETIMES
+from native.stream_clock import CLOCKS
+from native.stream_source import LIFETIMES
 
 STREAM_METHODS = ("as2d", "target-only", "sd")
 STREAM_SOURCES = ("drafter", "lookahead", "ctc", HISTORY)  # history: engine/history.py

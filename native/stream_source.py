@@ -26,7 +26,7 @@ from typing import Any
 
 from as2d_cli.engine import CandidateBuffer, WallClock
 from as2d_cli.errors import UserError
-from native.stream.pacer import Pacer
+from native.stream_pacer import Pacer
 
 LIFETIMES = ("arrival", "consumption")
 

@@ -1,5 +1,6 @@
 """The import structure: every module imports, imports run downward only (a layer table
-below), no import cycle anywhere in the project, and core never imports the CLI.
+below), no import cycle anywhere in the project, between modules or between packages, and
+core never imports the CLI.
 
 Imports are read from the source (ast), function-level ones included: an import placed
 inside a function to dodge a cycle is still a cycle. Imports under ``if TYPE_CHECKING:``
@@ -169,6 +170,22 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
+def _package_of(module: str) -> str:
+    """The package a module belongs to: itself for a package's ``__init__``, else its parent."""
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Packages (each one folder's own modules, its subpackages apart) and the packages
+    their modules import: a subpackage and its parent are two packages like any other."""
+    packages: dict[str, set[str]] = {_package_of(m): set() for m in graph}
+    for mod, targets in graph.items():
+        for t in targets:
+            if _package_of(t) != _package_of(mod):
+                packages[_package_of(mod)].add(_package_of(t))
+    return packages
+
+
 def test_imports_run_downward_only() -> None:
     upward = _upward(_graph())
     assert not upward, "\n".join(upward)
@@ -176,6 +193,21 @@ def test_imports_run_downward_only() -> None:
 
 def test_no_import_cycles() -> None:
     assert not _cycles(_graph())
+
+
+def test_no_package_import_cycles() -> None:
+    """No two packages import each other, even through modules that form no cycle."""
+    assert not _cycles(_package_graph(_graph()))
+
+
+def test_a_package_cycle_would_be_found() -> None:
+    """Modules that form no cycle can still tie their packages into one: replay's report
+    importing evaluate's inputs while evaluate's modules import replay's."""
+    graph = {m: set(t) for m, t in _graph().items()}
+    assert "as2d_cli.replay.driver" in graph["as2d_cli.evaluate.native_replay"]
+    graph["as2d_cli.replay.report"].add("as2d_cli.evaluate.inputs")
+    assert not _cycles(graph)
+    assert ["as2d_cli.evaluate", "as2d_cli.replay"] in _cycles(_package_graph(graph))
 
 
 def test_a_cycle_and_an_upward_import_would_be_found(tmp_path: Path) -> None:

@@ -13,11 +13,11 @@ import pytest
 
 from as2d_cli.engine.methods import spec_of
 from as2d_cli.errors import EngineError, UserError
-from native.stream.clock import SkipClock
-from native.stream.loop import check_blocks, run_stream
-from native.stream.pacer import RATE, Pacer, plan_blocks
-from native.stream.recording import stream_audio
-from native.stream.settings import StreamSettings
+from native.stream_clock import SkipClock
+from native.stream_loop import check_blocks, run_stream
+from native.stream_pacer import RATE, Pacer, plan_blocks
+from native.stream_recording import stream_audio
+from native.stream_settings import StreamSettings
 
 BLOCK_S, CONTEXT_S = 2.0, 4.0  # two blocks per context epoch
 SECONDS = 6.0  # three blocks: one whole context epoch and the first block of the next

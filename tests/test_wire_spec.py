@@ -83,7 +83,7 @@ def test_the_grid_is_the_product_of_the_lists_first_outermost() -> None:
 
 def test_the_runner_reads_the_wire_form_and_refuses_version_1s_cap() -> None:
     from native.protocol import PROTOCOL_VERSION, ProtocolError, decode_settings
-    from native.stream.settings import stream_settings
+    from native.stream_settings import stream_settings
 
     for spec in SPECS:
         s = decode_settings({"op": "decode", "window": "w", **spec.to_wire()})

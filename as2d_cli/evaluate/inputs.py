@@ -30,32 +30,13 @@ from typing import Any
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
 from as2d_cli.formats.deployment import UNRECORDED_ALIGN
+from as2d_cli.formats.pairs import check_pair as check_pair
+from as2d_cli.formats.pairs import describe_pair as describe_pair
+from as2d_cli.formats.pairs import same_pair
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet
 
 ASSET_TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
-
-
-def describe_pair(pair: dict | None) -> str:
-    """A recorded pair identity in words: its name, and for an imported pair its model type
-    and task (and the question asked of every window, when one was)."""
-    if not pair or pair.get("name") == "bundled":
-        return "bundled"
-    parts = [str(pair.get("name"))]
-    if pair.get("model_type"):
-        parts.append(str(pair["model_type"]))
-    if pair.get("task"):
-        parts.append(
-            f"task {pair['task']}"
-            + (
-                f" into {pair['language']}"
-                if pair.get("task") == "translate" and pair.get("language")
-                else ""
-            )
-        )
-    if pair.get("question"):
-        parts.append(f"question {pair['question']!r}")
-    return ", ".join(parts)
 
 
 def pair_traces(models: Path, task: str | None) -> Path:
@@ -124,46 +105,6 @@ def find_profile(
         f"no cost profile for --phone {who}{which} in {calibrations}/: run "
         f"`as2d calibrate --phone {phone}{flag}` first, or pass --profile FILE"
     )
-
-
-def same_pair(a: dict | None, b: dict | None) -> bool:
-    """Whether two recorded pair identities name the same pair (None: the bundled pair)."""
-
-    def key(x: dict | None) -> str | None:
-        return None if x is None or x.get("name") == "bundled" else x.get("sha256")
-
-    return key(a) == key(b)
-
-
-def check_pair(
-    profile: CostProfile,
-    traces: TraceSet,
-    where: str,
-    pair: dict | None = None,
-    pair_given: bool = False,
-) -> None:
-    """Refuse traces built with one model pair against a profile measured with another
-    (or against the pair the command was given), in one line naming both."""
-    tp = traces.provenance.get("pair")
-    pp = profile.device.get("pair")
-
-    def name(x: dict | None) -> str:
-        return (
-            "the bundled pair"
-            if x is None or x.get("name") == "bundled"
-            else f"pair {x.get('name')!r}"
-        )
-
-    if pair_given and not same_pair(tp, pair):
-        raise UserError(
-            f"{where} was built with {name(tp)}, not {name(pair)}; build traces for it with "
-            "`as2d traces build --models PAIR`"
-        )
-    if not same_pair(tp, pp):
-        raise UserError(
-            f"{where} was built with {name(tp)} but the profile was measured with {name(pp)}; "
-            "use traces and a profile of the same model pair"
-        )
 
 
 def deployment_candidates(

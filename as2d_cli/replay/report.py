@@ -87,7 +87,7 @@ def load_inputs(
     profile_path: str | Path, traces_path: str | Path | Sequence[str | Path]
 ) -> tuple[CostProfile, TraceSet]:
     """Load and validate the profile and one or more trace files (merged)."""
-    from as2d_cli.evaluate.inputs import check_pair
+    from as2d_cli.formats.pairs import check_pair
 
     profile = load_profile(profile_path)
     paths = _paths(traces_path)
