@@ -39,7 +39,6 @@ from as2d_cli.figures import (
 )
 from as2d_cli.formats.common import fresh_folder, mark_complete, mark_writing, write_atomic
 from as2d_cli.formats.pairs import describe_pair
-from as2d_cli.formats.pairs import describe_pair
 
 FIGURES = ("cdf", "datasets", "rk")  # what a report draws (rk only with its profile)
 TABLE_FILES = ("table2.csv", "table4.csv", "table5.csv", "table8.csv", "table9.csv", "table12.csv")
