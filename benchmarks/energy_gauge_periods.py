@@ -42,6 +42,7 @@ from as2d_cli.energy.episode_script import lead_s  # noqa: E402
 from as2d_cli.energy.trace_reader import read_battery_series  # noqa: E402
 from device_agents.emulator.battery import (  # noqa: E402
     BatteryParams,
+    EpisodeTiming,
     SimRequest,
     SimulatedEpisode,
     encode_trace,
@@ -98,9 +99,7 @@ def sweep_period(
             sim = simulate_episode(
                 BatteryParams(gauge_update_ms=period_ms),
                 reqs,
-                poll_ms=POLL_MS,
-                late_ms=late_ms,
-                phase_s=period_s * k / phases,
+                EpisodeTiming(poll_ms=POLL_MS, late_ms=late_ms, phase_s=period_s * k / phases),
                 seed=seed * 7919 + k,
             )
             a = analyse(sim, tmp)

@@ -32,6 +32,7 @@ from as2d_cli.energy.trace_reader import read_battery_series
 from device_agents.emulator.battery import (
     BatteryModel,
     BatteryParams,
+    EpisodeTiming,
     GaugeFaults,
     GaugeReading,
     ManualClock,
@@ -96,9 +97,9 @@ def _sweep(tmp_path: Path, period_ms: int, phases: int) -> tuple[list[float], li
         sim = simulate_episode(
             BatteryParams(gauge_update_ms=period_ms),
             _requests(rng, period_ms / 1000),
-            late_ms=200,
-            phase_s=period_ms / 1000 * k / phases,
-            between_s=(0.02, 0.08),
+            EpisodeTiming(
+                late_ms=200, phase_s=period_ms / 1000 * k / phases, between_s=(0.02, 0.08)
+            ),
             seed=k,
         )
         series = _series(tmp_path, sim.readings)
@@ -146,7 +147,10 @@ def test_a_dip_the_gauge_caught_inside_a_window_is_in_the_bound(tmp_path: Path) 
         SimRequest("as2d", "formal", 8.0, 1.0),
     ]
     sim = simulate_episode(
-        BatteryParams(gauge_update_ms=1000), req, settle_s=3.0, between_s=(0.0, 0.0), seed=3
+        BatteryParams(gauge_update_ms=1000),
+        req,
+        EpisodeTiming(settle_s=3.0, between_s=(0.0, 0.0)),
+        seed=3,
     )
     a = analyse_episode(_series(tmp_path, sim.readings), _episode(sim))
     dipped, steady = a.requests[1], a.requests[2]
@@ -171,10 +175,7 @@ def _cut_run_folder(tmp_path: Path) -> tuple[Path, int]:
     sim = simulate_episode(
         BatteryParams(gauge_update_ms=1000),
         req,
-        settle_s=2.0,
-        between_s=(0.5, 0.5),
-        tail_s=2.0,
-        start_ns=t0,
+        EpisodeTiming(settle_s=2.0, between_s=(0.5, 0.5), tail_s=2.0, start_ns=t0),
     )
     cfg = build_trace_config(CaptureSpec(duration_ms=13_000))
     full = encode_trace(sim.readings, cfg, COUNTERS[:4])
@@ -235,8 +236,7 @@ def test_a_weak_charger_in_the_idle_tail_does_not_fool_the_sign_check(
     sim = simulate_episode(
         BatteryParams(gauge_update_ms=1000, charge_ma=500.0),
         req,
-        between_s=(0.0, 0.0),
-        tail_s=30.0,
+        EpisodeTiming(between_s=(0.0, 0.0), tail_s=30.0),
         plugged=lambda t: t >= plug_at,
         faults=GaugeFaults(current_sign=-1 if flipped else 1),
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from as2d_cli.engine.accounting import intersect, measure, merge
+from as2d_cli.engine.methods import MethodOptions
 from as2d_cli.formats.profile import ms_to_ns
 from as2d_cli.replay.run import run_method
 from as2d_cli.synthetic import synthetic_profile, synthetic_traces
@@ -35,7 +36,9 @@ CASES = [
 )
 def test_identity_and_exactness_on_every_window(data, method, kw) -> None:
     ts, prof = data
-    run = run_method(ts.windows, prof, method, default_source=ts.default_source, **kw)
+    run = run_method(
+        ts.windows, prof, method, MethodOptions(default_source=ts.default_source, **kw)
+    )
     loop = ms_to_ns(prof.loop_ms)
     step = ms_to_ns(prof.target_step_ms)
     n = 0
@@ -73,7 +76,7 @@ def test_sd_time_is_forwards_times_step_plus_verification_plus_loop(data) -> Non
     # The paper's K70 SD accounting (D.4.2): drafting = forwards × 23.347 ms, verification =
     # rounds × the width-K cost, plus one loop residual per round — nothing else.
     ts, prof = data
-    run = run_method(ts.windows, prof, "sd", k=8)
+    run = run_method(ts.windows, prof, "sd", MethodOptions(k=8))
     step, k8, loop = (ms_to_ns(x) for x in (prof.drafter.step_ms, prof.verify_ms(8), prof.loop_ms))
     assert step == 23_347_000 and k8 == 112_656_000
     for r in run.windows:

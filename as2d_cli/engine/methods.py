@@ -295,33 +295,24 @@ def check_method(method: str, methods: tuple[str, ...] = METHODS) -> None:
 def check_method_options(
     method: str,
     *,
-    k: int | None = None,
-    budget: int | None = None,
-    threshold: object = None,
-    batch: object = None,
-    source: str | None = None,
-    align: str | None = None,
-    candidates: object = None,
-    history: bool | None = None,
     methods: tuple[str, ...] = METHODS,
     offers: tuple[str, ...] = tuple(METHOD_OPTIONS),
+    **given: object,
 ) -> None:
-    """The one check every command runs on its method options (None: not given): an
-    option the method does not have is refused in one line naming it and the methods that
-    take it (:data:`METHOD_OPTIONS`). ``methods``/``offers``: the methods and options the
-    command has, so the advice names only those. Values are range-checked where parsed."""
+    """The one check every command runs on its method options, given by name without the
+    dashes (``k=``, ``budget=``, ``threshold=``, ``batch=``, ``source=``, ``align=``,
+    ``candidates=``, ``history=``; None, or a false ``history``: not given): an option the
+    method does not have is refused in one line naming it and the methods that take it
+    (:data:`METHOD_OPTIONS`). ``methods``/``offers``: the methods and options the command
+    has, so the advice names only those. Values are range-checked where parsed."""
     check_method(method, methods)
-    given = {
-        "--k": k,
-        "--budget": budget,
-        "--threshold": threshold,
-        "--batch": batch,
-        "--source": source,
-        "--align": align,
-        "--candidates": candidates,
-        "--history": history or None,
-    }
-    for option, value in given.items():
+    unknown = sorted(set(given) - {o.removeprefix("--") for o in METHOD_OPTIONS})
+    if unknown:
+        raise TypeError(f"check_method_options() got unexpected options {unknown}")
+    for option in METHOD_OPTIONS:
+        value = given.get(option.removeprefix("--"))
+        if option == "--history":
+            value = value or None
         what, takers = METHOD_OPTIONS[option]
         if value is None or method in takers:
             continue
@@ -340,24 +331,31 @@ def asp_cap(max_width: int) -> int:
     return max(1, min(DEFAULT_ASP_CAP, max_width - 1))
 
 
-def expand(
-    method: str,
-    *,
-    budget: int | None = None,
-    source: str | None = None,
-    k: int | None = None,
-    profile_max_width: int,
-    default_source: str | None,
-    default_budget: int = DEFAULT_BUDGET,
-    batch: int = DEFAULT_BATCH,
-    threshold: float | None = DEFAULT_THRESHOLD,
-    align: str = DEFAULT_ALIGN,
-) -> list[MethodSpec]:
-    """The configurations one method name stands for (SD: one per K in 5..8 unless ``k``).
+@dataclass(frozen=True)
+class MethodOptions:
+    """A method's settings as a replay is given them (None: the method's own default).
+    ``default_source``/``default_budget``: what As²d falls back to (the trace's default
+    source, a deployment's budget); ``threshold``/``batch`` configure As²d's confidence stop
+    and publication batch (a deployment's values); ``align`` sets both target-decoupled
+    methods' alignment rules."""
 
-    ``threshold``/``batch`` configure As²d's confidence stop and publication batch (a
-    deployment's values); the ablations keep ASP's threshold. ``align`` sets both
-    target-decoupled methods' alignment rules."""
+    budget: int | None = None
+    source: str | None = None
+    k: int | None = None
+    default_source: str | None = None
+    default_budget: int = DEFAULT_BUDGET
+    batch: int = DEFAULT_BATCH
+    threshold: float | None = DEFAULT_THRESHOLD
+    align: str = DEFAULT_ALIGN
+
+
+def expand(
+    method: str, profile_max_width: int, options: MethodOptions = MethodOptions()
+) -> list[MethodSpec]:
+    """The configurations one method name stands for (SD: one per K in 5..8 unless ``k``);
+    the ablations keep ASP's threshold."""
+    o = options
+    budget, source, k, batch, align = o.budget, o.source, o.k, o.batch, o.align
     check_method_options(method, budget=budget, k=k, source=source)
     for name, v in (("--budget", budget), ("--k", k)):
         if v is not None and v < 1:
@@ -374,8 +372,8 @@ def expand(
             MethodSpec("asp", budget=budget if budget is not None else asp_cap(profile_max_width))
         ]
     if method == "as2d-no-td":
-        return [MethodSpec("as2d-no-td", budget=budget if budget is not None else default_budget)]
-    src = source or default_source
+        return [MethodSpec("as2d-no-td", budget=budget if budget is not None else o.default_budget)]
+    src = source or o.default_source
     if src is None:
         raise UserError(
             "the trace declares no default source; pass --source with one of its sources"
@@ -386,10 +384,10 @@ def expand(
     return [
         MethodSpec(
             "as2d",
-            budget=budget if budget is not None else default_budget,
+            budget=budget if budget is not None else o.default_budget,
             source=src,
             batch=batch,
-            threshold=threshold,
+            threshold=o.threshold,
             align=align,
         )
     ]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from as2d_cli.engine.methods import MethodSpec
+from as2d_cli.engine.methods import MethodOptions, MethodSpec
 from as2d_cli.execution import Executor
 from as2d_cli.formats.deployment import Deployment
 from as2d_cli.formats.profile import CostProfile
@@ -114,11 +114,13 @@ def derived_sensitivity(
             windows,
             p,
             "as2d",
-            budget=deployment.budget,
-            source=deployment.source,
-            threshold=deployment.threshold,
-            batch=deployment.batch,
-            align=deployment.align,
+            MethodOptions(
+                budget=deployment.budget,
+                source=deployment.source,
+                threshold=deployment.threshold,
+                batch=deployment.batch,
+                align=deployment.align,
+            ),
             detail=False,
         ).pooled_tps()
         return None if tps is None or not base else tps / base
@@ -175,7 +177,7 @@ def evaluate_fixed(
     for i, (m, kw) in enumerate(plan.items()):
         if progress is not None:
             progress(f"replaying {m}", i, len(plan) + 1)
-        runs[m] = run_method(windows, profile, m, detail=False, **kw)
+        runs[m] = run_method(windows, profile, m, MethodOptions(**kw), detail=False)
     if progress is not None:
         progress("the hindsight oracle's sweep", len(plan), len(plan) + 1)
     # The oracle searches the catalog the deployment was chosen from (its sources, where these

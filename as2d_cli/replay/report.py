@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BUDGET, MethodSpec
+from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BUDGET, MethodOptions, MethodSpec
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor
 from as2d_cli.formats.common import sha256_file
@@ -136,13 +136,15 @@ def replay_report(
         windows,
         profile,
         method,
-        budget=budget,
-        source=source,
-        k=k,
-        default_source=default_source,
-        default_budget=default_budget,
-        align=align,
-        **extra,
+        MethodOptions(
+            budget=budget,
+            source=source,
+            k=k,
+            default_source=default_source,
+            default_budget=default_budget,
+            align=align,
+            **extra,
+        ),
     )
     summary = run.summary()
     if method != "target-only":

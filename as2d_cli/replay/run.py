@@ -13,10 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from as2d_cli.engine.methods import (
-    DEFAULT_ALIGN,
-    DEFAULT_BATCH,
-    DEFAULT_BUDGET,
-    DEFAULT_THRESHOLD,
+    MethodOptions,
     MethodSpec,
     expand,
 )
@@ -134,31 +131,13 @@ def run_method(
     windows: Sequence[WindowTrace],
     profile: CostProfile,
     method: str,
+    options: MethodOptions = MethodOptions(),
     *,
-    budget: int | None = None,
-    source: str | None = None,
-    k: int | None = None,
-    default_source: str | None = None,
-    default_budget: int = DEFAULT_BUDGET,
     detail: bool = True,
-    batch: int = DEFAULT_BATCH,
-    threshold: float | None = DEFAULT_THRESHOLD,
-    align: str = DEFAULT_ALIGN,
 ) -> MethodRun:
     if not windows:
         raise UserError("no windows to replay; check the trace file and the split")
-    specs = expand(
-        method,
-        budget=budget,
-        source=source,
-        k=k,
-        profile_max_width=profile.max_width,
-        default_source=default_source,
-        default_budget=default_budget,
-        batch=batch,
-        threshold=threshold,
-        align=align,
-    )
+    specs = expand(method, profile.max_width, options)
     preps = [Prepared(profile, s) for s in specs]  # widths/sources/costs checked before any window
     for prep in preps:
         if prep.spec.decoupled:

@@ -770,29 +770,40 @@ def _poll_times(
     return out
 
 
+@dataclass(frozen=True)
+class EpisodeTiming:
+    """When a simulated episode's requests run and how Perfetto polls the gauge: every
+    ``poll_ms`` (each poll up to ``late_ms`` late); the gauge's grid starts at ``start_ns``,
+    the first request ``settle_s + phase_s`` later; between two requests the phone idles a
+    random ``between_s`` (the episode script's stamps and checks); ``tail_s`` of idle after
+    the last."""
+
+    poll_ms: int = 250
+    late_ms: float = 0.0
+    phase_s: float = 0.0
+    settle_s: float = 3.0
+    between_s: tuple[float, float] = (0.01, 0.05)
+    tail_s: float = 3.0
+    start_ns: int = 100_000_000_000
+
+
 def simulate_episode(
     params: BatteryParams,
     requests: list[SimRequest],
+    timing: EpisodeTiming = EpisodeTiming(),
     *,
-    poll_ms: int = 250,
-    late_ms: float = 0.0,
-    phase_s: float = 0.0,
-    settle_s: float = 3.0,
-    between_s: tuple[float, float] = (0.01, 0.05),
-    tail_s: float = 3.0,
     seed: int = 0,
-    start_ns: int = 100_000_000_000,
     plugged: Callable[[int], bool] = lambda t: False,
     faults: GaugeFaults | None = None,
 ) -> SimulatedEpisode:
     """Run the requests back to back on a battery model driven by a virtual boot clock and
-    polled as Perfetto polls it. The gauge's grid starts at `start_ns`; the first request
-    starts `settle_s + phase_s` later; between two requests the phone idles a random
-    `between_s` (the episode script's stamps and checks). `plugged(t)` scripts a charger.
-    The truth is the model's own integral over each window (BatteryModel.true_energy_j)."""
+    polled as Perfetto polls it (``timing``). `plugged(t)` scripts a charger. The truth is
+    the model's own integral over each window (BatteryModel.true_energy_j)."""
+    tm = timing
+    start_ns, between_s = tm.start_ns, tm.between_s
     rng = random.Random(seed)
     s = 1_000_000_000
-    t = start_ns + int((settle_s + phase_s) * s)
+    t = start_ns + int((tm.settle_s + tm.phase_s) * s)
     events: list[tuple[int, float]] = [(start_ns, 0.0)]  # (from, busy workers)
     windows: list[tuple[str, str, int, int]] = []
     for k, r in enumerate(requests):
@@ -804,11 +815,11 @@ def simulate_episode(
         windows.append((r.method, r.phase, origin, end))
         gap = rng.uniform(*between_s) if k + 1 < len(requests) else 0.0
         t = end + int(gap * s)
-    stop = t + int(tail_s * s)
+    stop = t + int(tm.tail_s * s)
     clock = ManualClock(start_ns)
     model = BatteryModel(replace(params, seed=seed), faults or GaugeFaults(), clock_ns=clock)
     model.set_plugged(plugged(start_ns))
-    polls = _poll_times(start_ns, stop, poll_ms, late_ms, rng)
+    polls = _poll_times(start_ns, stop, tm.poll_ms, tm.late_ms, rng)
     todo = sorted([(a, 0, w) for a, w in events] + [(p, 1, 0.0) for p in polls])
     readings: list[GaugeReading] = []
     for at, kind, workers in todo:
