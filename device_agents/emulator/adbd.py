@@ -32,6 +32,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from device_agents.emulator import adbkeys, wire
@@ -48,6 +49,15 @@ _FREE_AUTH_FAILURES = 256
 # (an adb server on loopback authenticates in milliseconds).
 MAX_UNAUTHENTICATED = 8
 AUTH_DEADLINE_S = 10.0
+
+
+@dataclass(frozen=True)
+class AuthLimits:
+    """What the emulated adbd allows connections that have not authenticated: at most
+    ``max_unauthenticated`` at once, each closed ``deadline_s`` after it opened."""
+
+    max_unauthenticated: int = MAX_UNAUTHENTICATED
+    deadline_s: float = AUTH_DEADLINE_S
 
 
 class Stream:

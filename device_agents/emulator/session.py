@@ -18,7 +18,7 @@ from as2d_cli.errors import DeviceError
 from device_agents.adb_phone import AdbPhone, _server_up
 from device_agents.adbserver import PrivateAdbServer
 from device_agents.emulator import adbkeys
-from device_agents.emulator.adbd import AUTH_DEADLINE_S, MAX_UNAUTHENTICATED, EmulatedAdbd
+from device_agents.emulator.adbd import AuthLimits, EmulatedAdbd
 from device_agents.emulator.phone import ScriptedPhone
 
 
@@ -34,8 +34,7 @@ class EmulatorSession:
         root: Path | None = None,
         authorized_keys: str | os.PathLike[str] | None = None,
         serial: str = "as2demu0001",
-        max_unauthenticated: int = MAX_UNAUTHENTICATED,
-        auth_deadline_s: float = AUTH_DEADLINE_S,
+        auth_limits: AuthLimits = AuthLimits(),
     ) -> None:
         # ``serial``: the phone's hardware serial (ro.serialno); a farm of emulated phones
         # of one model needs one each, as real phones have.
@@ -49,8 +48,8 @@ class EmulatorSession:
                 port=port,
                 auth_mode=auth_mode,
                 authorized_keys=authorized_keys if authorized_keys is not None else (),
-                max_unauthenticated=max_unauthenticated,
-                auth_deadline_s=auth_deadline_s,
+                max_unauthenticated=auth_limits.max_unauthenticated,
+                auth_deadline_s=auth_limits.deadline_s,
             )
         except Exception:
             self.phone.close()
