@@ -398,6 +398,35 @@ def _resume(f: Any, partial: Path, head: dict) -> tuple[dict[str, dict], bool]:
     return done, has_head
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What ``build_traces`` was asked (its arguments, the windows resolved)."""
+
+    split: str
+    out: Path
+    models_dir: str | None
+    processes: int | None
+    progress: Callable[[int, int, str], None] | None
+    force: bool
+    max_tokens: int | None
+    prompt: PromptSpec | None
+    executor: Executor | None
+
+
+@dataclass
+class _Partial:
+    """The partial trace file being built: its open file and path, the windows it has
+    finished (id → record), whether it has its first line, that line (who made it, with
+    which settings) and the pair."""
+
+    f: Any
+    path: Path
+    done: dict[str, dict]
+    has_head: bool
+    head: dict
+    bundle: Any
+
+
 def build_traces(
     split: str,
     out: Path,
@@ -436,19 +465,10 @@ def build_traces(
         head = {"pair": ident, "max_tokens": max_tokens}
         done, has_head = _resume(f, partial, head)
         try:
-            return _build(
-                split,
-                out,
-                windows,
-                (f, partial, done, has_head, head, bundle),
-                models_dir=models_dir,
-                processes=processes,
-                progress=progress,
-                force=force,
-                max_tokens=max_tokens,
-                prompt=prompt,
-                executor=executor,
+            req = _Request(
+                split, out, models_dir, processes, progress, force, max_tokens, prompt, executor
             )
+            return _build(req, windows, _Partial(f, partial, done, has_head, head, bundle))
         except Interrupted:
             raise
         except KeyboardInterrupt:
@@ -466,39 +486,34 @@ def build_traces(
             ) from None
 
 
-def _build(
-    split: str,
-    out: Path,
-    windows: list,
-    state: tuple[Any, Path, dict[str, dict], bool, dict, Any],
-    *,
-    models_dir: str | None,
-    processes: int | None,
-    progress: Callable[[int, int, str], None] | None,
-    force: bool,
-    max_tokens: int | None,
-    prompt: PromptSpec | None,
-    executor: Executor | None,
-) -> Path:
-    """The windows not yet in the partial (``state``: its open file, path, finished
-    windows, whether it has its first line, that line, the pair), then the final file."""
-    from as2d_cli.formats.trace_io import load_traces, write_traces
+def _build(req: _Request, windows: list, partial: _Partial) -> Path:
+    """The windows not yet in the partial, then the final file."""
+    _trace_missing(req, windows, partial)
+    models = _models(req.models_dir, req.prompt)
+    header = _trace_header(models, req.split, len(windows))
+    path = _write_checked(req, header, [partial.done[w.id] for w in windows])
+    partial.path.unlink()
+    return path
 
-    f, partial, done, has_head, head, bundle = state
+
+def _trace_missing(req: _Request, windows: list, partial: _Partial) -> None:
+    """Trace the windows the partial lacks, each record on disk as it arrives; a window
+    that failed leaves the finished ones in the partial for the next run."""
+    done, progress = partial.done, req.progress
     todo = [w.id for w in windows if w.id not in done]
     failures: list[str] = []
-    if not has_head:
-        _append(f, head)
+    if not partial.has_head:
+        _append(partial.f, partial.head)
     n = len(windows) - len(todo)
     if progress:
         progress(n, len(windows), "resumed" if done else "starting")
-    ex = executor if executor is not None else LocalPool(processes)
+    ex = req.executor if req.executor is not None else LocalPool(req.processes)
     job = _TraceJob(
-        models_dir,
-        max_tokens,
-        prompt or PromptSpec(),
-        head["pair"]["sha256"],
-        pair_files(bundle.directory) if ex.remote and todo else None,
+        req.models_dir,
+        req.max_tokens,
+        req.prompt or PromptSpec(),
+        partial.head["pair"]["sha256"],
+        pair_files(partial.bundle.directory) if ex.remote and todo else None,
     )
     # Fresh interpreters (no fork): ONNX Runtime sessions do not survive a fork.
     for wid, rec in ex.map(_trace_task, job, todo, fork=False):
@@ -506,17 +521,20 @@ def _build(
         if isinstance(rec, str):
             failures.append(f"{wid}: {rec}")
         else:
-            _append(f, rec)
+            _append(partial.f, rec)
             done[wid] = rec
         if progress:
             progress(n, len(windows), wid)
     if failures:
         raise UserError(
             f"{len(failures)} window(s) failed (first: {failures[0]}); finished windows are kept in "
-            f"{partial} and the next run resumes"
+            f"{partial.path} and the next run resumes"
         )
-    models = _models(models_dir, prompt)
-    header = {
+
+
+def _trace_header(models: Any, split: str, n_windows: int) -> dict:
+    """The trace file's first line: who made it, its sources, split and size."""
+    return {
         "schema": "as2d.trace",
         "version": TRACE_VERSION,
         "provenance": provenance(models),
@@ -530,20 +548,25 @@ def _build(
         },
         "default_source": "drafter",
         "split": split,
-        "windows": len(windows),
+        "windows": n_windows,
         "vocab_size": models.bundle.vocab.size,
     }
+
+
+def _write_checked(req: _Request, header: dict, records: list[dict]) -> Path:
+    """The trace file written whole or not at all, after it loads as traces."""
+    from as2d_cli.formats.trace_io import load_traces, write_traces
+
+    out = req.out
     # Checked before it becomes the result, in a scratch file no reader of trace folders
     # takes for traces (they read *.jsonl and *.jsonl.gz).
     tmp = out.with_name(f".{out.name}.check-{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as t:
             t.write(json.dumps(header, separators=(",", ":")) + "\n")
-            for w in windows:
-                t.write(json.dumps(done[w.id], separators=(",", ":")) + "\n")
+            for rec in records:
+                t.write(json.dumps(rec, separators=(",", ":")) + "\n")
         ts = load_traces(tmp)
     finally:
         tmp.unlink(missing_ok=True)
-    path = write_traces(out, ts, split=split, force=force)  # whole or absent
-    partial.unlink()
-    return path
+    return write_traces(out, ts, split=req.split, force=req.force)  # whole or absent
