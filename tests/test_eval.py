@@ -179,7 +179,7 @@ def test_a_deployments_threshold_and_batch_reach_every_consumer(setup, tmp_path:
     the replayed As²d run, its ablation's batch, the oracle sweep and the native runner."""
     from as2d_cli.engine.methods import DEFAULT_BATCH, DEFAULT_THRESHOLD, MethodSpec
     from as2d_cli.evaluate.native import native_commands
-    from as2d_cli.evaluate.run import run_eval
+    from as2d_cli.evaluate.run import EvalSettings, run_eval
     from as2d_cli.formats.deployment_io import load_deployment
     from as2d_cli.replay.report import select_report, write_selection
     from native.protocol import decode_settings
@@ -201,12 +201,14 @@ def test_a_deployments_threshold_and_batch_reach_every_consumer(setup, tmp_path:
     assert (dep.threshold, dep.batch) == (th, batch)
 
     out = run_eval(
-        "k70",
-        profile=profile,
-        traces=setup["traces"],
-        deployment=dep_path,
-        results=tmp_path / "res",
-        accept_unvalidated=True,  # 7 dev windows
+        EvalSettings(
+            "k70",
+            profile=profile,
+            traces=setup["traces"],
+            deployment=dep_path,
+            results=tmp_path / "res",
+            accept_unvalidated=True,  # 7 dev windows
+        )
     )
     ev = out.evaluation
     as2d = ev.runs["as2d"].specs[0]
@@ -220,12 +222,14 @@ def test_a_deployments_threshold_and_batch_reach_every_consumer(setup, tmp_path:
     assert (doc["threshold"], doc["batch"]) == (th, batch)
     # and the settings matter: the default ones replay to another time
     default = run_eval(
-        "k70",
-        profile=profile,
-        traces=setup["traces"],
-        results=tmp_path / "res2",
-        calibrations=tmp_path / "cal2",
-        accept_unvalidated=True,
+        EvalSettings(
+            "k70",
+            profile=profile,
+            traces=setup["traces"],
+            results=tmp_path / "res2",
+            calibrations=tmp_path / "cal2",
+            accept_unvalidated=True,
+        )
     ).evaluation
     assert default.runs["as2d"].specs[0].batch == DEFAULT_BATCH
 

@@ -270,9 +270,9 @@ def test_a_core_going_offline_on_the_phone_stops_the_window_and_keeps_the_record
     time; the first window's runs and every monitor record are kept, the second window's
     batch is discarded, and the resume runs only that window."""
     from as2d_cli.errors import DeviceError
-    from as2d_cli.evaluate.native import run_native_eval
+    from as2d_cli.evaluate.native import NativeSettings, run_native_eval
     from as2d_cli.evaluate.native_record import reopen_eval
-    from as2d_cli.evaluate.run import run_eval
+    from as2d_cli.evaluate.run import EvalSettings, run_eval
     from device_agents.emulator.python import enable_python
     from device_agents.gating import GateConfig
 
@@ -282,12 +282,14 @@ def test_a_core_going_offline_on_the_phone_stops_the_window_and_keeps_the_record
     dev = session.device()
     gate = dataclasses.replace(GateConfig.for_device(dev), rest_s=0.0, interval_s=0.05)
     out = run_eval(
-        session.serial,
-        profile=inputs["profile"],
-        traces=inputs["traces"],
-        deployment=inputs["deployment"],
-        calibrations=tmp_path / "cal",
-        results=tmp_path / "res",
+        EvalSettings(
+            session.serial,
+            profile=inputs["profile"],
+            traces=inputs["traces"],
+            deployment=inputs["deployment"],
+            calibrations=tmp_path / "cal",
+            results=tmp_path / "res",
+        )
     )
 
     def offline_during_the_second_window(line: str) -> None:
@@ -318,11 +320,7 @@ def test_a_core_going_offline_on_the_phone_stops_the_window_and_keeps_the_record
         run_native_eval(
             session.serial,
             out,
-            windows=2,
-            repeats=1,
-            warmup=0,
-            gate=gate,
-            monitor_interval_s=0.1,
+            NativeSettings(windows=2, repeats=1, warmup=0, gate=gate, monitor_interval_s=0.1),
             say=offline_during_the_second_window,
         )
     assert "\n" not in str(err.value)
@@ -347,12 +345,9 @@ def test_a_core_going_offline_on_the_phone_stops_the_window_and_keeps_the_record
     res = run_native_eval(
         session.serial,
         reopen_eval(out.folder, native=True),
-        windows=2,
-        repeats=1,
-        warmup=0,
-        gate=gate,
-        monitor_interval_s=0.1,
-        append=True,
+        NativeSettings(
+            windows=2, repeats=1, warmup=0, gate=gate, monitor_interval_s=0.1, append=True
+        ),
     )
     assert (
         sum("native.runner" in h for h in session.phone.history) - started == 2

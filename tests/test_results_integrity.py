@@ -55,7 +55,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> dict:  # type: ignore[no-untyped-def]
     """The example traces and profile, and a deployment selected on them once."""
-    from as2d_cli.evaluate.run import run_eval
+    from as2d_cli.evaluate.run import EvalSettings, run_eval
 
     base = tmp_path_factory.mktemp("inputs")
     traces = base / "traces"
@@ -63,12 +63,14 @@ def inputs(tmp_path_factory) -> dict:  # type: ignore[no-untyped-def]
     for split in ("dev", "val", "test"):
         shutil.copy(DATA / f"example-{split}.jsonl", traces)
     out = run_eval(
-        "k70",
-        profile=DATA / "example-profile.yaml",
-        traces=traces,
-        calibrations=base / "cal",
-        results=base / "res",
-        accept_unvalidated=True,  # the example traces' selection (7 dev windows, NOT retained)
+        EvalSettings(
+            "k70",
+            profile=DATA / "example-profile.yaml",
+            traces=traces,
+            calibrations=base / "cal",
+            results=base / "res",
+            accept_unvalidated=True,  # the example traces' selection (7 dev windows, NOT retained)
+        )
     )
     return {"traces": traces, "deployment": out.deployment_path, "run": out.folder, "base": base}
 
@@ -101,15 +103,17 @@ def run(inputs, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
 @pytest.fixture()
 def other(inputs, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
     """A second complete evaluation of the same windows."""
-    from as2d_cli.evaluate.run import run_eval
+    from as2d_cli.evaluate.run import EvalSettings, run_eval
 
     return run_eval(
-        "k70",
-        profile=DATA / "example-profile.yaml",
-        traces=inputs["traces"],
-        deployment=inputs["deployment"],
-        results=tmp_path / "other",
-        accept_unvalidated=True,
+        EvalSettings(
+            "k70",
+            profile=DATA / "example-profile.yaml",
+            traces=inputs["traces"],
+            deployment=inputs["deployment"],
+            results=tmp_path / "other",
+            accept_unvalidated=True,
+        )
     ).folder
 
 

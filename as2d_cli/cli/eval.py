@@ -10,28 +10,41 @@ import typer
 from rich.console import Console
 
 from as2d_cli.cli import options
-from as2d_cli.cli.paths import file_in_option, folder_out_option
+from as2d_cli.cli.groups import MEASURE, PROMPT, grouped, variant
+from as2d_cli.cli.paths import file_in_option
+from as2d_cli.models.prompting import PromptSpec
+from device_agents.measurement import MeasureOptions
 
 if TYPE_CHECKING:
-    from as2d_cli.evaluate.farm import EvalFarmOptions
+    from as2d_cli.evaluate.native import NativeEvalOutput, NativeSettings
+    from as2d_cli.evaluate.native_record import EvalRun
+    from as2d_cli.evaluate.run import EvalOutput, EvalSettings
 
 
+EVAL_MEASURE = variant(
+    MEASURE,
+    help={
+        "rest": "Native: gate rest in seconds before each window (default: the device's).",
+        "interval": "Native: seconds between the gate's checks (default: the device's).",
+        "settle": "Native: once before measuring, seconds the host must have been quiet (local "
+        "default 20; 0 skips).",
+    },
+)
+
+
+@grouped(measure=EVAL_MEASURE, prompt=PROMPT)
 def eval_(
     ctx: typer.Context,
-    phone: list[str] = typer.Option(
-        ["k70"],
-        "--phone",
-        help="Device whose cost profile prices the replay (k70, local, a serial…); with "
+    phone: list[str] = options.phone(
+        [options.PRICE_DEFAULT],
+        "Device whose cost profile prices the replay (k70, local, a serial…); with "
         "--native, repeat it to evaluate a farm of this host's phones at once (one process per phone).",
     ),
-    profile: Path | None = typer.Option(
-        None,
-        "--profile",
-        callback=file_in_option,
-        help="Cost profile (default: found for --phone in calibrations/).",
+    profile: Path | None = options.profile(
+        help="Cost profile (default: found for --phone in calibrations/)."
     ),
-    traces: Path | None = typer.Option(
-        None, "--traces", help="Trace file or folder (default: the bundled traces)."
+    traces: Path | None = options.traces(
+        help="Trace file or folder (default: the bundled traces)."
     ),
     deployment: Path | None = typer.Option(
         None,
@@ -54,18 +67,8 @@ def eval_(
     ),
     align: str | None = options.align("a deployment selected under them is used, or selected now."),
     split: str = typer.Option("test", "--split", help="Split to evaluate."),
-    calibrations: Path = typer.Option(
-        Path("calibrations"),
-        "--calibrations",
-        callback=folder_out_option,
-        help="Where profiles and deployments live.",
-    ),
-    results: Path = typer.Option(
-        Path("results"),
-        "--results",
-        callback=folder_out_option,
-        help="Folder for the results (a new subfolder per run).",
-    ),
+    calibrations: Path = options.calibrations(),
+    results: Path = options.results(),
     native: bool = typer.Option(
         False,
         "--native",
@@ -84,28 +87,12 @@ def eval_(
         minimum=0,
         help="Native: unmeasured warm-up passes over the windows first.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
-    rest: float | None = options.rest(
-        "Native: gate rest in seconds before each window (default: the device's)."
-    ),
-    interval: float | None = options.interval(
-        "Native: seconds between the gate's checks (default: the device's)."
-    ),
-    settle: float | None = options.settle(
-        "Native: once before measuring, seconds the host must have been quiet (local default 20; 0 skips)."
-    ),
+    as_json: bool = options.as_json("Print the results document as JSON."),
+    measure: MeasureOptions = MeasureOptions(),
     models: Path | None = options.models(
         "A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it."
     ),
-    task: str | None = options.task(),
-    language: str | None = options.language(),
-    question: str | None = options.question(),
-    prompt: str | None = options.prompt_text(),
-    max_temp: float | None = options.max_temp(),
-    temp_sensor: str | None = options.temp_sensor(),
-    verifier_cores: str | None = options.verifier_cores(),
-    producer_cores: str | None = options.producer_cores(),
-    os_placement: bool = options.os_placement(),
+    prompt: PromptSpec = PromptSpec(),
     append: Path | None = typer.Option(
         None,
         "--append",
@@ -117,117 +104,102 @@ def eval_(
     quiet: bool = options.quiet(),
 ) -> None:
     """Replay every method with one fixed configuration; optionally run them natively too."""
-    spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
-    from as2d_cli.evaluate.run import run_eval
-    from device_agents.measurement import MeasureOptions, prepare
+    from as2d_cli.evaluate.native import NativeSettings
+    from as2d_cli.evaluate.run import EvalSettings
 
-    measure = MeasureOptions(
-        rest_s=rest,
-        interval_s=interval,
-        settle_s=settle,
-        max_temp_c=max_temp,
-        temp_sensor=temp_sensor,
-        verifier_cores=verifier_cores,
-        producer_cores=producer_cores,
-        os_placement=os_placement,
+    spec = options.check_prompt(prompt, models)  # refused before any work
+    settings = EvalSettings(
+        phone[0],
+        profile=profile,
+        traces=traces,
+        deployment=deployment,
+        split=split,
+        calibrations=calibrations,
+        results=results,
+        models=models,
+        prompt=spec,
+        allow_unconfirmed=allow_unconfirmed,
+        accept_unvalidated=accept_unvalidated,
+        allow_implausible=allow_implausible,
+        align=align,
+        figure_format=figure_format,
+        command=_command_line(ctx),
     )
+    runs = NativeSettings(windows, repeats, warmup, models=models, prompt=spec)
     if len(phone) > 1:
-        from as2d_cli.evaluate.farm import EvalFarmOptions
-
-        _farm(
-            phone,
-            native=native,
-            refused=[
-                (flag, given)
-                for flag, given in (
-                    ("--ray", ray is not None),
-                    ("--append", append is not None),
-                    ("--profile", profile is not None),
-                    ("--deployment", deployment is not None),
-                    ("--json", as_json),
-                )
-                if given
-            ],
-            opts=EvalFarmOptions(
-                out_dir=str(results),
-                calibrations=str(calibrations),
-                traces=None if traces is None else str(traces),
-                split=split,
-                windows=windows,
-                repeats=repeats,
-                warmup=warmup,
-                measure=measure,
-                models=None if models is None else str(models),
-                prompt=spec,
-                allow_unconfirmed=allow_unconfirmed or accept_unvalidated,
-                allow_implausible=allow_implausible,
-                align=align,
-            ),
-        )
+        _farm(phone, settings, runs, measure, native=native, refused=_farm_refused(ctx))
         return
-    phone_ = phone[0]
+    out, native_out = _run(settings, runs if native else None, measure, append, ray, quiet)
+    _print(out, native_out, as_json)
 
-    m = None
-    if native:  # the device, its placement and gate: resolved once, before anything runs
-        m = prepare(phone_, measure)
+
+def _farm_refused(ctx: typer.Context) -> list[str]:
+    """The options given that apply to one phone's evaluation only (a farm refuses them)."""
+    p = ctx.params
+    given = (
+        ("--ray", p["ray"] is not None),
+        ("--append", p["append"] is not None),
+        ("--profile", p["profile"] is not None),
+        ("--deployment", p["deployment"] is not None),
+        ("--json", p["as_json"]),
+    )
+    return [flag for flag, g in given if g]
+
+
+def _run(
+    settings: EvalSettings,
+    runs: NativeSettings | None,
+    measure: MeasureOptions,
+    append: Path | None,
+    ray: str | None,
+    quiet: bool,
+) -> tuple[EvalRun | EvalOutput, NativeEvalOutput | None]:
+    """One phone: the replay part (or the interrupted run reopened), then the native part."""
+    import dataclasses
 
     from as2d_cli.cli.progress import Steps
-    from as2d_cli.evaluate.native_record import EvalRun
-    from as2d_cli.evaluate.run import EvalOutput
+    from device_agents.measurement import prepare
 
+    # the device, its placement and gate: resolved once, before anything runs
+    m = None if runs is None else prepare(settings.phone, measure)
     out: EvalRun | EvalOutput  # both name the results folder, file and table
-    native_out = None
     with Steps("eval", quiet=quiet) as steps:
         if (
             append is not None
         ):  # the interrupted run's replay results stand; its native part goes on
             from as2d_cli.evaluate.native_record import reopen_eval
 
-            out = reopen_eval(append, native=native, profile=profile, deployment=deployment)
+            out = reopen_eval(
+                append,
+                native=runs is not None,
+                profile=settings.profile,
+                deployment=settings.deployment,
+            )
         else:
+            from as2d_cli.evaluate.run import run_eval
             from as2d_cli.execution import open_executor
 
             with open_executor(ray) as executor:  # the oracle sweep (and a selection made now)
                 out = run_eval(
-                    phone_,
-                    profile=profile,
-                    traces=traces,
-                    deployment=deployment,
-                    split=split,
-                    calibrations=calibrations,
-                    results=results,
+                    settings,
                     say=steps.note,
-                    models=models,
-                    prompt=spec,
-                    allow_unconfirmed=allow_unconfirmed,
-                    accept_unvalidated=accept_unvalidated,
-                    allow_implausible=allow_implausible,
-                    align=align,
                     executor=executor,
-                    command=_command_line(ctx),
                     # a found profile of another device (or a synthetic one) is refused first
                     native=None if m is None else m.identity,
-                    figure_format=figure_format,
                     progress=steps.update,
                 )
-        if native:
-            from as2d_cli.evaluate.native import run_native_eval
+        if runs is None or m is None:
+            return out, None
+        from as2d_cli.evaluate.native import run_native_eval
 
-            assert m is not None
-            native_out = run_native_eval(
-                phone_,
-                out,
-                windows=windows,
-                repeats=repeats,
-                warmup=warmup,
-                say=steps.note,
-                gate=m.gate,
-                models=models,
-                prompt=spec,
-                append=append is not None,
-                measurement=m,
-                progress=steps.update,
-            )
+        runs = dataclasses.replace(runs, gate=m.gate, append=append is not None)
+        native_out = run_native_eval(
+            settings.phone, out, runs, say=steps.note, measurement=m, progress=steps.update
+        )
+    return out, native_out
+
+
+def _print(out: EvalRun | EvalOutput, native_out: NativeEvalOutput | None, as_json: bool) -> None:
     if as_json:
         doc = json.loads(out.results.read_text())
         if native_out is not None:
@@ -264,47 +236,23 @@ def _command_line(ctx: typer.Context) -> str:
 
 
 def _farm(
-    phones: list[str], *, native: bool, refused: list[tuple[str, bool]], opts: EvalFarmOptions
+    phones: list[str],
+    settings: EvalSettings,
+    runs: NativeSettings,
+    measure: MeasureOptions,
+    *,
+    native: bool,
+    refused: list[str],
 ) -> None:
     """Several phones evaluated natively at once, then the farm summary table."""
-    from as2d_cli.errors import DeviceError, UserError
-    from as2d_cli.evaluate.farm import eval_phone, replay_all
+    from as2d_cli.errors import DeviceError
+    from as2d_cli.evaluate.farm import EvalFarmOptions, eval_phone, replay_all
     from as2d_cli.execution import LocalPool
-    from as2d_cli.execution.farm import check_phones, farm_table, run_farm
+    from as2d_cli.execution.farm import farm_table, run_farm
 
-    if not native:
-        raise UserError(
-            "several --phone values evaluate a farm natively; add --native (a replay needs no "
-            "phone: pass each phone's --phone on its own)"
-        )
-    if refused and refused[0][0] == "--ray":
-        raise UserError(
-            "--ray with several --phone: an eval farm runs on this host's phones, one process "
-            "each; drop --ray"
-        )
-    if refused:
-        raise UserError(
-            f"{refused[0][0]} applies to one phone's evaluation; evaluate that phone on its own"
-        )
-    if "local" in phones:
-        raise UserError(
-            "--phone local measures this host, which the farm's other workers share; "
-            "evaluate it on its own"
-        )
+    _check_farm(phones, settings, native=native, refused=refused)
     err = Console(stderr=True, highlight=False)
-    check_phones(phones, remote=False)  # before the replays: a phone given twice
-    from as2d_cli.evaluate.run import check_native_profile
-    from device_agents.identity import identify
-    from device_agents.registry import resolve_phone
-
-    for p in phones:  # each phone's own profile (a farm takes no --profile), before anything runs
-        check_native_profile(
-            p,
-            identify(resolve_phone(p)),
-            calibrations=Path(opts.calibrations),
-            models=None if opts.models is None else Path(opts.models),
-            prompt=opts.prompt,
-        )
+    opts = EvalFarmOptions(settings, runs, measure)
     opts = replay_all(phones, opts, lambda s: typer.echo(s, err=True))
     outcomes = run_farm(
         phones,
@@ -323,6 +271,46 @@ def _farm(
         raise DeviceError(
             f"{len(failed)} of {len(outcomes)} phones failed (first: {failed[0].phone}: "
             f"{failed[0].message}); the others' results are written"
+        )
+
+
+def _check_farm(
+    phones: list[str], settings: EvalSettings, *, native: bool, refused: list[str]
+) -> None:
+    """A farm's refusals, each phone's own profile among them, before anything runs."""
+    from as2d_cli.errors import UserError
+    from as2d_cli.evaluate.run import check_native_profile
+    from as2d_cli.execution.farm import check_phones
+    from device_agents.identity import identify
+    from device_agents.registry import resolve_phone
+
+    if not native:
+        raise UserError(
+            "several --phone values evaluate a farm natively; add --native (a replay needs no "
+            "phone: pass each phone's --phone on its own)"
+        )
+    if refused and refused[0] == "--ray":
+        raise UserError(
+            "--ray with several --phone: an eval farm runs on this host's phones, one process "
+            "each; drop --ray"
+        )
+    if refused:
+        raise UserError(
+            f"{refused[0]} applies to one phone's evaluation; evaluate that phone on its own"
+        )
+    if "local" in phones:
+        raise UserError(
+            "--phone local measures this host, which the farm's other workers share; "
+            "evaluate it on its own"
+        )
+    check_phones(phones, remote=False)  # before the replays: a phone given twice
+    for p in phones:  # each phone's own profile (a farm takes no --profile)
+        check_native_profile(
+            p,
+            identify(resolve_phone(p)),
+            calibrations=settings.calibrations,
+            models=settings.models,
+            prompt=settings.prompt,
         )
 
 

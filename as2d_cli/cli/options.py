@@ -288,6 +288,76 @@ def allow_implausible() -> Any:
     )
 
 
+# ------------------------------------------------------------------ shared options
+
+# --phone: the one declaration. A measuring command defaults to this host (PHONE_DEFAULT);
+# `eval` prices with the shipped K70 profile (PRICE_DEFAULT) since a replay needs no phone;
+# commands that act on one particular phone (bundle deploy, devices gate…) require it.
+PHONE_DEFAULT = "local"
+PRICE_DEFAULT = "k70"
+PHONE_HELP = "local, a known phone name, or an adb serial."
+
+
+def phone(default: Any = PHONE_DEFAULT, help: str = PHONE_HELP) -> Any:
+    """``--phone``: a device (local, a known phone, an adb serial); ``...``: required; a
+    list default: repeatable (a farm)."""
+    return typer.Option(default, "--phone", help=help)
+
+
+def as_json(help: str = "Print one JSON object.") -> Any:
+    """``--json``: one JSON document on stdout and nothing else there."""
+    return typer.Option(False, "--json", help=help)
+
+
+def out_folder(default: Path, help: str, flag: str = "--out") -> Any:
+    """``--out`` (or ``flag``): a folder to write into, made if missing, checked writable."""
+    from as2d_cli.cli.paths import folder_out_option
+
+    return typer.Option(default, flag, callback=folder_out_option, help=help)
+
+
+def calibrations(help: str = "Where profiles and deployments live.") -> Any:
+    """``--calibrations``: the folder of profiles and deployments."""
+    return out_folder(Path("calibrations"), help, "--calibrations")
+
+
+def results(help: str = "Folder for the results (a new subfolder per run).") -> Any:
+    """``--results``: the folder a run's results folder is made in."""
+    return out_folder(Path("results"), help, "--results")
+
+
+def profile(
+    default: Any = None,
+    help: str = "Device cost profile (as2d.profile YAML).",
+    checked: bool = True,
+) -> Any:
+    """``--profile``: a cost profile file (``...``: required); ``checked``: refused while
+    parsing when it is not a readable file (else the profile loader says so)."""
+    from as2d_cli.cli.paths import file_in_option
+
+    if not checked:
+        return typer.Option(default, "--profile", help=help)
+    return typer.Option(default, "--profile", callback=file_in_option, help=help)
+
+
+def traces(default: Any = None, help: str = "Trace file or folder.", **checks: Any) -> Any:
+    """``--traces``: a trace file or a folder of them (``...``: required)."""
+    return typer.Option(default, "--traces", help=help, **checks)
+
+
+def source(help: str, choices: tuple[str, ...] | None = None) -> Any:
+    """``--source``: As²d's drafting source (None: the method's default)."""
+    if choices is None:
+        return typer.Option(None, "--source", help=help)
+    return one_of(None, "--source", choices=choices, help=help)
+
+
+def check_prompt(spec: Any, models: Any = None) -> Any:
+    """``spec`` (the prompt group's PromptSpec) checked against the pair ``models`` (None:
+    the bundled pair) before any work; see ``prompt_spec``."""
+    return prompt_spec(spec.task, spec.language, spec.question, spec.text, models)
+
+
 # ------------------------------------------------------------------ prompt (one PromptSpec)
 
 
@@ -450,6 +520,17 @@ def quiet() -> Any:
 
 
 __all__ = [
+    "PHONE_DEFAULT",
+    "PRICE_DEFAULT",
+    "as_json",
+    "calibrations",
+    "check_prompt",
+    "out_folder",
+    "phone",
+    "profile",
+    "results",
+    "source",
+    "traces",
     "allow_implausible",
     "quiet",
     "figure_format",

@@ -6,13 +6,14 @@ per phone, never two on one phone. Each phone's results folder is the one
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from as2d_cli.evaluate.native import NativeSettings
+from as2d_cli.evaluate.run import EvalSettings
 from as2d_cli.execution.farm import PhoneOutcome, on_phone
-from as2d_cli.models.prompting import PromptSpec
 from device_agents.measurement import MeasureOptions
 
 if TYPE_CHECKING:
@@ -21,21 +22,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class EvalFarmOptions:
-    """What every phone's evaluation uses (the `as2d eval` options)."""
+    """What every phone's evaluation uses (the `as2d eval` options): the replay part's
+    settings (its phone replaced by each phone's), the native runs' and the measuring
+    options."""
 
-    out_dir: str  # --results
-    calibrations: str = "calibrations"
-    traces: str | None = None
-    split: str = "test"
-    windows: int = 20
-    repeats: int = 5
-    warmup: int = 1
+    settings: EvalSettings
+    runs: NativeSettings = field(default_factory=NativeSettings)
     measure: MeasureOptions = field(default_factory=MeasureOptions)
-    models: str | None = None
-    prompt: PromptSpec | None = None
-    allow_unconfirmed: bool = False
-    allow_implausible: bool = False
-    align: str | None = None
     adb_port: int | None = None
     ship_back: bool = False  # a farm of eval runs on this host's phones only (see the CLI)
     replays: dict[str, Any] = field(default_factory=dict)  # phone -> its run_eval output
@@ -45,26 +38,14 @@ def replay_all(
     phones: list[str], opts: EvalFarmOptions, say: Callable[[str], None]
 ) -> EvalFarmOptions:
     """Every phone's replay part (``run_eval``), one after the other, in ``opts``."""
-    import dataclasses
-
     from as2d_cli.evaluate.run import run_eval
 
     replays = {}
     for phone in phones:
         say(f"{phone}: replay")
-        replays[phone] = run_eval(
-            phone,
-            traces=None if opts.traces is None else Path(opts.traces),
-            split=opts.split,
-            calibrations=Path(opts.calibrations),
-            results=Path(opts.out_dir),
-            say=say,
-            models=None if opts.models is None else Path(opts.models),
-            prompt=opts.prompt,
-            allow_unconfirmed=opts.allow_unconfirmed,
-            allow_implausible=opts.allow_implausible,
-            align=opts.align,
-        )
+        # each phone's own command line redoes its own evaluation
+        one = dataclasses.replace(opts.settings, phone=phone, command=None)
+        replays[phone] = run_eval(one, say=say)
     return dataclasses.replace(opts, replays=replays)
 
 
@@ -73,21 +54,10 @@ def eval_phone(opts: EvalFarmOptions, phone: str) -> PhoneOutcome:
     become its outcome."""
     from as2d_cli.evaluate.native import run_native_eval
 
-    models = None if opts.models is None else Path(opts.models)
-
     def work(m: Measurement, out: PhoneOutcome) -> None:
         res = opts.replays[phone]
-        run_native_eval(
-            phone,
-            res,
-            windows=opts.windows,
-            repeats=opts.repeats,
-            warmup=opts.warmup,
-            gate=m.gate,
-            models=models,
-            prompt=opts.prompt,
-            measurement=m,
-        )
-        out.ok, out.steps, out.message = True, opts.windows, str(res.folder)
+        runs = dataclasses.replace(opts.runs, gate=m.gate)
+        run_native_eval(phone, res, runs, measurement=m)
+        out.ok, out.steps, out.message = True, opts.runs.windows, str(res.folder)
 
     return on_phone(phone, opts.measure, opts.adb_port, work)

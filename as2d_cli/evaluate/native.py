@@ -60,11 +60,14 @@ from as2d_cli.formats.common import mark_complete, read_manifest
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.models.prompting import PromptSpec
 from as2d_cli.reporting import Progress, Say
+from device_agents.gating import GateConfig
+from device_agents.measurement import prepare
 
 __all__ = [
     "METHODS",
     "NATIVE_COLUMNS",
     "NativeEvalOutput",
+    "NativeSettings",
     "divergence",
     "native_commands",
     "native_trace",
@@ -84,93 +87,108 @@ class NativeEvalOutput:
     summary: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class NativeSettings:
+    """What the native part of ``as2d eval --native`` runs: ``windows`` test windows,
+    ``warmup`` unmeasured passes over them first (D.3: one warm-up repetition before the
+    measured ones; their outputs are still checked for exactness), then ``repeats``
+    interleaved measured repetitions. ``gate``: a device_agents GateConfig checked before
+    every window (None: the measurement's). ``append``: resume an interrupted run's folder
+    (only the runs its records lack are run; a run made with other settings is refused)."""
+
+    windows: int = 20
+    repeats: int = 1
+    warmup: int = 1
+    gate: Any = None
+    models: Any = None
+    prompt: PromptSpec | None = None
+    append: bool = False
+    monitor_interval_s: float = 1.0
+
+
 def run_native_eval(
     phone: str,
     out: Any,
+    s: NativeSettings,
     *,
-    windows: int = 20,
-    repeats: int = 1,
-    warmup: int = 1,
     say: Say = lambda s: None,
-    gate: Any = None,
-    models: Any = None,
-    prompt: PromptSpec | None = None,
-    append: bool = False,
     open_runner: Callable[..., Any] | None = None,
-    monitor_interval_s: float = 1.0,
     measurement: Any = None,
     progress: Progress | None = None,
 ) -> NativeEvalOutput:
-    """``out``: the replay part's output (``run_eval``), or with ``append`` the interrupted
-    run's folder reopened (``native_record.reopen_eval``): then only the runs its records
-    lack are run, and a run made with other settings is refused. ``gate``: a device_agents
-    GateConfig checked before every window (None: the device's default). ``measurement``:
-    the device, identity, CPU placement and gate the command prepared once
+    """``out``: the replay part's output (``run_eval``), or with ``s.append`` the interrupted
+    run's folder reopened (``native_record.reopen_eval``). ``measurement``: the device,
+    identity, CPU placement and gate the command prepared once
     (device_agents.measurement.prepare; None: prepared here with the defaults).
-
-    ``warmup`` passes over the windows run first and are not measured (D.3: one warm-up
-    repetition before the measured ones); their outputs are still checked for exactness.
     ``progress(label, done, total)`` hears of the settle wait and of each window's runs."""
     from as2d_cli.launch.host import open_runner as default_open_runner
-    from device_agents.gating import GateConfig
-    from device_agents.measurement import prepare
 
     m = measurement or prepare(phone)
-    device = m.device
-    gate_cfg = gate or m.gate
     run = EvalRun.of(out)
     profile = load_profile(run.profile_path)
+    record, resume = _open_record(m, run, profile, s)
+    tc, pc = m.placement.cores
+    say(f"device {m.identity.describe()}; {m.placement.describe()}")
+    runner_opts = {
+        "models": None if s.models is None else str(s.models),
+        "target_cores": tc,
+        "producer_cores": pc,
+        "prompt": s.prompt,
+    }
+    run_windows(
+        m.device,
+        record,
+        s.gate or m.gate,
+        open_runner=open_runner or default_open_runner,
+        runner_opts=runner_opts,
+        say=say,
+        monitor_interval_s=s.monitor_interval_s,
+        resume=resume,
+        progress=progress,
+    )
+    return _finish(m, run, profile, record, resume)
+
+
+def _open_record(m: Any, run: EvalRun, profile: Any, s: NativeSettings) -> tuple[Any, str]:
+    """The run's native record, begun or (``append``) reopened after the refusals, and the
+    command that resumes it; the folder is marked incomplete before its first native file."""
+    device = m.device
     requested = native_settings(
         device,
         run,
         profile,
-        windows=windows,
-        repeats=repeats,
-        warmup=warmup,
-        models=models,
-        prompt=prompt,
+        windows=s.windows,
+        repeats=s.repeats,
+        warmup=s.warmup,
+        models=s.models,
+        prompt=s.prompt,
     )
     requested["placement"] = {k: v for k, v in m.placement.to_dict().items() if k != "clusters"}
     resume = resume_command(
         m.identity.phone_option,  # finds the phone again whatever its adb serial then
         run.folder,
-        windows=windows,
-        repeats=repeats,
-        warmup=warmup,
-        models=models,
-        prompt=prompt,
-        gate=gate_cfg,
+        windows=s.windows,
+        repeats=s.repeats,
+        warmup=s.warmup,
+        models=s.models,
+        prompt=s.prompt,
+        gate=s.gate or m.gate,
         default_gate=GateConfig.for_device(device),
         placement=m.placement,
     )
-    # Refusals first; then the folder is marked incomplete before its first native file.
-    if append:
+    if s.append:
         record = NativeRecord.resume(run.folder, requested)
         mark_native(run.folder, resume)
     else:
         NativeRecord.check_fresh(run.folder)
         mark_native(run.folder, resume)
         record = NativeRecord.start(run.folder, requested)
-    tc, pc = m.placement.cores
-    say(f"device {m.identity.describe()}; {m.placement.describe()}")
-    runner_opts = {
-        "models": None if models is None else str(models),
-        "target_cores": tc,
-        "producer_cores": pc,
-        "prompt": prompt,
-    }
-    run_windows(
-        device,
-        record,
-        gate_cfg,
-        open_runner=open_runner or default_open_runner,
-        runner_opts=runner_opts,
-        say=say,
-        monitor_interval_s=monitor_interval_s,
-        resume=resume,
-        progress=progress,
-    )
+    return record, resume
 
+
+def _finish(m: Any, run: EvalRun, profile: Any, record: Any, resume: str) -> NativeEvalOutput:
+    """The summary and the native tables from every recorded run; the folder marked
+    complete."""
     s = record.settings
     rows, warm = collect_runs(record.runs(), s["windows"], s["datasets"])
     price_rows(rows, profile)
@@ -185,7 +203,7 @@ def run_native_eval(
             run.folder,
             rows,
             summary,
-            device=device,
+            device=m.device,
             profile_path=run.profile_path,
             profile_device=dict(profile.device),
             settings=s,

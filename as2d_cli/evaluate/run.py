@@ -94,198 +94,304 @@ class EvalOutput:
     profile_path: Path
 
 
-def run_eval(
-    phone: str,
-    *,
-    profile: Path | None = None,
-    traces: Path | None = None,
-    deployment: Path | None = None,
-    split: str = "test",
-    calibrations: Path = Path("calibrations"),
-    results: Path = Path("results"),
-    say: Say = lambda s: None,
-    models: Path | None = None,
-    prompt: PromptSpec | None = None,
-    allow_unconfirmed: bool = False,
-    align: str | None = None,
-    executor: Executor | None = None,
-    command: str | None = None,
-    allow_implausible: bool = False,
-    accept_unvalidated: bool = False,
-    native: Any = None,
-    figure_format: str = "png",
-    progress: Progress | None = None,
-) -> EvalOutput:
-    """``accept_unvalidated``: use a deployment that failed its own checks — NOT retained
-    on val, never checked there (selected on dev only), or selected on fewer than
+@dataclass(frozen=True)
+class EvalSettings:
+    """What one evaluation's replay part uses: the `as2d eval` options, built once.
+
+    ``accept_unvalidated``: use a deployment that failed its own checks — NOT retained on
+    val, never checked there (selected on dev only), or selected on fewer than
     ``MIN_DEV_WINDOWS`` dev windows — and record that in the results; refused otherwise
     (inputs.require_validated). ``allow_unconfirmed`` is its older name and does the same.
-    ``native``: the identity of the device the native part will measure (device_agents
-    ``DeviceIdentity``): a profile found for it (no ``profile`` given) that is synthetic or
-    another device's is refused before anything is written. ``align``: the alignment rules (a
-    deployment selected under them is found or selected; None: a given deployment's own,
-    else the default rules). ``executor``: where the catalog sweeps (oracle, a selection made
-    now) run (default: the local pool). ``command``: the command line that redoes this
-    evaluation, for the incomplete folder's note (default: ``as2d eval --phone PHONE``).
-    ``figure_format``: the figures' format (png, pdf or svg). ``progress`` hears of each
-    selection sweep, method replay and the oracle sweep as it starts.
+    ``align``: the alignment rules (a deployment selected under them is found or selected;
+    None: a given deployment's own, else the default rules). ``command``: the command line
+    that redoes this evaluation, for the incomplete folder's note (default: ``as2d eval
+    --phone PHONE``). ``figure_format``: the figures' format (png, pdf or svg)."""
+
+    phone: str
+    profile: Path | None = None
+    traces: Path | None = None
+    deployment: Path | None = None
+    split: str = "test"
+    calibrations: Path = Path("calibrations")
+    results: Path = Path("results")
+    models: Path | None = None
+    prompt: PromptSpec | None = None
+    allow_unconfirmed: bool = False
+    accept_unvalidated: bool = False
+    allow_implausible: bool = False
+    align: str | None = None
+    figure_format: str = "png"
+    command: str | None = None
+
+    @property
+    def accept(self) -> bool:
+        return self.accept_unvalidated or self.allow_unconfirmed
+
+    @property
+    def redo(self) -> str:
+        return self.command or f"as2d eval --phone {self.phone}"
+
+
+@dataclass
+class _Inputs:
+    """The checked inputs of one evaluation: profile, traces, the device's folder name."""
+
+    profile_path: Path
+    prof: Any
+    files: list[Path]
+    ts: Any
+    device: str
+
+
+@dataclass
+class _Chosen:
+    """The deployment an evaluation uses, and how it was found."""
+
+    path: Path
+    dep: Any
+    failures: list[str]
+    selected_now: bool
+
+
+def run_eval(
+    s: EvalSettings,
+    *,
+    say: Say = lambda s: None,
+    executor: Executor | None = None,
+    native: Any = None,
+    progress: Progress | None = None,
+) -> EvalOutput:
+    """The replay part of ``as2d eval`` with settings ``s``. ``native``: the identity of the
+    device the native part will measure (device_agents ``DeviceIdentity``): a profile found
+    for it (no ``profile`` given) that is synthetic or another device's is refused before
+    anything is written. ``executor``: where the catalog sweeps (oracle, a selection made
+    now) run (default: the local pool). ``progress`` hears of each selection sweep, method
+    replay and the oracle sweep as it starts.
 
     Ctrl-C becomes :class:`~as2d_cli.errors.Interrupted`, saying whether a folder was begun
     (it stays marked incomplete) and what to run."""
-    redo = command or f"as2d eval --phone {phone}"
-    with _nothing_written_yet(results, redo):
-        pair = _pair(models, prompt)
-        profile_path = profile or find_profile(phone, calibrations, pair, models)
-        prof = load_profile(profile_path, check=True, allow_implausible=allow_implausible)
-        if native is not None and profile is None:
-            refuse_foreign_profile(prof, Path(profile_path), native, phone)
-        accept = accept_unvalidated or allow_unconfirmed
-        files = trace_files(
-            traces
-            if traces is not None or models is None
-            else pair_traces(Path(models), (prompt or PromptSpec()).task)
+    with _nothing_written_yet(s.results, s.redo):
+        inp = _inputs(s, native)
+        chosen = _deployment(s, inp, say, executor, progress)
+        say(f"replaying every method over the {s.split} split with {inp.profile_path}")
+        ev = evaluate_fixed(
+            inp.ts, inp.prof, chosen.dep, split=s.split, executor=executor, progress=progress
         )
-        ts = load_trace_files(files)
-        check_pair(
-            prof,
-            ts,
-            str(files[0]) if len(files) == 1 else f"the traces in {files[0].parent}",
-            pair,
-            models is not None,
-        )
-        if not any(w.split == split for w in ts.windows):
-            raise UserError(f"the traces hold no {split!r} windows; pass traces with that split")
-        device = safe_name(str(prof.device.get("name") or phone), "device")
-        candidates = (
-            []
-            if deployment is not None
-            else deployment_candidates(
-                profile_path, device, calibrations, files, align or DEFAULT_ALIGN
-            )
-        )
-        dep_path = deployment or (candidates[0][0] if candidates else None)
-        selected_now = False
-        if dep_path is None and not accept and not any(w.split == "val" for w in ts.windows):
-            raise UserError(
-                "no deployment chosen on this profile and these traces yet, and the traces hold no 'val' "
-                f"windows to confirm a new selection on; pass traces with val windows (or "
-                f"{ACCEPT_FLAG}, or --allow-unconfirmed, to select on dev only)"
-            )
-        n_dev = sum(w.split == "dev" for w in ts.windows)
-        if dep_path is None and not accept and 0 < n_dev < MIN_DEV_WINDOWS:
-            raise UserError(
-                f"no deployment chosen on this profile and these traces yet, and the traces hold "
-                f"{n_dev} dev windows, fewer than the {MIN_DEV_WINDOWS} a selection is trusted on; "
-                f"pass traces with at least {MIN_DEV_WINDOWS} dev windows (or {ACCEPT_FLAG} to "
-                "select on these anyway)"
-            )
-        if dep_path is None:
-            from as2d_cli.replay.report import with_target_only, write_selection
-            from as2d_cli.replay.selection import select_budget
+        sensitivity = derived_sensitivity(inp.ts, inp.prof, chosen.dep, split=s.split)
+    return _write(s, inp, chosen, ev, sensitivity)
 
-            say(
-                f"no deployment chosen on {profile_path} yet: selecting one on the dev/val splits first"
-            )
-            setting = MethodSpec("as2d", align=align or DEFAULT_ALIGN)
-            sel = select_budget(
-                ts,
-                prof,
-                settings=[setting],
-                executor=executor,
-                progress=None
-                if progress is None
-                else (lambda lab, d, t: progress(f"selecting: {lab}", d, t)),
-            )
-            if sel.retained is False and not accept:  # refused before the deployment is written
-                failed = " and ".join(validation_failures(sel.to_json()))
-                raise UserError(
-                    f"the configuration selected now on the dev split ({sel.source}/budget "
-                    f"{sel.budget}) was {failed}; nothing was written: pass {ACCEPT_FLAG} to use "
-                    "it anyway (recorded in the results), or select on more dev and val windows"
-                )
-            report: dict[str, Any] = {
-                "catalog": sel.catalog,
-                "dev": sel.dev,
-                "val": sel.val,
-                "ranking": [r.to_json() for r in sel.ranking[:10]],
-                "inputs": {"traces": [input_ref(f) for f in files]},
-            }
-            report = with_target_only(report, sel, ts, prof)
-            if prof.allowed_implausible:
-                report["allowed_implausible"] = list(prof.allowed_implausible)
-            out = next_free(calibrations / device / "deployment.yaml")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            dep_path = write_selection(sel, report, profile_path, out)
-            selected_now = True
-            say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
-        dep = load_deployment(dep_path, profile=profile_path)
-        rules_for(dep, align, dep_path)
-        failures = require_validated(
-            Path(dep_path),
-            dep.selection,
-            given=deployment is not None,
-            candidates=candidates,
-            accept=accept,
+
+def _inputs(s: EvalSettings, native: Any) -> _Inputs:
+    """The profile and traces, checked against each other, the pair and the split."""
+    pair = _pair(s.models, s.prompt)
+    profile_path = s.profile or find_profile(s.phone, s.calibrations, pair, s.models)
+    prof = load_profile(profile_path, check=True, allow_implausible=s.allow_implausible)
+    if native is not None and s.profile is None:
+        refuse_foreign_profile(prof, Path(profile_path), native, s.phone)
+    files = trace_files(
+        s.traces
+        if s.traces is not None or s.models is None
+        else pair_traces(Path(s.models), (s.prompt or PromptSpec()).task)
+    )
+    ts = load_trace_files(files)
+    where = str(files[0]) if len(files) == 1 else f"the traces in {files[0].parent}"
+    check_pair(prof, ts, where, pair, s.models is not None)
+    if not any(w.split == s.split for w in ts.windows):
+        raise UserError(f"the traces hold no {s.split!r} windows; pass traces with that split")
+    device = safe_name(str(prof.device.get("name") or s.phone), "device")
+    return _Inputs(Path(profile_path), prof, files, ts, device)
+
+
+def _deployment(
+    s: EvalSettings,
+    inp: _Inputs,
+    say: Say,
+    executor: Executor | None,
+    progress: Progress | None,
+) -> _Chosen:
+    """The given deployment, else the newest chosen on this profile and these traces, else
+    one selected now; checked against its own validation (refused unless accepted)."""
+    candidates = (
+        []
+        if s.deployment is not None
+        else deployment_candidates(
+            inp.profile_path, inp.device, s.calibrations, inp.files, s.align or DEFAULT_ALIGN
         )
-        say(describe_deployment(Path(dep_path), dep.source, dep.budget, dep.selection))
-        if failures:
-            flag = ACCEPT_FLAG if accept_unvalidated else "--allow-unconfirmed"
-            say(
-                f"warning: {dep_path} was {' and '.join(failures)}; used anyway ({flag}), "
-                "as the results record"
-            )
-        say(f"replaying every method over the {split} split with {profile_path}")
-        ev = evaluate_fixed(ts, prof, dep, split=split, executor=executor, progress=progress)
-        sensitivity = derived_sensitivity(ts, prof, dep, split=split)
+    )
+    dep_path = s.deployment or (candidates[0][0] if candidates else None)
+    selected_now = dep_path is None
+    if dep_path is None:
+        _refuse_selecting(s, inp)
+        dep_path = _select_now(s, inp, say, executor, progress)
+    dep = load_deployment(dep_path, profile=inp.profile_path)
+    rules_for(dep, s.align, dep_path)
+    failures = require_validated(
+        Path(dep_path),
+        dep.selection,
+        given=s.deployment is not None,
+        candidates=candidates,
+        accept=s.accept,
+    )
+    say(describe_deployment(Path(dep_path), dep.source, dep.budget, dep.selection))
+    if failures:
+        flag = ACCEPT_FLAG if s.accept_unvalidated else "--allow-unconfirmed"
+        say(
+            f"warning: {dep_path} was {' and '.join(failures)}; used anyway ({flag}), "
+            "as the results record"
+        )
+    return _Chosen(Path(dep_path), dep, failures, selected_now)
+
+
+def _refuse_selecting(s: EvalSettings, inp: _Inputs) -> None:
+    """No deployment yet: selecting one now needs val windows and enough dev windows,
+    unless accepted."""
+    if s.accept:
+        return
+    windows = inp.ts.windows
+    if not any(w.split == "val" for w in windows):
+        raise UserError(
+            "no deployment chosen on this profile and these traces yet, and the traces hold no 'val' "
+            f"windows to confirm a new selection on; pass traces with val windows (or "
+            f"{ACCEPT_FLAG}, or --allow-unconfirmed, to select on dev only)"
+        )
+    n_dev = sum(w.split == "dev" for w in windows)
+    if 0 < n_dev < MIN_DEV_WINDOWS:
+        raise UserError(
+            f"no deployment chosen on this profile and these traces yet, and the traces hold "
+            f"{n_dev} dev windows, fewer than the {MIN_DEV_WINDOWS} a selection is trusted on; "
+            f"pass traces with at least {MIN_DEV_WINDOWS} dev windows (or {ACCEPT_FLAG} to "
+            "select on these anyway)"
+        )
+
+
+def _select_now(
+    s: EvalSettings,
+    inp: _Inputs,
+    say: Say,
+    executor: Executor | None,
+    progress: Progress | None,
+) -> Path:
+    """Select a deployment on the dev/val splits and write it; returns its path."""
+    from as2d_cli.replay.report import with_target_only, write_selection
+    from as2d_cli.replay.selection import select_budget
+
+    say(
+        f"no deployment chosen on {inp.profile_path} yet: selecting one on the dev/val splits first"
+    )
+    setting = MethodSpec("as2d", align=s.align or DEFAULT_ALIGN)
+    sel = select_budget(
+        inp.ts,
+        inp.prof,
+        settings=[setting],
+        executor=executor,
+        progress=None
+        if progress is None
+        else (lambda lab, d, t: progress(f"selecting: {lab}", d, t)),
+    )
+    if sel.retained is False and not s.accept:  # refused before the deployment is written
+        failed = " and ".join(validation_failures(sel.to_json()))
+        raise UserError(
+            f"the configuration selected now on the dev split ({sel.source}/budget "
+            f"{sel.budget}) was {failed}; nothing was written: pass {ACCEPT_FLAG} to use "
+            "it anyway (recorded in the results), or select on more dev and val windows"
+        )
+    report: dict[str, Any] = {
+        "catalog": sel.catalog,
+        "dev": sel.dev,
+        "val": sel.val,
+        "ranking": [r.to_json() for r in sel.ranking[:10]],
+        "inputs": {"traces": [input_ref(f) for f in inp.files]},
+    }
+    report = with_target_only(report, sel, inp.ts, inp.prof)
+    if inp.prof.allowed_implausible:
+        report["allowed_implausible"] = list(inp.prof.allowed_implausible)
+    out = next_free(s.calibrations / inp.device / "deployment.yaml")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    dep_path = write_selection(sel, report, inp.profile_path, out)
+    say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
+    return Path(dep_path)
+
+
+def _write(
+    s: EvalSettings, inp: _Inputs, chosen: _Chosen, ev: FixedEval, sensitivity: Any
+) -> EvalOutput:
+    """The results folder: results.json, table.txt, the tidy tables, tables.md, figures."""
+    from as2d_cli.replay.report import no_gain_note
+
     at = time.time()
-    prov = provenance(prof, Path(profile_path), dep, Path(dep_path), files, ts, failures)
+    dep, dep_path = chosen.dep, chosen.path
+    prov = provenance(inp.prof, inp.profile_path, dep, dep_path, inp.files, inp.ts, chosen.failures)
     if sensitivity is not None:  # a derived cost priced this table: say so, and how much it matters
         prov["profile"]["derived"] = {sensitivity["cost"]: sensitivity["derived"]}
         prov["sensitivity"] = sensitivity
-    from as2d_cli.replay.report import no_gain_note
-
     note = no_gain_note(dep.selection)  # said above the table
     table = ("" if note is None else f"{note}\n\n") + render_table(ev) + render_provenance(prov)
     inputs = {
-        "profile": profile_path,
+        "profile": inp.profile_path,
         "deployment": dep_path,
-        **{f"traces{i}": f for i, f in enumerate(files)},
+        **{f"traces{i}": f for i, f in enumerate(inp.files)},
     }
     # results.json names its manifest: without one beside it the folder was damaged
     doc = make_results(
         "eval",
         {**ev.to_json(), "provenance": prov, "manifest": MANIFEST},
         inputs=inputs,
-        device=dict(prof.device),
+        device=dict(inp.prof.device),
     )
-    folder = fresh_folder(results / results_stem(device, split, at))
-    try:
+    folder = fresh_folder(s.results / results_stem(inp.device, s.split, at))
+    with _writing(folder, s.redo):
         mark_writing(
             folder,
             writing=WRITER,
-            pending=eval_files(figure_format),
-            command=redo,
+            pending=eval_files(s.figure_format),
+            command=s.redo,
             in_place=False,
             files={},
         )
         res_path = write_results(folder / "results.json", doc)
         write_atomic(folder / "table.txt", table.encode("utf-8"))
-        from as2d_cli.evaluate.tables import run_columns, write_tables
-        from as2d_cli.figures import date_text
-
-        with atomic_files(folder) as scratch:  # the tidy tables, each moved in when written
-            write_tables(ev, {w.id: w for w in ts.windows}, scratch, run=run_columns(prov))
-        plot = plot_cdf(
-            ev,
-            folder / "cdf",
-            f"{device} · profile {Path(profile_path).name} · {dep.source}/b{dep.budget} · {date_text(at)}",
-            (figure_format,),
-        )[0]
-        from as2d_cli.evaluate.report import load_report, render_report
-
-        # tables.md and its CSVs, datasets, rk: the paper's tables and figures, from the files
-        render_report(folder, *load_report(folder), formats=(figure_format,), cdf=False)
+        plot = _write_tables_and_figures(s, inp, chosen, ev, prov, folder, at)
         mark_complete(folder)
+    return EvalOutput(
+        folder, res_path, table, plot, ev, dep_path, chosen.selected_now, inp.profile_path
+    )
+
+
+def _write_tables_and_figures(
+    s: EvalSettings,
+    inp: _Inputs,
+    chosen: _Chosen,
+    ev: FixedEval,
+    prov: dict[str, Any],
+    folder: Path,
+    at: float,
+) -> Path:
+    """The tidy tables, the CDF figure, tables.md with its CSVs and the other figures."""
+    from as2d_cli.evaluate.report import load_report, render_report
+    from as2d_cli.evaluate.tables import run_columns, write_tables
+    from as2d_cli.figures import date_text
+
+    with atomic_files(folder) as scratch:  # the tidy tables, each moved in when written
+        write_tables(ev, {w.id: w for w in inp.ts.windows}, scratch, run=run_columns(prov))
+    dep = chosen.dep
+    plot = plot_cdf(
+        ev,
+        folder / "cdf",
+        f"{inp.device} · profile {inp.profile_path.name} · {dep.source}/b{dep.budget} · "
+        f"{date_text(at)}",
+        (s.figure_format,),
+    )[0]
+    # tables.md and its CSVs, datasets, rk: the paper's tables and figures, from the files
+    render_report(folder, *load_report(folder), formats=(s.figure_format,), cdf=False)
+    return plot
+
+
+@contextmanager
+def _writing(folder: Path, redo: str) -> Iterator[None]:
+    """Ctrl-C or a write error while the folder is written: one line saying what is left
+    and what to run."""
+    try:
+        yield
     except KeyboardInterrupt:
         raise Interrupted(
             f"as2d eval interrupted while writing {folder}{_left(folder)}; run `{redo}` again"
@@ -296,9 +402,6 @@ def run_eval(
             f"could not write {folder} ({what}: {exc.filename or folder}){_left(folder)}; free "
             f"the space (or fix the cause), then run `{redo}` again"
         ) from None
-    return EvalOutput(
-        folder, res_path, table, plot, ev, Path(dep_path), selected_now, Path(profile_path)
-    )
 
 
 @contextmanager
