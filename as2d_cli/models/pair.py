@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from as2d_cli import __version__
 from as2d_cli.errors import UserError
@@ -301,59 +301,50 @@ def unencodable(drafter_tok: Path, target_tok: Path) -> list[str]:
     return bad
 
 
+class PairOptions(TypedDict, total=False):
+    """``import_pair``'s options: ``ctc``, an optional CTC model folder; ``variant`` /
+    ``drafter_variant``, the ONNX variant of each export; ``copy``, copy the files instead of
+    linking them; ``name`` (default: the folder's); ``task``; ``drafter_reads_target_encoder``:
+    the drafter's decoder reads the target's encoder states (a distilled Whisper drafter that
+    kept its teacher's encoder), so a request is encoded once, by the target."""
+
+    ctc: Path | None
+    variant: str | None
+    drafter_variant: str | None
+    copy: bool
+    name: str | None
+    task: str
+    drafter_reads_target_encoder: bool
+
+
 def import_pair(
     target: Path,
     drafter: Path,
     out: Path,
     *,
-    ctc: Path | None = None,
-    variant: str | None = None,
-    drafter_variant: str | None = None,
-    copy: bool = False,
-    name: str | None = None,
-    task: str = "transcribe",
     progress: Callable[[str], None] | None = None,
-    drafter_reads_target_encoder: bool = False,
+    **options: Unpack[PairOptions],
 ) -> Path:
     """Validate a target and a drafter export (Whisper or audio LLM, in any combination;
-    and an optional CTC model) and write the pair folder ``out``. Returns ``out``.
-    ``drafter_reads_target_encoder``: the drafter's decoder reads the target's encoder states
-    (a distilled Whisper drafter that kept its teacher's encoder), so a request is encoded
-    once, by the target."""
+    and an optional CTC model) and write the pair folder ``out``. Returns ``out``."""
     say = progress or (lambda _msg: None)
     out = Path(out)
+    task = options.get("task", "transcribe")
+    shared = options.get("drafter_reads_target_encoder", False)
     if out.exists():
         raise UserError(f"{out} already exists and is never overwritten; choose another --out")
     if task not in TASKS:
         raise UserError(f"unknown --task {task!r}; use one of {', '.join(TASKS)}")
     say(f"reading {target}")
-    t = _read(Path(target), variant)
+    t = _read(Path(target), options.get("variant"))
     say(f"reading {drafter}")
-    d = _read(Path(drafter), drafter_variant)
+    d = _read(Path(drafter), options.get("drafter_variant"))
     if t.kind == "whisper-onnx" and task not in WHISPER_TASKS:
         raise UserError(
             f"--task {task} needs an audio language model; {t.directory} is a Whisper model "
             "(tasks: transcribe, translate)"
         )
-    diff = tokenizer_differences(t.tokenizer, d.tokenizer)
-    if not diff:
-        for key in ("sot", "eot"):
-            if t.kind == d.kind and t.specials[key] != d.specials[key]:
-                raise UserError(
-                    f"the target's and drafter's generation_config.json disagree on the "
-                    f"{'start' if key == 'sot' else 'end-of-text'} token ({t.specials[key]} vs "
-                    f"{d.specials[key]}); they must share the prompt and EOS"
-                )
-    else:
-        bad = unencodable(d.tokenizer, t.tokenizer)
-        if bad:
-            shown = ", ".join(repr(x) for x in bad[:3])
-            raise UserError(
-                f"the target's tokenizer {t.tokenizer} cannot encode the text of {len(bad)} of the "
-                f"drafter's tokens ({d.tokenizer}; first: {shown}): their drafts could never be "
-                "verified; use a drafter whose text the target can encode (a byte-level tokenizer "
-                "encodes any text)"
-            )
+    diff = _check_tokenizers(t, d)
     for m in (t, d):
         if m.kind == "whisper-onnx":
             build_prompt(
@@ -363,74 +354,17 @@ def import_pair(
                 str(m.directory / "generation_config.json"),
             )
     say("checking the ONNX files")
-    dims_t, dims_d = _dims(t), _dims(d)
-    if drafter_reads_target_encoder and (
-        t.kind != "whisper-onnx"
-        or d.kind != "whisper-onnx"
-        or (dims_t["d"], dims_t["n_mels"]) != (dims_d["d"], dims_d["n_mels"])
-    ):
-        what = (
-            f"width {dims_d.get('d')} and {dims_d.get('n_mels')} mel bins, the target "
-            f"{dims_t.get('d')} and {dims_t.get('n_mels')}"
-            if t.kind == d.kind == "whisper-onnx"
-            else "another architecture than a Whisper drafter of a Whisper target"
-        )
-        raise UserError(
-            f"the drafter ({d.directory}) has {what}: it cannot read the target's encoder states; "
-            "drop --drafter-reads-target-encoder"
-        )
+    dims = {"target": _dims(t), "drafter": _dims(d)}
+    if shared:
+        _check_shared_encoder(t, d, dims["target"], dims["drafter"])
     work = out.parent / f".{out.name}.importing-{os.getpid()}"
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         work.mkdir()
         shutil.copy2(t.tokenizer, work / "tokenizer.json")
-        say("hashing" + (" and copying" if copy else "") + " the model files")
-        models: dict[str, Any] = {}
-        for role, m, dims in (("target", t, dims_t), ("drafter", d, dims_d)):
-            if m.kind == "audio-llm-onnx":
-                models[role] = _audio_llm_entry(role, m.export, dims, work, copy, task)
-            else:
-                models[role] = _whisper_entry(
-                    role, m.export, dims, work, copy, _whisper_task(task, t.kind)
-                )
-        dr = models["drafter"]
-        dr["conversion"] = "text" if diff else "none"
-        if diff:  # the drafter keeps its own tokenizer: its text is converted into the target's
-            shutil.copy2(d.tokenizer, work / "drafter" / "tokenizer.json")
-            dr["tokenizer"], dr["specials"] = "drafter/tokenizer.json", d.specials
-            dr["sha256"]["drafter/tokenizer.json"] = sha256_file(
-                work / "drafter" / "tokenizer.json"
-            )
-        if drafter_reads_target_encoder:  # the drafter's own encoder is not used: name the target's
-            tg = models["target"]
-            dr["sha256"].pop(dr["files"]["encoder"], None)
-            if copy:
-                (work / dr["files"]["encoder"]).unlink(missing_ok=True)
-            dr["files"]["encoder"] = tg["files"]["encoder"]
-            dr["sha256"][tg["files"]["encoder"]] = tg["sha256"][tg["files"]["encoder"]]
-            dr["encoder_from"] = "target"
-        if ctc is not None:
-            from as2d_cli.models.external_ctc import import_ctc
-
-            models["ctc"] = import_ctc(Path(ctc), work, copy, t.tokenizer)
-        manifest = {
-            "schema": SCHEMA,
-            "version": VERSION,
-            "name": name or out.name,
-            "tokenizer": "tokenizer.json",
-            "specials": t.specials,
-            "sample_rate": 16000,
-            "features": "Whisper log-mel (n_mels per model, 30 s window), as2d_cli.models.whisper_features",
-            "sha256": {"tokenizer.json": sha256_file(work / "tokenizer.json")},
-            "models": models,
-            "imported": {
-                "by": "as2d models import",
-                "toolkit_version": __version__,
-                "copied": copy,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            },
-        }
-        (work / "models.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        say("hashing" + (" and copying" if options.get("copy", False) else "") + " the model files")
+        models = _model_entries(work, {"target": t, "drafter": d}, dims, diff, options)
+        _write_manifest(work, out, t, models, options)
         from as2d_cli.models.bundle import load_bundle
 
         load_bundle(work, check_hashes=False)  # what we wrote must load (hashed just now)
@@ -439,3 +373,117 @@ def import_pair(
         shutil.rmtree(work, ignore_errors=True)
         raise
     return out
+
+
+def _check_tokenizers(t: _Model, d: _Model) -> list[int]:
+    """The tokenizers' differences (empty: the same tokenizer, whose prompt and EOS tokens
+    the two exports must then agree on); refused when the target cannot encode the text of
+    every drafter token, since such drafts could never be verified."""
+    diff = tokenizer_differences(t.tokenizer, d.tokenizer)
+    if not diff:
+        for key in ("sot", "eot"):
+            if t.kind == d.kind and t.specials[key] != d.specials[key]:
+                raise UserError(
+                    f"the target's and drafter's generation_config.json disagree on the "
+                    f"{'start' if key == 'sot' else 'end-of-text'} token ({t.specials[key]} vs "
+                    f"{d.specials[key]}); they must share the prompt and EOS"
+                )
+        return diff
+    bad = unencodable(d.tokenizer, t.tokenizer)
+    if bad:
+        shown = ", ".join(repr(x) for x in bad[:3])
+        raise UserError(
+            f"the target's tokenizer {t.tokenizer} cannot encode the text of {len(bad)} of the "
+            f"drafter's tokens ({d.tokenizer}; first: {shown}): their drafts could never be "
+            "verified; use a drafter whose text the target can encode (a byte-level tokenizer "
+            "encodes any text)"
+        )
+    return diff
+
+
+def _check_shared_encoder(t: _Model, d: _Model, dims_t: dict, dims_d: dict) -> None:
+    """A drafter can read the target's encoder states only as a Whisper drafter of a
+    Whisper target of the same width and mel bins."""
+    if (
+        t.kind == "whisper-onnx"
+        and d.kind == "whisper-onnx"
+        and (dims_t["d"], dims_t["n_mels"]) == (dims_d["d"], dims_d["n_mels"])
+    ):
+        return
+    what = (
+        f"width {dims_d.get('d')} and {dims_d.get('n_mels')} mel bins, the target "
+        f"{dims_t.get('d')} and {dims_t.get('n_mels')}"
+        if t.kind == d.kind == "whisper-onnx"
+        else "another architecture than a Whisper drafter of a Whisper target"
+    )
+    raise UserError(
+        f"the drafter ({d.directory}) has {what}: it cannot read the target's encoder states; "
+        "drop --drafter-reads-target-encoder"
+    )
+
+
+def _model_entries(
+    work: Path,
+    exports: dict[str, _Model],
+    dims: dict[str, dict],
+    diff: list[int],
+    options: PairOptions,
+) -> dict[str, Any]:
+    """The manifest's ``models`` (target, drafter, and the CTC model when given), their
+    files hashed (and copied) into ``work``."""
+    copy = options.get("copy", False)
+    task = options.get("task", "transcribe")
+    t = exports["target"]
+    models: dict[str, Any] = {}
+    for role, m in exports.items():
+        if m.kind == "audio-llm-onnx":
+            models[role] = _audio_llm_entry(role, m.export, dims[role], work, copy, task)
+        else:
+            models[role] = _whisper_entry(
+                role, m.export, dims[role], work, copy, _whisper_task(task, t.kind)
+            )
+    dr = models["drafter"]
+    dr["conversion"] = "text" if diff else "none"
+    if diff:  # the drafter keeps its own tokenizer: its text is converted into the target's
+        shutil.copy2(exports["drafter"].tokenizer, work / "drafter" / "tokenizer.json")
+        dr["tokenizer"], dr["specials"] = "drafter/tokenizer.json", exports["drafter"].specials
+        dr["sha256"]["drafter/tokenizer.json"] = sha256_file(work / "drafter" / "tokenizer.json")
+    if options.get("drafter_reads_target_encoder", False):
+        # the drafter's own encoder is not used: name the target's
+        tg = models["target"]
+        dr["sha256"].pop(dr["files"]["encoder"], None)
+        if copy:
+            (work / dr["files"]["encoder"]).unlink(missing_ok=True)
+        dr["files"]["encoder"] = tg["files"]["encoder"]
+        dr["sha256"][tg["files"]["encoder"]] = tg["sha256"][tg["files"]["encoder"]]
+        dr["encoder_from"] = "target"
+    ctc = options.get("ctc")
+    if ctc is not None:
+        from as2d_cli.models.external_ctc import import_ctc
+
+        models["ctc"] = import_ctc(Path(ctc), work, copy, t.tokenizer)
+    return models
+
+
+def _write_manifest(
+    work: Path, out: Path, t: _Model, models: dict[str, Any], options: PairOptions
+) -> None:
+    """``models.json`` of the pair folder being written in ``work``."""
+    manifest = {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "name": options.get("name") or out.name,
+        "tokenizer": "tokenizer.json",
+        "specials": t.specials,
+        "sample_rate": 16000,
+        "features": "Whisper log-mel (n_mels per model, 30 s window), as2d_cli.models.whisper_features",
+        "sha256": {"tokenizer.json": sha256_file(work / "tokenizer.json")},
+        "models": models,
+        "imported": {
+            "by": "as2d models import",
+            "toolkit_version": __version__,
+            "copied": options.get("copy", False),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    }
+    (work / "models.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
