@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from as2d_cli.engine.methods import DEFAULT_ALIGN, DEFAULT_BUDGET, MethodOptions, MethodSpec
+from as2d_cli.engine.methods import DEFAULT_ALIGN, MethodOptions, MethodSpec
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor
 from as2d_cli.formats.common import sha256_file
@@ -25,9 +25,9 @@ from as2d_cli.formats.deployment_io import (
 )
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.profile_io import load_profile
-from as2d_cli.formats.trace import TraceSet
+from as2d_cli.formats.trace import TraceSet, WindowTrace
 from as2d_cli.formats.trace_io import load_traces
-from as2d_cli.replay.run import run_method, slowdowns
+from as2d_cli.replay.run import MethodRun, run_method, slowdowns
 from as2d_cli.replay.selection import Selection, select_budget, windows_of
 from as2d_cli.replay.sweep import AS2D, DEFAULT_BUDGETS
 from as2d_cli.stats.compare import cdf
@@ -102,6 +102,53 @@ def _trace_refs(traces_path: str | Path | Sequence[str | Path]) -> dict | list[d
     return _ref(paths[0]) if len(paths) == 1 else [_ref(p) for p in paths]
 
 
+def _options(
+    dep: Deployment | None,
+    where: str,
+    trace_source: str | None,
+    budget: int | None,
+    source: str | None,
+    k: int | None,
+    align: str | None,
+) -> MethodOptions:
+    """The replay's method settings: the given ones over the deployment's (its budget,
+    source, batch, threshold and alignment rules), else the trace's default source."""
+    if dep is None:
+        return MethodOptions(
+            budget=budget,
+            source=source,
+            k=k,
+            default_source=trace_source,
+            align=align or DEFAULT_ALIGN,
+        )
+    return MethodOptions(
+        budget=budget,
+        source=source,
+        k=k,
+        default_source=dep.source,
+        default_budget=dep.budget,
+        batch=dep.batch,
+        threshold=dep.threshold,
+        align=rules_for(dep, align, where),
+    )
+
+
+def _per_window(
+    windows: Sequence[WindowTrace], run: MethodRun, wtps: list[float | None], spans: bool
+) -> list[dict]:
+    """One entry per window: its id, dataset, split, TPS and every configuration's replay."""
+    return [
+        {
+            "window": w.id,
+            "dataset": w.dataset,
+            "split": w.split,
+            "tps": wtps[i],
+            "configs": [rows[i].to_json(spans=spans) for rows in run.runs],
+        }
+        for i, w in enumerate(windows)
+    ]
+
+
 def replay_report(
     profile_path: str | Path,
     traces_path: str | Path | Sequence[str | Path],
@@ -124,28 +171,9 @@ def replay_report(
     dep: Deployment | None = None
     if deployment_path is not None:
         dep = load_deployment(deployment_path, profile=profile_path)
-    default_budget = dep.budget if dep is not None else DEFAULT_BUDGET
-    default_source = dep.source if dep is not None else traces.default_source
-    align = (
-        rules_for(dep, align, str(deployment_path)) if dep is not None else align or DEFAULT_ALIGN
-    )
-    extra: dict[str, Any] = (
-        {"batch": dep.batch, "threshold": dep.threshold} if dep is not None else {}
-    )
-    run = run_method(
-        windows,
-        profile,
-        method,
-        MethodOptions(
-            budget=budget,
-            source=source,
-            k=k,
-            default_source=default_source,
-            default_budget=default_budget,
-            align=align,
-            **extra,
-        ),
-    )
+    options = _options(dep, str(deployment_path), traces.default_source, budget, source, k, align)
+    align = options.align
+    run = run_method(windows, profile, method, options)
     summary = run.summary()
     if method != "target-only":
         base = run_method(windows, profile, "target-only", detail=False)
@@ -159,16 +187,7 @@ def replay_report(
     wtps = run.window_tps()
     timed = [v for v in wtps if v is not None]
     summary["cdf"] = [list(p) for p in cdf(timed)] if timed else []
-    per_window = []
-    for i, w in enumerate(windows):
-        entry = {
-            "window": w.id,
-            "dataset": w.dataset,
-            "split": w.split,
-            "tps": wtps[i],
-            "configs": [rows[i].to_json(spans=spans) for rows in run.runs],
-        }
-        per_window.append(entry)
+    per_window = _per_window(windows, run, wtps, spans)
     inputs = {"profile": _ref(profile_path), "traces": _trace_refs(traces_path)}
     if deployment_path is not None:
         inputs["deployment"] = _ref(deployment_path)
