@@ -213,6 +213,41 @@ def fit_profile(
             or s["figure"] == "sources.drafter.startup"
         ]
     g = group(samples)
+    idle, ratios = _verify_costs(samples, g, ctx)
+    flat_step = _med(
+        g, "sources.drafter.step", 0.0
+    )  # over all positions: the concurrent ratio's baseline
+    if (
+        ctx is not None
+    ):  # figures probed at a fixed or recorded cache length, moved to the reference
+        _move_to_reference(g, samples, ctx)
+    drafter = _drafter_costs(g)
+    sources = _source_costs(g, all_samples, ctx, ref_audio_s, flat_step)
+    target_step = _med(g, "target_step")
+    if drafter is not None and g.get("loop_round"):
+        g["loop"] = loop_residuals(samples, idle, drafter.step_ms, ctx, drafter.catch_up_ms)
+    loop = max(0.0, _med(g, "loop", 0.0))
+    profile = CostProfile(
+        device=dict(device),
+        target_step_ms=target_step,
+        verify_idle_ms=idle,
+        verify_concurrent_ratio=ratios,
+        loop_ms=loop,
+        align_ms=0.0,
+        drafter=drafter,
+        sources=sources,
+        fit=_fit_record(g, all_samples, notes),
+        created=created,
+        context=ctx,
+    )
+    return apply_in_loop(profile, all_samples)
+
+
+def _verify_costs(
+    samples: list[Mapping[str, Any]], g: dict[str, list[float]], ctx: ContextCosts | None
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Each width's idle verification cost (at the reference cache length when there is a
+    context) and its concurrent/idle ratio."""
     idle = {
         int(k.split("K")[1]): float(median(v))
         for k, v in g.items()
@@ -246,43 +281,58 @@ def fit_profile(
         ratios = {k: ratios.get(k, fill) for k in idle}
     elif not ratios:
         ratios = {k: 1.0 for k in idle}
-    flat_step = _med(
-        g, "sources.drafter.step", 0.0
-    )  # over all positions: the concurrent ratio's baseline
-    if (
-        ctx is not None
-    ):  # figures probed at a fixed or recorded cache length, moved to the reference
-        for fig in (
-            "drafter.step",
-            "drafter.catch_up",
-            "drafter.paired",
-            *[k for k in g if k.startswith("drafter.refresh.K")],
-        ):
-            if g.get(fig):
-                g[fig] = _at_ref(
-                    samples, ctx, figure=fig, drafter=True, position=DRAFTER_PROBE_CACHE
-                )
-        for fig, is_drafter in (
-            ("sources.drafter.step", True),
-            ("sources.lookahead.step", True),
-            ("target_step", False),
-        ):
-            if g.get(fig):
-                g[fig] = _at_ref(samples, ctx, figure=fig, drafter=is_drafter)
+    return idle, ratios
+
+
+def _move_to_reference(
+    g: dict[str, list[float]], samples: list[Mapping[str, Any]], ctx: ContextCosts
+) -> None:
+    """The drafter's, the sources' and the target step's figures moved to the reference
+    cache length (in place)."""
+    for fig in (
+        "drafter.step",
+        "drafter.catch_up",
+        "drafter.paired",
+        *[k for k in g if k.startswith("drafter.refresh.K")],
+    ):
+        if g.get(fig):
+            g[fig] = _at_ref(samples, ctx, figure=fig, drafter=True, position=DRAFTER_PROBE_CACHE)
+    for fig, is_drafter in (
+        ("sources.drafter.step", True),
+        ("sources.lookahead.step", True),
+        ("target_step", False),
+    ):
+        if g.get(fig):
+            g[fig] = _at_ref(samples, ctx, figure=fig, drafter=is_drafter)
+
+
+def _drafter_costs(g: dict[str, list[float]]) -> DrafterCosts | None:
+    """The paired drafter's costs, when it was measured."""
+    if not g.get("drafter.step"):
+        return None
     refresh = {
         int(k.split("K")[1]): float(median(v))
         for k, v in g.items()
         if k.startswith("drafter.refresh.K") and v
     }
-    drafter = None
-    if g.get("drafter.step"):
-        drafter = DrafterCosts(
-            step_ms=_med(g, "drafter.step"),
-            catch_up_ms=_med(g, "drafter.catch_up"),
-            paired_ms=_med(g, "drafter.paired"),
-            row_ms=_med(g, "drafter.row"),
-            refresh_ms=refresh,
-        )
+    return DrafterCosts(
+        step_ms=_med(g, "drafter.step"),
+        catch_up_ms=_med(g, "drafter.catch_up"),
+        paired_ms=_med(g, "drafter.paired"),
+        row_ms=_med(g, "drafter.row"),
+        refresh_ms=refresh,
+    )
+
+
+def _source_costs(
+    g: dict[str, list[float]],
+    all_samples: list[Mapping[str, Any]],
+    ctx: ContextCosts | None,
+    ref_audio_s: float | None,
+    flat_step: float,
+) -> dict[str, SourceCosts]:
+    """The measured decoupled sources: the drafter source (its concurrent ratio measured),
+    and the look-ahead and CTC sources, which run beside the target at that ratio."""
     sources: dict[str, SourceCosts] = {}
     if g.get("sources.drafter.step"):
         step = _med(g, "sources.drafter.step")
@@ -320,12 +370,13 @@ def fit_profile(
         sources["lookahead"] = beside_drafter("lookahead", "autoregressive", "step")
     if g.get("sources.ctc.chunk"):
         sources["ctc"] = beside_drafter("ctc", "chunked", "chunk")
-    target_step = _med(g, "target_step")
-    if drafter is not None and g.get("loop_round"):
-        g["loop"] = loop_residuals(samples, idle, drafter.step_ms, ctx, drafter.catch_up_ms)
-    loop = max(0.0, _med(g, "loop", 0.0))
+    return sources
+
+
+def _fit_record(g: dict[str, list[float]], all_samples: list[Mapping[str, Any]], notes: str) -> Fit:
+    """How the profile was fitted, with the samples per figure."""
     episodes = any(s["figure"].startswith("loop.") for s in all_samples)
-    fit = Fit(
+    return Fit(
         method="median of measured calls per figure (warm-ups excluded); concurrent/idle ratio per width = "
         "median concurrent / median idle, unclipped; widths without concurrent samples take the median ratio"
         + (
@@ -336,20 +387,6 @@ def fit_profile(
         samples={k: tuple(v) for k, v in sorted(g.items()) if not k.startswith("loop.")},
         notes=notes,
     )
-    profile = CostProfile(
-        device=dict(device),
-        target_step_ms=target_step,
-        verify_idle_ms=idle,
-        verify_concurrent_ratio=ratios,
-        loop_ms=loop,
-        align_ms=0.0,
-        drafter=drafter,
-        sources=sources,
-        fit=fit,
-        created=created,
-        context=ctx,
-    )
-    return apply_in_loop(profile, all_samples)
 
 
 def _startup(
