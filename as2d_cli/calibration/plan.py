@@ -46,59 +46,22 @@ def make_plan(
     if max_length is not None:
         offsets = [o for o in offsets if o + widths[-1] + 1 <= max_length] or [0]
     reps = 5 if not quick else 2
+    sweep = f"verifier sweep K{widths[0]}–{widths[-1]}"
     steps: list[Step] = []
     for off in offsets:
         for producer in (False, True):
             tag = "concurrent" if producer else "idle"
             steps.append(
-                Step(
+                _verify_step(
                     f"verify-{tag}-{off}",
-                    f"verifier sweep K{widths[0]}–{widths[-1]} @ offset {off} ({tag})",
-                    {
-                        "op": "calibrate",
-                        "what": "verify",
-                        "window": window,
-                        "widths": widths,
-                        "offsets": [off],
-                        "warmup": 1,
-                        "reps": reps,
-                        "producer": producer,
-                    },
-                    len(widths) * (reps + 1) * 0.2,
+                    f"{sweep} @ offset {off} ({tag})",
+                    {"window": window, "widths": widths, "offsets": [off]},
+                    reps,
+                    producer,
                 )
             )
     if short_window and short_window != window:
-        steps.append(
-            Step(
-                "verify-idle-short",
-                f"verifier sweep K{widths[0]}–{widths[-1]} on a short window (idle)",
-                {
-                    "op": "calibrate",
-                    "what": "verify",
-                    "window": short_window,
-                    "widths": widths,
-                    "offsets": offsets[:2],
-                    "warmup": 1,
-                    "reps": reps,
-                    "producer": False,
-                },
-                len(widths) * (reps + 1) * 0.2,
-            )
-        )
-        if "drafter" in sources:
-            steps.append(
-                Step(
-                    "source-drafter-short",
-                    "source drafter alone on a short window",
-                    {
-                        "op": "calibrate",
-                        "what": "source",
-                        "source": "drafter",
-                        "window": short_window,
-                    },
-                    2,
-                )
-            )
+        steps += _short_window_steps(short_window, sweep, widths, offsets, reps, sources)
     steps.append(
         Step(
             "target-step",
@@ -136,37 +99,86 @@ def make_plan(
             4,
         )
     )
-    if not episode_windows:  # the episodes' serial rounds give the loop residual otherwise
-        steps.append(
-            Step(
-                "loop",
-                "serial SD rounds (loop residual)",
-                {
-                    "op": "calibrate",
-                    "what": "loop",
-                    "window": window,
-                    "reps": 3 if not quick else 1,
-                    "max_tokens": 200,
-                },
-                4,
-            )
+    steps.append(_loop_step(window, episode_windows, quick))
+    return steps
+
+
+def _verify_step(name: str, label: str, where: dict[str, Any], reps: int, producer: bool) -> Step:
+    """A verifier sweep (``where``: its window, widths and offsets), with or without the
+    producer running beside it."""
+    return Step(
+        name,
+        label,
+        {
+            "op": "calibrate",
+            "what": "verify",
+            **where,
+            "warmup": 1,
+            "reps": reps,
+            "producer": producer,
+        },
+        len(where["widths"]) * (reps + 1) * 0.2,
+    )
+
+
+def _short_window_steps(
+    short_window: str,
+    sweep: str,
+    widths: list[int],
+    offsets: list[int],
+    reps: int,
+    sources: tuple[str, ...],
+) -> list[Step]:
+    """The idle sweep (and the drafter source) on the short window."""
+    steps = [
+        _verify_step(
+            "verify-idle-short",
+            f"{sweep} on a short window (idle)",
+            {"window": short_window, "widths": widths, "offsets": offsets[:2]},
+            reps,
+            False,
         )
-    else:
+    ]
+    if "drafter" in sources:
         steps.append(
             Step(
-                "episodes",
-                f"native episodes of every method on {len(episode_windows)} windows",
-                {
-                    "op": "calibrate",
-                    "what": "episodes",
-                    "window": episode_windows[0],
-                    "windows": list(episode_windows[1:]),
-                    "reps": 5 if not quick else 1,
-                },
-                5 * len(episode_windows),
+                "source-drafter-short",
+                "source drafter alone on a short window",
+                {"op": "calibrate", "what": "source", "source": "drafter", "window": short_window},
+                2,
             )
         )
     return steps
+
+
+def _loop_step(window: str, episode_windows: tuple[str, ...], quick: bool) -> Step:
+    """The serial SD rounds of the loop residual, or the native episodes, whose serial
+    rounds give it."""
+    if not episode_windows:
+        return Step(
+            "loop",
+            "serial SD rounds (loop residual)",
+            {
+                "op": "calibrate",
+                "what": "loop",
+                "window": window,
+                "reps": 3 if not quick else 1,
+                "max_tokens": 200,
+            },
+            4,
+        )
+    return Step(
+        "episodes",
+        f"native episodes of every method on {len(episode_windows)} windows",
+        {
+            "op": "calibrate",
+            "what": "episodes",
+            "window": episode_windows[0],
+            "windows": list(episode_windows[1:]),
+            "reps": 5 if not quick else 1,
+        },
+        5 * len(episode_windows),
+    )
 
 
 def plan_hash(steps: list[Step]) -> str:
