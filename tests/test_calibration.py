@@ -12,7 +12,7 @@ import pytest
 from as2d_cli.calibration.fit import savings
 from as2d_cli.calibration.in_loop import MIN_SAMPLES
 from as2d_cli.calibration.plan import Step, make_plan
-from as2d_cli.calibration.run import _Partial, calibrate, calibration_windows
+from as2d_cli.calibration.run import CalibrationSettings, _Partial, calibrate, calibration_windows
 from as2d_cli.corpus.manifest import load_corpus
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.profile_io import load_profile
@@ -143,9 +143,7 @@ def test_a_bad_window_is_refused_before_anything_runs(tmp_path) -> None:
         with pytest.raises(UserError, match=says):
             calibrate(
                 LocalHost(),
-                out_dir=tmp_path,
-                window=window,
-                gate=NO_SETTLE,
+                CalibrationSettings(out_dir=tmp_path, window=window, gate=NO_SETTLE),
                 open_runner=lambda *a, **k: pytest.fail("a runner was started"),
             )
     assert not list(tmp_path.iterdir())
@@ -166,18 +164,18 @@ def test_interrupted_calibration_resumes_and_writes_profile(tmp_path) -> None:
     with pytest.raises(KeyboardInterrupt):
         calibrate(
             device,
-            out_dir=tmp_path,
-            plan=plan,
+            CalibrationSettings(out_dir=tmp_path, plan=plan, cores=default_cores(), gate=NO_SETTLE),
             progress=stop_at_third,
-            cores=default_cores(),
-            gate=NO_SETTLE,
         )
     partial = next((tmp_path / ".partial").iterdir())
     kept = _Partial(partial).samples()  # the committed steps' samples
     assert {s["step"] for s in kept} == {"verify-False", "verify-True"}
     assert _Partial(partial).done() == ["verify-False", "verify-True"]
 
-    res = calibrate(device, out_dir=tmp_path, plan=plan, cores=default_cores(), gate=NO_SETTLE)
+    res = calibrate(
+        device,
+        CalibrationSettings(out_dir=tmp_path, plan=plan, cores=default_cores(), gate=NO_SETTLE),
+    )
     assert res.resumed_steps == 2 and res.steps == len(plan)
     assert not (tmp_path / ".partial" / partial.name).exists()
     prof = load_profile(res.profile_path)
@@ -228,7 +226,10 @@ def test_interrupted_calibration_resumes_and_writes_profile(tmp_path) -> None:
     assert set(savings(prof)) == {1, 2, 4} and savings(prof)[1] == pytest.approx(0.0)
     # A second calibration never overwrites the first profile.
     res2 = calibrate(
-        device, out_dir=tmp_path, plan=plan[:1] + plan[2:], cores=default_cores(), gate=NO_SETTLE
+        device,
+        CalibrationSettings(
+            out_dir=tmp_path, plan=plan[:1] + plan[2:], cores=default_cores(), gate=NO_SETTLE
+        ),
     )
     assert res2.profile_path != res.profile_path and res.profile_path.exists()
 

@@ -107,7 +107,7 @@ _CALIBRATE = r"""
 import json, os, signal, sys, time
 from pathlib import Path
 from as2d_cli.calibration.plan import Step
-from as2d_cli.calibration.run import _Partial, _run_steps
+from as2d_cli.calibration.run import _Partial, _run_steps, _StepRun
 from device_agents.gating import GateConfig
 from device_agents.local import LocalHost
 
@@ -153,8 +153,8 @@ partial = _Partial(folder)
 folder.mkdir(parents=True, exist_ok=True)
 gate = GateConfig(rest_s=0.0, interval_s=0.0, checks=1, core=0, min_ceiling_khz=None,
                   max_temp_c=None)
-_run_steps(LocalHost(), steps, partial, partial.done(), gate, lambda d, **kw: Runner(), {}, {},
-           None, 1.0)
+_run_steps(_StepRun(LocalHost(), partial, gate, lambda d, **kw: Runner(), {}, {}, None, 1.0),
+           steps, partial.done())
 note("finished")
 """
 
@@ -543,7 +543,7 @@ def test_keeping_pace_is_never_judged_over_degraded_blocks(tmp_path: Path) -> No
 def test_a_local_stream_stops_at_once_when_a_core_goes_offline(tmp_path: Path) -> None:
     from as2d_cli.launch.host import open_runner
     from as2d_cli.stream.recording import corpus_recording
-    from as2d_cli.stream.run import run_stream, settings_for
+    from as2d_cli.stream.run import StreamHooks, run_stream, settings_for
     from device_agents.measurement import prepare
 
     host = _FlakyHost()
@@ -572,7 +572,7 @@ def test_a_local_stream_stops_at_once_when_a_core_goes_offline(tmp_path: Path) -
         settings,
         tmp_path,
         open_runner=open_runner,
-        on_block=on_block,
+        hooks=StreamHooks(on_block=on_block),
         monitor_interval_s=0.05,
     )
     assert out.stopped is not None and out.stopped.startswith("CPU1 went offline")
@@ -603,7 +603,7 @@ def test_a_phone_stream_stops_before_its_next_block_when_a_core_goes_offline(
     from as2d_cli.launch.host import open_runner
     from as2d_cli.launch.payload import choose_launcher
     from as2d_cli.stream.recording import corpus_recording
-    from as2d_cli.stream.run import run_stream, settings_for
+    from as2d_cli.stream.run import StreamHooks, run_stream, settings_for
     from device_agents.measurement import prepare
 
     m = prepare(py_phone.serial, adb_port=py_phone.adb_port)
@@ -636,7 +636,7 @@ def test_a_phone_stream_stops_before_its_next_block_when_a_core_goes_offline(
         settings,
         tmp_path,
         open_runner=on_phone,
-        on_block=on_block,
+        hooks=StreamHooks(on_block=on_block),
         monitor_interval_s=0.2,
     )
     assert out.stopped is not None and out.stopped.startswith("CPU7 went offline"), out.stopped

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from as2d_cli.calibration.plan import Step
-from as2d_cli.calibration.run import _Partial, calibrate, calibration_windows
+from as2d_cli.calibration.run import CalibrationSettings, _Partial, calibrate, calibration_windows
 from as2d_cli.errors import DeviceError, UserError
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.launch.host import DeviceRunner, LocalRunner, RunnerError, open_runner
@@ -275,9 +275,7 @@ def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(
     ) as err:
         calibrate(
             dev,
-            out_dir=tmp_path,
-            plan=plan,
-            gate=_fast_gate(dev),
+            CalibrationSettings(out_dir=tmp_path, plan=plan, gate=_fast_gate(dev)),
             open_runner=opener,
             progress=core_goes_offline,
         )
@@ -289,7 +287,11 @@ def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(
     assert [g["passed"] for g in gates] == [True, True, False]
 
     session.phone.set_core_online(6, True)
-    res = calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener)
+    res = calibrate(
+        dev,
+        CalibrationSettings(out_dir=tmp_path, plan=plan, gate=_fast_gate(dev)),
+        open_runner=opener,
+    )
     assert res.resumed_steps == 2 and res.steps == len(plan)
     prof = load_profile(res.profile_path)
     assert prof.widths == (1, 2, 4) and prof.target_step_ms > 0
@@ -348,12 +350,11 @@ def test_a_core_going_offline_mid_step_stops_the_calibration_and_keeps_the_recor
     ) as err:
         calibrate(
             dev,
-            out_dir=tmp_path,
-            plan=plan,
-            gate=_fast_gate(dev),
+            CalibrationSettings(
+                out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), monitor_interval_s=0.1
+            ),
             open_runner=opener,
             progress=offline_while_the_third_step_runs,
-            monitor_interval_s=0.1,
         )
     assert "\n" not in str(err.value)
     partial = next((tmp_path / ".partial").iterdir())
@@ -378,11 +379,10 @@ def test_a_core_going_offline_mid_step_stops_the_calibration_and_keeps_the_recor
     session.phone.set_core_online(5, True)
     res = calibrate(
         dev,
-        out_dir=tmp_path,
-        plan=plan,
-        gate=_fast_gate(dev),
+        CalibrationSettings(
+            out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), monitor_interval_s=0.1
+        ),
         open_runner=opener,
-        monitor_interval_s=0.1,
     )
     assert res.resumed_steps == 2
     prof = load_profile(res.profile_path)
@@ -434,9 +434,7 @@ def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone
     ) as err:
         calibrate(
             dev,
-            out_dir=tmp_path,
-            plan=plan,
-            gate=_fast_gate(dev),
+            CalibrationSettings(out_dir=tmp_path, plan=plan, gate=_fast_gate(dev)),
             open_runner=opener,
             progress=unplug_during_third,
         )
@@ -448,7 +446,11 @@ def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone
     session.phone.replug()  # back: adbd accepts again
     session.connect(timeout=20)  # and the adb server lists it as a device again
     dev = session.device()
-    res = calibrate(dev, out_dir=tmp_path, plan=plan, gate=_fast_gate(dev), open_runner=opener)
+    res = calibrate(
+        dev,
+        CalibrationSettings(out_dir=tmp_path, plan=plan, gate=_fast_gate(dev)),
+        open_runner=opener,
+    )
     assert res.resumed_steps == 2 and load_profile(res.profile_path).target_step_ms > 0
 
 

@@ -15,7 +15,7 @@ import pytest
 from as2d_cli.launch.host import open_runner
 from as2d_cli.stream.recording import Recording, corpus_recording
 from as2d_cli.stream.results import write_stream
-from as2d_cli.stream.run import run_stream, settings_for
+from as2d_cli.stream.run import StreamHooks, run_stream, settings_for
 from device_agents.measurement import prepare
 
 SETTINGS = settings_for(
@@ -61,7 +61,7 @@ def test_ctrl_c_keeps_the_blocks_measured(tmp_path: Path) -> None:
         SETTINGS,
         tmp_path,
         open_runner=open_runner,
-        on_block=interrupt_after_two,
+        hooks=StreamHooks(on_block=interrupt_after_two),
     )
     assert outcome.interrupted and outcome.streamed is None
     assert [b["block"] for b in outcome.blocks] == [0, 1]

@@ -45,13 +45,12 @@ class FarmOptions:
 def calibrate_phone(opts: FarmOptions, phone: str) -> PhoneOutcome:
     """One phone's whole calibration (a farm task): its errors become its outcome, so one
     failing phone never stops the others."""
-    from as2d_cli.calibration.run import calibrate
+    from as2d_cli.calibration.run import CalibrationSettings, calibrate
 
     def work(m: Measurement, out: PhoneOutcome) -> None:
         base = Path(tempfile.gettempdir()) / "as2d-farm" if opts.ship_back else Path(opts.out_dir)
         folder = base / m.identity.key
-        res = calibrate(
-            m.device,
+        settings = CalibrationSettings(
             out_dir=folder,
             quick=opts.quick,
             window=opts.window,
@@ -61,6 +60,7 @@ def calibrate_phone(opts: FarmOptions, phone: str) -> PhoneOutcome:
             models=None if opts.models is None else Path(opts.models),
             prompt=opts.prompt,
         )
+        res = calibrate(m.device, settings)
         out.ok, out.steps, out.resumed = True, res.steps, res.resumed_steps
         stem = res.profile_path.name.removesuffix(".profile.yaml")
         made = sorted(p for p in folder.glob(f"{stem}.*") if p.is_file())

@@ -235,221 +235,242 @@ def resume_command(
     return f"run `{shlex.join(parts)}` again"
 
 
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """What one calibration uses (the `as2d calibrate` options, built once): ``models`` the
+    model pair (None: the bundled pair); ``gate`` a device_agents GateConfig (None: the
+    device's default); ``cores`` the (target, producer) CPUs the runner pins; ``plan`` the
+    steps (None: the quick or full plan for ``window``)."""
+
+    out_dir: Path = Path("calibrations")
+    quick: bool = False
+    window: str | None = None
+    gate: Any = None
+    cores: tuple[list[int] | None, list[int] | None] = (None, None)
+    plan: list[Step] | None = None
+    models: Path | None = None
+    prompt: PromptSpec | None = None
+    monitor_interval_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class _StepRun:
+    """What every step of one calibration run shares."""
+
+    device: Any
+    partial: _Partial
+    gate: Any
+    open_runner: Callable[..., Any]
+    runner_opts: dict[str, Any]
+    seconds: dict[str, float]
+    progress: Progress | None
+    monitor_interval_s: float
+
+
 def calibrate(
     device: Any,
+    s: CalibrationSettings = CalibrationSettings(),
     *,
-    out_dir: Path = Path("calibrations"),
-    quick: bool = False,
-    window: str | None = None,
     progress: Progress | None = None,
-    gate: Any = None,
     open_runner: Callable[..., Any] | None = None,
-    cores: tuple[list[int] | None, list[int] | None] = (None, None),
-    plan: list[Step] | None = None,
-    models: Path | None = None,
-    prompt: PromptSpec | None = None,
-    monitor_interval_s: float = 1.0,
 ) -> CalibrationResult:
-    """Calibrate ``device`` running the model pair ``models`` (None: the bundled pair);
-    ``gate`` is a device_agents GateConfig (None: the device's default); ``cores`` the
-    (target, producer) CPUs the runner pins. The 1 Hz monitor runs beside every step: a
+    """Calibrate ``device`` with settings ``s``. The 1 Hz monitor runs beside every step: a
     core going offline stops the calibration at once, keeping every finished step."""
+    from as2d_cli.corpus.manifest import load_corpus
+    from as2d_cli.launch.host import open_runner as default_open
     from as2d_cli.models.bundle import load_bundle
     from device_agents.gating import GateConfig
     from device_agents.identity import identify
 
     t_start = time.time()
-    win, ctc_win = (window, window) if window else calibration_windows()
-    from as2d_cli.corpus.manifest import load_corpus
-
+    win = s.window or calibration_windows()[0]
     corpus = load_corpus()
-    if (
-        window is not None and corpus.get(window).split == "test"
-    ):  # an unknown id: one line from get()
+    if s.window is not None and corpus.get(s.window).split == "test":  # unknown: get() says so
         raise UserError(
-            f"--window {window} is a test window; calibrate on dev or val audio "
+            f"--window {s.window} is a test window; calibrate on dev or val audio "
             "(calibration is kept apart from the test split), or leave --window out"
         )
-    pair = load_bundle(models, check_hashes=False, prompt=prompt)  # the runner checks the files
+    pair = load_bundle(s.models, check_hashes=False, prompt=s.prompt)  # the runner checks files
     ident = pair.identity()
-    steps = (
-        plan
-        if plan is not None
-        else make_plan(
-            win,
-            quick=quick,
-            ctc_window=ctc_win,
-            short_window=None if window else short_calibration_window(win, corpus),
-            episode_windows=(win,) if window else episode_windows(win, corpus),
-            sources=calibrated_sources(pair),
-            max_length=None if models is None else pair.max_length(),
-        )
-    )
+    steps = s.plan if s.plan is not None else _plan(s, pair, corpus)
     who = identify(device)
     # Keyed by what the device is, not how it is reached: a wireless serial changes per connection.
-    key = f"{who.key}-{plan_hash(steps)}" + ("" if models is None else f"-{ident['sha256'][:12]}")
-    partial = _Partial(
-        out_dir / ".partial" / key,
-        resume_command(who, quick=quick, window=window, models=models, prompt=prompt, cores=cores),
+    key = f"{who.key}-{plan_hash(steps)}"
+    key += "" if s.models is None else f"-{ident['sha256'][:12]}"
+    redo = resume_command(
+        who, quick=s.quick, window=s.window, models=s.models, prompt=s.prompt, cores=s.cores
     )
+    partial = _Partial(s.out_dir / ".partial" / key, redo)
     partial.folder.mkdir(parents=True, exist_ok=True)
     done = partial.done()
     resumed = len(done)
-    gate_cfg = gate or GateConfig.for_device(device)
     runner_opts = {
-        "models": None if models is None else str(models),
-        "target_cores": cores[0],
-        "producer_cores": cores[1],
-        "prompt": prompt,
+        "models": None if s.models is None else str(s.models),
+        "target_cores": s.cores[0],
+        "producer_cores": s.cores[1],
+        "prompt": s.prompt,
     }
-    gates = _run_steps(
+    run = _StepRun(
         device,
-        steps,
         partial,
-        done,
-        gate_cfg,
-        open_runner,
+        s.gate or GateConfig.for_device(device),
+        open_runner or default_open,
         runner_opts,
         corpus.seconds(),
         progress,
-        monitor_interval_s,
+        s.monitor_interval_s,
     )
-    samples: list[Any] = partial.samples()
+    _run_steps(run, steps, done)
     gates = partial.records(partial.gates)  # earlier runs' too
-    facts = device.facts().to_dict()
     dev_block = {
         **who.to_dict(),
-        "facts": facts,
+        "facts": device.facts().to_dict(),
         "gates": gates,
         "calibration_window": win,
         "plan": key,
-        "cores": {"target": cores[0], "producer": cores[1]},
+        "cores": {"target": s.cores[0], "producer": s.cores[1]},
     }
-    if (
-        models is not None
-    ):  # which pair these costs belong to (the bundled pair's profiles carry none)
+    if s.models is not None:  # which pair these costs belong to (the bundled pair's carry none)
         dev_block["pair"] = ident
+    samples: list[Any] = partial.samples()
     profile = fit_profile(
         samples,
         dev_block,
-        notes=f"{'quick' if quick else 'full'} calibration on {win}",
+        notes=f"{'quick' if s.quick else 'full'} calibration on {win}",
         ref_audio_s=corpus.seconds().get(win),
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
-    profile_path, plot_path, samples_path = _write_outputs(out_dir, who, profile, samples, partial)
-    return CalibrationResult(
-        profile_path, plot_path, samples_path, len(steps), resumed, gates, time.time() - t_start
+    paths = _write_outputs(s.out_dir, who, profile, samples, partial)
+    return CalibrationResult(*paths, len(steps), resumed, gates, time.time() - t_start)
+
+
+def _plan(s: CalibrationSettings, pair: Any, corpus: Any) -> list[Step]:
+    """The quick or full plan on ``s.window`` (default: the calibration windows)."""
+    win, ctc_win = (s.window, s.window) if s.window else calibration_windows()
+    return make_plan(
+        win,
+        quick=s.quick,
+        ctc_window=ctc_win,
+        short_window=None if s.window else short_calibration_window(win, corpus),
+        episode_windows=(win,) if s.window else episode_windows(win, corpus),
+        sources=calibrated_sources(pair),
+        max_length=None if s.models is None else pair.max_length(),
     )
 
 
-def _run_steps(
-    device: Any,
-    steps: list[Step],
-    partial: _Partial,
-    done: list[str],
-    gate_cfg: Any,
-    open_runner: Callable[..., Any] | None,
-    runner_opts: dict[str, Any],
-    seconds: dict[str, float],
-    progress: Progress | None,
-    monitor_interval_s: float,
-) -> list[dict]:
+def _run_steps(run: _StepRun, steps: list[Step], done: list[str]) -> list[dict]:
     """Gate and run every step not done yet, under the monitor; append each step's samples,
     gate record and monitor record as it finishes. Returns the gate records of this run."""
     from as2d_cli.errors import Interrupted
-    from as2d_cli.launch.host import open_runner as default_open
-    from device_agents.gating import CpuTimes, run_gate, settle
-    from device_agents.monitor import CoreMonitor, abort_on_trip
 
     total = sum(s.weight for s in steps)
-    runner = None
+    runners: list[Any] = []  # the runner, opened at the first step that runs
     gates: list[dict] = []
     try:
         for step in steps:
             if step.key in done:
                 continue
             finished = sum(s.weight for s in steps if s.key in done)
-            settled = None
-            if not gates and gate_cfg.settle_s > 0:  # once, before the first measurement
-                settled = settle(
-                    device,
-                    gate_cfg.settle_s,
-                    waiting=settle_waiting(progress, gate_cfg.settle_s, finished, total),
-                )
-            if progress:
-                progress(step.label, finished, total)
-            result = run_gate(device, gate_cfg)
-            rec = result.to_dict()
-            if settled is not None:
-                rec["observations"].insert(0, dataclasses.asdict(settled))
-            rec["step"] = step.key
-            gates.append(rec)
-            append_jsonl(partial.gates, [rec])
-            if not result.passed:
-                raise DeviceError(
-                    f"gate failed before {step.label}: {result.failure}; {partial.kept(done)}"
-                )
-            if runner is None:
-                runner = (open_runner or default_open)(device, **runner_opts)
-            got: list[dict] = []
-
-            def collect(ev: dict, got: list[dict] = got) -> None:
-                if ev.get("event") == "sample":
-                    ev = dict(ev)
-                    ev.pop("event")
-                    got.append(ev)
-
-            before = CpuTimes.read_work(device)
-            monitor = CoreMonitor(device, monitor_interval_s, on_trip=abort_on_trip(runner)).start()
-            error: DeviceError | None = None
-            try:
-                runner.call(step.command, on_event=collect)
-            except DeviceError as exc:
-                error = exc
-            finally:
-                monitor.stop()
-            try:
-                after = CpuTimes.read_work(device)
-            except DeviceError:  # the device left; the step's error says so below
-                after = None
-            mrec = {
-                "step": step.key,
-                **monitor.record(),
-                "cpu": (
-                    {**after.since(before), "steal_source": after.source}
-                    if before is not None and after is not None
-                    else None
-                ),
-            }
-            append_jsonl(partial.monitor, [mrec])
-            if monitor.failure is not None and monitor.failure.kind == "core_offline":
-                f = monitor.failure
-                gone = ",".join(map(str, f.detail.get("offline", [])))
-                raise DeviceError(
-                    f"calibration stopped: CPU{gone} went offline on {device.serial} {f.t_s:.1f} s into "
-                    f"{step.label} (at {time.strftime('%H:%M:%S', time.localtime(f.wall_time))}); the "
-                    f"step's samples are discarded and the failure is recorded in {partial.monitor}; "
-                    f"{partial.kept(done)} once the phone has cooled down"
-                )
-            if error is not None:  # the device failed mid-step: say what is kept and how to go on
-                raise DeviceError(f"{step.label}: {error}; {partial.kept(done)}") from None
-            for s in got:
-                s["step"] = step.key
-                w = s.get(
-                    "window", step.command.get("window")
-                )  # a probe over several windows names each
-                if w in seconds:
-                    s["audio_s"] = seconds[w]
-            partial.commit(step.key, got)  # the samples and the done mark, together
+            gates.append(_gate_step(run, step, done, finished, total, first=not gates))
+            if not runners:
+                runners.append(run.open_runner(run.device, **run.runner_opts))
+            got = _measure_step(run, runners[0], step, done)
+            run.partial.commit(step.key, got)  # the samples and the done mark, together
             done.append(step.key)
-        if progress:
-            progress("fitting the profile", total, total)
+        if run.progress:
+            run.progress("fitting the profile", total, total)
     except KeyboardInterrupt:
-        raise Interrupted(f"calibration interrupted; {partial.kept(done)}") from None
+        raise Interrupted(f"calibration interrupted; {run.partial.kept(done)}") from None
     finally:
-        if runner is not None:
-            runner.close()
+        for r in runners:
+            r.close()
     return gates
+
+
+def _gate_step(
+    run: _StepRun, step: Step, done: list[str], finished: float, total: float, *, first: bool
+) -> dict:
+    """The host's quiet (once, before the first measurement) and the gate before ``step``;
+    its record appended; a failed gate stops the calibration."""
+    from device_agents.gating import run_gate, settle
+
+    settled = None
+    if first and run.gate.settle_s > 0:
+        settled = settle(
+            run.device,
+            run.gate.settle_s,
+            waiting=settle_waiting(run.progress, run.gate.settle_s, finished, total),
+        )
+    if run.progress:
+        run.progress(step.label, finished, total)
+    result = run_gate(run.device, run.gate)
+    rec = result.to_dict()
+    if settled is not None:
+        rec["observations"].insert(0, dataclasses.asdict(settled))
+    rec["step"] = step.key
+    append_jsonl(run.partial.gates, [rec])
+    if not result.passed:
+        raise DeviceError(
+            f"gate failed before {step.label}: {result.failure}; {run.partial.kept(done)}"
+        )
+    return rec
+
+
+def _measure_step(run: _StepRun, runner: Any, step: Step, done: list[str]) -> list[dict]:
+    """One step under the core monitor; its monitor record appended; its samples, each
+    naming its step and its window's audio seconds."""
+    from device_agents.gating import CpuTimes
+    from device_agents.monitor import CoreMonitor, abort_on_trip
+
+    device = run.device
+    got: list[dict] = []
+
+    def collect(ev: dict) -> None:
+        if ev.get("event") == "sample":
+            ev = dict(ev)
+            ev.pop("event")
+            got.append(ev)
+
+    before = CpuTimes.read_work(device)
+    monitor = CoreMonitor(device, run.monitor_interval_s, on_trip=abort_on_trip(runner)).start()
+    error: DeviceError | None = None
+    try:
+        runner.call(step.command, on_event=collect)
+    except DeviceError as exc:
+        error = exc
+    finally:
+        monitor.stop()
+    try:
+        after = CpuTimes.read_work(device)
+    except DeviceError:  # the device left; the step's error says so below
+        after = None
+    mrec = {
+        "step": step.key,
+        **monitor.record(),
+        "cpu": (
+            {**after.since(before), "steal_source": after.source}
+            if before is not None and after is not None
+            else None
+        ),
+    }
+    append_jsonl(run.partial.monitor, [mrec])
+    if monitor.failure is not None and monitor.failure.kind == "core_offline":
+        f = monitor.failure
+        gone = ",".join(map(str, f.detail.get("offline", [])))
+        raise DeviceError(
+            f"calibration stopped: CPU{gone} went offline on {device.serial} {f.t_s:.1f} s into "
+            f"{step.label} (at {time.strftime('%H:%M:%S', time.localtime(f.wall_time))}); the "
+            f"step's samples are discarded and the failure is recorded in {run.partial.monitor}; "
+            f"{run.partial.kept(done)} once the phone has cooled down"
+        )
+    if error is not None:  # the device failed mid-step: say what is kept and how to go on
+        raise DeviceError(f"{step.label}: {error}; {run.partial.kept(done)}") from None
+    for s in got:
+        s["step"] = step.key
+        w = s.get("window", step.command.get("window"))  # a probe over several windows names each
+        if w in run.seconds:
+            s["audio_s"] = run.seconds[w]
+    return got
 
 
 def _write_outputs(

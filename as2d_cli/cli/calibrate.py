@@ -9,18 +9,21 @@ import typer
 from rich.console import Console
 
 from as2d_cli.cli import options
-from as2d_cli.cli.paths import folder_out_option
+from as2d_cli.cli.groups import MEASURE, PROMPT, grouped
 from as2d_cli.cli.progress import Steps
+from as2d_cli.models.prompting import PromptSpec
+from device_agents.measurement import MeasureOptions
 
 if TYPE_CHECKING:
     from as2d_cli.calibration.farm import FarmOptions
+    from as2d_cli.calibration.run import CalibrationSettings
 
 
+@grouped(measure=MEASURE, prompt=PROMPT)
 def calibrate(
-    phone: list[str] = typer.Option(
-        ["local"],
-        "--phone",
-        help="local, a known phone name, or an adb serial; repeat it to calibrate a farm of "
+    phone: list[str] = options.phone(
+        [options.PHONE_DEFAULT],
+        "local, a known phone name, or an adb serial; repeat it to calibrate a farm of "
         "phones concurrently (one worker per phone).",
     ),
     quick: bool = typer.Option(
@@ -29,74 +32,42 @@ def calibrate(
     window: str | None = typer.Option(
         None, "--window", help="Calibration window (default: longest English dev window)."
     ),
-    out: Path = typer.Option(
-        Path("calibrations"),
-        "--out",
-        callback=folder_out_option,
-        help="Folder for the profile, samples and plot.",
+    out: Path = options.out_folder(
+        Path("calibrations"), "Folder for the profile, samples and plot."
     ),
-    rest: float | None = options.rest(),
-    interval: float | None = options.interval(),
-    settle: float | None = options.settle(),
+    measure: MeasureOptions = MeasureOptions(),
     models: Path | None = options.models(),
-    task: str | None = options.task(),
-    language: str | None = options.language(),
-    question: str | None = options.question(),
-    prompt: str | None = options.prompt_text(),
-    max_temp: float | None = options.max_temp(),
-    temp_sensor: str | None = options.temp_sensor(),
-    verifier_cores: str | None = options.verifier_cores(),
-    producer_cores: str | None = options.producer_cores(),
-    os_placement: bool = options.os_placement(),
+    prompt: PromptSpec = PromptSpec(),
     ray: str | None = options.ray(),
     quiet: bool = options.quiet(),
 ) -> None:
     """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
-    spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
-    from as2d_cli.calibration.run import calibrate as run
-    from device_agents.measurement import MeasureOptions, prepare
+    from as2d_cli.calibration.run import CalibrationSettings
 
-    measure = MeasureOptions(
-        rest_s=rest,
-        interval_s=interval,
-        settle_s=settle,
-        max_temp_c=max_temp,
-        temp_sensor=temp_sensor,
-        verifier_cores=verifier_cores,
-        producer_cores=producer_cores,
-        os_placement=os_placement,
-    )
+    spec = options.check_prompt(prompt, models)  # refused before any work
     if len(phone) > 1 or ray is not None:
         from as2d_cli.calibration.farm import FarmOptions
 
-        _farm(
-            phone,
-            ray,
-            FarmOptions(
-                out_dir=str(out),
-                quick=quick,
-                window=window,
-                measure=measure,
-                models=None if models is None else str(models),
-                prompt=spec,
-            ),
-        )
+        models_ = None if models is None else str(models)
+        opts = FarmOptions(str(out), quick, window, measure, models_, spec)
+        _farm(phone, ray, opts)
         return
-    m = prepare(phone[0], measure)
-    device, gate, cores = m.device, m.gate, m.placement.cores
+    settings = CalibrationSettings(out, quick, window, models=models, prompt=spec)
+    _one(phone[0], settings, measure, quiet)
+
+
+def _one(phone: str, settings: CalibrationSettings, measure: MeasureOptions, quiet: bool) -> None:
+    """One device: prepared once, calibrated, its files and timing printed."""
+    import dataclasses
+
+    from as2d_cli.calibration.run import calibrate as run
+    from device_agents.measurement import prepare
+
+    m = prepare(phone, measure)
+    settings = dataclasses.replace(settings, gate=m.gate, cores=m.placement.cores)
     with Steps("calibrate", quiet=quiet, count=False) as steps:
         steps.note(f"calibrating {m.identity.describe()}; {m.placement.describe()}")
-        res = run(
-            device,
-            out_dir=out,
-            quick=quick,
-            window=window,
-            progress=steps.update,
-            gate=gate,
-            cores=cores,
-            models=models,
-            prompt=spec,
-        )
+        res = run(m.device, settings, progress=steps.update)
     c = Console()
     if res.resumed_steps:
         c.print(f"resumed: {res.resumed_steps} of {res.steps} steps came from the interrupted run")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shlex
 import signal
 import sys
@@ -16,17 +17,19 @@ import typer
 from rich.console import Console
 
 from as2d_cli.cli import options
-from as2d_cli.cli.paths import file_in_option, folder_out_option
+from as2d_cli.cli.groups import MEASURE, PROMPT, grouped, variant
+from as2d_cli.cli.paths import file_in_option
 from as2d_cli.engine.methods import DEFAULT_BUDGET
+from as2d_cli.models.prompting import PromptSpec
+from device_agents.measurement import MeasureOptions
 
 METHODS = ("as2d", "target-only", "sd")
 LIFETIMES = ("arrival", "consumption")
 
 
+@grouped(prompt=PROMPT, measure=variant(MEASURE, drop=("settle",)))
 def stream(
-    phone: str = typer.Option(
-        "local", "--phone", help="local, a known phone name, or an adb serial."
-    ),
+    phone: str = options.phone(),
     audio: Path | None = typer.Option(
         None,
         "--audio",
@@ -47,11 +50,8 @@ def stream(
         "--budget",
         help=f"As²d proposal budget b (physical K <= b+1; default {DEFAULT_BUDGET}).",
     ),
-    source: str | None = options.one_of(
-        None,
-        "--source",
-        choices=("drafter", "lookahead", "ctc"),
-        help="As²d's source (default drafter).",
+    source: str | None = options.source(
+        "As²d's source (default drafter).", choices=("drafter", "lookahead", "ctc")
     ),
     lifetime: str = options.one_of(
         "arrival",
@@ -63,30 +63,19 @@ def stream(
     check: bool = typer.Option(
         False, "--check", help="Afterwards, re-run target-only on every block and compare."
     ),
-    out: Path = typer.Option(
-        Path("results"),
-        "--out",
-        callback=folder_out_option,
-        help="Results folder (a fresh <device>-stream-<time>/ is made inside).",
+    out: Path = options.out_folder(
+        Path("results"), "Results folder (a fresh <device>-stream-<time>/ is made inside)."
     ),
     models: Path | None = options.models(),
-    task: str | None = options.task(),
-    language: str | None = options.language(),
-    question: str | None = options.question(),
-    prompt: str | None = options.prompt_text(),
-    verifier_cores: str | None = options.verifier_cores(),
-    producer_cores: str | None = options.producer_cores(),
-    os_placement: bool = options.os_placement(),
-    rest: float | None = options.rest(),
-    interval: float | None = options.interval(),
-    max_temp: float | None = options.max_temp(),
-    temp_sensor: str | None = options.temp_sensor(),
+    prompt: PromptSpec = PromptSpec(),
+    measure: MeasureOptions = MeasureOptions(),
     adb_port: int | None = options.adb_port(),
     figure_format: str = options.figure_format(),
     quiet: bool = options.quiet(),
 ) -> None:
     """Stream a recording in real time through resident models; report lag, RTF, throughput."""
     from as2d_cli.engine.methods import check_method_options
+    from device_agents.measurement import prepare
 
     # Options the method does not have, before anything else (one check for every command).
     check_method_options(
@@ -94,16 +83,22 @@ def stream(
     )
     budget_ = DEFAULT_BUDGET if budget is None else budget
     source_ = source or "drafter"
-    spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
-    from as2d_cli.errors import DeviceError, Interrupted, UserError
-    from as2d_cli.formats.common import fresh_folder
-    from as2d_cli.launch.host import open_runner
-    from as2d_cli.stream.recording import corpus_recording, file_recording
-    from as2d_cli.stream.results import mark_incomplete, write_stream
-    from as2d_cli.stream.run import run_stream, settings_for
-    from device_agents.identity import results_stem
-    from device_agents.measurement import MeasureOptions, prepare
+    spec = _checked_prompt(prompt, models, block_s, context_s)  # refused before any work
+    m = prepare(phone, measure, adb_port=adb_port)
+    settings = _settings(method, budget_, block_s, context_s, lifetime, source_, check)
+    label = f"As²d ({source_}, b{budget_})" if method == "as2d" else method
+    run = _Run(m, settings, label, models, None if spec.empty else spec, figure_format)
+    folder, outcome, doc, late = _stream(run, audio, minutes, out, quiet)
+    _report(folder, outcome, doc, late)
 
+
+def _checked_prompt(
+    prompt: PromptSpec, models: Path | None, block_s: float, context_s: float
+) -> PromptSpec:
+    """The pair, the prompt and the block sizes refused before any work."""
+    from as2d_cli.errors import UserError
+
+    spec = options.check_prompt(prompt, models)
     if models is not None:  # missing, empty, an export instead of a pair: named before any work
         from as2d_cli.models.bundle import check_pair_folder
 
@@ -117,29 +112,59 @@ def stream(
             f"--context-s {context_s:g} is shorter than --block-s {block_s:g}; "
             "the context holds at least one block"
         )
-    measure = MeasureOptions(
-        rest_s=rest,
-        interval_s=interval,
-        max_temp_c=max_temp,
-        temp_sensor=temp_sensor,
-        verifier_cores=verifier_cores,
-        producer_cores=producer_cores,
-        os_placement=os_placement,
-    )
-    m = prepare(phone, measure, adb_port=adb_port)
-    recording = (
-        file_recording(audio, minutes) if audio is not None else corpus_recording(minutes or 10.0)
-    )
-    settings = settings_for(
+    return spec
+
+
+def _settings(
+    method: str,
+    budget: int,
+    block_s: float,
+    context_s: float,
+    lifetime: str,
+    source: str,
+    check: bool,
+) -> dict[str, Any]:
+    from as2d_cli.stream.run import settings_for
+
+    return settings_for(
         method,
-        budget=budget_,
+        budget=budget,
         block_s=block_s,
         context_s=context_s,
         lifetime=lifetime,
-        source=source_,
+        source=source,
         check=check,
     )
-    label = f"As²d ({source_}, b{budget_})" if method == "as2d" else method
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """One stream's settings, built once from the options."""
+
+    m: Any  # the device_agents Measurement
+    settings: dict[str, Any]
+    label: str
+    models: Path | None
+    prompt: PromptSpec | None
+    figure_format: str
+
+
+def _stream(
+    run: _Run, audio: Path | None, minutes: float | None, out: Path, quiet: bool
+) -> tuple[Path, Any, dict[str, Any], list[int]]:
+    """The stream into a fresh folder (marked incomplete until stream.json is written),
+    then its files; a folder that got no block is removed."""
+    from as2d_cli.formats.common import fresh_folder
+    from as2d_cli.launch.host import open_runner
+    from as2d_cli.stream.recording import corpus_recording, file_recording
+    from as2d_cli.stream.results import mark_incomplete, write_stream
+    from as2d_cli.stream.run import StreamHooks, run_stream
+    from device_agents.identity import results_stem
+
+    m = run.m
+    recording = (
+        file_recording(audio, minutes) if audio is not None else corpus_recording(minutes or 10.0)
+    )
     command = shlex.join(["as2d", "stream", *sys.argv[2:]])
     folder = fresh_folder(out / results_stem(m.identity.name, "stream", time.time()))
     mark_incomplete(folder, command)  # until stream.json is written, last
@@ -147,20 +172,18 @@ def stream(
     view.steps.note(
         f"streaming {recording.seconds / 60 if recording.seconds else 'all of'} min "
         f"({'--audio ' + str(audio) if audio else f'{len(recording.windows)} corpus windows'}) on "
-        f"{m.identity.name} with {label} in {block_s:g} s blocks; results in {folder}"
+        f"{m.identity.name} with {run.label} in {run.settings['block_s']:g} s blocks; results in {folder}"
     )
     try:
         outcome = run_stream(
             m,
             recording,
-            settings,
+            run.settings,
             folder,
-            models=models,
-            prompt=None if spec.empty else spec,
+            models=run.models,
+            prompt=run.prompt,
             open_runner=open_runner,
-            on_start=view.start,
-            on_block=view.block,
-            say=view.steps.note,
+            hooks=StreamHooks(view.start, view.block, view.steps.note),
         )
     except BaseException:
         view.stop()
@@ -171,13 +194,20 @@ def stream(
         doc = write_stream(
             folder,
             outcome,
-            settings=settings,
+            settings=run.settings,
             recording=recording.to_dict(),
             measurement=m.record(),
             command=command,
-            label=label,
-            figure_format=figure_format,
+            label=run.label,
+            figure_format=run.figure_format,
         )
+    return folder, outcome, doc, late
+
+
+def _report(folder: Path, outcome: Any, doc: dict[str, Any], late: list[int]) -> None:
+    """The table, then how the stream ended (an error when it did not end well)."""
+    from as2d_cli.errors import DeviceError, Interrupted
+
     Console().print((folder / "table.md").read_text())
     kept = f"{len(outcome.blocks)} block(s) kept in {folder}"
     if outcome.interrupted:
@@ -188,9 +218,10 @@ def stream(
         raise DeviceError(f"stream stopped: {outcome.stopped}; {kept}")
     c = doc.get("check")
     if c is not None and c["equal"] != c["blocks"]:
-        view.steps.note(
+        typer.echo(  # a warning: said with --quiet too
             f"warning: --check: {c['blocks'] - c['equal']} block(s) differ from target-only "
-            f"(first: block {c['first_divergent_block']} at token {c['first_divergence']})"
+            f"(first: block {c['first_divergent_block']} at token {c['first_divergence']})",
+            err=True,
         )
 
 

@@ -54,6 +54,16 @@ def stream_command(recording: Recording, settings: dict[str, Any]) -> dict[str, 
     return {"op": "stream", **recording.command(), **settings}
 
 
+@dataclass(frozen=True)
+class StreamHooks:
+    """Who hears of a stream as it runs: ``on_start`` its start event, ``on_block`` each
+    block as it finishes, ``say`` the notes."""
+
+    on_start: OnEvent | None = None
+    on_block: OnEvent | None = None
+    say: Callable[[str], None] = lambda _m: None
+
+
 def run_stream(
     m: Any,
     recording: Recording,
@@ -63,39 +73,18 @@ def run_stream(
     models: Path | None = None,
     prompt: Any = None,
     open_runner: Callable[..., Any],
-    on_start: OnEvent | None = None,
-    on_block: OnEvent | None = None,
-    say: Callable[[str], None] = lambda _m: None,
+    hooks: StreamHooks = StreamHooks(),
     monitor_interval_s: float = 1.0,
 ) -> StreamOutcome:
     """Stream ``recording`` on the measured device ``m``
     (:class:`device_agents.measurement.Measurement`); never raises for an ended stream:
     the outcome says how it ended (the caller writes the results, then reports)."""
     from device_agents.gating import run_gate
-    from device_agents.monitor import CoreMonitor
 
     out = StreamOutcome()
     device = m.device
     tc, pc = m.placement.cores
-    raw = folder / RAW_BLOCKS
-
-    def on_event(ev: dict[str, Any]) -> None:
-        kind = ev.get("event")
-        body = {k: v for k, v in ev.items() if k != "event"}
-        if kind == "stream_start":
-            out.start = body
-            if on_start is not None:
-                on_start(body)
-        elif kind == "block":
-            out.blocks.append(body)
-            out.received.append(time.time())
-            append_jsonl(raw, [body])
-            if on_block is not None:
-                on_block(body)
-        elif kind == "check":
-            out.checks.append(body)
-
-    say(f"loading the models on {m.identity.name}")
+    hooks.say(f"loading the models on {m.identity.name}")
     try:
         runner = open_runner(
             device,
@@ -119,36 +108,80 @@ def run_stream(
         if not g.passed:
             out.stopped = f"the gate failed before the stream: {g.failure}"
             return out
-        with _stop_file(device) as stop:
-            monitor = CoreMonitor(
-                device, monitor_interval_s, on_trip=_stopper(device, runner, stop)
-            ).start()
-            command = stream_command(recording, settings)
-            if stop is not None:  # named from the runner's own run directory (AS2D_FILES)
-                command["stop_file"] = posixpath.join("..", *stop.split("/")[-2:])
-            try:
-                res = runner.call(command, on_event=on_event)
-                res.pop("event", None)
-                out.streamed = res
-            except KeyboardInterrupt:
-                runner.abort()
-                out.interrupted = True
-                out.stopped = "interrupted (Ctrl-C)"
-            except DeviceError as exc:
-                out.stopped = _why(monitor.failure) if monitor.failure is not None else str(exc)
-            finally:
-                monitor.stop()
-                out.monitor = monitor.record()
-        if monitor.failure is not None:
-            _mark_degraded(out, monitor)
-            if not out.interrupted:
-                out.stopped = _why(monitor.failure) + _degraded_note(out)
+        command = stream_command(recording, settings)
+        _monitored(
+            device,
+            runner,
+            command,
+            out,
+            _events(out, folder / RAW_BLOCKS, hooks),
+            monitor_interval_s,
+        )
     finally:
         try:
             runner.close()
         except (OSError, DeviceError):
             pass
     return out
+
+
+def _events(out: StreamOutcome, raw: Path, hooks: StreamHooks) -> OnEvent:
+    """The runner's events into ``out`` (each block appended to ``raw`` as it comes)."""
+
+    def on_event(ev: dict[str, Any]) -> None:
+        kind = ev.get("event")
+        body = {k: v for k, v in ev.items() if k != "event"}
+        if kind == "stream_start":
+            out.start = body
+            if hooks.on_start is not None:
+                hooks.on_start(body)
+        elif kind == "block":
+            out.blocks.append(body)
+            out.received.append(time.time())
+            append_jsonl(raw, [body])
+            if hooks.on_block is not None:
+                hooks.on_block(body)
+        elif kind == "check":
+            out.checks.append(body)
+
+    return on_event
+
+
+def _monitored(
+    device: Any,
+    runner: Any,
+    command: dict[str, Any],
+    out: StreamOutcome,
+    on_event: OnEvent,
+    monitor_interval_s: float,
+) -> None:
+    """The stream itself under the core monitor, which stops it (through the stop file
+    where the runner has one) when a core leaves; how it ended goes into ``out``."""
+    from device_agents.monitor import CoreMonitor
+
+    with _stop_file(device) as stop:
+        monitor = CoreMonitor(
+            device, monitor_interval_s, on_trip=_stopper(device, runner, stop)
+        ).start()
+        if stop is not None:  # named from the runner's own run directory (AS2D_FILES)
+            command["stop_file"] = posixpath.join("..", *stop.split("/")[-2:])
+        try:
+            res = runner.call(command, on_event=on_event)
+            res.pop("event", None)
+            out.streamed = res
+        except KeyboardInterrupt:
+            runner.abort()
+            out.interrupted = True
+            out.stopped = "interrupted (Ctrl-C)"
+        except DeviceError as exc:
+            out.stopped = _why(monitor.failure) if monitor.failure is not None else str(exc)
+        finally:
+            monitor.stop()
+            out.monitor = monitor.record()
+    if monitor.failure is not None:
+        _mark_degraded(out, monitor)
+        if not out.interrupted:
+            out.stopped = _why(monitor.failure) + _degraded_note(out)
 
 
 def _why(failure: Any) -> str:
