@@ -59,19 +59,8 @@ def prepare(
 
     device = resolve_phone(phone, adb_port)
     ident = identify(device)
-    gate = GateConfig.for_device(device)
-    changes: dict[str, Any] = {
-        k: v
-        for k, v in (
-            ("rest_s", options.rest_s),
-            ("interval_s", options.interval_s),
-            ("settle_s", options.settle_s),
-            ("temp_sensor", options.temp_sensor),
-        )
-        if v is not None
-    }
-    if options.max_temp_c is not None:
-        changes["max_temp_c"] = None if options.max_temp_c == 0 else options.max_temp_c
+    gate = gate_for(device, options)
+    changes: dict[str, Any] = {}
     if gate_core is not None:
         n = len(device.cpus())
         if not 0 <= gate_core < n:
@@ -85,3 +74,21 @@ def prepare(
         placement(device, options.verifier_cores, options.producer_cores, options.os_placement),
         dataclasses.replace(gate, **changes),
     )
+
+
+def gate_for(device: Device, options: MeasureOptions) -> GateConfig:
+    """The device's default gate with the measuring options' changes (None: the default);
+    ``options.max_temp_c`` 0 turns the temperature gate off."""
+    changes: dict[str, Any] = {
+        k: v
+        for k, v in (
+            ("rest_s", options.rest_s),
+            ("interval_s", options.interval_s),
+            ("settle_s", options.settle_s),
+            ("temp_sensor", options.temp_sensor),
+        )
+        if v is not None
+    }
+    if options.max_temp_c is not None:
+        changes["max_temp_c"] = None if options.max_temp_c == 0 else options.max_temp_c
+    return dataclasses.replace(GateConfig.for_device(device), **changes)

@@ -4,19 +4,21 @@ disconnected (paper D.6.1); `--from-run DIR` analyses a pulled run folder again;
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
 from as2d_cli.cli import options
-from as2d_cli.cli.paths import file_in_option, folder_in_option, folder_out_option
+from as2d_cli.cli.groups import MEASURE, PLACEMENT, grouped, variant
+from as2d_cli.cli.paths import file_in_option, folder_in_option
+from as2d_cli.energy.prepare import EnergyRequests, EnergySettings, EnergyTiming
 from as2d_cli.errors import Interrupted, UserError
+from as2d_cli.reporting import Progress
+from device_agents.measurement import MeasureOptions
 
 
-def energy(
-    phone: str | None = typer.Option(
-        None, "--phone", help="Phone to measure: a known name (see `as2d devices`) or a serial."
-    ),
+def _requests(
     methods: str = typer.Option(
         "as2d,target-only", "--methods", help="Methods in measurement order (comma-separated)."
     ),
@@ -49,6 +51,26 @@ def energy(
         callback=file_in_option,
         help="Helper file pushed into the run directory first (repeatable).",
     ),
+    models: Path | None = typer.Option(
+        None,
+        "--models",
+        help="With --bundle: the model pair the requests run (the bundle must carry it: `as2d bundle build --models PAIR`).",
+    ),
+) -> EnergyRequests:
+    """What each request runs (the request options as one EnergyRequests)."""
+    return EnergyRequests(
+        methods,
+        request_cmd,
+        tuple(method_cmd),
+        bundle,
+        window,
+        tuple(native_arg),
+        tuple(push),
+        models,
+    )
+
+
+def _timing(
     poll_ms: int = options.count(250, "--poll-ms", help="Battery poll period (ms)."),
     warmups: int = options.count(1, "--warmups", minimum=0, help="Warm-up requests per method."),
     repeats: int = options.count(1, "--repeats", help="Formal requests per method."),
@@ -70,6 +92,24 @@ def energy(
         minimum=0,
         help="How long the phone waits for USB to be pulled (seconds).",
     ),
+) -> EnergyTiming:
+    """The episode's pacing (the timing options as one EnergyTiming)."""
+    return EnergyTiming(
+        poll_ms, warmups, repeats, request_budget_s, settle_s, gap_s, tail_s, discharge_wait_s
+    )
+
+
+@grouped(
+    requests=_requests,
+    timing=_timing,
+    measure=variant(MEASURE, drop=("settle", *PLACEMENT)),
+)
+def energy(
+    phone: str | None = options.phone(
+        None, "Phone to measure: a known name (see `as2d devices`) or a serial."
+    ),
+    requests: EnergyRequests = EnergyRequests(),
+    timing: EnergyTiming = EnergyTiming(),
     connection: str = typer.Option(
         "usb",
         "--connection",
@@ -78,11 +118,8 @@ def energy(
     baseline: str = typer.Option(
         "target-only", "--baseline", help="Method the others are compared with."
     ),
-    out: Path = typer.Option(
-        Path("results"),
-        "--out",
-        callback=folder_out_option,
-        help="Results folder (a fresh energy/<time>-<phone>/ is made inside).",
+    out: Path = options.out_folder(
+        Path("results"), "Results folder (a fresh energy/<time>-<phone>/ is made inside)."
     ),
     adb_port: int | None = options.adb_port(),
     from_run: Path | None = typer.Option(
@@ -96,44 +133,10 @@ def energy(
         "--collect",
         help="Fetch the run a phone kept (it left and did not come back in time, or the host was interrupted) into this run folder and analyse it.",
     ),
-    models: Path | None = typer.Option(
-        None,
-        "--models",
-        help="With --bundle: the model pair the requests run (the bundle must carry it: `as2d bundle build --models PAIR`).",
-    ),
-    rest: float | None = options.rest(),
-    interval: float | None = options.interval(),
-    max_temp: float | None = options.max_temp(),
-    temp_sensor: str | None = options.temp_sensor(),
+    measure: MeasureOptions = MeasureOptions(),
     quiet: bool = options.quiet(),
 ) -> None:
     """Measure request energy (J, W, J/token) from battery current × voltage, unplugged."""
-    import importlib
-
-    from as2d_cli.energy import protocol
-
-    ctx = None
-    for where in ("typer._click.globals", "click.globals"):  # typer ≥ 0.17 vendors click
-        try:
-            ctx = importlib.import_module(where).get_current_context(silent=True)
-        except ImportError:
-            continue
-        if ctx is not None:
-            break
-
-    def given(*allowed: str) -> list[str]:
-        """Options set on the command line, other than `allowed`."""
-        if ctx is None:
-            return []
-        found = []
-        for p in ctx.command.params:
-            if p.name in allowed or getattr(p, "param_type_name", "") != "option":
-                continue
-            source = ctx.get_parameter_source(p.name)
-            if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
-                found.append(p.opts[0])
-        return found
-
     from as2d_cli.cli.progress import Steps
 
     with Steps("energy", quiet=quiet, count=False) as steps:
@@ -145,81 +148,103 @@ def energy(
                 return
             steps.note(f">>> {msg}", always=True)  # the protocol's instructions, even quiet
 
-        if from_run is not None and collect is not None:
-            raise UserError(
-                "pass --from-run DIR (analyse a pulled folder) or --collect DIR "
-                "(fetch what the phone kept), not both"
-            )
-        if from_run is not None:
-            extra = given("from_run", "baseline")
-            if extra:
-                raise UserError(
-                    f"--from-run analyses a folder that was already measured; "
-                    f"{', '.join(extra)} cannot apply to it — drop "
-                    f"{'it' if len(extra) == 1 else 'them'}"
-                )
-            path = protocol.reanalyse(from_run, baseline=baseline or None, say=say)
-        elif collect is not None:
-            extra = given("collect", "baseline", "adb_port")
-            if extra:
-                raise UserError(
-                    f"--collect fetches the run a phone kept and analyses it as it "
-                    f"was planned; {', '.join(extra)} cannot apply to it — drop "
-                    f"{'it' if len(extra) == 1 else 'them'}"
-                )
-            if not collect.is_dir():
-                raise UserError(
-                    f"--collect {collect}: no such folder; pass the run folder the "
-                    "interrupted `as2d energy` named"
-                )
-            path = protocol.collect(collect, baseline=baseline or None, say=say, adb_port=adb_port)
+        if from_run is not None or collect is not None:
+            path = _again(from_run, collect, baseline or None, adb_port, say)
         else:
             if not phone:
                 raise UserError(
                     "pass --phone (see `as2d devices`), --from-run DIR or --collect DIR"
                 )
-            from as2d_cli.energy.prepare import prepare_run
-
-            run = prepare_run(
-                phone,
-                connection=connection,
-                methods=methods,
-                request_cmd=request_cmd,
-                method_cmd=method_cmd,
-                bundle=bundle,
-                window=window,
-                native_arg=native_arg,
-                push=push,
-                poll_ms=poll_ms,
-                warmups=warmups,
-                repeats=repeats,
-                request_budget_s=request_budget_s,
-                settle_s=settle_s,
-                gap_s=gap_s,
-                tail_s=tail_s,
-                discharge_wait_s=discharge_wait_s,
-                baseline=baseline or None,
-                out=out,
-                adb_port=adb_port,
-                models=models,
-                say=say,
-                rest_s=rest,
-                interval_s=interval,
-                max_temp_c=max_temp,
-                temp_sensor=temp_sensor,
+            settings = EnergySettings(
+                phone, connection, baseline or None, out, adb_port, requests, timing, measure
             )
-            run.progress = steps.update
-            try:
-                path = protocol.run_energy(run, say)
-            except KeyboardInterrupt:
-                if not held:
-                    raise
-                tail = held[-1].removeprefix("Interrupted")
-                sep = ";" if tail.startswith(":") else ""
-                what = tail.lstrip(":").strip().rstrip(".")
-                raise Interrupted(f"as2d energy interrupted{sep} {what}") from None
+            path = _measure(settings, say, steps.update, held)
     typer.echo((path.parent / "table.md").read_text(), nl=False)
     typer.echo(f"results: {path}")
+
+
+def _given(*allowed: str) -> list[str]:
+    """Options set on the command line, other than ``allowed``."""
+    import importlib
+
+    ctx = None
+    for where in ("typer._click.globals", "click.globals"):  # typer ≥ 0.17 vendors click
+        try:
+            ctx = importlib.import_module(where).get_current_context(silent=True)
+        except ImportError:
+            continue
+        if ctx is not None:
+            break
+    if ctx is None:
+        return []
+    found = []
+    for p in ctx.command.params:
+        if p.name in allowed or getattr(p, "param_type_name", "") != "option":
+            continue
+        source = ctx.get_parameter_source(p.name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            found.append(p.opts[0])
+    return found
+
+
+def _again(
+    from_run: Path | None,
+    collect: Path | None,
+    baseline: str | None,
+    adb_port: int | None,
+    say: Callable[[str], None],
+) -> Path:
+    """--from-run (a pulled folder analysed again) or --collect (the run a phone kept)."""
+    from as2d_cli.energy import protocol
+
+    if from_run is not None and collect is not None:
+        raise UserError(
+            "pass --from-run DIR (analyse a pulled folder) or --collect DIR "
+            "(fetch what the phone kept), not both"
+        )
+    if from_run is not None:
+        extra = _given("from_run", "baseline")
+        if extra:
+            raise UserError(
+                f"--from-run analyses a folder that was already measured; "
+                f"{', '.join(extra)} cannot apply to it — drop "
+                f"{'it' if len(extra) == 1 else 'them'}"
+            )
+        return protocol.reanalyse(from_run, baseline=baseline, say=say)
+    assert collect is not None
+    extra = _given("collect", "baseline", "adb_port")
+    if extra:
+        raise UserError(
+            f"--collect fetches the run a phone kept and analyses it as it "
+            f"was planned; {', '.join(extra)} cannot apply to it — drop "
+            f"{'it' if len(extra) == 1 else 'them'}"
+        )
+    if not collect.is_dir():
+        raise UserError(
+            f"--collect {collect}: no such folder; pass the run folder the "
+            "interrupted `as2d energy` named"
+        )
+    return protocol.collect(collect, baseline=baseline, say=say, adb_port=adb_port)
+
+
+def _measure(
+    settings: EnergySettings, say: Callable[[str], None], progress: Progress, held: list[str]
+) -> Path:
+    """The measurement itself; a Ctrl-C ends with what the protocol said it left."""
+    from as2d_cli.energy import protocol
+    from as2d_cli.energy.prepare import prepare_run
+
+    run = prepare_run(settings, say)
+    run.progress = progress
+    try:
+        return protocol.run_energy(run, say)
+    except KeyboardInterrupt:
+        if not held:
+            raise
+        tail = held[-1].removeprefix("Interrupted")
+        sep = ";" if tail.startswith(":") else ""
+        what = tail.lstrip(":").strip().rstrip(".")
+        raise Interrupted(f"as2d energy interrupted{sep} {what}") from None
 
 
 def register(app: typer.Typer) -> None:

@@ -12,68 +12,52 @@ from rich.console import Console
 from as2d_cli.cli import options
 from as2d_cli.cli.groups import MEASURE, PROMPT, grouped, variant
 from as2d_cli.cli.paths import file_in_option
+from as2d_cli.evaluate.settings import EvalSettings, NativeSettings
 from as2d_cli.models.prompting import PromptSpec
 from device_agents.measurement import MeasureOptions
 
 if TYPE_CHECKING:
-    from as2d_cli.evaluate.native import NativeEvalOutput, NativeSettings
+    from as2d_cli.evaluate.native import NativeEvalOutput
     from as2d_cli.evaluate.native_record import EvalRun
-    from as2d_cli.evaluate.run import EvalOutput, EvalSettings
+    from as2d_cli.evaluate.run import EvalOutput
 
 
-EVAL_MEASURE = variant(
-    MEASURE,
-    help={
-        "rest": "Native: gate rest in seconds before each window (default: the device's).",
-        "interval": "Native: seconds between the gate's checks (default: the device's).",
-        "settle": "Native: once before measuring, seconds the host must have been quiet (local "
-        "default 20; 0 skips).",
-    },
+_DEPLOYMENT = typer.Option(
+    None,
+    "--deployment",
+    callback=file_in_option,
+    help="Fixed configuration (default: the newest chosen on this profile and these traces; selected now if none).",
+)
+
+_ACCEPT = typer.Option(
+    False,
+    "--accept-unvalidated",
+    help="Use a deployment that failed its own checks — NOT retained on the val split, never "
+    "checked there, or selected on fewer dev windows than the minimum (refused otherwise); "
+    "results.json records it and why.",
+)
+
+_UNCONFIRMED = typer.Option(
+    False,
+    "--allow-unconfirmed",
+    help="The older name of --accept-unvalidated (the same override).",
+)
+
+_NATIVE = typer.Option(
+    False,
+    "--native",
+    help="Also run the methods natively on the device and check replay agreement.",
+)
+
+_APPEND = typer.Option(
+    None,
+    "--append",
+    metavar="RUN_DIR",
+    help="Native: resume the interrupted native evaluation in this results folder: runs only what it lacks, then builds the tables from all its runs (give the run's own options; other settings are refused).",
 )
 
 
-@grouped(measure=EVAL_MEASURE, prompt=PROMPT)
-def eval_(
-    ctx: typer.Context,
-    phone: list[str] = options.phone(
-        [options.PRICE_DEFAULT],
-        "Device whose cost profile prices the replay (k70, local, a serial…); with "
-        "--native, repeat it to evaluate a farm of this host's phones at once (one process per phone).",
-    ),
-    profile: Path | None = options.profile(
-        help="Cost profile (default: found for --phone in calibrations/)."
-    ),
-    traces: Path | None = options.traces(
-        help="Trace file or folder (default: the bundled traces)."
-    ),
-    deployment: Path | None = typer.Option(
-        None,
-        "--deployment",
-        callback=file_in_option,
-        help="Fixed configuration (default: the newest chosen on this profile and these traces; selected now if none).",
-    ),
-    allow_implausible: bool = options.allow_implausible(),
-    accept_unvalidated: bool = typer.Option(
-        False,
-        "--accept-unvalidated",
-        help="Use a deployment that failed its own checks — NOT retained on the val split, never "
-        "checked there, or selected on fewer dev windows than the minimum (refused otherwise); "
-        "results.json records it and why.",
-    ),
-    allow_unconfirmed: bool = typer.Option(
-        False,
-        "--allow-unconfirmed",
-        help="The older name of --accept-unvalidated (the same override).",
-    ),
-    align: str | None = options.align("a deployment selected under them is used, or selected now."),
-    split: str = typer.Option("test", "--split", help="Split to evaluate."),
-    calibrations: Path = options.calibrations(),
-    results: Path = options.results(),
-    native: bool = typer.Option(
-        False,
-        "--native",
-        help="Also run the methods natively on the device and check replay agreement.",
-    ),
+def _native_runs(
     windows: int = options.count(20, "--windows", help="Native: test windows to run."),
     repeats: int = options.count(
         5,
@@ -87,25 +71,59 @@ def eval_(
         minimum=0,
         help="Native: unmeasured warm-up passes over the windows first.",
     ),
+) -> NativeSettings:
+    """The native runs' counts (``--windows``, ``--repeats``, ``--warmup``)."""
+    return NativeSettings(windows, repeats, warmup)
+
+
+EVAL_MEASURE = variant(
+    MEASURE,
+    help={
+        "rest": "Native: gate rest in seconds before each window (default: the device's).",
+        "interval": "Native: seconds between the gate's checks (default: the device's).",
+        "settle": "Native: once before measuring, seconds the host must have been quiet (local "
+        "default 20; 0 skips).",
+    },
+)
+
+
+@grouped(runs=_native_runs, measure=EVAL_MEASURE, prompt=PROMPT)
+def eval_(
+    ctx: typer.Context,
+    phone: list[str] = options.phone(
+        [options.PRICE_DEFAULT],
+        "Device whose cost profile prices the replay (k70, local, a serial…); with "
+        "--native, repeat it to evaluate a farm of this host's phones at once (one process per phone).",
+    ),
+    profile: Path | None = options.profile(
+        help="Cost profile (default: found for --phone in calibrations/)."
+    ),
+    traces: Path | None = options.traces(
+        help="Trace file or folder (default: the bundled traces)."
+    ),
+    deployment: Path | None = _DEPLOYMENT,
+    allow_implausible: bool = options.allow_implausible(),
+    accept_unvalidated: bool = _ACCEPT,
+    allow_unconfirmed: bool = _UNCONFIRMED,
+    align: str | None = options.align("a deployment selected under them is used, or selected now."),
+    split: str = typer.Option("test", "--split", help="Split to evaluate."),
+    calibrations: Path = options.calibrations(),
+    results: Path = options.results(),
+    native: bool = _NATIVE,
+    runs: NativeSettings = NativeSettings(),
     as_json: bool = options.as_json("Print the results document as JSON."),
     measure: MeasureOptions = MeasureOptions(),
     models: Path | None = options.models(
         "A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it."
     ),
     prompt: PromptSpec = PromptSpec(),
-    append: Path | None = typer.Option(
-        None,
-        "--append",
-        metavar="RUN_DIR",
-        help="Native: resume the interrupted native evaluation in this results folder: runs only what it lacks, then builds the tables from all its runs (give the run's own options; other settings are refused).",
-    ),
+    append: Path | None = _APPEND,
     ray: str | None = options.ray(),
     figure_format: str = options.figure_format(),
     quiet: bool = options.quiet(),
 ) -> None:
     """Replay every method with one fixed configuration; optionally run them natively too."""
-    from as2d_cli.evaluate.native import NativeSettings
-    from as2d_cli.evaluate.run import EvalSettings
+    import dataclasses
 
     spec = options.check_prompt(prompt, models)  # refused before any work
     settings = EvalSettings(
@@ -125,7 +143,7 @@ def eval_(
         figure_format=figure_format,
         command=_command_line(ctx),
     )
-    runs = NativeSettings(windows, repeats, warmup, models=models, prompt=spec)
+    runs = dataclasses.replace(runs, models=models, prompt=spec)
     if len(phone) > 1:
         _farm(phone, settings, runs, measure, native=native, refused=_farm_refused(ctx))
         return

@@ -6,60 +6,122 @@ bundle's native request command is deployed. Returns the run for :func:`protocol
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from as2d_cli.energy.protocol import EnergyRun, check_measurable, check_windows, window_ids
 from as2d_cli.errors import UserError
+from device_agents.measurement import MeasureOptions
+
+if TYPE_CHECKING:  # the protocol is heavy: imported when a run is prepared, not with the CLI
+    from as2d_cli.energy.protocol import EnergyRun
 
 
-def prepare_run(
-    phone: str,
-    *,
-    connection: str,
-    methods: str,
-    request_cmd: str | None,
-    method_cmd: Sequence[str],
-    bundle: Path | None,
-    window: str | None,
-    native_arg: Sequence[str],
-    push: Sequence[Path],
-    poll_ms: int,
-    warmups: int,
-    repeats: int,
-    request_budget_s: float,
-    settle_s: float,
-    gap_s: float,
-    tail_s: float,
-    discharge_wait_s: int,
-    baseline: str | None,
-    out: Path,
-    adb_port: int | None,
-    models: Path | None,
-    say: Callable[[str], None],
-    rest_s: float | None = None,
-    interval_s: float | None = None,
-    max_temp_c: float | None = None,
-    temp_sensor: str | None = None,
-) -> EnergyRun:
-    """The energy run the options describe, or one clear error line."""
+@dataclass(frozen=True)
+class EnergyRequests:
+    """What each request runs: ``methods`` in measurement order (comma-separated), by one
+    ``request_cmd``, a command per method (``method_cmd``: METHOD=COMMAND), or the native
+    runner of a ``bundle`` archive on corpus ``window`` (with ``native_arg`` and the pair
+    ``models``); ``push``: helper files pushed into the run directory first."""
+
+    methods: str = "as2d,target-only"
+    request_cmd: str | None = None
+    method_cmd: tuple[str, ...] = ()
+    bundle: Path | None = None
+    window: str | None = None
+    native_arg: tuple[str, ...] = ()
+    push: tuple[Path, ...] = ()
+    models: Path | None = None
+
+
+@dataclass(frozen=True)
+class EnergyTiming:
+    """The episode's pacing: battery poll period, warm-ups and formal requests per method,
+    the idle times around them and how long the phone waits to be unplugged."""
+
+    poll_ms: int = 250
+    warmups: int = 1
+    repeats: int = 1
+    request_budget_s: float = 120.0
+    settle_s: float = 3.0
+    gap_s: float = 0.0
+    tail_s: float = 3.0
+    discharge_wait_s: int = 300
+
+
+@dataclass(frozen=True)
+class EnergySettings:
+    """One energy measurement, as the `as2d energy` options describe it (built once)."""
+
+    phone: str
+    connection: str = "usb"
+    baseline: str | None = None
+    out: Path = Path("results")
+    adb_port: int | None = None
+    requests: EnergyRequests = field(default_factory=EnergyRequests)
+    timing: EnergyTiming = field(default_factory=EnergyTiming)
+    measure: MeasureOptions = field(default_factory=MeasureOptions)  # the gate's options
+
+
+def prepare_run(s: EnergySettings, say: Callable[[str], None]) -> EnergyRun:
+    """The energy run the settings describe, or one clear error line."""
+    from as2d_cli.energy.perfetto_capture import preflight
+    from as2d_cli.energy.protocol import EnergyRun, check_measurable
     from device_agents.identity import identify
+    from device_agents.measurement import gate_for
+    from device_agents.registry import resolve_phone
 
     # Everything that cannot measure is refused before any device is touched.
-    check_measurable(phone, connection)
-    if bundle is not None and (request_cmd or method_cmd):
+    check_measurable(s.phone, s.connection)
+    windows, cmds, names = _checked_requests(s.requests)
+    plan = _plan(s, names, cmds)
+    device = resolve_phone(s.phone, s.adb_port)
+    # perfetto, traced and the battery status, before anything is pushed (the bundle
+    # too) and before the user is asked to unplug.
+    preflight(device)
+    if s.requests.bundle is not None:
+        plan = _bundle_plan(device, s.requests, windows[0], plan, say)
+    facts: dict = {}
+    try:
+        facts = {"facts": device.facts().to_dict()}
+    except Exception as exc:  # noqa: BLE001 - facts are context, never a reason to stop
+        facts = {"facts_error": str(exc)}
+    return EnergyRun(
+        device=device,
+        plan=plan,
+        results_root=s.out,
+        phone_label=identify(device).name,
+        poll_ms=s.timing.poll_ms,
+        connection=s.connection,
+        baseline=s.baseline,
+        push_files=list(s.requests.push),
+        phone_facts=facts,
+        preflight_done=True,
+        gate=gate_for(device, s.measure),
+    )
+
+
+def _checked_requests(
+    r: EnergyRequests,
+) -> tuple[list[str], list[tuple[str, str]], tuple[str, ...]]:
+    """The request options that cannot measure, refused: returns the window ids, the
+    per-method commands and the method names."""
+    from as2d_cli.energy.protocol import check_windows, window_ids
+
+    if r.bundle is not None and (r.request_cmd or r.method_cmd):
         raise UserError(
             "--bundle runs the native requests itself; drop --request-cmd "
             "and --method-cmd (or drop --bundle)"
         )
-    windows = window_ids(window)
-    if windows and bundle is None:
+    windows = window_ids(r.window)
+    if windows and r.bundle is None:
         raise UserError(
             "--window names the corpus window the bundle's native requests "
             "transcribe; your --request-cmd/--method-cmd does not read it — "
             "drop --window or pass --bundle"
         )
-    if bundle is not None and not windows:
+    if r.bundle is not None and not windows:
         raise UserError(
             "--bundle needs --window: the corpus window the requests "
             "transcribe (see `as2d corpus list`)"
@@ -70,98 +132,75 @@ def prepare_run(
             f"--window: one window per run (got {', '.join(windows)}); run "
             "`as2d energy` once per window"
         )
-    if bundle is None and not request_cmd and not method_cmd:
+    if r.bundle is None and not r.request_cmd and not r.method_cmd:
         raise UserError(
             "pass --bundle ARCHIVE --window ID to run the native runner's "
             "requests, or --request-cmd for your own request command"
         )
-    if bundle is not None and not bundle.is_file():
-        raise UserError(f"--bundle {bundle}: no such file; build it with `as2d bundle build`")
+    if r.bundle is not None and not r.bundle.is_file():
+        raise UserError(f"--bundle {r.bundle}: no such file; build it with `as2d bundle build`")
     cmds: list[tuple[str, str]] = []
-    for item in method_cmd:
+    for item in r.method_cmd:
         name, sep, cmd = item.partition("=")
         if not sep or not name or not cmd:
             raise UserError(f"--method-cmd {item!r} must be METHOD=COMMAND")
         cmds.append((name.strip(), cmd))
-    names = tuple(m.strip() for m in methods.split(",") if m.strip())
-    missing = [m for m in names if not request_cmd and bundle is None and m not in dict(cmds)]
+    names = tuple(m.strip() for m in r.methods.split(",") if m.strip())
+    missing = [m for m in names if not r.request_cmd and r.bundle is None and m not in dict(cmds)]
     if missing:
         raise UserError(
             f"no request command for {', '.join(missing)}; pass --request-cmd "
             "or --method-cmd METHOD=COMMAND for each"
         )
-    from as2d_cli.energy.episode_script import EpisodePlan
-    from as2d_cli.energy.perfetto_capture import preflight
-    from device_agents.registry import resolve_phone
+    return list(windows), cmds, names
 
+
+def _plan(s: EnergySettings, names: tuple[str, ...], cmds: list[tuple[str, str]]) -> Any:
+    """The episode plan, validated before the phone is touched."""
+    from as2d_cli.energy.episode_script import EpisodePlan
+
+    t = s.timing
     # With --bundle the request command is known after deployment; "true" stands in
     # for the checks of everything else before touching the phone.
     plan = EpisodePlan(
         methods=names,
-        request_cmd=request_cmd or ("true" if bundle else ""),
+        request_cmd=s.requests.request_cmd or ("true" if s.requests.bundle else ""),
         method_cmds=tuple(cmds),
-        formal_repeats=repeats,
-        warmups=warmups,
-        settle_s=settle_s,
-        gap_s=gap_s,
-        tail_s=tail_s,
-        request_budget_s=request_budget_s,
-        discharge_wait_s=discharge_wait_s,
+        formal_repeats=t.repeats,
+        warmups=t.warmups,
+        settle_s=t.settle_s,
+        gap_s=t.gap_s,
+        tail_s=t.tail_s,
+        request_budget_s=t.request_budget_s,
+        discharge_wait_s=t.discharge_wait_s,
     )
     plan.validate()
-    device = resolve_phone(phone, adb_port)
-    # perfetto, traced and the battery status, before anything is pushed (the bundle
-    # too) and before the user is asked to unplug.
-    preflight(device)
-    if bundle is not None:
-        from as2d_cli.bundle.deploy import deploy
-        from as2d_cli.energy.bundle_request import bundle_request_template
+    return plan
 
-        say(f"deploying {bundle.name} to {device.serial} (once per bundle)")
-        deployed = deploy(device, bundle)
-        extra = list(native_arg)
-        if models is not None:
-            from as2d_cli.bundle.build import pair_folder
 
-            rel = pair_folder(models)
-            if f"app/{rel}/models.json" not in (deployed.manifest.get("project") or {}).get(
-                "assets", []
-            ):
-                raise UserError(
-                    f"--bundle {bundle.name} does not carry the pair {models}; build it with "
-                    f"`as2d bundle build --models {models}`"
-                )
-            extra += ["--models", "package:" + rel.removeprefix("as2d_cli/")]
-        plan = dataclasses.replace(
-            plan, request_cmd=bundle_request_template(deployed, windows[0], extra)
-        )
-        plan.validate()
-    facts: dict = {}
-    try:
-        facts = {"facts": device.facts().to_dict()}
-    except Exception as exc:  # noqa: BLE001 - facts are context, never a reason to stop
-        facts = {"facts_error": str(exc)}
-    from device_agents.gating import GateConfig
+def _bundle_plan(
+    device: Any, r: EnergyRequests, window: str, plan: Any, say: Callable[[str], None]
+) -> Any:
+    """The bundle deployed (once per bundle) and its native request command in the plan."""
+    from as2d_cli.bundle.deploy import deploy
+    from as2d_cli.energy.bundle_request import bundle_request_template
 
-    gate = GateConfig.for_device(device)
-    changes: dict = {
-        k: v
-        for k, v in (("rest_s", rest_s), ("interval_s", interval_s), ("temp_sensor", temp_sensor))
-        if v is not None
-    }
-    if max_temp_c is not None:
-        changes["max_temp_c"] = None if max_temp_c == 0 else max_temp_c
-    run = EnergyRun(
-        device=device,
-        plan=plan,
-        results_root=out,
-        phone_label=identify(device).name,
-        poll_ms=poll_ms,
-        connection=connection,
-        baseline=baseline,
-        push_files=list(push),
-        phone_facts=facts,
-        preflight_done=True,
-        gate=dataclasses.replace(gate, **changes),
-    )
-    return run
+    assert r.bundle is not None
+    say(f"deploying {r.bundle.name} to {device.serial} (once per bundle)")
+    deployed = deploy(device, r.bundle)
+    extra = list(r.native_arg)
+    if r.models is not None:
+        from as2d_cli.bundle.build import pair_folder
+
+        rel = pair_folder(r.models)
+        if f"app/{rel}/models.json" not in (deployed.manifest.get("project") or {}).get(
+            "assets", []
+        ):
+            raise UserError(
+                f"--bundle {r.bundle.name} does not carry the pair {r.models}; build it with "
+                f"`as2d bundle build --models {r.models}`"
+            )
+        extra += ["--models", "package:" + rel.removeprefix("as2d_cli/")]
+    plan = dataclasses.replace(plan, request_cmd=bundle_request_template(deployed, window, extra))
+    plan.validate()
+    return plan

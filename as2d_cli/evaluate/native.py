@@ -56,9 +56,9 @@ from as2d_cli.evaluate.native_stats import (
     own_replay_times,
     summarize,
 )
+from as2d_cli.evaluate.settings import NativeSettings
 from as2d_cli.formats.common import mark_complete, read_manifest
 from as2d_cli.formats.profile_io import load_profile
-from as2d_cli.models.prompting import PromptSpec
 from as2d_cli.reporting import Progress, Say
 from device_agents.gating import GateConfig
 from device_agents.measurement import prepare
@@ -85,25 +85,6 @@ class NativeEvalOutput:
     results: Path
     table: str
     summary: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class NativeSettings:
-    """What the native part of ``as2d eval --native`` runs: ``windows`` test windows,
-    ``warmup`` unmeasured passes over them first (D.3: one warm-up repetition before the
-    measured ones; their outputs are still checked for exactness), then ``repeats``
-    interleaved measured repetitions. ``gate``: a device_agents GateConfig checked before
-    every window (None: the measurement's). ``append``: resume an interrupted run's folder
-    (only the runs its records lack are run; a run made with other settings is refused)."""
-
-    windows: int = 20
-    repeats: int = 1
-    warmup: int = 1
-    gate: Any = None
-    models: Any = None
-    prompt: PromptSpec | None = None
-    append: bool = False
-    monitor_interval_s: float = 1.0
 
 
 def run_native_eval(

@@ -40,6 +40,7 @@ from as2d_cli.evaluate.inputs import (
     validation_failures,
 )
 from as2d_cli.evaluate.report import plot_cdf
+from as2d_cli.evaluate.settings import EvalSettings
 from as2d_cli.execution import Executor
 from as2d_cli.formats.common import (
     MANIFEST,
@@ -92,44 +93,6 @@ class EvalOutput:
     deployment_path: Path
     selected_now: bool
     profile_path: Path
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """What one evaluation's replay part uses: the `as2d eval` options, built once.
-
-    ``accept_unvalidated``: use a deployment that failed its own checks — NOT retained on
-    val, never checked there (selected on dev only), or selected on fewer than
-    ``MIN_DEV_WINDOWS`` dev windows — and record that in the results; refused otherwise
-    (inputs.require_validated). ``allow_unconfirmed`` is its older name and does the same.
-    ``align``: the alignment rules (a deployment selected under them is found or selected;
-    None: a given deployment's own, else the default rules). ``command``: the command line
-    that redoes this evaluation, for the incomplete folder's note (default: ``as2d eval
-    --phone PHONE``). ``figure_format``: the figures' format (png, pdf or svg)."""
-
-    phone: str
-    profile: Path | None = None
-    traces: Path | None = None
-    deployment: Path | None = None
-    split: str = "test"
-    calibrations: Path = Path("calibrations")
-    results: Path = Path("results")
-    models: Path | None = None
-    prompt: PromptSpec | None = None
-    allow_unconfirmed: bool = False
-    accept_unvalidated: bool = False
-    allow_implausible: bool = False
-    align: str | None = None
-    figure_format: str = "png"
-    command: str | None = None
-
-    @property
-    def accept(self) -> bool:
-        return self.accept_unvalidated or self.allow_unconfirmed
-
-    @property
-    def redo(self) -> str:
-        return self.command or f"as2d eval --phone {self.phone}"
 
 
 @dataclass
