@@ -23,7 +23,7 @@ from typing import Any
 import jsonschema
 
 from as2d_cli import __version__
-from as2d_cli.energy.analysis import SHORT_WINDOW_PERIODS, EnergyAnalysis
+from as2d_cli.energy.analysis import SHORT_WINDOW_PERIODS, EnergyAnalysis, MethodSummary
 from as2d_cli.energy.capture_config import CaptureSpec
 from as2d_cli.energy.episode_records import Episode, format_episode
 from as2d_cli.errors import FormatError, UserError
@@ -327,93 +327,66 @@ def short_window_lines(analysis: EnergyAnalysis) -> list[str]:
     return out
 
 
-def render_table(
-    analysis: EnergyAnalysis, windows: dict[str, str] | None = None
-) -> tuple[str, str]:
-    """(Markdown, CSV) of the formal requests, one row each, as the paper's Table 15
-    (mean power = energy / response time), and per method with more than one its pooled
-    row; a failed request keeps its row, and a method whose requests all failed stays in
-    the table with its failure. `windows`: per method, what its energy window includes."""
-    head = [
-        "Method",
-        "Request",
-        "Energy (J)",
-        "Mean power (W)",
-        "Response (s)",
-        "Body tokens",
-        "J/token",
-    ]
-    md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(
-        [
-            "method",
-            "request",
-            "status",
-            "energy_j",
-            "mean_power_w",
-            "response_s",
-            "window_s",
-            "body_tokens",
-            "j_per_token",
-            "energy_bound_j",
-            "short_window",
-        ]
-    )
-    for m in analysis.methods:
-        formal = [r for r in analysis.requests if r.method == m.method and r.phase == "formal"]
-        for k, r in enumerate(formal, 1):
-            if r.status == "ok":
-                md.append(
-                    f"| {m.method} | {k}{' (short)' if r.short_window else ''} | "
-                    f"{_energy(r.energy_j, r.energy_bound_j)} | "
-                    f"{_f(r.mean_power_w, '.2f')} | {_f(r.response_s, '.2f')} | "
-                    f"{r.body_tokens} | {_f(r.j_per_token, '.3f')} |"
-                )
-            else:
-                word = r.status.split(":", 1)[0]  # failed, stopped or not run
-                md.append(f"| {m.method} | {k} | {word} | — | — | — | — |")
-            w.writerow(
-                [
-                    m.method,
-                    k,
-                    r.status,
-                    repr(r.energy_j),
-                    repr(r.mean_power_w),
-                    repr(r.response_s),
-                    repr(r.window_s),
-                    r.body_tokens,
-                    repr(r.j_per_token),
-                    repr(r.energy_bound_j),
-                    "" if r.short_window is None else str(r.short_window).lower(),
-                ]
-            )
-        if m.status != "ok" and not formal:
-            md.append(f"| {m.method} | — | {m.status.split(':', 1)[0]} | — | — | — | — |")
-        if m.status == "ok" and (m.formal_requests > 1 or not formal):
-            label = f"pooled ({m.measured_requests} of {m.formal_requests})"
+def _method_rows(analysis: EnergyAnalysis, m: MethodSummary, md: list[str], w: Any) -> None:
+    """One method's rows: each formal request (a failed one keeps its row), then its
+    pooled row (Markdown lines appended to ``md``, CSV rows written to ``w``)."""
+    formal = [r for r in analysis.requests if r.method == m.method and r.phase == "formal"]
+    for k, r in enumerate(formal, 1):
+        if r.status == "ok":
             md.append(
-                f"| {m.method} | {label} | {_energy(m.energy_j, m.energy_bound_j)} | "
-                f"{_f(m.mean_power_w, '.2f')} | {_f(m.response_s, '.2f')} | "
-                f"{m.body_tokens} | {_f(m.j_per_token, '.3f')} |"
+                f"| {m.method} | {k}{' (short)' if r.short_window else ''} | "
+                f"{_energy(r.energy_j, r.energy_bound_j)} | "
+                f"{_f(r.mean_power_w, '.2f')} | {_f(r.response_s, '.2f')} | "
+                f"{r.body_tokens} | {_f(r.j_per_token, '.3f')} |"
             )
-        if m.formal_requests > 1 or not formal or m.status != "ok":
-            w.writerow(
-                [
-                    m.method,
-                    "pooled",
-                    m.status,
-                    repr(m.energy_j),
-                    repr(m.mean_power_w),
-                    repr(m.response_s),
-                    "",
-                    "" if m.body_tokens is None else m.body_tokens,
-                    repr(m.j_per_token),
-                    repr(m.energy_bound_j),
-                    "",
-                ]
-            )
+        else:
+            word = r.status.split(":", 1)[0]  # failed, stopped or not run
+            md.append(f"| {m.method} | {k} | {word} | — | — | — | — |")
+        w.writerow(
+            [
+                m.method,
+                k,
+                r.status,
+                repr(r.energy_j),
+                repr(r.mean_power_w),
+                repr(r.response_s),
+                repr(r.window_s),
+                r.body_tokens,
+                repr(r.j_per_token),
+                repr(r.energy_bound_j),
+                "" if r.short_window is None else str(r.short_window).lower(),
+            ]
+        )
+    if m.status != "ok" and not formal:
+        md.append(f"| {m.method} | — | {m.status.split(':', 1)[0]} | — | — | — | — |")
+    if m.status == "ok" and (m.formal_requests > 1 or not formal):
+        label = f"pooled ({m.measured_requests} of {m.formal_requests})"
+        md.append(
+            f"| {m.method} | {label} | {_energy(m.energy_j, m.energy_bound_j)} | "
+            f"{_f(m.mean_power_w, '.2f')} | {_f(m.response_s, '.2f')} | "
+            f"{m.body_tokens} | {_f(m.j_per_token, '.3f')} |"
+        )
+    if m.formal_requests > 1 or not formal or m.status != "ok":
+        w.writerow(
+            [
+                m.method,
+                "pooled",
+                m.status,
+                repr(m.energy_j),
+                repr(m.mean_power_w),
+                repr(m.response_s),
+                "",
+                "" if m.body_tokens is None else m.body_tokens,
+                repr(m.j_per_token),
+                repr(m.energy_bound_j),
+                "",
+            ]
+        )
+
+
+def _table_notes(analysis: EnergyAnalysis, windows: dict[str, str] | None) -> list[str]:
+    """The notes under the table: each method against the baseline, what mean power and
+    each energy window mean, the cross-check, the gauge, the bounds, what failed."""
     notes = []
     for m in analysis.methods:
         if m.energy_vs_baseline_percent is not None:
@@ -462,6 +435,46 @@ def render_table(
             f"{analysis.trace_bytes} bytes were lost; analysed up to the last whole "
             "packet"
         )
+    return notes
+
+
+def render_table(
+    analysis: EnergyAnalysis, windows: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """(Markdown, CSV) of the formal requests, one row each, as the paper's Table 15
+    (mean power = energy / response time), and per method with more than one its pooled
+    row; a failed request keeps its row, and a method whose requests all failed stays in
+    the table with its failure. `windows`: per method, what its energy window includes."""
+    head = [
+        "Method",
+        "Request",
+        "Energy (J)",
+        "Mean power (W)",
+        "Response (s)",
+        "Body tokens",
+        "J/token",
+    ]
+    md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(
+        [
+            "method",
+            "request",
+            "status",
+            "energy_j",
+            "mean_power_w",
+            "response_s",
+            "window_s",
+            "body_tokens",
+            "j_per_token",
+            "energy_bound_j",
+            "short_window",
+        ]
+    )
+    for m in analysis.methods:
+        _method_rows(analysis, m, md, w)
+    notes = _table_notes(analysis, windows)
     md_text = "\n".join(md) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     return md_text, buf.getvalue()
 
@@ -495,6 +508,48 @@ def mark_incomplete(out_dir: Path) -> None:
     write_atomic(Path(out_dir) / INCOMPLETE, text.encode("utf-8"), force=True)
 
 
+def _write_files(
+    out_dir: Path, analysis: EnergyAnalysis, episode: Episode, trace: Path, windows: dict
+) -> dict[str, str]:
+    """The trace, the episode's records and the table beside energy.json (each whole or
+    absent; a re-analysis writes them again); their names by role."""
+    if Path(trace).resolve() != (out_dir / TRACE_NAME).resolve():
+        write_atomic(out_dir / TRACE_NAME, Path(trace).read_bytes(), force=True)
+    write_atomic(out_dir / EPISODE_NAME, format_episode(episode).encode("utf-8"), force=True)
+    md, csv_text = render_table(analysis, windows)
+    write_atomic(out_dir / "table.md", md.encode("utf-8"), force=True)
+    write_atomic(out_dir / "table.csv", csv_text.encode("utf-8"), force=True)
+    files = {
+        "trace": TRACE_NAME,
+        "episode": EPISODE_NAME,
+        "table_md": "table.md",
+        "table_csv": "table.csv",
+    }
+    for key, name in (("gate", GATE_NAME), ("monitor", MONITOR_NAME)):
+        if (out_dir / name).exists():
+            files[key] = name
+    return files
+
+
+def _capture(analysis: EnergyAnalysis, spec: CaptureSpec, counters: list[str]) -> dict:
+    """energy.json's ``capture``: how the trace was taken and what the gauge showed."""
+    return {
+        "poll_ms": spec.poll_ms,
+        "duration_ms": spec.duration_ms,
+        "counters": counters,
+        "gauge_period_s": analysis.gauge.period_s if analysis.gauge else None,
+        "gauge_readings": analysis.gauge.readings if analysis.gauge else None,
+        "gauge_noise_w": analysis.noise_w,
+        "gauge_noise_percent": analysis.noise_percent,
+        "gauge_placement_s": analysis.placement_s,
+        "gauge_on_grid": analysis.on_grid,
+        "current_sign_corrected": analysis.sign_note is not None,
+        "current_sign_note": analysis.sign_note,
+        "trace_bytes": analysis.trace_bytes,
+        "trace_lost_bytes": analysis.trace_lost_bytes,
+    }
+
+
 def write_results(
     out_dir: Path,
     analysis: EnergyAnalysis,
@@ -515,23 +570,8 @@ def write_results(
             f"{out_dir} already holds energy.json; results are never "
             "overwritten — use a new run folder"
         )
-    if Path(trace).resolve() != (out_dir / TRACE_NAME).resolve():
-        write_atomic(out_dir / TRACE_NAME, Path(trace).read_bytes(), force=True)
-    # Every file whole or absent; a re-analysis (--from-run, --collect) writes them again.
-    write_atomic(out_dir / EPISODE_NAME, format_episode(episode).encode("utf-8"), force=True)
     windows = window_includes(plan)
-    md, csv_text = render_table(analysis, windows)
-    write_atomic(out_dir / "table.md", md.encode("utf-8"), force=True)
-    write_atomic(out_dir / "table.csv", csv_text.encode("utf-8"), force=True)
-    files = {
-        "trace": TRACE_NAME,
-        "episode": EPISODE_NAME,
-        "table_md": "table.md",
-        "table_csv": "table.csv",
-    }
-    for key, name in (("gate", GATE_NAME), ("monitor", MONITOR_NAME)):
-        if (out_dir / name).exists():
-            files[key] = name
+    files = _write_files(out_dir, analysis, episode, trace, windows)
     for key, src in (extra_files or {}).items():
         dst = out_dir / Path(src).name
         if Path(src).resolve() != dst.resolve():
@@ -546,21 +586,7 @@ def write_results(
             "status": "stopped" if (conditions or {}).get("stopped") else "complete",
             "conditions": conditions,
             "phone": phone,
-            "capture": {
-                "poll_ms": spec.poll_ms,
-                "duration_ms": spec.duration_ms,
-                "counters": counters,
-                "gauge_period_s": analysis.gauge.period_s if analysis.gauge else None,
-                "gauge_readings": analysis.gauge.readings if analysis.gauge else None,
-                "gauge_noise_w": analysis.noise_w,
-                "gauge_noise_percent": analysis.noise_percent,
-                "gauge_placement_s": analysis.placement_s,
-                "gauge_on_grid": analysis.on_grid,
-                "current_sign_corrected": analysis.sign_note is not None,
-                "current_sign_note": analysis.sign_note,
-                "trace_bytes": analysis.trace_bytes,
-                "trace_lost_bytes": analysis.trace_lost_bytes,
-            },
+            "capture": _capture(analysis, spec, counters),
             "plan": plan,
             "episode_meta": episode.meta,
             "files": files,
