@@ -190,12 +190,44 @@ def specials_text(tokenizer_config: dict) -> dict[str, str]:
 
 def audio_llm_dims(export: AudioLlmExport, tokenizer: Any) -> dict[str, Any]:
     """The manifest's ``dims`` of an export, checked against its graphs and tokenizer."""
-    import onnxruntime as ort
-
-    where = export.directory / "config.json"
-    tc = text_config(export.config)
     kind = MODEL_TYPES[export.model_type]
-    try:
+    text = _text_dims(export)
+    n_mels = _n_mels(export)
+    placeholder, audio_id = _audio_token(export, tokenizer, kind.placeholder)
+    sessions = _sessions(export)
+    feat, mask = _encoder_inputs(export, sessions["encoder"], n_mels)
+    embed_in = [i.name for i in sessions["embed"].get_inputs()]
+    if embed_in != ["input_ids"]:
+        raise UserError(f"{export.embed} takes {embed_in}, not input_ids alone; {HINT}")
+    dec_in = {i.name: i for i in sessions["decoder"].get_inputs()}
+    vocab = _check_decoder(export, sessions["decoder"], dec_in, text)
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    eos = eos_ids(export.generation, export.config)
+    max_new = export.generation.get("max_new_tokens")
+    return {
+        "model_type": export.model_type,
+        "n_mels": int(n_mels),
+        "pad_to_window": kind.pad_to_window,
+        "layers": text["layers"],
+        "hidden": text["hidden"],
+        "heads": text["heads"],
+        "kv_heads": text["kv_heads"],
+        "head_dim": text["head_dim"],
+        "vocab": vocab,
+        "tokenizer_size": size,
+        "max_tokens": text["max_positions"],
+        "max_new_tokens": int(max_new) if isinstance(max_new, int) else DEFAULT_MAX_NEW_TOKENS,
+        "audio_token": int(audio_id),
+        "placeholder": placeholder,
+        "eos": eos,
+        "inputs": {"features": feat, "mask": mask, "position_ids": "position_ids" in dec_in},
+    }
+
+
+def _text_dims(export: AudioLlmExport) -> dict[str, int]:
+    """The text decoder's sizes from config.json's text_config."""
+    tc = text_config(export.config)
+    try:  # in this order: the first key missing is the one named
         layers = int(tc["num_hidden_layers"])
         hidden = int(tc["hidden_size"])
         heads = int(tc["num_attention_heads"])
@@ -205,8 +237,22 @@ def audio_llm_dims(export: AudioLlmExport, tokenizer: Any) -> dict[str, Any]:
         max_positions = int(tc["max_position_embeddings"])
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(
-            f"{where}: text_config key {exc} is missing or not a number; {HINT}"
+            f"{export.directory / 'config.json'}: text_config key {exc} is missing or not a "
+            f"number; {HINT}"
         ) from None
+    return {
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab": vocab,
+        "max_positions": max_positions,
+    }
+
+
+def _n_mels(export: AudioLlmExport) -> int:
+    """The mel bins of the export's Whisper-style feature extractor."""
     n_mels = export.preprocessor.get("feature_size")
     fe = export.preprocessor.get("feature_extractor_type", "WhisperFeatureExtractor")
     if fe != "WhisperFeatureExtractor" or not isinstance(n_mels, int):
@@ -214,10 +260,17 @@ def audio_llm_dims(export: AudioLlmExport, tokenizer: Any) -> dict[str, Any]:
             f"{export.directory / 'preprocessor_config.json'} names a {fe} with feature_size "
             f"{n_mels!r}; as2d computes Whisper-style log-mel features (80 or 128 bins)"
         )
+    return n_mels
+
+
+def _audio_token(export: AudioLlmExport, tokenizer: Any, default: str) -> tuple[str, int]:
+    """The audio placeholder and its token id, which the chat template must place in a
+    user turn holding audio."""
+    where = export.directory / "config.json"
     placeholder = str(
         export.preprocessor.get("audio_token")
         or export.preprocessor.get("audio_placeholder")
-        or kind.placeholder
+        or default
     )
     audio_id = export.config.get("audio_token_id", export.config.get("audio_token_index"))
     tok_id = tokenizer.token_to_id(placeholder)
@@ -243,6 +296,13 @@ def audio_llm_dims(export: AudioLlmExport, tokenizer: Any) -> dict[str, Any]:
             f"{audio_id}) for a user turn holding audio; save the model's processor chat template "
             "(processor.save_pretrained), which places it"
         )
+    return placeholder, audio_id
+
+
+def _sessions(export: AudioLlmExport) -> dict[str, Any]:
+    """ONNX Runtime sessions of the encoder, the embedding and the decoder graphs."""
+    import onnxruntime as ort
+
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     sessions = {}
@@ -259,7 +319,12 @@ def audio_llm_dims(export: AudioLlmExport, tokenizer: Any) -> dict[str, Any]:
             raise UserError(
                 f"ONNX Runtime cannot load {path} ({str(exc).splitlines()[0]}); {HINT}"
             ) from None
-    enc_in = {i.name: i for i in sessions["encoder"].get_inputs()}
+    return sessions
+
+
+def _encoder_inputs(export: AudioLlmExport, encoder: Any, n_mels: int) -> tuple[str, str | None]:
+    """The encoder's feature input (of ``n_mels`` bins) and its optional frame mask."""
+    enc_in = {i.name: i for i in encoder.get_inputs()}
     feat = next((n for n in FEATURE_INPUTS if n in enc_in), None)
     mask = next((n for n in MASK_INPUTS if n in enc_in), None)
     extra = set(enc_in) - {feat, mask}
@@ -274,10 +339,15 @@ def audio_llm_dims(export: AudioLlmExport, tokenizer: Any) -> dict[str, Any]:
             f"{export.encoder} takes features of shape {shape} but preprocessor_config.json says "
             f"feature_size {n_mels}: the export and its configs do not match; {HINT}"
         )
-    embed_in = [i.name for i in sessions["embed"].get_inputs()]
-    if embed_in != ["input_ids"]:
-        raise UserError(f"{export.embed} takes {embed_in}, not input_ids alone; {HINT}")
-    dec_in = {i.name: i for i in sessions["decoder"].get_inputs()}
+    return feat, mask
+
+
+def _check_decoder(
+    export: AudioLlmExport, decoder: Any, dec_in: dict[str, Any], text: dict[str, int]
+) -> int:
+    """The merged decoder's cache inputs checked against config.json; returns the vocabulary
+    size (the logits' when the graph fixes it)."""
+    layers = text["layers"]
     want = {"inputs_embeds", "attention_mask"} | {
         f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")
     }
@@ -289,35 +359,18 @@ def audio_llm_dims(export: AudioLlmExport, tokenizer: Any) -> dict[str, Any]:
         )
     kv_shape = dec_in["past_key_values.0.key"].shape
     if len(kv_shape) == 4:
-        for axis, want_v, name in ((1, kv_heads, "num_key_value_heads"), (3, head_dim, "head_dim")):
+        for axis, want_v, name in (
+            (1, text["kv_heads"], "num_key_value_heads"),
+            (3, text["head_dim"], "head_dim"),
+        ):
             if isinstance(kv_shape[axis], int) and kv_shape[axis] != want_v:
                 raise UserError(
                     f"{export.decoder}'s cache has {kv_shape[axis]} on axis {axis} but config.json "
                     f"gives {name} {want_v}; {HINT}"
                 )
-    logits = {o.name: o for o in sessions["decoder"].get_outputs()}.get("logits")
+    logits = {o.name: o for o in decoder.get_outputs()}.get("logits")
     if logits is None:
         raise UserError(f"{export.decoder} has no logits output; {HINT}")
     if isinstance(logits.shape[-1], int):
-        vocab = int(logits.shape[-1])
-    size = tokenizer.get_vocab_size(with_added_tokens=True)
-    eos = eos_ids(export.generation, export.config)
-    max_new = export.generation.get("max_new_tokens")
-    return {
-        "model_type": export.model_type,
-        "n_mels": int(n_mels),
-        "pad_to_window": kind.pad_to_window,
-        "layers": layers,
-        "hidden": hidden,
-        "heads": heads,
-        "kv_heads": kv_heads,
-        "head_dim": head_dim,
-        "vocab": vocab,
-        "tokenizer_size": size,
-        "max_tokens": max_positions,
-        "max_new_tokens": int(max_new) if isinstance(max_new, int) else DEFAULT_MAX_NEW_TOKENS,
-        "audio_token": int(audio_id),
-        "placeholder": placeholder,
-        "eos": eos,
-        "inputs": {"features": feat, "mask": mask, "position_ids": "position_ids" in dec_in},
-    }
+        return int(logits.shape[-1])
+    return text["vocab"]
