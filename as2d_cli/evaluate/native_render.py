@@ -29,38 +29,7 @@ NATIVE_COLUMNS = [
 
 
 def render_native(summary: dict[str, Any]) -> str:
-    head = [
-        "method",
-        "runs",
-        "native TPS",
-        "replay TPS",
-        "MAE % (median)",
-        "pooled err % (median)",
-        "MAE % (pooled)",
-        "pooled err % (pooled)",
-        "MAE % drift-adj",
-        "split-half %",
-        "exact",
-    ]
-    body = []
-    for m, s in summary["methods"].items():
-        body.append(
-            [
-                m,
-                str(s["runs"]),
-                _f(s["pooled_tps_native"]),
-                _f(s["pooled_tps_replay"]),
-                _f(s.get("mae_median_percent")),
-                _f(s.get("pooled_error_median_percent"), signed=True),
-                _f(s["mae_percent"]),
-                _f(s["pooled_error_percent"], signed=True),
-                _f(s.get("mae_drift_adjusted_percent")),
-                _f(s.get("split_half_percent")),
-                f"{s['exact']}/{s['runs']}",
-            ]
-        )
-    lines = text_table(head, body)
-    r = summary.get("as2d_over_target_only_native")
+    lines = _method_table(summary)
     lines.append("")
     vs = summary.get("replay_vs_native") or {}
     if vs.get("kind") == "expected_error":  # the profile was not measured on this device
@@ -77,12 +46,63 @@ def render_native(summary: dict[str, Any]) -> str:
         lines.append(
             "agreement per window: replay vs the median native time of its repetitions (D.3), and vs their pooled time"
         )
+    r = summary.get("as2d_over_target_only_native")
     lines.append("native As²d / target-only pooled: " + ("—" if r is None else f"{r:.3f}×"))
     lines += _ratio_line(summary.get("as2d_ratio"))
     lines.append(
         "split-half: per window, the median native time of the even repetitions vs the odd ones "
         "(the device's own repeatability)"
     )
+    lines += _device_lines(summary)
+    lines += _time_split_lines(summary)
+    lines += render_gap(summary.get("replay_gap") or {})
+    lines += render_ratio_factors((summary.get("as2d_ratio") or {}).get("factors"))
+    for d in summary.get("warmup_divergences", []):
+        lines.append(_divergence_line(d["run"], d, "warm-up"))
+    for m, s in summary["methods"].items():
+        for d in s["divergences"]:
+            lines.append(_divergence_line(m, d, f"rep {d['rep']}"))
+    return "\n".join(lines) + "\n"
+
+
+def _method_table(summary: dict[str, Any]) -> list[str]:
+    """One row per method: its runs, native and replayed TPS, agreement and exactness."""
+    head = [
+        "method",
+        "runs",
+        "native TPS",
+        "replay TPS",
+        "MAE % (median)",
+        "pooled err % (median)",
+        "MAE % (pooled)",
+        "pooled err % (pooled)",
+        "MAE % drift-adj",
+        "split-half %",
+        "exact",
+    ]
+    body = [
+        [
+            m,
+            str(s["runs"]),
+            _f(s["pooled_tps_native"]),
+            _f(s["pooled_tps_replay"]),
+            _f(s.get("mae_median_percent")),
+            _f(s.get("pooled_error_median_percent"), signed=True),
+            _f(s["mae_percent"]),
+            _f(s["pooled_error_percent"], signed=True),
+            _f(s.get("mae_drift_adjusted_percent")),
+            _f(s.get("split_half_percent")),
+            f"{s['exact']}/{s['runs']}",
+        ]
+        for m, s in summary["methods"].items()
+    ]
+    return text_table(head, body)
+
+
+def _device_lines(summary: dict[str, Any]) -> list[str]:
+    """What the device did beside the methods: the target-only oracle fit, drift between
+    passes, the host's CPU steal, a host-bound run, the drift adjustment."""
+    lines = []
     fit = summary.get("target_only_oracle_fit")
     if fit:
         lines.append(
@@ -114,27 +134,22 @@ def render_native(summary: dict[str, Any]) -> str:
             "drift-adj: each pass's replay scaled by target-only's native/replayed time in that pass "
             "(" + " / ".join(f"{f:.3f}" for f in summary["drift_factor_per_pass"]) + ")"
         )
+    return lines
+
+
+def _time_split_lines(summary: dict[str, Any]) -> list[str]:
+    """Per method, where its time per token went (ONNX Runtime, Python, waiting)."""
     split = {
         m: s["time_split_us_per_token"]
         for m, s in summary["methods"].items()
         if s.get("time_split_us_per_token")
     }
-    if split:
-        lines.append(
-            "time per token (µs): ONNX Runtime calls / Python around them / waiting for a CPU"
-        )
-        for m, sides in split.items():
-            lines.append(
-                f"  {m:<12} " + "; ".join(split_text(side, v) for side, v in sides.items())
-            )
-    lines += render_gap(summary.get("replay_gap") or {})
-    lines += render_ratio_factors((summary.get("as2d_ratio") or {}).get("factors"))
-    for d in summary.get("warmup_divergences", []):
-        lines.append(_divergence_line(d["run"], d, "warm-up"))
-    for m, s in summary["methods"].items():
-        for d in s["divergences"]:
-            lines.append(_divergence_line(m, d, f"rep {d['rep']}"))
-    return "\n".join(lines) + "\n"
+    if not split:
+        return []
+    lines = ["time per token (µs): ONNX Runtime calls / Python around them / waiting for a CPU"]
+    for m, sides in split.items():
+        lines.append(f"  {m:<12} " + "; ".join(split_text(side, v) for side, v in sides.items()))
+    return lines
 
 
 def split_text(side: str, v: dict[str, float]) -> str:
