@@ -30,6 +30,7 @@ made-up round numbers, documented in the file's fit notes.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -312,14 +313,13 @@ def synthetic_traces(
     and exactly 94,511 tokens. ``scale`` shrinks the per-dataset window counts (for fast
     tests); ``datasets`` overrides them; ``mean_scale`` shrinks reference lengths and
     ``max_tokens`` sets the output cap (small committed examples)."""
-    MAX_TOKENS = max_tokens  # noqa: N806
     rng = np.random.default_rng(seed)
     counts = datasets or {k: max(1, round(v["n"] * scale)) for k, v in DATASETS.items()}
     means = {k: DATASETS[k]["mean"] * mean_scale for k in counts}
     full = anchor and scale == 1.0 and datasets is None and mean_scale == 1.0 and max_tokens == 1024
     lengths = _lengths(rng, counts, means, ANCHOR_DATASET_TOKENS if full else None, max_tokens)
     if not full and "fleurs" in lengths and anchor:
-        lengths["fleurs"][0] = MAX_TOKENS
+        lengths["fleurs"][0] = max_tokens
     # Audio seconds proportional to tokens / rate, rescaled to 11.0 h for the anchor set.
     raw_audio = {
         k: lengths[k] / DATASETS[k]["rate"] * rng.uniform(0.8, 1.2, size=len(lengths[k]))
@@ -327,60 +327,92 @@ def synthetic_traces(
     }
     audio_scale = ANCHOR_AUDIO_S / sum(float(v.sum()) for v in raw_audio.values()) if full else 1.0
     windows: list[WindowTrace] = []
-    capped_sources = {("ami", 0), ("kespeech", 1)}  # two capped Qwen sequences (D.2.3)
+    shape = _Shape(split, drafter, drafter_cap, max_tokens)
     for name, lens in lengths.items():
-        spec = DATASETS[name]
         for i, n in enumerate(lens.tolist()):
-            capped = n >= MAX_TOKENS
-            body = _tokens(rng, n if capped else n - 1)
-            ref = body if capped else body + [EOS_ID]
-            lang = (
-                spec["langs"][int(rng.integers(len(spec["langs"])))]
-                if len(spec["langs"]) > 1
-                else spec["langs"][0]
-            )
             audio = round(float(raw_audio[name][i]) * audio_scale, 3)
-            sources = {
-                "qwen": _source_ar(
-                    rng, ref, not capped, spec["src_match"], (name, i) in capped_sources, max_tokens
-                ),
-                "parakeet": _source_chunked(
-                    rng,
-                    ref,
-                    not capped,
-                    spec["src_match"] - 0.08,
-                    audio,
-                    _transcribes("parakeet", lang),
-                ),
-                "sensevoice": _source_chunked(
-                    rng,
-                    ref,
-                    not capped,
-                    spec["src_match"] - 0.05,
-                    audio,
-                    _transcribes("sensevoice", lang),
-                ),
-            }
-            d = _drafter(rng, ref, spec["draft_err"], drafter_cap) if drafter else None
-            windows.append(
-                WindowTrace(
-                    id=f"{split}-{name}-{i:04d}",
-                    dataset=name,
-                    split=split,
-                    audio_seconds=audio,
-                    task="asr",
-                    language=lang,
-                    reference=tuple(ref),
-                    eos=not capped,
-                    capped=capped,
-                    max_tokens=MAX_TOKENS,
-                    eos_id=EOS_ID,
-                    sources=sources,
-                    drafter=d,
-                    default_source="qwen",
-                )
-            )
-    provenance = {
+            windows.append(_window(rng, shape, name, i, n, audio))
+    return TraceSet(_provenance(seed), EOS_ID, dict(_SOURCES_INFO), "qwen", tuple(windows))
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What every synthetic window shares: its split, whether it has a paired drafter
+    (and that drafter's cap), and the output cap."""
+
+    split: str
+    drafter: bool
+    drafter_cap: int
+    max_tokens: int
+
+
+_CAPPED_SOURCES = {("ami", 0), ("kespeech", 1)}  # two capped Qwen sequences (D.2.3)
+
+_SOURCES_INFO = {
+    "qwen": SourceInfo("qwen", AUTOREGRESSIVE, "synthetic-qwen"),
+    "parakeet": SourceInfo("parakeet", CHUNKED, "synthetic-parakeet"),
+    "sensevoice": SourceInfo("sensevoice", CHUNKED, "synthetic-sensevoice"),
+}
+
+
+def _window(
+    rng: np.random.Generator, shape: _Shape, name: str, i: int, n: int, audio: float
+) -> WindowTrace:
+    """Window ``i`` of dataset ``name`` with ``n`` reference tokens (the generator drawn in
+    a fixed order: body, language, the three sources, the drafter)."""
+    spec = DATASETS[name]
+    max_tokens = shape.max_tokens
+    capped = n >= max_tokens
+    body = _tokens(rng, n if capped else n - 1)
+    ref = body if capped else body + [EOS_ID]
+    lang = (
+        spec["langs"][int(rng.integers(len(spec["langs"])))]
+        if len(spec["langs"]) > 1
+        else spec["langs"][0]
+    )
+    sources = {
+        "qwen": _source_ar(
+            rng, ref, not capped, spec["src_match"], (name, i) in _CAPPED_SOURCES, max_tokens
+        ),
+        "parakeet": _source_chunked(
+            rng,
+            ref,
+            not capped,
+            spec["src_match"] - 0.08,
+            audio,
+            _transcribes("parakeet", lang),
+        ),
+        "sensevoice": _source_chunked(
+            rng,
+            ref,
+            not capped,
+            spec["src_match"] - 0.05,
+            audio,
+            _transcribes("sensevoice", lang),
+        ),
+    }
+    d = _drafter(rng, ref, spec["draft_err"], shape.drafter_cap) if shape.drafter else None
+    return WindowTrace(
+        id=f"{shape.split}-{name}-{i:04d}",
+        dataset=name,
+        split=shape.split,
+        audio_seconds=audio,
+        task="asr",
+        language=lang,
+        reference=tuple(ref),
+        eos=not capped,
+        capped=capped,
+        max_tokens=max_tokens,
+        eos_id=EOS_ID,
+        sources=sources,
+        drafter=d,
+        default_source="qwen",
+    )
+
+
+def _provenance(seed: int) -> dict:
+    """A synthetic trace set's provenance: made-up models, a fixed creation time."""
+    return {
         "models": {
             "target": "synthetic-target",
             "drafter": "synthetic-drafter",
@@ -394,12 +426,6 @@ def synthetic_traces(
         "synthetic": True,
         "seed": seed,
     }
-    sources_info = {
-        "qwen": SourceInfo("qwen", AUTOREGRESSIVE, "synthetic-qwen"),
-        "parakeet": SourceInfo("parakeet", CHUNKED, "synthetic-parakeet"),
-        "sensevoice": SourceInfo("sensevoice", CHUNKED, "synthetic-sensevoice"),
-    }
-    return TraceSet(provenance, EOS_ID, sources_info, "qwen", tuple(windows))
 
 
 def k70_verify_curve(max_width: int = 25) -> dict[int, float]:
