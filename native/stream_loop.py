@@ -161,8 +161,6 @@ def run_stream(
     blocks = plan_blocks(len(audio), s.block_s, s.context_s)
     policy = s.spec.policy()
     target = models.target
-    eos = target.eos_id
-    cap = target.model.max_positions // 2
     before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     pinned = pin_current_thread(target_cores)
     run = StreamRun()
@@ -204,49 +202,8 @@ def run_stream(
             )
         if source is not None:
             source.start()
-        outputs: list[list[int]] = []
-        stop = stop_path(s.stop_file)
-        for i, block in enumerate(blocks):
-            if stop is not None and stop.exists():
-                run.stopped_before = i
-                break
-            clock.idle_until(block.arrival_s)
-            if stop is not None and stop.exists():  # it may have come while waiting
-                run.stopped_before = i
-                break
-            queued = pacer.arrived_count() - i  # arrived and not yet processed, this one included
-            context = text_context(blocks, outputs, i, eos, cap)
-            out = decode_block(
-                models,
-                pacer.audio(i, context=True),
-                context,
-                s,
-                language=language,
-                clock=clock,
-                buffer=history_buffer()
-                if source is None and policy.decoupled
-                else (None if source is None else source.buffers[i]),
-            )
-            if source is not None:
-                source.consumed[i].set()
-            outputs.append(out["tokens"])
-            finish = clock.now()  # the block's committed output is complete
-            rec = {
-                "block": i,
-                "epoch": block.epoch,
-                "audio_start_s": block.start_s,
-                "audio_end_s": block.end_s,
-                "context_audio_s": (block.end - block.context_start) / RATE,
-                "context_tokens": len(context),
-                "arrival_s": block.arrival_s,
-                "queued": queued,
-                "finish_s": finish,
-                "text": _text(models, out["tokens"], eos),
-                **out,
-            }
-            run.blocks.append(rec)
-            if on_block is not None:
-                on_block(rec)
+        live = _Live(models, s, blocks, pacer, clock, source, language, policy.decoupled)
+        _decode_blocks(live, run, on_block)
         run.end_s = clock.now()
         if source is not None:
             source.finish()
@@ -259,6 +216,78 @@ def run_stream(
             source.finish()
         if pinned and before is not None:
             os.sched_setaffinity(0, before)
+
+
+@dataclass
+class _Live:
+    """A stream once its clock runs: the models and settings, the blocks and their pacer,
+    the clock, the source worker (None: none runs), the language, and whether the method
+    is target-decoupled."""
+
+    models: Any
+    settings: StreamSettings
+    blocks: list[Block]
+    pacer: Pacer
+    clock: StreamClock
+    source: SourceEpochs | None
+    language: str | None
+    decoupled: bool
+
+
+def _decode_blocks(live: _Live, run: StreamRun, on_block: OnBlock | None) -> None:
+    """Every block in order on the serial target path, until the stop file appears."""
+    models, blocks, pacer, clock, source = (
+        live.models,
+        live.blocks,
+        live.pacer,
+        live.clock,
+        live.source,
+    )
+    eos = models.target.eos_id
+    cap = models.target.model.max_positions // 2
+    outputs: list[list[int]] = []
+    stop = stop_path(live.settings.stop_file)
+    for i, block in enumerate(blocks):
+        if stop is not None and stop.exists():
+            run.stopped_before = i
+            break
+        clock.idle_until(block.arrival_s)
+        if stop is not None and stop.exists():  # it may have come while waiting
+            run.stopped_before = i
+            break
+        queued = pacer.arrived_count() - i  # arrived and not yet processed, this one included
+        context = text_context(blocks, outputs, i, eos, cap)
+        out = decode_block(
+            models,
+            pacer.audio(i, context=True),
+            context,
+            live.settings,
+            language=live.language,
+            clock=clock,
+            buffer=history_buffer()
+            if source is None and live.decoupled
+            else (None if source is None else source.buffers[i]),
+        )
+        if source is not None:
+            source.consumed[i].set()
+        outputs.append(out["tokens"])
+        finish = clock.now()  # the block's committed output is complete
+        rec = {
+            "block": i,
+            "epoch": block.epoch,
+            "audio_start_s": block.start_s,
+            "audio_end_s": block.end_s,
+            "context_audio_s": (block.end - block.context_start) / RATE,
+            "context_tokens": len(context),
+            "arrival_s": block.arrival_s,
+            "queued": queued,
+            "finish_s": finish,
+            "text": _text(models, out["tokens"], eos),
+            **out,
+        }
+        run.blocks.append(rec)
+        if on_block is not None:
+            on_block(rec)
 
 
 def stop_path(name: str | None) -> Path | None:

@@ -29,16 +29,15 @@ def build(
         callback=folder_out_option,
         help="Cache directory (default ~/.cache/as2d/bundle).",
     ),
-    out: Path | None = typer.Option(
+    out: Path | None = options.out_folder(
         None,
-        "--out",
+        "Also copy the archive here (its manifest goes beside it).",
         callback=file_or_folder_out_option,
-        help="Also copy the archive here (its manifest goes beside it).",
     ),
     debian_mirror: str | None = typer.Option(
         None, "--debian-mirror", help="Debian mirror URL for the arm64 packages."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+    as_json: bool = options.as_json("Print the result as one JSON object."),
     project: Path | None = typer.Option(
         None,
         "--project",
@@ -96,7 +95,7 @@ def build(
 
 
 def deploy_cmd(
-    phone: str = typer.Option(..., "--phone", help="Phone name (k70, mi14, …) or adb serial."),
+    phone: str = options.phone(..., "Phone name (k70, mi14, …) or adb serial."),
     archive: Path | None = typer.Option(
         None,
         "--archive",
@@ -134,7 +133,7 @@ def deploy_cmd(
 
 
 def remove_cmd(
-    phone: str = typer.Option(..., "--phone", help="Phone name (k70, mi14, …) or adb serial."),
+    phone: str = options.phone(..., "Phone name (k70, mi14, …) or adb serial."),
     adb_port: int | None = options.adb_port("adb server port."),
 ) -> None:
     """Delete the bundle from a phone (everything under /data/local/tmp/as2d-bundle)."""

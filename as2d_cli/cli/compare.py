@@ -22,7 +22,7 @@ def compare(
         callback=folder_in_option,
         help="The second evaluation folder, over the same windows.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.as_json(),
     markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table."),
     resamples: int = options.count(
         2000,

@@ -9,13 +9,14 @@ import typer
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
+from as2d_cli.cli import options
 from as2d_cli.cli.paths import folder_in_option
 from as2d_cli.corpus.manifest import load_corpus
 
 
 def list_windows(
     split: str | None = typer.Option(None, "--split", help="dev, val or test (default: all)."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+    as_json: bool = options.as_json("Print a JSON list instead of a table."),
     corpus_dir: Path | None = typer.Option(
         None,
         "--corpus",

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
 from as2d_cli.cli import options
+from as2d_cli.cli.groups import GATE, MEASURE, PROMPT, grouped, variant
 from as2d_cli.cli.paths import file_in_option
 from as2d_cli.engine.methods import DEFAULT_ASP_CAP, DEFAULT_BUDGET, DEFAULT_SD_K
+from as2d_cli.errors import UserError
+from as2d_cli.models.prompting import PromptSpec
+from device_agents.measurement import MeasureOptions
 
 
+@grouped(prompt=PROMPT, measure=variant(MEASURE, drop=GATE))
 def decode(
     window: str = typer.Option(..., "--window", help="Corpus window id (`as2d corpus list`)."),
     method: str = typer.Option(
         "as2d", "--method", help="target-only, sd, asp, as2d, as2d-no-td, as2d-no-bc."
     ),
-    phone: str = typer.Option(
-        "local", "--phone", help="local, a known phone name, or an adb serial."
-    ),
+    phone: str = options.phone(),
     budget: int | None = options.budget(
         None,
         "--budget",
@@ -30,11 +34,9 @@ def decode(
     k: int | None = options.width(
         None, "--k", help=f"Standard SD physical width K (default {DEFAULT_SD_K})."
     ),
-    source: str | None = typer.Option(
-        None,
-        "--source",
-        help="drafter, lookahead, ctc, or history (the committed output's own repeats, no "
-        "producer) (As²d sources; default drafter).",
+    source: str | None = options.source(
+        "drafter, lookahead, ctc, or history (the committed output's own repeats, no "
+        "producer) (As²d sources; default drafter)."
     ),
     history: bool = typer.Option(
         False,
@@ -51,18 +53,13 @@ def decode(
     max_tokens: int | None = options.limit(
         None, "--max-tokens", help="Output cap (default: the model's)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.as_json(),
     models: Path | None = options.models(),
-    task: str | None = options.task(),
-    language: str | None = options.language(),
-    question: str | None = options.question(),
-    prompt: str | None = options.prompt_text(),
-    verifier_cores: str | None = options.verifier_cores(),
-    producer_cores: str | None = options.producer_cores(),
-    os_placement: bool = options.os_placement(),
+    prompt: PromptSpec = PromptSpec(),
+    measure: MeasureOptions = MeasureOptions(),
 ) -> None:
     """Run one native request and report its tokens, rounds and timings."""
-    from as2d_cli.engine.methods import check_method_options, spec_of
+    from as2d_cli.engine.methods import check_method_options
 
     # Options the method does not have, before anything else (one check for every command).
     check_method_options(
@@ -74,13 +71,7 @@ def decode(
         candidates=candidates,
         history=history,
     )
-    spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
-    from as2d_cli.errors import UserError
-    from as2d_cli.launch.host import open_runner
-    from device_agents.measurement import MeasureOptions, prepare
-    from device_agents.monitor import call_monitored
-    from native.candidates import load_candidates
-
+    spec = options.check_prompt(prompt, models)  # refused before any work
     if models is not None:  # missing, empty, an export instead of a pair: named before any work
         from as2d_cli.models.bundle import check_pair_folder
 
@@ -89,44 +80,73 @@ def decode(
         raise UserError(
             "--candidates is the source of the proposals; drop --source (or --candidates)"
         )
-    settings = spec_of(
-        method,
-        budget=budget,
-        k=k,
-        source="external" if candidates is not None else source,
-        align=align,
-        history=history,
-    )
-    cmd = {"op": "decode", "window": window, **settings.to_wire(), "max_tokens": max_tokens}
+    source = "external" if candidates is not None else source
+    cmd = _command(window, method, budget, k, source, align, history, max_tokens)
     if candidates is not None:
-        from as2d_cli.models.bundle import load_bundle
+        cmd["candidates"] = _candidates(candidates, models)
+    res = _run(phone, measure, models, spec, cmd)
+    if as_json:
+        typer.echo(json.dumps(res))
+        return
+    _print(res, window)
 
-        # Checked against the pair's tokenizer here: a token the target cannot emit would
-        # only fail deep inside the runner.
-        vocab = load_bundle(models, check_hashes=False).vocab.size
-        cmd["candidates"] = load_candidates(candidates, vocab_size=vocab)
-    m = prepare(
-        phone,
-        MeasureOptions(
-            verifier_cores=verifier_cores, producer_cores=producer_cores, os_placement=os_placement
-        ),
-    )
-    device = m.device
+
+def _command(
+    window: str,
+    method: str,
+    budget: int | None,
+    k: int | None,
+    source: str | None,
+    align: str | None,
+    history: bool,
+    max_tokens: int | None,
+) -> dict[str, Any]:
+    """The runner's decode command (the method's settings in their wire form)."""
+    from as2d_cli.engine.methods import spec_of
+
+    settings = spec_of(method, budget=budget, k=k, source=source, align=align, history=history)
+    return {"op": "decode", "window": window, **settings.to_wire(), "max_tokens": max_tokens}
+
+
+def _candidates(path: Path, models: Path | None) -> Any:
+    """External proposal batches, checked against the pair's tokenizer here: a token the
+    target cannot emit would only fail deep inside the runner."""
+    from as2d_cli.models.bundle import load_bundle
+    from native.candidates import load_candidates
+
+    vocab = load_bundle(models, check_hashes=False).vocab.size
+    return load_candidates(path, vocab_size=vocab)
+
+
+def _run(
+    phone: str,
+    measure: MeasureOptions,
+    models: Path | None,
+    spec: PromptSpec,
+    cmd: dict[str, Any],
+) -> dict[str, Any]:
+    """The request on the prepared device, under the core monitor."""
+    from as2d_cli.launch.host import open_runner
+    from device_agents.measurement import prepare
+    from device_agents.monitor import call_monitored
+
+    m = prepare(phone, measure)
     tc, pc = m.placement.cores
     with open_runner(
-        device,
+        m.device,
         None if models is None else str(models),
         target_cores=tc,
         producer_cores=pc,
         prompt=spec,
     ) as runner:
-        res = call_monitored(device, runner, cmd)
+        res = call_monitored(m.device, runner, cmd)
     res.pop("event", None)
     res["device"] = m.identity.to_dict()
     res["placement"] = m.placement.to_dict()
-    if as_json:
-        typer.echo(json.dumps(res))
-        return
+    return res
+
+
+def _print(res: dict[str, Any], window: str) -> None:
     con = Console()
     s = res["summary"]
     con.print(

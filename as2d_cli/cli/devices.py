@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -22,9 +23,7 @@ def _fmt(value: object) -> str:
 
 def devices(
     ctx: typer.Context,
-    as_json: bool = typer.Option(
-        False, "--json", help="Print JSON (schema as2d.devices/1) instead of a table."
-    ),
+    as_json: bool = options.as_json("Print JSON (schema as2d.devices/1) instead of a table."),
     adb_port: int | None = options.adb_port(),
     ray: str | None = typer.Option(
         None,
@@ -55,21 +54,32 @@ def devices(
         )
         return
     console = Console(highlight=False, soft_wrap=True)
+    table, notes = _table(listing)
+    console.print(table)
+    for n in notes:
+        console.print(n)
+
+
+_COLUMNS = (
+    "serial",
+    "state",
+    "known as",
+    "model",
+    "SoC",
+    "cores",
+    "peak GHz",
+    "GPU",
+    "RAM GiB",
+    "Android/API",
+    "build",
+    "patch",
+)
+
+
+def _table(listing: list[Any]) -> tuple[Table, list[str]]:
+    """A row per device (its facts), and the notes on those that could not be read."""
     table = Table(title="devices")
-    for col in (
-        "serial",
-        "state",
-        "known as",
-        "model",
-        "SoC",
-        "cores",
-        "peak GHz",
-        "GPU",
-        "RAM GiB",
-        "Android/API",
-        "build",
-        "patch",
-    ):
+    for col in _COLUMNS:
         table.add_column(col)
     notes: list[str] = []
     for d in listing:
@@ -86,27 +96,21 @@ def devices(
             if d.kind == "adb"
             else "-"
         )
+        facts = ("model_id", "soc", "cpu_cores", "cpu_peak_ghz", "gpu", "ram_gib")
         table.add_row(
             d.serial,
             d.state,
             d.known_as or "-",
-            _fmt(f.get("model_id")),
-            _fmt(f.get("soc")),
-            _fmt(f.get("cpu_cores")),
-            _fmt(f.get("cpu_peak_ghz")),
-            _fmt(f.get("gpu")),
-            _fmt(f.get("ram_gib")),
+            *(_fmt(f.get(k)) for k in facts),
             android,
             _fmt(f.get("build")),
             _fmt(f.get("security_patch")),
         )
-    console.print(table)
     if len(listing) == 1:
         notes.append(
             "no phone attached: connect one over USB with USB debugging on (see docs/devices.md)"
         )
-    for n in notes:
-        console.print(n)
+    return table, notes
 
 
 def _farm(address: str, as_json: bool) -> None:
@@ -140,8 +144,8 @@ def _farm(address: str, as_json: bool) -> None:
 
 
 def gate(
-    phone: str = typer.Option(
-        ..., "--phone", help="local, a known phone (k70, mi14, mi11pro, note9pro) or a serial."
+    phone: str = options.phone(
+        ..., "local, a known phone (k70, mi14, mi11pro, note9pro) or a serial."
     ),
     show: bool = typer.Option(
         False, "--show", help="Only show each check once (no rest, no waiting)."
@@ -162,7 +166,7 @@ def gate(
     ),
     max_temp: float | None = options.max_temp(),
     temp_sensor: str | None = options.temp_sensor(),
-    as_json: bool = typer.Option(False, "--json", help="Print the gate record as JSON."),
+    as_json: bool = options.as_json("Print the gate record as JSON."),
     adb_port: int | None = options.adb_port("adb server port."),
 ) -> None:
     """Check a device as before a measured episode: rest, temperature, all cores online,
@@ -208,8 +212,8 @@ def gate(
 
 
 def watch(
-    phone: str = typer.Option(
-        ..., "--phone", help="local, a known phone (k70, mi14, mi11pro, note9pro) or a serial."
+    phone: str = options.phone(
+        ..., "local, a known phone (k70, mi14, mi11pro, note9pro) or a serial."
     ),
     seconds: float = options.positive_seconds(10.0, "--seconds", help="How long to watch."),
     interval: float = options.positive_seconds(

@@ -5,26 +5,42 @@ from __future__ import annotations
 
 import signal
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from as2d_cli.cli import options
+from as2d_cli.cli.groups import grouped
 from as2d_cli.errors import UserError
 
 
-def start(
-    port: int = options.emulator_port(
-        0, "--port", help="Loopback port of the emulated adbd (0: any free port)."
-    ),
-    adb_port: int | None = options.adb_port(
-        help="adb server to attach to (default: $ANDROID_ADB_SERVER_PORT or 5037; started privately if none runs there)."
-    ),
-    private_server: bool = typer.Option(
-        False,
-        "--private-server",
-        help="Start a private adb server (own port and HOME) instead of using a running one.",
-    ),
+@dataclass(frozen=True)
+class _Phone:
+    """Who the emulated phone is and how it is reached (the phone's options)."""
+
+    profile: str
+    connection: str
+    auth: str
+    authorized_keys: Path | None
+    serial: str
+
+
+@dataclass(frozen=True)
+class _Extras:
+    """What the emulated phone has besides a shell: faults, arm64 programs, python, a battery."""
+
+    fault: list[str]
+    arm64_bundle: bool
+    python: bool
+    battery: bool
+    gauge_period_ms: int | None
+    gauge_sign: str | None
+    gauge_units: str | None
+
+
+def _phone(
     profile: str = typer.Option(
         "k70", "--profile", help="Phone to emulate: k70, mi14, mi11pro, note9pro."
     ),
@@ -42,6 +58,28 @@ def start(
         metavar="FILE",
         help="adb public keys the phone accepts, one per line in adbkey.pub format (default: the key of the adb server it attaches to).",
     ),
+    serial: str = typer.Option(
+        "as2demu0001",
+        "--serial",
+        help="The phone's hardware serial (ro.serialno); give each emulated phone of a farm its own.",
+    ),
+) -> _Phone:
+    from device_agents.emulator.profiles import PROFILES, profile_named
+
+    chosen = profile_named(profile)
+    if chosen is None:
+        raise UserError(
+            f"unknown --profile {profile!r}; choose one of {', '.join(PROFILES)} "
+            "(aliases: 14, 11pro)"
+        )
+    if connection not in ("usb", "wireless"):
+        raise UserError("--connection must be usb or wireless")
+    if auth not in ("device", "unauthorized", "offline"):
+        raise UserError("--auth must be device, unauthorized or offline")
+    return _Phone(chosen.name, connection, auth, authorized_keys, serial)
+
+
+def _extras(
     fault: list[str] = typer.Option(
         [],
         "--fault",
@@ -56,11 +94,6 @@ def start(
         False,
         "--python",
         help="Give the phone a python3 (this host's interpreter, without the project): the native runner is pushed to it as a payload and runs at host speed (docs/runner-protocol.md).",
-    ),
-    serial: str = typer.Option(
-        "as2demu0001",
-        "--serial",
-        help="The phone's hardware serial (ro.serialno); give each emulated phone of a farm its own.",
     ),
     battery: bool = typer.Option(
         False,
@@ -86,24 +119,7 @@ def start(
         choices=("uA", "mA", "nA"),
         help="With --battery: the unit the gauge writes into the µA current field (default uA).",
     ),
-) -> None:
-    """Run an emulated phone until Ctrl-C and print how to reach it."""
-    from device_agents.adb_phone import adb_port as default_adb_port
-    from device_agents.emulator.faults import apply_fault
-    from device_agents.emulator.profiles import PROFILES, profile_named
-    from device_agents.emulator.session import EmulatorSession
-
-    chosen = profile_named(profile)
-    if chosen is None:
-        raise UserError(
-            f"unknown --profile {profile!r}; choose one of {', '.join(PROFILES)} "
-            "(aliases: 14, 11pro)"
-        )
-    profile = chosen.name
-    if connection not in ("usb", "wireless"):
-        raise UserError("--connection must be usb or wireless")
-    if auth not in ("device", "unauthorized", "offline"):
-        raise UserError("--auth must be device, unauthorized or offline")
+) -> _Extras:
     gauge_given = [
         flag
         for flag, value in (
@@ -115,35 +131,43 @@ def start(
     ]
     if gauge_given and not battery:
         raise UserError(f"{gauge_given[0]} sets the battery model's gauge; add --battery")
+    return _Extras(
+        list(fault), arm64_bundle, python, battery, gauge_period_ms, gauge_sign, gauge_units
+    )
+
+
+@grouped(phone=_phone, extras=_extras)
+def start(
+    port: int = options.emulator_port(
+        0, "--port", help="Loopback port of the emulated adbd (0: any free port)."
+    ),
+    adb_port: int | None = options.adb_port(
+        help="adb server to attach to (default: $ANDROID_ADB_SERVER_PORT or 5037; started privately if none runs there)."
+    ),
+    private_server: bool = typer.Option(
+        False,
+        "--private-server",
+        help="Start a private adb server (own port and HOME) instead of using a running one.",
+    ),
+    phone: _Phone = _Phone("k70", "usb", "device", None, "as2demu0001"),
+    extras: _Extras = _Extras([], False, False, False, None, None, None),
+) -> None:
+    """Run an emulated phone until Ctrl-C and print how to reach it."""
+    from device_agents.adb_phone import adb_port as default_adb_port
+    from device_agents.emulator.session import EmulatorSession
+
     session = EmulatorSession(
-        profile=profile,
+        profile=phone.profile,
         port=port,
         adb_port=None if private_server else (adb_port or default_adb_port()),
         private_server=private_server,
-        connection=connection,
-        auth_mode=auth,
-        serial=serial,
-        authorized_keys=authorized_keys,
+        connection=phone.connection,
+        auth_mode=phone.auth,
+        serial=phone.serial,
+        authorized_keys=phone.authorized_keys,
     )
-    armed: list[str] = []
     try:
-        for spec in fault:
-            armed.append(apply_fault(session.phone, spec))
-        if arm64_bundle:
-            from as2d_cli.bundle.emulated import enable_arm64_bundle
-
-            enable_arm64_bundle(session.phone)
-        if python:
-            from device_agents.emulator.python import enable_python
-
-            enable_python(session.phone)
-        if battery:
-            from device_agents.emulator.battery import EmulatedPower, gauge_model
-
-            model = gauge_model(
-                gauge_period_ms or 1000, gauge_sign or "negative", gauge_units or "uA"
-            )
-            EmulatedPower(session.phone, model).install()
+        armed = _arm(session.phone, extras)
     except UserError:
         session.phone.close()
         raise
@@ -151,39 +175,69 @@ def start(
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    p = session.phone.profile
-    typer.echo(
-        f"emulated {p.marketing_name} ({p.model_id}) at {session.serial} ({connection}, {auth}), "
-        f"adb server on port {session.adb_port}"
-        + (" (private, stops with the emulator)" if session.server else "")
-    )
-    for a in armed:
-        typer.echo(f"fault: {a}")
-    if arm64_bundle:
-        typer.echo(
-            "arm64 programs pushed to the phone (the runtime bundle) run under qemu-aarch64-static"
-        )
-    if python:
-        typer.echo(
-            "python3 on the phone runs this host's interpreter; the native runner is pushed to it as a payload"
-        )
-    if battery:
-        typer.echo(
-            "battery model installed: `as2d energy` measures it through perfetto (gauge: "
-            f"updates every {gauge_period_ms or 1000} ms, discharge current "
-            f"{gauge_sign or 'negative'}, current in {gauge_units or 'uA'})"
-        )
-    typer.echo(
-        f"try: ANDROID_ADB_SERVER_PORT={session.adb_port} as2d devices   "
-        f"(or: adb -P {session.adb_port} -s {session.serial} shell getprop ro.product.model)"
-    )
-    typer.echo("press Ctrl-C to stop", nl=True)
+    _announce(session, phone, extras, armed)
     try:
         while not stop.wait(0.2):
             pass
     finally:
         session.stop()
         typer.echo("emulated phone stopped")
+
+
+def _arm(emulated: Any, extras: _Extras) -> list[str]:
+    """The faults armed and the extras installed on the phone; the faults as armed."""
+    from device_agents.emulator.faults import apply_fault
+
+    armed = [apply_fault(emulated, spec) for spec in extras.fault]
+    if extras.arm64_bundle:
+        from as2d_cli.bundle.emulated import enable_arm64_bundle
+
+        enable_arm64_bundle(emulated)
+    if extras.python:
+        from device_agents.emulator.python import enable_python
+
+        enable_python(emulated)
+    if extras.battery:
+        from device_agents.emulator.battery import EmulatedPower, gauge_model
+
+        model = gauge_model(
+            extras.gauge_period_ms or 1000,
+            extras.gauge_sign or "negative",
+            extras.gauge_units or "uA",
+        )
+        EmulatedPower(emulated, model).install()
+    return armed
+
+
+def _announce(session: Any, phone: _Phone, extras: _Extras, armed: list[str]) -> None:
+    """Where the phone is, what it has, and how to reach it."""
+    p = session.phone.profile
+    typer.echo(
+        f"emulated {p.marketing_name} ({p.model_id}) at {session.serial} ({phone.connection}, "
+        f"{phone.auth}), adb server on port {session.adb_port}"
+        + (" (private, stops with the emulator)" if session.server else "")
+    )
+    for a in armed:
+        typer.echo(f"fault: {a}")
+    if extras.arm64_bundle:
+        typer.echo(
+            "arm64 programs pushed to the phone (the runtime bundle) run under qemu-aarch64-static"
+        )
+    if extras.python:
+        typer.echo(
+            "python3 on the phone runs this host's interpreter; the native runner is pushed to it as a payload"
+        )
+    if extras.battery:
+        typer.echo(
+            "battery model installed: `as2d energy` measures it through perfetto (gauge: "
+            f"updates every {extras.gauge_period_ms or 1000} ms, discharge current "
+            f"{extras.gauge_sign or 'negative'}, current in {extras.gauge_units or 'uA'})"
+        )
+    typer.echo(
+        f"try: ANDROID_ADB_SERVER_PORT={session.adb_port} as2d devices   "
+        f"(or: adb -P {session.adb_port} -s {session.serial} shell getprop ro.product.model)"
+    )
+    typer.echo("press Ctrl-C to stop", nl=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -26,11 +26,10 @@ def import_(
         callback=folder_in_option,
         help="The drafter's export folder (another tokenizer than the target's drafts through text).",
     ),
-    out: Path = typer.Option(
+    out: Path = options.out_folder(
         ...,
-        "--out",
+        "The pair folder to write (never overwritten).",
         callback=folder_new_option,
-        help="The pair folder to write (never overwritten).",
     ),
     ctc: Path | None = typer.Option(
         None,
@@ -101,7 +100,7 @@ def check(
     language: str | None = options.language(),
     question: str | None = options.question(),
     prompt: str | None = options.prompt_text(),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.as_json(),
 ) -> None:
     """Load a pair, decode a few windows, check K-wide = sequential (K=1..16) and rollback, time each width."""
     from as2d_cli.corpus.manifest import load_corpus

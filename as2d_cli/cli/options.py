@@ -288,6 +288,16 @@ def allow_implausible() -> Any:
     )
 
 
+def warn_implausible(path: Path, prof: Any) -> None:
+    """The one stderr line when ``--allow-implausible`` let an implausible profile through."""
+    if prof.allowed_implausible:
+        typer.echo(
+            f"warning: {path} is implausible ({prof.allowed_implausible[0]}); "
+            "used anyway (--allow-implausible)",
+            err=True,
+        )
+
+
 # ------------------------------------------------------------------ shared options
 
 # --phone: the one declaration. A measuring command defaults to this host (PHONE_DEFAULT);
@@ -309,11 +319,12 @@ def as_json(help: str = "Print one JSON object.") -> Any:
     return typer.Option(False, "--json", help=help)
 
 
-def out_folder(default: Path, help: str, flag: str = "--out") -> Any:
-    """``--out`` (or ``flag``): a folder to write into, made if missing, checked writable."""
+def out_folder(default: Any, help: str, flag: str = "--out", callback: Any = None) -> Any:
+    """``--out`` (or ``flag``): where a command writes; ``callback`` its path check
+    (``cli.paths``; default: a folder to write into, made if missing, checked writable)."""
     from as2d_cli.cli.paths import folder_out_option
 
-    return typer.Option(default, flag, callback=folder_out_option, help=help)
+    return typer.Option(default, flag, callback=callback or folder_out_option, help=help)
 
 
 def calibrations(help: str = "Where profiles and deployments live.") -> Any:
@@ -532,6 +543,7 @@ __all__ = [
     "source",
     "traces",
     "allow_implausible",
+    "warn_implausible",
     "quiet",
     "figure_format",
     "milliseconds",

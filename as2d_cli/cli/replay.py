@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -19,11 +20,9 @@ def _f(x: float | None, fmt: str = "{:.2f}") -> str:
 
 
 def replay(
-    profile: Path = typer.Option(..., "--profile", help="Device cost profile (as2d.profile YAML)."),
-    traces: list[Path] = typer.Option(
-        ...,
-        "--traces",
-        help="Trace file (as2d.trace JSON Lines, .jsonl or .jsonl.gz); repeat to merge files.",
+    profile: Path = options.profile(..., checked=False),
+    traces: list[Path] = options.traces(
+        ..., "Trace file (as2d.trace JSON Lines, .jsonl or .jsonl.gz); repeat to merge files."
     ),
     method: str = typer.Option("as2d", "--method", help=f"One of: {', '.join(METHODS)}."),
     budget: int | None = options.budget(
@@ -31,10 +30,8 @@ def replay(
         "--budget",
         help="As²d/w-o-TD budget (default: deployment's, else 7); ASP/w-o-BC cap (default 24 or the profile's largest width − 1).",
     ),
-    source: str | None = typer.Option(
-        None,
-        "--source",
-        help="Target-decoupled source (default: deployment's, else the traces' default).",
+    source: str | None = options.source(
+        "Target-decoupled source (default: deployment's, else the traces' default)."
     ),
     k: int | None = options.width(
         None, "--k", help="Standard SD: one physical width K instead of the K=5..8 mean."
@@ -48,20 +45,17 @@ def replay(
         callback=file_in_option,
         help="Take source and budget from this deployment (checked against the profile).",
     ),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print the machine-readable report (as2d.replay-report v2)."
-    ),
+    as_json: bool = options.as_json("Print the machine-readable report (as2d.replay-report v2)."),
     align: str | None = options.align("default: the deployment's."),
     spans: bool = typer.Option(
         True,
         "--spans/--no-spans",
         help="Include each window's merged producer/verifier service spans (ns).",
     ),
-    out: Path | None = typer.Option(
+    out: Path | None = options.out_folder(
         None,
-        "--out",
+        "Also store the report as an as2d.results file (never overwritten).",
         callback=file_out_option,
-        help="Also store the report as an as2d.results file (never overwritten).",
     ),
     allow_implausible: bool = options.allow_implausible(),
 ) -> None:
@@ -88,11 +82,7 @@ def replay(
     )
     if prof.allowed_implausible:  # the override travels with the report (docs/replay.md)
         rep["allowed_implausible"] = list(prof.allowed_implausible)
-        typer.echo(
-            f"warning: {profile} is implausible ({prof.allowed_implausible[0]}); "
-            "used anyway (--allow-implausible)",
-            err=True,
-        )
+    options.warn_implausible(profile, prof)
     written = None
     if out is not None:
         inputs = {"profile": profile, **{f"traces{i or ''}": t for i, t in enumerate(traces)}}
@@ -102,7 +92,36 @@ def replay(
     if as_json:
         typer.echo(json.dumps(rep, indent=1, allow_nan=False))
         return
+    _print(rep, method, written)
+
+
+def _print(rep: dict[str, Any], method: str, written: Path | None) -> None:
+    """The per-dataset table, each configuration's accounting and the comparison with
+    target-only."""
     console = Console(width=110, highlight=False)
+    console.print(_table(rep, method))
+    s = rep["summary"]
+    for c in s["configs"]:
+        a = c["accounting_ms"]
+        console.print(
+            f"{c['config']}: {c['tps']:.2f} TPS, {c['rounds']} rounds, accepted {c['accepted']}/{c['proposed']} "
+            f"({100 * c['acceptance']:.1f}%), coverage {100 * c['coverage']:.1f}%; "
+            f"D {a['D'] / 1e3:.1f}s V {a['V'] / 1e3:.1f}s O {a['O'] / 1e3:.1f}s H {a['H'] / 1e3:.1f}s"
+        )
+    vs = s.get("vs_target_only")
+    if vs:
+        sw = vs["windows"]
+        console.print(
+            f"vs target-only ({_f(vs['tps'])} TPS): ×{_f(vs['speedup'], '{:.3f}')}; windows faster {sw['faster']}, "
+            f"slower {sw['slower']} (median loss {_f(sw['median_loss_percent'], '{:.1f}%')}, "
+            f"max {_f(sw['max_loss_percent'], '{:.1f}%')}), ties {sw['ties']}"
+        )
+    if written is not None:
+        console.print(f"wrote {written}")
+
+
+def _table(rep: dict[str, Any], method: str) -> Table:
+    """Windows, tokens, time and TPS per dataset and over all."""
     s = rep["summary"]
     table = Table(title=f"{method}: {', '.join(rep['configs'])}", show_edge=False, pad_edge=False)
     for col in ("dataset", "windows", "tokens", "time s", "TPS"):
@@ -123,24 +142,7 @@ def replay(
         f"{tot_t:.1f}",
         _f(s["tps"]),
     )
-    console.print(table)
-    for c in s["configs"]:
-        a = c["accounting_ms"]
-        console.print(
-            f"{c['config']}: {c['tps']:.2f} TPS, {c['rounds']} rounds, accepted {c['accepted']}/{c['proposed']} "
-            f"({100 * c['acceptance']:.1f}%), coverage {100 * c['coverage']:.1f}%; "
-            f"D {a['D'] / 1e3:.1f}s V {a['V'] / 1e3:.1f}s O {a['O'] / 1e3:.1f}s H {a['H'] / 1e3:.1f}s"
-        )
-    vs = s.get("vs_target_only")
-    if vs:
-        sw = vs["windows"]
-        console.print(
-            f"vs target-only ({_f(vs['tps'])} TPS): ×{_f(vs['speedup'], '{:.3f}')}; windows faster {sw['faster']}, "
-            f"slower {sw['slower']} (median loss {_f(sw['median_loss_percent'], '{:.1f}%')}, "
-            f"max {_f(sw['max_loss_percent'], '{:.1f}%')}), ties {sw['ties']}"
-        )
-    if written is not None:
-        console.print(f"wrote {written}")
+    return table
 
 
 def register(app: typer.Typer) -> None:

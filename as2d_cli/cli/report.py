@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from as2d_cli.cli import options
-from as2d_cli.cli.paths import file_in_option, file_out_option, folder_out_option
+from as2d_cli.cli.paths import file_in_option, file_out_option
 
 
 def report(
@@ -19,11 +19,9 @@ def report(
     figure_format: str | None = options.figure_format(
         None, "Figure file format: png, pdf or svg (default: all three)."
     ),
-    out: Path = typer.Option(
+    out: Path = options.out_folder(
         Path("results"),
-        "--out",
-        callback=folder_out_option,
-        help="Several runs: the folder a fresh report-<time>/ is made in.",
+        "Several runs: the folder a fresh report-<time>/ is made in.",
     ),
 ) -> None:
     """Render the paper's tables (tables.md and a CSV each) and figures: of one evaluation
@@ -77,12 +75,11 @@ def rk(
     profile: Path = typer.Argument(
         ..., callback=file_in_option, help="A cost profile (as2d.profile YAML)."
     ),
-    out: Path | None = typer.Option(
+    out: Path | None = options.out_folder(
         None,
-        "--out",
-        callback=file_out_option,
-        help="Figure to write (default: PROFILE's name with .rk in the current folder, never "
+        "Figure to write (default: PROFILE's name with .rk in the current folder, never "
         "overwritten); its suffix gives the format unless --format does.",
+        callback=file_out_option,
     ),
     figure_format: str | None = options.figure_format(
         None, "Figure file format: png, pdf or svg (default: --out's suffix, else png)."

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -14,11 +15,10 @@ from as2d_cli.cli.paths import file_out_option
 
 
 def select_budget(
-    profile: Path = typer.Option(..., "--profile", help="Device cost profile (as2d.profile YAML)."),
-    traces: list[Path] = typer.Option(
+    profile: Path = options.profile(..., checked=False),
+    traces: list[Path] = options.traces(
         ...,
-        "--traces",
-        help="Trace file(s) holding the dev and val windows; repeat to merge files (e.g. a dev and a val file).",
+        "Trace file(s) holding the dev and val windows; repeat to merge files (e.g. a dev and a val file).",
     ),
     sources: str | None = typer.Option(
         None,
@@ -39,15 +39,12 @@ def select_budget(
         "Worker processes (default: usable CPUs; with --ray local, Ray's CPUs)."
     ),
     ray: str | None = options.ray(),
-    out: Path | None = typer.Option(
+    out: Path | None = options.out_folder(
         None,
-        "--out",
+        "Deployment file (default: calibrations/<device>/deployment.yaml, or -2, -3… if taken).",
         callback=file_out_option,
-        help="Deployment file (default: calibrations/<device>/deployment.yaml, or -2, -3… if taken).",
     ),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print the machine-readable selection report."
-    ),
+    as_json: bool = options.as_json("Print the machine-readable selection report."),
     threshold: str | None = options.fraction_list(
         None,
         "--threshold",
@@ -63,38 +60,17 @@ def select_budget(
     quiet: bool = options.quiet(),
 ) -> None:
     """Select the fixed As²d configuration (source × budget) by pooled dev TPS."""
-    from as2d_cli.engine.methods import DEFAULT_ALIGN, MethodSpec, spec_grid
-    from as2d_cli.errors import UserError
+    from as2d_cli.cli.progress import Steps
     from as2d_cli.execution import open_executor
     from as2d_cli.formats.common import next_free
     from as2d_cli.formats.profile_io import load_profile
     from as2d_cli.replay.report import default_deployment_path, select_report, write_selection
-    from as2d_cli.replay.sweep import DEFAULT_BUDGETS
 
-    # Every setting a list, parsed once; the catalog spans their product (llama-bench's way).
-    settings = spec_grid(
-        MethodSpec("as2d", align=DEFAULT_ALIGN if align is None else align),
-        {
-            "threshold": [] if threshold is None else options.parse_fractions(threshold),
-            "batch": [] if batch is None else options.parse_counts(batch),
-        },
-    )
+    settings = _catalog(threshold, batch, align)
     # The profile's plausibility, before any sweep (select_report reads its format again).
     prof = load_profile(profile, check=True, allow_implausible=allow_implausible)
     srcs = [s.strip() for s in sources.split(",") if s.strip()] if sources else None
-    if budgets is None:
-        searched = list(DEFAULT_BUDGETS)
-    else:
-        searched = options.parse_budgets(budgets)
-        widest = prof.max_width
-        unmeasured = [b for b in searched if b + 1 > widest]
-        if unmeasured:
-            raise UserError(
-                f"--budgets {budgets}: {options.spans(unmeasured)} need widths up to K{max(unmeasured) + 1}, "
-                f"but {profile} measured up to K{widest}; pass budgets up to {widest - 1}"
-            )
-    from as2d_cli.cli.progress import Steps
-
+    searched = _budgets(budgets, prof, profile)
     with open_executor(ray, processes) as executor, Steps("sweeping", quiet=quiet) as steps:
         sel, rep = select_report(
             profile,
@@ -112,12 +88,43 @@ def select_budget(
         rep["allowed_implausible"] = list(prof.allowed_implausible)
     written = write_selection(sel, rep, profile, dest)
     rep["deployment"] = str(written)
-    if prof.allowed_implausible:
-        typer.echo(
-            f"warning: {profile} is implausible ({prof.allowed_implausible[0]}); "
-            "used anyway (--allow-implausible)",
-            err=True,
+    options.warn_implausible(profile, prof)
+    _report(sel, rep, written, as_json)
+
+
+def _catalog(threshold: str | None, batch: str | None, align: str | None) -> list[Any]:
+    """Every setting a list, parsed once; the catalog spans their product (llama-bench's way)."""
+    from as2d_cli.engine.methods import DEFAULT_ALIGN, MethodSpec, spec_grid
+
+    return spec_grid(
+        MethodSpec("as2d", align=DEFAULT_ALIGN if align is None else align),
+        {
+            "threshold": [] if threshold is None else options.parse_fractions(threshold),
+            "batch": [] if batch is None else options.parse_counts(batch),
+        },
+    )
+
+
+def _budgets(budgets: str | None, prof: Any, profile: Path) -> list[int]:
+    """The budgets searched: the given ones, each measured by the profile, or the default."""
+    from as2d_cli.errors import UserError
+    from as2d_cli.replay.sweep import DEFAULT_BUDGETS
+
+    if budgets is None:
+        return list(DEFAULT_BUDGETS)
+    searched = options.parse_budgets(budgets)
+    widest = prof.max_width
+    unmeasured = [b for b in searched if b + 1 > widest]
+    if unmeasured:
+        raise UserError(
+            f"--budgets {budgets}: {options.spans(unmeasured)} need widths up to K{max(unmeasured) + 1}, "
+            f"but {profile} measured up to K{widest}; pass budgets up to {widest - 1}"
         )
+    return searched
+
+
+def _report(sel: Any, rep: dict[str, Any], written: Path, as_json: bool) -> None:
+    """The notes on stderr, then the report as JSON or as lines."""
     from as2d_cli.evaluate.inputs import ACCEPT_FLAG, validation_failures
     from as2d_cli.replay.report import no_gain_note
 
@@ -146,17 +153,7 @@ def select_budget(
     c.print(
         f"dev oracle {dev['oracle']['tps_oracle']:.2f} TPS, gap {dev['oracle']['gap_percent']:.2f}%"
     )
-    v = rep["val"]
-    if v is None:
-        c.print("no val windows in the traces: retention not checked")
-    else:
-        verdict = "retained" if v["retained"] else "NOT retained"
-        vb = v["best"]
-        vset = f" threshold {vb['threshold']} batch {vb['batch']}" if several else ""
-        c.print(
-            f"val: {v['tps']:.2f} TPS, rank {v['rank']} (best {vb['source']}/budget {vb['budget']}{vset} "
-            f"{v['best']['tps']:.2f}); {verdict} at tolerance {100 * v['tolerance']:.1f}%"
-        )
+    _print_val(c, rep["val"], several)
     if note is not None:
         c.print(note, soft_wrap=True)
     dropped = rep["catalog"].get("dropped_budgets") or []
@@ -168,6 +165,19 @@ def select_budget(
         setting = f" threshold {r['threshold']} batch {r['batch']:>2}" if several else ""
         c.print(f"  {r['source']:>12} budget {r['budget']:>2}{setting}: {r['tps']:.3f}")
     c.print(f"wrote {written}")
+
+
+def _print_val(c: Console, v: dict[str, Any] | None, several: bool) -> None:
+    if v is None:
+        c.print("no val windows in the traces: retention not checked")
+        return
+    verdict = "retained" if v["retained"] else "NOT retained"
+    vb = v["best"]
+    vset = f" threshold {vb['threshold']} batch {vb['batch']}" if several else ""
+    c.print(
+        f"val: {v['tps']:.2f} TPS, rank {v['rank']} (best {vb['source']}/budget {vb['budget']}{vset} "
+        f"{v['best']['tps']:.2f}); {verdict} at tolerance {100 * v['tolerance']:.1f}%"
+    )
 
 
 def register(app: typer.Typer) -> None:

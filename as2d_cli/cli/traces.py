@@ -13,11 +13,10 @@ from as2d_cli.cli.progress import Steps
 
 def build(
     split: str = typer.Option(..., "--split", help="dev, val or test."),
-    out: Path | None = typer.Option(
+    out: Path | None = options.out_folder(
         None,
-        "--out",
+        "Output file (default: the bundled traces folder).",
         callback=file_target_option,
-        help="Output file (default: the bundled traces folder).",
     ),
     processes: int | None = options.processes(
         "Worker processes (default: one per CPU; with --ray local, Ray's CPUs)."
