@@ -22,12 +22,12 @@ from typing import Any
 
 import as2d_cli
 from as2d_cli.bundle import manifest as mf
-from as2d_cli.bundle.apt import PrivateApt
-from as2d_cli.bundle.assemble import STDLIB, assemble, unpack_debs
+from as2d_cli.bundle.apt import DebPackage, PrivateApt
+from as2d_cli.bundle.assemble import STDLIB, Tree, assemble, unpack_debs
 from as2d_cli.bundle.cache import HashMemo, cache_root, sha256_text
 from as2d_cli.bundle.pack import pack, read_member
 from as2d_cli.bundle.recipe import Recipe, shipped_files
-from as2d_cli.bundle.wheels import fetch_wheels
+from as2d_cli.bundle.wheels import Wheel, fetch_wheels
 from as2d_cli.errors import FormatError
 
 ARCHIVE_NAME = "as2d-bundle-{arch}.tar.gz"
@@ -216,7 +216,32 @@ def _build_locked(
     say("unpacking and assembling")
     roots = unpack_debs(list(zip(debs, deb_paths, strict=True)), work / "debs")
     tree = assemble(recipe, roots, wheels, project_root, work / "tree")
-    manifest: dict[str, Any] = {  # a JSON document
+    manifest = _manifest(recipe, debs, wheels, tree)
+    mf.validate(manifest, "the manifest being built")
+    digest = mf.manifest_hash(manifest)
+    (tree.root / mf.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    (tree.root / mf.MANIFEST_HASH).write_text(digest + "\n")
+    say("packing")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pack(
+        tree.root,
+        [*tree.origin, mf.MANIFEST, mf.MANIFEST_HASH],
+        archive,
+        lead=(mf.MANIFEST, mf.MANIFEST_HASH),
+    )
+    shutil.copyfile(tree.root / mf.MANIFEST, out_dir / mf.MANIFEST)
+    info = _build_info(digest, memo.sha256(archive), key)
+    (out_dir / BUILD_INFO).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+    shutil.rmtree(work)
+    _trim(root / "bundles", keep=out_dir)
+    return _result(archive, manifest, key, False, start)
+
+
+def _manifest(
+    recipe: Recipe, debs: list[DebPackage], wheels: list[tuple[Wheel, Path]], tree: Tree
+) -> dict[str, Any]:
+    """The bundle's manifest (a JSON document): how to launch it, what went in, every file."""
+    manifest: dict[str, Any] = {
         "schema": mf.SCHEMA,
         "version": mf.VERSION,
         "arch": recipe.arch,
@@ -243,31 +268,19 @@ def _build_locked(
         "files": len(manifest["files"]),
         "bytes": sum(f["size"] for f in manifest["files"]),
     }
-    mf.validate(manifest, "the manifest being built")
-    digest = mf.manifest_hash(manifest)
-    (tree.root / mf.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    (tree.root / mf.MANIFEST_HASH).write_text(digest + "\n")
-    say("packing")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    pack(
-        tree.root,
-        [*tree.origin, mf.MANIFEST, mf.MANIFEST_HASH],
-        archive,
-        lead=(mf.MANIFEST, mf.MANIFEST_HASH),
-    )
-    shutil.copyfile(tree.root / mf.MANIFEST, out_dir / mf.MANIFEST)
-    info = {
+    return manifest
+
+
+def _build_info(digest: str, archive_sha256: str, key: str) -> dict[str, Any]:
+    """build-info: the manifest's and the archive's hashes, the cache key, who built it."""
+    return {
         "manifest_sha256": digest,
-        "archive_sha256": memo.sha256(archive),
+        "archive_sha256": archive_sha256,
         "key": key,
         "toolkit_version": as2d_cli.__version__,
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "stdlib": STDLIB,
     }
-    (out_dir / BUILD_INFO).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
-    shutil.rmtree(work)
-    _trim(root / "bundles", keep=out_dir)
-    return _result(archive, manifest, key, False, start)
 
 
 def _trim(bundles: Path, keep: Path) -> None:
