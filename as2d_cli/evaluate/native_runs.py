@@ -291,6 +291,17 @@ def _gate(
         raise DeviceError(f"{where} not started: {g.failure}; {hint()}")
 
 
+def _cpu_since(before: Any, after: Any) -> dict[str, Any] | None:
+    """The host CPU's shares between two /proc/stat readings (None: either unread)."""
+    if before is None or after is None:
+        return None
+    return {
+        **after.since(before),
+        "jiffies": after.total - before.total,
+        "steal_source": after.source,
+    }
+
+
 def _run_unit(
     device: Any,
     runner: Any,
@@ -340,14 +351,6 @@ def _run_unit(
         error = exc
     finally:
         monitor.stop()
-        after = _cpu(device)
-        cpu = None
-        if before is not None and after is not None:
-            cpu = {
-                **after.since(before),
-                "jiffies": after.total - before.total,
-                "steal_source": after.source,
-            }
         record.append(
             MONITOR,
             {
@@ -356,7 +359,7 @@ def _run_unit(
                 "methods": methods,
                 "finished": finished,
                 **monitor.record(),
-                "cpu": cpu,
+                "cpu": _cpu_since(before, _cpu(device)),
             },
         )
     f = monitor.failure
