@@ -117,6 +117,42 @@ class ProducerTimeline:
         return buf
 
 
+def _step_costs(
+    name: str,
+    trace: SourceTrace,
+    costs: SourceCosts,
+    where: str,
+    context: ContextCosts | None,
+    audio_s: float | None,
+) -> tuple[tuple[int, ...], list[int]]:
+    """An autoregressive source's steps (tokens each) and each step's concurrent cost; with
+    ``context`` and ``audio_s``, step i pays the drafter's context terms at its cache length
+    (the tokens before it)."""
+    step = ms_to_ns(costs.step_ms(True))
+    if step <= 0:
+        raise FormatError(
+            f"{where}source {name!r} has a non-positive step cost; fix the profile or recalibrate"
+        )
+    n = len(trace.tokens)
+    steps = trace.steps if trace.steps is not None else (1,) * n
+    if any(k < 1 for k in steps) or sum(steps) != n:
+        raise FormatError(
+            f"{where}source {name!r} has steps summing to {sum(steps)} for {n} tokens; "
+            "regenerate the trace"
+        )
+    if context is None or audio_s is None:
+        return steps, [step] * len(steps)
+    # the concurrent ratio scales the whole step, its context terms included
+    d0 = context.drafter_ms(0, audio_s) * 1e6 * costs.concurrent_ratio
+    da = context.drafter_ms_per_token * 1e6 * costs.concurrent_ratio
+    out: list[int] = []
+    done = 0
+    for k in steps:
+        out.append(max(0, step + int(round(d0 + da * done))))
+        done += k
+    return steps, out
+
+
 def build_timeline(
     name: str,
     trace: SourceTrace,
@@ -138,7 +174,6 @@ def build_timeline(
             f"{where}source {name!r} is {trace.kind} in the trace but {costs.kind} in the profile; "
             f"use a profile calibrated for this source"
         )
-    use_ctx = context is not None and audio_s is not None
     # Startup and publication run beside the target like the steps do, so they pay the
     # producer's concurrent ratio too (the profile's figures are idle ones).
     ratio = costs.concurrent_ratio
@@ -151,29 +186,14 @@ def build_timeline(
     pubs: list[tuple[int, tuple[int, ...], tuple[float, ...] | None]] = []
     t = startup
     if trace.kind == AUTOREGRESSIVE:
-        step = ms_to_ns(costs.step_ms(True))
-        if step <= 0:
-            raise FormatError(
-                f"{where}source {name!r} has a non-positive step cost; fix the profile or recalibrate"
-            )
         toks = trace.tokens
         conf = trace.confidences
         n = len(toks)
-        d0 = da = 0.0
-        if use_ctx:  # the concurrent ratio scales the whole step, its context terms included
-            d0 = context.drafter_ms(0, audio_s) * 1e6 * costs.concurrent_ratio  # type: ignore[union-attr,arg-type]
-            da = context.drafter_ms_per_token * 1e6 * costs.concurrent_ratio  # type: ignore[union-attr]
-        steps = trace.steps if trace.steps is not None else (1,) * n
-        if any(k < 1 for k in steps) or sum(steps) != n:
-            raise FormatError(
-                f"{where}source {name!r} has steps summing to {sum(steps)} for {n} tokens; "
-                "regenerate the trace"
-            )
+        steps, step_ns = _step_costs(name, trace, costs, where, context, audio_s)
         # One segment per step (a step may emit several tokens; its cache length is the
         # tokens before it); publication once ``batch`` tokens are pending, and at the end.
         lo = done = 0
-        for k in steps:
-            c = max(0, step + int(round(d0 + da * done))) if use_ctx else step
+        for k, c in zip(steps, step_ns, strict=True):
             segments.append((STEP, c))
             t += c
             done += k
