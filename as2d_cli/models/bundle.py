@@ -249,6 +249,53 @@ def check_pair_folder(directory: Path) -> None:
     )
 
 
+def _check_files(directory: Path, path: Path, manifest: dict, check_hashes: bool, fix: str) -> None:
+    """Every model's entry complete and every listed file present (and, with
+    ``check_hashes``, matching its SHA-256)."""
+    hashes = dict(manifest["sha256"])
+    for name, info in manifest["models"].items():
+        for key in ("kind", "dims", "files", "sha256"):
+            if key not in info:
+                raise FormatError(f"{path}: models.{name} has no {key!r}; {fix}")
+        hashes.update(info["sha256"])
+    for filename, digest in sorted(hashes.items()):
+        f = directory / filename
+        if not f.is_file():
+            raise UserError(f"model file {f} is missing (listed in {path}); {fix}")
+        if check_hashes and sha256_file(f) != digest:
+            raise UserError(
+                f"model file {f} does not match its SHA-256 in {path}; it was changed or truncated: {fix}"
+            )
+
+
+def _check_prompt(spec: PromptSpec, manifest: dict, directory: Path) -> None:
+    """The prompt settings are ones this pair takes (a task, a question, an instruction)."""
+    target = manifest["models"].get("target", {})
+    kinds = {m.get("kind") for m in manifest["models"].values()}
+    if not spec.empty and not kinds & {"whisper-onnx", "audio-llm-onnx"}:
+        raise UserError(
+            f"--task, --language, --question and --prompt select a prompt; the pair in {directory} "
+            "is the bundled transcription pair (drop them, or pass --models PAIR)"
+        )
+    task = spec.task or str(target.get("task", "transcribe"))
+    if spec.question is not None and task != "answer":
+        raise UserError(
+            f"--question asks a spoken question: use it with --task answer (the pair in {directory} "
+            f"{'was given' if spec.task else 'defaults to'} --task {task})"
+        )
+    if target.get("kind") == "whisper-onnx":
+        if spec.task is not None and spec.task not in WHISPER_TASKS:
+            raise UserError(
+                f"--task {spec.task} needs an audio language model; the pair in {directory} is a "
+                "Whisper pair (tasks: transcribe, translate)"
+            )
+        if spec.text is not None:
+            raise UserError(
+                f"--prompt sets an audio language model's instruction; the pair in {directory} is a "
+                "Whisper pair, whose prompt is its task and language tokens (drop --prompt)"
+            )
+
+
 def load_bundle(
     directory: Path | str | None = None,
     check_hashes: bool = True,
@@ -289,20 +336,7 @@ def load_bundle(
     for key in ("tokenizer", "specials", "models", "sha256"):
         if key not in manifest:
             raise FormatError(f"{path}: key {key!r} is missing; {fix}")
-    hashes = dict(manifest["sha256"])
-    for name, info in manifest["models"].items():
-        for key in ("kind", "dims", "files", "sha256"):
-            if key not in info:
-                raise FormatError(f"{path}: models.{name} has no {key!r}; {fix}")
-        hashes.update(info["sha256"])
-    for filename, digest in sorted(hashes.items()):
-        f = directory / filename
-        if not f.is_file():
-            raise UserError(f"model file {f} is missing (listed in {path}); {fix}")
-        if check_hashes and sha256_file(f) != digest:
-            raise UserError(
-                f"model file {f} does not match its SHA-256 in {path}; it was changed or truncated: {fix}"
-            )
+    _check_files(directory, path, manifest, check_hashes, fix)
     target = manifest["models"].get("target", {})
     vocab = Vocabulary(
         directory / manifest["tokenizer"],
@@ -310,29 +344,7 @@ def load_bundle(
         target.get("kind") == "audio-llm-onnx",
     )
     spec = prompt or PromptSpec()
-    kinds = {m.get("kind") for m in manifest["models"].values()}
-    if not spec.empty and not kinds & {"whisper-onnx", "audio-llm-onnx"}:
-        raise UserError(
-            f"--task, --language, --question and --prompt select a prompt; the pair in {directory} "
-            "is the bundled transcription pair (drop them, or pass --models PAIR)"
-        )
-    task = spec.task or str(target.get("task", "transcribe"))
-    if spec.question is not None and task != "answer":
-        raise UserError(
-            f"--question asks a spoken question: use it with --task answer (the pair in {directory} "
-            f"{'was given' if spec.task else 'defaults to'} --task {task})"
-        )
-    if target.get("kind") == "whisper-onnx":
-        if spec.task is not None and spec.task not in WHISPER_TASKS:
-            raise UserError(
-                f"--task {spec.task} needs an audio language model; the pair in {directory} is a "
-                "Whisper pair (tasks: transcribe, translate)"
-            )
-        if spec.text is not None:
-            raise UserError(
-                f"--prompt sets an audio language model's instruction; the pair in {directory} is a "
-                "Whisper pair, whose prompt is its task and language tokens (drop --prompt)"
-            )
+    _check_prompt(spec, manifest, directory)
     return ModelBundle(directory, manifest, vocab, spec)
 
 
