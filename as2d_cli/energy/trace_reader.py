@@ -148,6 +148,58 @@ def _clock_offsets(packets: list[pb.TracePacket]) -> tuple[dict[int, int], int]:
     return {BOOTTIME: 0}, BOOTTIME
 
 
+def _power_config(
+    pkt: pb.TracePacket, poll_ms: int | None, requested: tuple[str, ...]
+) -> tuple[int | None, tuple[str, ...]]:
+    """The android.power data source's poll period and counters in a trace_config packet
+    (unchanged when it has none)."""
+    for ds in pkt.trace_config.data_sources:
+        if ds.config.name == "android.power":
+            pc = ds.config.android_power_config
+            poll_ms = int(pc.battery_poll_ms) or None
+            requested = tuple(
+                pb.AndroidPowerConfig.BatteryCounters.Name(v).removeprefix("BATTERY_COUNTER_")
+                for v in pc.battery_counters
+            )
+    return poll_ms, requested
+
+
+def _battery_row(pkt: pb.TracePacket, offset: int) -> tuple[int, float, float, float, float, float]:
+    """(boot-clock time, current, voltage, charge counter, capacity, average current) of
+    a battery packet; NaN for a counter it lacks."""
+    nan = float("nan")
+    b = pkt.battery
+    return (
+        pkt.timestamp + offset,
+        float(b.current_ua) if b.HasField("current_ua") else nan,
+        float(b.voltage_uv) if b.HasField("voltage_uv") else nan,
+        float(b.charge_counter_uah) if b.HasField("charge_counter_uah") else nan,
+        float(b.capacity_percent) if b.HasField("capacity_percent") else nan,
+        float(b.current_avg_ua) if b.HasField("current_avg_ua") else nan,
+    )
+
+
+def _no_samples(path: Path, lost: int, size: int, any_packet: bool) -> FormatError:
+    """Why a trace has no battery sample: no whole packet, cut before the first, or no
+    android.power data source."""
+    if lost and not any_packet:
+        return FormatError(
+            f"{path} holds no whole trace packet in its {size} bytes: "
+            "it is not a Perfetto protobuf trace, or it was cut inside its "
+            "first packet"
+        )
+    if lost:
+        return FormatError(
+            f"{path} was cut mid-packet before its first battery sample "
+            f"({lost} of {size} bytes lost after the last whole "
+            "packet); nothing to measure — rerun the measurement"
+        )
+    return FormatError(
+        f"{path} holds no battery counter samples; capture with the android.power data "
+        "source (as2d energy builds that config)"
+    )
+
+
 def read_battery_series(path: Path) -> BatterySeries:
     """Decode the android.power battery packets of the trace at `path`."""
     path = Path(path)
@@ -168,19 +220,9 @@ def read_battery_series(path: Path) -> BatterySeries:
     poll_ms: int | None = None
     requested: tuple[str, ...] = ()
     rows: list[tuple[int, float, float, float, float, float]] = []
-    nan = float("nan")
     for pkt in packets:
         if pkt.HasField("trace_config"):
-            for ds in pkt.trace_config.data_sources:
-                if ds.config.name == "android.power":
-                    pc = ds.config.android_power_config
-                    poll_ms = int(pc.battery_poll_ms) or None
-                    requested = tuple(
-                        pb.AndroidPowerConfig.BatteryCounters.Name(v).removeprefix(
-                            "BATTERY_COUNTER_"
-                        )
-                        for v in pc.battery_counters
-                    )
+            poll_ms, requested = _power_config(pkt, poll_ms, requested)
         if not pkt.HasField("battery"):
             continue
         clock = pkt.timestamp_clock_id or primary
@@ -189,34 +231,9 @@ def read_battery_series(path: Path) -> BatterySeries:
                 f"{path}: battery samples use clock {clock}, which no clock snapshot relates "
                 "to the boot-time clock; capture with the default trace clock"
             )
-        b = pkt.battery
-        rows.append(
-            (
-                pkt.timestamp + offsets[clock],
-                float(b.current_ua) if b.HasField("current_ua") else nan,
-                float(b.voltage_uv) if b.HasField("voltage_uv") else nan,
-                float(b.charge_counter_uah) if b.HasField("charge_counter_uah") else nan,
-                float(b.capacity_percent) if b.HasField("capacity_percent") else nan,
-                float(b.current_avg_ua) if b.HasField("current_avg_ua") else nan,
-            )
-        )
+        rows.append(_battery_row(pkt, offsets[clock]))
     if not rows:
-        if lost and not trace.packet:
-            raise FormatError(
-                f"{path} holds no whole trace packet in its {len(data)} bytes: "
-                "it is not a Perfetto protobuf trace, or it was cut inside its "
-                "first packet"
-            )
-        if lost:
-            raise FormatError(
-                f"{path} was cut mid-packet before its first battery sample "
-                f"({lost} of {len(data)} bytes lost after the last whole "
-                "packet); nothing to measure — rerun the measurement"
-            )
-        raise FormatError(
-            f"{path} holds no battery counter samples; capture with the android.power data "
-            "source (as2d energy builds that config)"
-        )
+        raise _no_samples(path, lost, len(data), bool(trace.packet))
     rows.sort(key=lambda r: r[0])
     arr = np.array(rows, dtype=float)
     t = np.array([r[0] for r in rows], dtype=np.int64)
