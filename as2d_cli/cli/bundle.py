@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from as2d_cli.cli import options
+from as2d_cli.cli.groups import subcommands
 from as2d_cli.cli.paths import (
     file_in_option,
     file_or_folder_out_option,
@@ -23,11 +24,8 @@ def build(
     refresh: bool = typer.Option(
         False, "--refresh", help="Fetch the Debian package lists even if fresh."
     ),
-    cache: Path | None = typer.Option(
-        None,
-        "--cache",
-        callback=folder_out_option,
-        help="Cache directory (default ~/.cache/as2d/bundle).",
+    cache: Path | None = options.path(
+        None, "--cache", folder_out_option, "Cache directory (default ~/.cache/as2d/bundle)."
     ),
     out: Path | None = options.out_folder(
         None,
@@ -38,17 +36,14 @@ def build(
         None, "--debian-mirror", help="Debian mirror URL for the arm64 packages."
     ),
     as_json: bool = options.as_json("Print the result as one JSON object."),
-    project: Path | None = typer.Option(
+    project: Path | None = options.path(
         None,
         "--project",
-        callback=folder_in_option,
-        help="Checkout whose runner and models go in (default: this one).",
+        folder_in_option,
+        "Checkout whose runner and models go in (default: this one).",
     ),
-    models: Path | None = typer.Option(
-        None,
-        "--models",
-        callback=folder_in_option,
-        help="Also carry this model pair (`as2d models import`).",
+    models: Path | None = options.path(
+        None, "--models", folder_in_option, "Also carry this model pair (`as2d models import`)."
     ),
 ) -> None:
     """Build (or reuse from the cache) the arm64 bundle and print where it is."""
@@ -96,11 +91,11 @@ def build(
 
 def deploy_cmd(
     phone: str = options.phone(..., "Phone name (k70, mi14, …) or adb serial."),
-    archive: Path | None = typer.Option(
+    archive: Path | None = options.path(
         None,
         "--archive",
-        callback=file_in_option,
-        help="Bundle archive (default: build or reuse this checkout's).",
+        file_in_option,
+        "Bundle archive (default: build or reuse this checkout's).",
     ),
     adb_port: int | None = options.adb_port(),
 ) -> None:
@@ -150,17 +145,12 @@ def remove_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    sub = typer.Typer(
-        help="The arm64 runtime bundle (CPython, numpy, onnxruntime, runner, models) for phones.",
-        no_args_is_help=True,
+    subcommands(
+        app,
+        "bundle",
+        "The arm64 runtime bundle (CPython, numpy, onnxruntime, runner, models) for phones.",
+        {"build": build, "deploy": deploy_cmd, "remove": remove_cmd},
     )
-    app.add_typer(sub, name="bundle")
-
-    sub.command("build")(build)
-
-    sub.command("deploy")(deploy_cmd)
-
-    sub.command("remove")(remove_cmd)
 
 
 def _sh_quote(line: str) -> str:

@@ -10,6 +10,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from as2d_cli.cli import options
+from as2d_cli.cli.groups import subcommands
 from as2d_cli.cli.paths import folder_in_option
 from as2d_cli.corpus.manifest import load_corpus
 
@@ -17,11 +18,8 @@ from as2d_cli.corpus.manifest import load_corpus
 def list_windows(
     split: str | None = typer.Option(None, "--split", help="dev, val or test (default: all)."),
     as_json: bool = options.as_json("Print a JSON list instead of a table."),
-    corpus_dir: Path | None = typer.Option(
-        None,
-        "--corpus",
-        callback=folder_in_option,
-        help="A corpus directory (default: bundled).",
+    corpus_dir: Path | None = options.path(
+        None, "--corpus", folder_in_option, "A corpus directory (default: bundled)."
     ),
 ) -> None:
     """List windows: id, setting, language, seconds, split."""
@@ -58,7 +56,6 @@ def list_windows(
 
 
 def register(app: typer.Typer) -> None:
-    sub = typer.Typer(help="The bundled speech corpus (evaluation windows).", no_args_is_help=True)
-    app.add_typer(sub, name="corpus")
-
-    sub.command("list")(list_windows)
+    subcommands(
+        app, "corpus", "The bundled speech corpus (evaluation windows).", {"list": list_windows}
+    )

@@ -44,11 +44,8 @@ def decode(
         help="As²d: history candidates fill the rounds the source leaves empty (docs/engine.md).",
     ),
     align: str | None = options.align(),
-    candidates: Path | None = typer.Option(
-        None,
-        "--candidates",
-        callback=file_in_option,
-        help="JSON Lines of external batches {t_ms, tokens}.",
+    candidates: Path | None = options.path(
+        None, "--candidates", file_in_option, "JSON Lines of external batches {t_ms, tokens}."
     ),
     max_tokens: int | None = options.limit(
         None, "--max-tokens", help="Output cap (default: the model's)."

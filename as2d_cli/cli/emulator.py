@@ -12,7 +12,7 @@ from typing import Any
 import typer
 
 from as2d_cli.cli import options
-from as2d_cli.cli.groups import grouped
+from as2d_cli.cli.groups import grouped, subcommands
 from as2d_cli.errors import UserError
 
 
@@ -241,9 +241,9 @@ def _announce(session: Any, phone: _Phone, extras: _Extras, armed: list[str]) ->
 
 
 def register(app: typer.Typer) -> None:
-    sub = typer.Typer(
-        help="An emulated phone for dry runs and tests (no hardware needed).", no_args_is_help=True
+    subcommands(
+        app,
+        "emulator",
+        "An emulated phone for dry runs and tests (no hardware needed).",
+        {"start": start},
     )
-    app.add_typer(sub, name="emulator")
-
-    sub.command("start")(start)

@@ -45,11 +45,11 @@ def _requests(
         "--native-arg",
         help="Extra argument for the native request, e.g. --native-arg=--budget --native-arg=3 (repeatable).",
     ),
-    push: list[Path] = typer.Option(
+    push: list[Path] = options.path(
         [],
         "--push",
-        callback=file_in_option,
-        help="Helper file pushed into the run directory first (repeatable).",
+        file_in_option,
+        "Helper file pushed into the run directory first (repeatable).",
     ),
     models: Path | None = typer.Option(
         None,
@@ -122,11 +122,8 @@ def energy(
         Path("results"), "Results folder (a fresh energy/<time>-<phone>/ is made inside)."
     ),
     adb_port: int | None = options.adb_port(),
-    from_run: Path | None = typer.Option(
-        None,
-        "--from-run",
-        callback=folder_in_option,
-        help="Analyse an existing run folder instead of measuring.",
+    from_run: Path | None = options.path(
+        None, "--from-run", folder_in_option, "Analyse an existing run folder instead of measuring."
     ),
     collect: Path | None = typer.Option(
         None,

@@ -22,11 +22,11 @@ if TYPE_CHECKING:
     from as2d_cli.evaluate.run import EvalOutput
 
 
-_DEPLOYMENT = typer.Option(
+_DEPLOYMENT = options.path(
     None,
     "--deployment",
-    callback=file_in_option,
-    help="Fixed configuration (default: the newest chosen on this profile and these traces; selected now if none).",
+    file_in_option,
+    "Fixed configuration (default: the newest chosen on this profile and these traces; selected now if none).",
 )
 
 _ACCEPT = typer.Option(

@@ -96,6 +96,18 @@ def variant(
     return build
 
 
+def subcommands(app: Any, name: str, help: str, commands: dict[str, Callable[..., Any]]) -> Any:
+    """``as2d NAME …``: a command group of ``commands`` (their names as typed), listed when
+    given no subcommand."""
+    import typer
+
+    sub = typer.Typer(help=help, no_args_is_help=True)
+    app.add_typer(sub, name=name)
+    for command, fn in commands.items():
+        sub.command(command)(fn)
+    return sub
+
+
 # ------------------------------------------------------------------ the groups
 
 
@@ -138,4 +150,4 @@ def PROMPT(
     return PromptSpec(task, language, question, prompt)
 
 
-__all__ = ["GATE", "MEASURE", "PLACEMENT", "PROMPT", "grouped", "variant"]
+__all__ = ["subcommands", "GATE", "MEASURE", "PLACEMENT", "PROMPT", "grouped", "variant"]

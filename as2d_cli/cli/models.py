@@ -9,33 +9,34 @@ import typer
 from rich.console import Console
 
 from as2d_cli.cli import options
+from as2d_cli.cli.groups import subcommands
 from as2d_cli.cli.paths import folder_in_option, folder_new_option
 from as2d_cli.models.prompting import TASKS
 
 
 def import_(
-    target: Path = typer.Option(
+    target: Path = options.path(
         ...,
         "--target",
-        callback=folder_in_option,
-        help="The target's export folder: Whisper (optimum-cli layout, flat or onnx/) or an audio LLM (ONNX-community layout).",
+        folder_in_option,
+        "The target's export folder: Whisper (optimum-cli layout, flat or onnx/) or an audio LLM (ONNX-community layout).",
     ),
-    drafter: Path = typer.Option(
+    drafter: Path = options.path(
         ...,
         "--drafter",
-        callback=folder_in_option,
-        help="The drafter's export folder (another tokenizer than the target's drafts through text).",
+        folder_in_option,
+        "The drafter's export folder (another tokenizer than the target's drafts through text).",
     ),
     out: Path = options.out_folder(
         ...,
         "The pair folder to write (never overwritten).",
         callback=folder_new_option,
     ),
-    ctc: Path | None = typer.Option(
+    ctc: Path | None = options.path(
         None,
         "--ctc",
-        callback=folder_in_option,
-        help="A CTC model folder (ONNX + vocabulary) as a chunked source.",
+        folder_in_option,
+        "A CTC model folder (ONNX + vocabulary) as a chunked source.",
     ),
     variant: str | None = typer.Option(
         None, "--variant", help="The target's file variant (quantized, int8, q4, fp16…)."
@@ -121,12 +122,9 @@ def check(
 
 
 def register(app: typer.Typer) -> None:
-    models = typer.Typer(
-        help="Import and check model pairs (your own Whisper-family ONNX exports).",
-        no_args_is_help=True,
+    subcommands(
+        app,
+        "models",
+        "Import and check model pairs (your own Whisper-family ONNX exports).",
+        {"import": import_, "check": check},
     )
-    app.add_typer(models, name="models")
-
-    models.command("import")(import_)
-
-    models.command("check")(check)

@@ -319,12 +319,18 @@ def as_json(help: str = "Print one JSON object.") -> Any:
     return typer.Option(False, "--json", help=help)
 
 
+def path(default: Any, flag: str, check: Any, help: str, **extra: Any) -> Any:
+    """A path option checked while parsing by ``check`` (a ``cli.paths`` callback: a file or
+    folder to read, a folder to write into, a new file…)."""
+    return typer.Option(default, flag, callback=check, help=help, **extra)
+
+
 def out_folder(default: Any, help: str, flag: str = "--out", callback: Any = None) -> Any:
     """``--out`` (or ``flag``): where a command writes; ``callback`` its path check
     (``cli.paths``; default: a folder to write into, made if missing, checked writable)."""
     from as2d_cli.cli.paths import folder_out_option
 
-    return typer.Option(default, flag, callback=callback or folder_out_option, help=help)
+    return path(default, flag, callback or folder_out_option, help)
 
 
 def calibrations(help: str = "Where profiles and deployments live.") -> Any:
@@ -537,6 +543,7 @@ __all__ = [
     "calibrations",
     "check_prompt",
     "out_folder",
+    "path",
     "phone",
     "profile",
     "results",

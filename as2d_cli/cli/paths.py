@@ -60,28 +60,27 @@ def folder_out(path: Path, option: str) -> Path:
     return path
 
 
-def folder_new(path: Path, option: str) -> Path:
-    """A folder the command creates (never overwritten: it must not exist yet)."""
+def _new(path: Path, option: str, what: str, it: str) -> Path:
+    """``path`` must not exist yet (never overwritten) and must be creatable."""
     if path.exists():
         raise UserError(
             f"{option} {path} already exists and is never overwritten; pass another {option} "
-            f"or remove it first"
+            f"or remove {it} first"
         )
-    _creatable(path, option, "folder")
+    _creatable(path, option, what)
     return path
+
+
+def folder_new(path: Path, option: str) -> Path:
+    """A folder the command creates (never overwritten: it must not exist yet)."""
+    return _new(path, option, "folder", "it")
 
 
 def file_out(path: Path, option: str) -> Path:
     """A file the command creates (never overwritten: it must not exist yet)."""
     if path.is_dir():
         raise UserError(f"{option} {path} is a folder; pass the path of a new file")
-    if path.exists():
-        raise UserError(
-            f"{option} {path} already exists and is never overwritten; pass another {option} "
-            f"or remove that file first"
-        )
-    _creatable(path, option, "file")
-    return path
+    return _new(path, option, "file", "that file")
 
 
 def file_target(path: Path, option: str) -> Path:

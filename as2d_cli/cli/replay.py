@@ -39,11 +39,11 @@ def replay(
     split: str | None = typer.Option(
         None, "--split", help="Replay only this split's windows (default: all)."
     ),
-    deployment: Path | None = typer.Option(
+    deployment: Path | None = options.path(
         None,
         "--deployment",
-        callback=file_in_option,
-        help="Take source and budget from this deployment (checked against the profile).",
+        file_in_option,
+        "Take source and budget from this deployment (checked against the profile).",
     ),
     as_json: bool = options.as_json("Print the machine-readable report (as2d.replay-report v2)."),
     align: str | None = options.align("default: the deployment's."),

@@ -30,11 +30,11 @@ LIFETIMES = ("arrival", "consumption")
 @grouped(prompt=PROMPT, measure=variant(MEASURE, drop=("settle",)))
 def stream(
     phone: str = options.phone(),
-    audio: Path | None = typer.Option(
+    audio: Path | None = options.path(
         None,
         "--audio",
-        callback=file_in_option,
-        help="A 16 kHz mono recording (any file soundfile reads); default: the bundled corpus's "
+        file_in_option,
+        "A 16 kHz mono recording (any file soundfile reads); default: the bundled corpus's "
         "English read speech joined end to end.",
     ),
     minutes: float | None = options.positive(

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from as2d_cli.cli import options
+from as2d_cli.cli.groups import subcommands
 from as2d_cli.cli.paths import file_target_option
 from as2d_cli.cli.progress import Steps
 
@@ -70,7 +71,4 @@ def build(
 
 
 def register(app: typer.Typer) -> None:
-    sub = typer.Typer(help="Build and inspect as2d.trace files.", no_args_is_help=True)
-    app.add_typer(sub, name="traces")
-
-    sub.command("build")(build)
+    subcommands(app, "traces", "Build and inspect as2d.trace files.", {"build": build})
