@@ -393,14 +393,9 @@ def settle(
     load_text = device.read_files(["/proc/loadavg"]).get("/proc/loadavg")
     prev = CpuTimes.read(device)
     if quiet_s <= 0 or not load_text or prev is None:
+        why = "" if quiet_s <= 0 else ": the device exposes no /proc/loadavg or /proc/stat"
         return Observation(
-            "settle",
-            time.time(),
-            None,
-            "settle skipped"
-            if quiet_s <= 0
-            else "settle skipped: the device exposes no /proc/loadavg or /proc/stat",
-            {"quiet_s": quiet_s},
+            "settle", time.time(), None, f"settle skipped{why}", {"quiet_s": quiet_s}
         )
     load1 = float(load_text.split()[0])
     start = time.monotonic()
@@ -440,7 +435,13 @@ def settle(
                 f"most steal {stolen:.0%})",
                 detail,
             )
-    waited = time.monotonic() - start
+    return _still_busy(load1, time.monotonic() - start, quiet_s, busiest, stolen)
+
+
+def _still_busy(
+    load1: float, waited: float, quiet_s: float, busiest: float, stolen: float
+) -> Observation:
+    """The settle's observation when the host never went quiet: measuring goes on."""
     why = (
         "its hypervisor steals CPU time"
         if stolen > QUIET_STEAL and busiest <= QUIET_BUSY + stolen
