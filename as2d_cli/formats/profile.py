@@ -347,6 +347,44 @@ def _relative_noise(samples: Mapping[str, tuple[float, ...]], *keys: str) -> flo
     return max(NOISE_FLOOR, rel)
 
 
+def _verify_drops(p: CostProfile) -> list[str]:
+    """Each width's idle verification against the dearest narrower one (so a slow drift
+    down is caught too), beyond the measured noise."""
+    out: list[str] = []
+    s = p.fit.samples
+    top: tuple[int, float] | None = None
+    for k, v in sorted(p.verify_idle_ms.items()):
+        if top is not None and v < top[1]:
+            noise = max(
+                NOISE_FLOOR * top[1],
+                _spread(s, f"verify.K{top[0]}"),
+                _spread(s, f"verify.K{k}"),
+            )
+            if top[1] - v > noise:
+                out.append(
+                    f"key costs.verify.idle_ms.K{k}: {v:g} ms is below K{top[0]}'s {top[1]:g} ms "
+                    f"by more than the measured noise ({noise:.3g} ms); a wider verification "
+                    f"cannot be cheaper"
+                )
+        if top is None or v > top[1]:
+            top = (k, v)
+    return out
+
+
+def _k1_gap(p: CostProfile) -> list[str]:
+    """The target step and the width-1 verification, both one target forward, too far apart."""
+    k1 = p.verify_idle_ms.get(1)
+    if k1 is None or k1 <= 0 or p.target_step_ms <= 0:
+        return []
+    gap = max(k1, p.target_step_ms) / min(k1, p.target_step_ms)
+    if gap <= K1_STEP_FACTOR:
+        return []
+    return [
+        f"key costs.target_step_ms: {p.target_step_ms:g} ms is {gap:.0f}× the width-1 "
+        f"verification's {k1:g} ms; both are one target forward (a unit slip: ms, s, µs?)"
+    ]
+
+
 def implausibilities(p: CostProfile) -> list[str]:
     """What makes ``p`` physically implausible, one ``key …: why`` phrase each (empty: it
     is plausible). The rules (docs/formats.md, "Plausibility"):
@@ -381,34 +419,11 @@ def implausibilities(p: CostProfile) -> list[str]:
     in_range("costs.align_ms", p.align_ms, "overhead_ms")
     for k, v in sorted(p.verify_idle_ms.items()):
         in_range(f"costs.verify.idle_ms.K{k}", v, "forward_ms")
-    # Each width against the dearest narrower one: a slow drift down is caught too.
-    top: tuple[int, float] | None = None
-    for k, v in sorted(p.verify_idle_ms.items()):
-        if top is not None and v < top[1]:
-            noise = max(
-                NOISE_FLOOR * top[1],
-                _spread(s, f"verify.K{top[0]}"),
-                _spread(s, f"verify.K{k}"),
-            )
-            if top[1] - v > noise:
-                out.append(
-                    f"key costs.verify.idle_ms.K{k}: {v:g} ms is below K{top[0]}'s {top[1]:g} ms "
-                    f"by more than the measured noise ({noise:.3g} ms); a wider verification "
-                    f"cannot be cheaper"
-                )
-        if top is None or v > top[1]:
-            top = (k, v)
+    out += _verify_drops(p)
     for k, r in sorted(p.verify_concurrent_ratio.items()):
         noise = _relative_noise(s, f"verify.K{k}", f"verify_concurrent.K{k}")
         ratio(f"costs.verify.concurrent_ratio.K{k}", r, noise)
-    k1 = p.verify_idle_ms.get(1)
-    if k1 is not None and k1 > 0 and p.target_step_ms > 0:
-        gap = max(k1, p.target_step_ms) / min(k1, p.target_step_ms)
-        if gap > K1_STEP_FACTOR:
-            out.append(
-                f"key costs.target_step_ms: {p.target_step_ms:g} ms is {gap:.0f}× the width-1 "
-                f"verification's {k1:g} ms; both are one target forward (a unit slip: ms, s, µs?)"
-            )
+    out += _k1_gap(p)
     d = p.drafter
     if d is not None:
         in_range("costs.drafter.step_ms", d.step_ms, "forward_ms")
