@@ -98,6 +98,46 @@ def _open_lines(path: Path) -> Iterator[tuple[int, str]]:
         ) from None
 
 
+def _read_header(
+    doc: Any, where: str, path: Path, split: str | None
+) -> tuple[dict, int | None, dict[str, SourceInfo], str | None]:
+    """The checked header line (upgraded to this version), the vocabulary size, the
+    declared sources and the default source."""
+    header = check_version(
+        doc,
+        schema=SCHEMA,
+        version=VERSION,
+        where=where,
+        upgrades={1: _v1_to_v2},
+        remedy_old="regenerate the traces with this toolkit",
+    )
+    validate_schema(header, HEADER_SCHEMA, where)
+    vocab = header.get("vocab_size")
+    tok_vocab = header["provenance"]["tokenizer"].get("vocab_size")
+    if vocab is not None and tok_vocab is not None and vocab != tok_vocab:
+        raise FormatError(
+            f"{where}: key vocab_size: {vocab} disagrees with provenance.tokenizer.vocab_size {tok_vocab}; fix the header"
+        )
+    vocab = vocab if vocab is not None else tok_vocab
+    declared = {
+        n: SourceInfo(n, s["kind"], s.get("model", "")) for n, s in header["sources"].items()
+    }
+    default_source = header.get("default_source")
+    if (
+        default_source is not None
+        and declared.get(default_source, SourceInfo("", "")).kind != AUTOREGRESSIVE
+    ):
+        raise FormatError(
+            f"{where}: key default_source: {default_source!r} is not a declared autoregressive source; declare it under 'sources' or fix the name"
+        )
+    hsplit = header.get("split")
+    if split is not None and hsplit is not None and hsplit != split:
+        raise FormatError(
+            f"{path}: holds the {hsplit!r} split but {split!r} was requested; pass the {split} trace file"
+        )
+    return header, vocab, declared, default_source
+
+
 def load_traces(path: str | Path, *, split: str | None = None, strict: bool = False) -> TraceSet:
     """Load and validate a trace file. With ``split`` set, every window must belong to
     that split (a window from another split is refused, so test never mixes with dev)."""
@@ -120,40 +160,8 @@ def load_traces(path: str | Path, *, split: str | None = None, strict: bool = Fa
                 f"{where}: not valid JSON ({e.msg} at column {e.colno}); the file is truncated or damaged — {_FIX}"
             ) from None
         if header is None:
-            header = check_version(
-                doc,
-                schema=SCHEMA,
-                version=VERSION,
-                where=where,
-                upgrades={1: _v1_to_v2},
-                remedy_old="regenerate the traces with this toolkit",
-            )
-            validate_schema(header, HEADER_SCHEMA, where)
+            header, vocab, declared, default_source = _read_header(doc, where, path, split)
             eos_id = header["eos_id"]
-            vocab = header.get("vocab_size")
-            tok_vocab = header["provenance"]["tokenizer"].get("vocab_size")
-            if vocab is not None and tok_vocab is not None and vocab != tok_vocab:
-                raise FormatError(
-                    f"{where}: key vocab_size: {vocab} disagrees with provenance.tokenizer.vocab_size {tok_vocab}; fix the header"
-                )
-            vocab = vocab if vocab is not None else tok_vocab
-            declared = {
-                n: SourceInfo(n, s["kind"], s.get("model", ""))
-                for n, s in header["sources"].items()
-            }
-            default_source = header.get("default_source")
-            if (
-                default_source is not None
-                and declared.get(default_source, SourceInfo("", "")).kind != AUTOREGRESSIVE
-            ):
-                raise FormatError(
-                    f"{where}: key default_source: {default_source!r} is not a declared autoregressive source; declare it under 'sources' or fix the name"
-                )
-            hsplit = header.get("split")
-            if split is not None and hsplit is not None and hsplit != split:
-                raise FormatError(
-                    f"{path}: holds the {hsplit!r} split but {split!r} was requested; pass the {split} trace file"
-                )
             continue
         wid = doc.get("id") if isinstance(doc, dict) else None
         wwhere = f"{where} (window {wid})" if isinstance(wid, str) else where
