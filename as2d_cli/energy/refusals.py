@@ -62,6 +62,54 @@ def _frozen(a: np.ndarray) -> bool:
     return finite.size < 2 or float(np.ptp(finite)) == 0.0
 
 
+def _check_units(cur: np.ndarray, volt: np.ndarray, label: str, limits: RefusalLimits) -> None:
+    """A window's median current and voltage in a phone's range: a gauge whose units are
+    off by 1000 is refused, never scaled silently."""
+    med_i = float(np.median(np.abs(cur)))
+    if med_i < limits.min_abs_current_ua:
+        raise MeasurementRefused(
+            f"{label}: median current {med_i:.0f} µA is implausibly small for a busy phone — "
+            "units off by 1000 (the gauge reports mA in the µA field); refusing to scale it "
+            "silently, fix the gauge units or record them with the phone"
+        )
+    if med_i > limits.max_abs_current_ua:
+        raise MeasurementRefused(
+            f"{label}: median current {med_i:.0f} µA (> 20 A) is impossible for a phone — "
+            "units off by 1000 (the gauge reports nA, or mA×1000, in the µA field)"
+        )
+    med_v = float(np.median(volt))
+    if not limits.min_voltage_uv <= med_v <= limits.max_voltage_uv:
+        raise MeasurementRefused(
+            f"{label}: median battery voltage {med_v:.0f} µV is outside a Li-ion cell's "
+            "2.5–5.5 V — units off by 1000 (mV or nV in the µV field)"
+        )
+
+
+def _check_stale(
+    series: BatterySeries, lo: int, hi: int, window_s: float, label: str, limits: RefusalLimits
+) -> None:
+    """A frozen gauge (every counter repeated over the capture or the window) is refused."""
+    # A frozen gauge repeats every counter; a steady load can repeat the current, but the
+    # charge counter (and usually the voltage) still moves. Missing counters prove nothing.
+    cur, volt = series.current_ua[lo : hi + 1], series.voltage_uv[lo : hi + 1]
+    whole_s = (series.t_ns[-1] - series.t_ns[0]) / 1e9
+    whole_stale = (
+        series.t_ns.size > 2
+        and whole_s >= limits.stale_min_window_s
+        and all(_frozen(a) for a in (series.current_ua, series.voltage_uv, series.charge_uah))
+    )
+    window_stale = window_s >= limits.stale_min_window_s and all(
+        _frozen(a) for a in (cur, volt, series.charge_uah[lo : hi + 1])
+    )
+    if whole_stale or window_stale:
+        raise MeasurementRefused(
+            f"{label}: stale gauge — current, voltage and charge counter stay at "
+            f"{cur[0]:.0f} µA, {volt[0]:.0f} µV for the whole "
+            f"{'capture' if whole_stale else f'{window_s:.1f} s window'}; the fuel gauge is "
+            "not updating (reboot the phone or check `dumpsys battery` changes under load)"
+        )
+
+
 def check_window(
     series: BatterySeries, t0: int, t1: int, label: str, limits: RefusalLimits = RefusalLimits()
 ) -> tuple[int, int]:
@@ -113,43 +161,8 @@ def check_window(
             "poll at 250 ms and keep traced running for the whole episode"
         )
 
-    med_i = float(np.median(np.abs(cur)))
-    if med_i < limits.min_abs_current_ua:
-        raise MeasurementRefused(
-            f"{label}: median current {med_i:.0f} µA is implausibly small for a busy phone — "
-            "units off by 1000 (the gauge reports mA in the µA field); refusing to scale it "
-            "silently, fix the gauge units or record them with the phone"
-        )
-    if med_i > limits.max_abs_current_ua:
-        raise MeasurementRefused(
-            f"{label}: median current {med_i:.0f} µA (> 20 A) is impossible for a phone — "
-            "units off by 1000 (the gauge reports nA, or mA×1000, in the µA field)"
-        )
-    med_v = float(np.median(volt))
-    if not limits.min_voltage_uv <= med_v <= limits.max_voltage_uv:
-        raise MeasurementRefused(
-            f"{label}: median battery voltage {med_v:.0f} µV is outside a Li-ion cell's "
-            "2.5–5.5 V — units off by 1000 (mV or nV in the µV field)"
-        )
-
-    # A frozen gauge repeats every counter; a steady load can repeat the current, but the
-    # charge counter (and usually the voltage) still moves. Missing counters prove nothing.
-    whole_s = (series.t_ns[-1] - series.t_ns[0]) / 1e9
-    whole_stale = (
-        series.t_ns.size > 2
-        and whole_s >= limits.stale_min_window_s
-        and all(_frozen(a) for a in (series.current_ua, series.voltage_uv, series.charge_uah))
-    )
-    window_stale = window_s >= limits.stale_min_window_s and all(
-        _frozen(a) for a in (cur, volt, series.charge_uah[lo : hi + 1])
-    )
-    if whole_stale or window_stale:
-        raise MeasurementRefused(
-            f"{label}: stale gauge — current, voltage and charge counter stay at "
-            f"{cur[0]:.0f} µA, {volt[0]:.0f} µV for the whole "
-            f"{'capture' if whole_stale else f'{window_s:.1f} s window'}; the fuel gauge is "
-            "not updating (reboot the phone or check `dumpsys battery` changes under load)"
-        )
+    _check_units(cur, volt, label, limits)
+    _check_stale(series, lo, hi, window_s, label, limits)
     return lo, hi
 
 
