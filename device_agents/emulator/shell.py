@@ -70,27 +70,35 @@ class Token:
     parts: list[Part] = field(default_factory=list)
 
 
-def tokenize(src: str) -> list[Token]:
-    tokens: list[Token] = []
-    parts: list[Part] = []
-    in_word = False
-    i, n = 0, len(src)
+class _Lexer:
+    """The word being read (its parts, whether one has started) and the tokens so far."""
 
-    def flush() -> None:
-        nonlocal parts, in_word
-        if in_word:
-            tokens.append(Token("word", parts=parts))
-        parts, in_word = [], False
+    def __init__(self, src: str) -> None:
+        self.src, self.n = src, len(src)
+        self.tokens: list[Token] = []
+        self.parts: list[Part] = []
+        self.in_word = False
 
-    def add(kind: str, text: str) -> None:
-        nonlocal in_word
-        in_word = True
+    def flush(self) -> None:
+        if self.in_word:
+            self.tokens.append(Token("word", parts=self.parts))
+        self.parts, self.in_word = [], False
+
+    def add(self, kind: str, text: str) -> None:
+        self.in_word = True
+        parts = self.parts
         if parts and parts[-1][0] == kind and kind != "var":
             parts[-1] = (kind, parts[-1][1] + text)
         else:
             parts.append((kind, text))
 
-    def read_var(j: int) -> tuple[str, int]:
+    def var_at(self, i: int) -> bool:
+        """Whether ``$`` at ``i`` starts a variable reference."""
+        src = self.src
+        return i + 1 < self.n and (src[i + 1].isalnum() or src[i + 1] in "_{?#$")
+
+    def read_var(self, j: int) -> tuple[str, int]:
+        src, n = self.src, self.n
         if j < n and src[j] == "{":
             end = src.find("}", j)
             if end < 0:
@@ -103,67 +111,74 @@ def tokenize(src: str) -> list[Token]:
             k += 1
         return src[j:k], k
 
+    def double_quoted(self, i: int) -> int:
+        """The double-quoted string after the quote at ``i - 1``; returns the index after
+        its closing quote."""
+        src, n = self.src, self.n
+        self.in_word = True
+        self.add("lit", "")
+        while True:
+            if i >= n:
+                raise ShellSyntaxError("unterminated double quote")
+            d = src[i]
+            if d == '"':
+                return i + 1
+            if d == "\\" and i + 1 < n and src[i + 1] in '$`"\\\n':
+                self.add("lit", src[i + 1])
+                i += 2
+            elif d == "$" and self.var_at(i):
+                name, i = self.read_var(i + 1)
+                self.parts.append(("var", name))
+            else:
+                self.add("lit", d)
+                i += 1
+
+
+def tokenize(src: str) -> list[Token]:
+    lx = _Lexer(src)
+    i, n = 0, len(src)
     while i < n:
         c = src[i]
         if c in " \t":
-            flush()
+            lx.flush()
             i += 1
         elif c == "\n":
-            flush()
-            tokens.append(Token("op", ";"))
+            lx.flush()
+            lx.tokens.append(Token("op", ";"))
             i += 1
-        elif c == "#" and not in_word:
+        elif c == "#" and not lx.in_word:
             while i < n and src[i] != "\n":
                 i += 1
         elif c == "'":
             end = src.find("'", i + 1)
             if end < 0:
                 raise ShellSyntaxError("unterminated single quote")
-            add("lit", src[i + 1 : end])
-            in_word = True
+            lx.add("lit", src[i + 1 : end])
             i = end + 1
         elif c == '"':
-            i += 1
-            in_word = True
-            add("lit", "")
-            while True:
-                if i >= n:
-                    raise ShellSyntaxError("unterminated double quote")
-                d = src[i]
-                if d == '"':
-                    i += 1
-                    break
-                if d == "\\" and i + 1 < n and src[i + 1] in '$`"\\\n':
-                    add("lit", src[i + 1])
-                    i += 2
-                elif d == "$" and i + 1 < n and (src[i + 1].isalnum() or src[i + 1] in "_{?#$"):
-                    name, i = read_var(i + 1)
-                    parts.append(("var", name))
-                else:
-                    add("lit", d)
-                    i += 1
+            i = lx.double_quoted(i + 1)
         elif c == "\\":
             if i + 1 < n and src[i + 1] != "\n":
-                add("lit", src[i + 1])
+                lx.add("lit", src[i + 1])
             i += 2
-        elif c == "$" and i + 1 < n and (src[i + 1].isalnum() or src[i + 1] in "_{?#$"):
-            name, i = read_var(i + 1)
-            parts.append(("var", name))
-            in_word = True
-        elif c in ";&|<>" or (c == "2" and not in_word and src.startswith("2>", i)):
-            flush()
+        elif c == "$" and lx.var_at(i):
+            name, i = lx.read_var(i + 1)
+            lx.parts.append(("var", name))
+            lx.in_word = True
+        elif c in ";&|<>" or (c == "2" and not lx.in_word and src.startswith("2>", i)):
+            lx.flush()
             for op in OPS:
                 if src.startswith(op, i):
-                    tokens.append(Token("op", op))
+                    lx.tokens.append(Token("op", op))
                     i += len(op)
                     break
         elif c == "`" or src.startswith("$(", i):
             raise ShellSyntaxError("command substitution is not supported by the emulated phone")
         else:
-            add("raw", c)
+            lx.add("raw", c)
             i += 1
-    flush()
-    return tokens
+    lx.flush()
+    return lx.tokens
 
 
 @dataclass
