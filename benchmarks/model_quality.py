@@ -28,6 +28,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,113 @@ def sd_accept(
     return accepted, drafts
 
 
+@dataclass
+class _Models:
+    """The bundled pair's models as this benchmark runs them."""
+
+    vocab: Any
+    target: Any
+    drafter: Any
+    drafter_source: Any
+    ctc: Any
+
+
+Tally = dict[str, list[int]]
+
+
+def _tally(s: Tally, key: str, done: int, of: int) -> None:
+    s[key][0] += done
+    s[key][1] += of
+
+
+def _score_window(w: Any, ms: _Models, s: Tally, sd: bool) -> tuple[list[int], Any]:
+    """Add one window's counts to its setting's tally ``s``; returns the target's output
+    and the window's audio."""
+    vocab = ms.vocab
+    audio = w.load_audio()
+    ref = greedy_decode(ms.target, audio)
+    body = [t for t in ref if t != vocab.eot]
+    text = vocab.decode(ref)
+    _tally(s, "target_wer", *word_errors(w.text, text))
+    _tally(s, "target_cer", *char_errors(w.text, text))
+    for q, (right, words) in enumerate(words_right_by_quarter(w.text, text)):
+        _tally(s, f"target_words_right_q{q + 1}", right, words)
+    dtoks = drain(DrafterSource(ms.drafter_source, audio))
+    dtext = vocab.decode(dtoks)
+    _tally(s, "drafter_wer", *word_errors(w.text, dtext))
+    departed, kept = target_wrong_by_departure(w.text, text, dtext)
+    for key, (wrong, n) in (("tgt_wrong_departed", departed), ("tgt_wrong_kept", kept)):
+        _tally(s, key, wrong, n)
+    dbody = [t for t in dtoks if t != vocab.eot]
+    m = matched(dbody, body)
+    _tally(s, "drafter_accept", m, len(dbody))
+    _tally(s, "drafter_cover", m, len(body))
+    if ms.ctc.eligible(w.language):
+        src = CtcSource(ms.ctc, audio)
+        ctoks = [t for t in drain(src) if t != vocab.eot]
+        _tally(s, "ctc_wer", *word_errors(w.text, " ".join(src.texts)))
+        m = matched(ctoks, body)
+        _tally(s, "ctc_accept", m, len(ctoks))
+        _tally(s, "ctc_cover", m, len(body))
+    if sd:
+        _tally(s, "sd_accepted_per_draft8", *sd_accept(ms.drafter, audio, ref))
+    return ref, audio
+
+
+def _quality_table(per: dict[str, Tally]) -> dict[str, dict[str, float | None]]:
+    """Each setting's rates, then all settings pooled."""
+    table = {}
+    for setting in [x for x in SETTINGS if x in per]:
+        table[setting] = {k: (v[0] / v[1] if v[1] else None) for k, v in per[setting].items()}
+    pooled: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0])
+    for s in per.values():
+        for k, v in s.items():
+            pooled[k][0] += v[0]
+            pooled[k][1] += v[1]
+    table["all"] = {k: (v[0] / v[1] if v[1] else None) for k, v in pooled.items()}
+    return table
+
+
+COLUMNS = [
+    "target_wer",
+    "target_cer",
+    "drafter_wer",
+    "ctc_wer",
+    "drafter_accept",
+    "drafter_cover",
+    "ctc_accept",
+    "ctc_cover",
+    "sd_accepted_per_draft8",
+    "tgt_wrong_departed",
+    "tgt_wrong_kept",
+]
+
+
+def _print_result(result: dict[str, Any]) -> None:
+    table, disagreements = result["quality"], result["batched_vs_sequential_K8_disagreements"]
+    print(
+        f"{result['split']}: {result['windows']} windows, {result['target_tokens_excl_eos']} "
+        "target tokens (excl. EOS)"
+    )
+    print(f"{'setting':<13}" + "".join(f"{c:>24}" for c in COLUMNS))
+    for setting, row in table.items():
+        cells = "".join(
+            f"{'-' if row.get(c) is None else format(row[c], '.3f'):>24}" for c in COLUMNS
+        )
+        print(f"{setting:<13}{cells}")
+    quarters = [table["all"].get(f"target_words_right_q{q}") for q in range(1, 5)]
+    if all(x is not None for x in quarters):
+        print(
+            "target: reference words recognised by quarter of the window: "
+            + " / ".join(f"{x:.3f}" for x in quarters)
+        )
+    print(f"batched K=8 vs sequential disagreements: {len(disagreements)}")
+    for dis in disagreements:
+        print(f"  {dis}")
+    for k, v in result["costs_ms_one_thread"].items():
+        print(f"{k:>28}: {v:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -185,117 +293,38 @@ def main() -> None:
         for k, v in costs(bundle).items():
             print(f"{k:>28}: {v:.3f}")
         return
-    vocab = bundle.vocab
-    target, drafter = OrtTarget(bundle), OrtDrafter(bundle)
-    dsrc_model = Seq2SeqModel(bundle, "drafter", 1)
-    ctc = CtcRecognizer(bundle, 1)
-    windows = load_corpus().split(args.split)
-    per: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    ms = _Models(
+        bundle.vocab,
+        OrtTarget(bundle),
+        OrtDrafter(bundle),
+        Seq2SeqModel(bundle, "drafter", 1),
+        CtcRecognizer(bundle, 1),
+    )
+    per: dict[str, Tally] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     disagreements = []
     n_tokens = 0
     seen: dict[str, int] = defaultdict(int)
     t_start = time.time()
-    for w in windows:
+    for w in load_corpus().split(args.split):
         if args.limit is not None and seen[w.setting] >= args.limit:
             continue
         seen[w.setting] += 1
-        audio = w.load_audio()
-        ref = greedy_decode(target, audio)
-        n_tokens += len(ref) - (ref[-1] == vocab.eot)
-        body = [t for t in ref if t != vocab.eot]
-        s = per[w.setting]
-        text = vocab.decode(ref)
-        e, n = word_errors(w.text, text)
-        s["target_wer"][0] += e
-        s["target_wer"][1] += n
-        e, n = char_errors(w.text, text)
-        s["target_cer"][0] += e
-        s["target_cer"][1] += n
-        for q, (right, words) in enumerate(words_right_by_quarter(w.text, text)):
-            s[f"target_words_right_q{q + 1}"][0] += right
-            s[f"target_words_right_q{q + 1}"][1] += words
-        dtoks = drain(DrafterSource(dsrc_model, audio))
-        dtext = vocab.decode(dtoks)
-        e, n = word_errors(w.text, dtext)
-        s["drafter_wer"][0] += e
-        s["drafter_wer"][1] += n
-        departed, kept = target_wrong_by_departure(w.text, text, dtext)
-        for key, (wrong, n) in (("tgt_wrong_departed", departed), ("tgt_wrong_kept", kept)):
-            s[key][0] += wrong
-            s[key][1] += n
-        dbody = [t for t in dtoks if t != vocab.eot]
-        m = matched(dbody, body)
-        s["drafter_accept"][0] += m
-        s["drafter_accept"][1] += len(dbody)
-        s["drafter_cover"][0] += m
-        s["drafter_cover"][1] += len(body)
-        if ctc.eligible(w.language):
-            src = CtcSource(ctc, audio)
-            ctoks = [t for t in drain(src) if t != vocab.eot]
-            e, n = word_errors(w.text, " ".join(src.texts))
-            s["ctc_wer"][0] += e
-            s["ctc_wer"][1] += n
-            m = matched(ctoks, body)
-            s["ctc_accept"][0] += m
-            s["ctc_accept"][1] += len(ctoks)
-            s["ctc_cover"][0] += m
-            s["ctc_cover"][1] += len(body)
-        if seen[w.setting] <= args.sd_windows:
-            a, d = sd_accept(drafter, audio, ref)
-            s["sd_accepted_per_draft8"][0] += a
-            s["sd_accepted_per_draft8"][1] += d
-        dis = batched_check(target, audio, ref)
+        ref, audio = _score_window(w, ms, per[w.setting], seen[w.setting] <= args.sd_windows)
+        n_tokens += len(ref) - (ref[-1] == ms.vocab.eot)
+        dis = batched_check(ms.target, audio, ref)
         if dis is not None:
             disagreements.append({"window": w.id, **dis})
         print(f"{w.id}: {len(ref)} tokens", file=sys.stderr, flush=True)
-
-    table = {}
-    for setting in [x for x in SETTINGS if x in per]:
-        table[setting] = {k: (v[0] / v[1] if v[1] else None) for k, v in per[setting].items()}
-    pooled: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0])
-    for s in per.values():
-        for k, v in s.items():
-            pooled[k][0] += v[0]
-            pooled[k][1] += v[1]
-    table["all"] = {k: (v[0] / v[1] if v[1] else None) for k, v in pooled.items()}
     result: dict[str, Any] = {
         "split": args.split,
         "windows": sum(seen.values()),
         "target_tokens_excl_eos": n_tokens,
-        "quality": table,
+        "quality": _quality_table(per),
         "batched_vs_sequential_K8_disagreements": disagreements,
         "costs_ms_one_thread": costs(bundle),
         "wall_seconds": round(time.time() - t_start, 1),
     }
-    cols = [
-        "target_wer",
-        "target_cer",
-        "drafter_wer",
-        "ctc_wer",
-        "drafter_accept",
-        "drafter_cover",
-        "ctc_accept",
-        "ctc_cover",
-        "sd_accepted_per_draft8",
-        "tgt_wrong_departed",
-        "tgt_wrong_kept",
-    ]
-    print(f"{args.split}: {result['windows']} windows, {n_tokens} target tokens (excl. EOS)")
-    print(f"{'setting':<13}" + "".join(f"{c:>24}" for c in cols))
-    for setting, row in table.items():
-        cells = "".join(f"{'-' if row.get(c) is None else format(row[c], '.3f'):>24}" for c in cols)
-        print(f"{setting:<13}{cells}")
-    quarters = [table["all"].get(f"target_words_right_q{q}") for q in range(1, 5)]
-    if all(x is not None for x in quarters):
-        print(
-            "target: reference words recognised by quarter of the window: "
-            + " / ".join(f"{x:.3f}" for x in quarters)
-        )
-    print(f"batched K=8 vs sequential disagreements: {len(disagreements)}")
-    for dis in disagreements:
-        print(f"  {dis}")
-    for k, v in result["costs_ms_one_thread"].items():
-        print(f"{k:>28}: {v:.3f}")
+    _print_result(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
 

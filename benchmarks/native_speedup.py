@@ -56,7 +56,7 @@ def round_causes(res: dict) -> CallCauses:
     return call_causes(rounds, pubs)
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", default="test")
     ap.add_argument(
@@ -89,61 +89,55 @@ def main() -> int:
     )
     ap.add_argument("--methods", default="target-only,as2d,sd,asp")
     ap.add_argument("--json", type=Path)
-    a = ap.parse_args()
-    methods = a.methods.split(",")
+    return ap
+
+
+def _refusal(a: argparse.Namespace, methods: list[str]) -> str | None:
+    """Why these arguments cannot run (None: they can)."""
     if a.repeats < 1:
-        print("error: --repeats must be at least 1", file=sys.stderr)
-        return 2
+        return "--repeats must be at least 1"
     if a.json is not None and a.json.exists():
-        print(
-            f"error: {a.json} exists (earlier results are never overwritten); name another file",
-            file=sys.stderr,
-        )
-        return 2
+        return f"{a.json} exists (earlier results are never overwritten); name another file"
     if not {"target-only", "as2d"} <= set(methods):
-        print(
-            "error: --methods must include target-only and as2d (the ratio and the exactness check need both)",
-            file=sys.stderr,
-        )
-        return 2
-    ws = {w.id: w for w in load_corpus().split(a.split)}
-    picked = [
-        ws[i] for i in pick_windows(list(ws), {i: w.setting for i, w in ws.items()}, a.windows)
-    ]
-    tc, pc = default_cores()
-    r = LocalRunner()
-    r.call({"op": "hello"})
-    r.call({"op": "load", "target_cores": tc, "producer_cores": pc})
+        return "--methods must include target-only and as2d (the ratio and the exactness check need both)"
+    return None
+
+
+def _decode_cmd(m: str, window: str, a: argparse.Namespace) -> dict:
+    """The runner's decode command of method ``m`` (``method@variant+…``: alignment rules,
+    source, ``bN`` batch, ``tX`` threshold) on one window."""
+    method, _, variant = m.partition("@")
+    align = next((v for v in variant.split("+") if v in ("paper", "suffix")), "")
+    source = next((v for v in variant.split("+") if v in SOURCES), a.source)
+    batch = next((int(v[1:]) for v in variant.split("+") if v[:1] == "b"), a.batch)
+    threshold = next((float(v[1:]) for v in variant.split("+") if v[:1] == "t"), a.threshold)
+    cmd = {
+        "op": "decode",
+        "window": window,
+        "method": method,
+        "budget": a.budget,
+        "k": a.k,
+        "source": source,
+        "batch": batch,
+        "events": method == "as2d",  # rounds and publications: the causes below
+    }
+    if threshold is not None:
+        cmd["threshold"] = threshold
+    if align or a.align:
+        cmd["align"] = align or a.align
+    return cmd
+
+
+def _run_rounds(
+    r: LocalRunner, picked: list, methods: list[str], a: argparse.Namespace
+) -> list[dict]:
+    """Every method on every window per round, the order rotating; one record per run."""
     runs = []
-    t0 = time.time()
     for rep in range(a.repeats):
         for i, w in enumerate(picked):
             turn = i + rep
             order = methods[turn % len(methods) :] + methods[: turn % len(methods)]
-            res = {}
-            for m in order:
-                method, _, variant = m.partition("@")
-                align = next((v for v in variant.split("+") if v in ("paper", "suffix")), "")
-                source = next((v for v in variant.split("+") if v in SOURCES), a.source)
-                batch = next((int(v[1:]) for v in variant.split("+") if v[:1] == "b"), a.batch)
-                threshold = next(
-                    (float(v[1:]) for v in variant.split("+") if v[:1] == "t"), a.threshold
-                )
-                cmd = {
-                    "op": "decode",
-                    "window": w.id,
-                    "method": method,
-                    "budget": a.budget,
-                    "k": a.k,
-                    "source": source,
-                    "batch": batch,
-                    "events": method == "as2d",  # rounds and publications: the causes below
-                }
-                if threshold is not None:
-                    cmd["threshold"] = threshold
-                if align or a.align:
-                    cmd["align"] = align or a.align
-                res[m] = r.call(cmd)
+            res = {m: r.call(_decode_cmd(m, w.id, a)) for m in order}
             ref = res["target-only"]["tokens"]
             for m in methods:
                 x = res[m]
@@ -169,8 +163,12 @@ def main() -> int:
                 file=sys.stderr,
                 flush=True,
             )
-    r.close()
-    rows = []  # one per window and method: the median time of its repetitions
+    return runs
+
+
+def _median_rows(picked: list, methods: list[str], runs: list[dict]) -> list[dict]:
+    """One row per window and method: the median time of its repetitions."""
+    rows = []
     for w in picked:
         for m in methods:
             sel = [x for x in runs if x["window"] == w.id and x["method"] == m]
@@ -183,58 +181,17 @@ def main() -> int:
                     "time_ms": statistics.median(x["time_ms"] for x in sel),
                 }
             )
+    return rows
 
-    def pooled(sel):
-        t = sum(x["time_ms"] for x in sel)
-        return sum(x["tokens"] for x in sel) / (t / 1e3) if t else float("nan")
 
-    out = {
-        "windows": len(picked),
-        "repeats": a.repeats,
-        "wall_s": time.time() - t0,
-        "methods": {},
-        "settings": {},
-    }
-    for m in methods:
-        out["methods"][m] = pooled([x for x in rows if x["method"] == m])
-    for s in sorted({x["setting"] for x in rows}):
-        out["settings"][s] = {
-            m: pooled([x for x in rows if x["method"] == m and x["setting"] == s]) for m in methods
-        }
-    base = {x["window"]: x["tokens"] / x["time_ms"] for x in rows if x["method"] == "target-only"}
-    tpw = {x["window"]: x["tokens"] / x["time_ms"] for x in rows if x["method"] == "as2d"}
-    slower = [w for w in tpw if tpw[w] / base[w] < 1 - 1e-9]
-    acc: defaultdict[str, float] = defaultdict(float)
-    for x in runs:
-        if x["method"] == "as2d":
-            for k, v in x["acc"].items():
-                acc[k] += v
-    out["as2d_over_target_only"] = out["methods"]["as2d"] / out["methods"]["target-only"]
-    out["rounds"] = per_round = round_ratios(runs, a.repeats)
-    out["as2d_slower_fraction"] = len(slower) / len(tpw) if tpw else float("nan")
-    out["as2d_accounting_ms"] = dict(acc)
-    out["as2d_slower_windows"] = sorted(slower)
-    out["inexact"] = sorted({(x["window"], x["method"], x["rep"]) for x in runs if not x["exact"]})
-    out["per_window"] = rows  # median time of each window's repetitions, per method
-    print("\npooled TPS:  " + "  ".join(f"{m} {v:.2f}" for m, v in out["methods"].items()))
-    for s, d in out["settings"].items():
-        print(f"  {s:<13}" + "  ".join(f"{m} {v:.2f}" for m, v in d.items()))
-    print(f"As²d / target-only pooled: {out['as2d_over_target_only']:.3f}×")
-    print(
-        f"As²d / target-only per round: median {statistics.median(per_round):.3f}×, range "
-        f"{min(per_round):.3f}–{max(per_round):.3f}× over {len(per_round)} rounds "
-        f"({', '.join(f'{x:.3f}' for x in per_round)})"
-    )
-    print(
-        f"windows where As²d is slower than target-only: {len(slower)}/{len(tpw)} ({out['as2d_slower_fraction']:.1%})"
-        + (f": {', '.join(sorted(slower))}" if slower else "")
-    )
-    print(
-        "As²d D, V, O, H (s): "
-        + ", ".join(f"{k}={acc[k] / 1e3:.2f}" for k in ("T", "D", "V", "O", "H"))
-    )
-    print(f"outputs differing from target-only: {len(out['inexact'])} of {len(runs)} runs")
-    out["as2d_causes"] = {}
+def _pooled(sel: list[dict]) -> float:
+    t = sum(x["time_ms"] for x in sel)
+    return sum(x["tokens"] for x in sel) / (t / 1e3) if t else float("nan")
+
+
+def _causes(runs: list[dict], methods: list[str]) -> dict:
+    """Per method with recorded rounds: why its calls were what they were (printed too)."""
+    out = {}
     for m in methods:
         c = [x for x in runs if x["method"] == m and x["causes"] is not None]
         if not c:
@@ -243,7 +200,7 @@ def main() -> int:
         for x in c:
             tot.add(x["causes"])
         decoded = sum(x["tokens"] - 1 for x in c)
-        out["as2d_causes"][m] = shares = {
+        out[m] = shares = {
             "calls": tot.calls,
             **tot.shares(),
             "accepted_share": tot.accepted / decoded if decoded else 0.0,
@@ -254,10 +211,89 @@ def main() -> int:
             f"offered rejected {shares['rejected']:.3f} (quality); accepted share of the decoded tokens "
             f"{shares['accepted_share']:.3f}"
         )
+    return out
+
+
+def main() -> int:
+    a = _parser().parse_args()
+    methods = a.methods.split(",")
+    why = _refusal(a, methods)
+    if why is not None:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    ws = {w.id: w for w in load_corpus().split(a.split)}
+    picked = [
+        ws[i] for i in pick_windows(list(ws), {i: w.setting for i, w in ws.items()}, a.windows)
+    ]
+    tc, pc = default_cores()
+    r = LocalRunner()
+    r.call({"op": "hello"})
+    r.call({"op": "load", "target_cores": tc, "producer_cores": pc})
+    t0 = time.time()
+    runs = _run_rounds(r, picked, methods, a)
+    r.close()
+    rows = _median_rows(picked, methods, runs)
+    out = {
+        "windows": len(picked),
+        "repeats": a.repeats,
+        "wall_s": time.time() - t0,
+        "methods": {m: _pooled([x for x in rows if x["method"] == m]) for m in methods},
+        "settings": {
+            s: {
+                m: _pooled([x for x in rows if x["method"] == m and x["setting"] == s])
+                for m in methods
+            }
+            for s in sorted({x["setting"] for x in rows})
+        },
+    }
+    out.update(_report(out, runs, rows, a.repeats))
+    out["as2d_causes"] = _causes(runs, methods)
     out["time_split"] = time_split(runs, methods)
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))
     return 0
+
+
+def _report(out: dict, runs: list[dict], rows: list[dict], repeats: int) -> dict:
+    """The ratio, its rounds, the slower windows, the accounting and the inexact runs
+    (printed, and returned for the JSON)."""
+    base = {x["window"]: x["tokens"] / x["time_ms"] for x in rows if x["method"] == "target-only"}
+    tpw = {x["window"]: x["tokens"] / x["time_ms"] for x in rows if x["method"] == "as2d"}
+    slower = [w for w in tpw if tpw[w] / base[w] < 1 - 1e-9]
+    acc: defaultdict[str, float] = defaultdict(float)
+    for x in runs:
+        if x["method"] == "as2d":
+            for k, v in x["acc"].items():
+                acc[k] += v
+    extra: dict = {}
+    extra["as2d_over_target_only"] = out["methods"]["as2d"] / out["methods"]["target-only"]
+    extra["rounds"] = per_round = round_ratios(runs, repeats)
+    extra["as2d_slower_fraction"] = len(slower) / len(tpw) if tpw else float("nan")
+    extra["as2d_accounting_ms"] = dict(acc)
+    extra["as2d_slower_windows"] = sorted(slower)
+    extra["inexact"] = sorted(
+        {(x["window"], x["method"], x["rep"]) for x in runs if not x["exact"]}
+    )
+    extra["per_window"] = rows  # median time of each window's repetitions, per method
+    print("\npooled TPS:  " + "  ".join(f"{m} {v:.2f}" for m, v in out["methods"].items()))
+    for s, d in out["settings"].items():
+        print(f"  {s:<13}" + "  ".join(f"{m} {v:.2f}" for m, v in d.items()))
+    print(f"As²d / target-only pooled: {extra['as2d_over_target_only']:.3f}×")
+    print(
+        f"As²d / target-only per round: median {statistics.median(per_round):.3f}×, range "
+        f"{min(per_round):.3f}–{max(per_round):.3f}× over {len(per_round)} rounds "
+        f"({', '.join(f'{x:.3f}' for x in per_round)})"
+    )
+    print(
+        f"windows where As²d is slower than target-only: {len(slower)}/{len(tpw)} ({extra['as2d_slower_fraction']:.1%})"
+        + (f": {', '.join(sorted(slower))}" if slower else "")
+    )
+    print(
+        "As²d D, V, O, H (s): "
+        + ", ".join(f"{k}={acc[k] / 1e3:.2f}" for k in ("T", "D", "V", "O", "H"))
+    )
+    print(f"outputs differing from target-only: {len(extra['inexact'])} of {len(runs)} runs")
+    return extra
 
 
 def round_ratios(runs: list[dict], rounds: int) -> list[float]:
