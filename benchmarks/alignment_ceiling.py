@@ -365,46 +365,17 @@ def what_if(windows, prof: CostProfile, spec: MethodSpec, base: float) -> None:
         )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--traces", default=str(ROOT / "as2d_cli" / "assets" / "traces" / "test.jsonl.gz")
-    )
-    ap.add_argument(
-        "--profile", default=str(ROOT / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml")
-    )
-    ap.add_argument("--budget", type=int, default=7)
-    ap.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
-    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH)
-    ap.add_argument(
-        "--align",
-        default=DEFAULT_ALIGN,
-        choices=list(ALIGN_MODES),
-        help="the rules of the instant-source column and the loss table",
-    )
-    ap.add_argument(
-        "--what-if",
-        action="store_true",
-        help="also: As²d with each autoregressive source's step cheaper, and with a share of "
-        "its departures from the target fixed",
-    )
-    args = ap.parse_args()
-    setting = {"threshold": args.threshold, "batch": args.batch}
-
-    ts = load_traces(args.traces)
-    windows = list(ts.windows)
-    prof = load_profile(args.profile)
-    free = free_widths(prof)
-    instant = instant_sources(free)
-    sources = sorted({s for w in windows for s in w.sources})
-    print(
-        f"{args.traces}: {len(windows)} windows, {sum(w.n_tokens for w in windows)} tokens; "
-        f"profile {args.profile}; budget {args.budget}, threshold {args.threshold}, batch {args.batch}"
-    )
-    base = {
-        name: replay(windows, p, MethodSpec("target-only"))[0]
-        for name, p in (("free", free), ("profile", prof))
-    }
+def _source_tables(
+    windows: list,
+    sources: list[str],
+    profiles: tuple[CostProfile, CostProfile, CostProfile],
+    base: dict[str, float],
+    args: argparse.Namespace,
+    setting: dict,
+) -> None:
+    """Per source: the ceiling, the instant source, and each alignment rule's acceptance and
+    ratio on free and profile costs; then where the accepted share goes."""
+    free, instant, prof = profiles
     rules = (  # (column, look-back, alignment rules)
         ("paper, look-back 0", 0, "paper"),
         (f"paper, look-back {DEFAULT_ALIGN_LOOKBACK}", DEFAULT_ALIGN_LOOKBACK, "paper"),
@@ -450,6 +421,49 @@ def main() -> None:
         print(f"    {'cause':<34} {'pooled':>8}  {'per window: median / p90':<28}")
         for cause, pooled_v, spread in rows:
             print(f"    {cause:<34} {pooled_v:>8}  {spread}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--traces", default=str(ROOT / "as2d_cli" / "assets" / "traces" / "test.jsonl.gz")
+    )
+    ap.add_argument(
+        "--profile", default=str(ROOT / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml")
+    )
+    ap.add_argument("--budget", type=int, default=7)
+    ap.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH)
+    ap.add_argument(
+        "--align",
+        default=DEFAULT_ALIGN,
+        choices=list(ALIGN_MODES),
+        help="the rules of the instant-source column and the loss table",
+    )
+    ap.add_argument(
+        "--what-if",
+        action="store_true",
+        help="also: As²d with each autoregressive source's step cheaper, and with a share of "
+        "its departures from the target fixed",
+    )
+    args = ap.parse_args()
+    setting = {"threshold": args.threshold, "batch": args.batch}
+
+    ts = load_traces(args.traces)
+    windows = list(ts.windows)
+    prof = load_profile(args.profile)
+    free = free_widths(prof)
+    instant = instant_sources(free)
+    sources = sorted({s for w in windows for s in w.sources})
+    print(
+        f"{args.traces}: {len(windows)} windows, {sum(w.n_tokens for w in windows)} tokens; "
+        f"profile {args.profile}; budget {args.budget}, threshold {args.threshold}, batch {args.batch}"
+    )
+    base = {
+        name: replay(windows, p, MethodSpec("target-only"))[0]
+        for name, p in (("free", free), ("profile", prof))
+    }
+    _source_tables(windows, sources, (free, instant, prof), base, args, setting)
     print()
     print(f"per setting (As²d, budget {args.budget}, {args.align} rules):")
     groups = setting_groups(windows)

@@ -89,10 +89,26 @@ def main() -> None:
         "(traces build)"
     )
 
-    # 1. The paper-size sweep.
+    executors = {"serial": serial, "local pool": pool, "local ray": ex_ray}
+    _time_sweep(windows, prof, executors)
+    _time_search(args.search_windows, executors)
+    _time_overhead(args.tasks, pool, ex_ray, min(len(windows), args.workers * 8))
+    ex_ray.close()
+
+
+def _ratios(wall: dict[str, float]) -> str:
+    return (
+        f"  ratios: serial/pool {wall['serial'] / wall['local pool']:.2f}×, "
+        f"serial/ray {wall['serial'] / wall['local ray']:.2f}×, "
+        f"ray/pool {wall['local ray'] / wall['local pool']:.2f}×"
+    )
+
+
+def _time_sweep(windows: list, prof: Any, executors: dict[str, Any]) -> None:
+    """1. The paper-size sweep on each executor: its wall time and identical results."""
     wall: dict[str, float] = {}
     cats: dict[str, CatalogTimes] = {}
-    for name, ex in (("serial", serial), ("local pool", pool), ("local ray", ex_ray)):
+    for name, ex in executors.items():
         t0 = time.perf_counter()
         cats[name] = sweep(windows, prof, SOURCES, DEFAULT_BUDGETS, executor=ex)
         wall[name] = time.perf_counter() - t0
@@ -103,21 +119,19 @@ def main() -> None:
         + ", ".join(f"{k} {v:.1f} s" for k, v in wall.items())
         + f"; identical times: {same}"
     )
-    print(
-        f"  ratios: serial/pool {wall['serial'] / wall['local pool']:.2f}×, "
-        f"serial/ray {wall['serial'] / wall['local ray']:.2f}×, "
-        f"ray/pool {wall['local ray'] / wall['local pool']:.2f}× (wall of the same sweep)"
-    )
+    print(_ratios(wall) + " (wall of the same sweep)")
 
-    # 2. A four-phone search: select-budget (dev ranking, val retention) per phone profile.
-    half = args.search_windows / 2 / 688
+
+def _time_search(search_windows: int, executors: dict[str, Any]) -> None:
+    """2. A four-phone search: select-budget (dev ranking, val retention) per phone profile."""
+    half = search_windows / 2 / 688
     dev = synthetic_traces(seed=11, scale=half, drafter=False, split="dev")
     val = synthetic_traces(seed=12, scale=half, drafter=False, split="val")
     search = dev.windows + val.windows
     sub = TraceSet(dev.provenance, dev.eos_id, dev.sources, dev.default_source, search)
     swall: dict[str, float] = {}
     picks: dict[str, list[tuple[str, int]]] = {}
-    for name, ex in (("serial", serial), ("local pool", pool), ("local ray", ex_ray)):
+    for name, ex in executors.items():
         t0 = time.perf_counter()
         picks[name] = []
         for _, widest in PHONE_WIDTHS.items():
@@ -129,27 +143,24 @@ def main() -> None:
         + ", ".join(f"{k} {v:.1f} s" for k, v in swall.items())
         + f"; same choices: {len({tuple(p) for p in picks.values()}) == 1}"
     )
-    print(
-        f"  ratios: serial/pool {swall['serial'] / swall['local pool']:.2f}×, "
-        f"serial/ray {swall['serial'] / swall['local ray']:.2f}×, "
-        f"ray/pool {swall['local ray'] / swall['local pool']:.2f}×"
-    )
+    print(_ratios(swall))
 
-    # 3. Overhead per task: no-op tasks, so all of the time is the executor's.
+
+def _time_overhead(tasks: int, pool: Any, ex_ray: Any, chunks: int) -> None:
+    """3. Overhead per task: no-op tasks, so all of the time is the executor's."""
     per: dict[str, list[float]] = {"local pool": [], "local ray": []}
     for _ in range(3):
         for name, ex in (("local pool", pool), ("local ray", ex_ray)):
             t0 = time.perf_counter()
-            list(ex.map(_noop, None, list(range(args.tasks))))
-            per[name].append((time.perf_counter() - t0) / args.tasks * 1e3)
+            list(ex.map(_noop, None, list(range(tasks))))
+            per[name].append((time.perf_counter() - t0) / tasks * 1e3)
     med = {k: statistics.median(v) for k, v in per.items()}
     print(
-        f"overhead per task ({args.tasks} no-op tasks, median of 3, incl. pool start): "
+        f"overhead per task ({tasks} no-op tasks, median of 3, incl. pool start): "
         + ", ".join(f"{k} {v:.2f} ms" for k, v in med.items())
         + f"; ray/pool {med['local ray'] / med['local pool']:.1f}×"
-        + f"; sweep tasks: {min(len(windows), args.workers * 8)} chunks"
+        + f"; sweep tasks: {chunks} chunks"
     )
-    ex_ray.close()
 
 
 def farm() -> None:
