@@ -343,7 +343,7 @@ def test_version_1_results_are_read_as_version_5(tmp_path: Path) -> None:
 
 def test_table_golden() -> None:
     from as2d_cli.energy.analysis import CrossCheck, EnergyAnalysis, RequestEnergy, pool_methods
-    from as2d_cli.energy.results import NATIVE_WINDOW, render_table
+    from as2d_cli.energy.table import NATIVE_WINDOW, render_table
 
     # The paper's Table 15 figures (one formal request per method), rendered as the user
     # sees them: mean power is energy / response time (341.6 J / 32.64 s = 10.47 W).
@@ -404,7 +404,7 @@ def test_table_golden() -> None:
 
 def test_table_rows_per_request_pooled_and_a_method_that_failed() -> None:
     from as2d_cli.energy.analysis import CrossCheck, EnergyAnalysis, RequestEnergy, pool_methods
-    from as2d_cli.energy.results import render_table
+    from as2d_cli.energy.table import render_table
 
     def req(method: str, energy: float, response: float, status: str = "ok"):
         if status != "ok":
@@ -523,7 +523,7 @@ def test_bundle_request_template_keeps_only_the_episode_placeholders() -> None:
 
 
 def test_window_includes_follows_the_command_that_ran_each_method() -> None:
-    from as2d_cli.energy.results import NATIVE_WINDOW, OTHER_WINDOW, window_includes
+    from as2d_cli.energy.table import NATIVE_WINDOW, OTHER_WINDOW, window_includes
 
     plan = EpisodePlan(
         methods=("as2d", "target-only"),

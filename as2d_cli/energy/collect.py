@@ -28,13 +28,8 @@ from as2d_cli.energy.phone_run import (
 )
 from as2d_cli.energy.phone_wait import finish_on_phone, salvaged
 from as2d_cli.energy.refusals import MeasurementRefused
-from as2d_cli.energy.results import (
-    TRACE_NAME,
-    conditions_of,
-    short_window_lines,
-    stopped_line,
-    write_results,
-)
+from as2d_cli.energy.results import TRACE_NAME, conditions_of, stopped_line, write_results
+from as2d_cli.energy.table import short_window_lines
 from as2d_cli.energy.trace_reader import read_battery_series
 from as2d_cli.errors import As2dError, DeviceError, UserError
 from as2d_cli.formats.common import INCOMPLETE, write_atomic
