@@ -37,7 +37,6 @@ import numpy as np
 
 from as2d_cli import __version__
 from as2d_cli.engine.methods import DEFAULT_ASP_CAP
-from as2d_cli.formats.profile import CostProfile, DrafterCosts, Fit, SourceCosts
 from as2d_cli.formats.trace import (
     AUTOREGRESSIVE,
     CHUNKED,
@@ -48,6 +47,9 @@ from as2d_cli.formats.trace import (
     TraceSet,
     WindowTrace,
 )
+from as2d_cli.synthetic.profile import K70 as K70
+from as2d_cli.synthetic.profile import k70_verify_curve as k70_verify_curve
+from as2d_cli.synthetic.profile import synthetic_profile as synthetic_profile
 
 # The paper's test cohort (D.1.2): windows per dataset, and shape knobs per dataset:
 # mean reference tokens, source match rate, drafter per-token error rate, tokens/s audio.
@@ -120,18 +122,6 @@ SOURCE_LANGS: dict[str, set[str] | None] = {
 def _transcribes(source: str, lang: str) -> bool:
     langs = SOURCE_LANGS[source]
     return langs is None or lang in langs
-
-
-# Paper K70 constants (D.2.2), ms.
-K70 = {
-    "target_step": 59.391,
-    "draft": 23.347,
-    "verify_k8": 112.656,
-    "verify_k12": 142.825,
-    "loop": 10.738,
-    "paired": 35.075,
-    "row": 0.951,
-}
 
 
 def _lengths(
@@ -426,95 +416,6 @@ def _provenance(seed: int) -> dict:
         "synthetic": True,
         "seed": seed,
     }
-
-
-def k70_verify_curve(max_width: int = 25) -> dict[int, float]:
-    """Idle verification ms by width: 59.391 + b·(K−1)^p through the K8 and K12 anchors."""
-    a = K70["target_step"]
-    y8, y12 = K70["verify_k8"] - a, K70["verify_k12"] - a
-    p = math.log(y12 / y8) / math.log(11 / 7)
-    b = y8 / 7**p
-    out = {1: a}
-    for k in range(2, max_width + 1):
-        out[k] = round(a + b * (k - 1) ** p, 6)
-    out[8], out[12] = K70["verify_k8"], K70["verify_k12"]  # exact anchors, no rounding drift
-    return out
-
-
-def synthetic_profile(max_width: int = 25) -> CostProfile:
-    """A K70-like profile from the paper's published constants (marked synthetic)."""
-    verify = k70_verify_curve(max_width)
-    ratio = {k: round(1.08 + 0.07 * (k - 1) / max(1, max_width - 1), 6) for k in verify}
-    refresh = {w: round(6.0 + 1.1 * w, 6) for w in range(1, max_width)}
-    drafter = DrafterCosts(
-        step_ms=K70["draft"],
-        catch_up_ms=K70["draft"],
-        paired_ms=K70["paired"],
-        row_ms=K70["row"],
-        refresh_ms=refresh,
-    )
-    sources = {
-        "qwen": SourceCosts(
-            "qwen",
-            AUTOREGRESSIVE,
-            step_ms_idle=K70["draft"],
-            publish_ms=0.2,
-            startup_ms=30.0,
-            concurrent_ratio=1.12,
-        ),
-        "parakeet": SourceCosts(
-            "parakeet",
-            CHUNKED,
-            chunk_ms_idle=40.0,
-            publish_ms=0.2,
-            startup_ms=50.0,
-            concurrent_ratio=1.15,
-        ),
-        "sensevoice": SourceCosts(
-            "sensevoice",
-            CHUNKED,
-            chunk_ms_idle=65.0,
-            publish_ms=0.2,
-            startup_ms=60.0,
-            concurrent_ratio=1.15,
-        ),
-    }
-    samples = {
-        "target_step": (K70["target_step"],),
-        "drafter.step": (K70["draft"],),
-        "verify.K8": (K70["verify_k8"],),
-        "verify.K12": (K70["verify_k12"],),
-        "loop": (K70["loop"],),
-        "drafter.paired": (K70["paired"],),
-        "drafter.row": (K70["row"],),
-    }
-    fit = Fit(
-        method="synthetic: paper K70 constants (D.2.2); other widths v(K)=59.391+b*(K-1)^p through K8/K12",
-        samples=samples,
-        notes="Made-up values (not measured): concurrent ratio 1.08..1.15 linear in K; refresh 6+1.1*w ms; "
-        "qwen step = draft forward, concurrent 1.12; parakeet 40 ms and sensevoice 65 ms per 2.56 s chunk; "
-        "publication 0.2 ms; align 0.3 ms per round.",
-    )
-    device = {
-        "name": "k70-synthetic",
-        "model": "23117RK66C",
-        "phone": "Redmi K70 Pro (synthetic profile)",
-        "soc": "Snapdragon 8 Gen 3 (SM8650)",
-    }
-    return CostProfile(
-        device=device,
-        target_step_ms=K70["target_step"],
-        verify_idle_ms=verify,
-        verify_concurrent_ratio=ratio,
-        loop_ms=K70["loop"],
-        align_ms=0.3,
-        drafter=drafter,
-        sources=sources,
-        fit=fit,
-        synthetic=True,
-        created="1970-01-01T00:00:00Z",
-        path="<synthetic k70 profile>",
-    )
 
 
 # Small committed examples (tests/data/): one to two windows per dataset, short outputs,
