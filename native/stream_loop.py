@@ -251,7 +251,7 @@ def _decode_blocks(live: _Live, run: StreamRun, on_block: OnBlock | None) -> Non
         if stop is not None and stop.exists():
             run.stopped_before = i
             break
-        clock.idle_until(block.arrival_s)
+        clock.idle_until(block.arrival_s, None if source is None else source.busy)
         if stop is not None and stop.exists():  # it may have come while waiting
             run.stopped_before = i
             break

@@ -77,6 +77,7 @@ class SourceEpochs(threading.Thread):
         self.epochs: list[Epoch] = [Epoch(i) for i in range(n)]
         self.mode: str | None = None  # "process" | "thread"
         self.error: str | None = None
+        self._running_epoch = threading.Event()  # set while an epoch's producer runs
         self.worker = models.producer_worker(s.cores)
         self.mode = "process" if self.worker is not None else "thread"
 
@@ -160,6 +161,7 @@ class SourceEpochs(threading.Thread):
                     self.buffers[i].close()
                     continue  # skipped: its lifetime ended before the worker was free
                 ep.start_s = clock.now()
+                self._running_epoch.set()
                 # A drafter reads the block's audio context and continues its own history;
                 # a chunked source (CTC) reads the block's own audio.
                 ctc = self.s.name == "ctc"
@@ -173,6 +175,7 @@ class SourceEpochs(threading.Thread):
                 producer.stop.set()
                 producer.join()
                 ep.end_s = clock.now()
+                self._running_epoch.clear()
                 ep.published = len(self.buffers[i])
                 ep.steps = len(producer.steps)
                 ep.error = None if producer.error is None else str(producer.error)
@@ -183,6 +186,7 @@ class SourceEpochs(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - the stream goes on target-only; recorded
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
+            self._running_epoch.clear()
             for b in self.buffers:
                 b.close()
 
@@ -199,6 +203,10 @@ class SourceEpochs(threading.Thread):
                 return "deadline"
             self.consumed[i].wait(0.005)
         return "finished"
+
+    def busy(self) -> bool:
+        """Whether an epoch's producer runs now (a virtual clock skips no time it uses)."""
+        return self._running_epoch.is_set()
 
     @staticmethod
     def _running(producer: Any) -> bool:

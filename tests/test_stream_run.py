@@ -201,3 +201,24 @@ def test_history_candidates_commit_target_only_tokens(
     assert [b["tokens"] for b in run.blocks] == [b["tokens"] for b in reference.blocks]
     if source == "history":  # no producer ran
         assert run.source_mode is None and not run.epochs
+
+
+def test_a_virtual_clock_skips_no_time_the_source_worker_still_uses() -> None:
+    """The runner's idle wait is skipped only once the source worker's epoch has ended (in
+    real time it would have had that wait), and never past the arrival it waits for."""
+    import threading
+
+    from native.stream_clock import SkipClock
+
+    clock = SkipClock()
+    done = threading.Event()
+    timer = threading.Timer(0.05, done.set)
+    timer.start()
+    t = clock.now() + 30.0
+    clock.idle_until(t, busy=lambda: not done.is_set())
+    assert done.is_set()  # it waited for the epoch in flight ...
+    assert t <= clock.now() < t + 1.0  # ... then skipped the rest, to the arrival
+    # a worker busy past the arrival does not hold the runner beyond it
+    t2 = clock.now() + 0.05
+    clock.idle_until(t2, busy=lambda: True)
+    assert clock.now() >= t2
