@@ -85,7 +85,17 @@ def stream(
     source_ = source or "drafter"
     spec = _checked_prompt(prompt, models, block_s, context_s)  # refused before any work
     m = prepare(phone, measure, adb_port=adb_port)
-    settings = _settings(method, budget_, block_s, context_s, lifetime, source_, check)
+    from as2d_cli.stream.run import settings_for
+
+    settings = settings_for(
+        method,
+        budget=budget_,
+        block_s=block_s,
+        context_s=context_s,
+        lifetime=lifetime,
+        source=source_,
+        check=check,
+    )
     label = f"As²d ({source_}, b{budget_})" if method == "as2d" else method
     run = _Run(m, settings, label, models, None if spec.empty else spec, figure_format)
     folder, outcome, doc, late = _stream(run, audio, minutes, out, quiet)
@@ -113,28 +123,6 @@ def _checked_prompt(
             "the context holds at least one block"
         )
     return spec
-
-
-def _settings(
-    method: str,
-    budget: int,
-    block_s: float,
-    context_s: float,
-    lifetime: str,
-    source: str,
-    check: bool,
-) -> dict[str, Any]:
-    from as2d_cli.stream.run import settings_for
-
-    return settings_for(
-        method,
-        budget=budget,
-        block_s=block_s,
-        context_s=context_s,
-        lifetime=lifetime,
-        source=source,
-        check=check,
-    )
 
 
 @dataclasses.dataclass(frozen=True)
