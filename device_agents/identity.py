@@ -3,15 +3,14 @@ the phone table, model id, hardware serial), not how it is reached today. A phon
 wireless adb gets a new connection serial every time; its hardware serial
 (``ro.serialno``) and model stay, so resumable work and stored files key on those.
 
-Where a device's files live follows one rule (:func:`profile_stem`,
-:func:`results_stem`): everything is named by :attr:`DeviceIdentity.name`. A phone that
+Where a device's files live follows one rule (as2d_cli/formats/layout.py): everything is
+named by :attr:`DeviceIdentity.name`. A phone that
 comes back under another adb serial is found by its hardware serial
 (:func:`find_attached`, :func:`attached_identity`), and a command printed for later names it
 by :attr:`DeviceIdentity.phone_option`, never by a connection that may not last."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -153,20 +152,3 @@ def attached_identity(serial: str, port: int | None = None) -> DeviceIdentity | 
         return identify(AdbPhone(serial, port))
     except (DeviceError, UserError):
         return None
-
-
-# -- where a device's files live ----------------------------------------------------------
-
-
-def stamp(at: float | None = None) -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime(at))
-
-
-def profile_stem(name: str, at: float | None = None) -> str:
-    """``calibrations/<name>-<UTC time>.profile.yaml`` (and its samples, gates, plot)."""
-    return f"{safe(name)}-{stamp(at)}"
-
-
-def results_stem(name: str, what: str, at: float | None = None) -> str:
-    """``results/<name>-<what>-<UTC time>/`` (what: the split, ``energy``, …)."""
-    return f"{safe(name)}-{what}-{stamp(at)}"

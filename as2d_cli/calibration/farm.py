@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from as2d_cli.execution import Executor
 from as2d_cli.execution.farm import PhoneOutcome, on_phone, run_farm
+from as2d_cli.formats.layout import companion
 from as2d_cli.models.prompting import PromptSpec
 from device_agents.measurement import MeasureOptions
 
@@ -62,8 +63,7 @@ def calibrate_phone(opts: FarmOptions, phone: str) -> PhoneOutcome:
         )
         res = calibrate(m.device, settings)
         out.ok, out.steps, out.resumed = True, res.steps, res.resumed_steps
-        stem = res.profile_path.name.removesuffix(".profile.yaml")
-        made = sorted(p for p in folder.glob(f"{stem}.*") if p.is_file())
+        made = sorted(p for p in folder.glob(companion(res.profile_path, "*").name) if p.is_file())
         if opts.ship_back:
             out.files = {f"{m.identity.key}/{p.name}": p.read_bytes() for p in made}
             out.message = f"{m.identity.key}/{res.profile_path.name}"

@@ -478,26 +478,28 @@ def _write_outputs(
 ) -> tuple[Path, Path, Path]:
     """The profile, its raw samples, gate and monitor records and the R(K) plot, named by
     the device (never over an earlier profile); the partial folder goes last."""
+    from as2d_cli.formats.layout import companion
+    from as2d_cli.formats.layout import profile_path as new_profile_path
     from as2d_cli.formats.profile_io import write_profile
-    from device_agents.identity import profile_stem
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    profile_path = write_profile(out_dir / f"{profile_stem(who.name)}.profile.yaml", profile)
-    stem = profile_path.name.removesuffix(".profile.yaml")
+    profile_path = write_profile(new_profile_path(out_dir, who.name), profile)
     idle: dict[int, list[float]] = {}
     for s in samples:
         if s["figure"].startswith("verify.K") and not s.get("concurrent"):
             idle.setdefault(int(s["width"]), []).append(float(s["ms"]))
     plot_path = plot_savings(
-        idle, out_dir / f"{stem}.savings.png", f"{who.name}: per-token verification saving R(K)"
+        idle,
+        companion(profile_path, "savings.png"),
+        f"{who.name}: per-token verification saving R(K)",
     )
-    samples_path = out_dir / f"{stem}.samples.jsonl"
+    samples_path = companion(profile_path, "samples.jsonl")
     write_atomic(samples_path, "".join(json.dumps(s) + "\n" for s in samples).encode())
     for src, name in ((partial.gates, "gates"), (partial.monitor, "monitor")):
         if src.exists():  # every whole record (a line a kill tore is left out)
             rows = partial.records(src)
             write_atomic(
-                out_dir / f"{stem}.{name}.jsonl",
+                companion(profile_path, f"{name}.jsonl"),
                 "".join(json.dumps(r) + "\n" for r in rows).encode(),
             )
     shutil.rmtree(partial.folder, ignore_errors=True)

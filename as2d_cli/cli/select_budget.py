@@ -62,7 +62,6 @@ def select_budget(
     """Select the fixed As²d configuration (source × budget) by pooled dev TPS."""
     from as2d_cli.cli.progress import Steps
     from as2d_cli.execution import open_executor
-    from as2d_cli.formats.common import next_free
     from as2d_cli.formats.profile_io import load_profile
     from as2d_cli.replay.report import default_deployment_path, select_report, write_selection
 
@@ -83,7 +82,7 @@ def select_budget(
             executor=executor,
             progress=steps.update,
         )
-    dest = out if out is not None else next_free(default_deployment_path(prof))
+    dest = out if out is not None else default_deployment_path(prof)
     if prof.allowed_implausible:  # recorded in the deployment too (write_selection)
         rep["allowed_implausible"] = list(prof.allowed_implausible)
     written = write_selection(sel, rep, profile, dest)

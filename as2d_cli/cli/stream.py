@@ -142,19 +142,18 @@ def _stream(
 ) -> tuple[Path, Any, dict[str, Any], list[int]]:
     """The stream into a fresh folder (marked incomplete until stream.json is written),
     then its files; a folder that got no block is removed."""
-    from as2d_cli.formats.common import fresh_folder
+    from as2d_cli.formats.layout import result_folder
     from as2d_cli.launch.host import open_runner
     from as2d_cli.stream.recording import corpus_recording, file_recording
     from as2d_cli.stream.results import mark_incomplete, write_stream
     from as2d_cli.stream.run import StreamHooks, run_stream
-    from device_agents.identity import results_stem
 
     m = run.m
     recording = (
         file_recording(audio, minutes) if audio is not None else corpus_recording(minutes or 10.0)
     )
     command = shlex.join(["as2d", "stream", *sys.argv[2:]])
-    folder = fresh_folder(out / results_stem(m.identity.name, "stream", time.time()))
+    folder = result_folder(out, m.identity.name, "stream", time.time())
     mark_incomplete(folder, command)  # until stream.json is written, last
     view = _LiveView(quiet)
     view.steps.note(

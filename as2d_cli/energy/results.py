@@ -30,7 +30,6 @@ from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import (
     INCOMPLETE,
     check_version,
-    fresh_folder,
     git_commit,
     utc_now,
     write_atomic,
@@ -229,12 +228,12 @@ def _clean(x: Any) -> Any:
 
 def new_run_dir(results_root: Path, phone_name: str, now: datetime | None = None) -> Path:
     """A fresh folder ``results/<device>-energy-<UTC time>/`` (the rule every result
-    folder follows: device_agents.identity.results_stem); never an existing one. It is
+    folder follows: formats/layout.py); never an existing one. It is
     marked incomplete (:func:`mark_incomplete`) until :func:`write_results` finishes it."""
-    from device_agents.identity import results_stem
+    from as2d_cli.formats.layout import result_folder
 
     now = now or datetime.now(UTC)
-    folder = fresh_folder(Path(results_root) / results_stem(phone_name, "energy", now.timestamp()))
+    folder = result_folder(Path(results_root), phone_name, "energy", now.timestamp())
     mark_incomplete(folder)
     return folder
 

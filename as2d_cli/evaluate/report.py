@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,8 @@ from as2d_cli.figures import (
     native_figure,
     rk_figure,
 )
-from as2d_cli.formats.common import fresh_folder, mark_complete, mark_writing, write_atomic
+from as2d_cli.formats.common import mark_complete, mark_writing, write_atomic
+from as2d_cli.formats.layout import report_folder
 from as2d_cli.formats.pairs import describe_pair
 
 FIGURES = ("cdf", "datasets", "rk")  # what a report draws (rk only with its profile)
@@ -260,7 +260,7 @@ def write_reports(
     tables = paper_tables(runs)
     head = [f"# Evaluation tables: {len(runs)} runs side by side", ""]
     head += [f"- {r.name}: {f} — " + _head(d)[2] for r, f, d in zip(runs, folders, docs)]
-    dest = fresh_folder(Path(out) / time.strftime("report-%Y%m%d-%H%M%S", time.gmtime()))
+    dest = report_folder(Path(out))
     paths = [write_atomic(dest / "tables.md", render_markdown(tables, head).encode("utf-8"))]
     paths += write_csvs(tables, dest)
     paths += cdf_figure(_cdf_panels(runs), dest / "cdf", formats)

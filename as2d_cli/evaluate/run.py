@@ -45,19 +45,17 @@ from as2d_cli.execution import Executor
 from as2d_cli.formats.common import (
     MANIFEST,
     atomic_files,
-    fresh_folder,
     mark_complete,
     mark_writing,
-    next_free,
     safe_name,
     write_atomic,
 )
 from as2d_cli.formats.deployment_io import load_deployment, rules_for
+from as2d_cli.formats.layout import deployment_path, result_folder
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.results import input_ref, make_results, write_results
 from as2d_cli.models.prompting import PromptSpec
 from as2d_cli.reporting import Progress, Say
-from device_agents.identity import results_stem
 
 WRITER = "as2d eval"  # the writer a manifest names while the replay part writes the folder
 # What the replay part writes (rk only when the profile's file is there), figures in the
@@ -268,7 +266,7 @@ def _select_now(
     report = with_target_only(report, sel, inp.ts, inp.prof)
     if inp.prof.allowed_implausible:
         report["allowed_implausible"] = list(inp.prof.allowed_implausible)
-    out = next_free(s.calibrations / inp.device / "deployment.yaml")
+    out = deployment_path(s.calibrations, inp.device)
     out.parent.mkdir(parents=True, exist_ok=True)
     dep_path = write_selection(sel, report, inp.profile_path, out)
     say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
@@ -301,7 +299,7 @@ def _write(
         inputs=inputs,
         device=dict(inp.prof.device),
     )
-    folder = fresh_folder(s.results / results_stem(inp.device, s.split, at))
+    folder = result_folder(s.results, inp.device, s.split, at)
     with _writing(folder, s.redo):
         mark_writing(
             folder,

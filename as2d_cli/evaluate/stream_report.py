@@ -5,14 +5,14 @@ Figure 9's panels with the streams overlaid (``stream.<format>``), in a fresh fo
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from as2d_cli.errors import UserError
 from as2d_cli.figures import FORMATS, stream_figure, stream_name
-from as2d_cli.formats.common import fresh_folder, write_atomic
+from as2d_cli.formats.common import write_atomic
+from as2d_cli.formats.layout import report_folder
 
 # Table 16's rows: (metric, the metrics' keys, decimals), as the paper names them.
 ROWS: tuple[tuple[str, tuple[str, ...], int], ...] = (
@@ -100,7 +100,7 @@ def write_stream_report(
         f"- {n}: {f} ({d.get('status')}, {len(d.get('blocks') or [])} blocks)\n"
         for n, f, d in zip(names, folders, docs)
     )
-    dest = fresh_folder(Path(out) / time.strftime("report-%Y%m%d-%H%M%S", time.gmtime()))
+    dest = report_folder(Path(out))
     paths = [write_atomic(dest / "tables.md", (head + "\n" + text).encode("utf-8"))]
     paths.append(write_atomic(dest / "table16.csv", csv))
     named = [{**d, "label": n, "measurement": {}} for d, n in zip(docs, names)]

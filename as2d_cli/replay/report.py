@@ -294,9 +294,10 @@ def catalog_axes(catalog: dict) -> str:
 
 
 def default_deployment_path(profile: CostProfile, root: str | Path = "calibrations") -> Path:
-    """calibrations/<device>/deployment.yaml (the caller picks a free name, never overwrites)."""
-    device = str(profile.device.get("name") or "device").replace("/", "_") or "device"
-    return Path(root) / device / "deployment.yaml"
+    """The next free deployment file of the profile's device (formats/layout.py)."""
+    from as2d_cli.formats.layout import deployment_path
+
+    return deployment_path(Path(root), str(profile.device.get("name") or "device"))
 
 
 def write_selection(
