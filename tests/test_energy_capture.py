@@ -203,7 +203,7 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
         ["CURRENT", "VOLTAGE", "CHARGE"],
     )
     doc = load_energy_result(path)
-    assert doc["schema"] == "as2d.energy-result" and doc["schema_version"] == 5
+    assert doc["schema"] == "as2d.energy-result" and doc["version"] == 6
     assert doc["requests"][0]["energy_from"] == "readings"
     assert doc["capture"]["gauge_noise_percent"] is not None
     assert doc["status"] == "complete" and doc["conditions"] is None  # none were passed
@@ -217,9 +217,9 @@ def test_results_are_versioned_and_never_overwritten(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="never overwritten"):
         write_results(d1, analysis, ep, trace, spec, {}, {}, [])
     future = json.loads(path.read_text())
-    future["schema_version"] = 6
+    future["version"] = 7
     (tmp_path / "future.json").write_text(json.dumps(future))
-    with pytest.raises(FormatError, match="version 6 is newer"):
+    with pytest.raises(FormatError, match="version 7 is newer"):
         load_energy_result(tmp_path / "future.json")
     broken = json.loads(path.read_text())
     del broken["cross_check"]
@@ -258,11 +258,12 @@ def test_version_4_results_are_read_as_version_5(tmp_path: Path) -> None:
         d, analysis, ep, trace, CaptureSpec(duration_ms=10_000), {}, {}, ["CURRENT"]
     )
     old = json.loads(path.read_text())
+    del old["version"]  # files before version 6 kept it as schema_version
     old["schema_version"] = 4
     _drop_v4(old)
     (tmp_path / "v4.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v4.json")
-    assert doc["schema_version"] == 5 and doc["requests"][0]["energy_from"] is None
+    assert doc["version"] == 6 and doc["requests"][0]["energy_from"] is None
     assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
 
 
@@ -274,12 +275,13 @@ def test_version_3_results_are_read_as_version_5(tmp_path: Path) -> None:
         d, analysis, ep, trace, CaptureSpec(duration_ms=10_000), {}, {}, ["CURRENT"]
     )
     old = json.loads(path.read_text())
+    del old["version"]  # files before version 6 kept it as schema_version
     old["schema_version"] = 3
     _drop_v4(old)
     del old["status"], old["conditions"]
     (tmp_path / "v3.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v3.json")
-    assert doc["schema_version"] == 5 and doc["status"] == "complete"
+    assert doc["version"] == 6 and doc["status"] == "complete"
     assert doc["conditions"] is None
 
 
@@ -292,11 +294,12 @@ def test_version_2_results_are_read_as_version_5(tmp_path: Path) -> None:
     new = json.loads(path.read_text())
     assert new["requests"][0]["energy_bound_j"] > 0 and new["methods"][0]["energy_bound_j"] > 0
     old = json.loads(path.read_text())
+    del old["version"]  # files before version 6 kept it as schema_version
     old["schema_version"] = 2
     _drop_v3(old)
     (tmp_path / "v2.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v2.json")
-    assert doc["schema_version"] == 5 and doc["status"] == "complete"
+    assert doc["version"] == 6 and doc["status"] == "complete"
     assert all(doc["requests"][0][k] is None for k in _V3_REQUEST)
     assert all(doc["methods"][0][k] is None for k in _V3_METHOD)
     assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
@@ -309,6 +312,7 @@ def test_version_1_results_are_read_as_version_5(tmp_path: Path) -> None:
         d, analysis, ep, trace, CaptureSpec(duration_ms=10_000), {}, {}, ["CURRENT"]
     )
     old = json.loads(path.read_text())
+    del old["version"]  # files before version 6 kept it as schema_version
     old["schema_version"] = 1
     old["capture"]["poll_s_observed"] = 0.25
     for k in ("gauge_period_s", "gauge_readings", "current_sign_corrected", "current_sign_note"):
@@ -325,7 +329,7 @@ def test_version_1_results_are_read_as_version_5(tmp_path: Path) -> None:
     _drop_v3(old)
     (tmp_path / "v1.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v1.json")
-    assert doc["schema_version"] == 5 and "poll_s_observed" not in doc["capture"]
+    assert doc["version"] == 6 and "poll_s_observed" not in doc["capture"]
     assert doc["requests"][0]["energy_bound_j"] is None
     assert doc["capture"]["gauge_period_s"] is None and doc["capture"]["gauge_readings"] is None
     assert doc["requests"][0]["gauge_readings_in_window"] is None

@@ -56,6 +56,9 @@ def _holds(v: Any) -> bool:
     return isinstance(v, (list, tuple)) and any(_holds(x) for x in v)
 
 
+PROJECT = {"as2d_cli", "native", "device_agents"}  # the packages a crossing counts in
+
+
 def _own_fields(v: Any) -> dict[str, Any]:
     """An object's own fields (dataclass fields, slots, __dict__), not its properties."""
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
@@ -111,7 +114,7 @@ class Follow:
         if not path.is_absolute() or ROOT not in path.parents:
             return
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("tests/"):
+        if rel.split("/")[0] not in PROJECT:  # tests, and a virtualenv inside the checkout (CI)
             return
         code = frame.f_code
         n = code.co_argcount + code.co_kwonlyargcount

@@ -36,7 +36,7 @@ from as2d_cli.formats.common import (
 )
 
 SCHEMA = "as2d.energy-result"
-VERSION = 5
+VERSION = 6
 # Version history: 1 — first release (per-request rows, per-method pools, cross-check);
 # 2 — the gauge's own figures: capture.gauge_period_s and capture.gauge_readings replace
 # capture.poll_s_observed, and each request has gauge_readings_in_window; a gauge whose
@@ -149,7 +149,15 @@ def _upgrade_4(doc: dict) -> dict:
     return doc
 
 
-UPGRADES = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4}
+def _upgrade_5(doc: dict) -> dict:
+    """Version 5 → 6: the version field is ``version``, as in every other stored file."""
+    return dict(doc)
+
+
+# Versions 1–5 kept their number under ``schema_version``; it is read as ``version``.
+LEGACY_VERSION_KEY = "schema_version"
+
+UPGRADES = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4, 5: _upgrade_5}
 
 
 def _read_json(path: Path) -> Any:
@@ -327,7 +335,7 @@ def write_results(
     doc = _clean(
         {
             "schema": SCHEMA,
-            "schema_version": VERSION,
+            "version": VERSION,
             "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
             "toolkit": {"version": __version__, "git_commit": git_commit()},
             "status": "stopped" if (conditions or {}).get("stopped") else "complete",
@@ -360,12 +368,14 @@ def load_energy_result(path: Path) -> dict[str, Any]:
         raise FormatError(f"cannot read {path}: {exc.strerror}") from exc
     except json.JSONDecodeError as exc:
         raise FormatError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from exc
+    if isinstance(doc, dict) and "version" not in doc and LEGACY_VERSION_KEY in doc:
+        doc = {**doc, "version": doc[LEGACY_VERSION_KEY]}
+        del doc[LEGACY_VERSION_KEY]
     doc = check_version(
         doc,
         schema=SCHEMA,
         version=VERSION,
         where=str(path),
-        key="schema_version",
         upgrades=UPGRADES,
         remedy_old="measure again with this toolkit",
     )

@@ -39,13 +39,12 @@ def check_version(
     where: str,
     upgrades: Mapping[int, Upgrader] | None = None,
     remedy_old: str = "regenerate it with this toolkit",
-    key: str = "version",
 ) -> dict:
     """Check ``doc``'s schema name and version; return it upgraded to ``version``.
 
     ``where`` names the file (and line) for the message. ``upgrades[v]`` turns version v
-    into v+1; versions with no path to ``version`` are refused. ``key``: the field holding
-    the version (``schema_version`` in energy results)."""
+    into v+1; versions with no path to ``version`` are refused. Every stored file keeps its
+    version under ``version``."""
     if not isinstance(doc, dict):
         raise FormatError(
             f"{where}: expected a JSON/YAML object with 'schema' and 'version', got {type(doc).__name__}; is this an {schema} file?"
@@ -55,6 +54,7 @@ def check_version(
         raise FormatError(
             f"{where}: schema is {got!r}, expected {schema!r}; pass an {schema} file here"
         )
+    key = "version"
     v = doc.get(key)
     if type(v) is not int:
         raise FormatError(
