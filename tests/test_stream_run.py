@@ -222,3 +222,26 @@ def test_a_virtual_clock_skips_no_time_the_source_worker_still_uses() -> None:
     t2 = clock.now() + 0.05
     clock.idle_until(t2, busy=lambda: True)
     assert clock.now() >= t2
+
+
+def test_the_stream_command_carries_history_to_the_runner(capsys) -> None:
+    """`as2d stream --history` puts history candidates beside the source in the runner's
+    settings; for a method without them it is refused in one line before anything runs."""
+    from as2d_cli.cli.main import main
+    from as2d_cli.stream.run import settings_for
+
+    wire = settings_for(
+        "as2d",
+        budget=7,
+        block_s=4.0,
+        context_s=12.0,
+        lifetime="arrival",
+        source="drafter",
+        check=False,
+        history=True,
+    )
+    assert wire["history"] is True and wire["source"] == "drafter"
+    with pytest.raises(SystemExit) as e:
+        main(["stream", "--method", "target-only", "--history", "--minutes", "0.1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--history" in err and err.count("\n") == 1

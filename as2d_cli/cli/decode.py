@@ -38,11 +38,7 @@ def decode(
         "drafter, lookahead, ctc, or history (the committed output's own repeats, no "
         "producer) (As²d sources; default drafter)."
     ),
-    history: bool = typer.Option(
-        False,
-        "--history",
-        help="As²d: history candidates fill the rounds the source leaves empty (docs/engine.md).",
-    ),
+    history: bool = options.history(),
     align: str | None = options.align(),
     candidates: Path | None = options.path(
         None, "--candidates", file_in_option, "JSON Lines of external batches {t_ms, tokens}."

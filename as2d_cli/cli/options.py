@@ -369,6 +369,15 @@ def source(help: str, choices: tuple[str, ...] | None = None) -> Any:
     return one_of(None, "--source", choices=choices, help=help)
 
 
+def history() -> Any:
+    """``--history``: As²d's history candidates beside its source (engine/history.py)."""
+    return typer.Option(
+        False,
+        "--history",
+        help="As²d: history candidates fill the rounds the source leaves empty (docs/engine.md).",
+    )
+
+
 def check_prompt(spec: Any, models: Any = None) -> Any:
     """``spec`` (the prompt group's PromptSpec) checked against the pair ``models`` (None:
     the bundled pair) before any work; see ``prompt_spec``."""

@@ -51,8 +51,11 @@ def stream(
         help=f"As²d proposal budget b (physical K <= b+1; default {DEFAULT_BUDGET}).",
     ),
     source: str | None = options.source(
-        "As²d's source (default drafter).", choices=("drafter", "lookahead", "ctc")
+        "As²d's source (default drafter); history: the committed output's own repeats, no "
+        "producer.",
+        choices=("drafter", "lookahead", "ctc", "history"),
     ),
+    history: bool = options.history(),
     lifetime: str = options.one_of(
         "arrival",
         "--source-lifetime",
@@ -79,7 +82,12 @@ def stream(
 
     # Options the method does not have, before anything else (one check for every command).
     check_method_options(
-        method, budget=budget, source=source, methods=METHODS, offers=("--budget", "--source")
+        method,
+        budget=budget,
+        source=source,
+        history=history,
+        methods=METHODS,
+        offers=("--budget", "--source", "--history"),
     )
     budget_ = DEFAULT_BUDGET if budget is None else budget
     source_ = source or "drafter"
@@ -95,8 +103,10 @@ def stream(
         lifetime=lifetime,
         source=source_,
         check=check,
+        history=history,
     )
-    label = f"As²d ({source_}, b{budget_})" if method == "as2d" else method
+    extra = " + history" if history and source_ != "history" else ""
+    label = f"As²d ({source_}{extra}, b{budget_})" if method == "as2d" else method
     run = _Run(m, settings, label, models, None if spec.empty else spec, figure_format)
     folder, outcome, doc, late = _stream(run, audio, minutes, out, quiet)
     _report(folder, outcome, doc, late)

@@ -261,13 +261,14 @@ def settings_for(
     source: str,
     check: bool,
     clock: str = "real",
+    history: bool = False,
 ) -> dict[str, Any]:
     """The runner's stream fields for the CLI's options: the method's settings in
     MethodSpec's wire form and the stream's own."""
     from as2d_cli.engine.methods import spec_of
 
     return {
-        **spec_of(method, budget=budget, source=source).to_wire(),
+        **spec_of(method, budget=budget, source=source, history=history).to_wire(),
         "block_s": block_s,
         "context_s": context_s,
         "source_lifetime": lifetime,
