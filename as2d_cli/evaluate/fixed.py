@@ -15,7 +15,7 @@ from typing import Any
 
 from as2d_cli.engine.methods import MethodOptions, MethodSpec
 from as2d_cli.execution import Executor
-from as2d_cli.formats.deployment import Deployment
+from as2d_cli.formats.deployment import Deployment, as2d_settings
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet
 from as2d_cli.replay.run import MethodRun, run_method, slowdowns
@@ -75,13 +75,7 @@ class FixedEval:
             "split": self.split,
             "windows": len(self.window_ids),
             "tokens": sum(r.tokens for r in self.runs["target-only"].windows),
-            "deployment": {
-                "source": self.deployment.source,
-                "budget": self.deployment.budget,
-                "threshold": self.deployment.threshold,
-                "batch": self.deployment.batch,
-                "align": self.deployment.align,
-            },
+            "deployment": as2d_settings(self.deployment),
             "datasets": self.datasets,
             "methods": self.table_rows(),
             "oracle": self.oracle,
@@ -114,13 +108,7 @@ def derived_sensitivity(
             windows,
             p,
             "as2d",
-            MethodOptions(
-                budget=deployment.budget,
-                source=deployment.source,
-                threshold=deployment.threshold,
-                batch=deployment.batch,
-                align=deployment.align,
-            ),
+            MethodOptions(**as2d_settings(deployment)),
             detail=False,
         ).pooled_tps()
         return None if tps is None or not base else tps / base
@@ -165,13 +153,7 @@ def evaluate_fixed(
         "asp": {},
         "as2d-no-td": {"budget": b},
         "as2d-no-bc": {"source": src, "batch": batch, "align": align},
-        "as2d": {
-            "budget": b,
-            "source": src,
-            "threshold": th,
-            "batch": batch,
-            "align": align,
-        },
+        "as2d": as2d_settings(deployment),
     }
     runs = {}
     for i, (m, kw) in enumerate(plan.items()):

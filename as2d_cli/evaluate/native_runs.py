@@ -22,6 +22,7 @@ from as2d_cli.engine.methods import DEFAULT_SD_K, MethodSpec
 from as2d_cli.errors import DeviceError
 from as2d_cli.evaluate.native_record import GATES, MONITOR, RUNS, EvalRun, NativeRecord
 from as2d_cli.evaluate.native_stats import METHODS
+from as2d_cli.formats.deployment import as2d_settings
 from as2d_cli.models.prompting import PromptSpec
 from as2d_cli.reporting import Progress, Say, settle_waiting
 
@@ -47,14 +48,7 @@ def native_commands(dep: Any, asp_cap_: int) -> dict[str, dict[str, Any]]:
         MethodSpec("target-only"),
         MethodSpec("sd", k=DEFAULT_SD_K),
         MethodSpec("asp", budget=asp_cap_),
-        MethodSpec(
-            "as2d",
-            budget=dep.budget,
-            source=dep.source,
-            threshold=dep.threshold,
-            batch=dep.batch,
-            align=dep.align,
-        ),
+        MethodSpec("as2d", **as2d_settings(dep)),
     )
     return {s.method: s.to_wire() for s in specs}
 
@@ -100,11 +94,7 @@ def native_settings(
         "deployment": {
             "path": str(Path(run.deployment_path).resolve()),
             "sha256": sha256_file(run.deployment_path),
-            "source": dep.source,
-            "budget": dep.budget,
-            "threshold": dep.threshold,
-            "batch": dep.batch,
-            "align": dep.align,
+            **as2d_settings(dep),
         },
         "profile": {
             "path": str(Path(run.profile_path).resolve()),

@@ -47,3 +47,15 @@ class Deployment:
     def max_width(self) -> int:
         """Largest physical verification width this deployment can ask for."""
         return self.budget + 1
+
+
+def as2d_settings(dep: Any) -> dict[str, Any]:
+    """As²d's settings a deployment (or anything with its fields) fixes: the keywords of
+    ``MethodSpec`` and ``MethodOptions``, in the order results record them."""
+    return {
+        "source": dep.source,
+        "budget": dep.budget,
+        "threshold": dep.threshold,
+        "batch": dep.batch,
+        "align": dep.align,
+    }
