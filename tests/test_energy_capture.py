@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -250,16 +251,32 @@ def _drop_v3(doc: dict) -> None:
             del m[k]
 
 
-def test_version_4_results_are_read_as_version_5(tmp_path: Path) -> None:
-    """A version-4 run integrated the polled curve: energy_from reads null."""
+def _written_as_version(tmp_path: Path, version: int) -> tuple[Any, Path, dict]:
+    """A current energy.json written from the example capture, and its document relabelled
+    as ``version`` (files before version 6 kept the number under ``schema_version``); the
+    caller removes what that version did not record."""
     analysis, ep, trace = _analysis(tmp_path)
     d = new_run_dir(tmp_path / "results", "k70")
     path = write_results(
         d, analysis, ep, trace, CaptureSpec(duration_ms=10_000), {}, {}, ["CURRENT"]
     )
     old = json.loads(path.read_text())
-    del old["version"]  # files before version 6 kept it as schema_version
-    old["schema_version"] = 4
+    del old["version"]
+    old["schema_version"] = version
+    return analysis, path, old
+
+
+def test_version_5_results_keep_everything_under_the_new_version_key(tmp_path: Path) -> None:
+    analysis, path, old = _written_as_version(tmp_path, 5)
+    (tmp_path / "v5.json").write_text(json.dumps(old))
+    doc = load_energy_result(tmp_path / "v5.json")
+    assert doc["version"] == 6 and "schema_version" not in doc
+    assert doc == json.loads(path.read_text())  # nothing else changed
+
+
+def test_version_4_results_are_read_as_the_current_version(tmp_path: Path) -> None:
+    """A version-4 run integrated the polled curve: energy_from reads null."""
+    analysis, path, old = _written_as_version(tmp_path, 4)
     _drop_v4(old)
     (tmp_path / "v4.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v4.json")
@@ -267,16 +284,9 @@ def test_version_4_results_are_read_as_version_5(tmp_path: Path) -> None:
     assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
 
 
-def test_version_3_results_are_read_as_version_5(tmp_path: Path) -> None:
+def test_version_3_results_are_read_as_the_current_version(tmp_path: Path) -> None:
     """A version-3 run was neither gated nor monitored: it reads as complete, conditions null."""
-    analysis, ep, trace = _analysis(tmp_path)
-    d = new_run_dir(tmp_path / "results", "k70")
-    path = write_results(
-        d, analysis, ep, trace, CaptureSpec(duration_ms=10_000), {}, {}, ["CURRENT"]
-    )
-    old = json.loads(path.read_text())
-    del old["version"]  # files before version 6 kept it as schema_version
-    old["schema_version"] = 3
+    analysis, path, old = _written_as_version(tmp_path, 3)
     _drop_v4(old)
     del old["status"], old["conditions"]
     (tmp_path / "v3.json").write_text(json.dumps(old))
@@ -285,17 +295,10 @@ def test_version_3_results_are_read_as_version_5(tmp_path: Path) -> None:
     assert doc["conditions"] is None
 
 
-def test_version_2_results_are_read_as_version_5(tmp_path: Path) -> None:
-    analysis, ep, trace = _analysis(tmp_path)
-    d = new_run_dir(tmp_path / "results", "k70")
-    path = write_results(
-        d, analysis, ep, trace, CaptureSpec(duration_ms=10_000), {}, {}, ["CURRENT"]
-    )
+def test_version_2_results_are_read_as_the_current_version(tmp_path: Path) -> None:
+    analysis, path, old = _written_as_version(tmp_path, 2)
     new = json.loads(path.read_text())
     assert new["requests"][0]["energy_bound_j"] > 0 and new["methods"][0]["energy_bound_j"] > 0
-    old = json.loads(path.read_text())
-    del old["version"]  # files before version 6 kept it as schema_version
-    old["schema_version"] = 2
     _drop_v3(old)
     (tmp_path / "v2.json").write_text(json.dumps(old))
     doc = load_energy_result(tmp_path / "v2.json")
@@ -305,15 +308,8 @@ def test_version_2_results_are_read_as_version_5(tmp_path: Path) -> None:
     assert doc["requests"][0]["energy_j"] == pytest.approx(analysis.requests[0].energy_j)
 
 
-def test_version_1_results_are_read_as_version_5(tmp_path: Path) -> None:
-    analysis, ep, trace = _analysis(tmp_path)
-    d = new_run_dir(tmp_path / "results", "k70")
-    path = write_results(
-        d, analysis, ep, trace, CaptureSpec(duration_ms=10_000), {}, {}, ["CURRENT"]
-    )
-    old = json.loads(path.read_text())
-    del old["version"]  # files before version 6 kept it as schema_version
-    old["schema_version"] = 1
+def test_version_1_results_are_read_as_the_current_version(tmp_path: Path) -> None:
+    analysis, path, old = _written_as_version(tmp_path, 1)
     old["capture"]["poll_s_observed"] = 0.25
     for k in ("gauge_period_s", "gauge_readings", "current_sign_corrected", "current_sign_note"):
         del old["capture"][k]
