@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from as2d_cli.errors import DeviceError, UserError
-from as2d_cli.formats.common import safe_name
+from as2d_cli.formats.layout import device_part
 from device_agents.phones import KNOWN_PHONES, by_model
 
 
@@ -35,7 +35,7 @@ class DeviceIdentity:
     @property
     def key(self) -> str:
         """Stable across connections: names resumable work (calibration partials)."""
-        return safe(f"{self.name}-{self.serial}")
+        return device_part(f"{self.name}-{self.serial}")
 
     @property
     def phone_option(self) -> str:
@@ -52,10 +52,6 @@ class DeviceIdentity:
         what = self.marketing_name or self.model_id or self.kind
         via = "" if self.connection in (self.serial, "local") else f" via {self.connection}"
         return f"{self.name} ({what}, serial {self.serial}{via})"
-
-
-def safe(text: str) -> str:
-    return safe_name(text, "device")
 
 
 def _local_serial() -> str:
@@ -92,7 +88,7 @@ def identify(device: Any) -> DeviceIdentity:
         model = props.get("ro.product.model") or None
         known = by_model(model)
         hw = hardware_serial(props, device.serial)
-        name = known.name if known else safe(model or hw)
+        name = known.name if known else device_part(model or hw)
         ident = DeviceIdentity(
             name,
             device.kind,

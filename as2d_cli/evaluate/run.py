@@ -47,11 +47,10 @@ from as2d_cli.formats.common import (
     atomic_files,
     mark_complete,
     mark_writing,
-    safe_name,
     write_atomic,
 )
 from as2d_cli.formats.deployment_io import load_deployment, rules_for
-from as2d_cli.formats.layout import deployment_path, result_folder
+from as2d_cli.formats.layout import deployment_path, device_part, result_folder
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.results import input_ref, make_results, write_results
 from as2d_cli.models.prompting import PromptSpec
@@ -159,7 +158,7 @@ def _inputs(s: EvalSettings, native: Any) -> _Inputs:
     check_pair(prof, ts, where, pair, s.models is not None)
     if not any(w.split == s.split for w in ts.windows):
         raise UserError(f"the traces hold no {s.split!r} windows; pass traces with that split")
-    device = safe_name(str(prof.device.get("name") or s.phone), "device")
+    device = device_part(str(prof.device.get("name") or s.phone))
     return _Inputs(Path(profile_path), prof, files, ts, device)
 
 
