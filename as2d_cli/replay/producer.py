@@ -177,10 +177,8 @@ def build_timeline(
     # Startup and publication run beside the target like the steps do, so they pay the
     # producer's concurrent ratio too (the profile's figures are idle ones).
     ratio = costs.concurrent_ratio
-    if context is not None and audio_s is not None:
-        startup = ms_to_ns(costs.startup_for(audio_s, context.ref_audio_s) * ratio)
-    else:
-        startup = ms_to_ns(costs.startup_ms * ratio)
+    ref_audio_s = context.ref_audio_s if context is not None else None
+    startup = ms_to_ns(costs.startup_for(audio_s, ref_audio_s) * ratio)  # flat when unknown
     publish = ms_to_ns(costs.publish_ms * ratio)
     segments: list[tuple[str, int]] = [(STARTUP, startup)]
     pubs: list[tuple[int, tuple[int, ...], tuple[float, ...] | None]] = []
