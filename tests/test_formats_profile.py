@@ -119,17 +119,17 @@ def test_unknown_source_and_missing_drafter(tmp_path, doc):
         q.draft_ms(1)
 
 
-@pytest.mark.parametrize("version,words", [(0, "older"), (3, "newer")])
+@pytest.mark.parametrize("version,words", [(0, "older"), (4, "newer")])
 def test_old_and_future_versions(tmp_path, doc, version, words):
     doc["version"] = version
     assert f"version {version} is {words}" in _err(_save(tmp_path, doc))
 
 
-def test_v1_reads_as_v2_without_context(tmp_path, doc):
+def test_v1_reads_as_the_current_version_without_context(tmp_path, doc):
     doc["version"] = 1
     doc["costs"].pop("context", None)
     p = load_profile(_save(tmp_path, doc))
-    assert p.version == 2 and p.context is None
+    assert p.version == 3 and p.context is None
     assert (
         p.source("qwen").startup_for(30.0, 10.0) == p.source("qwen").startup_ms
     )  # flat without a slope
@@ -247,7 +247,7 @@ def test_in_loop_round_trip(tmp_path, doc):
         "target": {"ms_per_token": 0.01},
     }
     p = load_profile(_save(tmp_path, doc))
-    assert p.version == 2
+    assert p.version == 3
     assert p.in_loop == IN_LOOP and list(p.in_loop) == ["as2d", "asp", "sd"]
     assert list(p.in_loop["asp"]) == ["refresh", "verify"]
     assert p.in_loop_ratio("sd", "verify") == 1.21 and p.in_loop_ratio("as2d", "verify") == 1.06
@@ -329,3 +329,23 @@ def test_in_loop_schema_matches_the_reader(doc):
         doc["costs"]["in_loop"] = bad
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(doc, schema)
+
+
+def test_a_v2_profile_with_episodes_reads_its_startup_as_idle(tmp_path, doc):
+    """v2 stored a calibrated (in-loop) startup as observed beside the target; v3 keeps it
+    idle and the replay applies the concurrent ratio, so the upgrade divides by it and the
+    replay charges the same. A v2 profile without episodes kept idle figures already."""
+    doc["version"] = 2
+    src = doc["costs"]["sources"]["qwen"]
+    src["startup_ms"], src["startup_ms_per_audio_s"] = 30.0, 0.8
+    r = src["concurrent_ratio"]
+    plain = load_profile(_save(tmp_path, doc)).source("qwen")
+    assert (plain.startup_ms, plain.startup_ms_per_audio_s) == (30.0, 0.8)
+    doc["costs"]["in_loop"] = IN_LOOP
+    p = load_profile(_save(tmp_path, doc))
+    got = p.source("qwen")
+    assert p.version == 3
+    assert got.startup_ms == pytest.approx(30.0 / r)
+    assert got.startup_ms_per_audio_s == pytest.approx(0.8 / r)
+    assert got.startup_ms * got.concurrent_ratio == pytest.approx(30.0)  # charged as before
+    assert got.step_ms_idle == plain.step_ms_idle  # nothing else moves

@@ -49,11 +49,14 @@ from typing import Any
 from as2d_cli.errors import FormatError
 
 SCHEMA = "as2d.profile"
-VERSION = 2
+VERSION = 3
 # Version history: 1 — first release. 2 — optional ``costs.context`` (context-length and
 # audio-length terms) and a source's ``startup_ms_per_audio_s``; a v1 file reads as v2
 # with neither (flat costs). Still 2: optional ``costs.in_loop`` (in-loop/sweep cost ratios
 # per method family and op kind); a file without it prices every op at its sweep figure.
+# 3 — a source's startup is an idle figure like its steps (the replay applies the
+# concurrent ratio to it); a v2 file with ``costs.in_loop`` stored the startup its episodes
+# observed beside the target, and reads as v3 with it divided by the source's ratio.
 
 # Method family → op kinds an ``in_loop`` ratio may be given for. For "as2d", "verify" is
 # target verification after the producer finished (calls while the producer runs use the

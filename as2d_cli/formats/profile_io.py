@@ -148,7 +148,27 @@ def _v1_to_v2(doc: dict) -> dict:
     return {**doc, "version": 2}
 
 
-_UPGRADES = {1: _v1_to_v2}
+def _v2_to_v3(doc: dict) -> dict:
+    """v3's source startup is idle (the replay applies the concurrent ratio). A v2 profile
+    calibrated with native episodes (``costs.in_loop``) stored the startup observed beside
+    the running target: divided by the source's ratio, it prices exactly as before."""
+    costs = doc.get("costs")
+    if not isinstance(costs, dict) or not costs.get("in_loop"):
+        return {**doc, "version": 3}
+    sources = {}
+    for name, s in (costs.get("sources") or {}).items():
+        r = s.get("concurrent_ratio") if isinstance(s, dict) else None
+        if isinstance(r, (int, float)) and r > 0:
+            s = {
+                k: (v / r if k in _STARTUP_KEYS and isinstance(v, (int, float)) else v)
+                for k, v in s.items()
+            }
+        sources[name] = s
+    return {**doc, "version": 3, "costs": {**costs, "sources": sources}}
+
+
+_STARTUP_KEYS = ("startup_ms", "startup_ms_per_audio_s")
+_UPGRADES = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def _context(d: dict | None) -> ContextCosts | None:
