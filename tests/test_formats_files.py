@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -10,8 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+import as2d_cli
+from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.formats.common import check_version, next_free, write_atomic
+from as2d_cli.formats.deployment import as2d_settings
 from as2d_cli.formats.deployment_io import (
     deployment_to_doc,
     load_deployment,
@@ -49,18 +53,82 @@ def test_deployment_round_trip(tmp_path):
     assert back.environment["toolkit_version"] and back.environment["created"].endswith("Z")
 
 
+def _older(doc: dict, version: int, *dropped: str) -> dict:
+    """``doc`` as an older version wrote it: that version, without the ``config`` keys it lacked."""
+    config = {k: v for k, v in doc["config"].items() if k not in dropped}
+    return {**doc, "version": version, "config": config}
+
+
 def test_a_version_1_deployment_is_read_with_the_papers_alignment(tmp_path):
     """Version 1 had no ``config.align``: its catalog was replayed under the paper's rules,
     so it is read as ``paper``; a new file records the rules it was selected with."""
     doc = deployment_to_doc(make_deployment("qwen", 7, 0.4, 8, PROFILE, "k70", {}, align="suffix"))
-    assert doc["version"] == 2 and doc["config"]["align"] == "suffix"
-    old = {**doc, "version": 1, "config": {k: v for k, v in doc["config"].items() if k != "align"}}
+    assert doc["version"] == 3 and doc["config"]["align"] == "suffix"
     p = tmp_path / "v1.yaml"
-    p.write_text(yaml.safe_dump(old))
-    assert load_deployment(p).align == "paper"
-    new = tmp_path / "v2.yaml"
+    p.write_text(yaml.safe_dump(_older(doc, 1, "align", "history")))
+    old = load_deployment(p)
+    assert (old.align, old.history, old.version) == ("paper", False, 3)
+    new = tmp_path / "v3.yaml"
     new.write_text(yaml.safe_dump(doc))
     assert load_deployment(new).align == "suffix"
+
+
+def test_a_deployment_with_history_candidates_round_trips(tmp_path):
+    d = make_deployment("drafter", 9, 0.7, 2, PROFILE, "k70", {}, align="suffix", history=True)
+    out = write_deployment(tmp_path / "d.yaml", d)
+    text = out.read_text()
+    assert text.startswith("# as2d.deployment v3") and "history: true" in text
+    back = load_deployment(out, profile=PROFILE)
+    assert back.history is True and (back.source, back.budget, back.align) == (
+        "drafter",
+        9,
+        "suffix",
+    )
+    assert as2d_settings(back) == {
+        "source": "drafter",
+        "budget": 9,
+        "threshold": 0.7,
+        "batch": 2,
+        "align": "suffix",
+        "history": True,
+    }
+    # The settings build the same As²d a native runner is sent (MethodSpec's wire form).
+    spec = MethodSpec("as2d", **as2d_settings(back))
+    assert MethodSpec.from_wire(spec.to_wire()) == spec and spec.policy().history
+    # Written without history candidates, it reads so.
+    off = write_deployment(tmp_path / "off.yaml", dataclasses.replace(d, history=False))
+    assert load_deployment(off).history is False
+
+
+def test_a_version_2_deployment_is_read_without_history_candidates(tmp_path):
+    """Version 2 had no ``config.history``: its catalog was replayed without history
+    candidates, so it runs without them; everything else it recorded stays."""
+    doc = deployment_to_doc(
+        make_deployment("lookahead", 15, 0.7, 2, PROFILE, "k70", {}, align="suffix", history=True)
+    )
+    p = tmp_path / "v2.yaml"
+    p.write_text(yaml.safe_dump(_older(doc, 2, "history")))
+    old = load_deployment(p)
+    assert old.history is False and old.version == 3
+    assert (old.source, old.budget, old.threshold, old.batch, old.align) == (
+        "lookahead",
+        15,
+        0.7,
+        2,
+        "suffix",
+    )
+    # A version-3 file must say it; a non-boolean is refused in one line.
+    for bad in (_older(doc, 3, "history"), {**doc, "config": {**doc["config"], "history": "yes"}}):
+        p.write_text(yaml.safe_dump(bad))
+        with pytest.raises(FormatError, match="config"):
+            load_deployment(p)
+
+
+def test_the_shipped_deployments_read_without_history_candidates():
+    """The shipped K70 deployments (version 2) run without history candidates."""
+    shipped = Path(as2d_cli.__file__).parent / "assets" / "profiles" / "k70"
+    for name in ("deployment.yaml", "deployment-paper.yaml"):
+        assert load_deployment(shipped / name).history is False
 
 
 def test_deployment_profile_mismatch(tmp_path):
@@ -79,7 +147,7 @@ def test_deployment_profile_mismatch(tmp_path):
         (lambda d: d["config"].update(budget=0), "config.budget"),
         (lambda d: d["config"].update(threshold=1.5), "config.threshold"),
         (lambda d: d["profile"].update(sha256="abc"), "profile.sha256"),
-        (lambda d: d.update(version=3), "version 3 is newer"),
+        (lambda d: d.update(version=4), "version 4 is newer"),
         (lambda d: d["config"].update(align="nearest"), "config.align"),
     ],
 )

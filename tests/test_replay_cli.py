@@ -340,7 +340,7 @@ def test_select_budget_writes_a_versioned_deployment_and_never_overwrites(work: 
     dest = work / rep["deployment"]
     assert dest.parent.parent.name == "calibrations" and dest.name == "deployment.yaml"
     dep = yaml.safe_load(dest.read_text())
-    assert dep["schema"] == "as2d.deployment" and dep["version"] == 2
+    assert dep["schema"] == "as2d.deployment" and dep["version"] == 3
     assert (dep["config"]["source"], dep["config"]["budget"]) == (rep["source"], rep["budget"])
     best = rep["ranking"][0]
     assert (best["source"], best["budget"]) == (rep["source"], rep["budget"])
@@ -484,7 +484,11 @@ def test_select_budget_searches_listed_thresholds_and_batches(work: Path) -> Non
     text = as2d("select-budget", *args, "--threshold", "0.4,0.9", "--processes", "1", cwd=work)
     assert text.returncode == 0, text.stderr
     flat = " ".join(text.stdout.split())
-    assert any(f"threshold {t}, batch 8:" in flat for t in ("0.4", "0.9")), flat
+    assert any(
+        f"threshold {t}, batch 8, history {h}:" in flat
+        for t in ("0.4", "0.9")
+        for h in ("off", "on")
+    ), flat
     for flag, bad in (("--threshold", "0.4,x"), ("--threshold", "1.5"), ("--batch", "0,8")):
         proc = as2d("select-budget", *args, flag, bad, cwd=work)
         assert proc.returncode == 2 and flag in proc.stderr and "Traceback" not in proc.stderr

@@ -109,7 +109,7 @@ def test_stored_native_runs_are_read_with_version_1s_names() -> None:
     from as2d_cli.evaluate.native_runs import native_commands
 
     class Dep:
-        source, budget, threshold, batch, align = "drafter", 7, 0.7, 2, "suffix"
+        source, budget, threshold, batch, align, history = "drafter", 7, 0.7, 2, "suffix", False
 
     v1 = {
         "target-only": {},

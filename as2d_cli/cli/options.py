@@ -214,6 +214,27 @@ def count_list(default: str | None, *flags: str, help: str) -> Any:
     )
 
 
+def parse_switches(text: str) -> list[bool]:
+    """``off``, ``on`` or ``off,on`` → distinct switch values in the order given."""
+    words = {"off": False, "on": True}
+    out: list[bool] = []
+    for part in (p.strip().lower() for p in text.split(",")):
+        if part and part not in words:
+            raise UserError(f"{text!r}: {part!r} is neither on nor off; pass off, on or off,on")
+        if part and words[part] not in out:
+            out.append(words[part])
+    if not out:
+        raise UserError(f"{text!r}: no value given; pass off, on or off,on")
+    return out
+
+
+def switch_list(default: str | None, *flags: str, help: str) -> Any:
+    """``off``, ``on`` or a comma list of them (``parse_switches``), checked while parsing."""
+    return typer.Option(
+        default, *flags, callback=_checked(parse_switches), metavar="off|on[,…]", help=help
+    )
+
+
 # ------------------------------------------------------------------ budgets and widths
 
 

@@ -56,6 +56,13 @@ def select_budget(
         help="The source's publication batch for the whole catalog (default: the methods' default), or a comma list to search, e.g. 1,2,8.",
     ),
     align: str | None = options.align("the whole catalog, recorded in the deployment."),
+    history: str | None = options.switch_list(
+        None,
+        "--history",
+        help="History candidates merged into As²d's source stream (docs/engine.md): off, on, "
+        "or off,on to let the selection decide (default: off,on; off under --align paper or "
+        "when --sources names only the paper's sources).",
+    ),
     allow_implausible: bool = options.allow_implausible(),
     quiet: bool = options.quiet(),
 ) -> None:
@@ -65,10 +72,10 @@ def select_budget(
     from as2d_cli.formats.profile_io import load_profile
     from as2d_cli.replay.report import default_deployment_path, select_report, write_selection
 
-    settings = _catalog(threshold, batch, align)
+    srcs = [s.strip() for s in sources.split(",") if s.strip()] if sources else None
+    settings = _catalog(threshold, batch, align, history, srcs)
     # The profile's plausibility, before any sweep (select_report reads its format again).
     prof = load_profile(profile, check=True, allow_implausible=allow_implausible)
-    srcs = [s.strip() for s in sources.split(",") if s.strip()] if sources else None
     searched = _budgets(budgets, prof, profile)
     with open_executor(ray, processes) as executor, Steps("sweeping", quiet=quiet) as steps:
         sel, rep = select_report(
@@ -91,15 +98,27 @@ def select_budget(
     _report(sel, rep, written, as_json)
 
 
-def _catalog(threshold: str | None, batch: str | None, align: str | None) -> list[Any]:
-    """Every setting a list, parsed once; the catalog spans their product (llama-bench's way)."""
+def _catalog(
+    threshold: str | None,
+    batch: str | None,
+    align: str | None,
+    history: str | None,
+    sources: list[str] | None,
+) -> list[Any]:
+    """Every setting a list, parsed once; the catalog spans their product (llama-bench's way);
+    the history axis, when not given, is the selection's default for these rules and sources."""
     from as2d_cli.engine.methods import DEFAULT_ALIGN, MethodSpec, spec_grid
+    from as2d_cli.replay.selection import default_history
 
+    rules = DEFAULT_ALIGN if align is None else align
     return spec_grid(
-        MethodSpec("as2d", align=DEFAULT_ALIGN if align is None else align),
+        MethodSpec("as2d", align=rules),
         {
             "threshold": [] if threshold is None else options.parse_fractions(threshold),
             "batch": [] if batch is None else options.parse_counts(batch),
+            "history": default_history(rules, sources)
+            if history is None
+            else options.parse_switches(history),
         },
     )
 
@@ -144,7 +163,11 @@ def _report(sel: Any, rep: dict[str, Any], written: Path, as_json: bool) -> None
     dev = rep["dev"]
     cat = rep["catalog"]
     several = len(cat["thresholds"]) * len(cat["batches"]) > 1
-    chosen = f", threshold {sel.threshold}, batch {sel.batch}" if several else ""
+    # the history axis searched, or history candidates asked for alone: say which was chosen
+    hist = len(cat["history"]) > 1 or sel.history
+    chosen = (f", threshold {sel.threshold}, batch {sel.batch}" if several else "") + (
+        _history(sel.history, ", ") if hist else ""
+    )
     c.print(
         f"selected {sel.source} / budget {sel.budget} (K ≤ {sel.budget + 1}){chosen}: {dev['tps']:.2f} TPS pooled over "
         f"{dev['windows']} dev windows ({cat['configurations']} configurations)"
@@ -152,7 +175,7 @@ def _report(sel: Any, rep: dict[str, Any], written: Path, as_json: bool) -> None
     c.print(
         f"dev oracle {dev['oracle']['tps_oracle']:.2f} TPS, gap {dev['oracle']['gap_percent']:.2f}%"
     )
-    _print_val(c, rep["val"], several)
+    _print_val(c, rep["val"], several, hist)
     if note is not None:
         c.print(note, soft_wrap=True)
     dropped = rep["catalog"].get("dropped_budgets") or []
@@ -161,18 +184,26 @@ def _report(sel: Any, rep: dict[str, Any], written: Path, as_json: bool) -> None
             f"budgets {options.spans(dropped)} left out: the profile lacks some of their widths"
         )
     for r in rep["ranking"][:5]:
-        setting = f" threshold {r['threshold']} batch {r['batch']:>2}" if several else ""
+        setting = (f" threshold {r['threshold']} batch {r['batch']:>2}" if several else "") + (
+            _history(r["history"], " ") if hist else ""
+        )
         c.print(f"  {r['source']:>12} budget {r['budget']:>2}{setting}: {r['tps']:.3f}")
     c.print(f"wrote {written}")
 
 
-def _print_val(c: Console, v: dict[str, Any] | None, several: bool) -> None:
+def _history(on: bool, sep: str) -> str:
+    return f"{sep}history {'on' if on else 'off'}"
+
+
+def _print_val(c: Console, v: dict[str, Any] | None, several: bool, hist: bool) -> None:
     if v is None:
         c.print("no val windows in the traces: retention not checked")
         return
     verdict = "retained" if v["retained"] else "NOT retained"
     vb = v["best"]
-    vset = f" threshold {vb['threshold']} batch {vb['batch']}" if several else ""
+    vset = (f" threshold {vb['threshold']} batch {vb['batch']}" if several else "") + (
+        _history(vb["history"], " ") if hist else ""
+    )
     c.print(
         f"val: {v['tps']:.2f} TPS, rank {v['rank']} (best {vb['source']}/budget {vb['budget']}{vset} "
         f"{v['best']['tps']:.2f}); {verdict} at tolerance {100 * v['tolerance']:.1f}%"

@@ -337,7 +337,8 @@ class MethodOptions:
     ``default_source``/``default_budget``: what As²d falls back to (the trace's default
     source, a deployment's budget); ``threshold``/``batch`` configure As²d's confidence stop
     and publication batch (a deployment's values); ``align`` sets both target-decoupled
-    methods' alignment rules."""
+    methods' alignment rules; ``history`` merges history candidates into As²d's source (a
+    deployment's choice; w/o BC, the paper's ablation, never takes them)."""
 
     budget: int | None = None
     source: str | None = None
@@ -347,6 +348,7 @@ class MethodOptions:
     batch: int = DEFAULT_BATCH
     threshold: float | None = DEFAULT_THRESHOLD
     align: str = DEFAULT_ALIGN
+    history: bool = False
 
 
 def expand(
@@ -389,5 +391,6 @@ def expand(
             batch=batch,
             threshold=o.threshold,
             align=align,
+            history=o.history,
         )
     ]

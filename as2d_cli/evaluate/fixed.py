@@ -145,7 +145,8 @@ def evaluate_fixed(
     over its catalog; ``progress(label, done, total)`` hears of each replay as it starts."""
     windows = windows_of(traces, split)
     src, b = deployment.source, deployment.budget
-    # The deployment's As²d settings, everywhere (w/o BC keeps ASP's threshold).
+    # The deployment's As²d settings, everywhere (w/o BC keeps ASP's threshold and, the
+    # paper's ablation, takes no history candidates).
     th, batch, align = deployment.threshold, deployment.batch, deployment.align
     plan: dict[str, dict[str, Any]] = {
         "target-only": {},
@@ -175,7 +176,9 @@ def evaluate_fixed(
         profile,
         sources,
         usable,
-        setting=MethodSpec("as2d", threshold=th, batch=batch, align=align),
+        setting=MethodSpec(
+            "as2d", threshold=th, batch=batch, align=align, history=deployment.history
+        ),
         processes=processes,
         executor=executor,
     )
@@ -187,6 +190,7 @@ def evaluate_fixed(
         "threshold": th,
         "batch": batch,
         "align": align,
+        "history": deployment.history,
     }
     datasets = list(dict.fromkeys(w.dataset for w in windows))
     best = cat.times.reshape(len(cat.window_ids), -1).min(axis=1)
@@ -217,9 +221,11 @@ def render_table(ev: FixedEval) -> str:
     out = text_table(head, body)
     o = ev.oracle
     out.append("")
+    dep = ev.deployment
+    merged = " + history candidates" if dep.history else ""
     out.append(
         f"pooled TPS on {len(ev.window_ids)} {ev.split} windows; fixed configuration "
-        f"{ev.deployment.source}/budget {ev.deployment.budget} (physical K ≤ {ev.deployment.budget + 1})"
+        f"{dep.source}/budget {dep.budget}{merged} (physical K ≤ {dep.budget + 1})"
     )
     out.append(
         f"oracle (per-window source × budget, hindsight): {o['tps_oracle']:.2f} TPS; selected "

@@ -32,7 +32,7 @@ from typing import Any
 from as2d_cli.engine.methods import DECOUPLED, DEFAULT_BATCH, MethodSpec
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import append_jsonl, mark_writing, read_manifest, write_atomic
-from as2d_cli.formats.deployment import UNRECORDED_ALIGN
+from as2d_cli.formats.deployment import UNRECORDED_ALIGN, UNRECORDED_HISTORY
 
 SETTINGS = "native.settings.json"
 RUNS = "native.runs.jsonl"
@@ -133,7 +133,7 @@ def reopen_eval(
                 f"--append {folder}: that run used the {key} {s[key]['path']}, not {given}; leave "
                 f"{opt} out (the run's own is used) or start a new run without --append"
             )
-    dep = s["deployment"]
+    dep = recorded_deployment(s["deployment"])
     return EvalRun(
         folder,
         folder / "results.json",
@@ -143,10 +143,15 @@ def reopen_eval(
         list(s["windows"]),
         dict(s["datasets"]),
         SimpleNamespace(
-            **{k: dep[k] for k in ("source", "budget", "threshold", "batch")},
-            align=dep.get("align", UNRECORDED_ALIGN),
+            **{k: dep[k] for k in ("source", "budget", "threshold", "batch", "align", "history")}
         ),
     )
+
+
+def recorded_deployment(dep: Mapping[str, Any]) -> dict[str, Any]:
+    """``native.settings.json``'s deployment with the settings a run recorded before they
+    were recorded read as they ran: the paper's alignment rules, no history candidates."""
+    return {"align": UNRECORDED_ALIGN, "history": UNRECORDED_HISTORY, **dep}
 
 
 class NativeRecord:
@@ -181,6 +186,8 @@ class NativeRecord:
         recorded = json.loads((folder / SETTINGS).read_text(encoding="utf-8"))
         if recorded.get("commands") is not None:  # as this version writes them
             recorded["commands"] = upgrade_commands(recorded["commands"])
+        if isinstance(recorded.get("deployment"), dict):
+            recorded["deployment"] = recorded_deployment(recorded["deployment"])
         differ = [k for k in COMPARED if recorded.get(k) != requested.get(k)]
         if "commands" in differ and ("deployment" in differ or "profile" in differ):
             differ.remove("commands")  # the decode settings follow from those

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from as2d_cli.engine.methods import DEFAULT_ALIGN, MethodSpec
+from as2d_cli.engine.methods import DEFAULT_ALIGN, HISTORY, MethodSpec
 from as2d_cli.errors import As2dError, Interrupted, UserError
 from as2d_cli.evaluate.fixed import (
     FixedEval,
@@ -192,7 +192,8 @@ def _deployment(
         candidates=candidates,
         accept=s.accept,
     )
-    say(describe_deployment(Path(dep_path), dep.source, dep.budget, dep.selection))
+    merged = f"{dep.source}+{HISTORY}" if dep.history else dep.source  # as MethodSpec labels it
+    say(describe_deployment(Path(dep_path), merged, dep.budget, dep.selection))
     if failures:
         flag = ACCEPT_FLAG if s.accept_unvalidated else "--allow-unconfirmed"
         say(
@@ -233,16 +234,17 @@ def _select_now(
 ) -> Path:
     """Select a deployment on the dev/val splits and write it; returns its path."""
     from as2d_cli.replay.report import with_target_only, write_selection
-    from as2d_cli.replay.selection import select_budget
+    from as2d_cli.replay.selection import default_history, select_budget
 
     say(
         f"no deployment chosen on {inp.profile_path} yet: selecting one on the dev/val splits first"
     )
-    setting = MethodSpec("as2d", align=s.align or DEFAULT_ALIGN)
+    rules = s.align or DEFAULT_ALIGN  # and history candidates searched both ways unless paper
+    settings = [MethodSpec("as2d", align=rules, history=h) for h in default_history(rules, None)]
     sel = select_budget(
         inp.ts,
         inp.prof,
-        settings=[setting],
+        settings=settings,
         executor=executor,
         progress=None
         if progress is None
@@ -268,7 +270,8 @@ def _select_now(
     out = deployment_path(s.calibrations, inp.device)
     out.parent.mkdir(parents=True, exist_ok=True)
     dep_path = write_selection(sel, report, inp.profile_path, out)
-    say(f"selected {sel.source}/budget {sel.budget}; deployment written to {dep_path}")
+    merged = f"{sel.source}+{HISTORY}" if sel.history else sel.source
+    say(f"selected {merged}/budget {sel.budget}; deployment written to {dep_path}")
     return Path(dep_path)
 
 

@@ -1,4 +1,5 @@
-"""Reading and writing ``as2d.deployment`` v2 (YAML); version 1 is read as ``align: paper``."""
+"""Reading and writing ``as2d.deployment`` v3 (YAML); version 1 is read as ``align: paper``,
+versions 1 and 2 as ``history: false``."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from as2d_cli.formats.common import (
 from as2d_cli.formats.deployment import (
     SCHEMA,
     UNRECORDED_ALIGN,
+    UNRECORDED_HISTORY,
     VERSION,
     Deployment,
     ProfileRef,
@@ -31,6 +33,12 @@ def _v1_to_v2(doc: dict) -> dict:
     return {**doc, "version": 2, "config": {**doc.get("config", {}), "align": UNRECORDED_ALIGN}}
 
 
+def _v2_to_v3(doc: dict) -> dict:
+    """Version 2 had no ``history``: its catalog was replayed without history candidates."""
+    config = {**doc.get("config", {}), "history": UNRECORDED_HISTORY}
+    return {**doc, "version": 3, "config": config}
+
+
 def deployment_from_doc(doc: Any, where: str) -> Deployment:
     doc = iso_dates(doc)
     if isinstance(doc, dict) and isinstance(doc.get("environment"), dict):
@@ -40,7 +48,7 @@ def deployment_from_doc(doc: Any, where: str) -> Deployment:
         schema=SCHEMA,
         version=VERSION,
         where=where,
-        upgrades={1: _v1_to_v2},
+        upgrades={1: _v1_to_v2, 2: _v2_to_v3},
         remedy_old="select again with `as2d select-budget`",
     )
     validate_schema(doc, "deployment.schema.json", where)
@@ -54,6 +62,7 @@ def deployment_from_doc(doc: Any, where: str) -> Deployment:
         selection=dict(doc["selection"]),
         environment=dict(doc["environment"]),
         align=c["align"],
+        history=c["history"],
     )
 
 
@@ -94,6 +103,7 @@ def make_deployment(
     selection: dict[str, Any],
     device_facts: dict[str, Any] | None = None,
     align: str = UNRECORDED_ALIGN,
+    history: bool = UNRECORDED_HISTORY,
 ) -> Deployment:
     """A new deployment for ``profile_path`` (hashed now) with fresh environment metadata
     (``device_facts``, e.g. the profile's ``device`` section, go into the environment)."""
@@ -106,6 +116,7 @@ def make_deployment(
         selection,
         environment(device_facts),
         align,
+        history,
     )
 
 
@@ -119,6 +130,7 @@ def deployment_to_doc(d: Deployment) -> dict:
             "threshold": d.threshold,
             "batch": d.batch,
             "align": d.align,
+            "history": d.history,
         },
         "profile": {"path": d.profile.path, "sha256": d.profile.sha256, "device": d.profile.device},
         "selection": dict(d.selection),
@@ -129,7 +141,7 @@ def deployment_to_doc(d: Deployment) -> dict:
 def write_deployment(path: str | Path, d: Deployment, *, force: bool = False) -> Path:
     doc = plain(deployment_to_doc(d))
     text = (
-        "# as2d.deployment v2 — the fixed configuration chosen before test evaluation.\n"
+        f"# as2d.deployment v{VERSION} — the fixed configuration chosen before test evaluation.\n"
         "# Field reference: docs/formats.md.\n"
         + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
     )

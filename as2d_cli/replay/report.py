@@ -35,7 +35,8 @@ from as2d_cli.stats.compare import cdf
 REPORT_SCHEMA = "as2d.replay-report"
 REPORT_VERSION = 2  # 2: "align"
 SELECTION_SCHEMA = "as2d.selection-report"
-SELECTION_VERSION = 2  # 2: "align"
+# 2: "align"; 3: "history" (the chosen configuration's, each ranked row's, the catalog's)
+SELECTION_VERSION = 3
 
 
 def _ref(path: str | Path) -> dict:
@@ -112,7 +113,8 @@ def _options(
     align: str | None,
 ) -> MethodOptions:
     """The replay's method settings: the given ones over the deployment's (its budget,
-    source, batch, threshold and alignment rules), else the trace's default source."""
+    source, batch, threshold, alignment rules and history candidates), else the trace's
+    default source."""
     if dep is None:
         return MethodOptions(
             budget=budget,
@@ -130,6 +132,7 @@ def _options(
         batch=dep.batch,
         threshold=dep.threshold,
         align=rules_for(dep, align, where),
+        history=dep.history,
     )
 
 
@@ -284,12 +287,15 @@ def no_gain_note(selection: Mapping[str, Any]) -> str | None:
 
 
 def catalog_axes(catalog: dict) -> str:
-    """'source × budget', or with the As²d settings searched 'source × budget × threshold × batch'."""
+    """'source × budget', or with the As²d settings searched 'source × budget × threshold ×
+    batch × history'."""
     axes = ["source", "budget"]
     if len(catalog.get("thresholds") or ()) > 1:
         axes.append("threshold")
     if len(catalog.get("batches") or ()) > 1:
         axes.append("batch")
+    if len(catalog.get("history") or ()) > 1:
+        axes.append("history")
     return " × ".join(axes)
 
 
@@ -334,5 +340,6 @@ def write_selection(
         str(profile.device.get("name", "")),
         selection,
         align=sel.align,
+        history=sel.history,
     )
     return write_deployment(out, dep)

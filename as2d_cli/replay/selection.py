@@ -4,9 +4,12 @@ Selection replays As²d over the source × budget catalog on the development spl
 configurations by pooled TPS (Σ tokens / Σ time), and confirms the chosen one on the
 validation split (it is *retained* when its validation TPS is within ``tolerance`` of
 the best validation configuration). The catalog may also span As²d settings: every
-source × budget under each (confidence stop, publication batch) asked for. A source that
-cannot serve a window's language runs the trace's default source at the same budget
-(D.4.3). Test outcomes never enter it.
+source × budget under each (confidence stop, publication batch, history candidates) asked
+for. History candidates (engine/history.py, the toolkit's extension) are searched both
+ways by default, so the selection decides whether a deployment uses them; the paper's
+alignment rules or a catalog of the paper's sources only search without them
+(:func:`default_history`). A source that cannot serve a window's language runs the
+trace's default source at the same budget (D.4.3). Test outcomes never enter it.
 
 The oracle picks, per window and with hindsight, the (source, budget) pair with the
 least episode time under the chosen setting, paying nothing for the choice; its gap to a
@@ -22,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from as2d_cli.engine.methods import MethodSpec
+from as2d_cli.engine.methods import HISTORY, MethodSpec
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor
 from as2d_cli.formats.profile import CostProfile
@@ -31,6 +34,21 @@ from as2d_cli.replay.sweep import AS2D, DEFAULT_BUDGETS, CatalogTimes, sweep
 from as2d_cli.stats.compare import oracle_gap
 
 DEFAULT_TOLERANCE = 0.01
+# The toolkit's own sources beside the paper's (an autoregressive drafter, a CTC recognizer):
+# a catalog asked for none of them reproduces the paper's source set.
+EXTENSION_SOURCES = ("lookahead", HISTORY)
+
+
+def default_history(align: str, sources: Sequence[str] | None) -> list[bool]:
+    """The history axis a selection searches when none is asked for: without and with
+    history candidates (the selection on dev decides), except when the paper is reproduced —
+    its alignment rules (``align`` ``paper``) or only the paper's sources asked for
+    (``sources`` given, none of :data:`EXTENSION_SOURCES`) — where it is without only."""
+    if align == "paper":
+        return [False]
+    if sources is not None and not any(s in EXTENSION_SOURCES for s in sources):
+        return [False]
+    return [False, True]
 
 
 class _Configured:
@@ -60,6 +78,10 @@ class _Configured:
     def align(self) -> str:
         return self.spec.align
 
+    @property
+    def history(self) -> bool:
+        return self.spec.history
+
 
 @dataclass(frozen=True)
 class Ranked(_Configured):
@@ -73,23 +95,24 @@ class Ranked(_Configured):
             "tps": self.tps,
             "threshold": self.threshold,
             "batch": self.batch,
+            "history": self.history,
         }
 
 
 def rank_settings(cats: Sequence[tuple[MethodSpec, CatalogTimes]]) -> list[Ranked]:
     """Every configuration of every setting's catalog by pooled TPS, best first (ties:
-    smaller budget, then the earlier setting, then the catalog's source order — the
-    cheaper, simpler configuration wins a tie)."""
-    rows: list[tuple[float, int, int, int, Ranked]] = []
+    smaller budget, then without history candidates, then the earlier setting, then the
+    catalog's source order — the cheaper, simpler configuration wins a tie)."""
+    rows: list[tuple[float, int, bool, int, int, Ranked]] = []
     for k, (setting, cat) in enumerate(cats):
         tps = cat.pooled_tps()
         for s, source in enumerate(cat.sources):
             for b, budget in enumerate(cat.budgets):
                 t = float(tps[s, b])
                 spec = replace(setting, source=source, budget=budget)
-                rows.append((-t, budget, k, s, Ranked(spec, t)))
-    rows.sort(key=lambda r: r[:4])
-    return [r[4] for r in rows]
+                rows.append((-t, budget, setting.history, k, s, Ranked(spec, t)))
+    rows.sort(key=lambda r: r[:5])
+    return [r[5] for r in rows]
 
 
 def rank(cat: CatalogTimes, setting: MethodSpec = AS2D) -> list[Ranked]:
@@ -162,6 +185,7 @@ class Selection(_Configured):
             "threshold": self.threshold,
             "batch": self.batch,
             "align": self.align,
+            "history": self.history,
             "max_width": self.budget + 1,
             "catalog": self.catalog,
             "excluded_sources": self.excluded_sources,
@@ -234,13 +258,14 @@ class _Sweeps:
     ) -> list[tuple[MethodSpec, CatalogTimes]]:
         """One sweep per setting; ``done``: the sweeps before these (progress)."""
         out = []
+        both = len({st.history for st in self.settings}) > 1
         for i, st in enumerate(self.settings):
             if self.progress is not None:
                 label = (
                     f", threshold {st.threshold}, batch {st.batch}"
                     if len(self.settings) > 1
                     else ""
-                )
+                ) + (f", history {'on' if st.history else 'off'}" if both else "")
                 self.progress(f"{split}{label}", done + i, self.total)
             cat = sweep(
                 windows,
@@ -271,7 +296,8 @@ def select_budget(
     """Rank the catalog on the development split, check retention on the validation split
     (``splits``; skipped with a note when the traces hold no validation windows). The
     catalog is every source × budget under each of ``settings`` (As²d with its threshold,
-    batch and alignment: one, or a grid from ``engine.methods.spec_grid``); the chosen
+    batch, alignment and history candidates: one, or a grid from
+    ``engine.methods.spec_grid``, the history axis from :func:`default_history`); the chosen
     configuration, its setting included, is the selection (and so the deployment). The
     sweeps run on ``executor`` (default: a local pool of ``processes``);
     ``progress(label, done, total)`` hears of each one as it starts."""
@@ -322,6 +348,7 @@ def select_budget(
         "budgets": usable_budgets,
         "thresholds": list(dict.fromkeys(st.threshold for st in grid)),
         "batches": list(dict.fromkeys(st.batch for st in grid)),
+        "history": list(dict.fromkeys(st.history for st in grid)),
         "configurations": len(srcs) * len(usable_budgets) * len(grid),
         "dropped_budgets": [b for b in budgets if b not in usable_budgets],
         "ranking": "pooled TPS on the development split",
