@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from as2d_cli.engine.methods import HISTORY
 from as2d_cli.evaluate.native_record import run_spec
 from as2d_cli.evaluate.native_stats import METHODS, divergence
 from as2d_cli.evaluate.replay_gap import native_facts, replay_facts
@@ -107,7 +108,8 @@ def replay_native(
     op-by-op comparison (``replay_gap``)."""
     spec = run_spec(res)  # the run's own settings, so the replay prices the same policy
     prep = Prepared(profile, spec)
-    tl = timeline_for(w, prep, spec.source) if spec.decoupled and spec.source is not None else None
+    producer = spec.decoupled and spec.source not in (None, HISTORY)  # history alone: none
+    tl = timeline_for(w, prep, spec.source) if producer and spec.source is not None else None
     r = replay_window(w, prep, detail=True, timeline=tl)
     return r.tps, replay_facts(r, tl[1] if tl is not None else None)
 
