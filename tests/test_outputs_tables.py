@@ -98,12 +98,16 @@ def test_tidy_table_has_every_setting_in_a_typed_column_and_round_trips(golden: 
     assert list(csv.columns) == PER_WINDOW_COLUMNS
     assert not [c for c in csv.columns if csv[c].dtype == object]  # no mixed-type columns
     meta = pq.read_schema(golden / "per_window.parquet").metadata
-    assert meta[b"as2d.schema"] == b"as2d.per_window" and meta[b"as2d.version"] == b"2"
+    assert meta[b"as2d.schema"] == b"as2d.per_window" and meta[b"as2d.version"] == b"3"
     res = _results(golden)
     dep = res["deployment"]
     as2d = csv[csv["method"] == "as2d"]
     assert set(as2d["budget"]) == {dep["budget"]} and set(as2d["batch"]) == {dep["batch"]}
     assert set(as2d["align"]) == {"paper"} and set(as2d["threshold"]) == {dep["threshold"]}
+    assert set(as2d["history"]) == {dep["history"]}
+    oracle = csv[csv["method"] == "oracle"]
+    assert set(oracle["history"]) == {res["oracle"]["catalog"]["history"]}
+    assert csv.loc[~csv["method"].isin(["as2d", "oracle"]), "history"].isna().all()
     sd = csv[csv["method"] == "sd"]
     assert sorted(set(sd["k"])) == [5, 6, 7, 8] and sd["budget"].isna().all()
     assert sd["source"].isna().all() and sd["align"].isna().all()
@@ -236,3 +240,22 @@ def test_the_data_dictionary_in_the_docs_is_the_tables_own() -> None:
     section = doc.split("### `per_window` — the data dictionary", 1)[1].split("###", 1)[0]
     rows = [r.split("|") for r in section.splitlines() if r.startswith("| `")]
     assert [(r[1].strip(" `"), r[2].strip()) for r in rows] == [(c, t) for c, t, _ in PER_WINDOW]
+
+
+def test_a_version_2_tidy_table_reads_with_history_off(golden: Path, tmp_path: Path) -> None:
+    """Version 2 had no ``history``: As²d and the oracle ran without history candidates."""
+    import pandas as pd
+
+    from as2d_cli.evaluate.tables import read_per_window
+
+    now = read_per_window(golden / "per_window.csv")
+    old = now.drop(columns="history")
+    old.to_csv(tmp_path / "per_window.csv", index=False)
+    old.to_parquet(tmp_path / "per_window.parquet", index=False)
+    for name in ("per_window.csv", "per_window.parquet"):
+        back = read_per_window(tmp_path / name)
+        assert list(back.columns) == list(now.columns)
+        ran = back["method"].isin(["as2d", "oracle"])
+        assert back.loc[ran, "history"].notna().all() and not back.loc[ran, "history"].any()
+        assert back.loc[~ran, "history"].isna().all()
+        pd.testing.assert_frame_equal(back.drop(columns="history"), old, check_exact=True)

@@ -20,10 +20,12 @@ from as2d_cli.engine.methods import DEFAULT_THRESHOLD
 from as2d_cli.evaluate.fixed import LABELS, ORDER, FixedEval
 
 SCHEMA = "as2d.per_window"
-VERSION = 2
+VERSION = 3
 # Version history: 1 — settings inside one ``config`` string; 2 — every setting in its
 # own typed column (task, device, profile, pair, budget, k, threshold, batch, align), the
-# per-window figure the CDF and Table 4 use (``window_tps``), the oracle's rows.
+# per-window figure the CDF and Table 4 use (``window_tps``), the oracle's rows; 3 —
+# ``history`` (a version-2 file reads with it false for As²d and the oracle: they ran
+# without history candidates, and empty for the other methods).
 
 # (column, pandas dtype, meaning): the order of the columns, the types, docs/formats.md
 PER_WINDOW: tuple[tuple[str, str, str], ...] = (
@@ -44,6 +46,11 @@ PER_WINDOW: tuple[tuple[str, str, str], ...] = (
     ("threshold", "float64", "confidence stop (empty: none)"),
     ("batch", "Int64", "publication batch of a target-decoupled source (tokens)"),
     ("align", "str", "alignment rules of a target-decoupled method: paper or suffix"),
+    (
+        "history",
+        "boolean",
+        "As²d (and the oracle's catalog): history candidates merged into the source's stream; empty for the other methods",
+    ),
     ("tokens", "int64", "committed tokens (first token and EOS included)"),
     ("time_ms", "float64", "post-prefill decode time (ms)"),
     ("tps", "float64", "tokens / time (empty: no decode time)"),
@@ -79,6 +86,7 @@ def _settings(method: str, spec: Any) -> dict[str, Any]:
         else None,
         "batch": spec.batch if method in DECOUPLED else None,
         "align": spec.align if method in DECOUPLED else None,
+        "history": spec.history if method == "as2d" else None,
     }
 
 
@@ -157,6 +165,7 @@ def _oracle_rows(
                 "threshold": cat.get("threshold"),
                 "batch": cat.get("batch"),
                 "align": cat.get("align"),
+                "history": cat.get("history", False),
             }
             | _figures(tokens[wid], t_ns, tps, tps, base.get(wid), "oracle")
             | {"rounds": 0, "accepted": 0, "proposed": 0, "eos": eos[wid][0], "capped": eos[wid][1]}
@@ -196,19 +205,38 @@ def per_window_frame(rows: list[dict[str, Any]]) -> Any:
     return frame.astype(DTYPES)
 
 
+# A version-2 file's columns: this version's without ``history``.
+V2_COLUMNS = [c for c in PER_WINDOW_COLUMNS if c != "history"]
+
+
 def read_per_window(path: Path) -> Any:
     """``per_window.csv`` or ``.parquet`` as a typed frame (both give the same one). A
-    file written before version 2 is read as it stands."""
+    version-2 file reads with ``history`` added (:func:`_v2_to_v3`); a file written before
+    version 2 is read as it stands."""
     import pandas as pd
 
     path = Path(path)
     if path.suffix == ".parquet":
-        return pd.read_parquet(path)
+        frame = pd.read_parquet(path)
+        return _v2_to_v3(frame) if list(frame.columns) == V2_COLUMNS else frame
     head = pd.read_csv(path, nrows=0).columns.tolist()
-    if head != PER_WINDOW_COLUMNS:
+    if head not in (PER_WINDOW_COLUMNS, V2_COLUMNS):
         return pd.read_csv(path)
-    frame = pd.read_csv(path, dtype=DTYPES, keep_default_na=False, na_values=[""])
-    return frame
+    dtypes = {c: DTYPES[c] for c in head}
+    frame = pd.read_csv(path, dtype=dtypes, keep_default_na=False, na_values=[""])
+    return frame if head == PER_WINDOW_COLUMNS else _v2_to_v3(frame)
+
+
+def _v2_to_v3(frame: Any) -> Any:
+    """A version-2 frame with ``history``: false for As²d and the oracle (an evaluation
+    before deployments recorded it ran without history candidates), empty otherwise."""
+    import pandas as pd
+
+    ran = frame["method"].isin(["as2d", "oracle"])
+    history = pd.Series(pd.NA, index=frame.index, dtype="boolean").mask(ran, False)
+    out = frame.copy()
+    out.insert(V2_COLUMNS.index("align") + 1, "history", history)
+    return out
 
 
 def write_tables(
