@@ -362,7 +362,7 @@ def test_training_composites_join_same_setting_utterances_end_to_end(
     (shard / "index.json").write_text(json.dumps({"items": items}))
     monkeypatch.setattr(train, "WORK", tmp_path)
 
-    data = train.Data("target", 4000, 48, concat=1.0)
+    data = train.Data("target", train.DataOptions(concat=1.0))
     tok = train.load_tokenizer()
     made = [k for k, it in enumerate(data.items) if "+" in it["id"]]
     assert len(data.items) == 60 + len(made) and data.composites == len(made) > 0
@@ -387,7 +387,7 @@ def test_training_composites_join_same_setting_utterances_end_to_end(
 
     # --fresh-concat: every epoch its own grouping of the same utterances; an epoch's batches
     # are the same whenever it is built (a resumed run), and the single utterances stay.
-    fresh = train.Data("target", 4000, 48, concat=1.0, fresh_concat=True)
+    fresh = train.Data("target", train.DataOptions(concat=1.0, fresh_concat=True))
 
     def groups(d: train.Data, epoch: int) -> tuple[set[str], list[list[str]]]:
         d.epoch_order(epoch)
@@ -444,7 +444,7 @@ def test_error_weight_counts_the_targets_own_errors_more(tmp_path: Path, monkeyp
     (shard / "target_tokens.json").write_text(json.dumps({"items": distilled}))
     monkeypatch.setattr(train, "WORK", tmp_path)
 
-    data = train.Data("target", 4000, 48, labels="target", concat=1.0, error_weight=4.0)
+    data = train.Data("target", train.DataOptions(labels="target", concat=1.0, error_weight=4.0))
     assert data.weights is not None and len(data.weights) == len(data.labels)
     for k, it in enumerate(data.items):
         assert len(data.weights[k]) == len(data.labels[k])
@@ -463,10 +463,10 @@ def test_error_weight_counts_the_targets_own_errors_more(tmp_path: Path, monkeyp
     n = len(data.labels[k])
     assert wts[row, :n].tolist() == data.weights[k] and wts[row, n] == 1.0  # EOS
     assert bool((wts[tgt == -100] == 0).all())
-    plain = train.Data("target", 4000, 48, labels="target")
+    plain = train.Data("target", train.DataOptions(labels="target"))
     assert plain.weights is None and plain.batch(0, "target")[-1] is None
     with pytest.raises(SystemExit, match="--labels target"):
-        train.Data("target", 4000, 48, error_weight=4.0)
+        train.Data("target", train.DataOptions(error_weight=4.0))
 
 
 def test_shared_encoder_drafter_reads_the_targets_exported_encoder_states(tmp_path: Path) -> None:

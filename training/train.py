@@ -54,38 +54,95 @@ def char_table() -> dict[str, int]:
     return {c: i for i, c in enumerate(chars) if i > 0}
 
 
+@dataclasses.dataclass(frozen=True)
+class DataOptions:
+    """Which training sets, which labels, and how items are packed into batches."""
+
+    batch_frames: int = 4000
+    max_items: int = 48
+    short_frames: int = 1000
+    shards: int | None = None  # extra shards 1..N (training/make_corpus.py --shard N); None: all
+    aux: str = "tokens"
+    only: set[int] | None = None  # exactly these sets (0 = the base set)
+    labels: str = "reference"
+    concat: float = 0.0
+    max_tokens: int = 240
+    fresh_concat: bool = False
+    error_weight: float = 1.0
+
+
+def set_number(d: Path) -> int:
+    """A training set's number: 0 for the base set, N for train_shards/N."""
+    return 0 if d == WORK / "train" else int(d.name)
+
+
+def training_dirs(shards: int | None, only: set[int] | None) -> list[Path]:
+    """The base set plus extra shards 1..``shards`` (None: every shard present)."""
+    extra = (
+        sorted((WORK / "train_shards").glob("*"), key=lambda p: int(p.name))
+        if (WORK / "train_shards").exists()
+        else []
+    )
+    if shards is not None:
+        extra = [d for d in extra if int(d.name) <= shards]
+    dirs = [d for d in [WORK / "train", *extra] if (d / "index.json").exists()]
+    if only is not None:
+        dirs = [d for d in dirs if set_number(d) in only]
+        if not dirs:
+            raise SystemExit(f"none of the training sets {sorted(only)} exist under {WORK}")
+    return dirs
+
+
+def distilled_labels(dirs: list[Path], idx: list[dict]) -> dict[str, list[int] | None]:
+    """The target's greedy transcripts of every item (training/distill.py)."""
+    distilled: dict[str, list[int] | None] = {}
+    for d in dirs:
+        path = d / "target_tokens.json"
+        if not path.exists():
+            raise SystemExit(
+                f"{path} is missing: run training/distill.py --set {set_number(d)} first"
+            )
+        distilled.update(json.loads(path.read_text())["items"])
+    missing = [it["id"] for it in idx if it["id"] not in distilled]
+    if missing:
+        raise SystemExit(
+            f"{len(missing)} utterances (first {missing[0]}) have no target transcript: "
+            "finish training/distill.py on their set"
+        )
+    return distilled
+
+
+def label_ids(kind: str, idx: list[dict], distilled: dict | None) -> list[list[int]]:
+    """Each item's decoder (tokens) or CTC (characters) targets."""
+    if kind == "ctc":
+        table = char_table()
+        if distilled is not None:
+            tok = load_tokenizer()
+            texts = [normalize_text(tok.decode(distilled[it["id"]])) for it in idx]
+        else:
+            texts = [it["text"] for it in idx]
+        return [[table[c] for c in text if c in table] for text in texts]
+    tok = load_tokenizer()
+    if distilled is not None:
+        return [list(distilled[it["id"]]) for it in idx]
+    return [tok.encode(it["text"]).ids for it in idx]
+
+
+def phone_targets(dirs: list[Path], raw: list[list[dict]], idx: list[dict]) -> list[list[int]]:
+    """The encoder's auxiliary targets as espeak-ng phonemes of the text (--aux phones)."""
+    import phonemes
+
+    per_dir = [phonemes.transcriptions(d, items) for d, items in zip(dirs, raw)]
+    table = phonemes.inventory(WORK / "phoneme_inventory.json", per_dir)
+    by_id = {it["id"]: ph for items, group in zip(raw, per_dir) for it, ph in zip(items, group)}
+    return [[table[c] for c in by_id[it["id"]]] for it in idx]
+
+
 class Data:
     """Training items bucketed into padded batches of at most `batch_frames` mel frames."""
 
-    def __init__(
-        self,
-        kind: str,
-        batch_frames: int,
-        max_items: int,
-        short_frames: int = 1000,
-        shards: int | None = None,
-        aux: str = "tokens",
-        only: set[int] | None = None,
-        labels: str = "reference",
-        concat: float = 0.0,
-        max_tokens: int = 240,
-        fresh_concat: bool = False,
-        error_weight: float = 1.0,
-    ):
-        # The base set plus extra shards 1..``shards`` (training/make_corpus.py --shard N;
-        # None: every shard present).
-        extra = (
-            sorted((WORK / "train_shards").glob("*"), key=lambda p: int(p.name))
-            if (WORK / "train_shards").exists()
-            else []
-        )
-        if shards is not None:
-            extra = [d for d in extra if int(d.name) <= shards]
-        dirs = [d for d in [WORK / "train", *extra] if (d / "index.json").exists()]
-        if only is not None:  # exactly these sets (0 = the base set)
-            dirs = [d for d in dirs if (0 if d == WORK / "train" else int(d.name)) in only]
-            if not dirs:
-                raise SystemExit(f"none of the training sets {sorted(only)} exist under {WORK}")
+    def __init__(self, kind: str, options: DataOptions) -> None:
+        dirs = training_dirs(options.shards, options.only)
         self.feats = [np.load(d / "features.npy", mmap_mode="r") for d in dirs]
         raw = [json.loads((d / "index.json").read_text())["items"] for d in dirs]
         idx = []
@@ -93,66 +150,33 @@ class Data:
             idx += [{**it, "shard": k} for it in items]
         self.shards = [str(d.relative_to(WORK)) for d in dirs]
         distilled = None
-        if labels == "target":  # the target's greedy transcripts (training/distill.py)
-            distilled = {}
-            for d in dirs:
-                path = d / "target_tokens.json"
-                if not path.exists():
-                    raise SystemExit(
-                        f"{path} is missing: run training/distill.py --set "
-                        f"{0 if d == WORK / 'train' else d.name} first"
-                    )
-                distilled.update(json.loads(path.read_text())["items"])
-            missing = [it["id"] for it in idx if it["id"] not in distilled]
-            if missing:
-                raise SystemExit(
-                    f"{len(missing)} utterances (first {missing[0]}) have no target transcript: "
-                    "finish training/distill.py on their set"
-                )
+        if options.labels == "target":
+            distilled = distilled_labels(dirs, idx)
             idx = [it for it in idx if distilled[it["id"]] is not None]  # no repetition loops
         if kind == "ctc":
-            table = char_table()
             idx = [it for it in idx if it["language"] == "en"]
-            if distilled is not None:
-                tok = load_tokenizer()
-                texts = [normalize_text(tok.decode(distilled[it["id"]])) for it in idx]
-            else:
-                texts = [it["text"] for it in idx]
-            self.labels = [[table[c] for c in text if c in table] for text in texts]
-        else:
-            tok = load_tokenizer()
-            self.labels = (
-                [list(distilled[it["id"]]) for it in idx]
-                if distilled is not None
-                else [tok.encode(it["text"]).ids for it in idx]
-            )
+        self.labels = label_ids(kind, idx, distilled)
         self.aux = self.labels  # the encoder's auxiliary CTC targets
         # Per-token loss weights (--error-weight): the target's tokens outside the matching
         # blocks against the reference text's tokens (its own errors) count error_weight times.
         self.weights: list[list[float]] | None = None
-        if error_weight != 1.0:
+        if options.error_weight != 1.0:
             if distilled is None or kind == "ctc":
                 raise SystemExit("--error-weight needs --labels target and a decoder model")
+            tok = load_tokenizer()
             self.weights = [
-                error_weights(lab, tok.encode(it["text"]).ids, error_weight)
+                error_weights(lab, tok.encode(it["text"]).ids, options.error_weight)
                 for lab, it in zip(self.labels, idx)
             ]
-        if kind != "ctc" and aux == "phones":
-            import phonemes
-
-            per_dir = [phonemes.transcriptions(d, items) for d, items in zip(dirs, raw)]
-            table = phonemes.inventory(WORK / "phoneme_inventory.json", per_dir)
-            by_id = {
-                it["id"]: ph for items, group in zip(raw, per_dir) for it, ph in zip(items, group)
-            }
-            self.aux = [[table[c] for c in by_id[it["id"]]] for it in idx]
+        if kind != "ctc" and options.aux == "phones":
+            self.aux = phone_targets(dirs, raw, idx)
         for it in idx:
             it["pieces"] = [(it["shard"], it["offset"], it["frames"])]
         self.items = idx
         self.base_items = len(idx)  # the single utterances; composites follow them
-        self._concat = (kind, concat, max_tokens)
-        self._limits = (batch_frames, max_items, short_frames)
-        self.fresh_concat = fresh_concat and concat > 0
+        self._concat = (kind, options.concat, options.max_tokens)
+        self._limits = (options.batch_frames, options.max_items, options.short_frames)
+        self.fresh_concat = options.fresh_concat and options.concat > 0
         self.built_for: int | None = None
         self._build(0)
 
@@ -446,8 +470,7 @@ def init_shared(model: Seq2Seq, target_ckpt: Path, drafter_ckpt: Path | None) ->
     )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def add_run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", choices=["target", "drafter", "ctc"], required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-steps", type=int, default=100000)
@@ -455,6 +478,9 @@ def main() -> None:
     ap.add_argument("--max-items", type=int, default=48)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--warmup", type=int, default=300)
+
+
+def add_loss_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--ctc-weight", type=float, default=0.3)
     ap.add_argument(
         "--aux",
@@ -481,6 +507,9 @@ def main() -> None:
         "after the start step: a rebuilt checkpoint (from_onnx.py) has a fresh head whose "
         "first gradients would otherwise disturb the trained encoder",
     )
+
+
+def add_data_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--shards", type=int, default=None, help="extra corpus shards to use (default: all present)"
     )
@@ -510,6 +539,9 @@ def main() -> None:
         help="with --concat: new composites every epoch (another grouping of the same "
         "utterances), not one fixed set",
     )
+
+
+def add_model_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--bf16",
         action="store_true",
@@ -561,6 +593,9 @@ def main() -> None:
         "transcript departs from the reference text (its own errors, which the drafter should "
         "repeat to agree with it)",
     )
+
+
+def add_schedule_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--out", default=None, help="work folder under training/work (default: the model's name)"
     )
@@ -581,27 +616,41 @@ def main() -> None:
         help="unix time: re-warm to --lr over --warmup steps from the resumed step, then decay "
         "linearly in wall time to 0 at the deadline and stop (a time-budgeted anneal)",
     )
-    args = ap.parse_args()
-    import models as model_defs
 
-    model_defs.DROPOUT = args.dropout
-    torch.set_num_threads(args.threads)
-    kind = args.model
-    if args.shared_encoder is not None and kind != "drafter":
-        raise SystemExit("--shared-encoder is for --model drafter")
-    if args.dec_layers is not None and args.shared_encoder is None:
-        raise SystemExit("--dec-layers is for a new --shared-encoder drafter")
-    out = WORK / (args.out or kind)
-    out.mkdir(parents=True, exist_ok=True)
-    seed = SEEDS[kind]
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed)
 
-    dims: Dims = {"target": TARGET, "drafter": DRAFTER, "ctc": CTC}[kind]
-    ckpt = out / "ckpt.pt"
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser()
+    for add in (
+        add_run_options,
+        add_loss_options,
+        add_data_options,
+        add_model_options,
+        add_schedule_options,
+    ):
+        add(ap)
+    return ap.parse_args()
+
+
+def data_options(args: argparse.Namespace) -> DataOptions:
+    return DataOptions(
+        batch_frames=args.batch_frames,
+        max_items=args.max_items,
+        shards=args.shards,
+        aux=args.aux,
+        only={int(x) for x in args.only_sets.split(",")} if args.only_sets else None,
+        labels=args.labels,
+        concat=args.concat,
+        fresh_concat=args.fresh_concat,
+        error_weight=args.error_weight,
+    )
+
+
+def start_dims(args: argparse.Namespace, ckpt: Path) -> tuple[Dims, bool]:
+    """The model's dimensions and whether its encoder is frozen: a resumed run keeps those it
+    was started with."""
+    dims: Dims = {"target": TARGET, "drafter": DRAFTER, "ctc": CTC}[args.model]
     frozen = args.shared_encoder is not None
-    if ckpt.exists():  # a resumed run keeps the dimensions (and frozen encoder) it was started with
+    if ckpt.exists():
         head = torch.load(ckpt, weights_only=False)
         dims, frozen = Dims(**head["dims"]), bool(head.get("frozen_encoder", False))
         del head
@@ -609,35 +658,91 @@ def main() -> None:
         dims = dataclasses.replace(
             SHARED_DRAFTER, dec_layers=args.dec_layers or SHARED_DRAFTER.dec_layers
         )
-    only = {int(x) for x in args.only_sets.split(",")} if args.only_sets else None
-    data = Data(
-        kind,
-        args.batch_frames,
-        args.max_items,
-        shards=args.shards,
-        aux=args.aux,
-        only=only,
-        labels=args.labels,
-        concat=args.concat,
-        fresh_concat=args.fresh_concat,
-        error_weight=args.error_weight,
-    )
-    if kind == "ctc":
-        model = CtcModel(dims, len(char_table()) + 1)
-    else:
-        dims.vocab = load_tokenizer().get_vocab_size()
-        model = Seq2Seq(dims)
-        if frozen:
-            model.freeze_encoder()
-            if not ckpt.exists():
-                init_shared(model, args.shared_encoder, args.init_decoder)
-    teacher = None
-    if args.teacher is not None:
-        if kind == "ctc":
-            raise SystemExit("--teacher is for the encoder-decoders")
-        teacher = Seq2Seq.from_saved(torch.load(args.teacher, weights_only=False)).requires_grad_(
-            False
+    return dims, frozen
+
+
+def build_model(args: argparse.Namespace, dims: Dims, frozen: bool, ckpt: Path) -> torch.nn.Module:
+    if args.model == "ctc":
+        return CtcModel(dims, len(char_table()) + 1)
+    dims.vocab = load_tokenizer().get_vocab_size()
+    model = Seq2Seq(dims)
+    if frozen:
+        model.freeze_encoder()
+        if not ckpt.exists():
+            init_shared(model, args.shared_encoder, args.init_decoder)
+    return model
+
+
+def load_teacher(args: argparse.Namespace) -> Seq2Seq | None:
+    if args.teacher is None:
+        return None
+    if args.model == "ctc":
+        raise SystemExit("--teacher is for the encoder-decoders")
+    return Seq2Seq.from_saved(torch.load(args.teacher, weights_only=False)).requires_grad_(False)
+
+
+@dataclasses.dataclass
+class Run:
+    """One training run: its options, data, model, optimiser and the resumable state that the
+    checkpoint keeps (step, epoch, position in the epoch, wall time, the anneal)."""
+
+    args: argparse.Namespace
+    out: Path
+    seed: int
+    dims: Dims
+    frozen: bool
+    data: Data
+    model: torch.nn.Module
+    teacher: Seq2Seq | None
+    opt: torch.optim.Optimizer
+    state: dict
+
+    @property
+    def kind(self) -> str:
+        return self.args.model
+
+    @property
+    def ckpt(self) -> Path:
+        return self.out / "ckpt.pt"
+
+    def save(self) -> None:
+        """Writes the checkpoint atomically."""
+        tmp = self.out / "ckpt.tmp"
+        torch.save(
+            {
+                "model": self.model.state_dict(),
+                "opt": self.opt.state_dict(),
+                "state": self.state,
+                "dims": self.dims.to_dict(),
+                "frozen_encoder": self.frozen,
+                "torch_rng": torch.get_rng_state(),
+            },
+            tmp,
         )
+        os.replace(tmp, self.ckpt)
+
+
+def setup(args: argparse.Namespace) -> Run:
+    """Seeds, data, model, teacher and optimiser, restored from the checkpoint if there is one."""
+    import models as model_defs
+
+    model_defs.DROPOUT = args.dropout
+    torch.set_num_threads(args.threads)
+    if args.shared_encoder is not None and args.model != "drafter":
+        raise SystemExit("--shared-encoder is for --model drafter")
+    if args.dec_layers is not None and args.shared_encoder is None:
+        raise SystemExit("--dec-layers is for a new --shared-encoder drafter")
+    out = WORK / (args.out or args.model)
+    out.mkdir(parents=True, exist_ok=True)
+    seed = SEEDS[args.model]
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    ckpt = out / "ckpt.pt"
+    dims, frozen = start_dims(args, ckpt)
+    data = Data(args.model, data_options(args))
+    model = build_model(args, dims, frozen, ckpt)
+    teacher = load_teacher(args)
     opt = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
         lr=args.lr,
@@ -652,49 +757,153 @@ def main() -> None:
         state = saved["state"]
         torch.set_rng_state(saved["torch_rng"])
         print(f"resumed at step {state['step']}", flush=True)
+    return Run(args, out, seed, dims, frozen, data, model, teacher, opt, state)
 
-    dev = load_corpus().split("dev")
-    dev = dev[::6][:8]
-    dev_feats = [torch.from_numpy(log_mel(w.load_audio())) for w in dev]
-    log = open(out / "log.jsonl", "a")
-    n_params = sum(p.numel() for p in model.parameters())
-    log.write(
-        json.dumps(
-            {
-                "event": "start",
-                "step": state["step"],
-                "params": n_params,
-                "dims": dims.to_dict(),
-                "shards": data.shards,
-                "items": len(data.items),
-                "batches_per_epoch": len(data.batches),
-                "short_batches": len(data.short),
-                "composites": getattr(data, "composites", 0),
-                "ctc_infeasible": round(ctc_infeasible(data.items, data.aux, dims.stride), 4),
-                "frozen_encoder": frozen,
-                "args": vars(args),
-            },
-            default=str,
-        )
-        + "\n"
+
+def start_record(run: Run) -> dict:
+    """The log's record of a (re)start: what is trained, on what, with which options."""
+    data = run.data
+    return {
+        "event": "start",
+        "step": run.state["step"],
+        "params": sum(p.numel() for p in run.model.parameters()),
+        "dims": run.dims.to_dict(),
+        "shards": data.shards,
+        "items": len(data.items),
+        "batches_per_epoch": len(data.batches),
+        "short_batches": len(data.short),
+        "composites": getattr(data, "composites", 0),
+        "ctc_infeasible": round(ctc_infeasible(data.items, data.aux, run.dims.stride), 4),
+        "frozen_encoder": run.frozen,
+        "args": vars(run.args),
+    }
+
+
+def resume_order(run: Run) -> list[int]:
+    """The batch order to continue with. Shards were added (or composites changed): start a
+    fresh epoch over all. Fresh composites vary in number by epoch, so those runs compare the
+    single utterances."""
+    data, state = run.data, run.state
+    key, count = (
+        ("base_items", data.base_items) if data.fresh_concat else ("items", len(data.items))
     )
+    seen = state.get(key, -1 if "items" in state else count)  # -1: the last run counted otherwise
+    if seen != count:
+        state["epoch"] += 1
+        state["pos"] = 0
+    state[key] = count
+    return data.epoch_order(state["epoch"])
+
+
+def start_anneal(state: dict, deadline: float, start_step: int, start_time: float) -> None:
+    """--deadline: the anneal's origin, kept in the checkpoint state so a resume continues it."""
+    old = state.get("anneal")
+    if old is not None and old["deadline"] <= start_time:  # that anneal ended: a new one starts
+        state.setdefault("anneals_done", []).append(old)
+        state.pop("anneal")
+    state.setdefault(
+        "anneal", {"from_step": start_step, "from_time": start_time, "deadline": deadline}
+    )
+    state["anneal"]["deadline"] = (
+        deadline  # a later command may move the deadline; the origin stays
+    )
+
+
+def learning_rate(args: argparse.Namespace, state: dict, step: int) -> float | None:
+    """The step's learning rate; None when the anneal has ended (the run stops)."""
+    if args.anneal_from is not None and step > args.anneal_from:
+        done = step - args.anneal_from
+        if done > (args.anneal_steps or 0):
+            return None
+        return args.lr * min(1.0, done / args.warmup, 1.0 - done / args.anneal_steps)
+    if args.deadline is None:
+        return args.lr * min(step / args.warmup, (args.warmup / step) ** 0.5)
+    an = state["anneal"]
+    left = (an["deadline"] - time.time()) / max(1.0, an["deadline"] - an["from_time"])
+    if left <= 0:
+        return None
+    return args.lr * min(1.0, (step - an["from_step"]) / args.warmup, left)
+
+
+def distill_term(
+    run: Run, batch: tuple, logits: torch.Tensor, ce: torch.Tensor, autocast, acc: dict
+) -> torch.Tensor:
+    """--teacher: the cross entropy mixed with the KL to the teacher's next-token distributions."""
+    mel, lengths, _, inp, tgt, _, _ = batch
+    teacher, model = run.teacher, run.model
+    assert teacher is not None
+    with torch.no_grad(), autocast:
+        if run.frozen:  # the drafter's frozen encoder is the teacher's: reuse its states
+            enc, enc_mask = model.last_enc
+            ck, cv = teacher.decoder.cross_kv(enc)
+            pk, pv = teacher.decoder.empty_past(enc.shape[0])
+            t_logits = teacher.decoder(inp, pk, pv, ck, cv, enc_mask)[0]
+        else:
+            t_logits, _ = teacher(mel, lengths, inp)
+    valid = (tgt != -100).float()
+    t_lp = F.log_softmax(t_logits.float(), -1)
+    kl = (t_lp.exp() * (t_lp - F.log_softmax(logits, -1))).sum(-1)
+    kd = (kl * valid).sum() / valid.sum()
+    acc["kd"] = acc.get("kd", 0.0) + kd.item()
+    return (1.0 - run.args.kd_weight) * ce + run.args.kd_weight * kd
+
+
+def seq2seq_losses(
+    run: Run, batch: tuple, head_only_aux: bool, autocast, acc: dict
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An encoder-decoder's loss, cross entropy and auxiliary CTC loss on one batch."""
+    args, model = run.args, run.model
+    mel, lengths, labs, inp, tgt, aux, wts = batch
+    guide = args.guide_weight > 0
+    for layer in model.decoder.layers:
+        layer.keep = [] if guide else None
+    with autocast:
+        logits, ctc_logits = model(mel, lengths, inp, head_only_aux=head_only_aux)
+    logits, ctc_logits = logits.float(), ctc_logits.float()
+    ce = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        tgt.reshape(-1),
+        ignore_index=-100,
+        reduction="mean" if wts is None else "none",
+    )
+    if wts is not None:  # a weighted mean: the loss keeps its scale
+        ce = (ce * wts.reshape(-1)).sum() / wts.sum()
+    ce_term = ce if run.teacher is None else distill_term(run, batch, logits, ce, autocast, acc)
+    cl = torch.tensor(0.0) if run.frozen else ctc_loss(ctc_logits, lengths, aux, run.dims.stride)
+    loss = ce_term + args.ctc_weight * cl
+    if guide:
+        ga = guided_attention_loss(model, lengths, labs)
+        loss = loss + args.guide_weight * ga
+        acc["guide"] = acc.get("guide", 0.0) + ga.item()
+        for layer in model.decoder.layers:
+            layer.keep = None
+    return loss, ce, cl
+
+
+def batch_losses(
+    run: Run, batch: tuple, head_only_aux: bool, autocast, acc: dict
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The loss to minimise, its cross entropy and its CTC loss on one batch."""
+    if run.kind != "ctc":
+        return seq2seq_losses(run, batch, head_only_aux, autocast, acc)
+    mel, lengths, labs = batch
+    with autocast:
+        char_logits = run.model(mel, lengths)
+    loss = ctc_loss(char_logits.float(), lengths, labs, run.dims.stride)
+    return loss, torch.tensor(0.0), loss
+
+
+def write_record(log, rec: dict, echo: bool = True, **dumps) -> None:
+    log.write(json.dumps(rec, **dumps) + "\n")
     log.flush()
+    if echo:
+        print(rec, flush=True)
 
-    def save() -> None:
-        tmp = out / "ckpt.tmp"
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "opt": opt.state_dict(),
-                "state": state,
-                "dims": dims.to_dict(),
-                "frozen_encoder": frozen,
-                "torch_rng": torch.get_rng_state(),
-            },
-            tmp,
-        )
-        os.replace(tmp, ckpt)
 
+def train(run: Run, log, dev: list, dev_feats: list[torch.Tensor]) -> str:
+    """Steps until --max-steps, the anneal's end or SIGTERM (which finishes the current step);
+    checkpoints every --ckpt-seconds. Returns why it stopped."""
+    args, state, data, opt, model = run.args, run.state, run.data, run.opt, run.model
     stop = {"now": False}
 
     def on_term(signum, frame) -> None:  # finish the current step, checkpoint, exit
@@ -705,33 +914,12 @@ def main() -> None:
     t_last_ckpt = time.time()
     t0 = time.time() - state["wall"]
     acc = {"loss": 0.0, "ce": 0.0, "ctc": 0.0, "n": 0}
-    # Shards were added (or composites changed): start a fresh epoch over all. Fresh
-    # composites vary in number by epoch, so those runs compare the single utterances.
-    key, count = (
-        ("base_items", data.base_items) if data.fresh_concat else ("items", len(data.items))
-    )
-    seen = state.get(key, -1 if "items" in state else count)  # -1: the last run counted otherwise
-    if seen != count:
-        state["epoch"] += 1
-        state["pos"] = 0
-    state[key] = count
-    order = data.epoch_order(state["epoch"])
+    order = resume_order(run)
     start_step, start_time = state["step"], time.time()
     # Kept in the checkpoint so a resumed run does not restart the head-only phase.
     aux_head_until = state.setdefault("aux_head_until", start_step + args.aux_head_steps)
     if args.deadline is not None:
-        old = state.get("anneal")
-        if (
-            old is not None and old["deadline"] <= start_time
-        ):  # that anneal ended: a new one starts here
-            state.setdefault("anneals_done", []).append(old)
-            state.pop("anneal")
-        state.setdefault(
-            "anneal", {"from_step": start_step, "from_time": start_time, "deadline": args.deadline}
-        )
-        state["anneal"]["deadline"] = (
-            args.deadline
-        )  # a later command may move the deadline; the origin stays
+        start_anneal(state, args.deadline, start_step, start_time)
     # The losses (and the guided-attention penalty, which promotes the kept maps) run in float32.
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)
     while state["step"] < args.max_steps and not stop["now"]:
@@ -739,75 +927,17 @@ def main() -> None:
             state["epoch"] += 1
             state["pos"] = 0
             order = data.epoch_order(state["epoch"])
-        b = order[state["pos"]]
         step = state["step"] + 1
-        if args.anneal_from is not None and step > args.anneal_from:
-            done = step - args.anneal_from
-            if done > (args.anneal_steps or 0):
-                break
-            lr = args.lr * min(1.0, done / args.warmup, 1.0 - done / args.anneal_steps)
-        elif args.deadline is None:
-            lr = args.lr * min(step / args.warmup, (args.warmup / step) ** 0.5)
-        else:  # resumable: the anneal's origin is kept in the checkpoint state
-            an = state["anneal"]
-            left = (an["deadline"] - time.time()) / max(1.0, an["deadline"] - an["from_time"])
-            if left <= 0:
-                break
-            lr = args.lr * min(1.0, (step - an["from_step"]) / args.warmup, left)
+        lr = learning_rate(args, state, step)
+        if lr is None:
+            break
         for g in opt.param_groups:
             g["lr"] = lr
-        aug = torch.Generator().manual_seed(seed * 1_000_003 + step)  # reproducible per step
-        batch = data.batch(b, kind)
+        aug = torch.Generator().manual_seed(run.seed * 1_000_003 + step)  # reproducible per step
+        batch = data.batch(order[state["pos"]], run.kind)
         if args.specaug:
             spec_augment(batch[0], batch[1], aug)  # in place: (mel, lengths, ...)
-        if kind == "ctc":
-            mel, lengths, labs = batch
-            with autocast:
-                char_logits = model(mel, lengths)
-            loss = ctc_loss(char_logits.float(), lengths, labs, dims.stride)
-            ce = torch.tensor(0.0)
-            cl = loss
-        else:
-            mel, lengths, labs, inp, tgt, aux, wts = batch
-            guide = args.guide_weight > 0
-            for layer in model.decoder.layers:
-                layer.keep = [] if guide else None
-            with autocast:
-                logits, ctc_logits = model(mel, lengths, inp, head_only_aux=step <= aux_head_until)
-            logits, ctc_logits = logits.float(), ctc_logits.float()
-            ce = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]),
-                tgt.reshape(-1),
-                ignore_index=-100,
-                reduction="mean" if wts is None else "none",
-            )
-            if wts is not None:  # a weighted mean: the loss keeps its scale
-                ce = (ce * wts.reshape(-1)).sum() / wts.sum()
-            if teacher is not None:
-                with torch.no_grad(), autocast:
-                    if frozen:  # the drafter's frozen encoder is the teacher's: reuse its states
-                        enc, enc_mask = model.last_enc
-                        ck, cv = teacher.decoder.cross_kv(enc)
-                        pk, pv = teacher.decoder.empty_past(enc.shape[0])
-                        t_logits = teacher.decoder(inp, pk, pv, ck, cv, enc_mask)[0]
-                    else:
-                        t_logits, _ = teacher(mel, lengths, inp)
-                valid = (tgt != -100).float()
-                t_lp = F.log_softmax(t_logits.float(), -1)
-                kl = (t_lp.exp() * (t_lp - F.log_softmax(logits, -1))).sum(-1)
-                kd = (kl * valid).sum() / valid.sum()
-                acc["kd"] = acc.get("kd", 0.0) + kd.item()
-                ce_term = (1.0 - args.kd_weight) * ce + args.kd_weight * kd
-            else:
-                ce_term = ce
-            cl = torch.tensor(0.0) if frozen else ctc_loss(ctc_logits, lengths, aux, dims.stride)
-            loss = ce_term + args.ctc_weight * cl
-            if guide:
-                ga = guided_attention_loss(model, lengths, labs)
-                loss = loss + args.guide_weight * ga
-                acc["guide"] = acc.get("guide", 0.0) + ga.item()
-                for layer in model.decoder.layers:
-                    layer.keep = None
+        loss, ce, cl = batch_losses(run, batch, step <= aux_head_until, autocast, acc)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -820,51 +950,39 @@ def main() -> None:
         acc["ctc"] += cl.item()
         acc["n"] += 1
         if step % 25 == 0:
-            rec = {
-                "step": step,
-                "epoch": state["epoch"],
-                "lr": round(lr, 6),
-                "wall_s": round(state["wall"], 1),
-            }
-            rec.update(
-                {
-                    k: round(acc[k] / acc["n"], 4)
-                    for k in ("loss", "ce", "ctc", "guide", "kd")
-                    if k in acc
-                }
-            )
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-            print(rec, flush=True)
+            rec = {"step": step, "epoch": state["epoch"], "lr": round(lr, 6)}
+            rec["wall_s"] = round(state["wall"], 1)
+            keys = [k for k in ("loss", "ce", "ctc", "guide", "kd") if k in acc]
+            rec.update({k: round(acc[k] / acc["n"], 4) for k in keys})
+            write_record(log, rec)
             acc = {"loss": 0.0, "ce": 0.0, "ctc": 0.0, "n": 0}
         if step % args.eval_every == 0:
-            w = dev_wer(model, kind, dev, dev_feats)
+            w = dev_wer(model, run.kind, dev, dev_feats)
             rec = {"step": step, "dev_wer_8": round(w, 4), "wall_s": round(time.time() - t0, 1)}
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-            print(rec, flush=True)
+            write_record(log, rec)
         if time.time() - t_last_ckpt > args.ckpt_seconds:
-            save()
+            run.save()
             t_last_ckpt = time.time()
-    save()
-    log.write(
-        json.dumps(
-            {
-                "event": "stop",
-                "step": state["step"],
-                "wall_s": round(state["wall"], 1),
-                "reason": "signal"
-                if stop["now"]
-                else "max_steps"
-                if state["step"] >= args.max_steps
-                else "anneal end",
-                "anneal": state.get("anneal"),
-                "anneals_done": state.get("anneals_done", []),
-            }
-        )
-        + "\n"
-    )
-    log.flush()
+    if stop["now"]:
+        return "signal"
+    return "max_steps" if state["step"] >= args.max_steps else "anneal end"
+
+
+def main() -> None:
+    run = setup(parse_args())
+    dev = load_corpus().split("dev")
+    dev = dev[::6][:8]
+    dev_feats = [torch.from_numpy(log_mel(w.load_audio())) for w in dev]
+    log = open(run.out / "log.jsonl", "a")
+    write_record(log, start_record(run), echo=False, default=str)
+    reason = train(run, log, dev, dev_feats)
+    run.save()
+    state = run.state
+    stop = {"event": "stop", "step": state["step"], "wall_s": round(state["wall"], 1)}
+    stop["reason"] = reason
+    stop["anneal"] = state.get("anneal")
+    stop["anneals_done"] = state.get("anneals_done", [])
+    write_record(log, stop, echo=False)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "training"))
 
 from models import AheadHead, Seq2Seq  # noqa: E402
-from train import WORK, Data  # noqa: E402
+from train import WORK, Data, DataOptions  # noqa: E402
 
 
 @torch.no_grad()
@@ -74,7 +74,8 @@ def main() -> None:
     torch.manual_seed(0)
     saved = torch.load(args.drafter, map_location="cpu", weights_only=False)
     model = Seq2Seq.from_saved(saved)
-    data = Data("drafter", 4000, 64, only={int(s) for s in args.sets.split(",")}, labels="target")
+    only = {int(s) for s in args.sets.split(",")}
+    data = Data("drafter", DataOptions(max_items=64, only=only, labels="target"))
     order = list(range(len(data.batches)))
     random.Random(1).shuffle(order)
     order = order[: args.batches]
