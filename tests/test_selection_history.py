@@ -253,3 +253,21 @@ def test_select_budget_refuses_a_bad_history_value(tmp_path: Path) -> None:
     proc = _select_budget(tmp_path, "--history", "maybe")
     assert proc.returncode == 2 and "--history" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "calibrations").exists()
+
+
+def test_the_results_provenance_and_table_name_the_history_setting() -> None:
+    from as2d_cli.evaluate.run import provenance, render_provenance
+
+    ts, prof = _traces(_windows(_loop, "test", 1)), hand_profile()
+    for h in (False, True):
+        prov = provenance(
+            prof, Path("hand.yaml"), _deployment(h), Path("d.yaml"), [Path("t.jsonl")], ts
+        )
+        assert prov["deployment"]["history"] is h
+        line = next(x for x in render_provenance(prov).splitlines() if x.startswith("deployment"))
+        assert ("history candidates" in line) is h
+    old = provenance(
+        prof, Path("hand.yaml"), _deployment(False), Path("d.yaml"), [Path("t.jsonl")], ts
+    )
+    del old["deployment"]["history"]  # results written before it was recorded
+    assert "history" not in render_provenance(old)

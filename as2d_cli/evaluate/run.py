@@ -428,6 +428,7 @@ def provenance(
             "budget": dep.budget,
             "threshold": dep.threshold,
             "batch": dep.batch,
+            "history": dep.history,
             "validation_retained": retained,
             "dev_windows": dev.get("windows"),
             "beats_target_only_on_dev": beats if isinstance(beats, bool) else None,
@@ -467,7 +468,7 @@ def render_provenance(prov: dict[str, Any]) -> str:
     out = (
         f"profile     {p['path']} ({p['device']}; {kind})\n"
         f"deployment  {d['path']} ({d['source']}/budget {d['budget']}, threshold {d['threshold']}, "
-        f"batch {d['batch']}; {val})\n"
+        f"batch {d['batch']}{', history candidates' if d.get('history') else ''}; {val})\n"
         f"traces      {where} (model pair {describe_pair(prov['pair'])})\n"
     )
     s = prov.get("sensitivity")
