@@ -271,3 +271,24 @@ def test_the_results_provenance_and_table_name_the_history_setting() -> None:
     )
     del old["deployment"]["history"]  # results written before it was recorded
     assert "history" not in render_provenance(old)
+
+
+def test_replay_with_a_deployment_runs_its_history_setting(tmp_path: Path) -> None:
+    from as2d_cli.formats.deployment_io import make_deployment, write_deployment
+
+    for name in ("profile.yaml", "traces.jsonl.gz"):
+        shutil.copy(DATA / name, tmp_path / name)
+    configs = {}
+    for h in (False, True):
+        dep = make_deployment("qwen", 5, 0.4, 8, tmp_path / "profile.yaml", "k70", {}, history=h)
+        path = write_deployment(tmp_path / f"dep-{h}.yaml", dep)
+        proc = subprocess.run(
+            [sys.executable, "-m", "as2d_cli.cli.main", "replay", "--profile", "profile.yaml"]
+            + ["--traces", "traces.jsonl.gz", "--deployment", str(path), "--json", "--no-spans"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, proc.stderr
+        configs[h] = json.loads(proc.stdout)["configs"]
+    assert configs == {False: ["as2d(qwen/b5)"], True: ["as2d(qwen+history/b5)"]}
