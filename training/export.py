@@ -333,6 +333,37 @@ def step_macs(model: Seq2Seq) -> int:
     )
 
 
+def load_head(head_path: Path, dims: Dims) -> tuple[AheadHead, dict]:
+    """The look-ahead head saved by train_ahead.py and its training summary."""
+    saved = torch.load(head_path, weights_only=False)
+    head = AheadHead(dims.d, saved["info"]["hidden"])
+    head.load_state_dict(saved["head"])
+    head.eval()
+    return head, saved["info"]
+
+
+def quantized_ahead(path: Path, checks: list, layers: int) -> tuple[dict, list]:
+    """Quantizes the look-ahead file as the plain decoder file; its rounding errors on the
+    checks and the quantized file's outputs."""
+    figures = {**INT8, "matmuls": quantize_matmuls(path)}
+    got = _outputs(path, checks)  # the shipped (quantized) file's: checked, then compared
+    errs = _worst(path, got, checks)
+    figures.update(
+        {
+            "max_abs_error": max(errs.values()),
+            "max_abs_logit_error": errs[0],
+            "max_abs_ahead_logit_error": errs[1 + 2 * layers],
+        }
+    )
+    # the head's own rounding: where the file's greedy token (the guess's input) is torch's
+    figures["max_abs_ahead_logit_error_same_greedy"] = max(
+        float(np.max(np.abs(g[-1][0][m] - e[-1][0][m]), initial=0.0))
+        for g, (_, e) in zip(got, checks)
+        for m in [g[0][0].argmax(-1) == e[0][0].argmax(-1)]
+    )
+    return figures, got
+
+
 def export_ahead(
     entry: dict, kind: str, model: Seq2Seq, head_path: Path, ck, cv, int8: bool
 ) -> None:
@@ -340,12 +371,8 @@ def export_ahead(
     ``head_path`` (train_ahead.py) as a last output, checked against torch, quantized as the
     plain decoder file (``int8``) and checked again; its logits and caches must be the plain
     file's. Lists it in the models.json ``entry`` (files, sha256, ``ahead``)."""
-    saved = torch.load(head_path, weights_only=False)
-    info = saved["info"]
     dims = model.dm
-    head = AheadHead(dims.d, info["hidden"])
-    head.load_state_dict(saved["head"])
-    head.eval()
+    head, info = load_head(head_path, dims)
     L, H, dh = dims.dec_layers, dims.heads, dims.d // dims.heads
     dec_path, path = OUT / entry["files"]["decoder"], OUT / f"{kind}_ahead_decoder.onnx"
     with torch.no_grad():
@@ -360,19 +387,9 @@ def export_ahead(
     if err > 1e-3:
         raise SystemExit(f"{kind}: look-ahead ONNX differs from torch ({err:.2e})")
     figures: dict = {"export_max_abs_error": err}
-    got = None
     if int8:
-        figures["quantized"] = {**INT8, "matmuls": quantize_matmuls(path)}
-        got = _outputs(path, checks)  # the shipped (quantized) file's: checked, then compared
-        errs = _worst(path, got, checks)
-        figures["quantized"].update(
-            {
-                "max_abs_error": max(errs.values()),
-                "max_abs_logit_error": errs[0],
-                "max_abs_ahead_logit_error": errs[1 + 2 * L],
-            }
-        )
-    if got is None:
+        figures["quantized"], got = quantized_ahead(path, checks, L)
+    else:
         got = _outputs(path, checks)
     plain = _outputs(dec_path, checks)
     # The self-speculating source emits the drafter's greedy tokens only if this file's logits
@@ -385,13 +402,6 @@ def export_ahead(
     hits = np.concatenate(
         [g[-1][0].argmax(-1) == e[-1][0].argmax(-1) for g, (_, e) in zip(got, checks)]
     )
-    if int8:
-        # the head's own rounding: where the file's greedy token (the guess's input) is torch's
-        figures["quantized"]["max_abs_ahead_logit_error_same_greedy"] = max(
-            float(np.max(np.abs(g[-1][0][m] - e[-1][0][m]), initial=0.0))
-            for g, (_, e) in zip(got, checks)
-            for m in [g[0][0].argmax(-1) == e[0][0].argmax(-1)]
-        )
     macs = step_macs(model)
     entry["files"]["ahead_decoder"] = path.name
     entry["sha256"][path.name] = sha256(path)
@@ -444,11 +454,81 @@ def shares_target_encoder(model: Seq2Seq) -> bool:
     )
 
 
+def export_cross(model: Seq2Seq, cross_path: Path, mel, ck, cv, hidden) -> float:
+    """A drafter sharing the target's encoder: its cross-attention file, checked, and the
+    target's shipped encoder checked to produce the states this model was trained on."""
+    _export(
+        CrossExport(model),
+        (hidden,),
+        cross_path,
+        ["hidden"],
+        ["cross_k", "cross_v"],
+        {
+            "hidden": {1: "enc_frames"},
+            "cross_k": {3: "enc_frames"},
+            "cross_v": {3: "enc_frames"},
+        },
+    )
+    return max(
+        _check(OUT / "target_encoder.onnx", {"mel": mel.numpy()}, [None, None, hidden.numpy()]),
+        _check(cross_path, {"hidden": hidden.numpy()}, [ck.numpy(), cv.numpy()]),
+    )
+
+
+def export_encoder(kind: str, model: Seq2Seq, enc_path: Path, mel, ck, cv, hidden) -> float:
+    """The model's own encoder file (exactly-float16 weights stored as float16), checked."""
+    _export(
+        EncoderExport(model),
+        (mel,),
+        enc_path,
+        ["mel"],
+        ["cross_k", "cross_v", "hidden"],
+        {
+            "mel": {1: "frames"},
+            "cross_k": {3: "enc_frames"},
+            "cross_v": {3: "enc_frames"},
+            "hidden": {1: "enc_frames"},
+        },
+    )
+    halved = store_exact_fp16(enc_path)
+    if halved:
+        print(
+            f"{kind}: {halved / 1e6:.1f} MB of exactly-float16 encoder weights stored as float16",
+            flush=True,
+        )
+    return _check(enc_path, {"mel": mel.numpy()}, [ck.numpy(), cv.numpy(), hidden.numpy()])
+
+
+def export_checked_decoder(model: Seq2Seq, dec_path: Path, ck, cv) -> tuple[list, float]:
+    """The decoder file and its check cases; the largest error against torch on them."""
+    dims = model.dm
+    L, H, dh = dims.dec_layers, dims.heads, dims.d // dims.heads
+    tokens = torch.randint(3, dims.vocab, (1, 3))
+    pk = torch.randn(L, 1, H, 5, dh)
+    pv = torch.randn(L, 1, H, 5, dh)
+    ins = export_decoder(model, dec_path, tokens, pk, pv, ck, cv)
+    checks = decoder_cases(DecoderExport(model), ins, dims, ck, cv, CHECK_SHAPES)
+    return checks, max(_errors(dec_path, checks).values())
+
+
+def trained_summary(state: dict) -> dict:
+    return {
+        "steps": state["step"],
+        "epochs": state["epoch"],
+        "wall_seconds": round(state["wall"]),
+        # weights averaged over this many checkpoints of the run's last minutes
+        **(
+            {"averaged_checkpoints": len(state["averaged_from"])}
+            if state.get("averaged_from")
+            else {}
+        ),
+    }
+
+
 def export_seq2seq(kind: str, int8: bool = False, ahead: Path | None = None) -> dict:
     """``ahead``: a look-ahead head checkpoint; when it exists, the look-ahead decoder file is
     written too (:func:`export_ahead`)."""
     model, dims, state = load(kind)
-    L, H, dh = dims.dec_layers, dims.heads, dims.d // dims.heads
     enc_path, dec_path = OUT / f"{kind}_encoder.onnx", OUT / f"{kind}_decoder.onnx"
     cross_path = OUT / f"{kind}_cross.onnx"
     shared = kind != "target" and shares_target_encoder(model)
@@ -456,59 +536,13 @@ def export_seq2seq(kind: str, int8: bool = False, ahead: Path | None = None) -> 
     with torch.no_grad():
         ck, cv, hidden = EncoderExport(model)(mel)
         if shared:
-            # No encoder file: at run time this model reads the target's encoder states. The
-            # target's shipped encoder must produce the states this model was trained on.
-            _export(
-                CrossExport(model),
-                (hidden,),
-                cross_path,
-                ["hidden"],
-                ["cross_k", "cross_v"],
-                {
-                    "hidden": {1: "enc_frames"},
-                    "cross_k": {3: "enc_frames"},
-                    "cross_v": {3: "enc_frames"},
-                },
-            )
-            err_enc = max(
-                _check(
-                    OUT / "target_encoder.onnx", {"mel": mel.numpy()}, [None, None, hidden.numpy()]
-                ),
-                _check(cross_path, {"hidden": hidden.numpy()}, [ck.numpy(), cv.numpy()]),
-            )
-            enc_path.unlink(
-                missing_ok=True
-            )  # a previous export's own encoder is no longer part of the bundle
+            # No encoder file: at run time this model reads the target's encoder states.
+            err_enc = export_cross(model, cross_path, mel, ck, cv, hidden)
+            enc_path.unlink(missing_ok=True)  # a previous export's own encoder is not shipped
         else:
-            _export(
-                EncoderExport(model),
-                (mel,),
-                enc_path,
-                ["mel"],
-                ["cross_k", "cross_v", "hidden"],
-                {
-                    "mel": {1: "frames"},
-                    "cross_k": {3: "enc_frames"},
-                    "cross_v": {3: "enc_frames"},
-                    "hidden": {1: "enc_frames"},
-                },
-            )
-            halved = store_exact_fp16(enc_path)
-            if halved:
-                print(
-                    f"{kind}: {halved / 1e6:.1f} MB of exactly-float16 encoder weights stored as float16",
-                    flush=True,
-                )
-            err_enc = _check(
-                enc_path, {"mel": mel.numpy()}, [ck.numpy(), cv.numpy(), hidden.numpy()]
-            )
+            err_enc = export_encoder(kind, model, enc_path, mel, ck, cv, hidden)
             cross_path.unlink(missing_ok=True)
-        tokens = torch.randint(3, dims.vocab, (1, 3))
-        pk = torch.randn(L, 1, H, 5, dh)
-        pv = torch.randn(L, 1, H, 5, dh)
-        ins = export_decoder(model, dec_path, tokens, pk, pv, ck, cv)
-        checks = decoder_cases(DecoderExport(model), ins, dims, ck, cv, CHECK_SHAPES)
-        err_dec = max(_errors(dec_path, checks).values())
+        checks, err_dec = export_checked_decoder(model, dec_path, ck, cv)
     if err_enc > 1e-3 or err_dec > 1e-3:
         raise SystemExit(
             f"{kind}: ONNX differs from torch (encoder {err_enc:.2e}, decoder {err_dec:.2e})"
@@ -530,17 +564,7 @@ def export_seq2seq(kind: str, int8: bool = False, ahead: Path | None = None) -> 
             for n, p in model.named_parameters()
             if not n.startswith("ctc_head") and not (shared and n.startswith("encoder."))
         ),
-        "trained": {
-            "steps": state["step"],
-            "epochs": state["epoch"],
-            "wall_seconds": round(state["wall"]),
-            # weights averaged over this many checkpoints of the run's last minutes
-            **(
-                {"averaged_checkpoints": len(state["averaged_from"])}
-                if state.get("averaged_from")
-                else {}
-            ),
-        },
+        "trained": trained_summary(state),
         "export_max_abs_error": {"encoder": err_enc, "decoder": err_dec},
     }
     if quant is not None:
