@@ -201,21 +201,8 @@ def save(model, gen, tok, out: Path) -> None:
     tok.save(str(out / "tokenizer.json"))
 
 
-def package() -> None:
-    """Export both models with optimum-cli into the two layouts, quantize the drafter's
-    variants, and record transformers' references."""
-    import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
-
-    sys.path.insert(0, str(ROOT))
-    from as2d_cli.corpus.manifest import load_corpus
-
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir(parents=True)
-    keep_meta = ["config.json", "generation_config.json", "tokenizer.json"]
-    tmp = WORK / "export"
+def optimum_export(tmp: Path) -> None:
+    """Both trained models through optimum-cli into ``tmp``/<name>."""
     for name in ("target", "drafter"):
         dst = tmp / name
         if dst.exists():
@@ -233,14 +220,20 @@ def package() -> None:
             ],
             check=True,
         )
-    # target: flat, merged decoder
+
+
+def write_layouts(tmp: Path) -> None:
+    """The target in the flat layout with the merged decoder; the drafter in the onnx/ layout
+    with split decoders and dynamic-int8 variants."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    keep_meta = ["config.json", "generation_config.json", "tokenizer.json"]
     t = OUT / "target"
     t.mkdir()
     for f in ["encoder_model.onnx", "decoder_model_merged.onnx"]:
         shutil.copy(tmp / "target" / f, t / f)
     for f in keep_meta:
         shutil.copy(WORK / "target" / f, t / f)
-    # drafter: onnx/ layout, split decoders and dynamic-int8 variants
     d = OUT / "drafter"
     (d / "onnx").mkdir(parents=True)
     for f in keep_meta:
@@ -253,7 +246,15 @@ def package() -> None:
             weight_type=QuantType.QUInt8,
         )
 
-    make_ctc(OUT / "ctc", tmp)
+
+def references() -> tuple[dict, dict[str, np.ndarray]]:
+    """transformers' greedy generation of both models on REFERENCE_WINDOWS (both tasks on the
+    first), and WhisperFeatureExtractor's features of the first two windows."""
+    import torch
+    from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
+
+    from as2d_cli.corpus.manifest import load_corpus
+
     corpus = load_corpus()
     ref: dict = {
         "generator": "transformers " + __import__("transformers").__version__ + " greedy generate",
@@ -286,6 +287,25 @@ def package() -> None:
                     "language": w.language,
                     "sequence": [int(i) for i in out[0].tolist()],
                 }
+    return ref, feats
+
+
+def package() -> None:
+    """Export both models with optimum-cli into the two layouts, quantize the drafter's
+    variants, and record transformers' references."""
+    # A missing export dependency fails here, before the fixture folder is removed.
+    import onnxruntime.quantization  # noqa: F401
+    import transformers  # noqa: F401
+
+    sys.path.insert(0, str(ROOT))
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    OUT.mkdir(parents=True)
+    tmp = WORK / "export"
+    optimum_export(tmp)
+    write_layouts(tmp)
+    make_ctc(OUT / "ctc", tmp)
+    ref, feats = references()
     (OUT / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
     np.savez_compressed(OUT / "features.npz", **feats)
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
