@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from as2d_cli.engine import CandidateBuffer, Episode, StandardSD, TargetOnly, WallClock
+from as2d_cli.engine import CandidateBuffer, Episode, Limits, StandardSD, TargetOnly, WallClock
 from as2d_cli.engine.methods import DEFAULT_SD_K
 from native.producer import pin_current_thread
 from native.protocol import MODEL_SOURCES, ProtocolError
@@ -229,8 +229,7 @@ def probe_target_step(
             TargetOnly(),
             target,
             first,
-            eos_id=target.eos_id,
-            max_tokens=target.max_length,
+            limits=Limits(target.eos_id, target.max_length),
             clock=clock,
         )
         while not ep.done and i < reps:
@@ -359,8 +358,7 @@ def probe_loop(
             StandardSD(k),
             target,
             first,
-            eos_id=target.eos_id,
-            max_tokens=int(cmd.get("max_tokens", 96)),
+            limits=Limits(target.eos_id, int(cmd.get("max_tokens", 96))),
             clock=clock,
             drafter=drafter,
         )

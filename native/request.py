@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from as2d_cli.engine import CandidateBuffer, Episode, Policy, WallClock
+from as2d_cli.engine import CandidateBuffer, Episode, Limits, Policy, WallClock
 from as2d_cli.engine.accounting import decompose, split_intervals
 from as2d_cli.engine.history import HISTORY, history_buffer
 from as2d_cli.errors import UserError
@@ -336,8 +336,7 @@ def run_request(
             policy,
             mt,
             first,
-            eos_id=target.eos_id,
-            max_tokens=max_tokens,
+            limits=Limits(target.eos_id, max_tokens),
             clock=src.clock,
             buffer=src.buffer,
             drafter=drafter,

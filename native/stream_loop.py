@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from as2d_cli.engine import Episode, TargetOnly, WallClock
+from as2d_cli.engine import Episode, Limits, TargetOnly, WallClock
 from as2d_cli.engine.history import HISTORY, history_buffer
 from as2d_cli.engine.methods import DEFAULT_SOURCE, MethodSpec
 from as2d_cli.errors import UserError
@@ -115,8 +115,7 @@ def decode_block(
         policy,
         target,
         first,
-        eos_id=target.eos_id,
-        max_tokens=max_tokens,
+        limits=Limits(target.eos_id, max_tokens),
         clock=WallClock(clock.origin_ns),
         buffer=buffer,
         drafter=drafter,
@@ -307,8 +306,7 @@ def _warm_target(models: Any, audio: np.ndarray, language: str | None, *, serial
         TargetOnly(),
         target,
         target.prefill(),
-        eos_id=target.eos_id,
-        max_tokens=min(16, target.max_length),
+        limits=Limits(target.eos_id, min(16, target.max_length)),
         clock=WallClock(),
         keep_rounds=False,
     )

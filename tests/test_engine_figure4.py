@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from as2d_cli.engine import As2d, CandidateBuffer, Episode, Op, VirtualClock
+from as2d_cli.engine import As2d, CandidateBuffer, Episode, Limits, Op, VirtualClock
 from as2d_cli.engine.reference import FunctionTarget
 
 R, A, B, C, D, E, F, X, EOS = 10, 1, 2, 3, 4, 5, 6, 7, 0
@@ -25,7 +25,7 @@ def test_figure4_accept_correct_realign_verify() -> None:
     buf.publish([E, F], 5 * MS)  # the producer keeps generating while the target checks
     target = FunctionTarget(decide)
     ep = Episode(
-        As2d(budget=4), target, R, eos_id=EOS, max_tokens=64, clock=VirtualClock(price), buffer=buf
+        As2d(budget=4), target, R, limits=Limits(EOS, 64), clock=VirtualClock(price), buffer=buf
     )
     res = ep.run()
     assert res.tokens == TARGET

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine_scenarios import EOS, make_decide, price
 
-from as2d_cli.engine import As2d, CandidateBuffer, Episode, VirtualClock
+from as2d_cli.engine import As2d, CandidateBuffer, Episode, Limits, VirtualClock
 from as2d_cli.engine.reference import FunctionTarget, greedy_reference
 
 
@@ -21,8 +21,7 @@ def test_candidates_after_the_sources_eos_are_never_offered() -> None:
         As2d(budget=8, threshold=None),
         FunctionTarget(decide),
         ref[0],
-        eos_id=EOS,
-        max_tokens=40,
+        limits=Limits(EOS, 40),
         clock=VirtualClock(price),
         buffer=buf,
     )

@@ -11,6 +11,7 @@ from as2d_cli.engine import (
     As2d,
     CandidateBuffer,
     Episode,
+    Limits,
     Op,
     StandardSD,
     TargetOnly,
@@ -139,8 +140,7 @@ def test_sd_charges_catch_up_after_full_acceptance() -> None:
         StandardSD(4),
         SequenceTarget(ref),
         ref[0],
-        eos_id=EOS,
-        max_tokens=100,
+        limits=Limits(EOS, 100),
         clock=VirtualClock(zero),
         drafter=SequenceDrafter(ref, conts),
     )
@@ -163,8 +163,7 @@ def test_asp_confidence_stop_includes_low_token_and_recycles() -> None:
         ASP(threshold=0.4, cap=24),
         SequenceTarget(ref),
         ref[0],
-        eos_id=EOS,
-        max_tokens=100,
+        limits=Limits(EOS, 100),
         clock=VirtualClock(zero),
         drafter=SequenceDrafter(ref, conts, confs, eos_id=EOS),
     )
@@ -194,8 +193,7 @@ def test_asp_refresh_reaches_a_stateful_drafter_with_the_reused_suffix() -> None
         ASP(threshold=0.4, cap=24),
         SequenceTarget(ref),
         ref[0],
-        eos_id=EOS,
-        max_tokens=100,
+        limits=Limits(EOS, 100),
         clock=VirtualClock(zero),
         drafter=Refreshing(ref, conts, confs, eos_id=EOS),
     )
@@ -212,8 +210,7 @@ def test_as2d_falls_back_to_k1_when_nothing_is_ready_and_respects_budget() -> No
         As2d(budget=3, threshold=None),
         SequenceTarget(ref),
         ref[0],
-        eos_id=EOS,
-        max_tokens=100,
+        limits=Limits(EOS, 100),
         clock=clock,
         buffer=buf,
     )
@@ -233,8 +230,7 @@ def test_cap_ends_output_where_target_alone_would() -> None:
             policy,
             SequenceTarget(ref),
             ref[0],
-            eos_id=EOS,
-            max_tokens=10,
+            limits=Limits(EOS, 10),
             clock=VirtualClock(zero),
             buffer=buf,
         )
@@ -245,10 +241,10 @@ def test_cap_ends_output_where_target_alone_would() -> None:
 def test_engine_refuses_misuse() -> None:
     with pytest.raises(EngineError):
         Episode(
-            As2d(budget=2), SequenceTarget([1, EOS]), 1, eos_id=EOS, max_tokens=5, clock=WallClock()
+            As2d(budget=2), SequenceTarget([1, EOS]), 1, limits=Limits(EOS, 5), clock=WallClock()
         )
     ep = Episode(
-        TargetOnly(), SequenceTarget([1, EOS]), 1, eos_id=EOS, max_tokens=5, clock=WallClock()
+        TargetOnly(), SequenceTarget([1, EOS]), 1, limits=Limits(EOS, 5), clock=WallClock()
     )
     ep.run()
     with pytest.raises(EngineError):

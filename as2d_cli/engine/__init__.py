@@ -2,7 +2,7 @@
 
 Public API::
 
-    from as2d_cli.engine import (Episode, TargetOnly, StandardSD, ASP, As2d, without_td,
+    from as2d_cli.engine import (Episode, Limits, TargetOnly, StandardSD, ASP, As2d, without_td,
         without_bc, CandidateBuffer, VirtualClock, WallClock, Op, Target, Drafter, Draft)
 """
 
@@ -18,7 +18,7 @@ from as2d_cli.engine.clock import (
     VirtualClock,
     WallClock,
 )
-from as2d_cli.engine.episode import Episode, confidence_stop
+from as2d_cli.engine.episode import Episode, Limits, confidence_stop
 from as2d_cli.engine.interfaces import Draft, Drafter, Source, Target
 from as2d_cli.engine.policies import (
     ASP,
@@ -44,6 +44,7 @@ __all__ = [
     "Episode",
     "EpisodeResult",
     "Interval",
+    "Limits",
     "OTHER",
     "Op",
     "PRODUCER",

@@ -12,6 +12,7 @@ clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 
 from as2d_cli.engine.alignment import Aligner
@@ -56,12 +57,21 @@ def confidence_stop(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Where a request's output ends: at the target's ``eos_id``, or at ``max_tokens`` tokens
+    (first token and EOS included)."""
+
+    eos_id: int
+    max_tokens: int
+
+
 class Episode:
     """A request decoded under one policy.
 
     ``first_token`` is the target's token selected during prefill: committed at time zero,
-    it is the first known root. ``max_tokens`` caps the output (first token and EOS
-    included). ``target.length`` must be 0 (no output token processed yet).
+    it is the first known root. ``limits`` says where the output ends. ``target.length``
+    must be 0 (no output token processed yet).
     """
 
     def __init__(
@@ -70,14 +80,14 @@ class Episode:
         target: Target,
         first_token: int,
         *,
-        eos_id: int,
-        max_tokens: int,
+        limits: Limits,
         clock: Clock,
         buffer: CandidateBuffer | None = None,
         drafter: Drafter | None = None,
         keep_rounds: bool = True,
         context: Sequence[int] = (),
     ) -> None:
+        eos_id, max_tokens = limits.eos_id, limits.max_tokens
         if max_tokens < 1:
             raise EngineError("max_tokens must be at least 1 (the first token)")
         if policy.decoupled and buffer is None:

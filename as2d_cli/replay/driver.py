@@ -18,7 +18,7 @@ from typing import Any
 
 from as2d_cli.engine.accounting import decompose, merge, split_intervals
 from as2d_cli.engine.clock import Op, VirtualClock
-from as2d_cli.engine.episode import Episode
+from as2d_cli.engine.episode import Episode, Limits
 from as2d_cli.engine.history import HISTORY, history_buffer
 from as2d_cli.engine.methods import MethodSpec
 from as2d_cli.engine.reference import SequenceDrafter, SequenceTarget
@@ -183,8 +183,7 @@ def _episode(
         prep.policy,
         SequenceTarget(w.reference),
         w.first_token,
-        eos_id=w.eos_id,
-        max_tokens=w.max_tokens,
+        limits=Limits(w.eos_id, w.max_tokens),
         clock=clock,
         buffer=buffer,
         drafter=drafter,
