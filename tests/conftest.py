@@ -7,7 +7,7 @@ emulated phones connected to it with `adb connect`.
   ``.serial``, ``.adb_port``, ``.env`` (ANDROID_ADB_SERVER_PORT for subprocesses).
   Treat it as shared: inject faults only on phones from ``make_emulated_phone``.
 - ``make_emulated_phone(**kw)``: a fresh phone for one test (kw as EmulatorSession:
-  profile, connection='usb'|'wireless', auth_mode='device'|'unauthorized'|'offline').
+  profile, connection='usb'|'wireless', auth=PhoneAuth(mode='device'|'unauthorized'|'offline')).
 """
 
 from __future__ import annotations

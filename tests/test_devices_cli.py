@@ -18,6 +18,7 @@ import pytest
 
 import device_agents
 from as2d_cli.cli.main import main
+from device_agents.emulator.adbd import PhoneAuth
 
 
 def run_cli(args: list[str], capsys, monkeypatch, port: int) -> tuple[int, str, str]:
@@ -66,7 +67,7 @@ def test_devices_json_is_versioned(emulated_phone, capsys, monkeypatch) -> None:
 def test_devices_tells_what_to_do_for_an_unauthorized_phone(
     make_emulated_phone, capsys, monkeypatch
 ) -> None:
-    session = make_emulated_phone(auth_mode="unauthorized")
+    session = make_emulated_phone(auth=PhoneAuth(mode="unauthorized"))
     code, out, _ = run_cli(["devices"], capsys, monkeypatch, session.adb_port)
     assert code == 0
     notes = [ln for ln in out.splitlines() if ln.startswith(session.serial)]

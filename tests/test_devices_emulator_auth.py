@@ -19,7 +19,7 @@ import pytest
 from as2d_cli.errors import DeviceError
 from device_agents.adbserver import free_port
 from device_agents.emulator import adbkeys, wire
-from device_agents.emulator.adbd import EmulatedAdbd
+from device_agents.emulator.adbd import EmulatedAdbd, PhoneAuth
 from device_agents.emulator.phone import ScriptedPhone
 
 ADB = adbutils.adb_path()
@@ -254,7 +254,7 @@ def test_key_files_and_missing_keys_fail_in_one_line(
 
 def test_session_with_a_foreign_key_file_is_refused(make_emulated_phone, other_key: Path) -> None:
     with pytest.raises(DeviceError, match="refused the key of the adb server") as err:
-        make_emulated_phone(authorized_keys=f"{other_key}.pub")
+        make_emulated_phone(auth=PhoneAuth(authorized_keys=f"{other_key}.pub"))
     assert "\n" not in str(err.value)
 
 

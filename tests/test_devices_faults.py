@@ -10,6 +10,7 @@ import pytest
 from as2d_cli.errors import UserError
 from device_agents.adb_phone import list_attached
 from device_agents.base import DeviceDisconnected, DeviceTimeout, DeviceUnavailable
+from device_agents.emulator.adbd import PhoneAuth
 from device_agents.emulator.faults import apply_fault
 from device_agents.emulator.shell import CommandContext
 from device_agents.registry import discover, resolve_phone
@@ -98,7 +99,7 @@ def test_timed_unplug_and_replug(make_emulated_phone) -> None:
 def test_unusable_phone_states_give_one_line_with_advice(
     make_emulated_phone, mode: str, advice: str
 ) -> None:
-    session = make_emulated_phone(auth_mode=mode)
+    session = make_emulated_phone(auth=PhoneAuth(mode=mode))
     assert states(session)[session.serial] == mode
     for call in (
         lambda: resolve_phone(session.serial, session.adb_port),

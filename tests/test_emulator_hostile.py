@@ -18,7 +18,7 @@ import pytest
 
 from device_agents.adb_phone import adb_client
 from device_agents.emulator import wire
-from device_agents.emulator.adbd import AuthLimits
+from device_agents.emulator.adbd import PhoneAuth
 from device_agents.emulator.phone import HOST_STAT, host_cpu_stat
 from device_agents.gating import CpuTimes
 
@@ -123,9 +123,7 @@ def test_oversized_length_is_refused_before_authentication(make_emulated_phone) 
 
 
 def test_unauthenticated_connections_are_capped(make_emulated_phone) -> None:
-    session = make_emulated_phone(
-        auth_limits=AuthLimits(deadline_s=600)
-    )  # the deadline plays no part here
+    session = make_emulated_phone(auth=PhoneAuth(deadline_s=600))  # the deadline plays no part
     adbd = session.adbd
     cap = adbd.max_unauthenticated
     assert cap == 8
@@ -170,7 +168,7 @@ def test_unauthenticated_connections_are_capped(make_emulated_phone) -> None:
 
 
 def test_slow_loris_is_closed_at_the_auth_deadline(make_emulated_phone) -> None:
-    session = make_emulated_phone(auth_limits=AuthLimits(deadline_s=1.0))
+    session = make_emulated_phone(auth=PhoneAuth(deadline_s=1.0))
     adbd = session.adbd
 
     # Opened first: a client waiting for the user is exempt from the deadline (the phone

@@ -154,6 +154,7 @@ def start(
 ) -> None:
     """Run an emulated phone until Ctrl-C and print how to reach it."""
     from device_agents.adb_phone import adb_port as default_adb_port
+    from device_agents.emulator.adbd import PhoneAuth
     from device_agents.emulator.session import EmulatorSession
 
     session = EmulatorSession(
@@ -162,9 +163,8 @@ def start(
         adb_port=None if private_server else (adb_port or default_adb_port()),
         private_server=private_server,
         connection=phone.connection,
-        auth_mode=phone.auth,
         serial=phone.serial,
-        authorized_keys=phone.authorized_keys,
+        auth=PhoneAuth(mode=phone.auth, authorized_keys=phone.authorized_keys),
     )
     try:
         armed = _arm(session.phone, extras)

@@ -52,10 +52,14 @@ AUTH_DEADLINE_S = 10.0
 
 
 @dataclass(frozen=True)
-class AuthLimits:
-    """What the emulated adbd allows connections that have not authenticated: at most
-    ``max_unauthenticated`` at once, each closed ``deadline_s`` after it opened."""
+class PhoneAuth:
+    """How the emulated phone answers adb's authentication. ``mode``: 'device' authorizes the
+    key file ``authorized_keys`` (by default, the attached adb server's key), 'unauthorized'
+    and 'offline' play a phone that never does. Connections that have not authenticated: at
+    most ``max_unauthenticated`` at once, each closed ``deadline_s`` after it opened."""
 
+    mode: str = "device"
+    authorized_keys: str | os.PathLike[str] | None = None
     max_unauthenticated: int = MAX_UNAUTHENTICATED
     deadline_s: float = AUTH_DEADLINE_S
 

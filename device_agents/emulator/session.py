@@ -5,12 +5,11 @@ is connected to (a private one when asked). Used by the pytest fixture and by
 The phone authorizes the key of that adb server only (as if its owner had ticked *Always
 allow* for it): the private server's ``adbkey.pub``, or -- for a running server -- the key
 file that server uses (found from its process environment on Linux, else
-``$HOME/.android/adbkey.pub``), unless ``authorized_keys`` names a key file. Any other adb
+``$HOME/.android/adbkey.pub``), unless ``auth.authorized_keys`` names a key file. Any other adb
 server sees the phone ``unauthorized``."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from as2d_cli.errors import DeviceError
 from device_agents.adb_phone import AdbPhone, _server_up
 from device_agents.adbserver import PrivateAdbServer
 from device_agents.emulator import adbkeys
-from device_agents.emulator.adbd import AuthLimits, EmulatedAdbd
+from device_agents.emulator.adbd import EmulatedAdbd, PhoneAuth
 from device_agents.emulator.phone import ScriptedPhone
 
 
@@ -30,26 +29,24 @@ class EmulatorSession:
         adb_port: int | None = None,
         private_server: bool = True,
         connection: str = "usb",
-        auth_mode: str = "device",
         root: Path | None = None,
-        authorized_keys: str | os.PathLike[str] | None = None,
         serial: str = "as2demu0001",
-        auth_limits: AuthLimits = AuthLimits(),
+        auth: PhoneAuth = PhoneAuth(),
     ) -> None:
         # ``serial``: the phone's hardware serial (ro.serialno); a farm of emulated phones
         # of one model needs one each, as real phones have.
         self.phone = ScriptedPhone(profile, root=root, connection=connection, serial=serial)
-        self._keys_file = authorized_keys
+        self._keys_file = auth.authorized_keys
         try:
             # An explicit file is read (and checked) now; otherwise the attached server's key
             # is authorized in start(), once that server runs (it creates its key on start).
             self.adbd = EmulatedAdbd(
                 self.phone,
                 port=port,
-                auth_mode=auth_mode,
-                authorized_keys=authorized_keys if authorized_keys is not None else (),
-                max_unauthenticated=auth_limits.max_unauthenticated,
-                auth_deadline_s=auth_limits.deadline_s,
+                auth_mode=auth.mode,
+                authorized_keys=() if auth.authorized_keys is None else auth.authorized_keys,
+                max_unauthenticated=auth.max_unauthenticated,
+                auth_deadline_s=auth.deadline_s,
             )
         except Exception:
             self.phone.close()
