@@ -21,10 +21,9 @@ if TYPE_CHECKING:
 
 @grouped(measure=MEASURE, prompt=PROMPT)
 def calibrate(
-    phone: list[str] = options.phone(
-        [options.PHONE_DEFAULT],
-        "local, a known phone name, or an adb serial; repeat it to calibrate a farm of "
-        "phones concurrently (one worker per phone).",
+    phone: list[str] = options.phones(
+        "local (the default), a known phone name, or an adb serial; repeat it to calibrate "
+        "a farm of phones concurrently (one worker per phone).",
     ),
     quick: bool = typer.Option(
         False, "--quick", help="Fewer widths, offsets and repetitions (minutes, not tens)."

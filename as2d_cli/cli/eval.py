@@ -90,9 +90,9 @@ EVAL_MEASURE = variant(
 @grouped(runs=_native_runs, measure=EVAL_MEASURE, prompt=PROMPT)
 def eval_(
     ctx: typer.Context,
-    phone: list[str] = options.phone(
-        [options.PRICE_DEFAULT],
-        "Device whose cost profile prices the replay (k70, local, a serial…); with "
+    phone: list[str] = options.phones(
+        "Device whose cost profile prices the replay: local (the default: a profile "
+        "calibrated here), k70 (the shipped profile), another phone's name or serial; with "
         "--native, repeat it to evaluate a farm of this host's phones at once (one process per phone).",
     ),
     profile: Path | None = options.profile(

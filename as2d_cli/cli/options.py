@@ -321,18 +321,22 @@ def warn_implausible(path: Path, prof: Any) -> None:
 
 # ------------------------------------------------------------------ shared options
 
-# --phone: the one declaration. A measuring command defaults to this host (PHONE_DEFAULT);
-# `eval` prices with the shipped K70 profile (PRICE_DEFAULT) since a replay needs no phone;
-# commands that act on one particular phone (bundle deploy, devices gate…) require it.
+# --phone: the one declaration and the one default. Every command that measures or
+# evaluates defaults to this host, which is always there (`eval --phone k70` prices with the
+# shipped K70 profile instead); commands that act on one particular phone (bundle deploy,
+# devices gate, energy…) require it.
 PHONE_DEFAULT = "local"
-PRICE_DEFAULT = "k70"
-PHONE_HELP = "local, a known phone name, or an adb serial."
+PHONE_HELP = "local (the default), a known phone name, or an adb serial."
 
 
 def phone(default: Any = PHONE_DEFAULT, help: str = PHONE_HELP) -> Any:
-    """``--phone``: a device (local, a known phone, an adb serial); ``...``: required; a
-    list default: repeatable (a farm)."""
+    """``--phone``: a device (local, a known phone, an adb serial); ``...``: required."""
     return typer.Option(default, "--phone", help=help)
+
+
+def phones(help: str) -> Any:
+    """``--phone`` given once or more (a farm), PHONE_DEFAULT when not given."""
+    return phone([PHONE_DEFAULT], help)
 
 
 def as_json(help: str = "Print one JSON object.") -> Any:
@@ -568,13 +572,13 @@ def quiet() -> Any:
 
 __all__ = [
     "PHONE_DEFAULT",
-    "PRICE_DEFAULT",
     "as_json",
     "calibrations",
     "check_prompt",
     "out_folder",
     "path",
     "phone",
+    "phones",
     "profile",
     "results",
     "source",
