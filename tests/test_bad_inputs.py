@@ -406,6 +406,7 @@ def test_a_truncated_corpus_window_is_refused_without_reinstall_advice(tmp_path:
     rel = w.audio.relative_to(DEFAULT_DIR)
     doc = json.loads((DEFAULT_DIR / "manifest.json").read_text())
     doc["windows"] = [x for x in doc["windows"] if x["id"] == w.id]
+    doc["requests"] = []  # the QA requests name windows left out
     (tmp_path / "manifest.json").write_text(json.dumps(doc))
     (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
     samples = w.load_audio()[: 16_000 * 2]

@@ -82,16 +82,85 @@ def _copy_manifest(tmp_path: Path, edit) -> Path:
     ("edit", "message"),
     [
         (lambda d: d.update(schema="other"), "schema"),
-        (lambda d: d.update(version=2), "upgrade as2d"),
+        (lambda d: d.update(version=3), "upgrade as2d"),
         (lambda d: d.update(version=0), "not supported"),
         (lambda d: d["windows"][0].pop("text"), "'text'"),
         (lambda d: d["windows"][1].update(id=d["windows"][0]["id"]), "twice"),
         (lambda d: d["windows"][0].update(split="train"), "unknown split"),
+        (lambda d: d["windows"][0].update(translation=3), "'translation'"),
+        (lambda d: d["windows"][0].update(translation="a b"), "unknown split/setting"),
+        (lambda d: d["requests"][0].pop("answer"), r"requests\[0\]"),
+        (lambda d: d["requests"][0].update(window="test-read-000"), "of a window of its split"),
+        (lambda d: d["requests"][0].update(task="transcribe"), "task 'answer'"),
+        (lambda d: d["requests"][1].update(id=d["requests"][0]["id"]), "unique"),
+        (lambda d: d["requests"][0].update(id=d["windows"][0]["id"]), "differ from the window"),
     ],
 )
 def test_bad_manifest_is_refused(tmp_path: Path, edit, message: str) -> None:
     with pytest.raises(FormatError, match=message):
         load_corpus(_copy_manifest(tmp_path, edit))
+
+
+def test_version_1_manifest_reads_as_asr_windows_only(tmp_path: Path) -> None:
+    def v1(d: dict) -> None:
+        d["version"] = 1
+        d["windows"] = [w for w in d["windows"] if "translation" not in w]
+        del d["requests"]
+
+    old = load_corpus(_copy_manifest(tmp_path, v1))
+    assert old.windows == tuple(
+        w.__class__(**{**w.__dict__, "audio": tmp_path / w.audio.relative_to(CORPUS.path.parent)})
+        for w in CORPUS.windows
+    )
+    assert old.translations == () and old.questions == ()
+    assert old.requests("answer", "test") == [] and len(old.requests("transcribe", "test")) == 320
+
+
+def test_tasks_in_the_papers_proportions() -> None:
+    """Translation windows per direction and QA requests per split (docs/corpus.md)."""
+    for split, (per_direction, qa) in {"dev": (12, 24), "val": (12, 24), "test": (36, 36)}.items():
+        tr = CORPUS.requests("translate", split)
+        assert Counter(r.setting for r in tr) == {"de-en": per_direction, "es-en": per_direction}
+        assert {r.window.language for r in tr} == {"de", "es"}
+        assert all(r.reference == r.window.translation and r.task == "translate" for r in tr)
+        questions = CORPUS.requests("answer", split)
+        assert len(questions) == qa and len({q.window.id for q in questions}) == qa
+        assert all(q.split == split and q.question and q.reference for q in questions)
+    # the ASR windows are what every command reads by default; the new ones are apart
+    assert all(w.task == "transcribe" for w in CORPUS.windows)
+    assert all(w.task == "translate" for w in CORPUS.translations)
+    assert CORPUS.get(CORPUS.translations[0].id) == CORPUS.translations[0]
+
+
+def test_translation_references_and_answers_come_from_the_spoken_text() -> None:
+    from as2d_cli.corpus.questions import ask, number_value, words_of
+
+    for w in CORPUS.translations:
+        assert 4.0 <= w.seconds <= 20.0
+        assert w.translation == normalize_text(w.translation) and w.translation
+        assert len(set(w.text.split()) & set(w.translation.split())) < len(w.text.split())
+    kinds = Counter()
+    for q in CORPUS.questions:
+        words = words_of(q.window.text)
+        kinds[q.kind] += 1
+        if q.kind == "number":
+            assert int(q.reference) in {number_value(x, q.window.language) for x in words} | {100}
+        elif q.kind == "language":
+            assert q.reference in ("English", "German", "Spanish")
+        elif q.kind == "first-word":
+            assert q.reference == words[0]
+        elif q.kind == "last-words":
+            assert q.reference == " ".join(words[-3:])
+        elif q.kind == "count":
+            word = q.question.split('"')[1]
+            assert q.reference == str(words.count(word))
+        else:
+            word = q.question.split('"')[1]
+            assert words.count(word) == 1 and words[words.index(word) + 1] == q.reference
+    assert len(kinds) == 6
+    assert ask("number", "it costs one hundred euros".split(), "en", 0).answer == "100"
+    assert ask("number", "hay dos perros".split(), "es", 0).answer == "2"
+    assert ask("number", "no numbers here".split(), "en", 0) is None
 
 
 def test_missing_manifest_and_audio(tmp_path: Path) -> None:

@@ -41,14 +41,25 @@ from scipy.signal import resample_poly
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from as2d_cli.corpus.manifest import SCHEMA, SETTINGS, VERSION  # noqa: E402
+from as2d_cli.corpus.manifest import SCHEMA, SETTINGS, SPLITS, VERSION  # noqa: E402
+from as2d_cli.corpus.questions import ALL_KINDS, ask, words_of  # noqa: E402
 from as2d_cli.corpus.text import normalize_text  # noqa: E402
 from as2d_cli.models.features import SAMPLE_RATE, log_mel  # noqa: E402
+from as2d_cli.models.whisper_features import whisper_log_mel  # noqa: E402
+from training.parallel_text import Grammar  # noqa: E402
 
 SEED = 20261129
 ASSETS = ROOT / "as2d_cli" / "assets" / "corpus"
 WORK = ROOT / "training" / "work" / "train"
 EVAL_COUNTS = {"dev": 10, "val": 20, "test": 64}  # windows per setting
+# The paper's task mix (688 ASR windows, 2 x 80 translation and 80 spoken-QA requests),
+# scaled to the 320 ASR test windows: 2 x 36 translation windows and 36 QA requests; dev and
+# val hold at least the 20 windows a selection needs per task.
+TASK_SETTINGS = ("de-en", "es-en")
+TRANSLATE_COUNTS = {"dev": 12, "val": 12, "test": 36}  # windows per direction
+QA_COUNTS = {"dev": 24, "val": 24, "test": 36}
+ALM_PARALLEL_SHARE = 0.45
+ALM_PARALLEL_LANGS = ("de", "es", "en", "de", "es")
 MIN_SECONDS, MAX_SECONDS = 4.0, 20.0
 OPUS_LEVEL = 0.9  # libsndfile compression level -> about 16-24 kbit/s for speech
 
@@ -163,10 +174,12 @@ class TextSource:
         sentence_p: float = 0.6,
     ):
         self.rng = rng
+        self.split = split
         self.sentence_p = sentence_p
         self.sentences = split_sentences(sentences, split)
         self.en_words = en_words
         self.other = {lang: faker_words(loc) for lang, loc in OTHER_LANGS.items()}
+        self.grammar = Grammar(rng)
         self._order: list[int] = []
 
     def sentence(self) -> str:
@@ -182,6 +195,13 @@ class TextSource:
         if lang == "en" and self.rng.random() < self.sentence_p:
             return self.sentence()
         return self.words(lang, int(self.rng.integers(4, 16)))
+
+    def parallel(self, lang: str) -> tuple[str, str]:
+        """One grammar sentence of this split: (the ``lang`` side, the English side)."""
+        while True:
+            en, de, es = self.grammar.sentence()
+            if split_of(en) == self.split:
+                return {"en": en, "de": de, "es": es}[lang], en
 
 
 # ----------------------------------------------------------------------------- audio
@@ -279,6 +299,8 @@ def make_item(spec: dict) -> dict:
         "seconds": round(len(audio) / SAMPLE_RATE, 3),
         "text": normalize_text(" ".join(used)),
     }
+    if "translations" in spec:
+        out["translation"] = normalize_text(" ".join(spec["translations"][: len(used)]))
     if spec["split"] == "train":
         # Pass through the same codec as the shipped windows so train and eval audio match.
         buf = io.BytesIO()
@@ -287,7 +309,14 @@ def make_item(spec: dict) -> dict:
         )
         buf.seek(0)
         decoded, _ = sf.read(buf, dtype="float32")
-        out["features"] = log_mel(decoded).astype(np.float16)
+        kind = spec.get("features")
+        if kind == "whisper":  # the audio-LLM's features, as the adapter computes them
+            out["features"] = whisper_log_mel(decoded, 80, to_window=False).T.astype(np.float16)
+        elif kind == "both":  # training/alm_models.py fits its feature adapter on these
+            out["features"] = log_mel(decoded).astype(np.float32)
+            out["whisper"] = whisper_log_mel(decoded, 80, to_window=False).T
+        else:
+            out["features"] = log_mel(decoded).astype(np.float16)
     else:
         path = ASSETS / "audio" / f"{spec['id']}.ogg"
         sf.write(
@@ -312,8 +341,13 @@ def window_spec(
     lo: float,
     hi: float,
     single: bool = False,
+    parallel: str | None = None,
 ) -> dict:
-    if setting == "multilingual":
+    """One window's or utterance's synthesis spec. ``parallel`` (a language): its segments
+    are grammar sentences in that language, each with its English side (``translations``)."""
+    if parallel is not None:
+        lang = parallel
+    elif setting == "multilingual":
         lang = ["en", "de", "es"][int(rng.integers(3))]
     else:
         lang = "en"
@@ -326,15 +360,17 @@ def window_spec(
     rate = int(rng.integers(140, 191))
     target = rng.uniform(lo, hi)
     segments: list[str] = []
+    english: list[str] = []
     total = 0.0
     while True:
-        seg = texts.segment(lang)
+        seg, en = texts.parallel(lang) if parallel is not None else (texts.segment(lang), "")
         est = estimate_seconds(seg, setting, rate)
         if segments and total + est > hi - 1.0:
             if total >= lo:
                 break
             continue
         segments.append(seg)
+        english.append(en)
         total += est
         if single or total >= target:
             break
@@ -349,6 +385,8 @@ def window_spec(
         "segments": segments,
         "seed": int(rng.integers(2**31)),
     }
+    if parallel is not None:
+        spec["translations"] = english
     if setting == "meeting":
         spec["voice2"] = english_voice(rng, READ_VOICES + ACCENT_VOICES)
         spec["rate2"] = int(rng.integers(140, 191))
@@ -392,19 +430,182 @@ def build_specs(
     return specs
 
 
-def main() -> None:
+def alm_specs(n: int, shard: int, sentences: list[str], en_words: list[str]) -> list[dict]:
+    """An audio-LLM training shard: the settings in turn (ASR speech, as the base shards) and,
+    for ALM_PARALLEL_SHARE of the utterances, grammar sentences in English, German or Spanish
+    with their English side (translation and number-bearing speech). Whisper-style features."""
+    rng = np.random.default_rng(SEED + 500 + shard)
+    texts = TextSource("train", rng, sentences, en_words, sentence_p=0.4)
+    specs = []
+    for i in range(n):
+        long = rng.random() < 0.2
+        lo, hi = (6.0, 20.0) if long else (1.0, 9.0)
+        if rng.random() < ALM_PARALLEL_SHARE:
+            lang = ALM_PARALLEL_LANGS[i % len(ALM_PARALLEL_LANGS)]
+            spec = window_spec(
+                f"alm{shard}-{i:06d}", "train", "read", rng, texts, lo, hi, not long, lang
+            )
+        else:
+            setting = SETTINGS[i % len(SETTINGS)]
+            spec = window_spec(
+                f"alm{shard}-{i:06d}", "train", setting, rng, texts, lo, hi, not long
+            )
+        spec["features"] = "whisper"
+        specs.append(spec)
+    return specs
+
+
+def translation_specs(
+    split: str, n: int, seed_offset: int, sentences: list[str], en_words: list[str]
+) -> list[dict]:
+    """``n`` translation windows per direction (TASK_SETTINGS): grammar sentences of the
+    split spoken in German or Spanish, each window's English side its reference."""
+    rng = np.random.default_rng(SEED + seed_offset)
+    texts = TextSource(split, rng, sentences, en_words)
+    return [
+        window_spec(f"{split}-{pair}-{i:03d}", split, pair, rng, texts, 4.0, 20.0, False, pair[:2])
+        for pair in TASK_SETTINGS
+        for i in range(n)
+    ]
+
+
+def qa_requests(split: str, n: int, windows: list[dict]) -> list[dict]:
+    """``n`` spoken-QA requests over the split's windows (every setting and direction): the
+    windows drawn without replacement, the kinds in turn (ALL_KINDS), a kind the window's
+    words cannot serve falling through to the next."""
+    rng = np.random.default_rng(SEED + 20 + SPLITS.index(split))
+    mine = [w for w in windows if w["split"] == split]
+    picked = [mine[int(i)] for i in rng.permutation(len(mine))[:n]]
+    out = []
+    for k, w in enumerate(picked):
+        words = words_of(w["text"])
+        for j in range(len(ALL_KINDS)):
+            q = ask(
+                ALL_KINDS[(k + j) % len(ALL_KINDS)], words, w["language"], int(rng.integers(2**31))
+            )
+            if q is not None:
+                break
+        assert q is not None  # "language" serves every window
+        out.append(
+            {
+                "id": f"{split}-qa-{k:03d}",
+                "split": split,
+                "task": "answer",
+                "window": w["id"],
+                "kind": q.kind,
+                "question": q.question,
+                "answer": q.answer,
+            }
+        )
+    return out
+
+
+def window_record(spec: dict, result: dict) -> dict:
+    """A synthesised window's manifest entry."""
+    entry = {
+        "id": spec["id"],
+        "split": spec["split"],
+        "setting": spec["setting"],
+        "language": spec["language"],
+        "seconds": result["seconds"],
+        "voice": spec["voice"],
+        "audio": result["audio"],
+        "text": result["text"],
+    }
+    if "translation" in result:
+        entry["translation"] = result["translation"]
+    return entry
+
+
+def synthesise_windows(pool, specs: list[dict]) -> list[dict]:  # noqa: ANN001 - a Pool
+    results = {r["id"]: r for r in pool.imap_unordered(make_item, specs, chunksize=4)}
+    return [window_record(s, results[s["id"]]) for s in specs]
+
+
+def build_eval(
+    pool, generator: dict, sentences: list[str], en_words: list[str], tasks_only: bool
+) -> None:  # noqa: ANN001
+    """The evaluation windows (ASR windows unless ``tasks_only``: then the shipped ones are
+    kept), the translation windows and the spoken-QA requests -> manifest.json."""
+    (ASSETS / "audio").mkdir(parents=True, exist_ok=True)
+    if tasks_only:
+        old = json.loads((ASSETS / "manifest.json").read_text(encoding="utf-8"))
+        asr = [w for w in old["windows"] if "translation" not in w]
+    else:
+        specs = []
+        for off, (split, n) in enumerate(EVAL_COUNTS.items(), start=1):
+            specs += build_specs(split, n, off, sentences, en_words)
+        asr = synthesise_windows(pool, specs)
+    specs = []
+    for off, (split, n) in enumerate(TRANSLATE_COUNTS.items(), start=11):
+        specs += translation_specs(split, n, off, sentences, en_words)
+    translated = synthesise_windows(pool, specs)
+    windows = asr + translated
+    requests = [r for split, n in QA_COUNTS.items() for r in qa_requests(split, n, windows)]
+    manifest = {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "sample_rate": SAMPLE_RATE,
+        "generator": generator,
+        "windows": windows,
+        "requests": requests,
+    }
+    tmp = ASSETS / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+    tmp.replace(ASSETS / "manifest.json")
+    secs = sum(w["seconds"] for w in windows)
+    print(
+        f"eval: {len(asr)} ASR + {len(translated)} translation windows ({secs:.0f} s), "
+        f"{len(requests)} spoken-QA requests",
+        flush=True,
+    )
+
+
+def write_training_set(pool, specs: list[dict], out: Path, generator: dict) -> None:  # noqa: ANN001
+    """Synthesise training utterances -> ``out``/features.npy (float16 frames x bins, all
+    utterances end to end) and index.json (each utterance's texts, offset and frames)."""
+    out.mkdir(parents=True, exist_ok=True)
+    feats, index = [], []
+    offset = 0
+    for k, r in enumerate(pool.imap(make_item, specs, chunksize=8)):
+        s = specs[k]
+        f = r["features"]
+        feats.append(f)
+        item = {
+            "id": s["id"],
+            "setting": s["setting"],
+            "language": s["language"],
+            "text": r["text"],
+            "offset": offset,
+            "frames": int(len(f)),
+        }
+        if "translation" in r:
+            item["translation"] = r["translation"]
+        index.append(item)
+        offset += len(f)
+        if k % 1000 == 0:
+            print(f"train: {k}/{len(specs)}", flush=True)
+    np.save(out / "features.npy", np.concatenate(feats))
+    (out / "index.json").write_text(
+        json.dumps({"generator": generator, "items": index}, ensure_ascii=False)
+    )
+    print(f"train: {len(index)} utterances, {offset / 100:.0f} s -> {out}", flush=True)
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--train-utterances", type=int, default=6000)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--only", choices=["eval", "train"], default=None)
+    ap.add_argument("--only", choices=["eval", "tasks", "train", "alm"], default=None)
     ap.add_argument(
         "--shard",
         type=int,
         default=0,
         help="training shard: 0 is training/work/train; N > 0 writes training/work/train_shards/N "
-        "from seed offset 100 + N (more data, same sentences, new words, voices and mixes)",
+        "from seed offset 100 + N (more data, same sentences, new words, voices and mixes); "
+        "with --only alm, training/work/alm_shards/N from seed offset 500 + N",
     )
     ap.add_argument(
         "--settings",
@@ -413,14 +614,18 @@ def main() -> None:
         "may repeat to weight it (meeting,read,meeting,accented: half meeting speech)",
     )
     args = ap.parse_args()
-    cycle = tuple(x.strip() for x in args.settings.split(",") if x.strip())
-    unknown = sorted(set(cycle) - set(SETTINGS))
-    if not cycle or unknown:
+    args.cycle = tuple(x.strip() for x in args.settings.split(",") if x.strip())
+    unknown = sorted(set(args.cycle) - set(SETTINGS))
+    if not args.cycle or unknown:
         ap.error(
             f"--settings: unknown setting {', '.join(unknown) or '(none given)'}; "
             f"choose from {', '.join(SETTINGS)}"
         )
+    return args
 
+
+def main() -> None:
+    args = parse_args()
     sentences = english_sentences()
     en_words = sorted(
         set(faker_words("en_US"))
@@ -440,44 +645,10 @@ def main() -> None:
         "opus_compression_level": OPUS_LEVEL,
     }
     with Pool(args.workers) as pool:
-        if args.only in (None, "eval"):
-            (ASSETS / "audio").mkdir(parents=True, exist_ok=True)
-            specs = []
-            for off, (split, n) in enumerate(EVAL_COUNTS.items(), start=1):
-                specs += build_specs(split, n, off, sentences, en_words)
-            results = {r["id"]: r for r in pool.imap_unordered(make_item, specs, chunksize=4)}
-            windows = []
-            for s in specs:
-                r = results[s["id"]]
-                windows.append(
-                    {
-                        "id": s["id"],
-                        "split": s["split"],
-                        "setting": s["setting"],
-                        "language": s["language"],
-                        "seconds": r["seconds"],
-                        "voice": s["voice"],
-                        "audio": r["audio"],
-                        "text": r["text"],
-                    }
-                )
-            manifest = {
-                "schema": SCHEMA,
-                "version": VERSION,
-                "sample_rate": SAMPLE_RATE,
-                "generator": generator,
-                "windows": windows,
-            }
-            (ASSETS / "manifest.json").write_text(
-                json.dumps(manifest, indent=1, ensure_ascii=False) + "\n"
-            )
-            print(
-                f"eval: {len(windows)} windows, {sum(w['seconds'] for w in windows):.0f} s",
-                flush=True,
-            )
+        if args.only in (None, "eval", "tasks"):
+            build_eval(pool, generator, sentences, en_words, tasks_only=args.only == "tasks")
         if args.only in (None, "train"):
             out = WORK if args.shard == 0 else WORK.parent / "train_shards" / str(args.shard)
-            out.mkdir(parents=True, exist_ok=True)
             specs = build_specs(
                 "train",
                 args.train_utterances,
@@ -485,38 +656,15 @@ def main() -> None:
                 sentences,
                 en_words,
                 shard=args.shard,
-                cycle=cycle,
+                cycle=args.cycle,
             )
-            feats, index = [], []
-            offset = 0
-            for k, r in enumerate(pool.imap(make_item, specs, chunksize=8)):
-                s = specs[k]
-                f = r["features"]
-                feats.append(f)
-                index.append(
-                    {
-                        "id": s["id"],
-                        "setting": s["setting"],
-                        "language": s["language"],
-                        "text": r["text"],
-                        "offset": offset,
-                        "frames": int(len(f)),
-                    }
-                )
-                offset += len(f)
-                if k % 1000 == 0:
-                    print(f"train: {k}/{len(specs)}", flush=True)
-            np.save(out / "features.npy", np.concatenate(feats))
-            (out / "index.json").write_text(
-                json.dumps(
-                    {
-                        "generator": {**generator, "shard": args.shard, "settings": list(cycle)},
-                        "items": index,
-                    },
-                    ensure_ascii=False,
-                )
-            )
-            print(f"train: {len(index)} utterances, {offset / 100:.0f} s", flush=True)
+            gen = {**generator, "shard": args.shard, "settings": list(args.cycle)}
+            write_training_set(pool, specs, out, gen)
+        if args.only == "alm":
+            specs = alm_specs(args.train_utterances, args.shard, sentences, en_words)
+            out = WORK.parent / "alm_shards" / str(args.shard)
+            gen = {**generator, "shard": args.shard, "features": "whisper_log_mel 80"}
+            write_training_set(pool, specs, out, gen)
 
 
 if __name__ == "__main__":

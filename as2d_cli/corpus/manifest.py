@@ -2,7 +2,8 @@
 
 Documented in docs/corpus.md. The manifest lists every shipped evaluation window with its
 id, split, setting, language, duration, voice, audio file (relative to the manifest) and
-normalised reference text.
+normalised reference text; a translation window also its English reference; and (version
+2) the spoken-QA requests, each a question about one window with its reference answer.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ if TYPE_CHECKING:
     from as2d_cli.corpus.questions import SpokenQuestion
 
 SCHEMA = "as2d.corpus"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # version 1: ASR windows only
 SETTINGS: tuple[str, ...] = ("read", "meeting", "multilingual", "accented", "sung")
+# Translation windows' settings: the direction, source language into English.
+TRANSLATE_SETTINGS: tuple[str, ...] = ("de-en", "es-en")
 SPLITS: tuple[str, ...] = ("dev", "val", "test")
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "assets" / "corpus"
 
@@ -50,6 +54,17 @@ class Window:
     voice: str
     audio: Path
     text: str
+    translation: str | None = None  # a translation window's English reference
+
+    @property
+    def task(self) -> str:
+        """``translate`` for a translation window, ``transcribe`` for the others."""
+        return "transcribe" if self.translation is None else "translate"
+
+    @property
+    def reference(self) -> str:
+        """The reference output of the window's own task."""
+        return self.text if self.translation is None else self.translation
 
     @property
     def spoken(self) -> SpokenQuestion:
@@ -85,27 +100,69 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Request:
+    """One evaluation request: a window, the task asked of it, the question (``answer``)
+    and the reference output. A transcription or translation request is its window (same
+    id); a spoken-QA request has its own id."""
+
+    id: str
+    window: Window
+    task: str
+    question: str | None
+    reference: str
+    kind: str | None = None  # a spoken question's kind (as2d_cli.corpus.questions)
+
+    @property
+    def split(self) -> str:
+        return self.window.split
+
+    @property
+    def setting(self) -> str:
+        return self.window.setting
+
+
+@dataclass(frozen=True)
 class Corpus:
     path: Path
     generator: dict
-    windows: tuple[Window, ...]
+    windows: tuple[Window, ...]  # the ASR windows (every command's default)
+    translations: tuple[Window, ...] = ()
+    questions: tuple[Request, ...] = ()
 
     def split(self, name: str | None) -> list[Window]:
-        if name is None:
-            return list(self.windows)
-        if name not in SPLITS:
-            raise UserError(f"unknown split {name!r}; use one of {', '.join(SPLITS)}")
-        return [w for w in self.windows if w.split == name]
+        """The split's ASR windows (all of them for None)."""
+        _check_split(name)
+        return [w for w in self.windows if name is None or w.split == name]
+
+    def requests(self, task: str, split: str | None) -> list[Request]:
+        """The split's requests of one task: its ASR windows (``transcribe``), translation
+        windows (``translate``) or spoken-QA requests (``answer``)."""
+        _check_split(name=split)
+        if task == "answer":
+            return [q for q in self.questions if split is None or q.split == split]
+        if task not in ("transcribe", "translate"):
+            raise UserError(f"unknown task {task!r}; use transcribe, translate or answer")
+        pool = self.windows if task == "transcribe" else self.translations
+        return [
+            Request(w.id, w, task, None, w.reference)
+            for w in pool
+            if split is None or w.split == split
+        ]
 
     def seconds(self) -> dict[str, float]:
         """Audio seconds by window id."""
         return {w.id: w.seconds for w in self.windows}
 
     def get(self, window_id: str) -> Window:
-        for w in self.windows:
+        for w in (*self.windows, *self.translations):
             if w.id == window_id:
                 return w
         raise UserError(f"no window {window_id!r} in {self.path}; `as2d corpus list` shows the ids")
+
+
+def _check_split(name: str | None) -> None:
+    if name is not None and name not in SPLITS:
+        raise UserError(f"unknown split {name!r}; use one of {', '.join(SPLITS)}")
 
 
 # ------------------------------------------------------------------ audio files
@@ -219,45 +276,83 @@ def load_corpus(directory: Path | str | None = None) -> Corpus:
             f"{path}: key 'schema' must be {SCHEMA!r}; this is not an as2d corpus manifest"
         )
     version = data.get("version")
-    if version != VERSION:
+    if version not in READS:
         hint = (
             "upgrade as2d"
             if isinstance(version, int) and version > VERSION
             else "regenerate it with training/make_corpus.py"
         )
         raise FormatError(
-            f"{path}: corpus manifest version {version!r} is not supported (this as2d reads {VERSION}); {hint}"
+            f"{path}: corpus manifest version {version!r} is not supported (this as2d reads {', '.join(map(str, READS))}); {hint}"
         )
     items = data.get("windows")
     if not isinstance(items, list):
         raise FormatError(f"{path}: key 'windows' must be a list")
-    windows: list[Window] = []
-    seen: set[str] = set()
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise FormatError(f"{path}: windows[{i}] must be an object")
-        for key, typ in _FIELDS.items():
-            if not isinstance(item.get(key), typ):
-                raise FormatError(
-                    f"{path}: windows[{i}] key {key!r} is missing or has the wrong type"
-                )
-        if item["split"] not in SPLITS or item["setting"] not in SETTINGS:
-            raise FormatError(
-                f"{path}: windows[{i}] has unknown split/setting {item['split']!r}/{item['setting']!r}"
-            )
-        if item["id"] in seen:
-            raise FormatError(f"{path}: window id {item['id']!r} appears twice")
-        seen.add(item["id"])
-        windows.append(
-            Window(
-                item["id"],
-                item["split"],
-                item["setting"],
-                item["language"],
-                float(item["seconds"]),
-                item["voice"],
-                directory / item["audio"],
-                item["text"],
-            )
+    windows = [_window(path, directory, i, item) for i, item in enumerate(items)]
+    ids = [w.id for w in windows]
+    twice = next((i for i in ids if ids.count(i) > 1), None)
+    if twice is not None:
+        raise FormatError(f"{path}: window id {twice!r} appears twice")
+    questions = _questions(path, data.get("requests", []), {w.id: w for w in windows})
+    return Corpus(
+        path,
+        dict(data.get("generator") or {}),
+        tuple(w for w in windows if w.translation is None),
+        tuple(w for w in windows if w.translation is not None),
+        questions,
+    )
+
+
+def _window(path: Path, directory: Path, i: int, item: object) -> Window:
+    if not isinstance(item, dict):
+        raise FormatError(f"{path}: windows[{i}] must be an object")
+    for key, typ in _FIELDS.items():
+        if not isinstance(item.get(key), typ):
+            raise FormatError(f"{path}: windows[{i}] key {key!r} is missing or has the wrong type")
+    translation = item.get("translation")
+    if translation is not None and not isinstance(translation, str):
+        raise FormatError(f"{path}: windows[{i}] key 'translation' must be a string")
+    settings = SETTINGS if translation is None else TRANSLATE_SETTINGS
+    if item["split"] not in SPLITS or item["setting"] not in settings:
+        raise FormatError(
+            f"{path}: windows[{i}] has unknown split/setting {item['split']!r}/{item['setting']!r}"
         )
-    return Corpus(path, dict(data.get("generator") or {}), tuple(windows))
+    return Window(
+        item["id"],
+        item["split"],
+        item["setting"],
+        item["language"],
+        float(item["seconds"]),
+        item["voice"],
+        directory / item["audio"],
+        item["text"],
+        translation,
+    )
+
+
+_REQUEST_FIELDS = ("id", "split", "task", "window", "kind", "question", "answer")
+
+
+def _questions(path: Path, items: object, windows: dict[str, Window]) -> tuple[Request, ...]:
+    """The manifest's spoken-QA requests, each naming a window of its own split."""
+    if not isinstance(items, list):
+        raise FormatError(f"{path}: key 'requests' must be a list")
+    out: list[Request] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(k), str) for k in _REQUEST_FIELDS
+        ):
+            raise FormatError(
+                f"{path}: requests[{i}] must be an object with string keys {', '.join(_REQUEST_FIELDS)}"
+            )
+        w = windows.get(item["window"])
+        if item["task"] != "answer" or w is None or w.split != item["split"]:
+            raise FormatError(
+                f"{path}: requests[{i}] must ask task 'answer' of a window of its split "
+                f"({item['window']!r} in {item['split']!r})"
+            )
+        out.append(Request(item["id"], w, "answer", item["question"], item["answer"], item["kind"]))
+    ids = [q.id for q in out]
+    if len(set(ids)) != len(ids) or set(ids) & set(windows):
+        raise FormatError(f"{path}: request ids must be unique and differ from the window ids")
+    return tuple(out)

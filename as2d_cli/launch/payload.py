@@ -437,6 +437,8 @@ def push_windows(
     data = json.loads(corpus.path.read_text(encoding="utf-8"))
     keep = [w for w in data["windows"] if w.get("id") in set(ids)]
     data["windows"] = keep
+    if "requests" in data:  # the spoken-QA requests about the windows pushed
+        data["requests"] = [r for r in data["requests"] if r.get("window") in set(ids)]
     remote = posixpath.join(run_dir, "corpus")
     dirs = sorted({posixpath.dirname(posixpath.join(remote, w["audio"])) for w in keep} | {remote})
     device.shell(["mkdir", "-p", *dirs], deadline_s=30).check(f"creating {remote}")
