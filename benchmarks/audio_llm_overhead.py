@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
-from as2d_cli.models.bundle import load_bundle  # noqa: E402
 from as2d_cli.models.loader import open_seq2seq  # noqa: E402
+from as2d_cli.models.model_pair import load_pair  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 
@@ -43,14 +43,14 @@ def raw_call(model, ids: np.ndarray, feeds: dict) -> None:
     model.decoder.run(None, feeds)
 
 
-def overhead(bundle, calls: int) -> None:
+def overhead(loaded, calls: int) -> None:
     w = load_corpus().get("dev-read-000")
     audio = w.load_audio()
-    print(f"pair {bundle.name}: {calls} interleaved calls per width, median ms (adapter / raw)")
+    print(f"pair {loaded.name}: {calls} interleaved calls per width, median ms (adapter / raw)")
     for name in ("target", "drafter"):
-        if bundle.kind(name) != "audio-llm-onnx":
+        if loaded.kind(name) != "audio-llm-onnx":
             continue
-        model: Any = open_seq2seq(bundle, name)  # the audio-LLM adapter (its graphs are read)
+        model: Any = open_seq2seq(loaded, name)  # the audio-LLM adapter (its graphs are read)
         cross = model.encode(audio, w.language)
         _, past = model.decode(list(cross.prompt), model.empty_cache(), cross)
         _, past = model.decode(list(range(40, 56)), past, cross)
@@ -94,12 +94,12 @@ def conversion(windows: int) -> None:
         DATA / "whisper" / "drafter",
         Path(tempfile.mkdtemp()) / "cross",
     )
-    bundle = load_bundle(pair)
-    drafter = open_seq2seq(bundle, "drafter")
+    loaded = load_pair(pair)
+    drafter = open_seq2seq(loaded, "drafter")
     conv_ns = step_ns = published = source_tokens = 0
     for w in load_corpus().split("dev")[:windows]:
         src = drafter_source(
-            "drafter", drafter, w.load_audio(), target_vocab=bundle.vocab, language=w.language
+            "drafter", drafter, w.load_audio(), target_vocab=loaded.vocab, language=w.language
         )
         src.start()
         t0 = time.perf_counter_ns()
@@ -130,7 +130,7 @@ def main() -> None:
 
         data = DATA / "audio_llm"
         pair = import_pair(data / "target", data / "drafter", Path(tempfile.mkdtemp()) / "fixture")
-    overhead(load_bundle(pair), a.calls)
+    overhead(load_pair(pair), a.calls)
     conversion(a.windows)
 
 

@@ -61,9 +61,7 @@ def main() -> int:
         device = session.device()
         deployed = deploy(device, built.archive)
         t3 = time.monotonic()
-        launcher = BundleLauncher(
-            deployed, models="package:" + pair_folder(pair).removeprefix("as2d_cli/")
-        )
+        launcher = BundleLauncher(deployed, models=deployed.carried(pair_folder(pair)))
         got = open_runner(device, str(pair), launcher=launcher).call(
             {"op": "decode", "window": a.window, "method": "as2d", "events": False}
         )

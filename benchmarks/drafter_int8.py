@@ -34,7 +34,7 @@ import export  # noqa: E402
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.corpus.text import edit_distance  # noqa: E402
 from as2d_cli.evaluate.native import pick_windows  # noqa: E402
-from as2d_cli.models.bundle import load_bundle  # noqa: E402
+from as2d_cli.models.model_pair import load_pair  # noqa: E402
 from as2d_cli.models.session import Seq2SeqModel, make_session  # noqa: E402
 
 
@@ -82,16 +82,16 @@ def main() -> None:
     )
     ap.add_argument("--limit", type=int, default=200, help="tokens per free run")
     a = ap.parse_args()
-    bundle = load_bundle()
-    target = Seq2SeqModel(bundle, "target")
-    drafter = Seq2SeqModel(bundle, "drafter")
+    pair = load_pair()
+    target = Seq2SeqModel(pair, "target")
+    drafter = Seq2SeqModel(pair, "drafter")
     ws = {w.id: w for w in load_corpus().split(a.split)}
     picked = [
         ws[i] for i in pick_windows(list(ws), {i: w.setting for i, w in ws.items()}, a.windows)
     ]
     with tempfile.TemporaryDirectory() as tmp:
         f32, q8 = export_pair(Path(tmp))
-        shipped = bundle.path(bundle.model("drafter")["files"]["decoder"])
+        shipped = pair.path(pair.model("drafter")["files"]["decoder"])
         same = (
             hashlib.sha256(q8.read_bytes()).digest()
             == hashlib.sha256(shipped.read_bytes()).digest()

@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT))
 
 from as2d_cli.corpus.manifest import SETTINGS, load_corpus  # noqa: E402
 from as2d_cli.corpus.text import char_errors, normalize_text, word_errors  # noqa: E402
-from as2d_cli.models.bundle import load_bundle  # noqa: E402
 from as2d_cli.models.drafter import OrtDrafter  # noqa: E402
+from as2d_cli.models.model_pair import load_pair  # noqa: E402
 from as2d_cli.models.session import Seq2SeqModel  # noqa: E402
 from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource  # noqa: E402
 from as2d_cli.models.target import OrtTarget, greedy_decode  # noqa: E402
@@ -107,19 +107,19 @@ def median_ms(fn, reps: int) -> float:
     return float(np.median(times) * 1e3)
 
 
-def costs(bundle, reps: int = 40) -> dict:
+def costs(pair, reps: int = 40) -> dict:
     rng = np.random.default_rng(0)
     audio = (rng.standard_normal(16000 * 10) * 0.05).astype(np.float32)
     out: dict[str, float] = {}
     for name in ("target", "drafter"):
-        m = Seq2SeqModel(bundle, name, 1)
+        m = Seq2SeqModel(pair, name, 1)
         out[f"{name}_encoder_10s_ms"] = median_ms(partial(m.encode, audio), 7)
         cross = m.encode(audio)
         _, past = m.decode(list(range(4, 44)), m.empty_cache(), cross)  # 40 tokens of context
         for k in (1, 2, 4, 8, 16) if name == "target" else (1, 8):
             toks = list(range(5, 5 + k))
             out[f"{name}_K{k}_ms"] = median_ms(partial(m.decode, toks, past, cross), reps)
-    rec = CtcRecognizer(bundle, 1)
+    rec = CtcRecognizer(pair, 1)
     out["ctc_chunk_2.56s_ms"] = median_ms(lambda: rec.transcribe(audio[:40960]), 15)
     out["drafter_over_target_K1"] = out["drafter_K1_ms"] / out["target_K1_ms"]
     out["target_K8_over_K1"] = out["target_K8_ms"] / out["target_K1_ms"]
@@ -288,17 +288,17 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    bundle = load_bundle()
+    pair = load_pair()
     if args.costs_only:
-        for k, v in costs(bundle).items():
+        for k, v in costs(pair).items():
             print(f"{k:>28}: {v:.3f}")
         return
     ms = _Models(
-        bundle.vocab,
-        OrtTarget(bundle),
-        OrtDrafter(bundle),
-        Seq2SeqModel(bundle, "drafter", 1),
-        CtcRecognizer(bundle, 1),
+        pair.vocab,
+        OrtTarget(pair),
+        OrtDrafter(pair),
+        Seq2SeqModel(pair, "drafter", 1),
+        CtcRecognizer(pair, 1),
     )
     per: dict[str, Tally] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     disagreements = []
@@ -321,7 +321,7 @@ def main() -> None:
         "target_tokens_excl_eos": n_tokens,
         "quality": _quality_table(per),
         "batched_vs_sequential_K8_disagreements": disagreements,
-        "costs_ms_one_thread": costs(bundle),
+        "costs_ms_one_thread": costs(pair),
         "wall_seconds": round(time.time() - t_start, 1),
     }
     _print_result(result)

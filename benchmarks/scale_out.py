@@ -62,7 +62,7 @@ def main() -> None:
     import ray
 
     from as2d_cli.execution.ray_executor import RayExecutor
-    from as2d_cli.models.bundle import DEFAULT_DIR
+    from as2d_cli.models.model_pair import DEFAULT_DIR
     from as2d_cli.tracegen.build import pair_files
 
     ts = synthetic_traces(drafter=False)

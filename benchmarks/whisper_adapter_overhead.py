@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
-from as2d_cli.models.bundle import load_bundle  # noqa: E402
 from as2d_cli.models.loader import open_seq2seq  # noqa: E402
+from as2d_cli.models.model_pair import load_pair  # noqa: E402
 
 
 def raw_feeds(model, tokens, past, cross) -> tuple[Any, dict]:
@@ -57,14 +57,14 @@ def main() -> None:
 
         data = ROOT / "tests" / "data" / "whisper"
         pair = import_pair(data / "target", data / "drafter", Path(tempfile.mkdtemp()) / "fixture")
-    bundle = load_bundle(pair)
+    loaded = load_pair(pair)
     w = load_corpus().get("dev-read-000")
     audio = w.load_audio()
     print(
-        f"pair {bundle.name}: {a.calls} interleaved calls per width, median ms (adapter / raw ONNX Runtime)"
+        f"pair {loaded.name}: {a.calls} interleaved calls per width, median ms (adapter / raw ONNX Runtime)"
     )
     for name in ("target", "drafter"):
-        model = open_seq2seq(bundle, name)
+        model = open_seq2seq(loaded, name)
         cross = model.encode(audio, w.language)
         _, past = model.decode(list(cross.prompt), model.empty_cache(), cross)
         _, past = model.decode(

@@ -300,7 +300,7 @@ def probe_drafter(
     widths = [int(k) for k in cmd.get("widths", range(1, 17))]
     ref, _ = greedy_reference(target, audio, 48, language, question=question)
     drafter.start(audio, None, language, question)
-    if runner.models.bundle.converts("drafter"):  # its own tokenizer: probe it in its tokens
+    if runner.models.pair.converts("drafter"):  # its own tokenizer: probe it in its tokens
         ref = _drafter_tokens(drafter, ref, 48)
         drafter = drafter.inner
     model, cross = drafter.model, drafter._cross
@@ -468,7 +468,7 @@ def probe_episodes(
                 s
                 for s in specs_all
                 if (s.get("source") != "ctc" or runner.models.ctc_eligible(lang))
-                and (s.get("source") != "lookahead" or runner.models.bundle.has_ahead())
+                and (s.get("source") != "lookahead" or runner.models.pair.has_ahead())
             ]
             k = n % len(specs)  # a rotating order, as native evaluation runs them
             n += 1

@@ -42,18 +42,18 @@ def _worker(
     cores: Sequence[int] | None,
     prompt: dict[str, Any] | None = None,
 ) -> None:
-    from as2d_cli.models.bundle import load_bundle
     from as2d_cli.models.loader import open_seq2seq
+    from as2d_cli.models.model_pair import load_pair
     from as2d_cli.models.prompting import PromptSpec
     from as2d_cli.models.sources import CtcSource, drafter_source, open_ctc
     from native.producer import pin_current_thread, source_units
 
     pinned = pin_current_thread(cores)
     try:
-        bundle = load_bundle(  # the runner checked the hashes
+        pair = load_pair(  # the runner checked the hashes
             models_dir, check_hashes=False, prompt=PromptSpec.from_wire(prompt)
         )
-        drafter = open_seq2seq(bundle, "drafter", threads)
+        drafter = open_seq2seq(pair, "drafter", threads)
         ctc: Any = None
         ahead: Any = None  # the look-ahead decoder, opened on the first lookahead request
     except BaseException as exc:  # reported to the runner, which falls back to a thread
@@ -74,17 +74,17 @@ def _worker(
         question = more[1] if len(more) > 1 else None  # the request's own (a corpus window's)
         try:
             if name == "ctc":
-                ctc = ctc or open_ctc(bundle, threads=threads)
+                ctc = ctc or open_ctc(pair, threads=threads)
                 units = source_units(CtcSource(ctc, audio))
             else:
                 if name == "lookahead" and ahead is None:
-                    ahead = open_seq2seq(bundle, "drafter", threads, ahead=True)
+                    ahead = open_seq2seq(pair, "drafter", threads, ahead=True)
                 units = source_units(
                     drafter_source(
                         name,
                         ahead if name == "lookahead" else drafter,
                         audio,
-                        target_vocab=bundle.vocab,
+                        target_vocab=pair.vocab,
                         limit=limit,
                         hidden=hidden,
                         language=req_language,

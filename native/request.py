@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class Models:
-    """The loaded model bundle: target, prefix-conditioned drafter, source models."""
+    """The loaded model pair: target, prefix-conditioned drafter, source models."""
 
-    bundle: Any
+    pair: Any
     target: Any
     drafter: Any
     threads: int = 1
@@ -59,13 +59,13 @@ class Models:
 
         if name == "ctc":
             if self._ctc is None:
-                self._ctc = open_ctc(self.bundle, threads=self.threads)
+                self._ctc = open_ctc(self.pair, threads=self.threads)
             return CtcSource(self._ctc, audio)
         return drafter_source(
             name,
             self.decoder_for(name),
             audio,
-            target_vocab=self.bundle.vocab,
+            target_vocab=self.pair.vocab,
             limit=limit,
             hidden=self.shared_hidden(),
             language=language,
@@ -80,7 +80,7 @@ class Models:
         if self._ahead is None:
             from as2d_cli.models.loader import open_seq2seq
 
-            self._ahead = open_seq2seq(self.bundle, "drafter", self.threads, ahead=True)
+            self._ahead = open_seq2seq(self.pair, "drafter", self.threads, ahead=True)
         return self._ahead
 
     @property
@@ -108,7 +108,7 @@ class Models:
 
             try:
                 self._worker = ProducerWorker(
-                    str(self.bundle.directory), self.threads, cores, self.bundle.prompt.to_wire()
+                    str(self.pair.directory), self.threads, cores, self.pair.prompt.to_wire()
                 )
             except (UserError, OSError) as exc:
                 self._worker_failed = str(exc)
@@ -124,17 +124,11 @@ class Models:
         """True when the pair has a CTC source and it reads ``language`` (paper D.4.3)."""
         from as2d_cli.models.sources import open_ctc
 
-        if not self.bundle.has("ctc"):
+        if not self.pair.has("ctc"):
             return False
         if self._ctc is None:
-            self._ctc = open_ctc(self.bundle, threads=self.threads)
+            self._ctc = open_ctc(self.pair, threads=self.threads)
         return self._ctc.eligible(language)
-
-
-# A ``models`` folder named inside this process's own as2d_cli package (a pair an arm64
-# bundle carries): a device path would not name the same file for a host process standing
-# in for the phone (the emulated phone); a package-relative name does, on both.
-PACKAGE_PREFIX = "package:"
 
 
 def load_models(
@@ -143,25 +137,18 @@ def load_models(
     *,
     prompt: PromptSpec | None = None,
 ) -> Models:
-    """Load a model pair (default: the bundled one; ``package:REL`` is a folder inside the
-    as2d_cli package); ``prompt`` holds the request settings (task, language, question,
-    instruction text: docs/models.md). The prefix-conditioned drafter drafts through the
-    text conversion when its tokenizer is not the target's."""
-    from as2d_cli.models.bundle import load_bundle
+    """Load a model pair (default: the bundled one; a relative folder is found from the
+    working directory, where a phone's launcher starts this process); ``prompt`` holds the
+    request settings (task, language, question, instruction text: docs/models.md). The
+    prefix-conditioned drafter drafts through the text conversion when its tokenizer is not
+    the target's."""
     from as2d_cli.models.drafter import open_drafter
+    from as2d_cli.models.model_pair import load_pair
     from as2d_cli.models.target import OrtTarget
 
-    if directory is not None and directory.startswith(PACKAGE_PREFIX):
-        import as2d_cli
-
-        directory = os.path.join(
-            os.path.dirname(as2d_cli.__file__), directory[len(PACKAGE_PREFIX) :]
-        )
     t0 = time.perf_counter()
-    bundle = load_bundle(directory, prompt=prompt)
-    models = Models(
-        bundle, OrtTarget(bundle, threads=threads), open_drafter(bundle, threads), threads
-    )
+    pair = load_pair(directory, prompt=prompt)
+    models = Models(pair, OrtTarget(pair, threads=threads), open_drafter(pair, threads), threads)
     models.load_ms = (time.perf_counter() - t0) * 1e3
     return models
 
@@ -394,17 +381,17 @@ def _result(
     n = len(res.tokens)
     T = dec.T
     producer = src.producer
-    bundle = models.bundle
+    pair = models.pair
     out: dict[str, Any] = {
         "id": s.get("id"),
-        "pair": bundle.name,
-        "model_type": bundle.model_type(),
-        "task": bundle.task or bundle.default_task(),
-        "language": bundle.language or language,
+        "pair": pair.name,
+        "model_type": pair.model_type(),
+        "task": pair.task or pair.default_task(),
+        "language": pair.language or language,
         # The question the prompt asked: the pair's --question, else the request's own
         # (a corpus window's, for --task answer); None for any other task.
-        "question": bundle.prompt.for_window(question).question,
-        "prompt_sha256": bundle.prompt_hash(question),
+        "question": pair.prompt.for_window(question).question,
+        "prompt_sha256": pair.prompt_hash(question),
         # the settings in MethodSpec's wire form, with the source that ran (after fallback)
         **s["spec"].to_wire(),
         "policy": policy.name,

@@ -76,7 +76,7 @@ class Runner:
                 "--verifier-cores / --producer-cores"
             )
         self.models = load_models(cmd.get("models"), threads=threads, prompt=_prompt(cmd))
-        b = self.models.bundle
+        b = self.models.pair
         self.emit(
             "loaded",
             load_ms=self.models.load_ms,

@@ -363,7 +363,7 @@ def check_blocks(
 
 
 def _text(models: Any, tokens: Sequence[int], eos: int) -> str:
-    vocab = models.bundle.vocab
+    vocab = models.pair.vocab
     body = [t for t in tokens if t != eos]
     try:
         return str(vocab.decode(body))

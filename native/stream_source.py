@@ -101,15 +101,15 @@ class SourceEpochs(threading.Thread):
         assert self.pacer is not None
         blocks = self.pacer.blocks
         out: list[int] = []
-        bundle = self.models.bundle
-        eos = bundle.vocab.eot
+        pair = self.models.pair
+        eos = pair.vocab.eot
         for j in range(i - 1, -1, -1):
             if blocks[j].epoch != blocks[i].epoch:
                 break
             out = [t for t in self.buffers[j].tokens if t != eos] + out
-        if out and bundle.converts("drafter"):
+        if out and pair.converts("drafter"):
             out = self.models.decoder_for(self.s.name).vocab.encode(
-                bundle.vocab.decode(out), start=True
+                pair.vocab.decode(out), start=True
             )
         cap = self.s.limit // 2
         return out[-cap:] if cap > 0 else []
@@ -131,13 +131,13 @@ class SourceEpochs(threading.Thread):
         from as2d_cli.models.sources import CtcSource, drafter_source, open_ctc
 
         if self.s.name == "ctc":
-            source: Any = CtcSource(open_ctc(self.models.bundle, self.models.threads), audio)
+            source: Any = CtcSource(open_ctc(self.models.pair, self.models.threads), audio)
         else:
             source = drafter_source(
                 self.s.name,
                 self.models.decoder_for(self.s.name),
                 audio,
-                target_vocab=self.models.bundle.vocab,
+                target_vocab=self.models.pair.vocab,
                 limit=self.s.limit,
                 language=self.s.language,
                 prefix=prefix,

@@ -335,10 +335,10 @@ def test_candidates_for_a_serial_method_are_refused(work, capsys) -> None:
 
 
 def test_ordered_candidates_in_the_vocabulary_are_accepted(work) -> None:
-    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.model_pair import load_pair
     from native.candidates import load_candidates
 
-    vocab = load_bundle(check_hashes=False).vocab.size
+    vocab = load_pair(check_hashes=False).vocab.size
     (work / "c.jsonl").write_text(
         '{"t_ms": 0, "tokens": [5, 6]}\n\n{"t_ms": 0, "tokens": []}\n{"t_ms": 7.5, "tokens": [9]}\n'
     )
@@ -561,7 +561,7 @@ def test_an_onnx_export_given_as_a_pair_says_import_it(work, capsys) -> None:
 
 
 def test_a_user_pair_missing_a_file_says_reimport_not_reinstall(tmp_path: Path) -> None:
-    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.model_pair import load_pair
 
     (tmp_path / "models.json").write_text(
         json.dumps(
@@ -576,16 +576,16 @@ def test_a_user_pair_missing_a_file_says_reimport_not_reinstall(tmp_path: Path) 
         )
     )
     with pytest.raises(UserError) as e:
-        load_bundle(tmp_path)
+        load_pair(tmp_path)
     msg = str(e.value)
     assert "target_decoder.onnx is missing" in msg and "re-import" in msg
     assert "reinstall" not in msg
 
 
 def test_a_user_pair_whose_manifest_is_damaged_says_reimport(tmp_path: Path) -> None:
-    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.model_pair import load_pair
 
     (tmp_path / "models.json").write_text('{"schema": "as2d.models", "version": 3,')
     with pytest.raises(FormatError) as e:
-        load_bundle(tmp_path)
+        load_pair(tmp_path)
     assert "as2d models import" in str(e.value) and "training/export.py" not in str(e.value)

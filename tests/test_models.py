@@ -13,13 +13,13 @@ import pytest
 from as2d_cli.corpus.manifest import load_corpus
 from as2d_cli.engine.interfaces import Source
 from as2d_cli.errors import FormatError, UserError
-from as2d_cli.models.bundle import DEFAULT_DIR, load_bundle
 from as2d_cli.models.drafter import OrtDrafter
+from as2d_cli.models.model_pair import DEFAULT_DIR, load_pair
 from as2d_cli.models.session import Seq2SeqModel
 from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource, LookaheadSource
 from as2d_cli.models.target import OrtTarget, greedy_decode
 
-BUNDLE = load_bundle()
+BUNDLE = load_pair()
 DEV = load_corpus().split("dev")
 READ = [w for w in DEV if w.setting == "read"]
 WINDOW = min(READ, key=lambda w: w.seconds)
@@ -204,7 +204,7 @@ def test_shared_encoder_of_another_width_is_refused(tmp_path: Path) -> None:
     with pytest.raises(
         UserError, match="reads 'target'.s encoder states of width 256, but was built for 128"
     ):
-        Seq2SeqModel(load_bundle(d), "drafter")
+        Seq2SeqModel(load_pair(d), "drafter")
 
 
 def test_ctc_source_chunks() -> None:
@@ -229,7 +229,7 @@ def _copy_bundle(tmp_path: Path) -> Path:
 
 
 def _edited_bundle(tmp_path: Path, edit) -> Path:
-    """A copy of the bundle whose models.json went through ``edit`` (the files unchanged)."""
+    """A copy of the bundled pair whose models.json went through ``edit`` (the files unchanged)."""
     d = _copy_bundle(tmp_path)
     m = json.loads((d / "models.json").read_text())
     edit(m)
@@ -241,7 +241,7 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
     d = _copy_bundle(tmp_path)
     (d / "drafter_decoder.onnx").unlink()
     with pytest.raises(UserError, match="drafter_decoder.onnx is missing"):
-        load_bundle(d)
+        load_pair(d)
 
 
 def test_changed_file_is_named(tmp_path: Path) -> None:
@@ -249,7 +249,7 @@ def test_changed_file_is_named(tmp_path: Path) -> None:
     with open(d / "ctc.onnx", "ab") as f:
         f.write(b"\0")
     with pytest.raises(UserError, match="ctc.onnx does not match its SHA-256"):
-        load_bundle(d)
+        load_pair(d)
 
 
 @pytest.mark.parametrize(
@@ -263,13 +263,13 @@ def test_changed_file_is_named(tmp_path: Path) -> None:
 def test_bad_manifest_is_refused(tmp_path: Path, edit, message: str) -> None:
     d = _edited_bundle(tmp_path, edit)
     with pytest.raises(FormatError, match=message):
-        load_bundle(d)
+        load_pair(d)
 
 
 def test_mismatched_vocabulary_is_refused(tmp_path: Path) -> None:
     d = _edited_bundle(tmp_path, lambda m: m["models"]["drafter"]["dims"].update(vocab=999))
-    with pytest.raises(UserError, match="bundle is mixed"):
-        OrtDrafter(load_bundle(d))
+    with pytest.raises(UserError, match="pair is mixed"):
+        OrtDrafter(load_pair(d))
 
 
 def test_quantized_decoders_are_as_the_manifest_says() -> None:

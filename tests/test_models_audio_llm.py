@@ -15,8 +15,8 @@ import pytest
 
 from as2d_cli.corpus.manifest import load_corpus
 from as2d_cli.errors import UserError
-from as2d_cli.models.bundle import load_bundle
 from as2d_cli.models.loader import open_seq2seq
+from as2d_cli.models.model_pair import load_pair
 from as2d_cli.models.pair import import_pair
 from as2d_cli.models.prompting import PromptSpec
 
@@ -84,9 +84,9 @@ def test_a_quantized_drafter_variant_imports(tmp_path: Path) -> None:
 def test_prompt_and_greedy_output_equal_transformers(pair: Path, case: dict) -> None:
     from as2d_cli.models.target import OrtTarget, greedy_decode
 
-    bundle = load_bundle(pair, prompt=_spec(case))
+    loaded = load_pair(pair, prompt=_spec(case))
     w = CORPUS.get(case["window"])
-    target = OrtTarget(bundle, name=case["model"])
+    target = OrtTarget(loaded, name=case["model"])
     assert target.model.rendered() == case["rendered"]
     ours = greedy_decode(target, w.load_audio(), len(case["tokens"]), w.language)
     assert list(target._cross.prompt) == case["prompt_ids"]
@@ -137,12 +137,12 @@ def test_outputs_depend_on_the_audio_and_the_task() -> None:
 
 
 def test_the_window_question_is_asked_without_question(pair: Path) -> None:
-    bundle = load_bundle(pair, prompt=PromptSpec("answer"))
-    model = open_seq2seq(bundle, "target")
+    loaded = load_pair(pair, prompt=PromptSpec("answer"))
+    model = open_seq2seq(loaded, "target")
     w = CORPUS.get("dev-read-001")
     cross = model.encode(w.load_audio(), w.language, w.question)
-    assert w.question in bundle.vocab.decode(list(cross.prompt))
-    assert bundle.prompt_hash(w.question) != bundle.prompt_hash(CORPUS.get("dev-read-002").question)
+    assert w.question in loaded.vocab.decode(list(cross.prompt))
+    assert loaded.prompt_hash(w.question) != loaded.prompt_hash(CORPUS.get("dev-read-002").question)
 
 
 # ---------------------------------------------------------------------------- every method exact
@@ -203,10 +203,10 @@ def test_a_drafter_of_another_vocabulary_and_ctc_stay_exact(
 
 
 def test_the_conversion_publishes_only_what_cannot_change() -> None:
-    from as2d_cli.models.bundle import Vocabulary
     from as2d_cli.models.conversion import TextConversion
+    from as2d_cli.models.model_pair import Vocabulary
 
-    tgt = load_bundle(
+    tgt = load_pair(
         import_pair(TARGET, DRAFTER, Path(pytest.importorskip("tempfile").mkdtemp()) / "v")
     )
     src = Vocabulary(WHISPER_DRAFTER / "tokenizer.json", {"eot": 0, "sot": 1})
@@ -252,7 +252,7 @@ def test_a_template_without_the_audio_placeholder_is_refused(tmp_path: Path) -> 
 
 def test_a_placeholder_count_unlike_the_encoders_is_refused(tmp_path: Path) -> None:
     t = _with_template(tmp_path, "<|AUDIO|>" * 3)
-    model = open_seq2seq(load_bundle(import_pair(t, DRAFTER, tmp_path / "p")), "target")
+    model = open_seq2seq(load_pair(import_pair(t, DRAFTER, tmp_path / "p")), "target")
     with pytest.raises(UserError, match="holds 3 audio placeholders but the audio encoder gives"):
         model.encode(CORPUS.get("dev-read-000").load_audio())
 
@@ -267,8 +267,8 @@ def test_a_graph_lacking_an_input_is_refused_and_nothing_stays(tmp_path: Path) -
 
 
 def test_a_prompt_longer_than_the_context_is_refused(pair: Path) -> None:
-    bundle = load_bundle(pair, prompt=PromptSpec("transcribe", text="word " * 800))
-    model = open_seq2seq(bundle, "target")
+    loaded = load_pair(pair, prompt=PromptSpec("transcribe", text="word " * 800))
+    model = open_seq2seq(loaded, "target")
     with pytest.raises(UserError, match="the prompt is .* tokens, the model holds 1024 positions"):
         model.encode(CORPUS.get("dev-read-000").load_audio())
 
@@ -284,7 +284,7 @@ def test_prompt_settings_are_refused_where_they_do_not_apply() -> None:
         Path(pytest.importorskip("tempfile").mkdtemp()) / "w",
     )
     with pytest.raises(UserError, match="--task answer needs an audio language model"):
-        load_bundle(whisper, prompt=PromptSpec("answer", question="who?"))
+        load_pair(whisper, prompt=PromptSpec("answer", question="who?"))
 
 
 def _as2d(*args: str) -> subprocess.CompletedProcess[str]:
@@ -369,7 +369,7 @@ def test_traces_selection_native_eval_and_stream_run_on_the_pair(tmp_path: Path)
     # a profile recorded as measured with this pair and task (the K70 profile's costs)
     k70 = Path(__file__).parents[1] / "as2d_cli" / "assets" / "profiles" / "k70.profile.yaml"
     doc = yaml.safe_load(k70.read_text())
-    doc["device"]["pair"] = load_bundle(p, prompt=PromptSpec("answer")).identity()
+    doc["device"]["pair"] = load_pair(p, prompt=PromptSpec("answer")).identity()
     prof = tmp_path / "alm.profile.yaml"
     prof.write_text(yaml.safe_dump(doc))
     dep = tmp_path / "alm.deployment.yaml"

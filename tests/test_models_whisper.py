@@ -15,8 +15,8 @@ import pytest
 
 from as2d_cli.corpus.manifest import load_corpus
 from as2d_cli.errors import UserError
-from as2d_cli.models.bundle import load_bundle
 from as2d_cli.models.loader import open_seq2seq
+from as2d_cli.models.model_pair import load_pair
 from as2d_cli.models.pair import import_pair
 from as2d_cli.models.prompting import PromptSpec
 from as2d_cli.models.target import OrtTarget, greedy_decode
@@ -164,8 +164,8 @@ def _same_as_generate(ours: list[int], ref: list[int], eos: int, limit: int) -> 
 
 
 def test_target_only_equals_transformers_greedy_generation(pair: Path) -> None:
-    bundle = load_bundle(pair)
-    target = OrtTarget(bundle)
+    loaded = load_pair(pair)
+    target = OrtTarget(loaded)
     for wid, by_model in REFERENCE["windows"].items():
         w = CORPUS.get(wid)
         ref = by_model["target"]["transcribe"]
@@ -180,16 +180,16 @@ def test_target_only_equals_transformers_greedy_generation(pair: Path) -> None:
 
 
 def test_drafter_and_translate_equal_transformers(pair: Path) -> None:
-    bundle = load_bundle(pair)
-    drafter = open_seq2seq(bundle, "drafter")
-    eos, limit = bundle.vocab.eot, drafter.max_positions - 4
+    loaded = load_pair(pair)
+    drafter = open_seq2seq(loaded, "drafter")
+    eos, limit = loaded.vocab.eot, drafter.max_positions - 4
     for wid, by_model in REFERENCE["windows"].items():
         ref = by_model["drafter"]["transcribe"]
         ours = _greedy(drafter, CORPUS.get(wid).load_audio(), ref["language"], eos)
         assert _same_as_generate(ours, ref["sequence"], eos, limit), wid
     wid = next(iter(REFERENCE["windows"]))
     ref = REFERENCE["windows"][wid]["target"]["translate"]
-    translating = open_seq2seq(load_bundle(pair, prompt=PromptSpec("translate")), "target")
+    translating = open_seq2seq(load_pair(pair, prompt=PromptSpec("translate")), "target")
     ours = _greedy(translating, CORPUS.get(wid).load_audio(), ref["language"], eos)
     assert _same_as_generate(ours, ref["sequence"], eos, limit)
 
@@ -413,23 +413,23 @@ def test_the_pair_identity_covers_every_models_files(pair: Path) -> None:
     either model's file changes the identity (none shadows the other's)."""
     import copy
 
-    from as2d_cli.models.bundle import ModelBundle
+    from as2d_cli.models.model_pair import ModelPair
 
-    b = load_bundle(pair, check_hashes=False)
+    b = load_pair(pair, check_hashes=False)
     for role in ("target", "drafter"):
         m = copy.deepcopy(b.manifest)
         key = next(k for k in m["models"][role]["sha256"] if k.endswith("encoder_model.onnx"))
         m["models"][role]["sha256"][key] = "0" * 64
-        assert (
-            ModelBundle(b.directory, m, b.vocab).identity()["sha256"] != b.identity()["sha256"]
-        ), role
+        assert ModelPair(b.directory, m, b.vocab).identity()["sha256"] != b.identity()["sha256"], (
+            role
+        )
 
 
 def test_task_and_language_are_refused_for_the_bundled_pair() -> None:
     with pytest.raises(
         UserError, match="select a prompt; the pair in .* is the bundled transcription pair"
     ):
-        load_bundle(prompt=PromptSpec("translate"))
+        load_pair(prompt=PromptSpec("translate"))
 
 
 def test_external_data_files_are_carried_and_hashed(tmp_path: Path) -> None:
@@ -451,14 +451,14 @@ def test_a_changed_file_is_refused_at_load(tmp_path: Path) -> None:
     f = p / "target" / "encoder_model.onnx"
     f.write_bytes(f.read_bytes()[:-10])
     with pytest.raises(UserError, match="does not match its SHA-256.*re-import the pair"):
-        load_bundle(p)
+        load_pair(p)
 
 
 # ---------------------------------------------------------------------------- models check
 def test_models_check_passes_on_the_pair(pair: Path) -> None:
     from as2d_cli.models.check import check_pair, render_check
 
-    res = check_pair(load_bundle(pair), [CORPUS.get("dev-read-000")], reps=1)
+    res = check_pair(load_pair(pair), [CORPUS.get("dev-read-000")], reps=1)
     assert res["ok"], render_check(res)
     w = res["windows"][0]
     assert [x["width"] for x in w["target"]["widths"]] == list(range(1, 17))
@@ -478,7 +478,7 @@ def _as2d(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
 
 def test_decode_with_the_pair_prints_the_reference_tokens(pair: Path) -> None:
     ref = REFERENCE["windows"]["dev-read-000"]["target"]["transcribe"]["sequence"]
-    eos = load_bundle(pair).vocab.eot
+    eos = load_pair(pair).vocab.eot
     for method in ("target-only", "as2d", "sd"):
         r = _as2d(
             "decode",
@@ -539,8 +539,7 @@ def test_traces_record_the_pair_and_another_pairs_profile_is_refused(
         build_traces("dev", tmp_path / "b.jsonl.gz", limit=1, processes=1, max_tokens=8)
     )
     assert (
-        bundled.provenance["pair"]["name"] == "bundled"
-        and bundled.eos_id == load_bundle().vocab.eot
+        bundled.provenance["pair"]["name"] == "bundled" and bundled.eos_id == load_pair().vocab.eot
     )
     shipped = (
         Path(__file__).resolve().parents[1]
@@ -572,7 +571,7 @@ def test_a_drafters_differences_are_information_a_targets_fail(tmp_path: Path) -
             str(d / f"{stem}.onnx"), str(d / f"{stem}_int8.onnx"), weight_type=QuantType.QInt8
         )
     p = import_pair(TARGET, d, tmp_path / "p", drafter_variant="int8")
-    res = check_pair(load_bundle(p), [CORPUS.get("dev-read-000")], reps=1)
+    res = check_pair(load_pair(p), [CORPUS.get("dev-read-000")], reps=1)
     assert res["ok"], render_check(res)
     # the rule itself: differences of the drafter are reported, the target's fail the check
     row = res["windows"][0]

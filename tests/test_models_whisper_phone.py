@@ -80,7 +80,7 @@ def test_the_arm64_bundle_carries_the_pair_under_qemu(
     try:
         device = session.device()
         deployed = deploy(device, built.archive)
-        launcher = BundleLauncher(deployed, models="package:" + rel.removeprefix("as2d_cli/"))
+        launcher = BundleLauncher(deployed, models=deployed.carried(rel))
         runner = open_runner(device, str(pair), launcher=launcher)
         got = runner.call({"op": "decode", "window": WINDOW, "method": "as2d", "events": False})
         assert got["tokens"] == host_tokens and got["pair"] == "tiny"

@@ -97,7 +97,7 @@ def test_source_runs_in_its_own_process_and_publishes_its_own_sequence(runner) -
     target) and publishes exactly the sequence the source produces in-process."""
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.engine import CandidateBuffer, WallClock
-    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.model_pair import load_pair
     from as2d_cli.models.session import Seq2SeqModel
     from as2d_cli.models.sources import DrafterSource
     from as2d_cli.models.target import OrtTarget
@@ -114,12 +114,12 @@ def test_source_runs_in_its_own_process_and_publishes_its_own_sequence(runner) -
     )  # startup first
 
     audio = load_corpus().get(runner.english).load_audio()
-    own = DrafterSource(Seq2SeqModel(load_bundle(), "drafter", 1), audio, 20)
+    own = DrafterSource(Seq2SeqModel(load_pair(), "drafter", 1), audio, 20)
     own.start()
     expected = []
     while (unit := own.step()) is not None:
         expected += [t for t, _ in unit]
-    target = OrtTarget(load_bundle())
+    target = OrtTarget(load_pair())
     target.start(audio)  # the target's encoder states, which the shipped drafter reads
     worker = ProducerWorker(None, 1, None)
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from as2d_cli.models.bundle import load_bundle
+from as2d_cli.models.model_pair import load_pair
 
 VECTORS = Path(__file__).parent / "data" / "runner" / "vectors.jsonl"
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def runner():
 def test_vectors_match_the_bundled_models() -> None:
     header, vectors = _load()
     assert header["schema"] == "as2d.runner-vectors" and header["version"] == 1
-    models = {name: info["sha256"] for name, info in load_bundle().manifest["models"].items()}
+    models = {name: info["sha256"] for name, info in load_pair().manifest["models"].items()}
     assert header["models"] == models, (
         "the bundled models changed since the vectors were recorded: "
         "run python training/record_runner_vectors.py"

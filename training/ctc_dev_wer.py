@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.corpus.text import word_errors  # noqa: E402
-from as2d_cli.models.bundle import load_bundle  # noqa: E402
+from as2d_cli.models.model_pair import load_pair  # noqa: E402
 from as2d_cli.models.session import make_session  # noqa: E402
 from as2d_cli.models.sources import CtcRecognizer, CtcSource  # noqa: E402
 
@@ -46,7 +46,7 @@ def main() -> int:
         "onnx", nargs="*", type=Path, help="CTC model files to score (default: the bundled one)"
     )
     a = ap.parse_args()
-    rec = CtcRecognizer(load_bundle(), threads=1)
+    rec = CtcRecognizer(load_pair(), threads=1)
     corpus = load_corpus()
     windows = [
         w for split in ("dev", "val") for w in corpus.split(split) if rec.eligible(w.language)

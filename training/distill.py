@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from as2d_cli.models.bundle import load_bundle  # noqa: E402
+from as2d_cli.models.model_pair import load_pair  # noqa: E402
 from as2d_cli.models.session import Seq2SeqModel  # noqa: E402
 
 WORK = ROOT / "training" / "work"
@@ -62,7 +62,7 @@ _WORKER: dict = {}
 
 def _start_worker(directory: str, threads: int) -> None:
     """Each worker process holds its own target session and the set's features (mapped)."""
-    model = Seq2SeqModel(load_bundle(), "target", threads)
+    model = Seq2SeqModel(load_pair(), "target", threads)
     _WORKER.update(model=model, feats=np.load(Path(directory) / "features.npy", mmap_mode="r"))
 
 
@@ -105,8 +105,8 @@ def main() -> int:
         raise SystemExit(
             f"no training set at {directory}: run training/make_corpus.py --only train --shard {args.set}"
         )
-    bundle = load_bundle()
-    info = bundle.model("target")
+    pair = load_pair()
+    info = pair.model("target")
     sha = info["sha256"][info["files"]["decoder"]]
     items = json.loads((directory / "index.json").read_text())["items"]
     done = load(directory, sha)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from as2d_cli.corpus.manifest import load_corpus
 from as2d_cli.launch.host import LocalRunner
-from as2d_cli.models.bundle import load_bundle
+from as2d_cli.models.model_pair import load_pair
 from native.protocol import PROTOCOL_VERSION
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "runner" / "vectors.jsonl"
@@ -23,7 +23,7 @@ MAX = 40
 
 
 def main() -> None:
-    bundle = load_bundle()
+    pair = load_pair()
     corpus = load_corpus()
     windows = []
     for setting in ("read", "multilingual"):
@@ -84,14 +84,14 @@ def main() -> None:
     ):
         vectors.append({"command": cmd, "expect": {"event": "error", "message_contains": needle}})
     r.close()
-    hashes = {name: info["sha256"] for name, info in bundle.manifest["models"].items()}
+    hashes = {name: info["sha256"] for name, info in pair.manifest["models"].items()}
     header = {
         "schema": "as2d.runner-vectors",
         "version": 1,
         "protocol": "as2d.runner",
         "protocol_version": PROTOCOL_VERSION,
         "models": hashes,
-        "tokenizer_sha256": bundle.manifest["sha256"],
+        "tokenizer_sha256": pair.manifest["sha256"],
         "max_tokens": MAX,
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -82,9 +82,9 @@ PAIRS = "as2d_cli/assets/pairs"  # where a bundle carries an imported model pair
 
 def pair_folder(models_dir: Path) -> str:
     """The pair's folder relative to the bundle's ``app/`` (what the runner's ``load`` names)."""
-    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.model_pair import load_pair
 
-    return _pair_rel(load_bundle(models_dir, check_hashes=False).name)
+    return _pair_rel(load_pair(models_dir, check_hashes=False).name)
 
 
 def _pair_rel(name: str) -> str:
@@ -96,14 +96,14 @@ def _pair_rel(name: str) -> str:
 def add_pair(project: Path, models_dir: Path) -> str:
     """Copy an imported pair, as one self-contained folder, into the project snapshot
     ``project`` at :func:`pair_folder`; returns that relative path."""
-    from as2d_cli.models.bundle import load_bundle, portable_files
+    from as2d_cli.models.model_pair import load_pair, portable_files
 
-    bundle = load_bundle(models_dir)  # checks every file against its SHA-256 first
-    rel = _pair_rel(bundle.name)
+    pair = load_pair(models_dir)  # checks every file against its SHA-256 first
+    rel = _pair_rel(pair.name)
     dest = project / rel
     if dest.exists():
         shutil.rmtree(dest)
-    files, manifest = portable_files(bundle)
+    files, manifest = portable_files(pair)
     for name, src in files:
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest / name)

@@ -47,6 +47,13 @@ class DeployedBundle:
     preflight: Preflight
     rseq_off: bool
 
+    def carried(self, rel: str) -> str:
+        """The path a program started from this bundle gives a file or folder the bundle
+        carries at ``app/REL``: relative to the bundle, where every start begins, so it names
+        the same file on a phone and for a host process standing in for one (the emulated
+        phone)."""
+        return posixpath.join("app", rel)
+
     def launch(self, args: Sequence[str], run_dir: str) -> Launch:
         """Start ``python3.11 ARGS`` with HOME and TMPDIR inside the per-run directory."""
         return launch(

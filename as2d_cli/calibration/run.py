@@ -278,7 +278,7 @@ def calibrate(
     core going offline stops the calibration at once, keeping every finished step."""
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.launch.host import open_runner as default_open
-    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.model_pair import load_pair
     from device_agents.gating import GateConfig
     from device_agents.identity import identify
 
@@ -290,7 +290,7 @@ def calibrate(
             f"--window {s.window} is a test window; calibrate on dev or val audio "
             "(calibration is kept apart from the test split), or leave --window out"
         )
-    pair = load_bundle(s.models, check_hashes=False, prompt=s.prompt)  # the runner checks files
+    pair = load_pair(s.models, check_hashes=False, prompt=s.prompt)  # the runner checks files
     ident = pair.identity()
     steps = s.plan if s.plan is not None else _plan(s, pair, corpus)
     who = identify(device)

@@ -66,7 +66,7 @@ def decode(
     )
     spec = options.check_prompt(prompt, models)  # refused before any work
     if models is not None:  # missing, empty, an export instead of a pair: named before any work
-        from as2d_cli.models.bundle import check_pair_folder
+        from as2d_cli.models.model_pair import check_pair_folder
 
         check_pair_folder(models)
     if candidates is not None and source is not None:
@@ -104,10 +104,10 @@ def _command(
 def _candidates(path: Path, models: Path | None) -> Any:
     """External proposal batches, checked against the pair's tokenizer here: a token the
     target cannot emit would only fail deep inside the runner."""
-    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.model_pair import load_pair
     from native.candidates import load_candidates
 
-    vocab = load_bundle(models, check_hashes=False).vocab.size
+    vocab = load_pair(models, check_hashes=False).vocab.size
     return load_candidates(path, vocab_size=vocab)
 
 

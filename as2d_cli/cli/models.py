@@ -105,14 +105,14 @@ def check(
 ) -> None:
     """Load a pair, decode a few windows, check K-wide = sequential (K=1..16) and rollback, time each width."""
     from as2d_cli.corpus.manifest import load_corpus
-    from as2d_cli.models.bundle import load_bundle
     from as2d_cli.models.check import check_pair, render_check
+    from as2d_cli.models.model_pair import load_pair
 
-    bundle = load_bundle(pair, prompt=options.prompt_spec(task, language, question, prompt, pair))
+    loaded = load_pair(pair, prompt=options.prompt_spec(task, language, question, prompt, pair))
     chosen = load_corpus().split("dev")[:windows]
     err = Console(stderr=True)
     say = (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None
-    res = check_pair(bundle, chosen, reps=reps, progress=say)
+    res = check_pair(loaded, chosen, reps=reps, progress=say)
     if as_json:
         typer.echo(json.dumps(res))
     else:

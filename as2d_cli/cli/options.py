@@ -463,12 +463,12 @@ def prompt_spec(
     """The four prompt options as one PromptSpec, checked against the pair ``models`` (None:
     the bundled pair) before any work: --question without --task answer, a task or --prompt
     the pair cannot take, each refused in one line."""
-    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.model_pair import load_pair
     from as2d_cli.models.prompting import PromptSpec
 
     spec = PromptSpec(task, language, question, text)
     if not spec.empty and (models is None or (Path(models) / "models.json").is_file()):
-        load_bundle(models, check_hashes=False, prompt=spec)
+        load_pair(models, check_hashes=False, prompt=spec)
     return spec
 
 

@@ -120,7 +120,7 @@ def _checked_prompt(
 
     spec = options.check_prompt(prompt, models)
     if models is not None:  # missing, empty, an export instead of a pair: named before any work
-        from as2d_cli.models.bundle import check_pair_folder
+        from as2d_cli.models.model_pair import check_pair_folder
 
         check_pair_folder(models)
     if spec.task == "answer" and spec.question is None and spec.text is None:

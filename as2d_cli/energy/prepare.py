@@ -200,7 +200,7 @@ def _bundle_plan(
                 f"--bundle {r.bundle.name} does not carry the pair {r.models}; build it with "
                 f"`as2d bundle build --models {r.models}`"
             )
-        extra += ["--models", "package:" + rel.removeprefix("as2d_cli/")]
+        extra += ["--models", deployed.carried(rel)]
     plan = dataclasses.replace(plan, request_cmd=bundle_request_template(deployed, window, extra))
     plan.validate()
     return plan

@@ -42,9 +42,9 @@ ASSET_TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
 def pair_traces(models: Path, task: str | None) -> Path:
     """Where a model pair's traces live: ``PAIR/traces`` for its default task, and
     ``PAIR/traces/<task>`` for another (one pair, per-task traces and tables)."""
-    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.model_pair import load_pair
 
-    default = load_bundle(models, check_hashes=False).default_task()
+    default = load_pair(models, check_hashes=False).default_task()
     base = Path(models) / "traces"
     return base if task is None or task == default else base / task
 

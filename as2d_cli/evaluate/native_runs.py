@@ -73,9 +73,9 @@ def native_settings(
     if models is None:
         pair = {"name": "bundled", "task": spec.task, "language": spec.language}
     else:
-        from as2d_cli.models.bundle import load_bundle
+        from as2d_cli.models.model_pair import load_pair
 
-        pair = load_bundle(models, check_hashes=False, prompt=spec).identity()
+        pair = load_pair(models, check_hashes=False, prompt=spec).identity()
     picks = pick_windows(run.window_ids, run.datasets, windows)
     dep = run.deployment
     ident = {

@@ -519,6 +519,6 @@ def _pair(models: Path | None, prompt: PromptSpec | None) -> dict | None:
     """The identity of the model pair ``models`` (None: the bundled pair)."""
     if models is None:
         return None
-    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.model_pair import load_pair
 
-    return load_bundle(models, check_hashes=False, prompt=prompt).identity()
+    return load_pair(models, check_hashes=False, prompt=prompt).identity()

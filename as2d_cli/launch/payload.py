@@ -168,12 +168,9 @@ def choose_launcher(
     if models_dir is None:
         return BundleLauncher(ensure_deployed(device))
     from as2d_cli.bundle.build import pair_folder
-    from native.request import PACKAGE_PREFIX
 
     deployed = ensure_deployed(device, models=Path(models_dir))
-    return BundleLauncher(
-        deployed, models=PACKAGE_PREFIX + pair_folder(Path(models_dir)).removeprefix("as2d_cli/")
-    )
+    return BundleLauncher(deployed, models=deployed.carried(pair_folder(Path(models_dir))))
 
 
 def probe_python(device: Any) -> tuple[bool, str]:
@@ -218,12 +215,12 @@ def model_files(
     after checking every file against models.json. An imported pair goes as one
     self-contained folder: its referenced files under ``models/<model>/`` and its manifest
     rewritten to name them there."""
-    from as2d_cli.models.bundle import load_bundle, portable_files
+    from as2d_cli.models.model_pair import load_pair, portable_files
 
-    bundle = load_bundle(models_dir)
-    if not bundle.manifest.get("imported"):
-        return [(f"models/{f.name}", f) for f in sorted(bundle.directory.iterdir()) if f.is_file()]
-    files, manifest = portable_files(bundle)
+    pair = load_pair(models_dir)
+    if not pair.manifest.get("imported"):
+        return [(f"models/{f.name}", f) for f in sorted(pair.directory.iterdir()) if f.is_file()]
+    files, manifest = portable_files(pair)
     text = json.dumps(manifest, indent=1, sort_keys=True).encode()
     root = cache or cache_dir()
     root.mkdir(parents=True, exist_ok=True)

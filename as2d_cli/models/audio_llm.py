@@ -39,16 +39,16 @@ KIND = "audio-llm-onnx"
 class AudioLlmModel:
     """One audio-LLM export of a pair as a DecoderModel."""
 
-    def __init__(self, bundle: Any, name: str, threads: int = 1) -> None:
-        info = bundle.model(name)
+    def __init__(self, pair: Any, name: str, threads: int = 1) -> None:
+        info = pair.model(name)
         self.name = name
-        self.vocab = bundle.vocab_for(name)
-        self.spec: PromptSpec = bundle.effective_prompt()
+        self.vocab = pair.vocab_for(name)
+        self.spec: PromptSpec = pair.effective_prompt()
         files, dims = info["files"], info["dims"]
         hint = f"re-import the pair with `as2d models import` ({HINT})"
-        self.encoder = make_session(bundle.path(files["encoder"]), threads, hint)
-        self.embed = make_session(bundle.path(files["embed"]), threads, hint)
-        self.decoder = make_session(bundle.path(files["decoder"]), threads, hint)
+        self.encoder = make_session(pair.path(files["encoder"]), threads, hint)
+        self.embed = make_session(pair.path(files["embed"]), threads, hint)
+        self.decoder = make_session(pair.path(files["decoder"]), threads, hint)
         self.max_positions = int(dims["max_tokens"])
         self.max_new_tokens: int | None = int(dims["max_new_tokens"])
         self.layers = int(dims["layers"])
@@ -64,10 +64,10 @@ class AudioLlmModel:
         )
         self._embed_out = self.embed.get_outputs()[0].name
         self._enc_out = self.encoder.get_outputs()[0].name
-        tok_cfg = json.loads(bundle.path(files["tokenizer_config"]).read_text(encoding="utf-8"))
+        tok_cfg = json.loads(pair.path(files["tokenizer_config"]).read_text(encoding="utf-8"))
         self.template = str(info["chat_template"])
         self._specials = specials_text(tok_cfg)
-        gen = json.loads(bundle.path(files["generation"]).read_text(encoding="utf-8"))
+        gen = json.loads(pair.path(files["generation"]).read_text(encoding="utf-8"))
         self.suppression = Suppression(gen, int(dims["vocab"]))
         eos = [int(e) for e in dims["eos"]]
         self.eos = eos[0]

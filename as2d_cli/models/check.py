@@ -88,7 +88,7 @@ def check_model(
 
 
 def conversion_cost(
-    bundle: Any, drafter: Any, audio: np.ndarray, language: str | None, question: str | None
+    pair: Any, drafter: Any, audio: np.ndarray, language: str | None, question: str | None
 ) -> dict[str, Any]:
     """The As²d drafter source through the text conversion on one window: tokens it
     published in the target's vocabulary, and the conversion's time per published token."""
@@ -98,10 +98,10 @@ def conversion_cost(
         "drafter",
         drafter,
         audio,
-        target_vocab=bundle.vocab,
+        target_vocab=pair.vocab,
         language=language,
         question=question,
-        limit=bundle.max_length(),
+        limit=pair.max_length(),
     )
     src.start()
     published = 0
@@ -118,19 +118,19 @@ def conversion_cost(
 
 
 def check_pair(
-    bundle: Any, windows: list[Any], *, reps: int = 3, progress: Callable[[str], None] | None = None
+    pair: Any, windows: list[Any], *, reps: int = 3, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     """Load the pair's target and drafter and check both on ``windows``."""
     from as2d_cli.models.target import OrtTarget, greedy_decode
 
     say = progress or (lambda _m: None)
-    target = OrtTarget(bundle)
-    drafter = open_seq2seq(bundle, "drafter")
+    target = OrtTarget(pair)
+    drafter = open_seq2seq(pair, "drafter")
     out: dict[str, Any] = {
-        "pair": bundle.name,
-        "directory": str(bundle.directory),
+        "pair": pair.name,
+        "directory": str(pair.directory),
         "windows": [],
-        "models": {name: info["kind"] for name, info in bundle.manifest["models"].items()},
+        "models": {name: info["kind"] for name, info in pair.manifest["models"].items()},
     }
     for w in windows:
         say(f"{w.id}: target greedy decode")
@@ -144,14 +144,14 @@ def check_pair(
             "target_tokens": len(toks),
             "eos": toks[-1] == target.eos_id,
             "decode_ms": ms,
-            "text": bundle.vocab.decode(toks),
+            "text": pair.vocab.decode(toks),
         }
         for name, model in (("target", target.model), ("drafter", drafter)):
             say(f"{w.id}: {name} widths 1..16 and rollback")
             row[name] = check_model(model, audio, w.language, reps, w.question)
-        if bundle.converts("drafter"):
+        if pair.converts("drafter"):
             say(f"{w.id}: the drafter's text conversion")
-            row["conversion"] = conversion_cost(bundle, drafter, audio, w.language, w.question)
+            row["conversion"] = conversion_cost(pair, drafter, audio, w.language, w.question)
         out["windows"].append(row)
     out["ok"] = pair_ok(out["windows"])
     return out

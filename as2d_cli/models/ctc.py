@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from as2d_cli.models.bundle import ModelBundle
 from as2d_cli.models.features import SAMPLE_RATE
+from as2d_cli.models.model_pair import ModelPair
 
 CHUNK_SECONDS = 2.56
 
@@ -22,8 +22,8 @@ class ChunkedRecognizer:
     languages: tuple[str, ...]
     chunk_samples: int
 
-    def _chunking(self, bundle: ModelBundle, info: dict) -> None:
-        self.vocab = bundle.vocab
+    def _chunking(self, pair: ModelPair, info: dict) -> None:
+        self.vocab = pair.vocab
         self.languages = tuple(info.get("languages", ["en"]))
         self.chunk_samples = int(
             round(float(info.get("chunk_seconds", CHUNK_SECONDS)) * SAMPLE_RATE)

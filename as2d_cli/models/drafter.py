@@ -14,8 +14,8 @@ import numpy as np
 
 from as2d_cli.engine.interfaces import Draft
 from as2d_cli.errors import EngineError
-from as2d_cli.models.bundle import ModelBundle
 from as2d_cli.models.loader import open_seq2seq
+from as2d_cli.models.model_pair import ModelPair
 from as2d_cli.models.session import Cross, softmax_max, truncate_cache
 
 MAX_CALL = 16  # widest decoder call the export was checked for
@@ -24,8 +24,8 @@ MAX_CALL = 16  # widest decoder call the export was checked for
 class OrtDrafter:
     """Greedy continuation of the committed target prefix with softmax-max confidences."""
 
-    def __init__(self, bundle: ModelBundle, threads: int = 1, name: str = "drafter") -> None:
-        self.model = open_seq2seq(bundle, name, threads)
+    def __init__(self, pair: ModelPair, threads: int = 1, name: str = "drafter") -> None:
+        self.model = open_seq2seq(pair, name, threads)
         self.eos_id = self.model.vocab.eot
         self._cross: Cross | None = None
         self._seq: list[int] = []  # tokens in the cache, the prompt first
@@ -108,12 +108,12 @@ class OrtDrafter:
         return Draft(tuple(tokens), tuple(confs))
 
 
-def open_drafter(bundle: ModelBundle, threads: int = 1, name: str = "drafter") -> Any:
+def open_drafter(pair: ModelPair, threads: int = 1, name: str = "drafter") -> Any:
     """The pair's prefix-conditioned drafter: drafting through the text conversion when its
     tokenizer is not the target's (:class:`~as2d_cli.models.conversion.ConvertingDrafter`)."""
-    drafter = OrtDrafter(bundle, threads, name)
-    if bundle.converts(name):
+    drafter = OrtDrafter(pair, threads, name)
+    if pair.converts(name):
         from as2d_cli.models.conversion import ConvertingDrafter
 
-        return ConvertingDrafter(drafter, bundle.vocab)
+        return ConvertingDrafter(drafter, pair.vocab)
     return drafter

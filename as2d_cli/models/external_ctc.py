@@ -149,21 +149,21 @@ def import_ctc(folder: Path, work: Path, copy: bool, target_tokenizer: Path) -> 
 class ExternalCtc(ChunkedRecognizer):
     """The imported CTC model, with the bundled recognizer's interface (transcribe, eligible)."""
 
-    def __init__(self, bundle: Any, threads: int = 1) -> None:
-        info = bundle.model("ctc")
+    def __init__(self, pair: Any, threads: int = 1) -> None:
+        info = pair.model("ctc")
         self.session = make_session(
-            bundle.path(info["files"]["model"]),
+            pair.path(info["files"]["model"]),
             threads,
             "re-import the pair with `as2d models import --ctc`",
         )
         self.input = str(info.get("input", self.session.get_inputs()[0].name))
-        vocab_path = bundle.path(info["files"]["vocab"])
+        vocab_path = pair.path(info["files"]["vocab"])
         self.tokens, _ = read_tokens(
             vocab_path.parent
         )  # the pair's ctc/ folder holds only this vocabulary
         self.blank = int(info["blank"])
         self.normalize = bool(info.get("normalize", False))
-        self._chunking(bundle, info)
+        self._chunking(pair, info)
 
     def transcribe(self, samples: np.ndarray) -> str:
         if len(samples) < 400:  # shorter than one 25 ms frame: no speech

@@ -7,54 +7,52 @@ from collections.abc import Callable
 from typing import Any
 
 from as2d_cli.errors import UserError
-from as2d_cli.models.bundle import ModelBundle
 from as2d_cli.models.contract import DecoderModel
+from as2d_cli.models.model_pair import ModelPair
 
 
-def _seq2seq(bundle: ModelBundle, name: str, threads: int) -> Any:
+def _seq2seq(pair: ModelPair, name: str, threads: int) -> Any:
     from as2d_cli.models.session import Seq2SeqModel
 
-    return Seq2SeqModel(bundle, name, threads)
+    return Seq2SeqModel(pair, name, threads)
 
 
-def _whisper(bundle: ModelBundle, name: str, threads: int) -> Any:
+def _whisper(pair: ModelPair, name: str, threads: int) -> Any:
     from as2d_cli.models.whisper import WhisperModel
 
-    return WhisperModel(bundle, name, threads)
+    return WhisperModel(pair, name, threads)
 
 
-def _audio_llm(bundle: ModelBundle, name: str, threads: int) -> Any:
+def _audio_llm(pair: ModelPair, name: str, threads: int) -> Any:
     from as2d_cli.models.audio_llm import AudioLlmModel
 
-    return AudioLlmModel(bundle, name, threads)
+    return AudioLlmModel(pair, name, threads)
 
 
 # Manifest kind -> the adapter that opens it.
-KINDS: dict[str, Callable[[ModelBundle, str, int], Any]] = {
+KINDS: dict[str, Callable[[ModelPair, str, int], Any]] = {
     "seq2seq": _seq2seq,
     "whisper-onnx": _whisper,
     "audio-llm-onnx": _audio_llm,
 }
 
 
-def open_seq2seq(
-    bundle: ModelBundle, name: str, threads: int = 1, ahead: bool = False
-) -> DecoderModel:
+def open_seq2seq(pair: ModelPair, name: str, threads: int = 1, ahead: bool = False) -> DecoderModel:
     """The pair's model ``name`` behind the DecoderModel interface, by its kind; ``ahead``
     opens its look-ahead decoder (the ``lookahead`` source's, bundled models only)."""
-    kind = bundle.model(name)["kind"]
+    kind = pair.model(name)["kind"]
     if kind == "seq2seq" and ahead:
         from as2d_cli.models.session import Seq2SeqModel
 
-        return Seq2SeqModel(bundle, name, threads, ahead=True)
+        return Seq2SeqModel(pair, name, threads, ahead=True)
     if ahead:
         raise UserError(
-            f"model {name!r} in {bundle.directory} is a {kind!r} model without a look-ahead "
+            f"model {name!r} in {pair.directory} is a {kind!r} model without a look-ahead "
             "decoder; use the drafter source"
         )
     if kind not in KINDS:
         raise UserError(
-            f"model {name!r} in {bundle.directory} is a {kind!r} model, not a decoder "
+            f"model {name!r} in {pair.directory} is a {kind!r} model, not a decoder "
             f"(kinds: {', '.join(KINDS)})"
         )
-    return KINDS[kind](bundle, name, threads)
+    return KINDS[kind](pair, name, threads)

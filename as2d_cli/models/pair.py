@@ -28,7 +28,7 @@ from as2d_cli import __version__
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
 from as2d_cli.models.audio_llm_export import AudioLlmExport
-from as2d_cli.models.bundle import SCHEMA, VERSION
+from as2d_cli.models.model_pair import SCHEMA, VERSION
 from as2d_cli.models.prompting import TASKS, WHISPER_TASKS
 from as2d_cli.models.whisper import HINT, WhisperExport, build_prompt, find_export
 
@@ -365,9 +365,9 @@ def import_pair(
         say("hashing" + (" and copying" if options.get("copy", False) else "") + " the model files")
         models = _model_entries(work, {"target": t, "drafter": d}, dims, diff, options)
         _write_manifest(work, out, t, models, options)
-        from as2d_cli.models.bundle import load_bundle
+        from as2d_cli.models.model_pair import load_pair
 
-        load_bundle(work, check_hashes=False)  # what we wrote must load (hashed just now)
+        load_pair(work, check_hashes=False)  # what we wrote must load (hashed just now)
         os.rename(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

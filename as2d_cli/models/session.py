@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from as2d_cli.errors import UserError
-from as2d_cli.models.bundle import ModelBundle
 from as2d_cli.models.contract import Cache, Cross  # noqa: F401  (re-exported)
 from as2d_cli.models.features import log_mel
+from as2d_cli.models.model_pair import ModelPair
 from as2d_cli.models.timing import TimedSession
 
 
@@ -83,46 +83,44 @@ class Seq2SeqModel:
     projection (:meth:`encode_hidden`); :meth:`encode` runs the shared encoder file itself.
     """
 
-    def __init__(
-        self, bundle: ModelBundle, name: str, threads: int = 1, ahead: bool = False
-    ) -> None:
-        info = bundle.model(name)
+    def __init__(self, pair: ModelPair, name: str, threads: int = 1, ahead: bool = False) -> None:
+        info = pair.model(name)
         if info["kind"] != "seq2seq":
             raise UserError(
-                f"model {name!r} in {bundle.directory} is a {info['kind']} model, not an encoder-decoder"
+                f"model {name!r} in {pair.directory} is a {info['kind']} model, not an encoder-decoder"
             )
         self.name = name
         self.dims = dict(info["dims"])
-        self.vocab = bundle.vocab
-        if int(self.dims["vocab"]) != bundle.vocab.size:
+        self.vocab = pair.vocab
+        if int(self.dims["vocab"]) != pair.vocab.size:
             raise UserError(
                 f"model {name!r} has a {self.dims['vocab']}-token output but the tokenizer has "
-                f"{bundle.vocab.size}; the bundle is mixed: rerun training/export.py"
+                f"{pair.vocab.size}; the pair is mixed: rerun training/export.py"
             )
         self.max_positions = int(self.dims["max_tokens"])
         self.encoder_from: str | None = info.get("encoder_from")
         if self.encoder_from is not None:
-            owner = bundle.model(self.encoder_from)
-            enc_path = bundle.path(owner["files"]["encoder"])
+            owner = pair.model(self.encoder_from)
+            enc_path = pair.path(owner["files"]["encoder"])
             if int(owner["dims"]["d"]) != int(self.dims["enc_d"]):
                 raise UserError(
                     f"model {name!r} reads {self.encoder_from!r}'s encoder states of width "
                     f"{owner['dims']['d']}, but was built for {self.dims['enc_d']}: rerun training/export.py"
                 )
-            cross_path = bundle.path(info["files"]["cross"])
+            cross_path = pair.path(info["files"]["cross"])
             self.cross = make_session(cross_path, threads)
             _check_io(self.cross, cross_path, *CROSS_IO)
         else:
-            enc_path = bundle.path(info["files"]["encoder"])
+            enc_path = pair.path(info["files"]["encoder"])
         # ``ahead``: the decoder file with the look-ahead head's extra output (models.json
         # ``files.ahead_decoder``), for the self-speculating source; same weights otherwise.
         self.ahead = ahead
-        if ahead and not bundle.has_ahead(name):
+        if ahead and not pair.has_ahead(name):
             raise UserError(
-                f"model {name!r} in {bundle.directory} has no look-ahead decoder; use the "
+                f"model {name!r} in {pair.directory} has no look-ahead decoder; use the "
                 "drafter source, or export one with training/train_ahead.py and training/export.py"
             )
-        dec_path = bundle.path(info["files"]["ahead_decoder" if ahead else "decoder"])
+        dec_path = pair.path(info["files"]["ahead_decoder" if ahead else "decoder"])
         self.encoder = make_session(enc_path, threads)
         self.decoder = make_session(dec_path, threads)
         _check_io(self.encoder, enc_path, *ENCODER_IO)

@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from as2d_cli.errors import EngineError
-from as2d_cli.models.bundle import ModelBundle
 from as2d_cli.models.contract import DecoderModel
 from as2d_cli.models.ctc import CHUNK_SECONDS, ChunkedRecognizer, greedy_ctc  # noqa: F401  (re-exported)
 from as2d_cli.models.external_ctc import ExternalCtc
 from as2d_cli.models.features import log_mel
+from as2d_cli.models.model_pair import ModelPair
 from as2d_cli.models.session import (
     Cross,
     _check_io,
@@ -168,13 +168,13 @@ def drafter_source(
 class CtcRecognizer(ChunkedRecognizer):
     """The chunked CTC model (Parakeet CTC's role): one ORT session, English only."""
 
-    def __init__(self, bundle: ModelBundle, threads: int = 1) -> None:
-        info = bundle.model("ctc")
-        path = bundle.path(info["files"]["model"])
+    def __init__(self, pair: ModelPair, threads: int = 1) -> None:
+        info = pair.model("ctc")
+        path = pair.path(info["files"]["model"])
         self.session = make_session(path, threads)
         _check_io(self.session, path, ["mel"], ["log_probs"])
-        self.chars = bundle.ctc_chars()
-        self._chunking(bundle, info)
+        self.chars = pair.ctc_chars()
+        self._chunking(pair, info)
 
     def transcribe(self, samples: np.ndarray) -> str:
         """Greedy CTC text of one chunk (blank-collapsed)."""
@@ -184,20 +184,20 @@ class CtcRecognizer(ChunkedRecognizer):
         return " ".join("".join(self.chars[i] for i in greedy_ctc(lp.argmax(axis=-1), 0)).split())
 
 
-def open_ctc(bundle: ModelBundle, threads: int = 1) -> Any:
+def open_ctc(pair: ModelPair, threads: int = 1) -> Any:
     """The pair's chunked CTC recognizer (``ctc`` in its manifest): the bundled one, or an
     external ONNX CTC model (:mod:`as2d_cli.models.external_ctc`)."""
     from as2d_cli.errors import UserError
 
-    if not bundle.has("ctc"):
+    if not pair.has("ctc"):
         raise UserError(
-            f"the model pair {bundle.directory} has no CTC source; use --source drafter, "
+            f"the model pair {pair.directory} has no CTC source; use --source drafter, "
             "or import the pair with --ctc DIR"
         )
-    kind = bundle.model("ctc")["kind"]
+    kind = pair.model("ctc")["kind"]
     if kind == "ctc-onnx":
-        return ExternalCtc(bundle, threads)
-    return CtcRecognizer(bundle, threads)
+        return ExternalCtc(pair, threads)
+    return CtcRecognizer(pair, threads)
 
 
 class CtcSource:

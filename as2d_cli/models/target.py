@@ -14,17 +14,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from as2d_cli.errors import EngineError
-from as2d_cli.models.bundle import ModelBundle
 from as2d_cli.models.loader import open_seq2seq
+from as2d_cli.models.model_pair import ModelPair
 from as2d_cli.models.session import Cross, cache_length, top2_margin, truncate_cache
 
 
 class OrtTarget:
     """Greedy target over one request; ``length`` counts processed committed tokens."""
 
-    def __init__(self, bundle: ModelBundle, threads: int = 1, name: str = "target") -> None:
-        self.model = open_seq2seq(bundle, name, threads)
-        self.eos_id = bundle.vocab.eot
+    def __init__(self, pair: ModelPair, threads: int = 1, name: str = "target") -> None:
+        self.model = open_seq2seq(pair, name, threads)
+        self.eos_id = pair.vocab.eot
         self._prompt = len(
             self.model.prompt_for()
         )  # entries held in the cache before the committed tokens

@@ -121,13 +121,13 @@ def find_export(directory: Path, variant: str | None = None) -> WhisperExport:
 class WhisperModel:
     """One Whisper export of a pair (manifest kind ``whisper-onnx``) as a DecoderModel."""
 
-    def __init__(self, bundle: Any, name: str, threads: int = 1) -> None:
-        info = bundle.model(name)
+    def __init__(self, pair: Any, name: str, threads: int = 1) -> None:
+        info = pair.model(name)
         self.name = name
-        self.vocab = bundle.vocab_for(name)
-        self.task: str = getattr(bundle, "task", None) or info.get("task", "transcribe")
-        self.language: str | None = getattr(bundle, "language", None)
-        if bundle.kind("target") == "audio-llm-onnx":
+        self.vocab = pair.vocab_for(name)
+        self.task: str = getattr(pair, "task", None) or info.get("task", "transcribe")
+        self.language: str | None = getattr(pair, "language", None)
+        if pair.kind("target") == "audio-llm-onnx":
             # A Whisper drafter of an audio LLM: --language names the LLM's translation
             # target, so it hears each window's own language; it translates only into
             # English (its one translation target) and otherwise transcribes.
@@ -135,7 +135,7 @@ class WhisperModel:
             self.task = "translate" if self.task == "translate" and into_english else "transcribe"
             self.language = None
         files = info["files"]
-        self.generation = json.loads(bundle.path(files["generation"]).read_text(encoding="utf-8"))
+        self.generation = json.loads(pair.path(files["generation"]).read_text(encoding="utf-8"))
         dims = info["dims"]
         self.n_mels = int(dims["n_mels"])
         # A drafter that reads the target's encoder states (distil-whisper keeps its teacher's
@@ -143,7 +143,7 @@ class WhisperModel:
         self.encoder_from: str | None = info.get("encoder_from")
         self.max_positions = int(dims["max_tokens"])
         hint = f"re-import the pair with `as2d models import` ({HINT})"
-        enc_path = bundle.path(files["encoder"])
+        enc_path = pair.path(files["encoder"])
         self.encoder = make_session(enc_path, threads, hint)
         self._features_in = self.encoder.get_inputs()[0].name
         shape = self.encoder.get_inputs()[0].shape
@@ -152,9 +152,9 @@ class WhisperModel:
                 f"{enc_path} takes features of shape {shape}, but the model's config.json says "
                 f"{self.n_mels} mel bins; the export and its config do not match: {hint}"
             )
-        self.decoder = make_session(bundle.path(files["decoder"]), threads, hint)
+        self.decoder = make_session(pair.path(files["decoder"]), threads, hint)
         self.with_past = (
-            make_session(bundle.path(files["with_past"]), threads, hint)
+            make_session(pair.path(files["with_past"]), threads, hint)
             if files.get("with_past")
             else None
         )

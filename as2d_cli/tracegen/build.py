@@ -56,7 +56,7 @@ def _models(directory: str | None, prompt: PromptSpec | None = None) -> Any:
 def autoregressive_sources(models: Any) -> tuple[str, ...]:
     """The pair's autoregressive sources: the drafter, and ``lookahead`` when its drafter
     has a look-ahead decoder (models.json ``files.ahead_decoder``)."""
-    return ("drafter", "lookahead") if models.bundle.has_ahead() else ("drafter",)
+    return ("drafter", "lookahead") if models.pair.has_ahead() else ("drafter",)
 
 
 def trace_window(
@@ -111,7 +111,7 @@ def trace_window(
     else:
         sources["ctc"] = {"chunks": [], "eos": True, "eligible": False}
     # The prefix-conditioned drafter from every target-path position (SD and ASP).
-    if models.bundle.converts("drafter"):  # through the text conversion, one draft a position
+    if models.pair.converts("drafter"):  # through the text conversion, one draft a position
         conts, dconfs = converted_continuations(
             models.drafter, audio, ref, cap, target.eos_id, window.language, question
         )
@@ -124,7 +124,7 @@ def trace_window(
         "dataset": window.setting,
         "split": window.split,
         "audio_seconds": window.seconds,
-        "task": TRACE_TASKS[models.bundle.task or models.bundle.default_task()],
+        "task": TRACE_TASKS[models.pair.task or models.pair.default_task()],
         "language": window.language,
         "reference": ref,
         "eos": eos,
@@ -290,7 +290,7 @@ def _trace_task(job: _TraceJob, wid: str) -> tuple[str, dict | str]:
 def provenance(models: Any) -> dict:
     from as2d_cli.formats.common import git_commit
 
-    b = models.bundle
+    b = models.pair
     return {
         "pair": b.identity(),
         # Each model named by its kind and the SHA-256 of its files (from models.json).
@@ -424,7 +424,7 @@ class _Partial:
     done: dict[str, dict]
     has_head: bool
     head: dict
-    bundle: Any
+    pair: Any
 
 
 def build_traces(
@@ -450,14 +450,14 @@ def build_traces(
         windows = windows[:limit]
     if not windows:
         raise UserError(f"the corpus has no {split!r} windows")
-    from as2d_cli.models.bundle import load_bundle
+    from as2d_cli.models.model_pair import load_pair
 
-    bundle = load_bundle(
+    pair = load_pair(
         Path(models_dir) if models_dir is not None else None,
         check_hashes=False,
         prompt=prompt,
     )
-    ident = bundle.identity()
+    ident = pair.identity()
     partial = partial_path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(partial, "ab") as f:
@@ -468,7 +468,7 @@ def build_traces(
             req = _Request(
                 split, out, models_dir, processes, progress, force, max_tokens, prompt, executor
             )
-            return _build(req, windows, _Partial(f, partial, done, has_head, head, bundle))
+            return _build(req, windows, _Partial(f, partial, done, has_head, head, pair))
         except Interrupted:
             raise
         except KeyboardInterrupt:
@@ -513,7 +513,7 @@ def _trace_missing(req: _Request, windows: list, partial: _Partial) -> None:
         req.max_tokens,
         req.prompt or PromptSpec(),
         partial.head["pair"]["sha256"],
-        pair_files(partial.bundle.directory) if ex.remote and todo else None,
+        pair_files(partial.pair.directory) if ex.remote and todo else None,
     )
     # Fresh interpreters (no fork): ONNX Runtime sessions do not survive a fork.
     for wid, rec in ex.map(_trace_task, job, todo, fork=False):
@@ -549,7 +549,7 @@ def _trace_header(models: Any, split: str, n_windows: int) -> dict:
         "default_source": "drafter",
         "split": split,
         "windows": n_windows,
-        "vocab_size": models.bundle.vocab.size,
+        "vocab_size": models.pair.vocab.size,
     }
 
 

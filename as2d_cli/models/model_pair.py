@@ -1,6 +1,6 @@
-"""Load and check the model bundle (schema ``as2d.models``, documented in docs/models.md).
+"""Load and check a model pair (schema ``as2d.models``, documented in docs/models.md).
 
-The bundle is a directory with ``models.json``, the tokenizer, the CTC character table and
+A pair is a directory with ``models.json``, the tokenizer, the CTC character table and
 the ONNX files. Loading checks that every listed file exists and matches its recorded
 SHA-256, and names the first missing or mismatched file in one UserError.
 """
@@ -72,7 +72,7 @@ class Vocabulary:
 
 
 @dataclass(frozen=True)
-class ModelBundle:
+class ModelPair:
     """A model pair: the bundled one or an imported one (``as2d models import``).
 
     ``prompt`` holds the request settings (task, language, question, instruction text;
@@ -296,12 +296,12 @@ def _check_prompt(spec: PromptSpec, manifest: dict, directory: Path) -> None:
             )
 
 
-def load_bundle(
+def load_pair(
     directory: Path | str | None = None,
     check_hashes: bool = True,
     *,
     prompt: PromptSpec | None = None,
-) -> ModelBundle:
+) -> ModelPair:
     """Read models.json in ``directory`` (default: the bundled models) and check its files."""
     bundled = directory is None or Path(directory).resolve() == DEFAULT_DIR.resolve()
     directory = Path(directory) if directory is not None else DEFAULT_DIR
@@ -345,26 +345,26 @@ def load_bundle(
     )
     spec = prompt or PromptSpec()
     _check_prompt(spec, manifest, directory)
-    return ModelBundle(directory, manifest, vocab, spec)
+    return ModelPair(directory, manifest, vocab, spec)
 
 
-def portable_files(bundle: ModelBundle) -> tuple[list[tuple[str, Path]], dict]:
+def portable_files(pair: ModelPair) -> tuple[list[tuple[str, Path]], dict]:
     """A pair as one self-contained folder (for a phone): (relative name, host file) for
     every file the manifest lists (not ``models.json`` itself), and the manifest rewritten so files referenced outside
     the folder sit at ``<model>/<file name>`` (external weight files keep their names, next
     to the ONNX file that loads them)."""
     import copy
 
-    manifest = copy.deepcopy(bundle.manifest)
+    manifest = copy.deepcopy(pair.manifest)
     out: dict[str, Path] = {}
 
     def place(key: str, role: str) -> str:
         rel = key if not Path(key).is_absolute() else f"{role}/{Path(key).name}"
-        out[rel] = bundle.directory / key
+        out[rel] = pair.directory / key
         return rel
 
     manifest["sha256"] = {place(k, "."): v for k, v in manifest["sha256"].items()}
-    out[manifest["tokenizer"]] = bundle.directory / manifest["tokenizer"]
+    out[manifest["tokenizer"]] = pair.directory / manifest["tokenizer"]
     for role, info in manifest["models"].items():
         info["sha256"] = {place(k, role): v for k, v in info["sha256"].items()}
         info["files"] = {
@@ -378,5 +378,5 @@ def portable_files(bundle: ModelBundle) -> tuple[list[tuple[str, Path]], dict]:
             ]
         for key in ("chars",):  # unhashed side files of the bundled models
             if key in info:
-                out[info[key]] = bundle.directory / info[key]
+                out[info[key]] = pair.directory / info[key]
     return sorted(out.items()), manifest
