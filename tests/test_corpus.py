@@ -121,15 +121,20 @@ def test_tasks_in_the_papers_proportions() -> None:
     for split, (per_direction, qa) in {"dev": (12, 24), "val": (12, 24), "test": (36, 36)}.items():
         tr = CORPUS.requests("translate", split)
         assert Counter(r.setting for r in tr) == {"de-en": per_direction, "es-en": per_direction}
-        assert {r.window.language for r in tr} == {"de", "es"}
-        assert all(r.reference == r.window.translation and r.task == "translate" for r in tr)
+        assert {r.language for r in tr} == {"de", "es"}
+        assert all(r.reference == r.translation and r.task == "translate" for r in tr)
         questions = CORPUS.requests("answer", split)
-        assert len(questions) == qa and len({q.window.id for q in questions}) == qa
-        assert all(q.split == split and q.question and q.reference for q in questions)
+        assert len(questions) == qa and len({q.of for q in questions}) == qa
+        for q in questions:  # a request is its window's audio with a question of its own
+            w = CORPUS.get(q.of)
+            assert (q.split, q.audio, q.seconds, q.text) == (w.split, w.audio, w.seconds, w.text)
+            assert q.task == "answer" and q.setting == "qa" and q.question and q.reference
     # the ASR windows are what every command reads by default; the new ones are apart
     assert all(w.task == "transcribe" for w in CORPUS.windows)
     assert all(w.task == "translate" for w in CORPUS.translations)
     assert CORPUS.get(CORPUS.translations[0].id) == CORPUS.translations[0]
+    assert CORPUS.get(CORPUS.questions[0].id) == CORPUS.questions[0]
+    assert CORPUS.seconds()[CORPUS.questions[0].id] == CORPUS.questions[0].seconds
 
 
 def test_translation_references_and_answers_come_from_the_spoken_text() -> None:
@@ -141,10 +146,10 @@ def test_translation_references_and_answers_come_from_the_spoken_text() -> None:
         assert len(set(w.text.split()) & set(w.translation.split())) < len(w.text.split())
     kinds = Counter()
     for q in CORPUS.questions:
-        words = words_of(q.window.text)
+        words = words_of(q.text)
         kinds[q.kind] += 1
         if q.kind == "number":
-            assert int(q.reference) in {number_value(x, q.window.language) for x in words} | {100}
+            assert int(q.reference) in {number_value(x, q.language) for x in words} | {100}
         elif q.kind == "language":
             assert q.reference in ("English", "German", "Spanish")
         elif q.kind == "first-word":

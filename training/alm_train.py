@@ -262,7 +262,7 @@ def dev_report(model: AudioLM, prompts: Prompts, per_task: int = 4) -> dict:
         ][:per_task]
         refs, hyps = [], []
         for r in reqs:
-            feats = whisper_log_mel(r.window.load_audio(), 80, to_window=False).T
+            feats = whisper_log_mel(r.load_audio(), 80, to_window=False).T
             spec = PromptSpec(task=task, language="en", question=r.question)
             ids = greedy(model, feats, prompts, spec.instruction())
             refs.append(r.reference)
@@ -381,7 +381,7 @@ def main() -> None:
             opt.step()
             state["step"] += 1
             state["batch"] += 1
-            if state["step"] % 25 == 0:
+            if state["step"] % 10 == 0:
                 rec = {
                     "step": state["step"],
                     "epoch": state["epoch"],

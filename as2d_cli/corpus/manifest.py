@@ -9,7 +9,7 @@ normalised reference text; a translation window also its English reference; and 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,7 +44,10 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
 
 @dataclass(frozen=True)
 class Window:
-    """One evaluation window (4-20 s of audio and its reference text)."""
+    """One evaluation request: 4-20 s of audio and the reference output of its task. An ASR
+    window's reference is its text; a translation window's its English translation; a
+    spoken-QA request (its own id, ``setting`` ``qa``) asks ``asked`` about the audio of
+    window ``of`` and its reference is ``answer``."""
 
     id: str
     split: str
@@ -55,22 +58,33 @@ class Window:
     audio: Path
     text: str
     translation: str | None = None  # a translation window's English reference
+    asked: str | None = None  # a spoken-QA request's question
+    answer: str | None = None  # … and its reference answer
+    kind: str | None = None  # … and its kind (as2d_cli.corpus.questions)
+    of: str | None = None  # … and the window whose audio it asks about
 
     @property
     def task(self) -> str:
-        """``translate`` for a translation window, ``transcribe`` for the others."""
+        """``transcribe``, ``translate`` or ``answer``."""
+        if self.asked is not None:
+            return "answer"
         return "transcribe" if self.translation is None else "translate"
 
     @property
     def reference(self) -> str:
-        """The reference output of the window's own task."""
+        """The reference output of the request's own task."""
+        if self.answer is not None:
+            return self.answer
         return self.text if self.translation is None else self.translation
 
     @property
     def spoken(self) -> SpokenQuestion:
-        """The window's spoken question and reference answer (docs/corpus.md)."""
-        from as2d_cli.corpus.questions import question_for
+        """The window's spoken question and reference answer (docs/corpus.md): a QA
+        request's stored one, else the one derived from the window's id and text."""
+        from as2d_cli.corpus.questions import SpokenQuestion, question_for
 
+        if self.asked is not None and self.answer is not None:
+            return SpokenQuestion(self.kind or "", self.asked, self.answer)
         return question_for(self.id, self.text, self.language)
 
     @property
@@ -100,61 +114,37 @@ class Window:
 
 
 @dataclass(frozen=True)
-class Request:
-    """One evaluation request: a window, the task asked of it, the question (``answer``)
-    and the reference output. A transcription or translation request is its window (same
-    id); a spoken-QA request has its own id."""
-
-    id: str
-    window: Window
-    task: str
-    question: str | None
-    reference: str
-    kind: str | None = None  # a spoken question's kind (as2d_cli.corpus.questions)
-
-    @property
-    def split(self) -> str:
-        return self.window.split
-
-    @property
-    def setting(self) -> str:
-        return self.window.setting
-
-
-@dataclass(frozen=True)
 class Corpus:
     path: Path
     generator: dict
     windows: tuple[Window, ...]  # the ASR windows (every command's default)
     translations: tuple[Window, ...] = ()
-    questions: tuple[Request, ...] = ()
+    questions: tuple[Window, ...] = ()  # the spoken-QA requests
 
     def split(self, name: str | None) -> list[Window]:
         """The split's ASR windows (all of them for None)."""
         _check_split(name)
         return [w for w in self.windows if name is None or w.split == name]
 
-    def requests(self, task: str, split: str | None) -> list[Request]:
+    def requests(self, task: str, split: str | None) -> list[Window]:
         """The split's requests of one task: its ASR windows (``transcribe``), translation
         windows (``translate``) or spoken-QA requests (``answer``)."""
-        _check_split(name=split)
-        if task == "answer":
-            return [q for q in self.questions if split is None or q.split == split]
-        if task not in ("transcribe", "translate"):
+        _check_split(split)
+        pools = {
+            "transcribe": self.windows,
+            "translate": self.translations,
+            "answer": self.questions,
+        }
+        if task not in pools:
             raise UserError(f"unknown task {task!r}; use transcribe, translate or answer")
-        pool = self.windows if task == "transcribe" else self.translations
-        return [
-            Request(w.id, w, task, None, w.reference)
-            for w in pool
-            if split is None or w.split == split
-        ]
+        return [w for w in pools[task] if split is None or w.split == split]
 
     def seconds(self) -> dict[str, float]:
-        """Audio seconds by window id."""
-        return {w.id: w.seconds for w in self.windows}
+        """Audio seconds by window (and request) id."""
+        return {w.id: w.seconds for w in (*self.windows, *self.translations, *self.questions)}
 
     def get(self, window_id: str) -> Window:
-        for w in (*self.windows, *self.translations):
+        for w in (*self.windows, *self.translations, *self.questions):
             if w.id == window_id:
                 return w
         raise UserError(f"no window {window_id!r} in {self.path}; `as2d corpus list` shows the ids")
@@ -333,11 +323,11 @@ def _window(path: Path, directory: Path, i: int, item: object) -> Window:
 _REQUEST_FIELDS = ("id", "split", "task", "window", "kind", "question", "answer")
 
 
-def _questions(path: Path, items: object, windows: dict[str, Window]) -> tuple[Request, ...]:
+def _questions(path: Path, items: object, windows: dict[str, Window]) -> tuple[Window, ...]:
     """The manifest's spoken-QA requests, each naming a window of its own split."""
     if not isinstance(items, list):
         raise FormatError(f"{path}: key 'requests' must be a list")
-    out: list[Request] = []
+    out: list[Window] = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not all(
             isinstance(item.get(k), str) for k in _REQUEST_FIELDS
@@ -351,7 +341,18 @@ def _questions(path: Path, items: object, windows: dict[str, Window]) -> tuple[R
                 f"{path}: requests[{i}] must ask task 'answer' of a window of its split "
                 f"({item['window']!r} in {item['split']!r})"
             )
-        out.append(Request(item["id"], w, "answer", item["question"], item["answer"], item["kind"]))
+        out.append(
+            replace(
+                w,
+                id=item["id"],
+                setting="qa",
+                translation=None,
+                asked=item["question"],
+                answer=item["answer"],
+                kind=item["kind"],
+                of=w.id,
+            )
+        )
     ids = [q.id for q in out]
     if len(set(ids)) != len(ids) or set(ids) & set(windows):
         raise FormatError(f"{path}: request ids must be unique and differ from the window ids")
