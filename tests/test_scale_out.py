@@ -96,7 +96,9 @@ def _sweep(executor: Any) -> None:
 def _select_budget_cli(address: str, work: Path) -> None:
     """The CLI joins the running instance by its address, as a user joins a cluster, and
     writes what the in-process selection writes."""
+    from as2d_cli.engine.methods import MethodSpec, spec_grid
     from as2d_cli.replay.report import select_report, write_selection
+    from as2d_cli.replay.selection import default_history
 
     work.mkdir()
     for name in ("profile.yaml", "traces.jsonl.gz"):
@@ -104,7 +106,11 @@ def _select_budget_cli(address: str, work: Path) -> None:
     here = os.getcwd()
     os.chdir(work)  # the same relative paths as the CLI's, so the files may be equal
     try:
-        sel, rep = select_report("profile.yaml", "traces.jsonl.gz", budgets=list(range(1, 13)))
+        # the command's default catalog: As²d's defaults without and with history candidates
+        grid = spec_grid(MethodSpec("as2d"), {"history": default_history("suffix", None)})
+        sel, rep = select_report(
+            "profile.yaml", "traces.jsonl.gz", budgets=list(range(1, 13)), settings=grid
+        )
         write_selection(sel, rep, "profile.yaml", "local.yaml")
     finally:
         os.chdir(here)
