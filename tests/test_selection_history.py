@@ -17,7 +17,7 @@ import pytest
 from replay_helpers import EOS, hand_profile, hand_window
 
 from as2d_cli.engine.methods import MethodOptions, MethodSpec, spec_grid
-from as2d_cli.evaluate.fixed import derived_sensitivity, evaluate_fixed
+from as2d_cli.evaluate.fixed import derived_sensitivity, evaluate_fixed, render_table
 from as2d_cli.evaluate.native_record import recorded_deployment
 from as2d_cli.evaluate.native_runs import native_commands
 from as2d_cli.formats.deployment import Deployment, ProfileRef, as2d_settings
@@ -175,6 +175,8 @@ def test_eval_replays_the_deployments_history_setting_everywhere() -> None:
         )
         assert ev.oracle["tps_selected"] == pytest.approx(float(cat.pooled_tps()[0, 5]), rel=1e-12)
     assert evs[True].runs["as2d"].specs[0].label == "as2d(qwen+history/b6)"
+    assert "qwen/budget 6 + history candidates" in render_table(evs[True])
+    assert "history" not in render_table(evs[False])
     assert evs[True].runs["as2d"].pooled_tps() != evs[False].runs["as2d"].pooled_tps()
     assert evs[True].runs["target-only"].pooled_tps() == evs[False].runs["target-only"].pooled_tps()
 
