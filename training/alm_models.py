@@ -91,9 +91,17 @@ class AudioTower(nn.Module):
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """feats (B, T, n_mels) Whisper log-mel -> (B, S, hidden); rows past a clip's
         ``audio_rows`` are padding."""
+        return self.project(self.encode(feats, lengths))
+
+    def encode(self, feats: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """The encoder's frames (B, S, d), zero past each clip's end."""
         enc, mask = self.encoder(self.adapter(feats), lengths)
         if mask is not None:  # zeros past a clip's end, as the single-clip graph pads them
             enc = enc * mask[:, 0, 0, :, None].to(enc.dtype)
+        return enc
+
+    def project(self, enc: torch.Tensor) -> torch.Tensor:
+        """Encoder frames (B, S, d) -> stacked and projected audio embeddings."""
         b, s, d = enc.shape
         pad = (-s) % self.stack
         if pad:
@@ -202,11 +210,13 @@ class AudioLM(nn.Module):
         frames: torch.Tensor,
         ids: torch.Tensor,
         audio_at: torch.Tensor,
+        encoded: bool = False,
     ) -> torch.Tensor:
         """The decoder's input rows: token embeddings of ``ids`` (B, L) with the audio
         embeddings in the placeholder positions; ``audio_at`` (B,) where each row's audio
-        rows begin (they are contiguous, ``audio_rows(frames)`` of them)."""
-        audio = self.tower(feats, frames)
+        rows begin (they are contiguous, ``audio_rows(frames)`` of them). ``feats`` may be
+        the encoder's frames already (``encoded``: a frozen tower's, cached by training)."""
+        audio = self.tower.project(feats) if encoded else self.tower(feats, frames)
         x = self.text.embed(ids)
         n = audio_rows(frames, self.cfg.stack)
         rows = []
@@ -215,7 +225,7 @@ class AudioLM(nn.Module):
             rows.append(torch.cat([x[i, :a], audio[i, :k], x[i, a + k :]], dim=0))
         return torch.stack(rows)
 
-    def forward(self, feats, frames, ids, audio_at, attention_mask):
-        x = self.embed_batch(feats, frames, ids, audio_at)
+    def forward(self, feats, frames, ids, audio_at, attention_mask, encoded: bool = False):
+        x = self.embed_batch(feats, frames, ids, audio_at, encoded)
         pos = torch.arange(ids.shape[1])[None].expand(ids.shape[0], -1)
         return self.text(x, attention_mask, pos, *self.text.empty_past(ids.shape[0]))[0]

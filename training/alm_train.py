@@ -51,6 +51,7 @@ from alm_models import (  # noqa: E402
     AudioLM,
     audio_rows,
 )
+from models import out_frames  # noqa: E402
 
 from as2d_cli.corpus.questions import ALL_KINDS, ask, words_of  # noqa: E402
 from as2d_cli.models.prompting import PromptSpec, render_chat  # noqa: E402
@@ -190,6 +191,26 @@ def collate(batch: list[dict], data: Shards, pad: int):  # noqa: ANN201
     return x, frames, ids, at, mask, labels
 
 
+@torch.no_grad()
+def cached_frames(
+    model: AudioLM, batch: list[dict], x: torch.Tensor, frames: torch.Tensor, cache: dict
+) -> torch.Tensor:
+    """The batch's encoder frames (B, S, d), zero-padded; a frozen encoder's output per
+    utterance is kept (float16) and reused in later epochs."""
+    keys = [e["item"] for e in batch]
+    if any(k not in cache for k in keys):
+        model.tower.eval()
+        enc = model.tower.encode(x, frames)
+        n = out_frames(frames, 4)
+        for i, k in enumerate(keys):
+            cache[k] = enc[i, : int(n[i])].to(torch.float16)
+    rows = [cache[k] for k in keys]
+    out = torch.zeros(len(rows), max(len(r) for r in rows), rows[0].shape[1])
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r.float()
+    return out
+
+
 def init_model(cfg: AlmConfig, tune_audio: bool) -> AudioLM:
     from from_onnx import rebuild
 
@@ -263,7 +284,9 @@ def dev_report(model: AudioLM, prompts: Prompts, per_task: int = 4) -> dict:
         refs, hyps = [], []
         for r in reqs:
             feats = whisper_log_mel(r.load_audio(), 80, to_window=False).T
-            spec = PromptSpec(task=task, language="en", question=r.question)
+            spec = PromptSpec(
+                task=task, language="en", question=r.question if task == "answer" else None
+            )
             ids = greedy(model, feats, prompts, spec.instruction())
             refs.append(r.reference)
             hyps.append(prompts.tok.decode(ids))
@@ -352,6 +375,7 @@ def main() -> None:
     deadline = t_start + 60 * args.minutes if args.minutes else None
     start_step = state["step"]
     last_ckpt = last_eval = time.time()
+    cache: dict[int, torch.Tensor] = {}
     model.train()
     while not stop["now"]:
         ex = epoch_examples(data, prompts, state["epoch"], cfg.stack)
@@ -359,6 +383,9 @@ def main() -> None:
         while state["batch"] < len(bs) and not stop["now"]:
             b = bs[state["batch"]]
             x, frames, ids, at, mask, labels = collate(b, data, prompts.pad)
+            encoded = not args.tune_audio
+            if encoded:  # the frozen tower's encoder frames: computed once per utterance
+                x = cached_frames(model, b, x, frames, cache)
             step = state["step"]
             warm = min(1.0, (step + 1) / args.warmup)
             if deadline is not None:
@@ -371,7 +398,7 @@ def main() -> None:
             for g in opt.param_groups:
                 g["lr"] = base * g["scale"]
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-                logits = model(x, frames, ids, at, mask)
+                logits = model(x, frames, ids, at, mask, encoded)
             loss = F.cross_entropy(
                 logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100
             )
