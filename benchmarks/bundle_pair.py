@@ -26,6 +26,7 @@ from as2d_cli.bundle.deploy import deploy  # noqa: E402
 from as2d_cli.bundle.emulated import enable_arm64_bundle  # noqa: E402
 from as2d_cli.launch.host import LocalRunner, open_runner  # noqa: E402
 from as2d_cli.launch.payload import BundleLauncher  # noqa: E402
+from as2d_cli.models.model_pair import load_pair  # noqa: E402
 from device_agents.emulator.session import EmulatorSession  # noqa: E402
 
 
@@ -53,7 +54,8 @@ def main() -> int:
     finally:
         local.close()
     t1 = time.monotonic()
-    built = build_bundle(models=pair)
+    loaded = load_pair(pair, check_hashes=False)
+    built = build_bundle(pair=loaded)
     t2 = time.monotonic()
     session = EmulatorSession(private_server=True).start()
     try:
@@ -61,8 +63,8 @@ def main() -> int:
         device = session.device()
         deployed = deploy(device, built.archive)
         t3 = time.monotonic()
-        launcher = BundleLauncher(deployed, models=deployed.carried(pair_folder(pair)))
-        got = open_runner(device, str(pair), launcher=launcher).call(
+        launcher = BundleLauncher(deployed, models=deployed.carried(pair_folder(loaded)))
+        got = open_runner(device, loaded, launcher=launcher).call(
             {"op": "decode", "window": a.window, "method": "as2d", "events": False}
         )
         t4 = time.monotonic()

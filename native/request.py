@@ -138,16 +138,25 @@ def load_models(
     prompt: PromptSpec | None = None,
 ) -> Models:
     """Load a model pair (default: the bundled one; a relative folder is found from the
-    working directory, where a phone's launcher starts this process); ``prompt`` holds the
-    request settings (task, language, question, instruction text: docs/models.md). The
-    prefix-conditioned drafter drafts through the text conversion when its tokenizer is not
-    the target's."""
-    from as2d_cli.models.drafter import open_drafter
+    working directory, where a phone's launcher starts this process), its files checked
+    against their hashes, and open it (:func:`open_models`); ``prompt`` holds the request
+    settings (task, language, question, instruction text: docs/models.md)."""
     from as2d_cli.models.model_pair import load_pair
+
+    t0 = time.perf_counter()
+    models = open_models(load_pair(directory, prompt=prompt), threads)
+    models.load_ms = (time.perf_counter() - t0) * 1e3
+    return models
+
+
+def open_models(pair: Any, threads: int = 1) -> Models:
+    """The loaded ``pair`` (a ModelPair) opened: its target and prefix-conditioned drafter,
+    which drafts through the text conversion when its tokenizer is not the target's (the
+    sources open when first asked for)."""
+    from as2d_cli.models.drafter import open_drafter
     from as2d_cli.models.target import OrtTarget
 
     t0 = time.perf_counter()
-    pair = load_pair(directory, prompt=prompt)
     models = Models(pair, OrtTarget(pair, threads=threads), open_drafter(pair, threads), threads)
     models.load_ms = (time.perf_counter() - t0) * 1e3
     return models

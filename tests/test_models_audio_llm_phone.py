@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from as2d_cli.launch.host import LocalRunner, open_runner
+from as2d_cli.models.model_pair import load_pair
 from as2d_cli.models.pair import import_pair
 from as2d_cli.models.prompting import PromptSpec
 from device_agents.emulator.python import enable_python
@@ -45,7 +46,7 @@ def test_the_payload_carries_an_audio_llm_pair_and_its_prompt(emulated_phone, pa
     finally:
         local.close()
     enable_python(emulated_phone.phone)
-    runner = open_runner(emulated_phone.device(), str(pair), prompt=PROMPT)
+    runner = open_runner(emulated_phone.device(), load_pair(pair, prompt=PROMPT))
     got = runner.batch(
         [
             {

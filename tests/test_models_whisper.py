@@ -528,7 +528,7 @@ def test_traces_record_the_pair_and_another_pairs_profile_is_refused(
     from as2d_cli.tracegen.build import build_traces
 
     out = build_traces(
-        "dev", tmp_path / "dev.jsonl.gz", models_dir=str(pair), limit=2, processes=1, max_tokens=16
+        "dev", tmp_path / "dev.jsonl.gz", pair=load_pair(pair), limit=2, processes=1, max_tokens=16
     )
     ts = load_traces(out)
     prov = ts.provenance["pair"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from as2d_cli.launch.host import LocalRunner, open_runner
+from as2d_cli.models.model_pair import load_pair
 from as2d_cli.models.pair import import_pair
 from device_agents.emulator.python import enable_python
 
@@ -45,7 +46,7 @@ def test_the_payload_carries_the_pair_to_the_phone(
     emulated_phone, pair: Path, host_tokens: list[int]
 ) -> None:  # type: ignore[no-untyped-def]
     enable_python(emulated_phone.phone)
-    runner = open_runner(emulated_phone.device(), str(pair))
+    runner = open_runner(emulated_phone.device(), load_pair(pair))
     got = runner.batch(
         [
             {"op": "decode", "window": WINDOW, "method": m, "events": False, "source": s}
@@ -72,8 +73,9 @@ def test_the_arm64_bundle_carries_the_pair_under_qemu(
     from device_agents.emulator.session import EmulatorSession
 
     need_qemu()
-    built = build_bundle(project_root=project_snapshot(), models=pair)
-    rel = pair_folder(pair)
+    loaded = load_pair(pair)
+    built = build_bundle(project_root=project_snapshot(), pair=loaded)
+    rel = pair_folder(loaded)
     assert f"app/{rel}/models.json" in built.manifest["project"]["assets"]
     session = EmulatorSession(private_server=False, adb_port=adb_server.port).start()
     enable_arm64_bundle(session.phone)
@@ -81,7 +83,7 @@ def test_the_arm64_bundle_carries_the_pair_under_qemu(
         device = session.device()
         deployed = deploy(device, built.archive)
         launcher = BundleLauncher(deployed, models=deployed.carried(rel))
-        runner = open_runner(device, str(pair), launcher=launcher)
+        runner = open_runner(device, loaded, launcher=launcher)
         got = runner.call({"op": "decode", "window": WINDOW, "method": "as2d", "events": False})
         assert got["tokens"] == host_tokens and got["pair"] == "tiny"
         carried = json.loads(

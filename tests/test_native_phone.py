@@ -34,10 +34,12 @@ from as2d_cli.launch.payload import (
     probe_python,
     push_windows,
 )
+from as2d_cli.models.model_pair import load_pair
 from device_agents.emulator.python import enable_python
 from device_agents.gating import GateConfig
 
 MODELS = Path(os.environ["AS2D_TEST_MODELS"]) if os.environ.get("AS2D_TEST_MODELS") else None
+PAIR = None if MODELS is None else load_pair(MODELS, check_hashes=False)
 MAX = 40
 
 
@@ -60,17 +62,17 @@ def py_phone(emulated_phone):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def launcher(py_phone) -> PythonPayloadLauncher:  # type: ignore[no-untyped-def]
-    got = choose_launcher(py_phone.device(), models_dir=MODELS)
+    got = choose_launcher(py_phone.device(), PAIR)
     assert isinstance(got, PythonPayloadLauncher) and got.pushed == ("app", "models")
     return got
 
 
 def test_payload_is_pushed_once_and_the_code_runs_from_the_pushed_copy(py_phone, launcher) -> None:
     dev = py_phone.device()
-    again = choose_launcher(dev, models_dir=MODELS)
+    again = choose_launcher(dev, PAIR)
     assert isinstance(again, PythonPayloadLauncher) and again.pushed == ()
     assert (again.app, again.models_dir) == (launcher.app, launcher.models_dir)
-    for path, part in zip((launcher.app, launcher.models_dir), build_payload(MODELS)):
+    for path, part in zip((launcher.app, launcher.models_dir), build_payload(PAIR)):
         marker = posixpath.join(path, MARKER)
         assert dev.read_files([marker])[marker].strip() == part.digest and part.digest[:16] in path
     area = posixpath.join("/data/local/tmp", RUNTIME_AREA)
@@ -186,7 +188,7 @@ def test_a_code_change_pushes_only_the_code_and_models_come_from_the_pushed_copy
     session = make_emulated_phone()
     enable_python(session.phone)
     dev = session.device()
-    first = choose_launcher(dev, models_dir=MODELS)
+    first = choose_launcher(dev, PAIR)
     assert isinstance(first, PythonPayloadLauncher) and first.pushed == ("app", "models")
     # The same models with edited code: only the code part goes to the phone again.
     for pkg in PROJECT_PACKAGES:
@@ -196,7 +198,7 @@ def test_a_code_change_pushes_only_the_code_and_models_come_from_the_pushed_copy
     with open(tmp_path / "src" / "native" / "runner.py", "a") as f:
         f.write("\n# edited\n")
     edited = pack_part("app", app_files(tmp_path / "src"), cache=tmp_path / "cache")
-    second = deploy_payload(dev, edited, build_payload(MODELS)[1])
+    second = deploy_payload(dev, edited, build_payload(PAIR)[1])
     assert (
         second.pushed == ("app",)
         and second.models_dir == first.models_dir
@@ -261,7 +263,7 @@ def test_calibration_on_the_phone_stops_at_an_offline_core_and_resumes(
     dev = session.device()
     window, _ = calibration_windows()
     plan = _plan(window)
-    launcher = choose_launcher(dev, models_dir=MODELS)
+    launcher = choose_launcher(dev, PAIR)
     opener = lambda device, **kw: open_runner(device, launcher=launcher, **kw)  # noqa: E731
     calls: list[str] = []
 
@@ -322,7 +324,7 @@ def test_a_core_going_offline_mid_step_stops_the_calibration_and_keeps_the_recor
     dev = session.device()
     window, _ = calibration_windows()
     plan = _plan(window)[:4]
-    launcher = choose_launcher(dev, models_dir=MODELS)
+    launcher = choose_launcher(dev, PAIR)
     opener = lambda device, **kw: open_runner(device, launcher=launcher, **kw)  # noqa: E731
     calls: list[str] = []
 
@@ -420,7 +422,7 @@ def test_phone_lost_mid_step_is_one_line_and_a_rerun_resumes(make_emulated_phone
     dev = session.device()
     window, _ = calibration_windows()
     plan = _plan(window)[:3] + _plan(window)[-1:]
-    launcher = choose_launcher(dev, models_dir=MODELS)
+    launcher = choose_launcher(dev, PAIR)
     opener = lambda device, **kw: open_runner(device, launcher=launcher, **kw)  # noqa: E731
     calls: list[str] = []
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import as2d_cli
 from as2d_cli.bundle import manifest as mf
@@ -29,6 +29,9 @@ from as2d_cli.bundle.pack import pack, read_member
 from as2d_cli.bundle.recipe import Recipe, shipped_files
 from as2d_cli.bundle.wheels import Wheel, fetch_wheels
 from as2d_cli.errors import FormatError
+
+if TYPE_CHECKING:
+    from as2d_cli.models.model_pair import ModelPair
 
 ARCHIVE_NAME = "as2d-bundle-{arch}.tar.gz"
 BUILD_INFO = "build.json"
@@ -80,26 +83,20 @@ def snapshot_project(recipe: Recipe, src: Path, dest: Path) -> Path:
 PAIRS = "as2d_cli/assets/pairs"  # where a bundle carries an imported model pair (inside app/)
 
 
-def pair_folder(models_dir: Path) -> str:
+def pair_folder(pair: ModelPair) -> str:
     """The pair's folder relative to the bundle's ``app/`` (what the runner's ``load`` names)."""
-    from as2d_cli.models.model_pair import load_pair
-
-    return _pair_rel(load_pair(models_dir, check_hashes=False).name)
-
-
-def _pair_rel(name: str) -> str:
     from as2d_cli.formats.common import safe_name
 
-    return f"{PAIRS}/{safe_name(name, 'pair')}"
+    return f"{PAIRS}/{safe_name(pair.name, 'pair')}"
 
 
-def add_pair(project: Path, models_dir: Path) -> str:
+def add_pair(project: Path, pair: ModelPair) -> str:
     """Copy an imported pair, as one self-contained folder, into the project snapshot
     ``project`` at :func:`pair_folder`; returns that relative path."""
-    from as2d_cli.models.model_pair import load_pair, portable_files
+    from as2d_cli.models.model_pair import portable_files
 
-    pair = load_pair(models_dir)  # checks every file against its SHA-256 first
-    rel = _pair_rel(pair.name)
+    pair.verify()  # every file against its SHA-256 first
+    rel = pair_folder(pair)
     dest = project / rel
     if dest.exists():
         shutil.rmtree(dest)
@@ -132,26 +129,26 @@ def build_bundle(
     cache: Path | None = None,
     refresh: bool = False,
     progress: Progress | None = None,
-    models: Path | None = None,
+    pair: ModelPair | None = None,
 ) -> BuildResult:
     """Return the bundle for ``recipe`` and the project at ``project_root``, building it if
-    needed; ``models``: an imported model pair the bundle carries as well (at
+    needed; ``pair``: an imported model pair the bundle carries as well (at
     :func:`pair_folder` inside ``app/``)."""
     start = time.monotonic()
     recipe = recipe or Recipe()
     project_root = project_root or default_project_root()
     root = cache_root(cache)
     say = progress or (lambda _msg: None)
-    if models is not None:
+    if pair is not None:
         import tempfile
 
         snap = Path(
             tempfile.mkdtemp(prefix="pair-", dir=root.parent if root.parent.exists() else None)
         )
         try:
-            say(f"adding model pair {models}")
+            say(f"adding model pair {pair.directory}")
             snapshot_project(recipe, project_root, snap)
-            add_pair(snap, Path(models))
+            add_pair(snap, pair)
             return build_bundle(
                 recipe, project_root=snap, cache=cache, refresh=refresh, progress=progress
             )

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from as2d_cli.bundle.build import load_built
 from as2d_cli.bundle.launch import (
@@ -29,6 +30,9 @@ from as2d_cli.bundle.launch import (
 from as2d_cli.bundle.manifest import MANIFEST_HASH
 from as2d_cli.errors import DeviceError
 from device_agents.base import Device
+
+if TYPE_CHECKING:
+    from as2d_cli.models.model_pair import ModelPair
 
 BUNDLE_AREA = "as2d-bundle"
 SMOKE = ["-c", "import sys; print('as2d-bundle-ok', sys.version.split()[0])"]
@@ -143,12 +147,12 @@ def remove(device: Device) -> bool:
 
 
 def ensure_deployed(
-    device: Device, archive: Path | None = None, models: Path | None = None
+    device: Device, archive: Path | None = None, pair: ModelPair | None = None
 ) -> DeployedBundle:
     """The bundle on ``device``: ``archive`` if given, else this checkout's (built or cached,
-    carrying the model pair ``models`` when given)."""
+    carrying the imported model ``pair`` when given)."""
     if archive is None:
         from as2d_cli.bundle.build import build_bundle
 
-        archive = build_bundle(models=models).archive
+        archive = build_bundle(pair=pair).archive
     return deploy(device, archive)

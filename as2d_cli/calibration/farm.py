@@ -47,6 +47,7 @@ def calibrate_phone(opts: FarmOptions, phone: str) -> PhoneOutcome:
     """One phone's whole calibration (a farm task): its errors become its outcome, so one
     failing phone never stops the others."""
     from as2d_cli.calibration.run import CalibrationSettings, calibrate
+    from as2d_cli.models.model_pair import load_pair
 
     def work(m: Measurement, out: PhoneOutcome) -> None:
         base = Path(tempfile.gettempdir()) / "as2d-farm" if opts.ship_back else Path(opts.out_dir)
@@ -58,8 +59,10 @@ def calibrate_phone(opts: FarmOptions, phone: str) -> PhoneOutcome:
             gate=m.gate,
             cores=m.placement.cores,
             plan=opts.plan,
-            models=None if opts.models is None else Path(opts.models),
-            prompt=opts.prompt,
+            # loaded once in this worker's process (a Ray node reads its own copy)
+            pair=None
+            if opts.models is None
+            else load_pair(opts.models, check_hashes=False, prompt=opts.prompt),
         )
         res = calibrate(m.device, settings)
         out.ok, out.steps, out.resumed = True, res.steps, res.resumed_steps

@@ -25,6 +25,7 @@ from as2d_cli.calibration.plan import Step, make_plan, plan_hash
 from as2d_cli.calibration.plot import plot_savings
 from as2d_cli.errors import DeviceError, UserError
 from as2d_cli.formats.common import append_jsonl, safe_name, write_atomic
+from as2d_cli.models.model_pair import ModelPair, PairSettings
 from as2d_cli.models.prompting import PromptSpec
 from as2d_cli.reporting import Progress, settle_waiting
 
@@ -236,9 +237,9 @@ def resume_command(
 
 
 @dataclass(frozen=True)
-class CalibrationSettings:
-    """What one calibration uses (the `as2d calibrate` options, built once): ``models`` the
-    model pair (None: the bundled pair); ``gate`` a device_agents GateConfig (None: the
+class CalibrationSettings(PairSettings):
+    """What one calibration uses (the `as2d calibrate` options, built once): ``pair`` the
+    model pair, loaded once (None: the bundled pair); ``gate`` a device_agents GateConfig (None: the
     device's default); ``cores`` the (target, producer) CPUs the runner pins; ``plan`` the
     steps (None: the quick or full plan for ``window``)."""
 
@@ -248,8 +249,7 @@ class CalibrationSettings:
     gate: Any = None
     cores: tuple[list[int] | None, list[int] | None] = (None, None)
     plan: list[Step] | None = None
-    models: Path | None = None
-    prompt: PromptSpec | None = None
+    pair: ModelPair | None = None
     monitor_interval_s: float = 1.0
 
 
@@ -290,7 +290,7 @@ def calibrate(
             f"--window {s.window} is a test window; calibrate on dev or val audio "
             "(calibration is kept apart from the test split), or leave --window out"
         )
-    pair = load_pair(s.models, check_hashes=False, prompt=s.prompt)  # the runner checks files
+    pair = s.pair or load_pair(check_hashes=False)  # the runner checks the files
     ident = pair.identity()
     steps = s.plan if s.plan is not None else _plan(s, pair, corpus)
     who = identify(device)
@@ -304,12 +304,7 @@ def calibrate(
     partial.folder.mkdir(parents=True, exist_ok=True)
     done = partial.done()
     resumed = len(done)
-    runner_opts = {
-        "models": None if s.models is None else str(s.models),
-        "target_cores": s.cores[0],
-        "producer_cores": s.cores[1],
-        "prompt": s.prompt,
-    }
+    runner_opts = {"pair": pair, "target_cores": s.cores[0], "producer_cores": s.cores[1]}
     run = _StepRun(
         device,
         partial,

@@ -42,19 +42,21 @@ def build(
         folder_in_option,
         "Checkout whose runner and models go in (default: this one).",
     ),
-    models: Path | None = options.path(
-        None, "--models", folder_in_option, "Also carry this model pair (`as2d models import`)."
+    models: Path | None = options.models(
+        "Also carry this model pair: a folder (`as2d models import`) or a shipped pair's name."
     ),
 ) -> None:
     """Build (or reuse from the cache) the arm64 bundle and print where it is."""
     from as2d_cli.bundle.build import build_bundle
     from as2d_cli.bundle.manifest import MANIFEST
     from as2d_cli.bundle.recipe import Recipe
+    from as2d_cli.models.model_pair import load_pair
 
     recipe = Recipe(arch=arch, debian_mirror=debian_mirror or Recipe.debian_mirror)
     say = (lambda _m: None) if as_json else (lambda m: typer.echo(f"· {m}", err=True))
+    pair = None if models is None else load_pair(models, check_hashes=False)
     result = build_bundle(
-        recipe, project_root=project, cache=cache, refresh=refresh, progress=say, models=models
+        recipe, project_root=project, cache=cache, refresh=refresh, progress=say, pair=pair
     )
     archive = result.archive
     if out is not None:

@@ -43,15 +43,16 @@ def calibrate(
     """Measure a device's costs and write an as2d.profile (resumes an interrupted run)."""
     from as2d_cli.calibration.run import CalibrationSettings
 
-    spec = options.check_prompt(prompt, models)  # refused before any work
+    pair = options.model_pair(models, prompt)  # loaded once; refused before any work
     if len(phone) > 1 or ray is not None:
         from as2d_cli.calibration.farm import FarmOptions
 
+        # each worker loads the pair in its own process (a Ray node from its own disk)
         models_ = None if models is None else str(models)
-        opts = FarmOptions(str(out), quick, window, measure, models_, spec)
+        opts = FarmOptions(str(out), quick, window, measure, models_, prompt)
         _farm(phone, ray, opts)
         return
-    settings = CalibrationSettings(out, quick, window, models=models, prompt=spec)
+    settings = CalibrationSettings(out, quick, window, pair=pair)
     _one(phone[0], settings, measure, quiet)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -16,6 +16,9 @@ from as2d_cli.engine.methods import DEFAULT_ASP_CAP, DEFAULT_BUDGET, DEFAULT_SD_
 from as2d_cli.errors import UserError
 from as2d_cli.models.prompting import PromptSpec
 from device_agents.measurement import MeasureOptions
+
+if TYPE_CHECKING:
+    from as2d_cli.models.model_pair import ModelPair
 
 
 @grouped(prompt=PROMPT, measure=variant(MEASURE, drop=GATE))
@@ -64,11 +67,7 @@ def decode(
         candidates=candidates,
         history=history,
     )
-    spec = options.check_prompt(prompt, models)  # refused before any work
-    if models is not None:  # missing, empty, an export instead of a pair: named before any work
-        from as2d_cli.models.model_pair import check_pair_folder
-
-        check_pair_folder(models)
+    pair = options.model_pair(models, prompt)  # loaded once; refused before any work
     if candidates is not None and source is not None:
         raise UserError(
             "--candidates is the source of the proposals; drop --source (or --candidates)"
@@ -76,8 +75,11 @@ def decode(
     source = "external" if candidates is not None else source
     cmd = _command(window, method, budget, k, source, align, history, max_tokens)
     if candidates is not None:
-        cmd["candidates"] = _candidates(candidates, models)
-    res = _run(phone, measure, models, spec, cmd)
+        from as2d_cli.models.model_pair import load_pair
+
+        pair = pair or load_pair(check_hashes=False)  # the bundled pair's tokenizer
+        cmd["candidates"] = _candidates(candidates, pair)
+    res = _run(phone, measure, pair, cmd)
     if as_json:
         typer.echo(json.dumps(res))
         return
@@ -101,37 +103,26 @@ def _command(
     return {"op": "decode", "window": window, **settings.to_wire(), "max_tokens": max_tokens}
 
 
-def _candidates(path: Path, models: Path | None) -> Any:
+def _candidates(path: Path, pair: ModelPair) -> Any:
     """External proposal batches, checked against the pair's tokenizer here: a token the
     target cannot emit would only fail deep inside the runner."""
-    from as2d_cli.models.model_pair import load_pair
     from native.candidates import load_candidates
 
-    vocab = load_pair(models, check_hashes=False).vocab.size
-    return load_candidates(path, vocab_size=vocab)
+    return load_candidates(path, vocab_size=pair.vocab.size)
 
 
 def _run(
-    phone: str,
-    measure: MeasureOptions,
-    models: Path | None,
-    spec: PromptSpec,
-    cmd: dict[str, Any],
+    phone: str, measure: MeasureOptions, pair: ModelPair | None, cmd: dict[str, Any]
 ) -> dict[str, Any]:
-    """The request on the prepared device, under the core monitor."""
+    """The request on the prepared device, under the core monitor, with the model ``pair``
+    (None: the bundled one)."""
     from as2d_cli.launch.host import open_runner
     from device_agents.measurement import prepare
     from device_agents.monitor import call_monitored
 
     m = prepare(phone, measure)
     tc, pc = m.placement.cores
-    with open_runner(
-        m.device,
-        None if models is None else str(models),
-        target_cores=tc,
-        producer_cores=pc,
-        prompt=spec,
-    ) as runner:
+    with open_runner(m.device, pair, target_cores=tc, producer_cores=pc) as runner:
         res = call_monitored(m.device, runner, cmd)
     res.pop("event", None)
     res["device"] = m.identity.to_dict()

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from as2d_cli.cli import options
+from as2d_cli.cli.groups import MEASURE, PLACEMENT, grouped, variant
+from device_agents.measurement import MeasureOptions
 
 
 def _fmt(value: object) -> str:
@@ -143,6 +145,19 @@ def _farm(address: str, as_json: bool) -> None:
     )
 
 
+# The gate's own options of the measuring group: its checks, without the host's quiet or the
+# CPU placement.
+GATE_ONLY = variant(
+    MEASURE,
+    drop=("settle", *PLACEMENT),
+    help={
+        "rest": "Seconds of rest before checking (phone default 15).",
+        "interval": "Seconds between the ceiling checks (default 5).",
+    },
+)
+
+
+@grouped(measure=GATE_ONLY)
 def gate(
     phone: str = options.phone(
         ..., "local, a known phone (k70, mi14, mi11pro, note9pro) or a serial."
@@ -150,12 +165,7 @@ def gate(
     show: bool = typer.Option(
         False, "--show", help="Only show each check once (no rest, no waiting)."
     ),
-    rest: float | None = options.seconds(
-        None, "--rest", help="Seconds of rest before checking (phone default 15)."
-    ),
-    interval: float | None = options.seconds(
-        None, "--interval", help="Seconds between the ceiling checks (default 5)."
-    ),
+    measure: MeasureOptions = MeasureOptions(),
     core: int | None = options.core(
         None,
         "--gate-core",
@@ -164,8 +174,6 @@ def gate(
     min_ghz: float | None = options.positive(
         None, "--min-ghz", help="Minimum ceiling in GHz (default 1.8816)."
     ),
-    max_temp: float | None = options.max_temp(),
-    temp_sensor: str | None = options.temp_sensor(),
     as_json: bool = options.as_json("Print the gate record as JSON."),
     adb_port: int | None = options.adb_port("adb server port."),
 ) -> None:
@@ -174,16 +182,9 @@ def gate(
     from dataclasses import replace
 
     from device_agents.gating import run_gate, show_gate
-    from device_agents.measurement import MeasureOptions, prepare
+    from device_agents.measurement import prepare
 
-    m = prepare(
-        phone,
-        MeasureOptions(
-            rest_s=rest, interval_s=interval, max_temp_c=max_temp, temp_sensor=temp_sensor
-        ),
-        adb_port=adb_port,
-        gate_core=core,
-    )
+    m = prepare(phone, measure, adb_port=adb_port, gate_core=core)
     device = m.device
     config = m.gate
     if min_ghz is not None:

@@ -51,13 +51,14 @@ def _requests(
         file_in_option,
         "Helper file pushed into the run directory first (repeatable).",
     ),
-    models: Path | None = typer.Option(
-        None,
-        "--models",
-        help="With --bundle: the model pair the requests run (the bundle must carry it: `as2d bundle build --models PAIR`).",
+    models: Path | None = options.models(
+        "With --bundle: the model pair the requests run (the bundle must carry it: `as2d bundle build --models PAIR`).",
     ),
 ) -> EnergyRequests:
-    """What each request runs (the request options as one EnergyRequests)."""
+    """What each request runs (the request options as one EnergyRequests; the pair loaded
+    once, here)."""
+    from as2d_cli.models.model_pair import load_pair
+
     return EnergyRequests(
         methods,
         request_cmd,
@@ -66,7 +67,7 @@ def _requests(
         window,
         tuple(native_arg),
         tuple(push),
-        models,
+        None if models is None else load_pair(models, check_hashes=False),
     )
 
 

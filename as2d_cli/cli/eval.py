@@ -125,7 +125,7 @@ def eval_(
     """Replay every method with one fixed configuration; optionally run them natively too."""
     import dataclasses
 
-    spec = options.check_prompt(prompt, models)  # refused before any work
+    pair = options.model_pair(models, prompt)  # loaded once; refused before any work
     settings = EvalSettings(
         phone[0],
         profile=profile,
@@ -134,8 +134,7 @@ def eval_(
         split=split,
         calibrations=calibrations,
         results=results,
-        models=models,
-        prompt=spec,
+        pair=pair,
         allow_unconfirmed=allow_unconfirmed,
         accept_unvalidated=accept_unvalidated,
         allow_implausible=allow_implausible,
@@ -143,7 +142,7 @@ def eval_(
         figure_format=figure_format,
         command=_command_line(ctx),
     )
-    runs = dataclasses.replace(runs, models=models, prompt=spec)
+    runs = dataclasses.replace(runs, pair=pair)
     if len(phone) > 1:
         _farm(phone, settings, runs, measure, native=native, refused=_farm_refused(ctx))
         return
@@ -327,8 +326,7 @@ def _check_farm(
             p,
             identify(resolve_phone(p)),
             calibrations=settings.calibrations,
-            models=settings.models,
-            prompt=settings.prompt,
+            pair=settings.pair,
         )
 
 

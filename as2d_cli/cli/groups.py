@@ -146,7 +146,7 @@ def PROMPT(
     prompt: str | None = options.prompt_text(),
 ) -> PromptSpec:
     """The four prompt options as one ``PromptSpec``, not yet checked against a pair
-    (``options.check_prompt`` does, once the command knows its ``--models``)."""
+    (``options.model_pair`` does, as it loads the command's ``--models``)."""
     return PromptSpec(task, language, question, prompt)
 
 

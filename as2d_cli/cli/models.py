@@ -9,9 +9,9 @@ import typer
 from rich.console import Console
 
 from as2d_cli.cli import options
-from as2d_cli.cli.groups import subcommands
+from as2d_cli.cli.groups import PROMPT, grouped, subcommands
 from as2d_cli.cli.paths import folder_in_option, folder_new_option
-from as2d_cli.models.prompting import TASKS
+from as2d_cli.models.prompting import TASKS, PromptSpec
 
 
 def import_(
@@ -93,14 +93,12 @@ def import_(
     )
 
 
+@grouped(prompt=PROMPT)
 def check(
     pair: Path | None = typer.Argument(None, help="The pair folder (default: the bundled pair)."),
     windows: int = options.count(2, "--windows", help="Development windows to decode."),
     reps: int = options.count(3, "--reps", help="Timed repetitions per width."),
-    task: str | None = options.task(),
-    language: str | None = options.language(),
-    question: str | None = options.question(),
-    prompt: str | None = options.prompt_text(),
+    prompt: PromptSpec = PromptSpec(),
     as_json: bool = options.as_json(),
 ) -> None:
     """Load a pair, decode a few windows, check K-wide = sequential (K=1..16) and rollback, time each width."""
@@ -108,7 +106,7 @@ def check(
     from as2d_cli.models.check import check_pair, render_check
     from as2d_cli.models.model_pair import load_pair
 
-    loaded = load_pair(pair, prompt=options.prompt_spec(task, language, question, prompt, pair))
+    loaded = load_pair(pair, prompt=prompt)  # every file against its hash, the prompt checked
     chosen = load_corpus().split("dev")[:windows]
     err = Console(stderr=True)
     say = (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None

@@ -200,18 +200,22 @@ def parse_counts(text: str) -> list[int]:
     return out
 
 
+def value_list(
+    default: str | None, *flags: str, parse: Callable[[str], Any], metavar: str, help: str
+) -> Any:
+    """One value or a comma list of them, checked while parsing by ``parse`` (the command
+    parses the string again with it)."""
+    return typer.Option(default, *flags, callback=_checked(parse), metavar=metavar, help=help)
+
+
 def fraction_list(default: str | None, *flags: str, help: str) -> Any:
-    """One fraction or a comma list of them (``parse_fractions``), checked while parsing."""
-    return typer.Option(
-        default, *flags, callback=_checked(parse_fractions), metavar="X[,X…]", help=help
-    )
+    """One fraction or a comma list of them (``parse_fractions``)."""
+    return value_list(default, *flags, parse=parse_fractions, metavar="X[,X…]", help=help)
 
 
 def count_list(default: str | None, *flags: str, help: str) -> Any:
-    """One count or a comma list of them (``parse_counts``), checked while parsing."""
-    return typer.Option(
-        default, *flags, callback=_checked(parse_counts), metavar="N[,N…]", help=help
-    )
+    """One count or a comma list of them (``parse_counts``)."""
+    return value_list(default, *flags, parse=parse_counts, metavar="N[,N…]", help=help)
 
 
 def parse_switches(text: str) -> list[bool]:
@@ -229,10 +233,8 @@ def parse_switches(text: str) -> list[bool]:
 
 
 def switch_list(default: str | None, *flags: str, help: str) -> Any:
-    """``off``, ``on`` or a comma list of them (``parse_switches``), checked while parsing."""
-    return typer.Option(
-        default, *flags, callback=_checked(parse_switches), metavar="off|on[,…]", help=help
-    )
+    """``off``, ``on`` or a comma list of them (``parse_switches``)."""
+    return value_list(default, *flags, parse=parse_switches, metavar="off|on[,…]", help=help)
 
 
 # ------------------------------------------------------------------ budgets and widths
@@ -292,9 +294,23 @@ def core(default: int | None, *flags: str, help: str) -> Any:
 
 
 def models(
-    help: str = "A model pair folder (`as2d models import`); default: the bundled pair.",
+    help: str = "A model pair folder (`as2d models import`) or a shipped pair's name "
+    "(audio-llm); default: the bundled pair.",
 ) -> Any:
-    return typer.Option(None, "--models", help=help)
+    """``--models``: a pair folder, or the name of a pair shipped in the package
+    (``models.shipped.resolve_models``, the one place a name becomes a folder)."""
+
+    def resolve(value: Path | None) -> Path | None:
+        from as2d_cli.models.shipped import resolve_models
+
+        if value is None:
+            return None
+        try:
+            return resolve_models(value)
+        except UserError as exc:
+            raise typer.BadParameter(str(exc).removeprefix("--models ")) from None
+
+    return typer.Option(None, "--models", callback=resolve, metavar="PAIR", help=help)
 
 
 def allow_implausible() -> Any:
@@ -403,10 +419,17 @@ def history() -> Any:
     )
 
 
-def check_prompt(spec: Any, models: Any = None) -> Any:
-    """``spec`` (the prompt group's PromptSpec) checked against the pair ``models`` (None:
-    the bundled pair) before any work; see ``prompt_spec``."""
-    return prompt_spec(spec.task, spec.language, spec.question, spec.text, models)
+def model_pair(models: Path | None, prompt: Any) -> Any:
+    """The model pair ``--models`` names with the prompt group's settings (``prompt``, a
+    PromptSpec), loaded once for the whole command and checked before any work: a folder
+    that is no pair, --question without --task answer, a task or --prompt the pair cannot
+    take, each refused in one line. None when neither is given: the bundled pair, which the
+    command's core loads where it needs it."""
+    from as2d_cli.models.model_pair import load_pair
+
+    if models is None and prompt.empty:
+        return None
+    return load_pair(models, check_hashes=False, prompt=prompt)
 
 
 # ------------------------------------------------------------------ prompt (one PromptSpec)
@@ -429,47 +452,28 @@ def language(
     help: str = "Whisper pairs: the spoken language's prompt token (default: each window's); "
     "audio LLMs: the language --task translate translates into (default: en).",
 ) -> Any:
-    return typer.Option(None, "--language", metavar="XX", help=help)
+    return text(None, "--language", "XX", help)
 
 
 def question() -> Any:
     """``--question``: the spoken question of ``--task answer``."""
-    return typer.Option(
+    return text(
         None,
         "--question",
-        metavar="TEXT",
-        help="With --task answer: the question asked about the audio (default: each corpus "
-        "window's own question).",
+        "TEXT",
+        "With --task answer: the question asked about the audio (default: each corpus window's "
+        "own question).",
     )
 
 
 def prompt_text() -> Any:
     """``--prompt``: an audio LLM's instruction text, replacing the task's."""
-    return typer.Option(
+    return text(
         None,
         "--prompt",
-        metavar="TEXT",
-        help="Audio LLMs: the instruction after the audio, replacing the task's (docs/models.md).",
+        "TEXT",
+        "Audio LLMs: the instruction after the audio, replacing the task's (docs/models.md).",
     )
-
-
-def prompt_spec(
-    task: str | None,
-    language: str | None,
-    question: str | None,
-    text: str | None,
-    models: Any = None,
-) -> Any:
-    """The four prompt options as one PromptSpec, checked against the pair ``models`` (None:
-    the bundled pair) before any work: --question without --task answer, a task or --prompt
-    the pair cannot take, each refused in one line."""
-    from as2d_cli.models.model_pair import load_pair
-    from as2d_cli.models.prompting import PromptSpec
-
-    spec = PromptSpec(task, language, question, text)
-    if not spec.empty and (models is None or (Path(models) / "models.json").is_file()):
-        load_pair(models, check_hashes=False, prompt=spec)
-    return spec
 
 
 def rest(help: str = "Gate: seconds of rest before the checks (phone default 15).") -> Any:
@@ -487,21 +491,21 @@ def settle(
 
 
 def verifier_cores() -> Any:
-    return typer.Option(
+    return text(
         None,
         "--verifier-cores",
-        metavar="CPUS",
-        help="CPUs the verifier (target) runs on, e.g. 7 or 4-7 (default: the fastest cluster on "
-        "a phone, the first CPU here).",
+        "CPUS",
+        "CPUs the verifier (target) runs on, e.g. 7 or 4-7 (default: the fastest cluster on a "
+        "phone, the first CPU here).",
     )
 
 
 def producer_cores() -> Any:
-    return typer.Option(
+    return text(
         None,
         "--producer-cores",
-        metavar="CPUS",
-        help="CPUs the producer (drafting source) runs on (default: the next fastest cluster on a "
+        "CPUS",
+        "CPUs the producer (drafting source) runs on (default: the next fastest cluster on a "
         "phone, the second CPU here).",
     )
 
@@ -526,12 +530,17 @@ def max_temp() -> Any:
 
 
 def temp_sensor() -> Any:
-    return typer.Option(
+    return text(
         None,
         "--temp-sensor",
-        metavar="SENSOR",
-        help="Gate: battery, or a thermal zone type such as skin (default: battery).",
+        "SENSOR",
+        "Gate: battery, or a thermal zone type such as skin (default: battery).",
     )
+
+
+def text(default: str | None, flag: str, metavar: str, help: str) -> Any:
+    """A free-text option (a sentence, a CPU list, a name) shown as ``metavar``."""
+    return typer.Option(default, flag, metavar=metavar, help=help)
 
 
 def milliseconds(default: int | None, *flags: str, help: str, minimum: int, maximum: int) -> Any:
@@ -574,7 +583,6 @@ __all__ = [
     "PHONE_DEFAULT",
     "as_json",
     "calibrations",
-    "check_prompt",
     "out_folder",
     "path",
     "phone",
@@ -592,7 +600,7 @@ __all__ = [
     "interval",
     "language",
     "models",
-    "prompt_spec",
+    "model_pair",
     "prompt_text",
     "question",
     "rest",

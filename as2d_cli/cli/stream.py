@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -22,6 +22,9 @@ from as2d_cli.cli.paths import file_in_option
 from as2d_cli.engine.methods import DEFAULT_BUDGET
 from as2d_cli.models.prompting import PromptSpec
 from device_agents.measurement import MeasureOptions
+
+if TYPE_CHECKING:
+    from as2d_cli.models.model_pair import ModelPair
 
 METHODS = ("as2d", "target-only", "sd")
 LIFETIMES = ("arrival", "consumption")
@@ -89,12 +92,31 @@ def stream(
         methods=METHODS,
         offers=("--budget", "--source", "--history"),
     )
-    budget_ = DEFAULT_BUDGET if budget is None else budget
-    source_ = source or "drafter"
-    spec = _checked_prompt(prompt, models, block_s, context_s)  # refused before any work
+    pair = _checked_pair(models, prompt, block_s, context_s)  # loaded once, before any work
     m = prepare(phone, measure, adb_port=adb_port)
+    settings, label = _settings(
+        method, budget, source, history, block_s, context_s, lifetime, check
+    )
+    run = _Run(m, settings, label, pair, figure_format)
+    folder, outcome, doc, late = _stream(run, audio, minutes, out, quiet)
+    _report(folder, outcome, doc, late)
+
+
+def _settings(
+    method: str,
+    budget: int | None,
+    source: str | None,
+    history: bool,
+    block_s: float,
+    context_s: float,
+    lifetime: str,
+    check: bool,
+) -> tuple[dict[str, Any], str]:
+    """The runner's stream settings, and the method's label (As²d's with its source)."""
     from as2d_cli.stream.run import settings_for
 
+    budget_ = DEFAULT_BUDGET if budget is None else budget
+    source_ = source or "drafter"
     settings = settings_for(
         method,
         budget=budget_,
@@ -107,23 +129,18 @@ def stream(
     )
     extra = " + history" if history and source_ != "history" else ""
     label = f"As²d ({source_}{extra}, b{budget_})" if method == "as2d" else method
-    run = _Run(m, settings, label, models, None if spec.empty else spec, figure_format)
-    folder, outcome, doc, late = _stream(run, audio, minutes, out, quiet)
-    _report(folder, outcome, doc, late)
+    return settings, label
 
 
-def _checked_prompt(
-    prompt: PromptSpec, models: Path | None, block_s: float, context_s: float
-) -> PromptSpec:
-    """The pair, the prompt and the block sizes refused before any work."""
+def _checked_pair(
+    models: Path | None, prompt: PromptSpec, block_s: float, context_s: float
+) -> ModelPair | None:
+    """The pair loaded with its prompt settings (None: the bundled pair), and the block sizes,
+    refused before any work."""
     from as2d_cli.errors import UserError
 
-    spec = options.check_prompt(prompt, models)
-    if models is not None:  # missing, empty, an export instead of a pair: named before any work
-        from as2d_cli.models.model_pair import check_pair_folder
-
-        check_pair_folder(models)
-    if spec.task == "answer" and spec.question is None and spec.text is None:
+    pair = options.model_pair(models, prompt)
+    if prompt.task == "answer" and prompt.question is None and prompt.text is None:
         raise UserError(
             "--task answer on a stream needs --question TEXT (a stream's blocks carry no question)"
         )
@@ -132,7 +149,7 @@ def _checked_prompt(
             f"--context-s {context_s:g} is shorter than --block-s {block_s:g}; "
             "the context holds at least one block"
         )
-    return spec
+    return pair
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,8 +159,7 @@ class _Run:
     m: Any  # the device_agents Measurement
     settings: dict[str, Any]
     label: str
-    models: Path | None
-    prompt: PromptSpec | None
+    pair: ModelPair | None  # None: the bundled pair
     figure_format: str
 
 
@@ -177,8 +193,7 @@ def _stream(
             recording,
             run.settings,
             folder,
-            models=run.models,
-            prompt=run.prompt,
+            pair=run.pair,
             open_runner=open_runner,
             hooks=StreamHooks(view.start, view.block, view.steps.note),
         )

@@ -7,11 +7,13 @@ from pathlib import Path
 import typer
 
 from as2d_cli.cli import options
-from as2d_cli.cli.groups import subcommands
+from as2d_cli.cli.groups import PROMPT, grouped, subcommands
 from as2d_cli.cli.paths import file_target_option
 from as2d_cli.cli.progress import Steps
+from as2d_cli.models.prompting import PromptSpec
 
 
+@grouped(prompt=PROMPT)
 def build(
     split: str = typer.Option(..., "--split", help="dev, val or test."),
     out: Path | None = options.out_folder(
@@ -28,17 +30,14 @@ def build(
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
     models: Path | None = options.models(),
-    task: str | None = options.task(),
-    language: str | None = options.language(),
-    question: str | None = options.question(),
-    prompt: str | None = options.prompt_text(),
+    prompt: PromptSpec = PromptSpec(),
     max_tokens: int | None = options.limit(
         None, "--max-tokens", help="Cap each window's reference (default: the target's limit)."
     ),
     quiet: bool = options.quiet(),
 ) -> None:
     """Run the target, the sources and the drafter over a corpus split (resumable)."""
-    spec = options.prompt_spec(task, language, question, prompt, models)  # refused before any work
+    pair = options.model_pair(models, prompt)  # loaded once; refused before any work
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.evaluate.inputs import ASSET_TRACES, pair_traces
     from as2d_cli.execution import open_executor
@@ -47,7 +46,7 @@ def build(
     load_corpus().split(
         split
     )  # an unknown split: its one-line error before the progress bar starts
-    folder = pair_traces(models, spec.task) if models is not None else ASSET_TRACES
+    folder = pair_traces(pair) if pair is not None else ASSET_TRACES
     path = out or folder / f"{split}.jsonl.gz"
     check_out(path, force)  # before a Ray instance starts
     with open_executor(ray, processes) as executor, Steps(f"tracing {split}", quiet=quiet) as steps:
@@ -58,13 +57,12 @@ def build(
         written = build_traces(
             split,
             path,
-            models_dir=None if models is None else str(models),
+            pair=pair,
             processes=processes,
             limit=limit,
             progress=progress,
             force=force,
             max_tokens=max_tokens,
-            prompt=spec,
             executor=executor,
         )
     typer.echo(f"wrote {written}")

@@ -16,14 +16,15 @@ from device_agents.measurement import MeasureOptions
 
 if TYPE_CHECKING:  # the protocol is heavy: imported when a run is prepared, not with the CLI
     from as2d_cli.energy.protocol import EnergyRun
+    from as2d_cli.models.model_pair import ModelPair
 
 
 @dataclass(frozen=True)
 class EnergyRequests:
     """What each request runs: ``methods`` in measurement order (comma-separated), by one
     ``request_cmd``, a command per method (``method_cmd``: METHOD=COMMAND), or the native
-    runner of a ``bundle`` archive on corpus ``window`` (with ``native_arg`` and the pair
-    ``models``); ``push``: helper files pushed into the run directory first."""
+    runner of a ``bundle`` archive on corpus ``window`` (with ``native_arg`` and the model
+    ``pair`` the bundle carries); ``push``: helper files pushed into the run directory first."""
 
     methods: str = "as2d,target-only"
     request_cmd: str | None = None
@@ -32,7 +33,7 @@ class EnergyRequests:
     window: str | None = None
     native_arg: tuple[str, ...] = ()
     push: tuple[Path, ...] = ()
-    models: Path | None = None
+    pair: ModelPair | None = None
 
 
 @dataclass(frozen=True)
@@ -189,16 +190,16 @@ def _bundle_plan(
     say(f"deploying {r.bundle.name} to {device.serial} (once per bundle)")
     deployed = deploy(device, r.bundle)
     extra = list(r.native_arg)
-    if r.models is not None:
+    if r.pair is not None:
         from as2d_cli.bundle.build import pair_folder
 
-        rel = pair_folder(r.models)
+        rel, folder = pair_folder(r.pair), r.pair.directory
         if f"app/{rel}/models.json" not in (deployed.manifest.get("project") or {}).get(
             "assets", []
         ):
             raise UserError(
-                f"--bundle {r.bundle.name} does not carry the pair {r.models}; build it with "
-                f"`as2d bundle build --models {r.models}`"
+                f"--bundle {r.bundle.name} does not carry the pair {folder}; build it with "
+                f"`as2d bundle build --models {folder}`"
             )
         extra += ["--models", deployed.carried(rel)]
     plan = dataclasses.replace(plan, request_cmd=bundle_request_template(deployed, window, extra))

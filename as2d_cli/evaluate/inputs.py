@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from as2d_cli.errors import UserError
 from as2d_cli.formats.common import sha256_file
@@ -36,17 +36,18 @@ from as2d_cli.formats.pairs import same_pair
 from as2d_cli.formats.profile import CostProfile
 from as2d_cli.formats.trace import TraceSet
 
+if TYPE_CHECKING:
+    from as2d_cli.models.model_pair import ModelPair
+
 ASSET_TRACES = Path(__file__).resolve().parents[1] / "assets" / "traces"
 
 
-def pair_traces(models: Path, task: str | None) -> Path:
+def pair_traces(pair: ModelPair) -> Path:
     """Where a model pair's traces live: ``PAIR/traces`` for its default task, and
     ``PAIR/traces/<task>`` for another (one pair, per-task traces and tables)."""
-    from as2d_cli.models.model_pair import load_pair
-
-    default = load_pair(models, check_hashes=False).default_task()
-    base = Path(models) / "traces"
-    return base if task is None or task == default else base / task
+    task = pair.prompt.task
+    base = pair.directory / "traces"
+    return base if task is None or task == pair.default_task() else base / task
 
 
 SHIPPED_PROFILES = Path(__file__).resolve().parents[1] / "assets" / "profiles"

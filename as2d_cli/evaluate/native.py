@@ -110,12 +110,7 @@ def run_native_eval(
     record, resume = _open_record(m, run, profile, s)
     tc, pc = m.placement.cores
     say(f"device {m.identity.describe()}; {m.placement.describe()}")
-    runner_opts = {
-        "models": None if s.models is None else str(s.models),
-        "target_cores": tc,
-        "producer_cores": pc,
-        "prompt": s.prompt,
-    }
+    runner_opts = {"pair": s.pair, "target_cores": tc, "producer_cores": pc}
     run_windows(
         m.device,
         record,
@@ -141,8 +136,7 @@ def _open_record(m: Any, run: EvalRun, profile: Any, s: NativeSettings) -> tuple
         windows=s.windows,
         repeats=s.repeats,
         warmup=s.warmup,
-        models=s.models,
-        prompt=s.prompt,
+        pair=s.pair,
     )
     requested["placement"] = {k: v for k, v in m.placement.to_dict().items() if k != "clusters"}
     resume = resume_command(

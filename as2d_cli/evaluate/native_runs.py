@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from as2d_cli.engine.methods import DEFAULT_SD_K, MethodSpec
 from as2d_cli.errors import DeviceError
@@ -25,6 +25,9 @@ from as2d_cli.evaluate.native_stats import METHODS
 from as2d_cli.formats.deployment import as2d_settings
 from as2d_cli.models.prompting import PromptSpec
 from as2d_cli.reporting import Progress, Say, settle_waiting
+
+if TYPE_CHECKING:
+    from as2d_cli.models.model_pair import ModelPair
 
 
 def pick_windows(ids: list[str], datasets: dict[str, str], n: int) -> list[str]:
@@ -61,21 +64,17 @@ def native_settings(
     windows: int,
     repeats: int,
     warmup: int,
-    models: Path | None,
-    prompt: PromptSpec | None,
+    pair: ModelPair | None,
 ) -> dict[str, Any]:
-    """What this command would measure (``native.settings.json``; compared on --append)."""
+    """What this command would measure (``native.settings.json``; compared on --append) with
+    the model ``pair`` (None: the bundled one)."""
     from as2d_cli.engine.methods import asp_cap
     from as2d_cli.formats.common import sha256_file
     from device_agents.identity import identify
 
-    spec = prompt or PromptSpec()
-    if models is None:
-        pair = {"name": "bundled", "task": spec.task, "language": spec.language}
-    else:
-        from as2d_cli.models.model_pair import load_pair
-
-        pair = load_pair(models, check_hashes=False, prompt=spec).identity()
+    pair_id = (
+        {"name": "bundled", "task": None, "language": None} if pair is None else pair.identity()
+    )
     picks = pick_windows(run.window_ids, run.datasets, windows)
     dep = run.deployment
     ident = {
@@ -100,7 +99,7 @@ def native_settings(
             "path": str(Path(run.profile_path).resolve()),
             "sha256": sha256_file(run.profile_path),
         },
-        "pair": pair,
+        "pair": pair_id,
         "device": ident,
     }
 

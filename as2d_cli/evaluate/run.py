@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from as2d_cli.engine.methods import DEFAULT_ALIGN, HISTORY, MethodSpec
 from as2d_cli.errors import As2dError, Interrupted, UserError
@@ -53,8 +53,10 @@ from as2d_cli.formats.deployment_io import load_deployment, rules_for
 from as2d_cli.formats.layout import deployment_path, device_part, result_folder
 from as2d_cli.formats.profile_io import load_profile
 from as2d_cli.formats.results import input_ref, make_results, write_results
-from as2d_cli.models.prompting import PromptSpec
 from as2d_cli.reporting import Progress, Say
+
+if TYPE_CHECKING:
+    from as2d_cli.models.model_pair import ModelPair
 
 WRITER = "as2d eval"  # the writer a manifest names while the replay part writes the folder
 # What the replay part writes (rk only when the profile's file is there), figures in the
@@ -143,19 +145,15 @@ def run_eval(
 
 def _inputs(s: EvalSettings, native: Any) -> _Inputs:
     """The profile and traces, checked against each other, the pair and the split."""
-    pair = _pair(s.models, s.prompt)
+    pair = _identity(s.pair)
     profile_path = s.profile or find_profile(s.phone, s.calibrations, pair, s.models)
     prof = load_profile(profile_path, check=True, allow_implausible=s.allow_implausible)
     if native is not None and s.profile is None:
         refuse_foreign_profile(prof, Path(profile_path), native, s.phone)
-    files = trace_files(
-        s.traces
-        if s.traces is not None or s.models is None
-        else pair_traces(Path(s.models), (s.prompt or PromptSpec()).task)
-    )
+    files = trace_files(s.traces if s.traces is not None or s.pair is None else pair_traces(s.pair))
     ts = load_trace_files(files)
     where = str(files[0]) if len(files) == 1 else f"the traces in {files[0].parent}"
-    check_pair(prof, ts, where, pair, s.models is not None)
+    check_pair(prof, ts, where, pair, s.pair is not None)
     if not any(w.split == s.split for w in ts.windows):
         raise UserError(f"the traces hold no {s.split!r} windows; pass traces with that split")
     device = device_part(str(prof.device.get("name") or s.phone))
@@ -505,20 +503,16 @@ def check_native_profile(
     identity: Any,
     *,
     calibrations: Path = Path("calibrations"),
-    models: Path | None = None,
-    prompt: PromptSpec | None = None,
+    pair: ModelPair | None = None,
 ) -> None:
-    """The profile ``run_eval`` would find for ``phone`` (no ``--profile``: a farm's
-    phones), refused when it is synthetic or another device's
+    """The profile ``run_eval`` would find for ``phone`` and the model ``pair`` (no
+    ``--profile``: a farm's phones), refused when it is synthetic or another device's
     (:func:`refuse_foreign_profile`)."""
-    path = find_profile(phone, calibrations, _pair(models, prompt), models)
+    models = None if pair is None else pair.directory
+    path = find_profile(phone, calibrations, _identity(pair), models)
     refuse_foreign_profile(load_profile(path), Path(path), identity, phone)
 
 
-def _pair(models: Path | None, prompt: PromptSpec | None) -> dict | None:
-    """The identity of the model pair ``models`` (None: the bundled pair)."""
-    if models is None:
-        return None
-    from as2d_cli.models.model_pair import load_pair
-
-    return load_pair(models, check_hashes=False, prompt=prompt).identity()
+def _identity(pair: ModelPair | None) -> dict | None:
+    """The identity of the model pair (None: the bundled pair, which records none)."""
+    return None if pair is None else pair.identity()

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from as2d_cli.models.prompting import PromptSpec
+from as2d_cli.models.model_pair import ModelPair, PairSettings
 
 
 @dataclass(frozen=True)
-class EvalSettings:
+class EvalSettings(PairSettings):
     """What one evaluation's replay part uses: the `as2d eval` options, built once.
 
     ``accept_unvalidated``: use a deployment that failed its own checks — NOT retained on
@@ -23,7 +23,8 @@ class EvalSettings:
     ``align``: the alignment rules (a deployment selected under them is found or selected;
     None: a given deployment's own, else the default rules). ``command``: the command line
     that redoes this evaluation, for the incomplete folder's note (default: ``as2d eval
-    --phone PHONE``). ``figure_format``: the figures' format (png, pdf or svg)."""
+    --phone PHONE``). ``figure_format``: the figures' format (png, pdf or svg). ``pair``: the
+    model pair, loaded once by the command (None: the bundled pair)."""
 
     phone: str
     profile: Path | None = None
@@ -32,8 +33,7 @@ class EvalSettings:
     split: str = "test"
     calibrations: Path = Path("calibrations")
     results: Path = Path("results")
-    models: Path | None = None
-    prompt: PromptSpec | None = None
+    pair: ModelPair | None = None
     allow_unconfirmed: bool = False
     accept_unvalidated: bool = False
     allow_implausible: bool = False
@@ -51,19 +51,19 @@ class EvalSettings:
 
 
 @dataclass(frozen=True)
-class NativeSettings:
+class NativeSettings(PairSettings):
     """What the native part of ``as2d eval --native`` runs: ``windows`` test windows,
     ``warmup`` unmeasured passes over them first (D.3: one warm-up repetition before the
     measured ones; their outputs are still checked for exactness), then ``repeats``
     interleaved measured repetitions. ``gate``: a device_agents GateConfig checked before
-    every window (None: the measurement's). ``append``: resume an interrupted run's folder
-    (only the runs its records lack are run; a run made with other settings is refused)."""
+    every window (None: the measurement's). ``pair``: the model pair run (None: the bundled
+    one). ``append``: resume an interrupted run's folder (only the runs its records lack are
+    run; a run made with other settings is refused)."""
 
     windows: int = 20
     repeats: int = 1
     warmup: int = 1
     gate: Any = None
-    models: Any = None
-    prompt: PromptSpec | None = None
+    pair: ModelPair | None = None
     append: bool = False
     monitor_interval_s: float = 1.0

@@ -33,7 +33,7 @@ from as2d_cli.launch.payload import (
 from native.protocol import CORPUS_ENV, FILES_ENV
 
 if TYPE_CHECKING:
-    from as2d_cli.models.prompting import PromptSpec
+    from as2d_cli.models.model_pair import ModelPair
 
 TERMINAL = ("hello", "loaded", "result", "calibrated", "streamed", "error", "bye")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -267,30 +267,29 @@ class _Follower:
 
 def open_runner(
     device: Any,
-    models: str | None = None,
+    pair: ModelPair | None = None,
     *,
     target_cores: list[int] | None = None,
     producer_cores: list[int] | None = None,
     launcher: Launcher | None = None,
-    prompt: PromptSpec | None = None,
 ) -> RunnerHandle:
-    """A runner for ``device`` with models loaded (``models``: a model pair folder on this
-    host, default the bundled pair; ``prompt``: the pair's prompt settings, docs/models.md):
-    pipes locally; on a phone, file-mode batches started by ``launcher`` (default:
-    :func:`as2d_cli.launch.payload.choose_launcher`), which carries the pair."""
+    """A runner for ``device`` with the model ``pair`` loaded (the command's, with its prompt
+    settings, docs/models.md; None: the bundled pair): pipes locally; on a phone, file-mode
+    batches started by ``launcher`` (default: :func:`as2d_cli.launch.payload.choose_launcher`),
+    which carries the pair."""
     load = {
         "op": "load",
-        "models": None if models is None else str(Path(models).resolve()),
+        "models": None if pair is None or pair.bundled else str(pair.directory.resolve()),
         "target_cores": target_cores,
         "producer_cores": producer_cores,
-        "prompt": prompt.to_wire() if prompt else None,
+        "prompt": None if pair is None or pair.prompt.empty else pair.prompt.to_wire(),
     }
     if getattr(device, "kind", "local") == "local":
         local = LocalRunner()
         local.call({"op": "hello"})
         local.call(load)
         return local
-    launcher = launcher or choose_launcher(device, models)
+    launcher = launcher or choose_launcher(device, pair)
     load["models"] = launcher.models  # the device's copy of the pair
     remote = DeviceRunner(device, launcher)
     remote.set_prelude([{"op": "hello"}, load])

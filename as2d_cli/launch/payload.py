@@ -33,12 +33,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from as2d_cli import __version__
 from as2d_cli.bundle.recipe import excluded, shipped_files
 from as2d_cli.errors import DeviceError, UserError
 from as2d_cli.formats.common import sha256_file
+
+if TYPE_CHECKING:
+    from as2d_cli.models.model_pair import ModelPair
 
 PAYLOAD_SCHEMA = "as2d.payload"
 PAYLOAD_VERSION = 1
@@ -143,10 +146,11 @@ class BundleLauncher(Launcher):
 
 
 def choose_launcher(
-    device: Any, models_dir: Path | str | None = None, runtime: str | None = None
+    device: Any, pair: ModelPair | None = None, runtime: str | None = None
 ) -> Launcher:
-    """The launch strategy for ``device``: ``runtime`` (or $AS2D_PHONE_RUNTIME) ``python``,
-    ``bundle`` or ``auto`` (python when the device's python3 can run the runner, else the bundle)."""
+    """The launch strategy for ``device``, carrying the model ``pair`` (None: the bundled
+    one): ``runtime`` (or $AS2D_PHONE_RUNTIME) ``python``, ``bundle`` or ``auto`` (python when
+    the device's python3 can run the runner, else the bundle)."""
     runtime = runtime or os.environ.get(RUNTIME_ENV) or "auto"
     if runtime not in RUNTIMES:
         raise UserError(
@@ -155,9 +159,7 @@ def choose_launcher(
     if runtime in ("auto", "python"):
         usable, why = probe_python(device)
         if usable:
-            return deploy_payload(
-                device, *build_payload(None if models_dir is None else Path(models_dir))
-            )
+            return deploy_payload(device, *build_payload(pair))
         if runtime == "python":
             raise DeviceError(
                 f"{device.serial}: no usable python3 on the device ({why}); "
@@ -165,12 +167,12 @@ def choose_launcher(
             )
     from as2d_cli.bundle.deploy import ensure_deployed
 
-    if models_dir is None:
+    if pair is None or pair.bundled:  # every bundle carries the bundled pair
         return BundleLauncher(ensure_deployed(device))
     from as2d_cli.bundle.build import pair_folder
 
-    deployed = ensure_deployed(device, models=Path(models_dir))
-    return BundleLauncher(deployed, models=deployed.carried(pair_folder(Path(models_dir))))
+    deployed = ensure_deployed(device, pair=pair)
+    return BundleLauncher(deployed, models=deployed.carried(pair_folder(pair)))
 
 
 def probe_python(device: Any) -> tuple[bool, str]:
@@ -208,16 +210,17 @@ def app_files(root: Path = PROJECT_ROOT) -> list[tuple[str, Path]]:
     return [(f"app/{rel}", f) for rel, f in shipped_files(root) if not excluded(rel, (ASSETS,))]
 
 
-def model_files(
-    models_dir: Path | None = None, cache: Path | None = None
-) -> list[tuple[str, Path]]:
+def model_files(pair: ModelPair | None = None, cache: Path | None = None) -> list[tuple[str, Path]]:
     """``models/<file>`` for the model pair (default: the bundled one, as2d_cli/assets/models),
     after checking every file against models.json. An imported pair goes as one
     self-contained folder: its referenced files under ``models/<model>/`` and its manifest
     rewritten to name them there."""
     from as2d_cli.models.model_pair import load_pair, portable_files
 
-    pair = load_pair(models_dir)
+    if pair is None:
+        pair = load_pair()  # its files checked against their hashes
+    else:
+        pair.verify()
     if not pair.manifest.get("imported"):
         return [(f"models/{f.name}", f) for f in sorted(pair.directory.iterdir()) if f.is_file()]
     files, manifest = portable_files(pair)
@@ -282,12 +285,12 @@ def _lead_member(archive: Path) -> bytes | None:
 
 
 def build_payload(
-    models_dir: Path | None = None, cache: Path | None = None, root: Path = PROJECT_ROOT
+    pair: ModelPair | None = None, cache: Path | None = None, root: Path = PROJECT_ROOT
 ) -> tuple[Payload, Payload]:
     """The runner payload for this checkout: (code, models). Two parts, so a code change
     pushes ~0.2 MB and the ~50 MB of models go to a phone once per model version."""
     return pack_part("app", app_files(root), cache), pack_part(
-        "models", model_files(models_dir, cache), cache
+        "models", model_files(pair, cache), cache
     )
 
 

@@ -216,9 +216,41 @@ class ModelPair:
     def path(self, filename: str) -> Path:
         return self.directory / filename
 
+    @property
+    def bundled(self) -> bool:
+        """The pair shipped in the package (an imported pair is named by its folder)."""
+        return _is_bundled(self.directory)
+
+    def verify(self) -> None:
+        """Every listed file matches its SHA-256 (loading checks only that each exists): before
+        the pair is copied anywhere, e.g. to a phone."""
+        _check_files(
+            self.directory,
+            self.directory / "models.json",
+            self.manifest,
+            True,
+            _fix(self.directory, self.manifest),
+        )
+
     def ctc_chars(self) -> list[str]:
         info = self.model("ctc")
         return list(json.loads(self.path(info["chars"]).read_text(encoding="utf-8"))["chars"])
+
+
+class PairSettings:
+    """A settings object's model ``pair``, loaded once by the command (None: the bundled
+    pair), with its folder as ``models`` and its prompt settings as ``prompt`` (None for the
+    bundled pair, which takes none)."""
+
+    pair: ModelPair | None
+
+    @property
+    def models(self) -> Path | None:
+        return None if self.pair is None else self.pair.directory
+
+    @property
+    def prompt(self) -> PromptSpec | None:
+        return None if self.pair is None else self.pair.prompt
 
 
 _REIMPORT = "import the pair again with `as2d models import`"
@@ -247,6 +279,17 @@ def check_pair_folder(directory: Path) -> None:
     raise UserError(
         f"--models {directory} is not a model pair (no models.json); create one with {make}"
     )
+
+
+def _is_bundled(directory: Path) -> bool:
+    return directory.resolve() == DEFAULT_DIR.resolve()
+
+
+def _fix(directory: Path, manifest: dict) -> str:
+    """What repairs a pair's files."""
+    if _is_bundled(directory) and not manifest.get("imported"):
+        return "reinstall the package or rerun training/export.py"
+    return "re-import the pair with `as2d models import`"
 
 
 def _check_files(directory: Path, path: Path, manifest: dict, check_hashes: bool, fix: str) -> None:
@@ -303,8 +346,8 @@ def load_pair(
     prompt: PromptSpec | None = None,
 ) -> ModelPair:
     """Read models.json in ``directory`` (default: the bundled models) and check its files."""
-    bundled = directory is None or Path(directory).resolve() == DEFAULT_DIR.resolve()
     directory = Path(directory) if directory is not None else DEFAULT_DIR
+    bundled = _is_bundled(directory)
     path = directory / "models.json"
     if not bundled:
         check_pair_folder(directory)
@@ -328,11 +371,7 @@ def load_pair(
         raise FormatError(
             f"{path}: model manifest version {version!r} is not supported (this as2d reads {VERSION}); {hint}"
         )
-    fix = (
-        "reinstall the package or rerun training/export.py"
-        if bundled and not manifest.get("imported")
-        else "re-import the pair with `as2d models import`"
-    )
+    fix = _fix(directory, manifest)
     for key in ("tokenizer", "specials", "models", "sha256"):
         if key not in manifest:
             raise FormatError(f"{path}: key {key!r} is missing; {fix}")

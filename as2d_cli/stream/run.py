@@ -18,11 +18,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from as2d_cli.errors import DeviceError
 from as2d_cli.formats.common import append_jsonl
 from as2d_cli.stream.recording import Recording
+
+if TYPE_CHECKING:
+    from as2d_cli.models.model_pair import ModelPair
 
 RAW_BLOCKS = "blocks.jsonl"
 FOLLOW_S = 2.0  # how often a phone's events are read back during the stream
@@ -70,15 +73,15 @@ def run_stream(
     settings: dict[str, Any],
     folder: Path,
     *,
-    models: Path | None = None,
-    prompt: Any = None,
+    pair: ModelPair | None = None,
     open_runner: Callable[..., Any],
     hooks: StreamHooks = StreamHooks(),
     monitor_interval_s: float = 1.0,
 ) -> StreamOutcome:
     """Stream ``recording`` on the measured device ``m``
-    (:class:`device_agents.measurement.Measurement`); never raises for an ended stream:
-    the outcome says how it ended (the caller writes the results, then reports)."""
+    (:class:`device_agents.measurement.Measurement`) with the model ``pair`` (None: the
+    bundled one); never raises for an ended stream: the outcome says how it ended
+    (the caller writes the results, then reports)."""
     from device_agents.gating import run_gate
 
     out = StreamOutcome()
@@ -86,13 +89,7 @@ def run_stream(
     tc, pc = m.placement.cores
     hooks.say(f"loading the models on {m.identity.name}")
     try:
-        runner = open_runner(
-            device,
-            None if models is None else str(models),
-            target_cores=tc,
-            producer_cores=pc,
-            prompt=prompt,
-        )
+        runner = open_runner(device, pair, target_cores=tc, producer_cores=pc)
     except KeyboardInterrupt:
         out.interrupted, out.stopped = True, "interrupted (Ctrl-C) while loading"
         return out

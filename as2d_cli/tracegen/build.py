@@ -31,32 +31,37 @@ from as2d_cli.engine.methods import DEFAULT_ASP_CAP
 from as2d_cli.errors import Interrupted, UserError
 from as2d_cli.execution import Executor, LocalPool
 from as2d_cli.formats.trace import VERSION as TRACE_VERSION
+from as2d_cli.models.model_pair import ModelPair, load_pair
 from as2d_cli.models.prompting import TRACE_TASKS, PromptSpec
 
 DRAFTER_CAP = DEFAULT_ASP_CAP  # ASP's largest cap: SD and ASP never ask for more
 SOURCE_SLACK = 8  # a source may run a little past the target's cap
 
-_LOADED: tuple[tuple[str | None, PromptSpec], Any] | None = None  # this process's pair, and its key
+_LOADED: tuple[tuple[str, PromptSpec], Any] | None = None  # this process's pair, and its key
 
 
-def _models(directory: str | None, prompt: PromptSpec | None = None) -> Any:
-    """The pair for (directory, prompt settings), loaded once per process; asking for
-    another frees the previous one."""
+def _models(job: _TraceJob) -> Any:
+    """The job's pair opened once per process (asking for another frees the previous one):
+    the job's own loaded pair, or on a worker that may not share this host's disk, the copy
+    of its files the job carries (checked against their hashes as it loads)."""
     global _LOADED
-    key = (directory, prompt or PromptSpec())
+    key = (str(job.pair.directory), job.pair.prompt)
     if _LOADED is None or _LOADED[0] != key:
-        from native.request import load_models
+        from native.request import open_models
 
+        pair = job.pair
+        if job.files is not None:
+            pair = load_pair(_unpacked(job.files, job.digest), prompt=pair.prompt)
         if _LOADED is not None:
             _LOADED[1].close()
-        _LOADED = (key, load_models(directory, threads=1, prompt=key[1]))
+        _LOADED = (key, open_models(pair, threads=1))
     return _LOADED[1]
 
 
-def autoregressive_sources(models: Any) -> tuple[str, ...]:
+def autoregressive_sources(pair: ModelPair) -> tuple[str, ...]:
     """The pair's autoregressive sources: the drafter, and ``lookahead`` when its drafter
     has a look-ahead decoder (models.json ``files.ahead_decoder``)."""
-    return ("drafter", "lookahead") if models.pair.has_ahead() else ("drafter",)
+    return ("drafter", "lookahead") if pair.has_ahead() else ("drafter",)
 
 
 def trace_window(
@@ -74,7 +79,7 @@ def trace_window(
     # The drafter running on its own history (As²d's autoregressive source), and the same
     # drafter checking its look-ahead guesses when the pair has that decoder.
     sources: dict[str, Any] = {}
-    for name in autoregressive_sources(models):
+    for name in autoregressive_sources(models.pair):
         src = models.source(name, audio, max_tokens + SOURCE_SLACK, window.language, question)
         src.start()
         toks: list[int] = []
@@ -236,12 +241,12 @@ _NOT_SHIPPED = {"traces", "training_logs"}
 
 @dataclass(frozen=True)
 class _TraceJob:
-    """What every window task reads. ``files`` (relative path → bytes) carries the pair to
-    workers that may not share this host's disk (Ray); ``digest`` is the pair's identity."""
+    """What every window task reads: the loaded model ``pair`` (its files checked once, by
+    the host). ``files`` (relative path → bytes) carries the pair to workers that may not
+    share this host's disk (Ray); ``digest`` is the pair's identity."""
 
-    models_dir: str | None
+    pair: ModelPair
     max_tokens: int | None
-    prompt: PromptSpec
     digest: str
     files: dict[str, bytes] | None = None
 
@@ -258,7 +263,7 @@ def pair_files(directory: Path) -> dict[str, bytes]:
 
 def _unpacked(files: dict[str, bytes], digest: str) -> str:
     """The shipped pair as a folder on this worker's host, written once per host (workers
-    race to rename their copy into place; the loser drops its copy). ``load_models``
+    race to rename their copy into place; the loser drops its copy). ``load_pair``
     checks every file's SHA-256 against the manifest when it loads them."""
     root = Path(tempfile.gettempdir()) / f"as2d-pair-{digest[:16]}"
     if (root / ".complete").exists():
@@ -279,18 +284,17 @@ def _trace_task(job: _TraceJob, wid: str) -> tuple[str, dict | str]:
     try:
         from as2d_cli.corpus.manifest import load_corpus
 
-        directory = job.models_dir if job.files is None else _unpacked(job.files, job.digest)
-        models = _models(directory, job.prompt)
+        models = _models(job)
         w = load_corpus().get(wid)
         return wid, trace_window(w, models, max_tokens=job.max_tokens)
     except Exception as exc:  # reported per window by the parent
         return wid, f"{type(exc).__name__}: {exc}"
 
 
-def provenance(models: Any) -> dict:
+def provenance(b: ModelPair) -> dict:
+    """Who made a trace file: the pair (its identity, each model's files), the toolkit."""
     from as2d_cli.formats.common import git_commit
 
-    b = models.pair
     return {
         "pair": b.identity(),
         # Each model named by its kind and the SHA-256 of its files (from models.json).
@@ -404,12 +408,10 @@ class _Request:
 
     split: str
     out: Path
-    models_dir: str | None
     processes: int | None
     progress: Callable[[int, int, str], None] | None
     force: bool
     max_tokens: int | None
-    prompt: PromptSpec | None
     executor: Executor | None
 
 
@@ -424,23 +426,23 @@ class _Partial:
     done: dict[str, dict]
     has_head: bool
     head: dict
-    pair: Any
+    pair: ModelPair
 
 
 def build_traces(
     split: str,
     out: Path,
     *,
-    models_dir: str | None = None,
+    pair: ModelPair | None = None,
     processes: int | None = None,
     limit: int | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     force: bool = False,
     max_tokens: int | None = None,
-    prompt: PromptSpec | None = None,
     executor: Executor | None = None,
 ) -> Path:
-    """Trace ``split``'s windows into ``out`` on ``executor`` (default: a local pool of
+    """Trace ``split``'s windows into ``out`` with the model ``pair`` (loaded once, with its
+    prompt settings; None: the bundled pair) on ``executor`` (default: a local pool of
     ``processes``, one per usable CPU, but no more than the windows left)."""
     from as2d_cli.corpus.manifest import load_corpus
 
@@ -450,13 +452,10 @@ def build_traces(
         windows = windows[:limit]
     if not windows:
         raise UserError(f"the corpus has no {split!r} windows")
-    from as2d_cli.models.model_pair import load_pair
-
-    pair = load_pair(
-        Path(models_dir) if models_dir is not None else None,
-        check_hashes=False,
-        prompt=prompt,
-    )
+    if pair is None:
+        pair = load_pair()  # its files checked against their hashes
+    else:
+        pair.verify()  # once, here: the workers open the files as they are
     ident = pair.identity()
     partial = partial_path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -465,9 +464,7 @@ def build_traces(
         head = {"pair": ident, "max_tokens": max_tokens}
         done, has_head = _resume(f, partial, head)
         try:
-            req = _Request(
-                split, out, models_dir, processes, progress, force, max_tokens, prompt, executor
-            )
+            req = _Request(split, out, processes, progress, force, max_tokens, executor)
             return _build(req, windows, _Partial(f, partial, done, has_head, head, pair))
         except Interrupted:
             raise
@@ -489,8 +486,7 @@ def build_traces(
 def _build(req: _Request, windows: list, partial: _Partial) -> Path:
     """The windows not yet in the partial, then the final file."""
     _trace_missing(req, windows, partial)
-    models = _models(req.models_dir, req.prompt)
-    header = _trace_header(models, req.split, len(windows))
+    header = _trace_header(partial.pair, req.split, len(windows))
     path = _write_checked(req, header, [partial.done[w.id] for w in windows])
     partial.path.unlink()
     return path
@@ -509,9 +505,8 @@ def _trace_missing(req: _Request, windows: list, partial: _Partial) -> None:
         progress(n, len(windows), "resumed" if done else "starting")
     ex = req.executor if req.executor is not None else LocalPool(req.processes)
     job = _TraceJob(
-        req.models_dir,
+        partial.pair,
         req.max_tokens,
-        req.prompt or PromptSpec(),
         partial.head["pair"]["sha256"],
         pair_files(partial.pair.directory) if ex.remote and todo else None,
     )
@@ -532,24 +527,24 @@ def _trace_missing(req: _Request, windows: list, partial: _Partial) -> None:
         )
 
 
-def _trace_header(models: Any, split: str, n_windows: int) -> dict:
+def _trace_header(pair: ModelPair, split: str, n_windows: int) -> dict:
     """The trace file's first line: who made it, its sources, split and size."""
     return {
         "schema": "as2d.trace",
         "version": TRACE_VERSION,
-        "provenance": provenance(models),
-        "eos_id": models.target.eos_id,
+        "provenance": provenance(pair),
+        "eos_id": pair.vocab.eot,  # the target's (OrtTarget.eos_id)
         "sources": {
             **{
                 name: {"kind": "autoregressive", "model": "drafter"}
-                for name in autoregressive_sources(models)
+                for name in autoregressive_sources(pair)
             },
             "ctc": {"kind": "chunked", "model": "ctc"},
         },
         "default_source": "drafter",
         "split": split,
         "windows": n_windows,
-        "vocab_size": models.pair.vocab.size,
+        "vocab_size": pair.vocab.size,
     }
 
 
