@@ -1,5 +1,10 @@
 """Native speed: As²d against target-only (and SD, ASP) on the bundled test windows.
 
+``--models PAIR`` runs another model pair (a folder, or a shipped pair's name such as
+``audio-llm``) and ``--task T`` its task's requests (``Corpus.requests``: the ASR windows,
+the translation windows, or the spoken-QA requests, each asking its own question); the
+default is the bundled pair on the ASR windows.
+
 Methods run interleaved window by window (rotating their order) in one runner process so
 they share machine conditions; with ``--repeats R`` every window runs R times per method,
 the repetitions interleaved too, and a window's time is the median of its repetitions (as
@@ -13,7 +18,7 @@ of the same repetition. For every As²d method it prints what the target's calls
 past the cursor (pace), K1 calls with candidates published but none usable (aligner), and
 the share of offered candidates rejected (quality).
 
-    python benchmarks/native_speedup.py [--windows N] [--rounds 3] [--split test] [--budget 7] [--source drafter|lookahead|ctc] [--batch 8] [--threshold 0.4] [--align suffix|paper] [--json out.json]
+    python benchmarks/native_speedup.py [--windows N] [--rounds 3] [--split test] [--budget 7] [--source drafter|lookahead|ctc] [--batch 8] [--threshold 0.4] [--align suffix|paper] [--models PAIR] [--task T] [--json out.json]
 
 A method written ``as2d@paper`` (or ``as2d@suffix``) runs As²d with those alignment rules
 beside the others, e.g. ``--methods target-only,as2d,as2d@paper`` compares the rules in
@@ -38,10 +43,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.engine.causes import CallCauses, call_causes  # noqa: E402
+from as2d_cli.errors import UserError  # noqa: E402
 from as2d_cli.evaluate.native import pick_windows  # noqa: E402
 from as2d_cli.evaluate.native_render import split_text  # noqa: E402
 from as2d_cli.evaluate.native_stats import time_split_per_token  # noqa: E402
 from as2d_cli.launch.host import LocalRunner, default_cores  # noqa: E402
+from as2d_cli.models.model_pair import ModelPair  # noqa: E402
+from as2d_cli.models.prompting import TASKS  # noqa: E402
 from native.protocol import MODEL_SOURCES as SOURCES  # noqa: E402  (--source, as2d@<source>)
 
 
@@ -88,8 +96,29 @@ def _parser() -> argparse.ArgumentParser:
         "--align", default=None, choices=["suffix", "paper"], help="As²d's alignment rules"
     )
     ap.add_argument("--methods", default="target-only,as2d,sd,asp")
+    ap.add_argument(
+        "--models", default=None, help="a model pair folder or a shipped pair's name (audio-llm)"
+    )
+    ap.add_argument(
+        "--task",
+        default=None,
+        choices=TASKS,
+        help="the pair's task and its corpus requests (default: the pair's)",
+    )
     ap.add_argument("--json", type=Path)
     return ap
+
+
+def _pair(a: argparse.Namespace) -> ModelPair | None:
+    """The pair ``--models`` names with ``--task`` (None: the bundled pair)."""
+    if a.models is None and a.task is None:
+        return None
+    from as2d_cli.models.model_pair import load_pair
+    from as2d_cli.models.prompting import PromptSpec
+    from as2d_cli.models.shipped import resolve_models
+
+    path = None if a.models is None else resolve_models(a.models)
+    return load_pair(path, check_hashes=False, prompt=PromptSpec(a.task))
 
 
 def _refusal(a: argparse.Namespace, methods: list[str]) -> str | None:
@@ -221,19 +250,31 @@ def main() -> int:
     if why is not None:
         print(f"error: {why}", file=sys.stderr)
         return 2
-    ws = {w.id: w for w in load_corpus().split(a.split)}
+    try:
+        pair = _pair(a)
+        task = "transcribe" if pair is None else str(pair.effective_prompt().task)
+        ws = {w.id: w for w in load_corpus().requests(task, a.split)}
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     picked = [
         ws[i] for i in pick_windows(list(ws), {i: w.setting for i, w in ws.items()}, a.windows)
     ]
     tc, pc = default_cores()
     r = LocalRunner()
     r.call({"op": "hello"})
-    r.call({"op": "load", "target_cores": tc, "producer_cores": pc})
+    load: dict = {"op": "load", "target_cores": tc, "producer_cores": pc}
+    if pair is not None:
+        load["models"] = None if pair.bundled else str(pair.directory.resolve())
+        load["prompt"] = None if pair.prompt.empty else pair.prompt.to_wire()
+        print(f"model pair {pair.name} ({pair.directory}), task {task}", file=sys.stderr)
+    r.call(load)
     t0 = time.time()
     runs = _run_rounds(r, picked, methods, a)
     r.close()
     rows = _median_rows(picked, methods, runs)
     out = {
+        "pair": None if pair is None else pair.identity(),
         "windows": len(picked),
         "repeats": a.repeats,
         "wall_s": time.time() - t0,

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from as2d_cli.cli import options
-from as2d_cli.cli.groups import MEASURE, PROMPT, grouped, variant
+from as2d_cli.cli.groups import MEASURE, PROMPTS, grouped, variant
 from as2d_cli.cli.paths import file_in_option
 from as2d_cli.evaluate.settings import EvalSettings, NativeSettings
 from as2d_cli.models.prompting import PromptSpec
@@ -87,7 +87,7 @@ EVAL_MEASURE = variant(
 )
 
 
-@grouped(runs=_native_runs, measure=EVAL_MEASURE, prompt=PROMPT)
+@grouped(runs=_native_runs, measure=EVAL_MEASURE, prompts=PROMPTS)
 def eval_(
     ctx: typer.Context,
     phone: list[str] = options.phones(
@@ -116,7 +116,7 @@ def eval_(
     models: Path | None = options.models(
         "A model pair folder (`as2d models import`): its traces (PAIR/traces), a profile measured with it, and native runs of it."
     ),
-    prompt: PromptSpec = PromptSpec(),
+    prompts: tuple[PromptSpec, ...] = (),
     append: Path | None = _APPEND,
     ray: str | None = options.ray(),
     figure_format: str = options.figure_format(),
@@ -125,7 +125,10 @@ def eval_(
     """Replay every method with one fixed configuration; optionally run them natively too."""
     import dataclasses
 
-    pair = options.model_pair(models, prompt)  # loaded once; refused before any work
+    if len(prompts) > 1:  # --task all: each task in turn, then the per-task table
+        _all_tasks(ctx, phone, models, prompts, calibrations, results, figure_format, quiet)
+        return
+    pair = options.model_pair(models, prompts[0])  # loaded once; refused before any work
     settings = EvalSettings(
         phone[0],
         profile=profile,
@@ -148,6 +151,80 @@ def eval_(
         return
     out, native_out = _run(settings, runs if native else None, measure, append, ray, quiet)
     _print(out, native_out, as_json)
+
+
+def _all_tasks(
+    ctx: typer.Context,
+    phone: list[str],
+    models: Path | None,
+    prompts: tuple[PromptSpec, ...],
+    calibrations: Path,
+    results: Path,
+    figure_format: str,
+    quiet: bool,
+) -> None:
+    """``--task all``: the pair's three tasks replayed, one folder, the per-task table."""
+    from as2d_cli.cli.progress import Steps
+    from as2d_cli.errors import UserError
+    from as2d_cli.evaluate.tasks import run_eval_tasks
+    from as2d_cli.execution import open_executor
+
+    p = ctx.params
+    given = [
+        flag
+        for flag, g in (
+            ("--native", p["native"]),
+            ("--append", p["append"] is not None),
+            ("--traces", p["traces"] is not None),
+            ("--deployment", p["deployment"] is not None),
+            ("--json", p["as_json"]),
+        )
+        if g
+    ]
+    if given:
+        raise UserError(
+            f"{given[0]} applies to one task's evaluation; with --task all each task takes its "
+            "own traces and deployment: evaluate that task alone (--task transcribe, translate "
+            "or answer)"
+        )
+    if len(phone) > 1:
+        raise UserError("--task all prices one device: pass one --phone")
+    if models is None:
+        raise UserError(
+            "--task all evaluates an audio language model's three tasks; pass --models PAIR "
+            "(e.g. --models audio-llm)"
+        )
+    pairs = [options.model_pair(models, spec) for spec in prompts]  # each refused up front
+    if pairs[0].kind() != "audio-llm-onnx":
+        raise UserError(
+            f"--task all evaluates an audio language model's three tasks; the pair in {models} "
+            f"is a {pairs[0].model_type()} pair: pass one --task"
+        )
+    command = _command_line(ctx)
+    settings = [
+        EvalSettings(
+            phone[0],
+            profile=p["profile"],
+            split=p["split"],
+            calibrations=calibrations,
+            results=results,
+            pair=pair,
+            accept_unvalidated=p["accept_unvalidated"],
+            allow_unconfirmed=p["allow_unconfirmed"],
+            allow_implausible=p["allow_implausible"],
+            align=p["align"],
+            figure_format=figure_format,
+            command=command,
+        )
+        for pair in pairs
+    ]
+    with open_executor(p["ray"]) as executor, Steps("eval", quiet=quiet) as steps:
+        out = run_eval_tasks(settings, say=steps.note, executor=executor, progress=steps.update)
+    typer.echo(out.table, nl=False)
+    typer.echo(
+        f"\nresults in {out.folder}/ (tasks.json, table.txt, table3.csv; each task's own "
+        f"evaluation folder: {', '.join(f'{t}/' for t in out.tasks)})"
+    )
 
 
 def _farm_refused(ctx: typer.Context) -> list[str]:

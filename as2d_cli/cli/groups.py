@@ -150,4 +150,37 @@ def PROMPT(
     return PromptSpec(task, language, question, prompt)
 
 
-__all__ = ["subcommands", "GATE", "MEASURE", "PLACEMENT", "PROMPT", "grouped", "variant"]
+def PROMPTS(
+    task: str | None = options.task(every=True),
+    language: str | None = options.language(),
+    question: str | None = options.question(),
+    prompt: str | None = options.prompt_text(),
+) -> tuple[PromptSpec, ...]:
+    """The prompt options as one PromptSpec per task asked: one, or with ``--task all`` the
+    three tasks in turn (``eval``'s per-task table). ``--question`` and ``--prompt`` ask one
+    instruction of every request, which would make the three tasks one: refused with all."""
+    from as2d_cli.errors import UserError
+    from as2d_cli.models.prompting import TASKS
+
+    if task != options.ALL_TASKS:
+        return (PromptSpec(task, language, question, prompt),)
+    for flag, given in (("--question", question), ("--prompt", prompt)):
+        if given is not None:
+            raise UserError(
+                f"{flag} replaces every request's instruction, but --task all evaluates three "
+                f"tasks with their own; drop {flag} (each QA request asks its own question), or "
+                "evaluate one task"
+            )
+    return tuple(PromptSpec(t, language) for t in TASKS)
+
+
+__all__ = [
+    "subcommands",
+    "GATE",
+    "MEASURE",
+    "PLACEMENT",
+    "PROMPT",
+    "PROMPTS",
+    "grouped",
+    "variant",
+]

@@ -435,16 +435,21 @@ def model_pair(models: Path | None, prompt: Any) -> Any:
 # ------------------------------------------------------------------ prompt (one PromptSpec)
 
 
-def task() -> Any:
-    """``--task``: transcribe, translate or answer (answer: audio language models)."""
+ALL_TASKS = "all"  # `eval --task all`: the three tasks in one run (the paper's per-task table)
+
+
+def task(every: bool = False) -> Any:
+    """``--task``: transcribe, translate or answer (answer: audio language models);
+    ``every``: also ``all``, each of the three (``eval``)."""
     from as2d_cli.models.prompting import TASKS
 
     return one_of(
         None,
         "--task",
-        choices=TASKS,
+        choices=(*TASKS, ALL_TASKS) if every else TASKS,
         help="transcribe, translate or answer (spoken questions: audio language models); "
-        "default: the pair's.",
+        + ("all: the three, with the per-task table; " if every else "")
+        + "default: the pair's.",
     )
 
 
@@ -580,6 +585,7 @@ def quiet() -> Any:
 
 
 __all__ = [
+    "ALL_TASKS",
     "PHONE_DEFAULT",
     "as_json",
     "calibrations",

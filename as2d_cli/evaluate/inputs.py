@@ -4,7 +4,8 @@
   (``calibrations/*.profile.yaml`` whose device name, serial or connection is the phone;
   ``as2d calibrate`` writes those), else a synthetic one for it
   (``calibrations/<phone>.profile.yaml``, then the toolkit's shipped
-  ``as2d_cli/assets/profiles/<phone>.profile.yaml``).
+  ``as2d_cli/assets/profiles/<phone>.profile.yaml``; for another model pair than the bundled
+  one, ``<phone>.<pair>.profile.yaml`` in the same places, recorded for that pair).
 * Traces: ``--traces`` (one file or a folder of ``*.jsonl[.gz]``), else the traces that ship
   with the toolkit (``as2d_cli/assets/traces``).
 * Deployment: ``--deployment``, else the newest ``calibrations/<device>/deployment*.yaml``
@@ -57,9 +58,10 @@ def find_profile(
     phone: str, calibrations: Path, pair: dict | None = None, models: Path | None = None
 ) -> Path:
     """The profile for ``phone`` and the model pair ``pair`` (its identity, None: the bundled
-    pair): the newest measured on it, else a synthetic one. A synthetic profile prices the
-    bundled pair only; an imported pair needs a profile measured with it
-    (``as2d calibrate --models``).
+    pair): the newest measured on it, else a synthetic one. ``<phone>.profile.yaml`` prices
+    the bundled pair only; another pair takes ``<phone>.<pair name>.profile.yaml`` recorded for
+    that very pair (the shipped audio-LLM pair's K70 profile), else needs a profile measured
+    with it (``as2d calibrate --models``).
 
     ``phone`` is a name, a hardware serial or an adb serial. An adb serial attached now is
     the phone behind it: its profiles are those recorded with its hardware serial, whatever
@@ -94,18 +96,54 @@ def find_profile(
     if measured:
         return max(measured)[2]
     key = canonical(phone) or phone
-    for shipped in (calibrations / f"{key}.profile.yaml", SHIPPED_PROFILES / f"{key}.profile.yaml"):
-        if shipped.is_file() and pair is None:
-            return shipped
+    synthetic, stale = _synthetic_profile(key, calibrations, pair)
+    if synthetic is not None:
+        return synthetic
     flag = f" --models {models}" if models is not None else ""
     which = f" measured with model pair {pair['name']!r}" if pair is not None else ""
     from device_agents.phones import did_you_mean
 
     who = phone + did_you_mean(phone) if ident is None else f"{phone} ({ident.describe()})"
+    other = (
+        f" ({stale} prices another version of that pair: regenerate it with "
+        f"`python training/make_k70_profile.py --pair PAIR`)"
+        if stale is not None
+        else ""
+    )
     raise UserError(
-        f"no cost profile for --phone {who}{which} in {calibrations}/: run "
+        f"no cost profile for --phone {who}{which} in {calibrations}/{other}: run "
         f"`as2d calibrate --phone {phone}{flag}` first, or pass --profile FILE"
     )
+
+
+def _synthetic_profile(
+    key: str, calibrations: Path, pair: dict | None
+) -> tuple[Path | None, Path | None]:
+    """A synthetic profile for phone ``key`` and the model ``pair`` (its identity; None: the
+    bundled pair): ``calibrations/<key>.profile.yaml``, then the shipped one, for the bundled
+    pair; ``<key>.<pair name>.profile.yaml`` in the same two places for another pair, taken
+    only when its ``device.pair`` is that very pair. Returns (the profile, None), or (None, a
+    profile of that name recorded for another version of the pair, if any)."""
+    import yaml
+
+    from as2d_cli.formats.layout import pair_profile_name
+
+    name = f"{key}.profile.yaml" if pair is None else pair_profile_name(key, str(pair["name"]))
+    stale = None
+    for path in (calibrations / name, SHIPPED_PROFILES / name):
+        if not path.is_file():
+            continue
+        if pair is None:
+            return path, None
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            recorded = (doc.get("device") or {}).get("pair")
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        if same_pair(recorded, pair):
+            return path, None
+        stale = stale or path
+    return None, stale
 
 
 def deployment_candidates(

@@ -45,6 +45,7 @@ from as2d_cli.execution import Executor
 from as2d_cli.formats.common import (
     MANIFEST,
     atomic_files,
+    fresh_folder,
     mark_complete,
     mark_writing,
     write_atomic,
@@ -299,7 +300,11 @@ def _write(
         inputs=inputs,
         device=dict(inp.prof.device),
     )
-    folder = result_folder(s.results, inp.device, s.split, at)
+    folder = (
+        fresh_folder(s.folder)
+        if s.folder is not None
+        else result_folder(s.results, inp.device, s.split, at)
+    )
     with _writing(folder, s.redo):
         mark_writing(
             folder,

@@ -24,7 +24,9 @@ class EvalSettings(PairSettings):
     None: a given deployment's own, else the default rules). ``command``: the command line
     that redoes this evaluation, for the incomplete folder's note (default: ``as2d eval
     --phone PHONE``). ``figure_format``: the figures' format (png, pdf or svg). ``pair``: the
-    model pair, loaded once by the command (None: the bundled pair)."""
+    model pair, loaded once by the command (None: the bundled pair). ``folder``: the results
+    folder, made fresh (``eval --task all`` puts each task's in one folder); None: a new
+    ``<device>-<split>-<time>`` folder in ``results``."""
 
     phone: str
     profile: Path | None = None
@@ -40,6 +42,7 @@ class EvalSettings(PairSettings):
     align: str | None = None
     figure_format: str = "png"
     command: str | None = None
+    folder: Path | None = None  # the results folder to make (default: a new one in results)
 
     @property
     def accept(self) -> bool:

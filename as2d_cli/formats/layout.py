@@ -4,7 +4,9 @@ Everything a device produces is named by its identity's name (``DeviceIdentity.n
 known phone's name, ``local``, else its model), made safe for a path, and stamped in UTC:
 
 * profiles — ``<calibrations>/<device>-<stamp>.profile.yaml`` with, beside it, the same stem
-  and ``.samples.jsonl``, ``.gates.jsonl``, ``.monitor.jsonl``, ``.savings.png``;
+  and ``.samples.jsonl``, ``.gates.jsonl``, ``.monitor.jsonl``, ``.savings.png``; a synthetic
+  profile of a model pair, ``<device>.<pair>.profile.yaml`` (the bundled pair's:
+  ``<device>.profile.yaml``);
 * deployments — ``<calibrations>/<device>/deployment.yaml`` (``-2``, ``-3``… when taken);
 * results — ``<results>/<device>-<what>-<stamp>/``, ``what`` the split an evaluation ran
   (``test``), ``stream`` or ``energy``; reports — ``<out>/report-<stamp>/``.
@@ -32,6 +34,13 @@ def stamp(at: float | None = None) -> str:
 def device_part(name: str) -> str:
     """A device's name as a path component."""
     return safe_name(name, "device")
+
+
+def pair_profile_name(device: str, pair: str) -> str:
+    """``<device>.<pair>.profile.yaml``: a synthetic profile of ``device`` for the model pair
+    named ``pair`` (shipped, or in calibrations/), beside ``<device>.profile.yaml``, the
+    bundled pair's."""
+    return f"{device_part(device)}.{safe_name(pair, 'pair')}{PROFILE_SUFFIX}"
 
 
 def profile_stem(device: str, at: float | None = None) -> str:

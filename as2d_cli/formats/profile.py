@@ -93,6 +93,10 @@ class DrafterCosts:
     paired_ms: float  # ASP paired-branch forward
     row_ms: float  # ASP probability computation per output row
     refresh_ms: Mapping[int, float] = field(default_factory=dict, hash=False)  # width → ms
+    # How these costs were derived when they were neither measured nor published (the K70
+    # profile of the shipped audio-LLM pair scales the paper's draft forward by model size);
+    # None: measured or published.
+    derived: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,6 +97,7 @@ def profile_from_doc(doc: Any, where: str) -> CostProfile:
             paired_ms=float(d["paired_ms"]),
             row_ms=float(d["row_ms"]),
             refresh_ms=_widths(d["refresh_ms"]),
+            derived=d.get("derived"),
         )
     )
     sources = {}
@@ -301,6 +302,7 @@ def profile_to_doc(p: CostProfile) -> dict:
             "paired_ms": p.drafter.paired_ms,
             "row_ms": p.drafter.row_ms,
             "refresh_ms": _kkeys(dict(p.drafter.refresh_ms)),
+            **({"derived": p.drafter.derived} if p.drafter.derived else {}),
         },
         "sources": {},
     }

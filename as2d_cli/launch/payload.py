@@ -427,18 +427,22 @@ def push_windows(
     device: Any, run_dir: str, ids: Sequence[str], corpus_dir: Path | None = None
 ) -> str:
     """Push a corpus holding only ``ids`` (manifest + their audio) into ``run_dir/corpus``;
-    return that directory (the value for AS2D_CORPUS). An unknown id is one UserError
-    naming it, before anything is pushed."""
+    return that directory (the value for AS2D_CORPUS). An id may be a window's or a
+    spoken-QA request's (which carries the window whose audio it asks about along). An
+    unknown id is one UserError naming it, before anything is pushed."""
     from as2d_cli.corpus.manifest import load_corpus
 
     corpus = load_corpus(corpus_dir)
-    for i in ids:
-        corpus.get(i)  # raises: no window 'X' in <manifest>; `as2d corpus list` shows the ids
+    # raises: no window 'X' in <manifest>; `as2d corpus list` shows the ids
+    asked = {i: corpus.get(i) for i in ids}
+    wanted = {w.of or i for i, w in asked.items()}  # a QA request reads its window's audio
     data = json.loads(corpus.path.read_text(encoding="utf-8"))
-    keep = [w for w in data["windows"] if w.get("id") in set(ids)]
+    keep = [w for w in data["windows"] if w.get("id") in wanted]
     data["windows"] = keep
-    if "requests" in data:  # the spoken-QA requests about the windows pushed
-        data["requests"] = [r for r in data["requests"] if r.get("window") in set(ids)]
+    if "requests" in data:  # the spoken-QA requests asked for, or about the windows pushed
+        data["requests"] = [
+            r for r in data["requests"] if r.get("id") in asked or r.get("window") in asked
+        ]
     remote = posixpath.join(run_dir, "corpus")
     dirs = sorted({posixpath.dirname(posixpath.join(remote, w["audio"])) for w in keep} | {remote})
     device.shell(["mkdir", "-p", *dirs], deadline_s=30).check(f"creating {remote}")

@@ -441,17 +441,21 @@ def build_traces(
     max_tokens: int | None = None,
     executor: Executor | None = None,
 ) -> Path:
-    """Trace ``split``'s windows into ``out`` with the model ``pair`` (loaded once, with its
-    prompt settings; None: the bundled pair) on ``executor`` (default: a local pool of
-    ``processes``, one per usable CPU, but no more than the windows left)."""
+    """Trace ``split``'s requests of the pair's task into ``out`` with the model ``pair``
+    (loaded once, with its prompt settings; None: the bundled pair) on ``executor`` (default:
+    a local pool of ``processes``, one per usable CPU, but no more than the windows left).
+    The task's requests are ``Corpus.requests``: the ASR windows (transcribe), the
+    translation windows (translate) or the spoken-QA requests, each under its own id with
+    its own question (answer)."""
     from as2d_cli.corpus.manifest import load_corpus
 
     check_out(out, force)
-    windows = load_corpus().split(split)
+    task = "transcribe" if pair is None else str(pair.effective_prompt().task)
+    windows = load_corpus().requests(task, split)  # the task's requests: windows or QA ids
     if limit is not None:
         windows = windows[:limit]
     if not windows:
-        raise UserError(f"the corpus has no {split!r} windows")
+        raise UserError(f"the corpus has no {split!r} requests of task {task!r}")
     if pair is None:
         pair = load_pair()  # its files checked against their hashes
     else:
