@@ -321,3 +321,17 @@ def test_eval_all_on_the_shipped_pair_runs_in_under_a_minute(tmp_path: Path) -> 
     assert all(row["outputs_exact"] == row["outputs_checked"] > 0 for row in rows)
     assert rows[1]["datasets"] == ["de-en", "es-en"] and rows[2]["datasets"] == ["qa"]
     assert took < 90, f"eval --task all took {took:.0f} s"  # a minute on an idle 2-core host
+
+
+def test_a_bundle_carries_a_shipped_pair_only_when_asked(tmp_path: Path) -> None:
+    from as2d_cli.bundle.recipe import shipped_files
+
+    for rel in (
+        "as2d_cli/assets/models/models.json",
+        "as2d_cli/assets/pairs/audio-llm/models.json",
+        "as2d_cli/assets/pairs/audio-llm/traces/dev.jsonl.gz",
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x")
+    files = [rel for rel, _ in shipped_files(tmp_path, ("as2d_cli",))]
+    assert files == ["as2d_cli/assets/models/models.json"]

@@ -8,6 +8,7 @@ bytes and the same manifest hash (fixed mtimes, sorted entries, no timestamps in
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -149,8 +150,14 @@ def build_bundle(
             say(f"adding model pair {pair.directory}")
             snapshot_project(recipe, project_root, snap)
             add_pair(snap, pair)
+            # the snapshot's pairs folder holds exactly the pair asked for: carry it
+            keep = tuple(p for p in recipe.project_excludes if p != PAIRS)
             return build_bundle(
-                recipe, project_root=snap, cache=cache, refresh=refresh, progress=progress
+                dataclasses.replace(recipe, project_excludes=keep),
+                project_root=snap,
+                cache=cache,
+                refresh=refresh,
+                progress=progress,
             )
         finally:
             shutil.rmtree(snap, ignore_errors=True)

@@ -69,6 +69,9 @@ PROJECT_EXCLUDES = (
     "as2d_cli/cli",
     "as2d_cli/bundle",
     "as2d_cli/launch",
+    # model pairs shipped in the package (and their traces) travel only when a bundle is
+    # asked to carry one (`as2d bundle build --models NAME`: bundle.build.add_pair)
+    "as2d_cli/assets/pairs",
     "*/__pycache__",
     "*.pyc",
 )
