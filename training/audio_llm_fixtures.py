@@ -32,7 +32,8 @@ rewrites byte-identical files.
   end with EOS; the drafter's reach EOS by themselves.
 * layout per model: config.json, generation_config.json, tokenizer.json, tokenizer_config.json
   (with ``chat_template``), chat_template.jinja, preprocessor_config.json (+ the qwen2_audio
-  processor_config.json) and onnx/{audio_encoder,embed_tokens,decoder_model_merged}.onnx.
+  processor_config.json) and onnx/{audio_encoder,embed_tokens,decoder_model_merged}.onnx,
+  exported from the torch modules in training/audio_llm_graphs.py.
 * reference.json: transformers' greedy generation (prompt ids, generated ids, min top-1/top-2
   logit gap) per window x model x task, and which ONNX variants reproduce it (``verify``).
 """
@@ -390,126 +391,14 @@ def hf_tokenizer_from_raw(tok_dir: Path):
 # --------------------------------------------------------------------------- ONNX wrappers
 
 
-def _torch_modules():
-    import torch
-    from torch import nn
+def graphs():
+    """training/audio_llm_graphs.py, the torch modules the ONNX graphs are exported from:
+    imported here, by the stages that export, so that torch is imported only when needed."""
+    if str(ROOT / "training") not in sys.path:
+        sys.path.insert(0, str(ROOT / "training"))
+    import audio_llm_graphs
 
-    class AudioEncoder(nn.Module):
-        """input_features (1, n_mels, 3000) + feature_attention_mask (1, 3000) -> the projected
-        audio embeddings of the valid frames only, (N, hidden), N from the mask as the
-        processor counts <|AUDIO|> tokens. The encoder attends over the padded 1500 positions
-        with the padding keys masked, exactly as Qwen2AudioModel builds its mask."""
-
-        def __init__(self, model):
-            super().__init__()
-            self.tower = model.model.audio_tower
-            self.proj = model.model.multi_modal_projector
-
-        def forward(self, input_features, feature_attention_mask):
-            tw = self.tower
-            lengths = feature_attention_mask.sum(-1)  # (1,)
-            conv_len = torch.div(lengths - 1, 2, rounding_mode="floor") + 1
-            n_out = torch.div(conv_len - 2, 2, rounding_mode="floor") + 1
-            h = nn.functional.gelu(tw.conv1(input_features))
-            h = nn.functional.gelu(tw.conv2(h))
-            h = h.permute(0, 2, 1) + tw.embed_positions.weight
-            pos = torch.arange(h.shape[1], device=h.device)
-            valid = pos[None, :] < conv_len[:, None]  # (1, 1500)
-            mask = torch.where(
-                valid, torch.tensor(0.0), torch.tensor(torch.finfo(torch.float32).min)
-            )[:, None, None, :]
-            for layer in tw.layers:
-                h = layer(h, mask)
-            h = tw.avg_pooler(h.permute(0, 2, 1)).permute(0, 2, 1)
-            h = tw.layer_norm(h)
-            h = self.proj(h)[0]  # (750, hidden)
-            keep = torch.arange(h.shape[0], device=h.device) < n_out[0]
-            return h[keep]
-
-    class EmbedTokens(nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.embed = model.get_input_embeddings()
-
-        def forward(self, input_ids):
-            return self.embed(input_ids)
-
-    class Decoder(nn.Module):
-        """The text model + lm_head with a flat key/value cache, written out (RMSNorm, rotary
-        embeddings, grouped-query attention, SiLU MLP) from the same weights as transformers'
-        Qwen2/Llama so that the merged graph serves prefill and cached calls alike."""
-
-        def __init__(self, model, text_cfg):
-            super().__init__()
-            lm = model.model.language_model
-            self.layers = lm.layers
-            self.norm = lm.norm
-            self.lm_head = model.lm_head
-            self.n_heads = text_cfg.num_attention_heads
-            self.n_kv = text_cfg.num_key_value_heads
-            self.head_dim = getattr(text_cfg, "head_dim", None) or (
-                text_cfg.hidden_size // text_cfg.num_attention_heads
-            )
-            self.register_buffer("inv_freq", lm.rotary_emb.inv_freq.clone(), persistent=False)
-            self.attn_scaling = float(lm.rotary_emb.attention_scaling)
-
-        @staticmethod
-        def rms(norm, x):
-            var = x.pow(2).mean(-1, keepdim=True)
-            return norm.weight * (x * torch.rsqrt(var + norm.variance_epsilon))
-
-        @staticmethod
-        def rotate_half(x):
-            half = x.shape[-1] // 2
-            return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-        def forward(self, inputs_embeds, attention_mask, position_ids, *past):
-            b, s, _ = inputs_embeds.shape
-            total = attention_mask.shape[1]
-            freqs = position_ids[..., None].float() * self.inv_freq
-            emb = torch.cat((freqs, freqs), dim=-1)
-            cos = (emb.cos() * self.attn_scaling)[:, None]
-            sin = (emb.sin() * self.attn_scaling)[:, None]
-            q_pos = torch.arange(s) + (total - s)
-            k_pos = torch.arange(total)
-            allowed = (k_pos[None, :] <= q_pos[:, None])[None, None] & (
-                attention_mask[:, None, None, :] > 0
-            )
-            mask = torch.where(
-                allowed, torch.tensor(0.0), torch.tensor(torch.finfo(torch.float32).min)
-            )
-            h = inputs_embeds
-            presents = []
-            rep = self.n_heads // self.n_kv
-            for i, layer in enumerate(self.layers):
-                at = layer.self_attn
-                x = self.rms(layer.input_layernorm, h)
-                q = at.q_proj(x).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
-                k = at.k_proj(x).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
-                v = at.v_proj(x).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
-                q = q * cos + self.rotate_half(q) * sin
-                k = k * cos + self.rotate_half(k) * sin
-                k = torch.cat([past[2 * i], k], dim=2)
-                v = torch.cat([past[2 * i + 1], v], dim=2)
-                presents += [k, v]
-                if rep > 1:
-                    kk = k[:, :, None].expand(b, self.n_kv, rep, total, self.head_dim)
-                    kk = kk.reshape(b, self.n_heads, total, self.head_dim)
-                    vv = v[:, :, None].expand(b, self.n_kv, rep, total, self.head_dim)
-                    vv = vv.reshape(b, self.n_heads, total, self.head_dim)
-                else:
-                    kk, vv = k, v
-                w = torch.matmul(q, kk.transpose(2, 3)) * at.scaling + mask
-                w = torch.softmax(w, dim=-1)
-                a = torch.matmul(w, vv).transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim)
-                h = h + at.o_proj(a)
-                x = self.rms(layer.post_attention_layernorm, h)
-                mlp = layer.mlp
-                h = h + mlp.down_proj(mlp.act_fn(mlp.gate_proj(x)) * mlp.up_proj(x))
-            h = self.rms(self.norm, h)
-            return (self.lm_head(h), *presents)
-
-    return AudioEncoder, EmbedTokens, Decoder
+    return audio_llm_graphs
 
 
 # --------------------------------------------------------------------------- export
@@ -549,8 +438,21 @@ def export_model(name: str, out: Path, quantize: bool) -> None:
 
     torch.set_num_threads(1)
     model = load_model(name)
-    AudioEncoder, EmbedTokens, Decoder = _torch_modules()
     voxtral = model.config.model_type == "voxtral"
+    onnx_dir = model_dir(name, out)
+    g = torch.Generator().manual_seed(0)  # the example inputs, drawn in this order
+    with torch.no_grad():
+        export_audio_encoder(model, onnx_dir / "audio_encoder.onnx", g, voxtral)
+        export_embed_tokens(model, onnx_dir / "embed_tokens.onnx")
+        export_decoder(model, onnx_dir / "decoder_model_merged.onnx", g)
+    check_graphs(model, onnx_dir, voxtral)
+    if quantize:
+        quantize_graphs(onnx_dir)
+    log(f"exported {name} -> {out}")
+
+
+def model_dir(name: str, out: Path) -> Path:
+    """``out`` made afresh with the model's metadata files; its empty onnx/ folder."""
     onnx_dir = out / "onnx"
     if out.exists():
         shutil.rmtree(out)
@@ -558,95 +460,114 @@ def export_model(name: str, out: Path, quantize: bool) -> None:
     for f in META_FILES:
         if (WORK / name / f).exists():
             shutil.copy(WORK / name / f, out / f)
-    n_layers, n_kv, head_dim, hidden = text_dims(model)
-    n_mels = model.config.audio_config.num_mel_bins
-    g = torch.Generator().manual_seed(0)
-    kw = dict(opset_version=OPSET, dynamo=False, do_constant_folding=True)
+    return onnx_dir
 
-    with torch.no_grad():
-        # audio encoder
-        feats = torch.randn(1, n_mels, 3000, generator=g)
-        if voxtral:
-            enc = VoxtralAudioEncoder(model)
-            torch.onnx.export(
-                enc,
-                (feats,),
-                str(onnx_dir / "audio_encoder.onnx"),
-                input_names=["input_features"],
-                output_names=["audio_features"],
-                **kw,
-            )
-        else:
-            enc = AudioEncoder(model)
-            fmask = torch.zeros(1, 3000, dtype=torch.long)
-            fmask[:, :1234] = 1
-            torch.onnx.export(
-                enc,
-                (feats, fmask),
-                str(onnx_dir / "audio_encoder.onnx"),
-                input_names=["input_features", "feature_attention_mask"],
-                output_names=["audio_features"],
-                dynamic_axes={"audio_features": {0: "num_audio_tokens"}},
-                **kw,
-            )
-        # token embeddings
-        ids = torch.tensor([[1, 2, 3, 4, 5]])
-        torch.onnx.export(
-            EmbedTokens(model),
-            (ids,),
-            str(onnx_dir / "embed_tokens.onnx"),
-            input_names=["input_ids"],
-            output_names=["inputs_embeds"],
-            dynamic_axes={
-                "input_ids": {0: "batch_size", 1: "sequence_length"},
-                "inputs_embeds": {0: "batch_size", 1: "sequence_length"},
-            },
-            **kw,
+
+def onnx_export(module, args: tuple, path: Path, **names) -> None:
+    """torch's TorchScript-based exporter at OPSET, constants folded; ``names``: the input
+    and output names and the dynamic axes."""
+    import torch
+
+    torch.onnx.export(
+        module,
+        args,
+        str(path),
+        opset_version=OPSET,
+        dynamo=False,
+        do_constant_folding=True,
+        **names,
+    )
+
+
+def export_audio_encoder(model, path: Path, g, voxtral: bool) -> None:
+    """audio_encoder.onnx: voxtral's over the whole 30 s chunk; qwen2_audio's with the feature
+    mask, its rows those of the valid frames."""
+    import torch
+
+    feats = torch.randn(1, model.config.audio_config.num_mel_bins, 3000, generator=g)
+    if voxtral:
+        onnx_export(
+            graphs().VoxtralAudioEncoder(model),
+            (feats,),
+            path,
+            input_names=["input_features"],
+            output_names=["audio_features"],
         )
-        # merged decoder
-        dec = Decoder(model, model.config.text_config)
-        p, s = 3, 2
-        past = []
-        names_in = ["inputs_embeds", "attention_mask", "position_ids"]
-        names_out = ["logits"]
-        dyn = {
+        return
+    fmask = torch.zeros(1, 3000, dtype=torch.long)
+    fmask[:, :1234] = 1
+    onnx_export(
+        graphs().AudioEncoder(model),
+        (feats, fmask),
+        path,
+        input_names=["input_features", "feature_attention_mask"],
+        output_names=["audio_features"],
+        dynamic_axes={"audio_features": {0: "num_audio_tokens"}},
+    )
+
+
+def export_embed_tokens(model, path: Path) -> None:
+    import torch
+
+    onnx_export(
+        graphs().EmbedTokens(model),
+        (torch.tensor([[1, 2, 3, 4, 5]]),),
+        path,
+        input_names=["input_ids"],
+        output_names=["inputs_embeds"],
+        dynamic_axes={
+            "input_ids": {0: "batch_size", 1: "sequence_length"},
             "inputs_embeds": {0: "batch_size", 1: "sequence_length"},
-            "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
-            "position_ids": {0: "batch_size", 1: "sequence_length"},
-            "logits": {0: "batch_size", 1: "sequence_length"},
-        }
-        for i in range(n_layers):
-            for kv in ("key", "value"):
-                past.append(torch.randn(1, n_kv, p, head_dim, generator=g))
-                names_in.append(f"past_key_values.{i}.{kv}")
-                names_out.append(f"present.{i}.{kv}")
-                dyn[f"past_key_values.{i}.{kv}"] = {0: "batch_size", 2: "past_sequence_length"}
-                dyn[f"present.{i}.{kv}"] = {0: "batch_size", 2: "total_sequence_length"}
-        torch.onnx.export(
-            dec,
-            (
-                torch.randn(1, s, hidden, generator=g),
-                torch.ones(1, p + s, dtype=torch.long),
-                torch.arange(p, p + s)[None],
-                *past,
-            ),
-            str(onnx_dir / "decoder_model_merged.onnx"),
-            input_names=names_in,
-            output_names=names_out,
-            dynamic_axes=dyn,
-            **kw,
-        )
-    check_graphs(model, onnx_dir, voxtral)
-    if quantize:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+        },
+    )
 
-        for f in ("audio_encoder", "embed_tokens", "decoder_model_merged"):
-            src, dst = onnx_dir / f"{f}.onnx", onnx_dir / f"{f}_quantized.onnx"
-            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
-            import onnxruntime as ort
 
-            ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
-    log(f"exported {name} -> {out}")
+def export_decoder(model, path: Path, g) -> None:
+    """decoder_model_merged.onnx, traced on a 2-token call over a 3-token cache."""
+    import torch
+
+    n_layers, n_kv, head_dim, hidden = text_dims(model)
+    p, s = 3, 2
+    past = []
+    names_in = ["inputs_embeds", "attention_mask", "position_ids"]
+    names_out = ["logits"]
+    dyn = {
+        "inputs_embeds": {0: "batch_size", 1: "sequence_length"},
+        "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
+        "position_ids": {0: "batch_size", 1: "sequence_length"},
+        "logits": {0: "batch_size", 1: "sequence_length"},
+    }
+    for i in range(n_layers):
+        for kv in ("key", "value"):
+            past.append(torch.randn(1, n_kv, p, head_dim, generator=g))
+            names_in.append(f"past_key_values.{i}.{kv}")
+            names_out.append(f"present.{i}.{kv}")
+            dyn[f"past_key_values.{i}.{kv}"] = {0: "batch_size", 2: "past_sequence_length"}
+            dyn[f"present.{i}.{kv}"] = {0: "batch_size", 2: "total_sequence_length"}
+    onnx_export(
+        graphs().Decoder(model, model.config.text_config),
+        (
+            torch.randn(1, s, hidden, generator=g),
+            torch.ones(1, p + s, dtype=torch.long),
+            torch.arange(p, p + s)[None],
+            *past,
+        ),
+        path,
+        input_names=names_in,
+        output_names=names_out,
+        dynamic_axes=dyn,
+    )
+
+
+def quantize_graphs(onnx_dir: Path) -> None:
+    """The three graphs' dynamic-int8 ``_quantized`` variants (QInt8 weights), each loaded once."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    for f in ("audio_encoder", "embed_tokens", "decoder_model_merged"):
+        src, dst = onnx_dir / f"{f}.onnx", onnx_dir / f"{f}_quantized.onnx"
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+        ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
 
 
 def session(path: Path):
@@ -661,66 +582,97 @@ def session(path: Path):
 def check_graphs(model, onnx_dir: Path, voxtral: bool) -> None:
     """The ONNX graphs against transformers (audio embeddings, logits of a prompt) and the merged
     decoder's S>1-over-cache calls against S single steps."""
+    rng = np.random.default_rng(1)  # the audio features, then the token ids
+    n_mels = model.config.audio_config.num_mel_bins
+    feats = rng.standard_normal((1, n_mels, 3000)).astype(np.float32) * 0.5
+    enc = session(onnx_dir / "audio_encoder.onnx")
+    if voxtral:
+        check_voxtral_audio(model, enc, feats)
+    else:
+        check_qwen_audio(model, enc, feats)
+    run = DecoderCalls(model, onnx_dir, rng)
+    scale = check_prefill(model, run)
+    check_cached_chunks(run, scale)
+    log(f"checked graphs in {onnx_dir}: audio and logits match transformers, chunks == steps")
+
+
+def check_voxtral_audio(model, enc, feats: np.ndarray) -> None:
+    """audio_encoder.onnx against transformers' audio embeddings (what is scattered into the
+    audio positions)."""
     import torch
 
-    n_layers, n_kv, head_dim, hidden = text_dims(model)
-    n_mels = model.config.audio_config.num_mel_bins
-    enc = session(onnx_dir / "audio_encoder.onnx")
-    emb = session(onnx_dir / "embed_tokens.onnx")
-    dec = session(onnx_dir / "decoder_model_merged.onnx")
-    rng = np.random.default_rng(1)
-    feats = rng.standard_normal((1, n_mels, 3000)).astype(np.float32) * 0.5
-    # transformers' audio embeddings (what is scattered into the audio positions)
+    hidden = text_dims(model)[3]
     with torch.no_grad():
-        if voxtral:
-            ref = model.get_audio_features(torch.from_numpy(feats))
-            ref = getattr(ref, "pooler_output", ref)
-            ref = ref.reshape(-1, hidden).numpy()
-            got = enc.run(None, {"input_features": feats})[0]
-        else:
-            for length in (3000, 2345, 400):
-                fmask = np.zeros((1, 3000), np.int64)
-                fmask[:, :length] = 1
-                n = (((length - 1) // 2 + 1) - 2) // 2 + 1
-                ref = qwen_audio_embeddings(model, torch.from_numpy(feats), torch.from_numpy(fmask))
-                got = enc.run(None, {"input_features": feats, "feature_attention_mask": fmask})[0]
-                assert got.shape == (n, hidden), (got.shape, n)
-                err = np.abs(got - ref).max()
-                log(
-                    f"  audio_encoder, {length} valid frames -> {n} rows: max |onnx - torch| {err:.2e}"
-                )
-                assert err < 1e-4, err
-    if voxtral:
-        assert got.shape == ref.shape, (got.shape, ref.shape)
-        err = np.abs(got - ref).max()
-        log(f"  audio_encoder -> {got.shape[0]} rows: max |onnx - torch| {err:.2e}")
-        assert err < 1e-4, err
-    # logits of a 30-token sequence: transformers vs prefill vs 1 + chunks over the cache
-    ids = rng.integers(0, model.config.text_config.vocab_size, (1, 30))
-    with torch.no_grad():
-        ref = model(input_ids=torch.from_numpy(ids)).logits.numpy()
-    e = emb.run(None, {"input_ids": ids})[0]
+        ref = model.get_audio_features(torch.from_numpy(feats))
+        ref = getattr(ref, "pooler_output", ref)
+        ref = ref.reshape(-1, hidden).numpy()
+        got = enc.run(None, {"input_features": feats})[0]
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    err = np.abs(got - ref).max()
+    log(f"  audio_encoder -> {got.shape[0]} rows: max |onnx - torch| {err:.2e}")
+    assert err < 1e-4, err
 
-    def run(lo, hi, past):
+
+def check_qwen_audio(model, enc, feats: np.ndarray) -> None:
+    """audio_encoder.onnx against transformers' audio embeddings for three numbers of valid
+    frames (the rows kept: those the processor counts <|AUDIO|> tokens for)."""
+    import torch
+
+    hidden = text_dims(model)[3]
+    with torch.no_grad():
+        for length in (3000, 2345, 400):
+            fmask = np.zeros((1, 3000), np.int64)
+            fmask[:, :length] = 1
+            n = (((length - 1) // 2 + 1) - 2) // 2 + 1
+            ref = qwen_audio_embeddings(model, torch.from_numpy(feats), torch.from_numpy(fmask))
+            got = enc.run(None, {"input_features": feats, "feature_attention_mask": fmask})[0]
+            assert got.shape == (n, hidden), (got.shape, n)
+            err = np.abs(got - ref).max()
+            log(f"  audio_encoder, {length} valid frames -> {n} rows: max |onnx - torch| {err:.2e}")
+            assert err < 1e-4, err
+
+
+class DecoderCalls:
+    """embed_tokens.onnx over 30 random token ids, then decoder_model_merged.onnx called on
+    any slice of them over a cache (None: an empty one)."""
+
+    def __init__(self, model, onnx_dir: Path, rng: np.random.Generator):
+        self.n_layers, self.n_kv, self.head_dim, _ = text_dims(model)
+        self.dec = session(onnx_dir / "decoder_model_merged.onnx")
+        self.ids = rng.integers(0, model.config.text_config.vocab_size, (1, 30))
+        emb = session(onnx_dir / "embed_tokens.onnx")
+        self.embeds = emb.run(None, {"input_ids": self.ids})[0]
+
+    def __call__(self, lo: int, hi: int, past: list | None) -> tuple[np.ndarray, list]:
         feed = {
-            "inputs_embeds": e[:, lo:hi],
+            "inputs_embeds": self.embeds[:, lo:hi],
             "attention_mask": np.ones((1, hi), np.int64),
             "position_ids": np.arange(lo, hi, dtype=np.int64)[None],
         }
-        for i in range(n_layers):
+        empty = np.zeros((1, self.n_kv, 0, self.head_dim), np.float32)
+        for i in range(self.n_layers):
             for j, kv in enumerate(("key", "value")):
-                feed[f"past_key_values.{i}.{kv}"] = (
-                    past[2 * i + j] if past else np.zeros((1, n_kv, 0, head_dim), np.float32)
-                )
-        out = dec.run(None, feed)
+                feed[f"past_key_values.{i}.{kv}"] = past[2 * i + j] if past else empty
+        out = self.dec.run(None, feed)
         return out[0], out[1:]
 
+
+def check_prefill(model, run: DecoderCalls) -> float:
+    """The logits of the 30 tokens in one call against transformers'; their largest magnitude."""
+    import torch
+
+    with torch.no_grad():
+        ref = model(input_ids=torch.from_numpy(run.ids)).logits.numpy()
     full, _ = run(0, 30, None)
     scale = np.abs(ref).max()
     err = np.abs(full - ref).max()
     log(f"  prefill logits (max |logit| {scale:.1f}): max |onnx - torch| {err:.2e}")
     assert err < 1e-5 * scale, err
-    # 10-token prefill, then steps of 1 token vs chunks of 1..16 tokens
+    return scale
+
+
+def check_cached_chunks(run: DecoderCalls, scale: float) -> None:
+    """A 10-token prefill, then steps of 1 token against chunks of 2, 5 and 16 tokens."""
     _, cache0 = run(0, 10, None)
     steps, cache = [], cache0
     for t in range(10, 30):
@@ -738,7 +690,6 @@ def check_graphs(model, onnx_dir: Path, voxtral: bool) -> None:
         err = np.abs(got - steps).max()
         log(f"  chunks of {chunk} over the cache vs single steps: max diff {err:.2e}")
         assert err < 1e-5 * max(1.0, scale / 10), (chunk, err)
-    log(f"checked graphs in {onnx_dir}: audio and logits match transformers, chunks == steps")
 
 
 def qwen_audio_embeddings(model, feats, fmask):
@@ -1122,32 +1073,6 @@ def build_voxtral(tok_dir: Path) -> None:
     (out / "chat_template.jinja").write_text(VOXTRAL_TEMPLATE)
     shutil.copy(tok_dir / "tokenizer.json", out / "tokenizer.json")
     log(f"built voxtral: {sum(p.numel() for p in model.parameters())} parameters -> {out}")
-
-
-def VoxtralAudioEncoder(model):
-    from torch import nn
-
-    class Enc(nn.Module):
-        """input_features (1, 128, 3000) -> (375, hidden): Whisper-style encoder over the
-        30 s chunk (no mask), 4 consecutive frames stacked, projector (Linear-GELU-Linear)."""
-
-        def __init__(self, model):
-            super().__init__()
-            self.tower = model.model.audio_tower
-            self.proj = model.model.multi_modal_projector
-            self.stack = model.config.audio_config.intermediate_size
-
-        def forward(self, input_features):
-            tw = self.tower
-            h = nn.functional.gelu(tw.conv1(input_features))
-            h = nn.functional.gelu(tw.conv2(h))
-            h = h.permute(0, 2, 1) + tw.embed_positions.weight
-            for layer in tw.layers:
-                h = layer(h, attention_mask=None)
-            h = tw.layer_norm(h)
-            return self.proj(h.reshape(-1, self.stack))
-
-    return Enc(model)
 
 
 def voxtral_render(tokenizer, instruction: str) -> str:

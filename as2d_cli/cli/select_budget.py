@@ -3,6 +3,7 @@ write it as a deployment file (files only, no device needed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -67,35 +68,83 @@ def select_budget(
     quiet: bool = options.quiet(),
 ) -> None:
     """Select the fixed As²d configuration (source × budget) by pooled dev TPS."""
-    from as2d_cli.cli.progress import Steps
-    from as2d_cli.execution import open_executor
+    search = _search(profile, sources, budgets, threshold, batch, align, history, allow_implausible)
+    sel, rep = _sweep(search, traces, tolerance, processes, ray, quiet)
+    written = _write(search, sel, rep, out)
+    options.warn_implausible(profile, search.prof)
+    _report(sel, rep, written, as_json)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Search:
+    """One selection's search, built once from the options."""
+
+    profile: Path
+    prof: Any  # the profile loaded, its plausibility checked
+    sources: list[str] | None  # None: every trace source the profile has costs for
+    settings: list[Any]  # the catalog's MethodSpecs
+    budgets: list[int]
+
+
+def _search(
+    profile: Path,
+    sources: str | None,
+    budgets: str | None,
+    threshold: str | None,
+    batch: str | None,
+    align: str | None,
+    history: str | None,
+    allow_implausible: bool,
+) -> _Search:
+    """The options parsed and checked before any sweep: the catalog, then the profile's
+    plausibility (select_report reads its format again), then the budgets it measured."""
     from as2d_cli.formats.profile_io import load_profile
-    from as2d_cli.replay.report import default_deployment_path, select_report, write_selection
 
     srcs = [s.strip() for s in sources.split(",") if s.strip()] if sources else None
     settings = _catalog(threshold, batch, align, history, srcs)
-    # The profile's plausibility, before any sweep (select_report reads its format again).
     prof = load_profile(profile, check=True, allow_implausible=allow_implausible)
-    searched = _budgets(budgets, prof, profile)
+    return _Search(profile, prof, srcs, settings, _budgets(budgets, prof, profile))
+
+
+def _sweep(
+    search: _Search,
+    traces: list[Path],
+    tolerance: float,
+    processes: int | None,
+    ray: str | None,
+    quiet: bool,
+) -> tuple[Any, dict[str, Any]]:
+    """The selection and its report, swept in worker processes with a progress line."""
+    from as2d_cli.cli.progress import Steps
+    from as2d_cli.execution import open_executor
+    from as2d_cli.replay.report import select_report
+
     with open_executor(ray, processes) as executor, Steps("sweeping", quiet=quiet) as steps:
-        sel, rep = select_report(
-            profile,
+        return select_report(
+            search.profile,
             traces,
-            sources=srcs,
-            budgets=searched,
-            settings=settings,
+            sources=search.sources,
+            budgets=search.budgets,
+            settings=search.settings,
             tolerance=tolerance,
             processes=processes,
             executor=executor,
             progress=steps.update,
         )
+
+
+def _write(search: _Search, sel: Any, rep: dict[str, Any], out: Path | None) -> Path:
+    """The deployment file written (--out, else the profile's default path); the report
+    names it and the implausibilities allowed."""
+    from as2d_cli.replay.report import default_deployment_path, write_selection
+
+    prof = search.prof
     dest = out if out is not None else default_deployment_path(prof)
     if prof.allowed_implausible:  # recorded in the deployment too (write_selection)
         rep["allowed_implausible"] = list(prof.allowed_implausible)
-    written = write_selection(sel, rep, profile, dest)
+    written = write_selection(sel, rep, search.profile, dest)
     rep["deployment"] = str(written)
-    options.warn_implausible(profile, prof)
-    _report(sel, rep, written, as_json)
+    return written
 
 
 def _catalog(
