@@ -54,10 +54,10 @@ def chrf(refs: list[str], hyps: list[str], order: int = 6, beta: float = 2.0) ->
             ref_total += sum(rg.values())
         prec.append(match / hyp_total if hyp_total else 0.0)
         rec.append(match / ref_total if ref_total else 0.0)
-    p, r = sum(prec) / order, sum(rec) / order
-    if p + r == 0:
+    mp, mr = sum(prec) / order, sum(rec) / order
+    if mp + mr == 0:
         return 0.0
-    return 100 * (1 + beta**2) * p * r / (beta**2 * p + r)
+    return 100 * (1 + beta**2) * mp * mr / (beta**2 * mp + mr)
 
 
 def bleu(refs: list[str], hyps: list[str], order: int = 4) -> float:
@@ -148,6 +148,7 @@ def main() -> None:
     args = ap.parse_args()
     from as2d_cli.evaluate.inputs import pair_traces
     from as2d_cli.models.model_pair import load_pair
+    from as2d_cli.models.prompting import PromptSpec
     from as2d_cli.models.shipped import resolve_models
 
     corpus = load_corpus()
@@ -159,9 +160,9 @@ def main() -> None:
         )
     else:
         folder = resolve_models(args.models)
-        pair = load_pair(folder, check_hashes=False)
         for task in TASKS:
-            path = pair_traces(folder, task) / f"{args.split}.jsonl.gz"
+            pair = load_pair(folder, check_hashes=False, prompt=PromptSpec(task=task))
+            path = pair_traces(pair) / f"{args.split}.jsonl.gz"
             if path.is_file():
                 result[task] = score_task(task, path, pair, corpus)
     for task, r in result.items():
