@@ -211,12 +211,15 @@ class AudioLM(nn.Module):
         ids: torch.Tensor,
         audio_at: torch.Tensor,
         encoded: bool = False,
+        keep: list | None = None,
     ) -> torch.Tensor:
         """The decoder's input rows: token embeddings of ``ids`` (B, L) with the audio
         embeddings in the placeholder positions; ``audio_at`` (B,) where each row's audio
         rows begin (they are contiguous, ``audio_rows(frames)`` of them). ``feats`` may be
         the encoder's frames already (``encoded``: a frozen tower's, cached by training)."""
         audio = self.tower.project(feats) if encoded else self.tower(feats, frames)
+        if keep is not None:  # training: the audio embeddings, for the auxiliary CTC loss
+            keep.append(audio)
         x = self.text.embed(ids)
         n = audio_rows(frames, self.cfg.stack)
         rows = []
@@ -225,7 +228,7 @@ class AudioLM(nn.Module):
             rows.append(torch.cat([x[i, :a], audio[i, :k], x[i, a + k :]], dim=0))
         return torch.stack(rows)
 
-    def forward(self, feats, frames, ids, audio_at, attention_mask, encoded: bool = False):
-        x = self.embed_batch(feats, frames, ids, audio_at, encoded)
+    def forward(self, feats, frames, ids, audio_at, attention_mask, encoded=False, keep=None):
+        x = self.embed_batch(feats, frames, ids, audio_at, encoded, keep)
         pos = torch.arange(ids.shape[1])[None].expand(ids.shape[0], -1)
         return self.text(x, attention_mask, pos, *self.text.empty_past(ids.shape[0]))[0]

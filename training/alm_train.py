@@ -84,6 +84,13 @@ class Prompts:
             got = self.cache[instruction] = self.tok.encode(text, add_special_tokens=False).ids
         return got
 
+    def spoken(self, text: str) -> list[int]:
+        """The token ids of what is spoken (cached per utterance text)."""
+        got = self.cache.get("\0" + text)
+        if got is None:
+            got = self.cache["\0" + text] = self.tok.encode(text, add_special_tokens=False).ids
+        return got
+
     def example(self, instruction: str, rows: int, answer: list[int]) -> tuple[list[int], int, int]:
         """(ids with the placeholder expanded, where the audio rows begin, the prompt length)."""
         ids = self.ids(instruction)
@@ -149,7 +156,8 @@ def epoch_examples(data: Shards, prompts: Prompts, epoch: int, stack: int) -> li
             answer = prompts.tok.encode(reference, add_special_tokens=False).ids
         rows = int(audio_rows(torch.tensor(it["frames"]), stack))
         ids, at, plen = prompts.example(instruction, rows, answer)
-        out.append({"item": i, "ids": ids, "at": at, "plen": plen, "task": task})
+        spoken = prompts.spoken(it["text"])[:rows]  # the auxiliary CTC's labels
+        out.append({"item": i, "ids": ids, "at": at, "plen": plen, "task": task, "ctc": spoken})
     return out
 
 
@@ -189,6 +197,12 @@ def collate(batch: list[dict], data: Shards, pad: int):  # noqa: ANN201
         labels[i, e["plen"] - 1 : k - 1] = torch.tensor(e["ids"][e["plen"] : k])
     at = torch.tensor([e["at"] for e in batch])
     return x, frames, ids, at, mask, labels
+
+
+def ctc_targets(batch: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's spoken-text ids end to end and their lengths (the auxiliary CTC's)."""
+    flat = [t for e in batch for t in e["ctc"]]
+    return torch.tensor(flat, dtype=torch.long), torch.tensor([len(e["ctc"]) for e in batch])
 
 
 @torch.no_grad()
@@ -300,16 +314,14 @@ def dev_report(model: AudioLM, prompts: Prompts, per_task: int = 4) -> dict:
     return out
 
 
-def save(path: Path, model: AudioLM, opt: torch.optim.Optimizer, state: dict) -> None:
+def save(path: Path, model: AudioLM, opt: torch.optim.Optimizer, state: dict, **extra) -> None:
     tmp = path.with_suffix(".tmp")
-    torch.save(
-        {"model": model.state_dict(), "opt": opt.state_dict(), "cfg": model.cfg.to_dict(), **state},
-        tmp,
-    )
+    doc = {"model": model.state_dict(), "opt": opt.state_dict(), "cfg": model.cfg.to_dict()}
+    torch.save({**doc, **state, **extra}, tmp)
     os.replace(tmp, path)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -327,118 +339,163 @@ def main() -> None:
         action="store_true",
         help="forward under bfloat16 autocast (weights, optimiser fp32)",
     )
+    ap.add_argument(
+        "--ctc-weight",
+        type=float,
+        default=0.3,
+        help="weight of the auxiliary CTC from the audio embeddings to the spoken tokens",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ckpt-seconds", type=int, default=300)
     ap.add_argument("--eval-minutes", type=float, default=20)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+class Run:
+    """One training run: the model, its optimiser, the position in the data (``state``,
+    checkpointed) and the log."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from tokenizers import Tokenizer
+
+        self.args = args
+        tok = Tokenizer.from_file(str(ALM / "tokenizer.json"))
+        self.prompts = Prompts(tok)
+        base = TARGET if args.model == "target" else DRAFTER
+        self.cfg = AlmConfig(**{**base.to_dict(), "vocab": tok.get_vocab_size()})
+        self.out = Path(args.out) if args.out else ALM / args.model
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.ckpt = self.out / "ckpt.pt"
+        self.model = init_model(self.cfg, args.tune_audio)
+        # Auxiliary CTC from the audio embeddings to the spoken text's tokens (blank: the
+        # last class; training only): the projector learns token-like embeddings, which the
+        # decoder then reads in order.
+        self.ctc_head = torch.nn.Linear(self.cfg.hidden, self.cfg.vocab + 1)
+        self.opt = optimiser(self.model, args.lr)
+        self.opt.add_param_group({"params": list(self.ctc_head.parameters()), "scale": 1.0})
+        self.rewarm_from: int | None = None
+        self.state = {"step": 0, "epoch": 0, "batch": 0, "anneal_from": None}
+        if self.ckpt.exists():
+            self.resume()
+        set_audio_trainable(self.model, args.tune_audio)
+        self.data = Shards([int(s) for s in args.shards.split(",")], args.labels)
+        self.cache: dict[int, torch.Tensor] = {}  # frozen encoder frames per utterance
+        self.logf = open(self.out / "log.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        params = sum(p.numel() for p in self.model.parameters())
+        self.write(
+            {"start": time.time(), "args": vars(args), "cfg": self.cfg.to_dict(), "params": params}
+        )
+        log(f"{args.model}: {params / 1e6:.2f} M parameters")
+        self.t_start = time.time()
+        self.deadline = self.t_start + 60 * args.minutes if args.minutes else None
+        self.start_step = self.state["step"]
+        self.last_ckpt = self.last_eval = time.time()
+
+    def resume(self) -> None:
+        saved = torch.load(self.ckpt, weights_only=False)
+        self.model.load_state_dict(saved["model"])
+        if "ctc_head" in saved:
+            self.ctc_head.load_state_dict(saved["ctc_head"])
+        self.state = {k: saved[k] for k in self.state}
+        try:
+            self.opt.load_state_dict(saved["opt"])
+        except ValueError:  # the trainable set changed: a fresh optimiser, re-warmed
+            log("optimiser state not reused (trainable parameters changed)")
+            self.rewarm_from = self.state["step"]
+        st = self.state
+        log(f"resumed at step {st['step']} (epoch {st['epoch']}, batch {st['batch']})")
+
+    def write(self, rec: dict, echo: bool = False) -> None:
+        self.logf.write(json.dumps(rec) + "\n")
+        self.logf.flush()
+        if echo:
+            log(rec)
+
+    def learning_rate(self) -> float:
+        """Warm-up then inverse square root; with --minutes, a linear decay to zero at the
+        budget (after a resume: a 100-step re-warm)."""
+        args, step = self.args, self.state["step"]
+        warm = min(1.0, (step + 1) / args.warmup)
+        if self.rewarm_from is not None:  # a fresh optimiser: 100 steps back to the schedule
+            warm = min(warm, (step - self.rewarm_from + 1) / 100)
+        if self.deadline is None:
+            return args.lr * warm * min(1.0, math.sqrt(args.warmup / max(step + 1, 1)))
+        frac = max(0.0, (self.deadline - time.time()) / (self.deadline - self.t_start))
+        if self.start_step:
+            warm = min(1.0, (step - self.start_step + 1) / 100)
+        return args.lr * min(warm, frac)
+
+    def step(self, batch: list[dict]) -> tuple[float, float]:
+        """One optimiser step on ``batch``: (loss, learning rate)."""
+        x, frames, ids, at, mask, labels = collate(batch, self.data, self.prompts.pad)
+        encoded = not self.args.tune_audio
+        if encoded:  # the frozen tower's encoder frames: computed once per utterance
+            x = cached_frames(self.model, batch, x, frames, self.cache)
+        lr = self.learning_rate()
+        for g in self.opt.param_groups:
+            g["lr"] = lr * g["scale"]
+        keep: list[torch.Tensor] = []
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.args.bf16):
+            logits = self.model(x, frames, ids, at, mask, encoded, keep)
+            aux = self.ctc_head(keep[0])
+        loss = F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100
+        )
+        if self.args.ctc_weight > 0:
+            targets, lengths = ctc_targets(batch)
+            lp = F.log_softmax(aux.float(), dim=-1).transpose(0, 1)
+            rows = audio_rows(frames, self.cfg.stack)
+            ctc = F.ctc_loss(lp, targets, rows, lengths, blank=self.cfg.vocab, zero_infinity=True)
+            loss = loss + self.args.ctc_weight * ctc
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.state["step"] += 1
+        self.state["batch"] += 1
+        return float(loss), lr
+
+    def housekeeping(self, loss: float, lr: float, size: int) -> bool:
+        """Log, evaluate on dev and checkpoint when due; whether the budget is spent."""
+        st, now = self.state, time.time()
+        if st["step"] % 10 == 0:
+            rec = {"step": st["step"], "epoch": st["epoch"], "loss": round(loss, 4), "lr": lr}
+            self.write({**rec, "t": round(now - self.t_start, 1), "batch": size}, echo=True)
+        if now - self.last_eval > 60 * self.args.eval_minutes:
+            self.write({"step": st["step"], "dev": dev_report(self.model, self.prompts)}, echo=True)
+            self.last_eval = time.time()
+        if now - self.last_ckpt > self.args.ckpt_seconds:
+            save(self.ckpt, self.model, self.opt, st, ctc_head=self.ctc_head.state_dict())
+            self.last_ckpt = now
+        return self.deadline is not None and now >= self.deadline
+
+    def finish(self) -> None:
+        save(self.ckpt, self.model, self.opt, self.state, ctc_head=self.ctc_head.state_dict())
+        rep = {"step": self.state["step"], "dev": dev_report(self.model, self.prompts)}
+        self.write({**rep, "stop": time.time()}, echo=True)
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(11 if args.model == "target" else 22)
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(ALM / "tokenizer.json"))
-    prompts = Prompts(tok)
-    cfg = AlmConfig(
-        **{
-            **(TARGET if args.model == "target" else DRAFTER).to_dict(),
-            "vocab": tok.get_vocab_size(),
-        }
-    )
-    out = Path(args.out) if args.out else ALM / args.model
-    out.mkdir(parents=True, exist_ok=True)
-    ckpt = out / "ckpt.pt"
-    model = init_model(cfg, args.tune_audio)
-    opt = optimiser(model, args.lr)
-    state = {"step": 0, "epoch": 0, "batch": 0, "anneal_from": None}
-    if ckpt.exists():
-        saved = torch.load(ckpt, weights_only=False)
-        model.load_state_dict(saved["model"])
-        try:
-            opt.load_state_dict(saved["opt"])
-        except ValueError:  # --tune-audio changed the trainable set: a fresh optimiser
-            log("optimiser state not reused (trainable parameters changed)")
-        state = {k: saved[k] for k in state}
-        log(f"resumed at step {state['step']} (epoch {state['epoch']}, batch {state['batch']})")
-    set_audio_trainable(model, args.tune_audio)
-    data = Shards([int(s) for s in args.shards.split(",")], args.labels)
-    params = sum(p.numel() for p in model.parameters())
-    logf = open(out / "log.jsonl", "a", encoding="utf-8")
-    logf.write(
-        json.dumps(
-            {"start": time.time(), "args": vars(args), "cfg": cfg.to_dict(), "params": params}
-        )
-        + "\n"
-    )
-    log(f"{args.model}: {params / 1e6:.2f} M parameters")
+    run = Run(args)
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
-    t_start = time.time()
-    deadline = t_start + 60 * args.minutes if args.minutes else None
-    start_step = state["step"]
-    last_ckpt = last_eval = time.time()
-    cache: dict[int, torch.Tensor] = {}
-    model.train()
+    run.model.train()
+    st = run.state
     while not stop["now"]:
-        ex = epoch_examples(data, prompts, state["epoch"], cfg.stack)
-        bs = batches(ex, args.budget, np.random.default_rng(99 + state["epoch"]))
-        while state["batch"] < len(bs) and not stop["now"]:
-            b = bs[state["batch"]]
-            x, frames, ids, at, mask, labels = collate(b, data, prompts.pad)
-            encoded = not args.tune_audio
-            if encoded:  # the frozen tower's encoder frames: computed once per utterance
-                x = cached_frames(model, b, x, frames, cache)
-            step = state["step"]
-            warm = min(1.0, (step + 1) / args.warmup)
-            if deadline is not None:
-                frac = max(0.0, (deadline - time.time()) / (deadline - t_start))
-                base = args.lr * min(
-                    warm if start_step == 0 else min(1.0, (step - start_step + 1) / 100), frac
-                )
-            else:
-                base = args.lr * warm * min(1.0, math.sqrt(args.warmup / max(step + 1, 1)))
-            for g in opt.param_groups:
-                g["lr"] = base * g["scale"]
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-                logits = model(x, frames, ids, at, mask, encoded)
-            loss = F.cross_entropy(
-                logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100
-            )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            state["step"] += 1
-            state["batch"] += 1
-            if state["step"] % 10 == 0:
-                rec = {
-                    "step": state["step"],
-                    "epoch": state["epoch"],
-                    "loss": round(float(loss), 4),
-                    "lr": base,
-                    "t": round(time.time() - t_start, 1),
-                    "batch": len(b),
-                }
-                logf.write(json.dumps(rec) + "\n")
-                logf.flush()
-                log(rec)
-            now = time.time()
-            if now - last_eval > 60 * args.eval_minutes:
-                rep = {"step": state["step"], "dev": dev_report(model, prompts)}
-                logf.write(json.dumps(rep) + "\n")
-                logf.flush()
-                log(rep)
-                last_eval = time.time()
-            if now - last_ckpt > args.ckpt_seconds:
-                save(ckpt, model, opt, state)
-                last_ckpt = now
-            if deadline is not None and now >= deadline:
+        ex = epoch_examples(run.data, run.prompts, st["epoch"], run.cfg.stack)
+        bs = batches(ex, args.budget, np.random.default_rng(99 + st["epoch"]))
+        while st["batch"] < len(bs) and not stop["now"]:
+            b = bs[st["batch"]]
+            loss, lr = run.step(b)
+            if run.housekeeping(loss, lr, len(b)):
                 stop["now"] = True
-        if state["batch"] >= len(bs):
-            state["epoch"] += 1
-            state["batch"] = 0
-    save(ckpt, model, opt, state)
-    rep = {"step": state["step"], "dev": dev_report(model, prompts), "stop": time.time()}
-    logf.write(json.dumps(rep) + "\n")
-    log(rep)
+        if st["batch"] >= len(bs):
+            st["epoch"] += 1
+            st["batch"] = 0
+    run.finish()
 
 
 if __name__ == "__main__":
