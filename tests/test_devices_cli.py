@@ -10,14 +10,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import adbutils
 import jsonschema
 import pytest
 
-import device_agents
 from as2d_cli.cli.main import main
+from as2d_cli.formats.common import json_schema
 from device_agents.emulator.adbd import PhoneAuth
 
 
@@ -57,8 +56,7 @@ def test_devices_json_is_versioned(emulated_phone, capsys, monkeypatch) -> None:
     code, out, _ = run_cli(["devices", "--json"], capsys, monkeypatch, emulated_phone.adb_port)
     doc = json.loads(out)
     assert code == 0 and doc["schema"] == "as2d.devices" and doc["version"] == 1
-    schema = json.loads((Path(device_agents.__file__).parent / "devices.schema.json").read_text())
-    jsonschema.validate(doc, schema)
+    jsonschema.validate(doc, json_schema("devices.schema.json"))
     by_serial = {d["serial"]: d for d in doc["devices"]}
     assert by_serial["local"]["kind"] == "local"
     assert by_serial[emulated_phone.serial]["facts"]["model_id"]["value"] == "23117RK66C"

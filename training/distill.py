@@ -32,11 +32,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from as2d_cli.formats import registry  # noqa: E402
 from as2d_cli.models.model_pair import load_pair  # noqa: E402
 from as2d_cli.models.session import Seq2SeqModel  # noqa: E402
 
 WORK = ROOT / "training" / "work"
-SCHEMA = "as2d.distill"
+SCHEMA, VERSION = registry.name_version("as2d.distill")
 OUT = "target_tokens.json"
 
 
@@ -85,7 +86,7 @@ def load(directory: Path, sha: str) -> dict[str, list[int] | None]:
 def save(directory: Path, sha: str, items: dict) -> None:
     tmp = directory / (OUT + ".tmp")
     tmp.write_text(
-        json.dumps({"schema": SCHEMA, "version": 1, "target_sha256": sha, "items": items})
+        json.dumps({"schema": SCHEMA, "version": VERSION, "target_sha256": sha, "items": items})
     )
     os.replace(tmp, directory / OUT)
 

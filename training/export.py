@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "training"))
 import models as model_defs  # noqa: E402
 from models import AheadHead, CtcModel, Dims, Seq2Seq  # noqa: E402
 
+from as2d_cli.models.model_pair import SCHEMA as MODELS_SCHEMA  # noqa: E402
 from as2d_cli.models.session import AHEAD_OUTPUT, decoder_io  # noqa: E402
 
 WORK = ROOT / "training" / "work"
@@ -646,8 +647,8 @@ def main() -> None:
         return
     manifest.update(
         {
-            "schema": "as2d.models",
-            "version": 2,
+            "schema": MODELS_SCHEMA,
+            "version": 2,  # a trained pair's manifest; 3 is an imported pair's
             "tokenizer": "tokenizer.json",
             "specials": {"pad": 0, "sot": 1, "eot": 2, "unk": 3},
             "sample_rate": 16000,

@@ -14,10 +14,12 @@ import json
 from pathlib import Path
 
 from as2d_cli.corpus.manifest import load_corpus
+from as2d_cli.formats import registry
 from as2d_cli.launch.host import LocalRunner
 from as2d_cli.models.model_pair import load_pair
-from native.protocol import PROTOCOL_VERSION
+from native.protocol import PROTOCOL, PROTOCOL_VERSION
 
+SCHEMA, VERSION = registry.name_version("as2d.runner-vectors")
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "runner" / "vectors.jsonl"
 MAX = 40
 
@@ -86,9 +88,9 @@ def main() -> None:
     r.close()
     hashes = {name: info["sha256"] for name, info in pair.manifest["models"].items()}
     header = {
-        "schema": "as2d.runner-vectors",
-        "version": 1,
-        "protocol": "as2d.runner",
+        "schema": SCHEMA,
+        "version": VERSION,
+        "protocol": PROTOCOL,
         "protocol_version": PROTOCOL_VERSION,
         "models": hashes,
         "tokenizer_sha256": pair.manifest["sha256"],

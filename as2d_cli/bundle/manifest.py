@@ -6,24 +6,22 @@ with that hash is not pushed again."""
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from pathlib import Path
 
 import jsonschema
 
 from as2d_cli.bundle.cache import sha256_file, sha256_text
 from as2d_cli.errors import FormatError
-from as2d_cli.formats.common import check_version
+from as2d_cli.formats import registry
+from as2d_cli.formats.common import check_version, json_schema
 
-SCHEMA = "as2d.bundle-manifest"
-VERSION = 1
+SCHEMA, VERSION = registry.name_version("as2d.bundle-manifest")
 MANIFEST = "manifest.json"
 MANIFEST_HASH = "manifest.sha256"
 
 
-@lru_cache(maxsize=1)
 def _schema() -> dict:
-    return json.loads((Path(__file__).with_name("manifest.schema.json")).read_text())
+    return json_schema("bundle-manifest.schema.json")
 
 
 def canonical(manifest: dict) -> str:

@@ -12,7 +12,11 @@ from rich.table import Table
 
 from as2d_cli.cli import options
 from as2d_cli.cli.groups import MEASURE, PLACEMENT, grouped, variant
+from as2d_cli.formats import registry
 from device_agents.measurement import MeasureOptions
+
+DEVICES_SCHEMA, DEVICES_VERSION = registry.name_version("as2d.devices")
+FARM_SCHEMA, FARM_VERSION = registry.name_version("as2d.farm")
 
 
 def _fmt(value: object) -> str:
@@ -47,8 +51,8 @@ def devices(
         typer.echo(
             json.dumps(
                 {
-                    "schema": "as2d.devices",
-                    "version": 1,
+                    "schema": DEVICES_SCHEMA,
+                    "version": DEVICES_VERSION,
                     "devices": [d.to_dict() for d in listing],
                 },
                 indent=2,
@@ -122,7 +126,9 @@ def _farm(address: str, as_json: bool) -> None:
     with RayExecutor(address) as ex:
         nodes = ex.nodes()
     if as_json:
-        typer.echo(json.dumps({"schema": "as2d.farm", "version": 1, "nodes": nodes}, indent=2))
+        typer.echo(
+            json.dumps({"schema": FARM_SCHEMA, "version": FARM_VERSION, "nodes": nodes}, indent=2)
+        )
         return
     console = Console(highlight=False, soft_wrap=True)
     table = Table(title=f"phone farm at {address}")

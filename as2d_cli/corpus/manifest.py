@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from as2d_cli.errors import FormatError, UserError
+from as2d_cli.formats import registry
 from as2d_cli.formats.strict import json_loads
 
 if TYPE_CHECKING:
     from as2d_cli.corpus.questions import SpokenQuestion
 
-SCHEMA = "as2d.corpus"
-VERSION = 2
+SCHEMA, VERSION = registry.name_version("as2d.corpus")
 READS = (1, 2)  # version 1: ASR windows only
 SETTINGS: tuple[str, ...] = ("read", "meeting", "multilingual", "accented", "sung")
 # Translation windows' settings: the direction, source language into English.

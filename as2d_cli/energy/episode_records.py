@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from as2d_cli.errors import FormatError
+from as2d_cli.formats import registry
 
-SCHEMA = "as2d.energy-episode"
-VERSION = 1
+SCHEMA, VERSION = registry.name_version("as2d.energy-episode")
 COLUMNS = (
     "method",
     "phase",

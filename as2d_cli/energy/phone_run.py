@@ -16,13 +16,14 @@ from pathlib import Path
 from as2d_cli.energy.perfetto_capture import remove_trace
 from as2d_cli.energy.results import TRACE_NAME, stopped_line
 from as2d_cli.errors import DeviceError, UserError
+from as2d_cli.formats import registry
 from as2d_cli.formats.common import write_atomic
 from device_agents.base import Device
 
 PHONE_RUN = "phone_run.json"  # the phone's identity and where its run lives (for --collect)
 
 
-PHONE_RUN_SCHEMA = "as2d.energy-phone-run"
+PHONE_RUN_SCHEMA, PHONE_RUN_VERSION = registry.name_version("as2d.energy-phone-run")
 
 
 AWAY_GRACE_S = 600.0  # how long past the trace's end a phone that left may take to return
@@ -234,10 +235,10 @@ def load_phone_run(out_dir: Path) -> dict:
     if (
         not isinstance(doc, dict)
         or doc.get("schema") != PHONE_RUN_SCHEMA
-        or doc.get("version") != 1
+        or doc.get("version") != PHONE_RUN_VERSION
     ):
         raise UserError(
-            f"{path} is not an {PHONE_RUN_SCHEMA} version 1 record; use the as2d "
+            f"{path} is not an {PHONE_RUN_SCHEMA} version {PHONE_RUN_VERSION} record; use the as2d "
             "version that measured it"
         )
     for key in ("serial", "adb_port", "run_dir", "trace"):

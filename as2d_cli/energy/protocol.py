@@ -50,6 +50,7 @@ from as2d_cli.energy.phone_run import (
     AWAY_GRACE_S,
     PHONE_RUN,
     PHONE_RUN_SCHEMA,
+    PHONE_RUN_VERSION,
     PhoneAway,
     PhoneRun,
     make_remote_dir,
@@ -274,7 +275,7 @@ def _phone_record(
     """phone_run.json: the phone's identity and where its run lives (for --collect)."""
     return {
         "schema": PHONE_RUN_SCHEMA,
-        "version": 1,
+        "version": PHONE_RUN_VERSION,
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "serial": ph.device.serial,
         "adb_port": ph.port,

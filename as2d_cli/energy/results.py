@@ -15,7 +15,6 @@ import json
 import math
 from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +26,17 @@ from as2d_cli.energy.capture_config import CaptureSpec
 from as2d_cli.energy.episode_records import Episode, format_episode
 from as2d_cli.energy.table import render_table, window_includes
 from as2d_cli.errors import FormatError, UserError
+from as2d_cli.formats import registry
 from as2d_cli.formats.common import (
     INCOMPLETE,
     check_version,
     git_commit,
+    json_schema,
     utc_now,
     write_atomic,
 )
 
-SCHEMA = "as2d.energy-result"
-VERSION = 6
+SCHEMA, VERSION = registry.name_version("as2d.energy-result")
 # Version history: 1 — first release (per-request rows, per-method pools, cross-check);
 # 2 — the gauge's own figures: capture.gauge_period_s and capture.gauge_readings replace
 # capture.poll_s_observed, and each request has gauge_readings_in_window; a gauge whose
@@ -217,8 +217,7 @@ def stopped_line(path: Path) -> str | None:
 
 
 def _schema() -> dict:
-    text = resources.files("as2d_cli.energy").joinpath("energy_result.schema.json").read_text()
-    return json.loads(text)
+    return json_schema("energy-result.schema.json")
 
 
 def _clean(x: Any) -> Any:

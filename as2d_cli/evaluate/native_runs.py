@@ -22,12 +22,15 @@ from as2d_cli.engine.methods import DEFAULT_SD_K, MethodSpec
 from as2d_cli.errors import DeviceError
 from as2d_cli.evaluate.native_record import GATES, MONITOR, RUNS, EvalRun, NativeRecord
 from as2d_cli.evaluate.native_stats import METHODS
+from as2d_cli.formats import registry
 from as2d_cli.formats.deployment import as2d_settings
 from as2d_cli.models.prompting import PromptSpec
 from as2d_cli.reporting import Progress, Say, settle_waiting
 
 if TYPE_CHECKING:
     from as2d_cli.models.model_pair import ModelPair
+
+NATIVE_RUN_SCHEMA, NATIVE_RUN_VERSION = registry.name_version("as2d.native-run")
 
 
 def pick_windows(ids: list[str], datasets: dict[str, str], n: int) -> list[str]:
@@ -81,8 +84,8 @@ def native_settings(
         k: v for k, v in identify(device).to_dict().items() if k != "connection"
     }  # not how it is reached
     return {
-        "schema": "as2d.native-run",
-        "version": 1,
+        "schema": NATIVE_RUN_SCHEMA,
+        "version": NATIVE_RUN_VERSION,
         "windows": picks,
         "datasets": {w: run.datasets[w] for w in picks},
         "window_count": windows,

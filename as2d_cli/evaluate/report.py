@@ -36,13 +36,15 @@ from as2d_cli.figures import (
     native_figure,
     rk_figure,
 )
+from as2d_cli.formats import registry
 from as2d_cli.formats.common import mark_complete, mark_writing, write_atomic
 from as2d_cli.formats.layout import report_folder
 from as2d_cli.formats.pairs import describe_pair
 
 FIGURES = ("cdf", "datasets", "rk")  # what a report draws (rk only with its profile)
 TABLE_FILES = ("table2.csv", "table4.csv", "table5.csv", "table8.csv", "table9.csv", "table12.csv")
-REPORT_SCHEMA, REPORT_VERSION = "as2d.report", 1  # report.json of a report over several runs
+# report.json of a report over several runs
+REPORT_SCHEMA, REPORT_VERSION = registry.name_version("as2d.report")
 
 
 def load_report(folder: Path) -> tuple[dict, Any]:

@@ -11,9 +11,11 @@ from typing import Any
 
 from as2d_cli.errors import UserError
 from as2d_cli.figures import FORMATS, stream_figure, stream_name
+from as2d_cli.formats import registry
 from as2d_cli.formats.common import write_atomic
 from as2d_cli.formats.layout import report_folder
 
+STREAM_SCHEMA = registry.entry("as2d.stream").schema
 # Table 16's rows: (metric, the metrics' keys, decimals), as the paper names them.
 ROWS: tuple[tuple[str, tuple[str, ...], int], ...] = (
     (
@@ -43,8 +45,10 @@ def load_stream(folder: Path) -> dict[str, Any]:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(f"{path} is not valid JSON ({exc}); run the stream again") from None
-    if doc.get("schema") != "as2d.stream":
-        raise UserError(f"{path} is not an as2d.stream document; give folders `as2d stream` wrote")
+    if doc.get("schema") != STREAM_SCHEMA:
+        raise UserError(
+            f"{path} is not an {STREAM_SCHEMA} document; give folders `as2d stream` wrote"
+        )
     return doc
 
 

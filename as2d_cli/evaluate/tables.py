@@ -18,9 +18,9 @@ from typing import Any
 
 from as2d_cli.engine.methods import DEFAULT_THRESHOLD
 from as2d_cli.evaluate.fixed import LABELS, ORDER, FixedEval
+from as2d_cli.formats import registry
 
-SCHEMA = "as2d.per_window"
-VERSION = 3
+SCHEMA, VERSION = registry.name_version("as2d.per_window")
 # Version history: 1 — settings inside one ``config`` string; 2 — every setting in its
 # own typed column (task, device, profile, pair, budget, k, threshold, batch, align), the
 # per-window figure the CDF and Table 4 use (``window_tps``), the oracle's rows; 3 —

@@ -1,5 +1,7 @@
 """Stored file formats: traces, cost profiles, deployments and results.
 
-Each format lives in its own module with a ``SCHEMA`` name and ``VERSION``; JSON Schemas
-ship under ``as2d_cli/formats/schemas/``; ``docs/formats.md`` documents every field.
+Every stored schema's name and version are in ``registry.py`` (one table: the versions read,
+the owning module, the JSON Schema, the docs section); each format's module takes its
+``SCHEMA`` and ``VERSION`` from it. JSON Schemas ship under ``as2d_cli/formats/schemas/``;
+``docs/formats.md`` documents every field.
 """

@@ -26,6 +26,7 @@ from typing import Any
 
 from as2d_cli import __version__
 from as2d_cli.errors import FormatError, UserError
+from as2d_cli.formats import registry
 
 # Upgrader: takes a document of version v and returns the same content as version v+1.
 Upgrader = Callable[[dict], dict]
@@ -355,8 +356,7 @@ def atomic_files(folder: str | Path, *, force: bool = False) -> Iterator[Path]:
 # the INCOMPLETE note beside it says the same for people.
 MANIFEST = "manifest.json"
 INCOMPLETE = "INCOMPLETE"
-MANIFEST_SCHEMA = "as2d.manifest"
-MANIFEST_VERSION = 1
+MANIFEST_SCHEMA, MANIFEST_VERSION = registry.name_version("as2d.manifest")
 # Version history: 1 — first release.
 
 

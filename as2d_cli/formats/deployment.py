@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA = "as2d.deployment"
-VERSION = 3
+from as2d_cli.formats import registry
+
+SCHEMA, VERSION = registry.name_version("as2d.deployment")
 # The alignment rules of a file or record written before they were recorded (a version-1
 # deployment, a native run without ``align``): they all ran the paper's.
 UNRECORDED_ALIGN = "paper"

@@ -47,9 +47,9 @@ from statistics import median
 from typing import Any
 
 from as2d_cli.errors import FormatError
+from as2d_cli.formats import registry
 
-SCHEMA = "as2d.profile"
-VERSION = 3
+SCHEMA, VERSION = registry.name_version("as2d.profile")
 # Version history: 1 — first release. 2 — optional ``costs.context`` (context-length and
 # audio-length terms) and a source's ``startup_ms_per_audio_s``; a v1 file reads as v2
 # with neither (flat costs). Still 2: optional ``costs.in_loop`` (in-loop/sweep cost ratios

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from as2d_cli.errors import FormatError, UserError
+from as2d_cli.formats import registry
 from as2d_cli.formats.common import (
     check_version,
     environment,
@@ -26,8 +27,7 @@ from as2d_cli.formats.common import (
     write_atomic,
 )
 
-SCHEMA = "as2d.results"
-VERSION = 1
+SCHEMA, VERSION = registry.name_version("as2d.results")
 # Version history: 1 — first release.
 
 __all__ = [

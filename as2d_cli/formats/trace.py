@@ -37,8 +37,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA = "as2d.trace"
-VERSION = 2
+from as2d_cli.formats import registry
+
+SCHEMA, VERSION = registry.name_version("as2d.trace")
 # Version history: 1 — first release; 2 — an autoregressive source may list ``steps``
 # (tokens per producer step). A version-1 file reads as version 2 unchanged.
 

@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING, Any
 from as2d_cli import __version__
 from as2d_cli.bundle.recipe import excluded, shipped_files
 from as2d_cli.errors import DeviceError, UserError
+from as2d_cli.formats import registry
 from as2d_cli.formats.common import sha256_file
 
 if TYPE_CHECKING:
     from as2d_cli.models.model_pair import ModelPair
 
-PAYLOAD_SCHEMA = "as2d.payload"
-PAYLOAD_VERSION = 1
+PAYLOAD_SCHEMA, PAYLOAD_VERSION = registry.name_version("as2d.payload")
 RUNTIME_AREA = "as2d-runtime"
 MARKER = "payload.sha256"  # written only after a complete unpack: proves a whole payload
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from as2d_cli.errors import FormatError, UserError
+from as2d_cli.formats import registry
 from as2d_cli.formats.common import read_json, sha256_file
 from as2d_cli.models.prompting import WHISPER_TASKS, PromptSpec
 from as2d_cli.models.whisper_prompt import build_prompt
 
-SCHEMA = "as2d.models"
-VERSION = 3  # 3 adds imported pairs (kinds whisper-onnx, ctc-onnx; files outside the folder)
-READS = (2, 3)
+SCHEMA, VERSION = registry.name_version("as2d.models")
+# 3 adds imported pairs (kinds whisper-onnx, ctc-onnx; files outside the folder)
+READS = registry.entry(SCHEMA).reads
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "assets" / "models"
 
 

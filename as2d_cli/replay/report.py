@@ -15,6 +15,7 @@ from typing import Any
 from as2d_cli.engine.methods import DEFAULT_ALIGN, MethodOptions, MethodSpec
 from as2d_cli.errors import UserError
 from as2d_cli.execution import Executor
+from as2d_cli.formats import registry
 from as2d_cli.formats.common import sha256_file
 from as2d_cli.formats.deployment import Deployment
 from as2d_cli.formats.deployment_io import (
@@ -32,11 +33,9 @@ from as2d_cli.replay.selection import Selection, select_budget, windows_of
 from as2d_cli.replay.sweep import AS2D, DEFAULT_BUDGETS
 from as2d_cli.stats.compare import cdf
 
-REPORT_SCHEMA = "as2d.replay-report"
-REPORT_VERSION = 2  # 2: "align"
-SELECTION_SCHEMA = "as2d.selection-report"
+REPORT_SCHEMA, REPORT_VERSION = registry.name_version("as2d.replay-report")  # 2: "align"
 # 2: "align"; 3: "history" (the chosen configuration's, each ranked row's, the catalog's)
-SELECTION_VERSION = 3
+SELECTION_SCHEMA, SELECTION_VERSION = registry.name_version("as2d.selection-report")
 
 
 def _ref(path: str | Path) -> dict:

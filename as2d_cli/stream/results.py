@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from as2d_cli.formats import registry
 from as2d_cli.formats.common import INCOMPLETE, atomic_path, environment, utc_now, write_atomic
 from as2d_cli.formats.results import to_jsonable
 from as2d_cli.stream.metrics import (
@@ -25,8 +26,7 @@ from as2d_cli.stream.metrics import (
     run_metrics,
 )
 
-SCHEMA = "as2d.stream"
-VERSION = 2
+SCHEMA, VERSION = registry.name_version("as2d.stream")
 # Version history: 1 — first release; 2 — blocks that ran after the monitor tripped are
 # marked (each block's ``degraded``), the run's figures leave them out
 # (``metrics.degraded_blocks``) and keeping pace is not judged then

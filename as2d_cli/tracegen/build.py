@@ -30,6 +30,7 @@ from as2d_cli import __version__
 from as2d_cli.engine.methods import DEFAULT_ASP_CAP
 from as2d_cli.errors import Interrupted, UserError
 from as2d_cli.execution import Executor, LocalPool
+from as2d_cli.formats.trace import SCHEMA as TRACE_SCHEMA
 from as2d_cli.formats.trace import VERSION as TRACE_VERSION
 from as2d_cli.models.model_pair import ModelPair, load_pair
 from as2d_cli.models.prompting import TRACE_TASKS, PromptSpec
@@ -534,7 +535,7 @@ def _trace_missing(req: _Request, windows: list, partial: _Partial) -> None:
 def _trace_header(pair: ModelPair, split: str, n_windows: int) -> dict:
     """The trace file's first line: who made it, its sources, split and size."""
     return {
-        "schema": "as2d.trace",
+        "schema": TRACE_SCHEMA,
         "version": TRACE_VERSION,
         "provenance": provenance(pair),
         "eos_id": pair.vocab.eot,  # the target's (OrtTarget.eos_id)
