@@ -18,7 +18,7 @@ of the same repetition. For every As²d method it prints what the target's calls
 past the cursor (pace), K1 calls with candidates published but none usable (aligner), and
 the share of offered candidates rejected (quality).
 
-    python benchmarks/native_speedup.py [--windows N] [--rounds 3] [--split test] [--budget 7] [--source drafter|lookahead|ctc] [--batch 8] [--threshold 0.4] [--align suffix|paper] [--models PAIR] [--task T] [--json out.json]
+    python benchmarks/native_speedup.py [--windows N] [--rounds 3] [--split test] [--budget 7] [--source drafter|lookahead|ctc] [--batch 8] [--threshold 0.4] [--align suffix|paper] [--history] [--models PAIR] [--task T] [--json out.json]
 
 A method written ``as2d@paper`` (or ``as2d@suffix``) runs As²d with those alignment rules
 beside the others, e.g. ``--methods target-only,as2d,as2d@paper`` compares the rules in
@@ -95,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--align", default=None, choices=["suffix", "paper"], help="As²d's alignment rules"
     )
+    ap.add_argument(
+        "--history",
+        action="store_true",
+        help="As²d: history candidates merged into the source's stream (a deployment's "
+        "config.history)",
+    )
     ap.add_argument("--methods", default="target-only,as2d,sd,asp")
     ap.add_argument(
         "--models", default=None, help="a model pair folder or a shipped pair's name (audio-llm)"
@@ -154,6 +160,8 @@ def _decode_cmd(m: str, window: str, a: argparse.Namespace) -> dict:
         cmd["threshold"] = threshold
     if align or a.align:
         cmd["align"] = align or a.align
+    if a.history and method == "as2d":
+        cmd["history"] = True
     return cmd
 
 

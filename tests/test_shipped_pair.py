@@ -307,7 +307,7 @@ def test_the_shipped_pair_has_every_tasks_traces_a_profile_and_deployments() -> 
 
 
 @needs_shipped
-def test_eval_all_on_the_shipped_pair_runs_in_under_a_minute(tmp_path: Path) -> None:
+def test_eval_all_on_the_shipped_pair_prints_every_task_exact_and_fast(tmp_path: Path) -> None:
     t0 = time.monotonic()
     r = _as2d(
         "eval", "--phone", "k70", "--models", "audio-llm", "--task", "all",
@@ -320,7 +320,8 @@ def test_eval_all_on_the_shipped_pair_runs_in_under_a_minute(tmp_path: Path) -> 
     assert [row["task"] for row in rows] == list(TASKS)
     assert all(row["outputs_exact"] == row["outputs_checked"] > 0 for row in rows)
     assert rows[1]["datasets"] == ["de-en", "es-en"] and rows[2]["datasets"] == ["qa"]
-    assert took < 90, f"eval --task all took {took:.0f} s"  # a minute on an idle 2-core host
+    # under a minute from a fresh clone on a 2-core host; room here for a busy test worker
+    assert took < 90, f"eval --task all took {took:.0f} s"
 
 
 def test_a_bundle_carries_a_shipped_pair_only_when_asked(tmp_path: Path) -> None:
