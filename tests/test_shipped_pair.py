@@ -112,6 +112,9 @@ def test_an_unknown_name_is_one_line_naming_the_shipped_pairs(tmp_path: Path) ->
     r = _as2d("eval", "--phone", "k70", "--models", "no-such-pair", "--task", "answer")
     assert r.returncode == 2 and "no shipped model pair of that name" in r.stderr
     assert "audio-llm" in r.stderr and r.stderr.strip().count("\n") == 0
+    r = _as2d("models", "check", "no-such-pair")  # the positional pair of `models check` too
+    assert r.returncode == 2 and "no shipped model pair of that name" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "Traceback" not in r.stderr
 
 
 # ---------------------------------------------------------------------------- traces per task

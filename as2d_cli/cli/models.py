@@ -95,7 +95,9 @@ def import_(
 
 @grouped(prompt=PROMPT)
 def check(
-    pair: Path | None = typer.Argument(None, help="The pair folder (default: the bundled pair)."),
+    pair: Path | None = typer.Argument(
+        None, help="The pair folder or a shipped pair's name (default: the bundled pair)."
+    ),
     windows: int = options.count(2, "--windows", help="Development windows to decode."),
     reps: int = options.count(3, "--reps", help="Timed repetitions per width."),
     prompt: PromptSpec = PromptSpec(),
@@ -105,8 +107,10 @@ def check(
     from as2d_cli.corpus.manifest import load_corpus
     from as2d_cli.models.check import check_pair, render_check
     from as2d_cli.models.model_pair import load_pair
+    from as2d_cli.models.shipped import resolve_models
 
-    loaded = load_pair(pair, prompt=prompt)  # every file against its hash, the prompt checked
+    folder = None if pair is None else resolve_models(pair)  # a shipped pair's name too
+    loaded = load_pair(folder, prompt=prompt)  # every file against its hash, the prompt checked
     chosen = load_corpus().split("dev")[:windows]
     err = Console(stderr=True)
     say = (lambda m: err.print(f"[dim]{m}[/]")) if err.is_terminal else None
