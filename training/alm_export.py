@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "training"))
 
 from alm_models import AUDIO, CHAT_TEMPLATE, EOS, PAD, AlmConfig, AudioLM  # noqa: E402
+from audio_llm_fixtures import decoder_io  # noqa: E402
 
 ALM = ROOT / "training" / "work" / "alm"
 OPSET = 17
@@ -90,22 +91,7 @@ def export_graphs(model: AudioLM, onnx_dir: Path) -> None:
             **kw,
         )
         p, s = 3, 2
-        names_in = ["inputs_embeds", "attention_mask", "position_ids"]
-        names_out = ["logits"]
-        dyn = {
-            "inputs_embeds": {0: "batch_size", 1: "sequence_length"},
-            "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
-            "position_ids": {0: "batch_size", 1: "sequence_length"},
-            "logits": {0: "batch_size", 1: "sequence_length"},
-        }
-        past = []
-        for i in range(cfg.layers):
-            for kv in ("key", "value"):
-                past.append(torch.randn(1, cfg.kv_heads, p, cfg.head_dim, generator=g))
-                names_in.append(f"past_key_values.{i}.{kv}")
-                names_out.append(f"present.{i}.{kv}")
-                dyn[f"past_key_values.{i}.{kv}"] = {0: "batch_size", 2: "past_sequence_length"}
-                dyn[f"present.{i}.{kv}"] = {0: "batch_size", 2: "total_sequence_length"}
+        past, names_in, names_out, dyn = decoder_io(cfg.layers, cfg.kv_heads, cfg.head_dim, p, g)
         torch.onnx.export(
             model.text,
             (

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT / "training"))
 
 import make_corpus as mc  # noqa: E402
 from alm_models import SPECIALS  # noqa: E402
+from audio_llm_fixtures import byte_level_bpe  # noqa: E402
 
 from as2d_cli.corpus.questions import ALL_KINDS, ask, words_of  # noqa: E402
 from as2d_cli.models.prompting import PromptSpec  # noqa: E402
@@ -35,10 +36,6 @@ from training.parallel_text import Grammar  # noqa: E402
 WORK = ROOT / "training" / "work" / "alm"
 ALM_BPE_SIZE = 3000
 ADAPTER_UTTERANCES = 80
-PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
 
 
 def log(*a: object) -> None:
@@ -70,28 +67,7 @@ def tokenizer_texts() -> list[str]:
 
 
 def train_tokenizer() -> None:
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
-    from tokenizers.models import BPE
-    from tokenizers.trainers import BpeTrainer
-
-    tok = Tokenizer(BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = BpeTrainer(
-        vocab_size=ALM_BPE_SIZE,
-        min_frequency=2,
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=[],
-    )
-    tok.train_from_iterator(tokenizer_texts(), trainer=trainer)
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
+    tok = byte_level_bpe(tokenizer_texts(), ALM_BPE_SIZE, SPECIALS)
     tok.save(str(WORK / "tokenizer.json"))
     log(f"tokenizer: {tok.get_vocab_size()} tokens -> {WORK / 'tokenizer.json'}")
 

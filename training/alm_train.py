@@ -75,7 +75,8 @@ class Prompts:
         self.audio = tok.token_to_id(AUDIO)
         self.eos = tok.token_to_id(EOS)
         self.pad = tok.token_to_id(PAD)
-        self.cache: dict[str, list[int]] = {}
+        self.cache: dict[str, list[int]] = {}  # rendered prompt ids per instruction
+        self.spoken_ids: dict[str, list[int]] = {}  # spoken-text ids per utterance text
 
     def ids(self, instruction: str) -> list[int]:
         got = self.cache.get(instruction)
@@ -86,9 +87,9 @@ class Prompts:
 
     def spoken(self, text: str) -> list[int]:
         """The token ids of what is spoken (cached per utterance text)."""
-        got = self.cache.get("\0" + text)
+        got = self.spoken_ids.get(text)
         if got is None:
-            got = self.cache["\0" + text] = self.tok.encode(text, add_special_tokens=False).ids
+            got = self.spoken_ids[text] = self.tok.encode(text, add_special_tokens=False).ids
         return got
 
     def example(self, instruction: str, rows: int, answer: list[int]) -> tuple[list[int], int, int]:

@@ -170,13 +170,20 @@ def corpus():
 
 
 def train_tokenizer():
+    texts = sorted({w.text for w in corpus().windows})
+    texts += list(TASKS.values()) * 20 + ["You are a helpful assistant."] * 20
+    texts += ["system\n", "user\n", "assistant\n", "Audio 1: "] * 20
+    return byte_level_bpe(texts, BPE_SIZE, SPECIALS)
+
+
+def byte_level_bpe(texts: list[str], size: int, specials: list[str]):
+    """A byte-level BPE of ``size`` tokens with Qwen2's pre-tokenizer split, trained on
+    ``texts``, then ``specials`` after the BPE vocabulary, as in Qwen's tokenizer (also the
+    bundled audio LLM's: training/alm_prepare.py)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
     from tokenizers.models import BPE
     from tokenizers.trainers import BpeTrainer
 
-    texts = sorted({w.text for w in corpus().windows})
-    texts += list(TASKS.values()) * 20 + ["You are a helpful assistant."] * 20
-    texts += ["system\n", "user\n", "assistant\n", "Audio 1: "] * 20
     tok = Tokenizer(
         BPE(
             dropout=None,
@@ -196,15 +203,14 @@ def train_tokenizer():
     )
     tok.decoder = decoders.ByteLevel()
     trainer = BpeTrainer(
-        vocab_size=BPE_SIZE,
+        vocab_size=size,
         min_frequency=2,
         show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[],
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    # the special tokens after the BPE vocabulary, as in Qwen's tokenizer
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     return tok
 
 
@@ -522,12 +528,12 @@ def export_embed_tokens(model, path: Path) -> None:
     )
 
 
-def export_decoder(model, path: Path, g) -> None:
-    """decoder_model_merged.onnx, traced on a 2-token call over a 3-token cache."""
+def decoder_io(n_layers: int, n_kv: int, head_dim: int, p: int, g) -> tuple[list, list, list, dict]:
+    """The merged decoder graph's example cache (``p`` positions, drawn from ``g``), input and
+    output names and dynamic axes, in the ONNX-community layout (also the bundled audio
+    LLM's export: training/alm_export.py)."""
     import torch
 
-    n_layers, n_kv, head_dim, hidden = text_dims(model)
-    p, s = 3, 2
     past = []
     names_in = ["inputs_embeds", "attention_mask", "position_ids"]
     names_out = ["logits"]
@@ -544,6 +550,16 @@ def export_decoder(model, path: Path, g) -> None:
             names_out.append(f"present.{i}.{kv}")
             dyn[f"past_key_values.{i}.{kv}"] = {0: "batch_size", 2: "past_sequence_length"}
             dyn[f"present.{i}.{kv}"] = {0: "batch_size", 2: "total_sequence_length"}
+    return past, names_in, names_out, dyn
+
+
+def export_decoder(model, path: Path, g) -> None:
+    """decoder_model_merged.onnx, traced on a 2-token call over a 3-token cache."""
+    import torch
+
+    n_layers, n_kv, head_dim, hidden = text_dims(model)
+    p, s = 3, 2
+    past, names_in, names_out, dyn = decoder_io(n_layers, n_kv, head_dim, p, g)
     onnx_export(
         graphs().Decoder(model, model.config.text_config),
         (
