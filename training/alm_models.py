@@ -68,7 +68,9 @@ class AlmConfig:
 
 
 TARGET = AlmConfig()
-DRAFTER = AlmConfig(hidden=192, layers=2, heads=3, kv_heads=1, intermediate=512)
+# The drafter: the target's first two decoder blocks (its width, tower and embeddings),
+# warm-started from the trained target (alm_train.py --init-from) and distilled on its answers.
+DRAFTER = AlmConfig(layers=2)
 
 
 def audio_rows(mel_frames: torch.Tensor, stack: int) -> torch.Tensor:
@@ -132,6 +134,7 @@ class Block(nn.Module):
         self.gate = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
         self.up = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
         self.down = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
+        self.p = 0.0  # residual dropout while training (set_dropout); none in the export
 
     def forward(self, x, cos, sin, mask, past_k, past_v):
         b, s, _ = x.shape
@@ -148,9 +151,21 @@ class Block(nn.Module):
         vv = v.repeat_interleave(rep, dim=1) if rep > 1 else v
         w = torch.matmul(q, kk.transpose(2, 3)) / math.sqrt(self.dh) + mask
         a = torch.matmul(torch.softmax(w, dim=-1), vv)
-        x = x + self.o(a.transpose(1, 2).reshape(b, s, self.h * self.dh))
+        a = self.o(a.transpose(1, 2).reshape(b, s, self.h * self.dh))
+        x = x + F.dropout(a, self.p, self.training)
         y = self.ln2(x)
-        return x + self.down(F.silu(self.gate(y)) * self.up(y)), k, v
+        return (
+            x + F.dropout(self.down(F.silu(self.gate(y)) * self.up(y)), self.p, self.training),
+            k,
+            v,
+        )
+
+
+def set_dropout(model: nn.Module, p: float) -> None:
+    """Residual dropout ``p`` in every decoder block (training only)."""
+    for m in model.modules():
+        if isinstance(m, Block):
+            m.p = p
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,7 @@ from alm_models import (  # noqa: E402
     AlmConfig,
     AudioLM,
     audio_rows,
+    set_dropout,
 )
 from models import out_frames  # noqa: E402
 
@@ -109,7 +110,8 @@ class Shards:
             index = json.loads((d / "index.json").read_text(encoding="utf-8"))
             target = {}
             if labels == "target":
-                target = json.loads((d / "target_answers.json").read_text(encoding="utf-8"))
+                doc = json.loads((d / "target_answers.json").read_text(encoding="utf-8"))
+                target = doc["answers"]
             for it in index["items"]:
                 it["shard"] = k
                 if labels == "target":
@@ -224,6 +226,19 @@ def cached_frames(
     for i, r in enumerate(rows):
         out[i, : len(r)] = r.float()
     return out
+
+
+def mask_spans(
+    x: torch.Tensor, lengths: torch.Tensor, share: float, rng: np.random.Generator
+) -> torch.Tensor:
+    """``x`` (B, S, d) with about ``share`` of each clip's frames zeroed in spans of 1-5."""
+    x = x.clone()
+    for i, n in enumerate(lengths.tolist()):
+        for _ in range(int(rng.poisson(share * n / 3))):
+            w = int(rng.integers(1, 6))
+            s = int(rng.integers(0, max(1, n - w)))
+            x[i, s : s + w] = 0
+    return x
 
 
 def init_model(cfg: AlmConfig, tune_audio: bool) -> AudioLM:
@@ -346,6 +361,20 @@ def parse_args() -> argparse.Namespace:
         default=0.3,
         help="weight of the auxiliary CTC from the audio embeddings to the spoken tokens",
     )
+    ap.add_argument(
+        "--init-from",
+        default=None,
+        help="a target checkpoint: the drafter starts as its audio tower, embeddings, first "
+        "blocks, final norm and CTC head (a fresh run only)",
+    )
+    ap.add_argument("--dropout", type=float, default=0.0, help="residual dropout in the decoder")
+    ap.add_argument(
+        "--mask-frames",
+        type=float,
+        default=0.0,
+        help="SpecAugment-style: share of a clip's encoder frames zeroed, in spans of up to "
+        "5 frames (0.2 s), when the tower is frozen",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ckpt-seconds", type=int, default=300)
     ap.add_argument("--eval-minutes", type=float, default=20)
@@ -375,9 +404,13 @@ class Run:
         self.opt = optimiser(self.model, args.lr)
         self.opt.add_param_group({"params": list(self.ctc_head.parameters()), "scale": 1.0})
         self.rewarm_from: int | None = None
+        self.rng = np.random.default_rng(7 + int(time.time()))  # augmentation only
+        set_dropout(self.model, args.dropout)
         self.state = {"step": 0, "epoch": 0, "batch": 0, "anneal_from": None}
         if self.ckpt.exists():
             self.resume()
+        elif args.init_from:
+            self.warm_start(Path(args.init_from))
         set_audio_trainable(self.model, args.tune_audio)
         self.data = Shards([int(s) for s in args.shards.split(",")], args.labels)
         self.cache: dict[int, torch.Tensor] = {}  # frozen encoder frames per utterance
@@ -406,6 +439,17 @@ class Run:
         st = self.state
         log(f"resumed at step {st['step']} (epoch {st['epoch']}, batch {st['batch']})")
 
+    def warm_start(self, path: Path) -> None:
+        """Take every parameter whose name and shape the checkpoint has (the drafter's blocks
+        are the target's first ones)."""
+        saved = torch.load(path, weights_only=False)
+        own = self.model.state_dict()
+        taken = {k: v for k, v in saved["model"].items() if k in own and own[k].shape == v.shape}
+        self.model.load_state_dict(taken, strict=False)
+        if "ctc_head" in saved:
+            self.ctc_head.load_state_dict(saved["ctc_head"])
+        log(f"warm start from {path} (step {saved['step']}): {len(taken)}/{len(own)} tensors")
+
     def write(self, rec: dict, echo: bool = False) -> None:
         self.logf.write(json.dumps(rec) + "\n")
         self.logf.flush()
@@ -432,6 +476,8 @@ class Run:
         encoded = not self.args.tune_audio
         if encoded:  # the frozen tower's encoder frames: computed once per utterance
             x = cached_frames(self.model, batch, x, frames, self.cache)
+            if self.args.mask_frames > 0:
+                x = mask_spans(x, out_frames(frames, 4), self.args.mask_frames, self.rng)
         lr = self.learning_rate()
         for g in self.opt.param_groups:
             g["lr"] = lr * g["scale"]
