@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.models.loader import open_seq2seq  # noqa: E402
 from as2d_cli.models.model_pair import load_pair  # noqa: E402
+from as2d_cli.models.ortio import as_array, cache_length  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 
@@ -54,7 +55,7 @@ def overhead(loaded, calls: int) -> None:
         cross = model.encode(audio, w.language)
         _, past = model.decode(list(cross.prompt), model.empty_cache(), cross)
         _, past = model.decode(list(range(40, 56)), past, cross)
-        n = int(past[0][0].shape[2])
+        n = cache_length(past)
         for k in (1, 4, 8, 16):
             tokens = list(range(100, 100 + k))
             feeds = {
@@ -62,8 +63,8 @@ def overhead(loaded, calls: int) -> None:
                 "position_ids": np.arange(n, n + k, dtype=np.int64)[None],
             }
             for i in range(model.layers):
-                feeds[f"past_key_values.{i}.key"] = np.ascontiguousarray(past[0][i])
-                feeds[f"past_key_values.{i}.value"] = np.ascontiguousarray(past[1][i])
+                feeds[f"past_key_values.{i}.key"] = np.ascontiguousarray(as_array(past[0][i]))
+                feeds[f"past_key_values.{i}.value"] = np.ascontiguousarray(as_array(past[1][i]))
             ids = np.asarray(tokens, dtype=np.int64)[None]
             ours, raw = [], []
             for _ in range(10):  # warm-up

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from as2d_cli.corpus.manifest import load_corpus  # noqa: E402
 from as2d_cli.models.loader import open_seq2seq  # noqa: E402
 from as2d_cli.models.model_pair import load_pair  # noqa: E402
+from as2d_cli.models.ortio import as_array  # noqa: E402
 
 
 def raw_feeds(model, tokens, past, cross) -> tuple[Any, dict]:
@@ -37,8 +38,8 @@ def raw_feeds(model, tokens, past, cross) -> tuple[Any, dict]:
         feeds["use_cache_branch"] = np.array([True])
         feeds["encoder_hidden_states"] = cross.hidden
     for i in range(model.layers):
-        feeds[f"past_key_values.{i}.decoder.key"] = np.ascontiguousarray(past[0][i])
-        feeds[f"past_key_values.{i}.decoder.value"] = np.ascontiguousarray(past[1][i])
+        feeds[f"past_key_values.{i}.decoder.key"] = np.ascontiguousarray(as_array(past[0][i]))
+        feeds[f"past_key_values.{i}.decoder.value"] = np.ascontiguousarray(as_array(past[1][i]))
         feeds[f"past_key_values.{i}.encoder.key"] = cross.k[i]
         feeds[f"past_key_values.{i}.encoder.value"] = cross.v[i]
     return model.with_past or model.decoder, feeds

@@ -15,6 +15,7 @@ from as2d_cli.engine.interfaces import Source
 from as2d_cli.errors import FormatError, UserError
 from as2d_cli.models.drafter import OrtDrafter
 from as2d_cli.models.model_pair import DEFAULT_DIR, load_pair
+from as2d_cli.models.ortio import as_array
 from as2d_cli.models.session import Seq2SeqModel
 from as2d_cli.models.sources import CtcRecognizer, CtcSource, DrafterSource, LookaheadSource
 from as2d_cli.models.target import OrtTarget, greedy_decode
@@ -174,7 +175,9 @@ def test_the_lookahead_decoder_is_the_drafters_decoder_plus_the_head() -> None:
     b_logits, b_next, b_cache = ahead.decode_ahead(toks, ahead.empty_cache(), cross)
     assert b_next is not None and b_next.shape == b_logits.shape
     assert np.allclose(a_logits, b_logits, atol=1e-5)
-    assert all(np.allclose(x, y, atol=1e-5) for x, y in zip(a_cache[0], b_cache[0]))
+    assert all(
+        np.allclose(as_array(x), as_array(y), atol=1e-5) for x, y in zip(a_cache[0], b_cache[0])
+    )
     assert plain.decode_ahead(toks, plain.empty_cache(), cross)[1] is None
 
 

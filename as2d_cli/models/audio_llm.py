@@ -28,8 +28,9 @@ import numpy as np
 from as2d_cli.errors import EngineError, UserError
 from as2d_cli.models.audio_llm_export import HINT, specials_text
 from as2d_cli.models.contract import Cache, Cross
+from as2d_cli.models.ortio import as_array, cache_length, empty_kv, io_mode, request_feeds
 from as2d_cli.models.prompting import PromptSpec, render_chat
-from as2d_cli.models.session import cache_length, make_session
+from as2d_cli.models.session import make_session
 from as2d_cli.models.suppression import Suppression
 from as2d_cli.models.whisper_features import HOP, N_SAMPLES, SAMPLE_RATE, whisper_log_mel
 
@@ -39,7 +40,7 @@ KIND = "audio-llm-onnx"
 class AudioLlmModel:
     """One audio-LLM export of a pair as a DecoderModel."""
 
-    def __init__(self, pair: Any, name: str, threads: int = 1) -> None:
+    def __init__(self, pair: Any, name: str, threads: int = 1, io: str | None = None) -> None:
         info = pair.model(name)
         self.name = name
         self.vocab = pair.vocab_for(name)
@@ -55,9 +56,9 @@ class AudioLlmModel:
         self.n_mels = int(dims["n_mels"])
         self.pad_to_window = bool(dims["pad_to_window"])
         self.audio_token = int(dims["audio_token"])
-        io = dims["inputs"]
-        self._feat_in, self._mask_in = io["features"], io.get("mask")
-        self._positions = bool(io.get("position_ids", True))
+        inputs = dims["inputs"]
+        self._feat_in, self._mask_in = inputs["features"], inputs.get("mask")
+        self._positions = bool(inputs.get("position_ids", True))
         types = {i.name: i.type for i in self.encoder.get_inputs()}
         self._mask_dtype = {"tensor(bool)": np.bool_, "tensor(float)": np.float32}.get(
             types.get(self._mask_in or "", ""), np.int64
@@ -86,9 +87,10 @@ class AudioLlmModel:
         for i in self.decoder.get_inputs():  # exports that can skip logits: keep every position's
             if i.name in ("num_logits_to_keep", "logits_to_keep"):
                 self._extra[i.name] = None
-        kv, dh = int(dims["kv_heads"]), int(dims["head_dim"])
-        empty = tuple(np.zeros((1, kv, 0, dh), dtype=np.float32) for _ in range(self.layers))
-        self._empty: Cache = (empty, empty)
+        self.io = io_mode(io)  # ortio: OrtValues kept between calls, or numpy feeds
+        self._empty: Cache = empty_kv(
+            self.layers, int(dims["kv_heads"]), int(dims["head_dim"]), self.io
+        )
         self._templates: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ prompts
@@ -192,27 +194,47 @@ class AudioLlmModel:
             )
         if cross.hidden is None or cross.audio_at is None:
             raise EngineError(f"{self.name}: a decoder call before the request was encoded")
-        ids = np.asarray(tokens, dtype=np.int64)[None]
-        (emb,) = self.embed.run([self._embed_out], {"input_ids": ids})
         at = cross.audio_at
         lo, hi = np.searchsorted(at, n), np.searchsorted(at, n + k)
-        if hi > lo:  # this call covers audio placeholder positions: their rows are the audio's
-            emb = np.array(emb, dtype=np.float32)
-            emb[0, at[lo:hi] - n] = cross.hidden[0, lo:hi]
-        feeds: dict[str, Any] = {
-            "inputs_embeds": emb,
-            "attention_mask": np.ones((1, n + k), dtype=np.int64),
-        }
-        if self._positions:
-            feeds["position_ids"] = np.arange(n, n + k, dtype=np.int64)[None]
-        for name in self._extra:
-            feeds[name] = np.array(k, dtype=np.int64)
-        for (kn, vn), kc, vc in zip(self._past_in, *past):
-            feeds[kn], feeds[vn] = np.ascontiguousarray(kc), np.ascontiguousarray(vc)
-        out = self.decoder.run(None, feeds)
+        if self.io == "numpy":
+            ids = np.asarray(tokens, dtype=np.int64)[None]
+            (emb,) = self.embed.run([self._embed_out], {"input_ids": ids})
+            if hi > lo:  # this call covers audio placeholder positions: their rows are the audio's
+                emb = np.array(emb, dtype=np.float32)
+                emb[0, at[lo:hi] - n] = cross.hidden[0, lo:hi]
+            feeds: dict[str, Any] = {
+                "inputs_embeds": emb,
+                "attention_mask": np.ones((1, n + k), dtype=np.int64),
+            }
+            if self._positions:
+                feeds["position_ids"] = np.arange(n, n + k, dtype=np.int64)[None]
+            for name in self._extra:
+                feeds[name] = np.array(k, dtype=np.int64)
+            for (kn, vn), kc, vc in zip(self._past_in, *past):
+                feeds[kn], feeds[vn] = np.ascontiguousarray(kc), np.ascontiguousarray(vc)
+            out = self.decoder.run(None, feeds)
+        else:
+            rf = request_feeds(cross, self, dict, self.max_positions)
+            ids = rf.ids(tokens)
+            # [0], not unpacking: iterating an OrtValueVector ends in a costly IndexError
+            emb = self.embed.run_with_ort_values([self._embed_out], {"input_ids": ids})[0]
+            if hi > lo:  # written into ORT's output buffer: no one else holds it
+                emb.numpy()[0, at[lo:hi] - n] = cross.hidden[0, lo:hi]
+            feeds = rf.values
+            feeds["inputs_embeds"], feeds["attention_mask"] = emb, rf.ones(n + k)
+            if self._positions:
+                feeds["position_ids"] = rf.positions(n, k)
+            for name in self._extra:
+                feeds[name] = rf.scalar(k)
+            for (kn, vn), kc, vc in zip(self._past_in, *past):
+                feeds[kn], feeds[vn] = kc, vc
+            out = self.decoder.run_with_ort_values(self._out, feeds)
         keys = tuple(out[i] for i, _ in self._present)
         values = tuple(out[j] for _, j in self._present)
-        logits = np.array(out[self._logits][0], dtype=np.float32)  # a copy: written below
+        # suppression writes into the logits: numpy's are copied, ORT's output buffer is ours
+        logits = as_array(out[self._logits])[0]
+        if self.io == "numpy" or logits.dtype != np.float32:
+            logits = np.array(logits, dtype=np.float32)
         if self._eos_rest.size:  # every end-of-text id is the pair's EOS
             logits[:, self.eos] = logits[:, self._eos_all].max(axis=1)
             logits[:, self._eos_rest] = -np.inf

@@ -13,13 +13,18 @@ ONNX-community layout (``kind: audio-llm-onnx``, :class:`~as2d_cli.models.audio_
 
 A decoder cache is ``(keys, values)``: per decoder layer one array (1, H, P, d/H) of the P
 processed positions (H: the key/value heads, fewer than the query heads under grouped-query
-attention); rolling back is slicing P (:func:`~as2d_cli.models.session.truncate_cache`).
+attention) — a numpy array, or the OrtValue ONNX Runtime returned when the adapter keeps its
+values in ORT (``io``, :mod:`as2d_cli.models.ortio`). A cache is read only through
+:func:`~as2d_cli.models.session.cache_length` and
+:func:`~as2d_cli.models.ortio.as_array`, rolled back (P sliced) only by
+:func:`~as2d_cli.models.session.truncate_cache`, and never changed in place: a cache may be
+decoded from any number of times.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -40,6 +45,9 @@ class Cross:
     # An audio language model's: the prompt positions whose rows are the audio embeddings
     # (``hidden``, (1, N, d), in order) instead of their tokens' embeddings.
     audio_at: np.ndarray | None = None
+    # The decoding model's per-request ONNX Runtime feeds (ortio.RequestFeeds), made on its
+    # first decoder call under io="ortvalue": the constant inputs wrapped once.
+    feeds: Any = field(default=None, repr=False, compare=False)
 
     @property
     def frames(self) -> int:
@@ -48,8 +56,9 @@ class Cross:
         return 0 if self.hidden is None else int(self.hidden.shape[1])
 
 
-# A decoder cache: every layer's self-attention keys, then values, each (1, H, P, d/H).
-Cache = tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
+# A decoder cache: every layer's self-attention keys, then values, each (1, H, P, d/H): numpy
+# arrays or onnxruntime OrtValues (which have no static types).
+Cache = tuple[tuple[Any, ...], tuple[Any, ...]]
 
 
 @runtime_checkable

@@ -24,8 +24,10 @@ MAX_CALL = 16  # widest decoder call the export was checked for
 class OrtDrafter:
     """Greedy continuation of the committed target prefix with softmax-max confidences."""
 
-    def __init__(self, pair: ModelPair, threads: int = 1, name: str = "drafter") -> None:
-        self.model = open_seq2seq(pair, name, threads)
+    def __init__(
+        self, pair: ModelPair, threads: int = 1, name: str = "drafter", io: str | None = None
+    ) -> None:
+        self.model = open_seq2seq(pair, name, threads, io=io)
         self.eos_id = self.model.vocab.eot
         self._cross: Cross | None = None
         self._seq: list[int] = []  # tokens in the cache, the prompt first

@@ -11,40 +11,43 @@ from as2d_cli.models.contract import DecoderModel
 from as2d_cli.models.model_pair import ModelPair
 
 
-def _seq2seq(pair: ModelPair, name: str, threads: int) -> Any:
+def _seq2seq(pair: ModelPair, name: str, threads: int, io: str | None) -> Any:
     from as2d_cli.models.session import Seq2SeqModel
 
-    return Seq2SeqModel(pair, name, threads)
+    return Seq2SeqModel(pair, name, threads, io=io)
 
 
-def _whisper(pair: ModelPair, name: str, threads: int) -> Any:
+def _whisper(pair: ModelPair, name: str, threads: int, io: str | None) -> Any:
     from as2d_cli.models.whisper import WhisperModel
 
-    return WhisperModel(pair, name, threads)
+    return WhisperModel(pair, name, threads, io=io)
 
 
-def _audio_llm(pair: ModelPair, name: str, threads: int) -> Any:
+def _audio_llm(pair: ModelPair, name: str, threads: int, io: str | None) -> Any:
     from as2d_cli.models.audio_llm import AudioLlmModel
 
-    return AudioLlmModel(pair, name, threads)
+    return AudioLlmModel(pair, name, threads, io=io)
 
 
 # Manifest kind -> the adapter that opens it.
-KINDS: dict[str, Callable[[ModelPair, str, int], Any]] = {
+KINDS: dict[str, Callable[[ModelPair, str, int, str | None], Any]] = {
     "seq2seq": _seq2seq,
     "whisper-onnx": _whisper,
     "audio-llm-onnx": _audio_llm,
 }
 
 
-def open_seq2seq(pair: ModelPair, name: str, threads: int = 1, ahead: bool = False) -> DecoderModel:
+def open_seq2seq(
+    pair: ModelPair, name: str, threads: int = 1, ahead: bool = False, io: str | None = None
+) -> DecoderModel:
     """The pair's model ``name`` behind the DecoderModel interface, by its kind; ``ahead``
-    opens its look-ahead decoder (the ``lookahead`` source's, bundled models only)."""
+    opens its look-ahead decoder (the ``lookahead`` source's, bundled models only); ``io``:
+    how its decoder calls pass values to ONNX Runtime (:mod:`as2d_cli.models.ortio`)."""
     kind = pair.model(name)["kind"]
     if kind == "seq2seq" and ahead:
         from as2d_cli.models.session import Seq2SeqModel
 
-        return Seq2SeqModel(pair, name, threads, ahead=True)
+        return Seq2SeqModel(pair, name, threads, ahead=True, io=io)
     if ahead:
         raise UserError(
             f"model {name!r} in {pair.directory} is a {kind!r} model without a look-ahead "
@@ -55,4 +58,4 @@ def open_seq2seq(pair: ModelPair, name: str, threads: int = 1, ahead: bool = Fal
             f"model {name!r} in {pair.directory} is a {kind!r} model, not a decoder "
             f"(kinds: {', '.join(KINDS)})"
         )
-    return KINDS[kind](pair, name, threads)
+    return KINDS[kind](pair, name, threads, io)

@@ -15,6 +15,14 @@ from as2d_cli.errors import UserError
 from as2d_cli.models.contract import Cache, Cross  # noqa: F401  (re-exported)
 from as2d_cli.models.features import log_mel
 from as2d_cli.models.model_pair import ModelPair
+from as2d_cli.models.ortio import (  # noqa: F401  (cache_length, truncate_cache re-exported)
+    as_array,
+    cache_length,
+    empty_kv,
+    io_mode,
+    request_feeds,
+    truncate_cache,
+)
 from as2d_cli.models.timing import TimedSession
 
 
@@ -63,17 +71,6 @@ def decoder_io(layers: int) -> tuple[list[str], list[str]]:
     )
 
 
-def cache_length(cache: Cache) -> int:
-    """The number of cached positions P."""
-    return int(cache[0][0].shape[2])
-
-
-def truncate_cache(cache: Cache, length: int) -> Cache:
-    """The cache rolled back to its first ``length`` positions: numpy views, copied (they are
-    not contiguous) only when the next call hands them to ONNX Runtime."""
-    return (tuple(k[:, :, :length] for k in cache[0]), tuple(v[:, :, :length] for v in cache[1]))
-
-
 class Seq2SeqModel:
     """One encoder-decoder (target or drafter): encode once, then decoder calls of K tokens.
 
@@ -83,7 +80,14 @@ class Seq2SeqModel:
     projection (:meth:`encode_hidden`); :meth:`encode` runs the shared encoder file itself.
     """
 
-    def __init__(self, pair: ModelPair, name: str, threads: int = 1, ahead: bool = False) -> None:
+    def __init__(
+        self,
+        pair: ModelPair,
+        name: str,
+        threads: int = 1,
+        ahead: bool = False,
+        io: str | None = None,
+    ) -> None:
         info = pair.model(name)
         if info["kind"] != "seq2seq":
             raise UserError(
@@ -128,8 +132,10 @@ class Seq2SeqModel:
         ins, outs = decoder_io(L)
         self._io = (ins, [*outs, AHEAD_OUTPUT] if ahead else outs)
         _check_io(self.decoder, dec_path, *self._io)
-        empty = tuple(np.zeros((1, H, 0, d // H), dtype=np.float32) for _ in range(L))
-        self._empty: Cache = (empty, empty)
+        self.io = io_mode(io)  # ortio: OrtValues kept between calls, or numpy feeds
+        self._past_in = ins[1 : 1 + 2 * L]
+        self._cross_in = ins[1 + 2 * L :]
+        self._empty: Cache = empty_kv(L, H, d // H, self.io)
 
     def prompt_for(
         self, language: str | None = None, question: str | None = None
@@ -197,12 +203,32 @@ class Seq2SeqModel:
                 f"{self.name}: {cache_length(past) + len(tokens)} decoder positions exceed the model's "
                 f"{self.max_positions}; lower the generation limit"
             )
-        # cross.k[i] of the stacked (L, 1, H, S, dh) encoder output is a contiguous view
-        values = [np.asarray(tokens, dtype=np.int64)[None], *past[0], *past[1], *cross.k, *cross.v]
-        out = self.decoder.run(None, dict(zip(self._io[0], values)))
         L = len(past[0])
-        ahead = out[1 + 2 * L][0] if self.ahead else None
-        return out[0][0], ahead, (tuple(out[1 : 1 + L]), tuple(out[1 + L : 1 + 2 * L]))
+        if self.io == "numpy":
+            # cross.k[i] of the stacked (L, 1, H, S, dh) encoder output is a contiguous view
+            values = [
+                np.asarray(tokens, dtype=np.int64)[None],
+                *past[0],
+                *past[1],
+                *cross.k,
+                *cross.v,
+            ]
+            out = self.decoder.run(None, dict(zip(self._io[0], values)))
+        else:
+            feeds = request_feeds(
+                cross,
+                self,
+                lambda: dict(zip(self._cross_in, [*cross.k, *cross.v])),
+                self.max_positions,
+            )
+            f = feeds.values
+            f["tokens"] = feeds.ids(tokens)
+            for name, x in zip(self._past_in, (*past[0], *past[1])):
+                f[name] = x
+            out = self.decoder.run_with_ort_values(self._io[1], f)
+        out = [out[i] for i in range(len(self._io[1]))]  # an OrtValueVector does not slice
+        ahead = as_array(out[1 + 2 * L])[0] if self.ahead else None
+        return as_array(out[0])[0], ahead, (tuple(out[1 : 1 + L]), tuple(out[1 + L : 1 + 2 * L]))
 
 
 def softmax_max(logits: np.ndarray) -> np.ndarray:

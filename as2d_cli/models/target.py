@@ -22,8 +22,10 @@ from as2d_cli.models.session import Cross, cache_length, top2_margin, truncate_c
 class OrtTarget:
     """Greedy target over one request; ``length`` counts processed committed tokens."""
 
-    def __init__(self, pair: ModelPair, threads: int = 1, name: str = "target") -> None:
-        self.model = open_seq2seq(pair, name, threads)
+    def __init__(
+        self, pair: ModelPair, threads: int = 1, name: str = "target", io: str | None = None
+    ) -> None:
+        self.model = open_seq2seq(pair, name, threads, io=io)
         self.eos_id = pair.vocab.eot
         self._prompt = len(
             self.model.prompt_for()

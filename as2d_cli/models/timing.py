@@ -1,8 +1,8 @@
 """Where a thread's time goes: ONNX Runtime calls against the Python around them.
 
 Every session :func:`~as2d_cli.models.session.make_session` opens is a :class:`TimedSession`:
-each ``run`` adds its wall time and the calling thread's CPU time to that thread's
-:class:`OrtLedger`. A caller reads the ledger before and after a stretch of work
+each ``run`` (numpy feeds) and ``run_with_ort_values`` (OrtValues) adds its wall time and the
+calling thread's CPU time to that thread's :class:`OrtLedger`. A caller reads the ledger before and after a stretch of work
 (:func:`split_since`) and gets the stretch's wall time split into
 
 * ``ort`` — wall time inside ONNX Runtime calls (ORT computes on the calling thread: one
@@ -79,26 +79,43 @@ def add_splits(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
 
 
 class TimedSession:
-    """An ``onnxruntime.InferenceSession`` whose ``run`` is booked in the thread's ledger and
-    in the session's own totals (``booked``: which model's calls a thread made); everything
-    else is the session's own."""
+    """An ``onnxruntime.InferenceSession`` whose ``run`` and ``run_with_ort_values`` are
+    booked in the thread's ledger and in the session's own totals (``booked``: which model's
+    calls a thread made); everything else is the session's own."""
 
-    __slots__ = ("_sess", "booked")
+    __slots__ = ("_sess", "_binding", "booked")
 
     def __init__(self, sess: Any) -> None:
         self._sess = sess
+        # The binding-level session under ORT's Python wrapper (``InferenceSession._sess``):
+        # its run_with_ort_values skips the wrapper's per-call checks of every input, tens
+        # of µs for a decoder with per-layer caches (the adapters feed the session's own
+        # input names). A stand-in without one is its own binding.
+        self._binding = getattr(sess, "_sess", sess)
         self.booked = OrtLedger()
+
+    def _book(self, w0: int, c0: int) -> None:
+        wall, cpu = time.perf_counter_ns() - w0, time.thread_time_ns() - c0
+        for led in (ledger(), self.booked):
+            led.calls += 1
+            led.wall_ns += wall
+            led.cpu_ns += cpu
 
     def run(self, output_names: Any, feeds: Any, *args: Any, **kwargs: Any) -> Any:
         w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         try:
             return self._sess.run(output_names, feeds, *args, **kwargs)
         finally:
-            wall, cpu = time.perf_counter_ns() - w0, time.thread_time_ns() - c0
-            for led in (ledger(), self.booked):
-                led.calls += 1
-                led.wall_ns += wall
-                led.cpu_ns += cpu
+            self._book(w0, c0)
+
+    def run_with_ort_values(self, output_names: list[str], feeds: dict[str, Any]) -> Any:
+        """One call on binding-level OrtValues (``feeds``: input name -> OrtValue of
+        :mod:`as2d_cli.models.ortio`): the outputs named, an ``OrtValueVector``."""
+        w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        try:
+            return self._binding.run_with_ort_values(feeds, output_names, None)
+        finally:
+            self._book(w0, c0)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sess, name)

@@ -32,6 +32,7 @@ from as2d_cli.models.export_files import (
     external_data,
     variant_folder,
 )
+from as2d_cli.models.ortio import RequestFeeds, as_array, empty_kv, io_mode, request_feeds
 from as2d_cli.models.session import Cache, Cross, cache_length, make_session
 from as2d_cli.models.suppression import Suppression
 from as2d_cli.models.whisper_features import N_SAMPLES, SAMPLE_RATE, whisper_log_mel
@@ -121,7 +122,7 @@ def find_export(directory: Path, variant: str | None = None) -> WhisperExport:
 class WhisperModel:
     """One Whisper export of a pair (manifest kind ``whisper-onnx``) as a DecoderModel."""
 
-    def __init__(self, pair: Any, name: str, threads: int = 1) -> None:
+    def __init__(self, pair: Any, name: str, threads: int = 1, io: str | None = None) -> None:
         info = pair.model(name)
         self.name = name
         self.vocab = pair.vocab_for(name)
@@ -178,9 +179,10 @@ class WhisperModel:
             (f"present.{i}.encoder.key", f"present.{i}.encoder.value") for i in range(self.layers)
         ]
         H, dh = int(dims["heads"]), int(dims["head_dim"])
-        empty = tuple(np.zeros((1, H, 0, dh), dtype=np.float32) for _ in range(self.layers))
-        self._empty: Cache = (empty, empty)
+        self.io = io_mode(io)  # ortio: OrtValues kept between calls, or numpy feeds
+        self._empty: Cache = empty_kv(self.layers, H, dh, self.io)
         self._dummy_enc = np.zeros((1, H, 1, dh), dtype=np.float32)
+        self._flags = (np.array([False]), np.array([True]))  # use_cache_branch
         self.suppression = Suppression(self.generation, int(dims["vocab"]))
 
     # ------------------------------------------------------------------ requests
@@ -232,38 +234,82 @@ class WhisperModel:
                 f"{self.name}: {n + len(tokens)} decoder positions exceed the model's "
                 f"{self.max_positions}; lower the generation limit"
             )
-        ids = np.asarray(tokens, dtype=np.int64)[None]
         if n == 0:  # the first call: no cache yet, it computes the cross-attention K/V
-            feeds: dict[str, Any] = {"input_ids": ids, "encoder_hidden_states": cross.hidden}
-            if self.with_past is None:
-                feeds["use_cache_branch"] = np.array([False])
-                for (sk, sv), (ck, cv), k, v in zip(self._self_in, self._cross_in, *past):
-                    feeds[sk], feeds[sv], feeds[ck], feeds[cv] = (
-                        k,
-                        v,
-                        self._dummy_enc,
-                        self._dummy_enc,
-                    )
-            out = dict(zip(self._dec_out, self.decoder.run(None, feeds)))
-            cross.k = tuple(out[k] for k, _ in self._cross_out)
-            cross.v = tuple(out[v] for _, v in self._cross_out)
+            out = self._first_call(tokens, past, cross)
         else:
             if cross.k is None:
                 raise EngineError(
                     f"{self.name}: a cached decoder call before the first call of the request"
                 )
-            feeds = {"input_ids": ids}
+            out = self._cached_call(tokens, past, cross)
+        keys = tuple(out[k] for k, _ in self._self_out)
+        values = tuple(out[v] for _, v in self._self_out)
+        # suppression writes into the logits: numpy's are copied, ORT's output buffer is ours
+        logits = as_array(out["logits"])[0]
+        if self.io == "numpy" or logits.dtype != np.float32:
+            logits = np.array(logits, dtype=np.float32)
+        self.suppression.apply(logits, len(cross.prompt), n)
+        return logits, (keys, values)
+
+    def _first_call(self, tokens: Sequence[int], past: Cache, cross: Cross) -> dict[str, Any]:
+        """The no-cache call; it sets ``cross.k``/``cross.v`` (numpy) and, under
+        ``io="ortvalue"``, the request's feeds with the cross K/V as ORT returned them."""
+        ids = np.asarray(tokens, dtype=np.int64)[None]
+        feeds: dict[str, Any] = {"input_ids": ids, "encoder_hidden_states": cross.hidden}
+        if self.with_past is None:
+            feeds["use_cache_branch"] = self._flags[0]
+            for (sk, sv), (ck, cv), k, v in zip(self._self_in, self._cross_in, *past):
+                feeds[sk], feeds[sv] = k, v
+                feeds[ck], feeds[cv] = self._dummy_enc, self._dummy_enc
+        if self.io == "numpy":
+            out = dict(zip(self._dec_out, self.decoder.run(None, feeds)))
+        else:
+            once = RequestFeeds(self, feeds, 0)  # wraps the numpy feeds, keeping their memory
+            vec = self.decoder.run_with_ort_values(self._dec_out, once.values)
+            out = {name: vec[i] for i, name in enumerate(self._dec_out)}
+        cross.k = tuple(as_array(out[k]) for k, _ in self._cross_out)
+        cross.v = tuple(as_array(out[v]) for _, v in self._cross_out)
+        if self.io != "numpy":  # the cached calls' feeds, with the cross K/V ORT returned
+            cross.feeds = None
+            kv = {ck: out[k] for (ck, _), (k, _) in zip(self._cross_in, self._cross_out)}
+            kv |= {cv: out[v] for (_, cv), (_, v) in zip(self._cross_in, self._cross_out)}
+            self._cached_feeds(cross, kv)
+        return out
+
+    def _cached_feeds(self, cross: Cross, kv: dict[str, Any] | None = None) -> Any:
+        """The request's feeds for its cached calls, made once: the cross K/V (``kv``, or
+        else ``cross.k``/``cross.v``) and, for a merged decoder, the branch flag and the
+        encoder states."""
+
+        def constant() -> dict[str, Any]:
+            feeds = dict(kv) if kv is not None else {}
+            if kv is None:
+                for (ck, cv), k, v in zip(self._cross_in, cross.k, cross.v):
+                    feeds[ck], feeds[cv] = k, v
             if self.with_past is None:
-                feeds["use_cache_branch"] = np.array([True])
+                feeds["use_cache_branch"] = self._flags[1]
+                feeds["encoder_hidden_states"] = cross.hidden
+            return feeds
+
+        return request_feeds(cross, self, constant, self.max_positions)
+
+    def _cached_call(self, tokens: Sequence[int], past: Cache, cross: Cross) -> dict[str, Any]:
+        session = self.with_past or self.decoder
+        if self.io == "numpy":
+            feeds: dict[str, Any] = {"input_ids": np.asarray(tokens, dtype=np.int64)[None]}
+            if self.with_past is None:
+                feeds["use_cache_branch"] = self._flags[1]
                 feeds["encoder_hidden_states"] = cross.hidden
             for (sk, sv), (ck, cv), k, v, xk, xv in zip(
                 self._self_in, self._cross_in, *past, cross.k, cross.v
             ):
                 feeds[sk], feeds[sv] = np.ascontiguousarray(k), np.ascontiguousarray(v)
                 feeds[ck], feeds[cv] = xk, xv
-            out = dict(zip(self._past_out, (self.with_past or self.decoder).run(None, feeds)))
-        keys = tuple(out[k] for k, _ in self._self_out)
-        values = tuple(out[v] for _, v in self._self_out)
-        logits = np.array(out["logits"][0], dtype=np.float32)  # a copy: suppression writes into it
-        self.suppression.apply(logits, len(cross.prompt), n)
-        return logits, (keys, values)
+            return dict(zip(self._past_out, session.run(None, feeds)))
+        rf = self._cached_feeds(cross)
+        feeds = rf.values
+        feeds["input_ids"] = rf.ids(tokens)
+        for (sk, sv), k, v in zip(self._self_in, *past):
+            feeds[sk], feeds[sv] = k, v
+        vec = session.run_with_ort_values(self._past_out, feeds)
+        return {name: vec[i] for i, name in enumerate(self._past_out)}
