@@ -3,13 +3,14 @@
 
     python training/alm_distill.py --shards 1,2,3 [--epochs 2] [--ckpt PATH]
 
-For each shard, the requests ``alm_train.py`` draws in its first ``--epochs`` epochs (the
-same seeds, so the drafter's epochs find them) are answered greedily by the target
-checkpoint (fp32, batched, left-padded), and written to ``target_answers.json`` beside the
-shard's ``index.json``: ``{"version": 1, "target": {...}, "answers": {utterance id:
-{"task|instruction": token ids}}}``. Answers that reach the generation limit without the
-end-of-turn token are left out. Resumable per shard (a shard whose file names the same
-checkpoint step is skipped).
+The requests ``alm_train.py --shards`` (the same list) draws in its first ``--epochs``
+epochs (the same units and seeds, so the drafter's epochs find them) are answered greedily
+by the target checkpoint (fp32, batched, left-padded, from the same cached encoder frames
+training joins), and written to ``training/work/alm/distill/shards-<list>.json``:
+``{"version": 1, "target": {...}, "epochs": E, "answers": {unit key: {"task|instruction":
+token ids}}}`` (a unit key: its utterance ids joined by ``+``). Answers that reach the
+generation limit without the end-of-turn token are left out. A file that names the same
+checkpoint and epochs is kept.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,49 +30,54 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "training"))
 
 from alm_models import AlmConfig, AudioLM, audio_rows  # noqa: E402
-from alm_train import ALM, WORK, Prompts, Shards, draw_request, log  # noqa: E402
+from alm_train import (  # noqa: E402
+    ALM,
+    Prompts,
+    Shards,
+    answers_path,
+    cached_frames,
+    epoch_requests,
+    log,
+    unit_frames,
+    unit_item,
+)
 
 VERSION = 1
 
 
-def requests(data: Shards, epochs: int) -> list[tuple[int, str, str]]:
-    """(item index, task, instruction) the first ``epochs`` epochs draw, each once."""
-    seen: set[tuple[int, str]] = set()
+def requests(data: Shards, epochs: int) -> list[tuple[list[int], str, str]]:
+    """(unit, task, instruction) the first ``epochs`` epochs draw, each once."""
+    seen: set[tuple[str, str]] = set()
     out = []
     for epoch in range(epochs):
-        rng = np.random.default_rng(4242 + epoch)  # epoch_examples' draws, in its order
-        for i, it in enumerate(data.items):
-            task, instruction, _ = draw_request(it, rng)
-            if (i, instruction) not in seen:
-                seen.add((i, instruction))
-                out.append((i, task, instruction))
+        for unit, task, instruction, _ in epoch_requests(data, epoch):
+            key = (data.unit_key(unit), instruction)
+            if key not in seen:
+                seen.add(key)
+                out.append((unit, task, instruction))
     return out
 
 
 @torch.no_grad()
 def answer_batch(
-    model: AudioLM, prompts: Prompts, data: Shards, batch: list[tuple[int, str, str]], limit: int
+    model: AudioLM,
+    prompts: Prompts,
+    data: Shards,
+    batch: list[tuple[list[int], str, str]],
+    limit: int,
+    cache: dict,
 ) -> list[list[int] | None]:
     """Greedy answers (EOS excluded; None at the limit) for a batch of requests, left-padded."""
-    items = [data.items[i] for i, _, _ in batch]
-    feats = [data.features(it) for it in items]
-    t = max(len(f) for f in feats)
-    x = torch.zeros(len(batch), t, feats[0].shape[1])
-    for j, f in enumerate(feats):
-        x[j, : len(f)] = torch.from_numpy(f.astype(np.float32))
-    frames = torch.tensor([len(f) for f in feats])
-    audio = model.tower(x, frames)
-    n_rows = audio_rows(frames, model.cfg.stack)
+    examples = [{"unit": u} for u, _, _ in batch]
+    audio = model.tower.project(cached_frames(model, data, examples, cache))
     seqs = []
-    for j, (_, _, instruction) in enumerate(batch):
-        rows = int(n_rows[j])
+    for j, (unit, _, instruction) in enumerate(batch):
+        rows = int(audio_rows(torch.tensor(unit_frames(data, unit, True)), model.cfg.stack))
         ids, at, plen = prompts.example(instruction, rows, [])
-        ids = ids[:plen]
-        emb = model.text.embed(torch.tensor(ids))
+        emb = model.text.embed(torch.tensor(ids[:plen]))
         seqs.append(torch.cat([emb[:at], audio[j, :rows], emb[at + rows :]]))
     width = max(len(s) for s in seqs)
-    hidden = model.cfg.hidden
-    emb = torch.zeros(len(batch), width, hidden)
+    emb = torch.zeros(len(batch), width, model.cfg.hidden)
     mask = torch.zeros(len(batch), width, dtype=torch.long)
     for j, s in enumerate(seqs):
         emb[j, width - len(s) :] = s
@@ -98,38 +103,40 @@ def answer_batch(
     return [o if d else None for o, d in zip(out, done, strict=True)]
 
 
-def distil_shard(
-    model: AudioLM, prompts: Prompts, shard: int, epochs: int, target: dict, batch_size: int
+def distil(
+    model: AudioLM, prompts: Prompts, shards: list[int], epochs: int, target: dict, size: int
 ) -> None:
-    out = WORK / "alm_shards" / str(shard) / "target_answers.json"
+    out = answers_path(shards)
     if out.exists():
         old = json.loads(out.read_text(encoding="utf-8"))
         if old.get("target") == target and old.get("epochs") == epochs:
-            log(f"shard {shard}: answers of this target already written")
+            log(f"{out}: answers of this target already written")
             return
-    data = Shards([shard], "reference")
+    data = Shards(shards, "reference")
     reqs = requests(data, epochs)
     # length-sorted batches: similar prompts pad little
-    reqs.sort(key=lambda r: (data.items[r[0]]["frames"], r[2]))
+    reqs.sort(key=lambda r: (unit_frames(data, r[0], True), r[2]))
     answers: dict[str, dict[str, list[int]]] = {}
     at_limit = 0
+    cache: dict[int, torch.Tensor] = {}
     t0 = time.time()
-    for b in range(0, len(reqs), batch_size):
-        batch = reqs[b : b + batch_size]
-        longest = max(len(prompts.spoken(data.items[i]["text"])) for i, _, _ in batch)
-        got = answer_batch(model, prompts, data, batch, limit=min(200, 2 * longest + 16))
-        for (i, task, instruction), ids in zip(batch, got, strict=True):
+    for b in range(0, len(reqs), size):
+        batch = reqs[b : b + size]
+        longest = max(len(prompts.spoken(unit_item(data, u)["text"])) for u, _, _ in batch)
+        got = answer_batch(model, prompts, data, batch, min(200, 2 * longest + 16), cache)
+        for (unit, task, instruction), ids in zip(batch, got, strict=True):
             if ids is None:
                 at_limit += 1
                 continue
-            answers.setdefault(data.items[i]["id"], {})[f"{task}|{instruction}"] = ids
-        if (b // batch_size) % 20 == 0:
-            log(f"shard {shard}: {b + len(batch)}/{len(reqs)} requests, {time.time() - t0:.0f} s")
+            answers.setdefault(data.unit_key(unit), {})[f"{task}|{instruction}"] = ids
+        if (b // size) % 20 == 0:
+            log(f"{b + len(batch)}/{len(reqs)} requests, {time.time() - t0:.0f} s")
     doc = {"version": VERSION, "target": target, "epochs": epochs, "answers": answers}
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc), encoding="utf-8")
     os.replace(tmp, out)
-    log(f"shard {shard}: {len(reqs) - at_limit} answers, {at_limit} at the limit -> {out}")
+    log(f"{len(reqs) - at_limit} answers, {at_limit} at the limit -> {out}")
 
 
 def main() -> None:
@@ -150,8 +157,8 @@ def main() -> None:
     model.eval()
     digest = hashlib.sha256(Path(args.ckpt).read_bytes()).hexdigest()[:16]
     target = {"ckpt": Path(args.ckpt).name, "step": saved["step"], "sha256_16": digest}
-    for shard in (int(s) for s in args.shards.split(",")):
-        distil_shard(model, prompts, shard, args.epochs, target, args.batch)
+    shards = [int(s) for s in args.shards.split(",")]
+    distil(model, prompts, shards, args.epochs, target, args.batch)
 
 
 if __name__ == "__main__":

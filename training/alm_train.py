@@ -62,6 +62,9 @@ ALM = WORK / "alm"
 # Requests per utterance kind: (translate, transcribe, answer).
 TASK_MIX = {"parallel-foreign": (0.5, 0.35, 0.15), "other": (0.0, 0.8, 0.2)}
 SPECIAL_TEXT = {"eos_token": EOS, "pad_token": PAD}
+# A training unit's length in seconds is drawn in this range (epoch_units): the evaluation
+# windows' 5th to 95th percentile.
+UNIT_SECONDS = (3.0, 17.0)
 
 
 def log(*a: object) -> None:
@@ -108,26 +111,81 @@ class Shards:
         for k, n in enumerate(shards):
             d = WORK / "alm_shards" / str(n)
             index = json.loads((d / "index.json").read_text(encoding="utf-8"))
-            target = {}
-            if labels == "target":
-                doc = json.loads((d / "target_answers.json").read_text(encoding="utf-8"))
-                target = doc["answers"]
             for it in index["items"]:
                 it["shard"] = k
-                if labels == "target":
-                    it["labels"] = target.get(it["id"], {})
                 self.items.append(it)
             self.feats.append(np.load(d / "features.npy", mmap_mode="r"))
+        # distillation: the target's answers per unit and request (alm_distill.py)
+        self.labels: dict[str, dict[str, list[int]]] | None = None
+        if labels == "target":
+            doc = json.loads(answers_path(shards).read_text(encoding="utf-8"))
+            self.labels = doc["answers"]
         log(f"data: {len(self.items)} utterances from shards {shards}")
 
     def features(self, it: dict) -> np.ndarray:
         return np.asarray(self.feats[it["shard"]][it["offset"] : it["offset"] + it["frames"]])
 
+    def unit_key(self, unit: list[int]) -> str:
+        return "+".join(self.items[i]["id"] for i in unit)
+
+
+def answers_path(shards: list[int]) -> Path:
+    """Where alm_distill.py writes the target's answers for a training run's shards."""
+    return ALM / "distill" / f"shards-{','.join(str(s) for s in shards)}.json"
+
+
+def epoch_units(data: Shards, epoch: int) -> list[list[int]]:
+    """The epoch's training units: utterances of one kind (language; translated or not)
+    joined end to end up to a length drawn per unit in UNIT_SECONDS, as long as the
+    evaluation windows (the shards' utterances are mostly 1-4 s, the windows 4-17 s); an
+    utterance longer than its draw stays alone."""
+    rng = np.random.default_rng(777 + epoch)
+    groups: dict[tuple[str, bool], list[int]] = {}
+    for i, it in enumerate(data.items):
+        groups.setdefault((it["language"], translates(it)), []).append(i)
+    units: list[list[int]] = []
+    for key in sorted(groups):
+        idx = [int(i) for i in rng.permutation(groups[key])]
+        cur: list[int] = []
+        secs, goal = 0.0, rng.uniform(*UNIT_SECONDS)
+        for i in idx:
+            n = data.items[i]["frames"] / 100
+            if cur and secs + n > goal:
+                units.append(cur)
+                cur, secs, goal = [], 0.0, rng.uniform(*UNIT_SECONDS)
+            cur.append(i)
+            secs += n
+        if cur:
+            units.append(cur)
+    return units
+
+
+def translates(it: dict) -> bool:
+    return "translation" in it and it["language"] != "en"
+
+
+def unit_item(data: Shards, unit: list[int]) -> dict:
+    """The unit as one utterance: texts (and English sides) joined."""
+    its = [data.items[i] for i in unit]
+    out = {"text": " ".join(it["text"] for it in its), "language": its[0]["language"]}
+    if translates(its[0]):
+        out["translation"] = " ".join(it["translation"] for it in its)
+    return out
+
+
+def unit_frames(data: Shards, unit: list[int], encoded: bool) -> int:
+    """The unit's feature frames as the tower sees them: with cached encoder frames (a
+    frozen tower), 4 x the sum of each utterance's encoder frames (so ``audio_rows`` counts
+    the joined frames); else the joined features' frames."""
+    frames = [data.items[i]["frames"] for i in unit]
+    if encoded:
+        return 4 * int(sum(out_frames(torch.tensor(f), 4) for f in frames))
+    return int(sum(frames))
+
 
 def draw_request(it: dict, rng: np.random.Generator) -> tuple[str, str, str]:
     """(task, instruction, reference answer) for one utterance this epoch."""
-    foreign = "translation" in it and it["language"] != "en"
-    mix = TASK_MIX["parallel-foreign" if foreign else "other"]
+    mix = TASK_MIX["parallel-foreign" if translates(it) else "other"]
     task = ("translate", "transcribe", "answer")[int(rng.choice(3, p=mix))]
     if task == "translate":
         return task, PromptSpec(task="translate", language="en").instruction(), it["translation"]
@@ -144,23 +202,29 @@ def draw_request(it: dict, rng: np.random.Generator) -> tuple[str, str, str]:
     raise AssertionError("the language question serves every utterance")
 
 
-def epoch_examples(data: Shards, prompts: Prompts, epoch: int, stack: int) -> list[dict]:
+def epoch_requests(data: Shards, epoch: int) -> list[tuple[list[int], str, str, str]]:
+    """The epoch's (unit, task, instruction, reference answer)."""
     rng = np.random.default_rng(4242 + epoch)
+    return [(u, *draw_request(unit_item(data, u), rng)) for u in epoch_units(data, epoch)]
+
+
+def epoch_examples(
+    data: Shards, prompts: Prompts, epoch: int, stack: int, encoded: bool
+) -> list[dict]:
     out = []
-    for i, it in enumerate(data.items):
-        task, instruction, reference = draw_request(it, rng)
-        labels = it.get("labels")
-        if labels is not None:  # distillation: the target's own answer to this request
-            key = f"{task}|{instruction}"
-            if key not in labels:
+    for unit, task, instruction, reference in epoch_requests(data, epoch):
+        if data.labels is not None:  # distillation: the target's own answer to this request
+            answer = data.labels.get(data.unit_key(unit), {}).get(f"{task}|{instruction}")
+            if answer is None:
                 continue
-            answer = labels[key]
         else:
             answer = prompts.tok.encode(reference, add_special_tokens=False).ids
-        rows = int(audio_rows(torch.tensor(it["frames"]), stack))
+        frames = unit_frames(data, unit, encoded)
+        rows = int(audio_rows(torch.tensor(frames), stack))
         ids, at, plen = prompts.example(instruction, rows, answer)
-        spoken = prompts.spoken(it["text"])[:rows]  # the auxiliary CTC's labels
-        out.append({"item": i, "ids": ids, "at": at, "plen": plen, "task": task, "ctc": spoken})
+        spoken = prompts.spoken(unit_item(data, unit)["text"])[:rows]  # the auxiliary CTC's
+        ex = {"unit": unit, "frames": frames, "ids": ids, "at": at, "plen": plen}
+        out.append({**ex, "task": task, "ctc": spoken})
     return out
 
 
@@ -181,13 +245,14 @@ def batches(examples: list[dict], budget: int, rng: np.random.Generator) -> list
     return out
 
 
-def collate(batch: list[dict], data: Shards, pad: int):  # noqa: ANN201
-    feats = [data.features(data.items[e["item"]]) for e in batch]
-    t = max(len(f) for f in feats)
-    x = torch.zeros(len(batch), t, feats[0].shape[1])
-    for i, f in enumerate(feats):
-        x[i, : len(f)] = torch.from_numpy(f.astype(np.float32))
-    frames = torch.tensor([len(f) for f in feats])
+def collate(batch: list[dict], data: Shards, pad: int, encoded: bool):  # noqa: ANN201
+    frames = torch.tensor([e["frames"] for e in batch])
+    x = torch.zeros(0)  # a frozen tower's batch: the cached encoder frames replace it
+    if not encoded:
+        feats = [np.concatenate([data.features(data.items[i]) for i in e["unit"]]) for e in batch]
+        x = torch.zeros(len(batch), max(len(f) for f in feats), feats[0].shape[1])
+        for i, f in enumerate(feats):
+            x[i, : len(f)] = torch.from_numpy(f.astype(np.float32))
     n = max(len(e["ids"]) for e in batch)
     ids = torch.full((len(batch), n), pad, dtype=torch.long)
     mask = torch.zeros(len(batch), n, dtype=torch.long)
@@ -209,19 +274,17 @@ def ctc_targets(batch: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.no_grad()
-def cached_frames(
-    model: AudioLM, batch: list[dict], x: torch.Tensor, frames: torch.Tensor, cache: dict
-) -> torch.Tensor:
-    """The batch's encoder frames (B, S, d), zero-padded; a frozen encoder's output per
-    utterance is kept (float16) and reused in later epochs."""
-    keys = [e["item"] for e in batch]
-    if any(k not in cache for k in keys):
-        model.tower.eval()
-        enc = model.tower.encode(x, frames)
-        n = out_frames(frames, 4)
-        for i, k in enumerate(keys):
-            cache[k] = enc[i, : int(n[i])].to(torch.float16)
-    rows = [cache[k] for k in keys]
+def cached_frames(model: AudioLM, data: Shards, batch: list[dict], cache: dict) -> torch.Tensor:
+    """The batch's encoder frames (B, S, d), each unit's utterances' frames joined and
+    zero-padded; a frozen encoder's output per utterance is kept (float16) and reused."""
+    for e in batch:
+        todo = [i for i in e["unit"] if i not in cache]
+        if todo:
+            model.tower.eval()
+            for i in todo:
+                f = torch.from_numpy(data.features(data.items[i]).astype(np.float32))[None]
+                cache[i] = model.tower.encode(f, torch.tensor([len(f[0])]))[0].to(torch.float16)
+    rows = [torch.cat([cache[i] for i in e["unit"]]) for e in batch]
     out = torch.zeros(len(rows), max(len(r) for r in rows), rows[0].shape[1])
     for i, r in enumerate(rows):
         out[i, : len(r)] = r.float()
@@ -472,10 +535,10 @@ class Run:
 
     def step(self, batch: list[dict]) -> tuple[float, float]:
         """One optimiser step on ``batch``: (loss, learning rate)."""
-        x, frames, ids, at, mask, labels = collate(batch, self.data, self.prompts.pad)
         encoded = not self.args.tune_audio
+        x, frames, ids, at, mask, labels = collate(batch, self.data, self.prompts.pad, encoded)
         if encoded:  # the frozen tower's encoder frames: computed once per utterance
-            x = cached_frames(self.model, batch, x, frames, self.cache)
+            x = cached_frames(self.model, self.data, batch, self.cache)
             if self.args.mask_frames > 0:
                 x = mask_spans(x, out_frames(frames, 4), self.args.mask_frames, self.rng)
         lr = self.learning_rate()
@@ -532,7 +595,7 @@ def main() -> None:
     run.model.train()
     st = run.state
     while not stop["now"]:
-        ex = epoch_examples(run.data, run.prompts, st["epoch"], run.cfg.stack)
+        ex = epoch_examples(run.data, run.prompts, st["epoch"], run.cfg.stack, not args.tune_audio)
         bs = batches(ex, args.budget, np.random.default_rng(99 + st["epoch"]))
         while st["batch"] < len(bs) and not stop["now"]:
             b = bs[st["batch"]]
