@@ -9,8 +9,8 @@ From ``DIR/target`` and ``DIR/drafter`` (default training/work/alm/export, what
 training/alm_export.py writes), with the toolkit's own commands only (no torch):
 
 1. ``as2d models import --copy --name audio-llm`` into ``as2d_cli/assets/pairs/audio-llm/``
-   (the drafter's ``--drafter-variant``, default ``quantized``: its 8-bit files; the target's
-   ``--target-variant``, default none: float32), ``source`` in models.json written relative
+   (``--target-variant`` and ``--drafter-variant``, default ``quantized`` each: the 8-bit
+   files, which decode faster here: docs/measurements.md), ``source`` in models.json written relative
    to the repository;
 2. ``as2d traces build`` for the three tasks x dev, val, test (``traces/`` for transcribe,
    ``traces/translate/`` and ``traces/answer/``), each resumable;
@@ -194,7 +194,7 @@ def select(processes: int | None) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--exports", type=Path, default=EXPORTS, help="holds target/ and drafter/")
-    ap.add_argument("--target-variant", default=None, help="the target's file variant")
+    ap.add_argument("--target-variant", default="quantized", help="the target's file variant")
     ap.add_argument("--drafter-variant", default="quantized", help="the drafter's file variant")
     ap.add_argument("--replace", action="store_true", help="ship over a shipped pair")
     ap.add_argument("--processes", type=int, default=None, help="trace and selection workers")
