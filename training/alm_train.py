@@ -117,9 +117,11 @@ class Shards:
             self.feats.append(np.load(d / "features.npy", mmap_mode="r"))
         # distillation: the target's answers per unit and request (alm_distill.py)
         self.labels: dict[str, dict[str, list[int]]] | None = None
+        self.label_epochs = 0
         if labels == "target":
             doc = json.loads(answers_path(shards).read_text(encoding="utf-8"))
             self.labels = doc["answers"]
+            self.label_epochs = int(doc["epochs"])
         log(f"data: {len(self.items)} utterances from shards {shards}")
 
     def features(self, it: dict) -> np.ndarray:
@@ -212,6 +214,8 @@ def epoch_examples(
     data: Shards, prompts: Prompts, epoch: int, stack: int, encoded: bool
 ) -> list[dict]:
     out = []
+    if data.labels is not None:  # the distilled epochs' units and requests, in turn
+        epoch %= data.label_epochs
     for unit, task, instruction, reference in epoch_requests(data, epoch):
         if data.labels is not None:  # distillation: the target's own answer to this request
             answer = data.labels.get(data.unit_key(unit), {}).get(f"{task}|{instruction}")
