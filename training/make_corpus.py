@@ -28,7 +28,9 @@ import importlib
 import inspect
 import io
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from multiprocessing import Pool
@@ -561,34 +563,53 @@ def build_eval(
     )
 
 
+PART = 1000  # utterances per saved part of a training set (a killed run resumes from its parts)
+
+
 def write_training_set(pool, specs: list[dict], out: Path, generator: dict) -> None:  # noqa: ANN001
     """Synthesise training utterances -> ``out``/features.npy (float16 frames x bins, all
-    utterances end to end) and index.json (each utterance's texts, offset and frames)."""
+    utterances end to end) and index.json (each utterance's texts, offset and frames).
+    Every PART utterances are saved under ``out``/parts/ first, so a run that stops resumes
+    where it stopped (each utterance depends on its spec alone); the parts go once the set
+    is whole."""
     out.mkdir(parents=True, exist_ok=True)
+    parts = out / "parts"
+    parts.mkdir(exist_ok=True)
+    for start in range(0, len(specs), PART):
+        done = parts / f"{start // PART:04d}.npz"
+        if done.exists():
+            continue
+        chunk = specs[start : start + PART]
+        feats, items = [], []
+        for s, r in zip(chunk, pool.imap(make_item, chunk, chunksize=8), strict=True):
+            feats.append(r["features"])
+            item = {"id": s["id"], "setting": s["setting"], "language": s["language"]}
+            item["text"] = r["text"]
+            if "translation" in r:
+                item["translation"] = r["translation"]
+            items.append(item)
+        tmp = parts / f"{start // PART:04d}.tmp.npz"
+        np.savez(
+            tmp,
+            frames=np.array([len(f) for f in feats]),
+            features=np.concatenate(feats),
+            items=np.array(json.dumps(items, ensure_ascii=False)),
+        )
+        os.replace(tmp, done)
+        print(f"train: {min(start + PART, len(specs))}/{len(specs)}", flush=True)
     feats, index = [], []
     offset = 0
-    for k, r in enumerate(pool.imap(make_item, specs, chunksize=8)):
-        s = specs[k]
-        f = r["features"]
-        feats.append(f)
-        item = {
-            "id": s["id"],
-            "setting": s["setting"],
-            "language": s["language"],
-            "text": r["text"],
-            "offset": offset,
-            "frames": int(len(f)),
-        }
-        if "translation" in r:
-            item["translation"] = r["translation"]
-        index.append(item)
-        offset += len(f)
-        if k % 1000 == 0:
-            print(f"train: {k}/{len(specs)}", flush=True)
+    for start in range(0, len(specs), PART):
+        with np.load(parts / f"{start // PART:04d}.npz") as z:
+            feats.append(z["features"])
+            for item, n in zip(json.loads(str(z["items"])), z["frames"].tolist(), strict=True):
+                index.append({**item, "offset": offset, "frames": int(n)})
+                offset += int(n)
     np.save(out / "features.npy", np.concatenate(feats))
     (out / "index.json").write_text(
         json.dumps({"generator": generator, "items": index}, ensure_ascii=False)
     )
+    shutil.rmtree(parts)
     print(f"train: {len(index)} utterances, {offset / 100:.0f} s -> {out}", flush=True)
 
 
