@@ -37,6 +37,7 @@ from alm_train import (  # noqa: E402
     answers_path,
     cached_frames,
     epoch_requests,
+    greedy_rows,
     log,
     unit_frames,
     unit_item,
@@ -76,31 +77,8 @@ def answer_batch(
         ids, at, plen = prompts.example(instruction, rows, [])
         emb = model.text.embed(torch.tensor(ids[:plen]))
         seqs.append(torch.cat([emb[:at], audio[j, :rows], emb[at + rows :]]))
-    width = max(len(s) for s in seqs)
-    emb = torch.zeros(len(batch), width, model.cfg.hidden)
-    mask = torch.zeros(len(batch), width, dtype=torch.long)
-    for j, s in enumerate(seqs):
-        emb[j, width - len(s) :] = s
-        mask[j, width - len(s) :] = 1
-    pos = (mask.cumsum(1) - 1).clamp(min=0)
-    past = model.text.empty_past(len(batch))
-    out: list[list[int]] = [[] for _ in batch]
-    done = [False] * len(batch)
-    for _ in range(limit + 1):
-        logits, *past = model.text(emb, mask, pos, *past)
-        nxt = logits[:, -1].argmax(-1)
-        for j in range(len(batch)):
-            if not done[j]:
-                if int(nxt[j]) == prompts.eos:
-                    done[j] = True
-                else:
-                    out[j].append(int(nxt[j]))
-        if all(done):
-            break
-        emb = model.text.embed(nxt[:, None])
-        pos = pos[:, -1:] + 1
-        mask = torch.cat([mask, torch.ones(len(batch), 1, dtype=torch.long)], dim=1)
-    return [o if d else None for o, d in zip(out, done, strict=True)]
+    got = greedy_rows(model, seqs, prompts.eos, limit)
+    return [o if ended else None for o, ended in got]
 
 
 def distil(

@@ -337,30 +337,53 @@ def optimiser(model: AudioLM, lr: float) -> torch.optim.Optimizer:
 
 
 @torch.no_grad()
+@torch.no_grad()
+def greedy_rows(
+    model: AudioLM, seqs: list[torch.Tensor], eos: int, limit: int
+) -> list[tuple[list[int], bool]]:
+    """Greedy continuations of prompt rows ``seqs`` (each (L, hidden)), left-padded into one
+    batch with a KV cache: per row its tokens (EOS excluded, at most ``limit``) and whether
+    it ended with EOS within the limit."""
+    n = len(seqs)
+    width = max(len(x) for x in seqs)
+    emb = torch.zeros(n, width, model.cfg.hidden)
+    mask = torch.zeros(n, width, dtype=torch.long)
+    for j, x in enumerate(seqs):
+        emb[j, width - len(x) :] = x
+        mask[j, width - len(x) :] = 1
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    past = model.text.empty_past(n)
+    out: list[list[int]] = [[] for _ in seqs]
+    done = [False] * n
+    for _ in range(limit + 1):
+        logits, *past = model.text(emb, mask, pos, *past)
+        nxt = logits[:, -1].argmax(-1)
+        for j in range(n):
+            if not done[j]:
+                if int(nxt[j]) == eos:
+                    done[j] = True
+                else:
+                    out[j].append(int(nxt[j]))
+        if all(done):
+            break
+        emb = model.text.embed(nxt[:, None])
+        pos = pos[:, -1:] + 1
+        mask = torch.cat([mask, torch.ones(n, 1, dtype=torch.long)], dim=1)
+    return [(o[:limit], d) for o, d in zip(out, done, strict=True)]
+
+
+@torch.no_grad()
 def greedy(
     model: AudioLM, feats: np.ndarray, prompts: Prompts, instruction: str, limit: int = 120
 ) -> list[int]:
-    """The model's greedy answer (token ids, EOS excluded) with a KV cache."""
+    """The model's greedy answer (token ids, EOS excluded, at most ``limit``)."""
     model.eval()
     x = torch.from_numpy(feats.astype(np.float32))[None]
     frames = torch.tensor([len(feats)])
     rows = int(audio_rows(frames, model.cfg.stack)[0])
     ids, at, plen = prompts.example(instruction, rows, [])
-    ids = ids[:plen]
-    emb = model.embed_batch(x, frames, torch.tensor([ids]), torch.tensor([at]))
-    past = model.text.empty_past(1)
-    out: list[int] = []
-    pos = 0
-    while len(out) < limit:
-        n = emb.shape[1]
-        mask = torch.ones(1, pos + n, dtype=torch.long)
-        logits, *past = model.text(emb, mask, torch.arange(pos, pos + n)[None], *past)
-        pos += n
-        nxt = int(logits[0, -1].argmax())
-        if nxt == prompts.eos:
-            break
-        out.append(nxt)
-        emb = model.text.embed(torch.tensor([[nxt]]))
+    emb = model.embed_batch(x, frames, torch.tensor([ids[:plen]]), torch.tensor([at]))
+    ((out, _),) = greedy_rows(model, [emb[0]], prompts.eos, limit)
     model.train()
     return out
 
