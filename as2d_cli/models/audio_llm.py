@@ -28,7 +28,13 @@ import numpy as np
 from as2d_cli.errors import EngineError, UserError
 from as2d_cli.models.audio_llm_export import HINT, specials_text
 from as2d_cli.models.contract import Cache, Cross
-from as2d_cli.models.ortio import as_array, cache_length, empty_kv, io_mode, request_feeds
+from as2d_cli.models.ortio import (
+    cache_length,
+    empty_kv,
+    io_mode,
+    request_feeds,
+    writable_logits,
+)
 from as2d_cli.models.prompting import PromptSpec, render_chat
 from as2d_cli.models.session import make_session
 from as2d_cli.models.suppression import Suppression
@@ -231,10 +237,7 @@ class AudioLlmModel:
             out = self.decoder.run_with_ort_values(self._out, feeds)
         keys = tuple(out[i] for i, _ in self._present)
         values = tuple(out[j] for _, j in self._present)
-        # suppression writes into the logits: numpy's are copied, ORT's output buffer is ours
-        logits = as_array(out[self._logits])[0]
-        if self.io == "numpy" or logits.dtype != np.float32:
-            logits = np.array(logits, dtype=np.float32)
+        logits = writable_logits(out[self._logits], self.io)
         if self._eos_rest.size:  # every end-of-text id is the pair's EOS
             logits[:, self.eos] = logits[:, self._eos_all].max(axis=1)
             logits[:, self._eos_rest] = -np.inf

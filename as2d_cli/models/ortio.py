@@ -72,6 +72,15 @@ def as_array(x: Any) -> np.ndarray:
     return x if isinstance(x, np.ndarray) else x.numpy()
 
 
+def writable_logits(x: Any, io: str) -> np.ndarray:
+    """The first row of a logits output as float32 the caller may write into (suppression
+    does): numpy's outputs are copied, an OrtValue's buffer is the caller's own already."""
+    logits = as_array(x)[0]
+    if io == "numpy" or logits.dtype != np.float32:
+        logits = np.array(logits, dtype=np.float32)
+    return logits
+
+
 def cache_length(cache: Cache) -> int:
     """The number of cached positions P."""
     x = cache[0][0]

@@ -32,7 +32,14 @@ from as2d_cli.models.export_files import (
     external_data,
     variant_folder,
 )
-from as2d_cli.models.ortio import RequestFeeds, as_array, empty_kv, io_mode, request_feeds
+from as2d_cli.models.ortio import (
+    RequestFeeds,
+    as_array,
+    empty_kv,
+    io_mode,
+    request_feeds,
+    writable_logits,
+)
 from as2d_cli.models.session import Cache, Cross, cache_length, make_session
 from as2d_cli.models.suppression import Suppression
 from as2d_cli.models.whisper_features import N_SAMPLES, SAMPLE_RATE, whisper_log_mel
@@ -244,10 +251,7 @@ class WhisperModel:
             out = self._cached_call(tokens, past, cross)
         keys = tuple(out[k] for k, _ in self._self_out)
         values = tuple(out[v] for _, v in self._self_out)
-        # suppression writes into the logits: numpy's are copied, ORT's output buffer is ours
-        logits = as_array(out["logits"])[0]
-        if self.io == "numpy" or logits.dtype != np.float32:
-            logits = np.array(logits, dtype=np.float32)
+        logits = writable_logits(out["logits"], self.io)
         self.suppression.apply(logits, len(cross.prompt), n)
         return logits, (keys, values)
 
