@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from as2d_cli.corpus.manifest import load_corpus
@@ -200,6 +201,45 @@ def test_a_drafter_of_another_vocabulary_and_ctc_stay_exact(
     m = json.loads((cross / "models.json").read_text())["models"]
     assert m["drafter"]["kind"] == "whisper-onnx" and m["drafter"]["conversion"] == "text"
     _all_methods_exact(cross, PromptSpec("transcribe"), [("as2d", {"source": "ctc"})], monkeypatch)
+
+
+def test_a_drafter_with_the_targets_audio_encoder_reads_its_embeddings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--drafter-reads-target-encoder on audio LLMs: the drafter's audio encoder must be the
+    target's file; the request is then encoded once, by the target, and the drafter builds
+    its prompt around the target's audio embeddings — publishing what its own encoding would."""
+    from native.protocol import decode_settings
+    from native.request import load_models, run_request
+
+    monkeypatch.setenv("AS2D_PRODUCER", "thread")
+    p = import_pair(TARGET, TARGET, tmp_path / "self", drafter_reads_target_encoder=True, copy=True)
+    entry = json.loads((p / "models.json").read_text())["models"]["drafter"]
+    assert entry["encoder_from"] == "target"
+    assert entry["files"]["encoder"] == "target/audio_encoder.onnx"
+    assert not (p / "drafter" / "audio_encoder.onnx").exists()
+    models = load_models(str(p), prompt=PromptSpec("transcribe"))
+    try:
+        assert models.drafter_reads_target_encoder
+        w = CORPUS.get("dev-read-000")
+        audio = w.load_audio()
+        settings = {"window": w.id, "max_tokens": 24}
+        ref = run_request(models, audio, decode_settings({"method": "target-only", **settings}))
+        res = run_request(
+            models, audio, decode_settings({"method": "as2d", "batch": 1, **settings})
+        )
+        assert res["tokens"] == ref["tokens"]
+        src = res["source_tokens"]  # the drafter is the target: it publishes the same tokens
+        assert src and src == ref["tokens"][: len(src)]
+        assert models.shared_hidden() is models.target.hidden is not None
+        own = models.drafter.model.encode(audio)
+        given = models.drafter.model.encode_request(audio, models.target.hidden)
+        assert given.prompt == own.prompt and np.array_equal(given.hidden, own.hidden)
+    finally:
+        models.close()
+    with pytest.raises(UserError, match="not the target's .* cannot read the target's encoder"):
+        import_pair(TARGET, DRAFTER, tmp_path / "no", drafter_reads_target_encoder=True)
+    assert not (tmp_path / "no").exists()
 
 
 def test_the_conversion_publishes_only_what_cannot_change() -> None:

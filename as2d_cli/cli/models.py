@@ -59,7 +59,7 @@ def import_(
     drafter_reads_target_encoder: bool = typer.Option(
         False,
         "--drafter-reads-target-encoder",
-        help="The drafter's decoder reads the target's encoder states (a distilled drafter that kept its teacher's encoder): one encoder pass per request.",
+        help="The drafter reads the target's encoder states (a distilled drafter that kept its teacher's encoder; an audio LLM whose audio encoder file is the target's): one encoder pass per request.",
     ),
 ) -> None:
     """Validate a target and drafter export and write a pair folder with its manifest."""

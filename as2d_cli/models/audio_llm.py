@@ -54,6 +54,9 @@ class AudioLlmModel:
         files, dims = info["files"], info["dims"]
         hint = f"re-import the pair with `as2d models import` ({HINT})"
         self.encoder = make_session(pair.path(files["encoder"]), threads, hint)
+        # A drafter whose audio encoder is the target's file (``encoder_from``): given the
+        # target's audio embeddings for a request, it builds its prompt around them.
+        self.encoder_from: str | None = info.get("encoder_from")
         self.embed = make_session(pair.path(files["embed"]), threads, hint)
         self.decoder = make_session(pair.path(files["decoder"]), threads, hint)
         self.max_positions = int(dims["max_tokens"])
@@ -166,6 +169,10 @@ class AudioLlmModel:
             feeds[self._mask_in] = mask.astype(self._mask_dtype)
         (emb,) = self.encoder.run([self._enc_out], feeds)
         emb = np.ascontiguousarray(emb.reshape(-1, emb.shape[-1]), dtype=np.float32)[None]
+        return self._cross(emb, question)
+
+    def _cross(self, emb: np.ndarray, question: str | None) -> Cross:
+        """The request's encoding around its audio embeddings ``emb`` (1, N, hidden)."""
         prompt = self.expand(self._template_ids(question), int(emb.shape[1]))
         if len(prompt) >= self.max_positions:
             raise UserError(
@@ -182,10 +189,15 @@ class AudioLlmModel:
         language: str | None = None,
         question: str | None = None,
     ) -> Cross:
+        """The request's encoding: around ``hidden`` (the target's audio embeddings for this
+        audio) when this model's audio encoder is the target's and they are given, else
+        its own encoding."""
+        if hidden is not None and self.encoder_from is not None:
+            return self._cross(hidden, question)
         return self.encode(audio, language, question)
 
     def shares_encoder_of(self, other: Any) -> bool:
-        return False
+        return self.encoder_from is not None and self.encoder_from == getattr(other, "name", None)
 
     def empty_cache(self) -> Cache:
         return self._empty

@@ -305,8 +305,9 @@ class PairOptions(TypedDict, total=False):
     """``import_pair``'s options: ``ctc``, an optional CTC model folder; ``variant`` /
     ``drafter_variant``, the ONNX variant of each export; ``copy``, copy the files instead of
     linking them; ``name`` (default: the folder's); ``task``; ``drafter_reads_target_encoder``:
-    the drafter's decoder reads the target's encoder states (a distilled Whisper drafter that
-    kept its teacher's encoder), so a request is encoded once, by the target."""
+    the drafter reads the target's encoder states (a distilled Whisper drafter that kept its
+    teacher's encoder; an audio-LLM drafter whose audio encoder file is the target's), so a
+    request is encoded once, by the target."""
 
     ctc: Path | None
     variant: str | None
@@ -402,20 +403,26 @@ def _check_tokenizers(t: _Model, d: _Model) -> list[int]:
 
 
 def _check_shared_encoder(t: _Model, d: _Model, dims_t: dict, dims_d: dict) -> None:
-    """A drafter can read the target's encoder states only as a Whisper drafter of a
-    Whisper target of the same width and mel bins."""
-    if (
-        t.kind == "whisper-onnx"
-        and d.kind == "whisper-onnx"
-        and (dims_t["d"], dims_t["n_mels"]) == (dims_d["d"], dims_d["n_mels"])
-    ):
-        return
-    what = (
-        f"width {dims_d.get('d')} and {dims_d.get('n_mels')} mel bins, the target "
-        f"{dims_t.get('d')} and {dims_t.get('n_mels')}"
-        if t.kind == d.kind == "whisper-onnx"
-        else "another architecture than a Whisper drafter of a Whisper target"
-    )
+    """A drafter can read the target's encoder states as a Whisper drafter of a Whisper
+    target of the same width and mel bins, or as an audio LLM whose audio encoder is the
+    audio-LLM target's own file (the same bytes: the target's audio embeddings are then
+    exactly the drafter's, and only the encoding is saved)."""
+    if t.kind == d.kind == "whisper-onnx":
+        if (dims_t["d"], dims_t["n_mels"]) == (dims_d["d"], dims_d["n_mels"]):
+            return
+        what = (
+            f"width {dims_d.get('d')} and {dims_d.get('n_mels')} mel bins, the target "
+            f"{dims_t.get('d')} and {dims_t.get('n_mels')}"
+        )
+    elif t.kind == d.kind == "audio-llm-onnx":
+        if sha256_file(d.export.encoder) == sha256_file(t.export.encoder):
+            return
+        what = (
+            f"an audio encoder ({d.export.encoder.name}) that is not the target's "
+            f"({t.export.encoder.name}, other bytes)"
+        )
+    else:
+        what = "another architecture than the target's (Whisper and Whisper, or audio LLMs)"
     raise UserError(
         f"the drafter ({d.directory}) has {what}: it cannot read the target's encoder states; "
         "drop --drafter-reads-target-encoder"
