@@ -135,6 +135,7 @@ class Block(nn.Module):
         self.up = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
         self.down = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
         self.p = 0.0  # residual dropout while training (set_dropout); none in the export
+        self.keep: list | None = None  # training: the attention maps, for the guided loss
 
     def forward(self, x, cos, sin, mask, past_k, past_v):
         b, s, _ = x.shape
@@ -150,7 +151,10 @@ class Block(nn.Module):
         kk = k.repeat_interleave(rep, dim=1) if rep > 1 else k
         vv = v.repeat_interleave(rep, dim=1) if rep > 1 else v
         w = torch.matmul(q, kk.transpose(2, 3)) / math.sqrt(self.dh) + mask
-        a = torch.matmul(torch.softmax(w, dim=-1), vv)
+        probs = torch.softmax(w, dim=-1)
+        if self.keep is not None:
+            self.keep.append(probs)
+        a = torch.matmul(probs, vv)
         a = self.o(a.transpose(1, 2).reshape(b, s, self.h * self.dh))
         x = x + F.dropout(a, self.p, self.training)
         y = self.ln2(x)

@@ -11,7 +11,8 @@ training/alm_export.py writes), with the toolkit's own commands only (no torch):
 1. ``as2d models import --copy --name audio-llm`` into ``as2d_cli/assets/pairs/audio-llm/``
    (``--target-variant`` and ``--drafter-variant``, default ``quantized`` each: the 8-bit
    files, which decode faster here: docs/measurements.md), ``source`` in models.json written relative
-   to the repository;
+   to the repository; with ``--drafter-reads-target-encoder`` when the drafter's audio
+   encoder file is the target's (``alm_train.py --freeze-shared``);
 2. ``as2d traces build`` for the three tasks x dev, val, test (``traces/`` for transcribe,
    ``traces/translate/`` and ``traces/answer/``), each resumable;
 3. ``training/make_k70_profile.py --pair``: ``as2d_cli/assets/profiles/k70.audio-llm.profile.yaml``;
@@ -112,6 +113,18 @@ def move_away() -> None:
     print(f"moved the shipped pair's files to {dest}", flush=True)
 
 
+def same_encoder(exports: Path, target_variant: str | None, drafter_variant: str | None) -> bool:
+    """Whether the drafter's audio encoder file is the target's (same bytes): a drafter
+    trained with ``alm_train.py --freeze-shared``, which then reads the target's audio
+    embeddings instead of encoding the audio again."""
+
+    def encoder(role: str, variant: str | None) -> Path:
+        return exports / role / "onnx" / f"audio_encoder{'_' + variant if variant else ''}.onnx"
+
+    t, d = encoder("target", target_variant), encoder("drafter", drafter_variant)
+    return t.exists() and d.exists() and _sha256(t) == _sha256(d)
+
+
 def import_pair(exports: Path, target_variant: str | None, drafter_variant: str | None) -> None:
     args = ["models", "import", "--target", str(exports / "target")]
     args += ["--drafter", str(exports / "drafter"), "--out", rel(pair_dir())]
@@ -120,6 +133,8 @@ def import_pair(exports: Path, target_variant: str | None, drafter_variant: str 
         args += ["--variant", target_variant]
     if drafter_variant:
         args += ["--drafter-variant", drafter_variant]
+    if same_encoder(exports, target_variant, drafter_variant):
+        args += ["--drafter-reads-target-encoder"]  # trained with --freeze-shared
     pair_dir().parent.mkdir(parents=True, exist_ok=True)
     as2d(*args)
     # where the files came from, as a path in this repository rather than on this machine

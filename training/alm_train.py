@@ -271,6 +271,34 @@ def collate(batch: list[dict], data: Shards, pad: int, encoded: bool):  # noqa: 
     return x, frames, ids, at, mask, labels
 
 
+def guided_attention_loss(
+    maps: list[torch.Tensor], batch: list[dict], rows: torch.Tensor, g: float = 0.2
+) -> torch.Tensor:
+    """Penalise a transcription answer's attention to audio rows far from the diagonal
+    (answer token n of N ≈ audio row t of T; Tachibana et al., 2017, as ``train.py`` does for
+    the encoder–decoders' cross-attention): speech is read in order, and without the prior the
+    decoder loses its place in long windows. Only the audio share of a row is penalised, so
+    attention to the prompt and the answer so far is free."""
+    b, _, s, _ = maps[0].shape
+    weight = torch.zeros(b, s, s)
+    answer_rows = 0
+    for i, e in enumerate(batch):
+        if e["task"] != "transcribe":
+            continue
+        n_len, t_len = len(e["ids"]) - e["plen"], int(rows[i])
+        tn = torch.arange(n_len, dtype=torch.float32)[:, None] / n_len
+        ts = torch.arange(t_len, dtype=torch.float32)[None, :] / t_len
+        p0, a0 = e["plen"] - 1, e["at"]
+        weight[i, p0 : p0 + n_len, a0 : a0 + t_len] = 1.0 - torch.exp(
+            -((tn - ts) ** 2) / (2 * g * g)
+        )
+        answer_rows += n_len
+    if not answer_rows:
+        return torch.tensor(0.0)
+    total = sum((m.float() * weight[:, None]).sum() / m.shape[1] for m in maps)
+    return total / (answer_rows * len(maps))
+
+
 def ctc_targets(batch: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's spoken-text ids end to end and their lengths (the auxiliary CTC's)."""
     flat = [t for e in batch for t in e["ctc"]]
@@ -457,6 +485,18 @@ def parse_args() -> argparse.Namespace:
         help="a target checkpoint: the drafter starts as its audio tower, embeddings, first "
         "blocks, final norm and CTC head (a fresh run only)",
     )
+    ap.add_argument(
+        "--freeze-shared",
+        action="store_true",
+        help="with --init-from: keep the warm start's audio projector and token embeddings "
+        "(the drafter's audio-encoder and embedding graphs are then the target's, byte for byte)",
+    )
+    ap.add_argument(
+        "--guide-weight",
+        type=float,
+        default=0.0,
+        help="guided attention from transcription answers to the audio rows (0: off)",
+    )
     ap.add_argument("--dropout", type=float, default=0.0, help="residual dropout in the decoder")
     ap.add_argument(
         "--mask-frames",
@@ -494,6 +534,7 @@ class Run:
         self.opt = optimiser(self.model, args.lr)
         self.opt.add_param_group({"params": list(self.ctc_head.parameters()), "scale": 1.0})
         self.rewarm_from: int | None = None
+        self.last_guide = 0.0
         self.rng = np.random.default_rng(7 + int(time.time()))  # augmentation only
         set_dropout(self.model, args.dropout)
         self.state = {"step": 0, "epoch": 0, "batch": 0, "anneal_from": None}
@@ -502,6 +543,9 @@ class Run:
         elif args.init_from:
             self.warm_start(Path(args.init_from))
         set_audio_trainable(self.model, args.tune_audio)
+        if args.freeze_shared:  # the drafter keeps the target's projector and embeddings
+            for p in [*self.model.tower.proj.parameters(), self.model.text.embed.weight]:
+                p.requires_grad_(False)
         self.data = Shards([int(s) for s in args.shards.split(",")], args.labels)
         self.cache: dict[int, torch.Tensor] = {}  # frozen encoder frames per utterance
         self.logf = open(self.out / "log.jsonl", "a", encoding="utf-8")  # noqa: SIM115
@@ -572,9 +616,15 @@ class Run:
         for g in self.opt.param_groups:
             g["lr"] = lr * g["scale"]
         keep: list[torch.Tensor] = []
+        guide = self.args.guide_weight > 0
+        for blk in self.model.text.blocks:
+            blk.keep = [] if guide else None
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.args.bf16):
             logits = self.model(x, frames, ids, at, mask, encoded, keep)
             aux = self.ctc_head(keep[0])
+        maps = [m for blk in self.model.text.blocks for m in (blk.keep or [])]
+        for blk in self.model.text.blocks:
+            blk.keep = None
         loss = F.cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100
         )
@@ -584,6 +634,10 @@ class Run:
             rows = audio_rows(frames, self.cfg.stack)
             ctc = F.ctc_loss(lp, targets, rows, lengths, blank=self.cfg.vocab, zero_infinity=True)
             loss = loss + self.args.ctc_weight * ctc
+        if maps:
+            ga = guided_attention_loss(maps, batch, audio_rows(frames, self.cfg.stack))
+            loss = loss + self.args.guide_weight * ga
+            self.last_guide = float(ga)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -597,6 +651,8 @@ class Run:
         st, now = self.state, time.time()
         if st["step"] % 10 == 0:
             rec = {"step": st["step"], "epoch": st["epoch"], "loss": round(loss, 4), "lr": lr}
+            if self.args.guide_weight > 0:
+                rec["guide"] = round(self.last_guide, 4)
             self.write({**rec, "t": round(now - self.t_start, 1), "batch": size}, echo=True)
         if now - self.last_eval > 60 * self.args.eval_minutes:
             self.write({"step": st["step"], "dev": dev_report(self.model, self.prompts)}, echo=True)
