@@ -30,7 +30,6 @@ to ``training/work/alm/replaced-<time>/`` first (never deleted).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import subprocess
@@ -42,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from as2d_cli.evaluate.inputs import SHIPPED_PROFILES  # noqa: E402
+from as2d_cli.formats.common import sha256_file  # noqa: E402
 from as2d_cli.formats.layout import pair_profile_name  # noqa: E402
 from as2d_cli.models.prompting import TASKS  # noqa: E402
 from as2d_cli.models.shipped import SHIPPED_PAIRS  # noqa: E402
@@ -82,14 +82,6 @@ def traces_dir(task: str) -> Path:
     return pair_dir() / "traces" if task == "transcribe" else pair_dir() / "traces" / task
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def same_exports(exports: Path) -> bool:
     """The shipped pair was imported from these very export files (each copied file's
     SHA-256 equals its export's)."""
@@ -98,7 +90,7 @@ def same_exports(exports: Path) -> bool:
         for name, digest in info["sha256"].items():
             base = Path(name).name
             src = next((p for p in (exports / role).rglob(base)), None)
-            if src is None or _sha256(src) != digest:
+            if src is None or sha256_file(src) != digest:
                 return False
     return True
 
@@ -117,12 +109,11 @@ def same_encoder(exports: Path, target_variant: str | None, drafter_variant: str
     """Whether the drafter's audio encoder file is the target's (same bytes): a drafter
     trained with ``alm_train.py --freeze-shared``, which then reads the target's audio
     embeddings instead of encoding the audio again."""
+    from as2d_cli.models.audio_llm_export import find_audio_llm_export
 
-    def encoder(role: str, variant: str | None) -> Path:
-        return exports / role / "onnx" / f"audio_encoder{'_' + variant if variant else ''}.onnx"
-
-    t, d = encoder("target", target_variant), encoder("drafter", drafter_variant)
-    return t.exists() and d.exists() and _sha256(t) == _sha256(d)
+    t = find_audio_llm_export(exports / "target", target_variant).encoder
+    d = find_audio_llm_export(exports / "drafter", drafter_variant).encoder
+    return sha256_file(t) == sha256_file(d)
 
 
 def import_pair(exports: Path, target_variant: str | None, drafter_variant: str | None) -> None:
@@ -181,8 +172,8 @@ def selected_on(dep: Path, files: list[Path]) -> bool:
 
     doc = yaml.safe_load(dep.read_text(encoding="utf-8")) or {}
     used = {t.get("sha256") for t in (doc.get("selection") or {}).get("traces") or []}
-    have = {_sha256(f) for f in files}
-    return (doc.get("profile") or {}).get("sha256") == _sha256(profile_path()) and used <= have
+    have = {sha256_file(f) for f in files}
+    return (doc.get("profile") or {}).get("sha256") == sha256_file(profile_path()) and used <= have
 
 
 def select(processes: int | None) -> None:

@@ -365,7 +365,6 @@ def optimiser(model: AudioLM, lr: float) -> torch.optim.Optimizer:
 
 
 @torch.no_grad()
-@torch.no_grad()
 def greedy_rows(
     model: AudioLM, seqs: list[torch.Tensor], eos: int, limit: int
 ) -> list[tuple[list[int], bool]]:
@@ -628,14 +627,14 @@ class Run:
         loss = F.cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100
         )
+        rows = audio_rows(frames, self.cfg.stack)
         if self.args.ctc_weight > 0:
             targets, lengths = ctc_targets(batch)
             lp = F.log_softmax(aux.float(), dim=-1).transpose(0, 1)
-            rows = audio_rows(frames, self.cfg.stack)
             ctc = F.ctc_loss(lp, targets, rows, lengths, blank=self.cfg.vocab, zero_infinity=True)
             loss = loss + self.args.ctc_weight * ctc
         if maps:
-            ga = guided_attention_loss(maps, batch, audio_rows(frames, self.cfg.stack))
+            ga = guided_attention_loss(maps, batch, rows)
             loss = loss + self.args.guide_weight * ga
             self.last_guide = float(ga)
         self.opt.zero_grad(set_to_none=True)
