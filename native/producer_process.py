@@ -7,9 +7,13 @@ runs at full speed varied from window to window (measured: a drafter source's 10
 took 17 ms next to a slowed target in one request, twice as long next to a fast one in
 another). The paper's drafter and verifier run on different processors; here the source
 runs in a worker process pinned to the producer cores, and only its publications cross
-to the runner: a receiver thread that sleeps in ``recv`` inserts each one into the
-candidate buffer with the worker's own timestamp (``time.perf_counter_ns`` is one
-system-wide monotonic clock on Linux, so both processes share the decode clock).
+to the runner, each stamped with the worker's own time (``time.perf_counter_ns`` is one
+system-wide monotonic clock on Linux, so both processes share the decode clock). They wait
+in the pipe until the runner reads the candidate buffer: every read first takes what has
+arrived (the buffer's ``pump``), on the reading thread. A receiver thread woken for every
+publication needs a CPU while both are busy, the target's and the producer's, and takes it
+from one of them; a publication is then in the buffer only once that thread has run. Read
+at the decision points instead, it costs the target's thread one poll per read.
 
 The worker is started once per runner (outside any decode clock) and serves one request
 at a time: the audio (and the target's encoder states, for a drafter sharing the target's
@@ -19,9 +23,12 @@ the projection of those states) and steps run inside it, and after the target's 
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
+import select
 import threading
+import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -121,13 +128,16 @@ class _PipeBuffer:
 
 
 class _StopRequested:
-    """The producer's stop flag in the worker: the runner's stop message is waiting."""
+    """The producer's stop flag in the worker: the runner's stop message is waiting. Read
+    before every step, so through a poller registered once (Connection.poll builds a
+    selector per call)."""
 
     def __init__(self, cmds: Connection) -> None:
-        self.cmds = cmds
+        self._poller = select.poll()
+        self._poller.register(cmds.fileno(), select.POLLIN)
 
     def is_set(self) -> bool:
-        return self.cmds.poll()
+        return bool(self._poller.poll(0))
 
 
 def _serve(
@@ -255,6 +265,11 @@ class _Stop:
         return self._set
 
 
+def _poll_ms(timeout: float | None) -> int | None:
+    """``select.poll``'s timeout: whole milliseconds, rounded up (None: wait until ready)."""
+    return None if timeout is None else max(0, math.ceil(timeout * 1000))
+
+
 class ProcessProducer:
     """:class:`native.producer.Producer`'s surface over the worker process."""
 
@@ -269,16 +284,31 @@ class ProcessProducer:
         self.split: dict[str, int] = {}  # the worker's step time, split (models/timing.py)
         self.pinned = worker.pinned
         self.stop = _Stop(lambda: worker.cmds.send(("stop",)))
-        self._thread = threading.Thread(target=self._receive, name="as2d-producer-rx", daemon=True)
+        self._lock = threading.Lock()  # one reader of the pipe at a time
+        self._done = False
+        # Registered once: Connection.poll builds a selector per call (about 20 µs), and
+        # the target's thread looks before every decision.
+        self._poller = select.poll()
+        self._poller.register(worker.events.fileno(), select.POLLIN)
+        buffer.pump = self.pump
 
     def start(self) -> None:
         self.worker.cmds.send(("go", self.clock.origin))
-        self._thread.start()
 
-    def _receive(self) -> None:
+    def pump(self) -> None:
+        """Take every message that has arrived, without waiting."""
+        if not self._done:
+            with self._lock:
+                self._take(0.0)
+
+    def _take(self, timeout: float | None) -> None:
+        """Take messages until none is waiting (the first may be waited for up to
+        ``timeout`` seconds; None: until one comes) or the worker reports the request done."""
+        events = self.worker.events
         try:
-            while True:
-                msg = self.worker.events.recv()
+            while not self._done and self._poller.poll(_poll_ms(timeout)):
+                timeout = 0.0
+                msg = events.recv()
                 if msg[0] == "pub":
                     _, t, offset, tokens, confs = msg
                     self.buffer.publish(tokens, t, confs)
@@ -289,15 +319,27 @@ class ProcessProducer:
                     self.steps = [tuple(s) for s in steps]
                     self.finished_at = finished
                     self.error = error
-                    return
+                    self._end()
         except (EOFError, OSError) as exc:
             self.error = f"the producer process ended unexpectedly ({exc})"
-        finally:
-            self.buffer.close()
+            self._end()
+
+    def _end(self) -> None:
+        self._done = True
+        self.buffer.close()
 
     def running(self) -> bool:
         """Until the worker reports the request done."""
-        return self._thread.is_alive()
+        self.pump()
+        return not self._done
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        """Wait (at most ``timeout`` seconds) for the worker's end of the request, taking
+        its remaining publications."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while not self._done:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return
+                self._take(left)

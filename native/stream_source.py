@@ -29,6 +29,11 @@ from as2d_cli.errors import UserError
 from native.stream_pacer import Pacer
 
 LIFETIMES = ("arrival", "consumption")
+# How often the driver looks whether an epoch's source has ended (a consumed block or a
+# halt wakes it at once, a deadline is waited for exactly). Each look is a wake-up that,
+# with the target's and the producer's cores both busy, takes a CPU from one of them; an
+# epoch's end only frees the worker for the next block, due a block interval later.
+LIVE_POLL_S = 0.05
 
 
 @dataclass
@@ -199,9 +204,13 @@ class SourceEpochs(threading.Thread):
                 return "halted"
             if self.s.lifetime == "consumption" and self.consumed[i].is_set():
                 return "consumed"
-            if self.s.lifetime == "arrival" and clock.now() >= deadline:
-                return "deadline"
-            self.consumed[i].wait(0.005)
+            wait = LIVE_POLL_S
+            if self.s.lifetime == "arrival":
+                left = deadline - clock.now()
+                if left <= 0:
+                    return "deadline"
+                wait = min(wait, left)
+            self.consumed[i].wait(wait)
         return "finished"
 
     def busy(self) -> bool:

@@ -133,6 +133,24 @@ def test_buffer_snapshot_by_time_and_threaded_publication() -> None:
     assert big.tokens == list(range(2000))
 
 
+def test_a_buffer_brings_in_waiting_publications_before_every_read() -> None:
+    """A worker process's publications wait in a pipe until the buffer is read: its pump
+    runs first, so a read sees every batch that had arrived, at its own publication time."""
+    buf = CandidateBuffer("s", "p")
+    waiting = [([5, 6], 30), ([7], 40)]  # stamped by the producer, not yet taken in
+    pumps: list[int] = []
+
+    def pump() -> None:
+        pumps.append(len(waiting))
+        while waiting:
+            buf.publish(*waiting.pop(0))
+
+    buf.pump = pump
+    assert buf.ready_count(35) == 2  # taken in at the read; the later batch not yet ready
+    assert buf.tokens == [5, 6, 7] and buf.ready_count(40) == 3
+    assert pumps == [2, 0]
+
+
 def test_sd_charges_catch_up_after_full_acceptance() -> None:
     ref = [5, 1, 2, 3, 4, 6, 7, 8, 1, 2, EOS]
     conts = [ref[n + 1 :] + [3] * 20 for n in range(len(ref))]  # a perfect drafter

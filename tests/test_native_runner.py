@@ -4,6 +4,7 @@ bad commands get one error event, external candidates work (runner conformance).
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,16 @@ def test_source_runs_in_its_own_process_and_publishes_its_own_sequence(runner) -
             worker.arm("drafter", audio, 20, "autoregressive", batch, hidden)
             p = ProcessProducer(worker, CandidateBuffer("drafter"), clock)
             p.start()
+            if hidden is None:
+                # No receiver thread: what the worker sent comes in when the buffer is read.
+                deadline = time.monotonic() + 60
+                while p.buffer.ready_count(clock.now()) < len(expected):
+                    assert time.monotonic() < deadline, "the publications never came in"
+                    time.sleep(0.01)
+                while p.running():
+                    assert time.monotonic() < deadline, "the worker's end never came in"
+                    time.sleep(0.01)
+                assert p.buffer.closed
             p.join(60)
             assert p.error is None and p.finished_at is not None
             assert list(p.buffer.tokens) == expected

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from as2d_cli.errors import EngineError
@@ -46,6 +46,9 @@ class CandidateBuffer:
         self._times: list[int] = []  # publication time of each batch (non-decreasing)
         self._lock = threading.Lock()
         self.closed = False  # the producer finished (EOS, cap or stop)
+        # Brings in publications that have arrived but wait outside (a worker process's
+        # pipe) before every read; None: producers publish here themselves.
+        self.pump: Callable[[], None] | None = None
 
     def publish(
         self,
@@ -79,6 +82,8 @@ class CandidateBuffer:
 
     def ready_count(self, now: int) -> int:
         """Number of tokens published at or before ``now``."""
+        if self.pump is not None:
+            self.pump()
         times = self._times
         n = len(times)  # read once: a concurrent publish only adds later batches
         if n == 0:
