@@ -11,7 +11,10 @@ pooled decode throughput (committed tokens over decode seconds, all blocks), its
 target-only in each round (against that round's target-only: the rounds alternate with the
 host's state) as a median and range, the capped blocks, the accepted share of the decoded
 tokens and the part of it history candidates gave, and whether every block of every round
-committed target-only's tokens.
+committed target-only's tokens. Last, the ceiling of any source that looks the output up in
+its own history: the share of target-only's tokens that the next token after an earlier
+occurrence of their two preceding tokens (in the block's text context and output so far)
+predicts, the most recent occurrence and any.
 """
 
 from __future__ import annotations
@@ -46,6 +49,30 @@ def _settings(name: str, source: str, budget: int) -> StreamSettings:
     return StreamSettings(spec_of("as2d", source=src or source, budget=budget, history=bool(hist)))
 
 
+def history_ceiling(blocks: list[dict], eos: int, cap: int) -> tuple[float, float]:
+    """Of the tokens committed in ``blocks`` (a target-only stream's, in order), the share
+    the follower of the most recent earlier occurrence of their two preceding tokens
+    predicts, and the share some earlier occurrence's follower does."""
+    recent = anywhere = total = 0
+    epoch_text: dict[int, list[int]] = {}
+    for b in blocks:
+        seq = list(epoch_text.get(b["epoch"], [])[-cap:])
+        followers: dict[tuple[int, int], list[int]] = {}
+        for k in range(len(seq) - 2):
+            followers.setdefault((seq[k], seq[k + 1]), []).append(seq[k + 2])
+        for t in b["tokens"]:
+            seen = followers.get((seq[-2], seq[-1])) if len(seq) >= 2 else None
+            if seen:
+                recent += seen[-1] == t
+                anywhere += t in seen
+            total += 1
+            if len(seq) >= 2:
+                followers.setdefault((seq[-2], seq[-1]), []).append(t)
+            seq.append(t)
+        epoch_text.setdefault(b["epoch"], []).extend(t for t in b["tokens"] if t != eos)
+    return recent / max(total, 1), anywhere / max(total, 1)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=3.0)
@@ -68,6 +95,7 @@ def main() -> int:
     ids = [w.id for w in load_corpus().split("test") if w.language == "en" and w.setting == "read"]
     audio, lang = stream_audio({"windows": ids, "seconds": a.minutes * 60}, None)
     models = load_models()
+    eos, cap = models.target.eos_id, models.target.model.max_positions // 2
     tot = {
         m: {"tokens": 0, "decode_s": 0.0, "capped": 0, "accepted": 0, "hist": 0, "decoded": 0}
         for m in names
@@ -75,6 +103,7 @@ def main() -> int:
     per_round: dict[str, list[float]] = {m: [] for m in names}  # decode throughput per round
     outputs: dict[str, list[list[int]]] = {}
     exact = dict.fromkeys(names, True)
+    first_to: list[dict] = []
     try:
         for rep in range(a.repeats):
             order = names[rep % len(names) :] + names[: rep % len(names)]
@@ -92,6 +121,8 @@ def main() -> int:
                     t["hist"] += b["summary"].get("history_accepted", 0)
                     t["decoded"] += len(b["tokens"]) - 1
                 got = [b["tokens"] for b in run.blocks]
+                if m == "target-only" and not first_to:
+                    first_to = run.blocks
                 outputs.setdefault(m, got)
                 exact[m] = exact[m] and got == outputs[m]
                 print(f"[{rep + 1}/{a.repeats}] {m}: {len(run.blocks)} blocks", file=sys.stderr)
@@ -114,6 +145,11 @@ def main() -> int:
             f"accepted {t['accepted'] / max(t['decoded'], 1):.3f} (history {t['hist'] / max(t['decoded'], 1):.3f})  "
             f"exact {'yes' if same else 'NO'}"
         )
+    recent, anywhere = history_ceiling(first_to, eos, cap)
+    print(
+        "history's ceiling: target-only's tokens that follow an earlier occurrence of their "
+        f"two preceding tokens: the most recent {recent:.3f}, any {anywhere:.3f}"
+    )
     return 0
 
 
