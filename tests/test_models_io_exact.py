@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from as2d_cli.corpus.manifest import load_corpus
 from as2d_cli.errors import UserError
@@ -157,3 +159,26 @@ def test_the_ortvalue_calls_are_booked_as_the_numpy_ones(alm: ModelPair) -> None
 def test_an_unknown_io_is_refused_in_one_line() -> None:
     with pytest.raises(UserError, match="decoder io 'arrays' is not one of ortvalue, numpy"):
         Seq2SeqModel(BUNDLE, "drafter", io="arrays")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(1, 17),
+    vocab=st.integers(2, 64),
+    levels=st.integers(1, 6),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_top2_margin_equals_a_partitions_values(
+    rows: int, vocab: int, levels: int, seed: int
+) -> None:
+    """Every call's margins (Appendix F.6) come from the masked maximum; they equal the
+    partition's gap exactly, ties (few distinct logits) included, in every leading shape."""
+    from as2d_cli.models.session import top2_margin
+
+    rng = np.random.default_rng(seed)
+    logits = rng.integers(0, levels, size=(rows, vocab)).astype(np.float32) * 0.37
+    part = np.partition(logits, -2, axis=-1)
+    expected = part[..., -1] - part[..., -2]
+    assert np.array_equal(top2_margin(logits), expected)
+    assert np.array_equal(top2_margin(logits[None]), expected[None])
+    assert np.array_equal(top2_margin(logits[0]), expected[0])
