@@ -299,15 +299,14 @@ class ProcessProducer:
         """Take every message that has arrived, without waiting."""
         if not self._done:
             with self._lock:
-                self._take(0.0)
+                self._take()
 
-    def _take(self, timeout: float | None) -> None:
-        """Take messages until none is waiting (the first may be waited for up to
-        ``timeout`` seconds; None: until one comes) or the worker reports the request done."""
+    def _take(self) -> None:
+        """Under the lock: take messages until none is waiting or the worker reports the
+        request done (every ``recv`` follows a poll that found a message, so none blocks)."""
         events = self.worker.events
         try:
-            while not self._done and self._poller.poll(_poll_ms(timeout)):
-                timeout = 0.0
+            while not self._done and self._poller.poll(0):
                 msg = events.recv()
                 if msg[0] == "pub":
                     _, t, offset, tokens, confs = msg
@@ -337,9 +336,11 @@ class ProcessProducer:
         """Wait (at most ``timeout`` seconds) for the worker's end of the request, taking
         its remaining publications."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            while not self._done:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return
-                self._take(left)
+        while not self._done:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            # Wait outside the lock (a poll reads nothing), so a thread reading the buffer
+            # meanwhile -- the target's, in a stream's backlog -- is never held up by it.
+            if self._poller.poll(_poll_ms(left)):
+                self.pump()
