@@ -128,9 +128,9 @@ class LookaheadSource(DrafterSource):
         # The position after the last emitted token: the last fed one, or the first when a
         # guess follows it.
         at = 0 if len(feed) == 2 and self.tokens else len(feed) - 1
-        confs = softmax_max(logits)
+        confs = softmax_max(logits[at : at + 2])  # the rows emitted from (a prompt has more)
         tok = int(logits[at].argmax())
-        out: list[tuple[int, float | None]] = [(tok, float(confs[at]))]
+        out: list[tuple[int, float | None]] = [(tok, float(confs[0]))]
         kept = (
             at + 1 < len(feed)
             and tok == feed[at + 1]
@@ -139,7 +139,7 @@ class LookaheadSource(DrafterSource):
         )
         if kept:
             second = int(logits[at + 1].argmax())
-            out.append((second, float(confs[at + 1])))
+            out.append((second, float(confs[1])))
             self._guess = int(ahead[at + 1].argmax())
             self._cache = cache
         else:
