@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from as2d_cli.engine.methods import spec_of  # noqa: E402
 from native.request import load_models  # noqa: E402
 from native.stream_clock import SkipClock  # noqa: E402
-from native.stream_loop import run_stream  # noqa: E402
+from native.stream_loop import run_stream, text_context  # noqa: E402
+from native.stream_pacer import Block, plan_blocks  # noqa: E402
 from native.stream_recording import stream_audio  # noqa: E402
 from native.stream_settings import StreamSettings  # noqa: E402
 
@@ -49,27 +50,28 @@ def _settings(name: str, source: str, budget: int) -> StreamSettings:
     return StreamSettings(spec_of("as2d", source=src or source, budget=budget, history=bool(hist)))
 
 
-def history_ceiling(blocks: list[dict], eos: int, cap: int) -> tuple[float, float]:
-    """Of the tokens committed in ``blocks`` (a target-only stream's, in order), the share
-    the follower of the most recent earlier occurrence of their two preceding tokens
-    predicts, and the share some earlier occurrence's follower does."""
+def history_ceiling(
+    blocks: list[Block], outputs: list[list[int]], eos: int, cap: int
+) -> tuple[float, float]:
+    """Of the tokens committed in a target-only stream (``outputs``, one per block), the
+    share the follower of the most recent earlier occurrence of their two preceding tokens
+    predicts, and the share some earlier occurrence's follower does; earlier means in the
+    block's text context (the stream's own rule) or its output so far."""
     recent = anywhere = total = 0
-    epoch_text: dict[int, list[int]] = {}
-    for b in blocks:
-        seq = list(epoch_text.get(b["epoch"], [])[-cap:])
+    for i, out in enumerate(outputs):
+        seq = text_context(blocks, outputs, i, eos, cap)
         followers: dict[tuple[int, int], list[int]] = {}
         for k in range(len(seq) - 2):
             followers.setdefault((seq[k], seq[k + 1]), []).append(seq[k + 2])
-        for t in b["tokens"]:
-            seen = followers.get((seq[-2], seq[-1])) if len(seq) >= 2 else None
-            if seen:
-                recent += seen[-1] == t
-                anywhere += t in seen
-            total += 1
+        for t in out:
             if len(seq) >= 2:
-                followers.setdefault((seq[-2], seq[-1]), []).append(t)
+                seen = followers.setdefault((seq[-2], seq[-1]), [])
+                if seen:
+                    recent += seen[-1] == t
+                    anywhere += t in seen
+                seen.append(t)
+            total += 1
             seq.append(t)
-        epoch_text.setdefault(b["epoch"], []).extend(t for t in b["tokens"] if t != eos)
     return recent / max(total, 1), anywhere / max(total, 1)
 
 
@@ -103,7 +105,6 @@ def main() -> int:
     per_round: dict[str, list[float]] = {m: [] for m in names}  # decode throughput per round
     outputs: dict[str, list[list[int]]] = {}
     exact = dict.fromkeys(names, True)
-    first_to: list[dict] = []
     try:
         for rep in range(a.repeats):
             order = names[rep % len(names) :] + names[: rep % len(names)]
@@ -121,8 +122,6 @@ def main() -> int:
                     t["hist"] += b["summary"].get("history_accepted", 0)
                     t["decoded"] += len(b["tokens"]) - 1
                 got = [b["tokens"] for b in run.blocks]
-                if m == "target-only" and not first_to:
-                    first_to = run.blocks
                 outputs.setdefault(m, got)
                 exact[m] = exact[m] and got == outputs[m]
                 print(f"[{rep + 1}/{a.repeats}] {m}: {len(run.blocks)} blocks", file=sys.stderr)
@@ -145,7 +144,10 @@ def main() -> int:
             f"accepted {t['accepted'] / max(t['decoded'], 1):.3f} (history {t['hist'] / max(t['decoded'], 1):.3f})  "
             f"exact {'yes' if same else 'NO'}"
         )
-    recent, anywhere = history_ceiling(first_to, eos, cap)
+    plan = plan_blocks(
+        len(audio), settings["target-only"].block_s, settings["target-only"].context_s
+    )
+    recent, anywhere = history_ceiling(plan, outputs["target-only"], eos, cap)
     print(
         "history's ceiling: target-only's tokens that follow an earlier occurrence of their "
         f"two preceding tokens: the most recent {recent:.3f}, any {anywhere:.3f}"

@@ -127,14 +127,19 @@ class _PipeBuffer:
         pass
 
 
+def _arrivals(conn: Connection) -> Any:
+    """A poller of ``conn``'s incoming messages, registered once: it is asked before every
+    step or decision, and ``Connection.poll`` builds a selector per call (about 20 µs)."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    return poller
+
+
 class _StopRequested:
-    """The producer's stop flag in the worker: the runner's stop message is waiting. Read
-    before every step, so through a poller registered once (Connection.poll builds a
-    selector per call)."""
+    """The producer's stop flag in the worker: the runner's stop message is waiting."""
 
     def __init__(self, cmds: Connection) -> None:
-        self._poller = select.poll()
-        self._poller.register(cmds.fileno(), select.POLLIN)
+        self._poller = _arrivals(cmds)
 
     def is_set(self) -> bool:
         return bool(self._poller.poll(0))
@@ -286,10 +291,7 @@ class ProcessProducer:
         self.stop = _Stop(lambda: worker.cmds.send(("stop",)))
         self._lock = threading.Lock()  # one reader of the pipe at a time
         self._done = False
-        # Registered once: Connection.poll builds a selector per call (about 20 µs), and
-        # the target's thread looks before every decision.
-        self._poller = select.poll()
-        self._poller.register(worker.events.fileno(), select.POLLIN)
+        self._poller = _arrivals(worker.events)
         buffer.pump = self.pump
 
     def start(self) -> None:
