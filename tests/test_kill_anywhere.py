@@ -328,7 +328,7 @@ def traces_until_done(
 def test_traces_build_killed_anywhere_resumes_and_traces_no_window_twice(tmp_path: Path) -> None:
     """SIGKILL while the pool starts, Ctrl-C and SIGKILL between windows, SIGKILL in the
     final write, then the same command again until the file is written. (Ctrl-C while the
-    pool starts is lost: test_ctrl_c_while_the_pool_starts_is_not_lost.)"""
+    pool starts: test_ctrl_c_while_the_pool_starts_is_not_lost.)"""
     rng = random.Random(451)
     stops: list[tuple[signal.Signals, int | None, float]] = [
         (signal.SIGKILL, 0, 0.0),  # the partial begun, the pool starting
@@ -358,15 +358,24 @@ def _task(shared: Any, t: int) -> int:
     return 2 * t
 
 
-@pytest.mark.xfail(
-    reason="as2d_cli/execution/local.py ignores SIGINT in this process while its workers "
-    "start, so a Ctrl-C then is dropped and the map runs to its end; block it instead "
-    "(start multiprocessing's resource tracker first, then SIG_IGN + pthread_sigmask "
-    "SIG_BLOCK while starting, restore, unblock: the Ctrl-C arrives after the start)",
-    strict=False,
-)
-def test_ctrl_c_while_the_pool_starts_is_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Ctrl-C that reaches `as2d traces build` while its workers start stops the build."""
+@pytest.fixture
+def ctrl_c_handler() -> Iterator[None]:
+    """Python's own Ctrl-C handler here (a pytest-xdist worker ignores SIGINT)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def _blocked(shared: Any, t: int) -> bool:
+    return signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_ctrl_c_while_the_pool_starts_is_not_lost(
+    monkeypatch: pytest.MonkeyPatch, ctrl_c_handler: None, fork: bool
+) -> None:
+    """A Ctrl-C that reaches `as2d traces build` while its workers start stops the build:
+    it is held while they start and raised once they are up (and then stopped)."""
     import multiprocessing as mp
 
     import as2d_cli.execution.local as local
@@ -383,7 +392,22 @@ def test_ctrl_c_while_the_pool_starts_is_not_lost(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(local.mp, "get_context", Context)
     with pytest.raises(KeyboardInterrupt):
-        list(local.LocalPool(2).map(_task, None, [1, 2, 3], fork=False))
+        list(local.LocalPool(2).map(_task, None, [1, 2, 3], fork=fork))
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_workers_start_with_ctrl_c_unblocked_and_the_parent_keeps_its_handler(
+    ctrl_c_handler: None, fork: bool
+) -> None:
+    """The hold ends in every worker (a blocked SIGINT would outlive the map in them) and
+    in the parent, whose Ctrl-C handler is back after the map."""
+    from as2d_cli.execution.local import LocalPool
+
+    assert list(LocalPool(2).map(_blocked, None, [1, 2, 3, 4], fork=fork)) == [False] * 4
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 # -- stream ------------------------------------------------------------------------------------
@@ -794,3 +818,27 @@ def emulated_phones() -> Iterator[Callable[..., Any]]:
         for s in made:
             s.stop()
         server.stop()
+
+
+def test_ctrl_c_while_the_command_line_imports_is_one_line() -> None:
+    """A Ctrl-C in the tenths of a second `as2d` spends importing its commands: one line,
+    exit 130, no traceback (the console script's entry point guards the import)."""
+    code = (
+        "import os, signal, sys\n"
+        "class CtrlC:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'typer':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, CtrlC())\n"
+        "from as2d_cli.cli.entry import main\n"
+        "main()\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 130, r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "interrupted before the command started; nothing was written"
+    ]

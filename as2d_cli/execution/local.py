@@ -5,8 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -49,22 +48,29 @@ def one_blas_thread_env() -> Iterator[None]:
 # from the parent instead of a traceback from every worker.
 
 
-@contextmanager
-def _workers_ignore_ctrl_c(ignore: bool = True) -> Iterator[None]:
-    """While workers start: SIGINT ignored here, so forked and spawned workers inherit
-    that (a fresh interpreter keeps an ignored SIGINT ignored) before any code of theirs runs."""
-    if not ignore or threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set handlers; workers still ignore it in _quiet
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
+def _hold_ctrl_c(hold: bool, spawn: bool) -> Callable[[], None]:
+    """While workers start: SIGINT blocked in this thread, so forked and spawned workers
+    start with it blocked (a Ctrl-C stays pending in them until :func:`_quiet` ignores it)
+    and a Ctrl-C meanwhile is held here instead of lost: it is raised where the returned
+    function ends the hold (or at once, when another thread of this process takes it)."""
+    if not hold:
+        return lambda: None
+    if spawn:  # starting it later would unblock SIGINT here before the workers are up
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    def release() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    return release
 
 
 def _quiet() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Started with SIGINT blocked (the parent's hold): a Ctrl-C pending meanwhile is dropped here.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _init(shared: Any, ctrl_c: bool = False) -> None:
@@ -106,17 +112,24 @@ class LocalPool(Executor):
             return
         forked = batch.fork and "fork" in mp.get_all_start_methods()
         quiet = not batch.ctrl_c
-        if forked:
-            _SHARED = shared
-            with _workers_ignore_ctrl_c(quiet):
+        release = _hold_ctrl_c(quiet, spawn=not forked)
+        try:
+            if forked:
+                _SHARED = shared
                 pool = mp.get_context("fork").Pool(n, initializer=_quiet if quiet else None)
-        else:
-            with one_blas_thread_env(), _workers_ignore_ctrl_c(quiet):
-                pool = mp.get_context("spawn").Pool(
-                    n, initializer=_init, initargs=(shared, batch.ctrl_c)
-                )
+            else:
+                with one_blas_thread_env():
+                    pool = mp.get_context("spawn").Pool(
+                        n, initializer=_init, initargs=(shared, batch.ctrl_c)
+                    )
+        except BaseException:
+            release()
+            if forked:
+                _SHARED = None
+            raise
         finished = False
         try:
+            release()  # a Ctrl-C while the workers started is raised here: they are stopped
             # imap keeps task order; chunksize 1 keeps every worker busy to the end.
             yield from pool.imap(_call, [(fn, t) for t in tasks])
             finished = True
