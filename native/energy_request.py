@@ -49,6 +49,22 @@ def request_line(res: dict[str, Any], origin: int, end: int) -> str:
     )
 
 
+def _prompt(text: str | None) -> Any:
+    """``--prompt-spec``'s PromptSpec (None: the pair's own settings)."""
+    from as2d_cli.errors import UserError
+    from as2d_cli.models.prompting import PromptSpec
+
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f'--prompt-spec is not JSON ({exc.msg}); give an object such as {{"task": "answer"}}'
+        ) from None
+    return PromptSpec.from_wire(doc)
+
+
 def main(argv: list[str] | None = None) -> int:
     from native import limit_blas_threads
 
@@ -60,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=None, help="standard SD width")
     ap.add_argument("--max-tokens", type=int, default=None)
     ap.add_argument("--models", default=None, help="model directory (default: bundled)")
+    ap.add_argument(
+        "--prompt-spec",
+        default=None,
+        help="the request's prompt settings as JSON: task, language, question, text "
+        "(the runner protocol's load.prompt; default: the pair's)",
+    )
     ap.add_argument("--corpus", default=None, help="corpus directory (default: bundled)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--target-cores", default=None, help="CPU list, e.g. 4,5")
@@ -85,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             None if v is None else [int(x) for x in v.split(",") if x.strip()]
             for v in (a.target_cores, a.producer_cores)
         ]
-        models = load_models(a.models, threads=a.threads)
+        models = load_models(a.models, threads=a.threads, prompt=_prompt(a.prompt_spec))
         window = load_corpus(Path(a.corpus) if a.corpus else None).get(a.window)
         audio = window.load_audio()
         origin = boot_ns()

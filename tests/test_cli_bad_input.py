@@ -86,6 +86,12 @@ CASES = [
         ["--out", "FILE"],
     ),
     ("energy-from-run-file", ["energy", "--from-run", "FILE"], ["--from-run", "FILE"]),
+    (
+        "energy-task-own-command",
+        ["energy", "--phone", "k70", "--request-cmd", "true", "--models", "audio-llm"]
+        + ["--task", "answer"],
+        ["--task", "--request-cmd", "--bundle"],
+    ),
     ("energy-from-run-missing", ["energy", "--from-run", "nope"], ["--from-run", "nope"]),
     (
         "energy-push-folder",

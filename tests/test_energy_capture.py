@@ -492,7 +492,10 @@ def test_bundle_request_template_keeps_only_the_episode_placeholders() -> None:
         Preflight(8, 8, "aarch64"),
         False,
     )
-    tpl = bundle_request_template(deployed, "dev-sung-004", ["--budget", "3"])
+    spec = '{"task":"answer","language":null,"question":"Which {word}?","text":null}'
+    tpl = bundle_request_template(
+        deployed, "dev-sung-004", ["--budget", "3", "--prompt-spec", spec]
+    )
     plan = EpisodePlan(methods=("as2d",), request_cmd=tpl)
     plan.validate()
     line = tpl.format(
@@ -518,6 +521,8 @@ def test_bundle_request_template_keeps_only_the_episode_placeholders() -> None:
         "2.26",
         "--budget",
         "3",
+        "--prompt-spec",
+        spec,  # JSON's braces and quotes survive the template and the shell
     ]
     assert "HOME=/data/local/tmp/as2d-e-1/home" in argv
 
@@ -535,3 +540,35 @@ def test_window_includes_follows_the_command_that_ran_each_method() -> None:
     got = window_includes(json.loads(json.dumps(asdict(plan))))  # as plan.json holds it
     assert got == {"as2d": NATIVE_WINDOW, "target-only": OTHER_WINDOW}
     assert "audio encoding" in NATIVE_WINDOW and "audio encoding" not in OTHER_WINDOW
+
+
+ALM_PAIR = Path(__file__).resolve().parents[1] / "as2d_cli" / "assets" / "pairs" / "audio-llm"
+
+
+@pytest.mark.skipif(not ALM_PAIR.exists(), reason="the audio-LLM pair is not shipped")
+def test_a_native_energy_request_runs_the_task_it_is_given(tmp_path: Path) -> None:
+    """`energy --task answer` reaches the phone's request as --prompt-spec: the request
+    asks the window's own question; without it the pair's own task runs."""
+    import subprocess
+    import sys
+
+    from as2d_cli.corpus.manifest import load_corpus
+
+    def request(*extra: str) -> dict:
+        out = tmp_path / f"r{len(extra)}.json"
+        argv = ["--window", "dev-qa-000", "--method", "as2d", "--models", str(ALM_PAIR)]
+        r = subprocess.run(
+            [sys.executable, "-m", "native.energy_request", *argv, "--result", str(out), *extra],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("AS2D_REQUEST body_tokens="), r.stdout
+        return json.loads(out.read_text())
+
+    asked = request("--prompt-spec", json.dumps({"task": "answer"}))
+    assert asked["task"] == "answer"
+    assert asked["question"] == load_corpus().get("dev-qa-000").question
+    own = request()
+    assert own["task"] != "answer" and own["prompt_sha256"] != asked["prompt_sha256"]

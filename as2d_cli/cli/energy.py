@@ -10,10 +10,11 @@ from pathlib import Path
 import typer
 
 from as2d_cli.cli import options
-from as2d_cli.cli.groups import MEASURE, PLACEMENT, grouped, variant
+from as2d_cli.cli.groups import MEASURE, PLACEMENT, PROMPT, grouped, variant
 from as2d_cli.cli.paths import file_in_option, folder_in_option
 from as2d_cli.energy.prepare import EnergyRequests, EnergySettings, EnergyTiming
 from as2d_cli.errors import Interrupted, UserError
+from as2d_cli.models.prompting import PromptSpec
 from as2d_cli.reporting import Progress
 from device_agents.measurement import MeasureOptions
 
@@ -102,6 +103,7 @@ def _timing(
 
 @grouped(
     requests=_requests,
+    prompt=PROMPT,
     timing=_timing,
     measure=variant(MEASURE, drop=("settle", *PLACEMENT)),
 )
@@ -110,6 +112,7 @@ def energy(
         None, "Phone to measure: a known name (see `as2d devices`) or a serial."
     ),
     requests: EnergyRequests = EnergyRequests(),
+    prompt: PromptSpec = PromptSpec(),
     timing: EnergyTiming = EnergyTiming(),
     connection: str = typer.Option(
         "usb",
@@ -153,12 +156,25 @@ def energy(
                 raise UserError(
                     "pass --phone (see `as2d devices`), --from-run DIR or --collect DIR"
                 )
+            requests = _with_prompt(requests, prompt)
             settings = EnergySettings(
                 phone, connection, baseline or None, out, adb_port, requests, timing, measure
             )
             path = _measure(settings, say, steps.update, held)
     typer.echo((path.parent / "table.md").read_text(), nl=False)
     typer.echo(f"results: {path}")
+
+
+def _with_prompt(requests: EnergyRequests, prompt: PromptSpec) -> EnergyRequests:
+    """The requests with the prompt options, checked against the pair they run (the
+    bundled pair without --models) before any device is touched."""
+    import dataclasses
+
+    if prompt.empty:
+        return requests
+    folder = None if requests.pair is None else requests.pair.directory
+    pair = options.model_pair(folder, prompt)
+    return dataclasses.replace(requests, pair=pair if folder is not None else None, prompt=prompt)
 
 
 def _given(*allowed: str) -> list[str]:

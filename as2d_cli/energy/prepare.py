@@ -6,12 +6,14 @@ bundle's native request command is deployed. Returns the run for :func:`protocol
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from as2d_cli.errors import UserError
+from as2d_cli.models.prompting import PromptSpec
 from device_agents.measurement import MeasureOptions
 
 if TYPE_CHECKING:  # the protocol is heavy: imported when a run is prepared, not with the CLI
@@ -23,8 +25,9 @@ if TYPE_CHECKING:  # the protocol is heavy: imported when a run is prepared, not
 class EnergyRequests:
     """What each request runs: ``methods`` in measurement order (comma-separated), by one
     ``request_cmd``, a command per method (``method_cmd``: METHOD=COMMAND), or the native
-    runner of a ``bundle`` archive on corpus ``window`` (with ``native_arg`` and the model
-    ``pair`` the bundle carries); ``push``: helper files pushed into the run directory first."""
+    runner of a ``bundle`` archive on corpus ``window`` (with ``native_arg``, the model
+    ``pair`` the bundle carries and its ``prompt`` settings: task, language, question,
+    instruction); ``push``: helper files pushed into the run directory first."""
 
     methods: str = "as2d,target-only"
     request_cmd: str | None = None
@@ -34,6 +37,7 @@ class EnergyRequests:
     native_arg: tuple[str, ...] = ()
     push: tuple[Path, ...] = ()
     pair: ModelPair | None = None
+    prompt: PromptSpec = PromptSpec()
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,11 @@ def _checked_requests(
             "--bundle needs --window: the corpus window the requests "
             "transcribe (see `as2d corpus list`)"
         )
+    if not r.prompt.empty and r.bundle is None:
+        raise UserError(
+            "--task, --language, --question and --prompt set the bundle's native requests; "
+            "your --request-cmd/--method-cmd carries its own — drop them or pass --bundle"
+        )
     check_windows(windows)
     if len(windows) > 1:
         raise UserError(
@@ -202,6 +211,8 @@ def _bundle_plan(
                 f"`as2d bundle build --models {folder}`"
             )
         extra += ["--models", deployed.carried(rel)]
+    if not r.prompt.empty:
+        extra += ["--prompt-spec", json.dumps(r.prompt.to_wire(), separators=(",", ":"))]
     plan = dataclasses.replace(plan, request_cmd=bundle_request_template(deployed, window, extra))
     plan.validate()
     return plan
