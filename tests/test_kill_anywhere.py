@@ -825,6 +825,7 @@ def test_ctrl_c_while_the_command_line_imports_is_one_line() -> None:
     exit 130, no traceback (the console script's entry point guards the import)."""
     code = (
         "import os, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's Ctrl-C\n"
         "class CtrlC:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'typer':\n"

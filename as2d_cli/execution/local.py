@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -49,20 +50,30 @@ def one_blas_thread_env() -> Iterator[None]:
 
 
 def _hold_ctrl_c(hold: bool, spawn: bool) -> Callable[[], None]:
-    """While workers start: SIGINT blocked in this thread, so forked and spawned workers
-    start with it blocked (a Ctrl-C stays pending in them until :func:`_quiet` ignores it)
-    and a Ctrl-C meanwhile is held here instead of lost: it is raised where the returned
-    function ends the hold (or at once, when another thread of this process takes it)."""
+    """While workers start, a Ctrl-C is held, not lost and not raised midway. SIGINT is
+    blocked in this thread, so forked and spawned workers start with it blocked (pending in
+    them until :func:`_quiet` ignores it); and in the main thread Python's handler only
+    notes it, for another thread of this process may take the signal, and raising
+    KeyboardInterrupt from wherever the start then is (a fork hook swallows it; a worker
+    reading its start-up data prints a traceback) would lose it. The returned function ends
+    the hold: the handler back, SIGINT unblocked, and a held Ctrl-C raised again there."""
     if not hold:
         return lambda: None
     if spawn:  # starting it later would unblock SIGINT here before the workers are up
         from multiprocessing import resource_tracker
 
         resource_tracker.ensure_running()
+    held: list[int] = []
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum)) if main else None
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
     def release() -> None:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if main:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if old is None else old)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a pending one: raised now
+        if held:
+            signal.raise_signal(signal.SIGINT)  # the one another thread took, to its own handler
 
     return release
 
