@@ -216,6 +216,32 @@ def test_wireless_run_needs_no_replug(make_emulated_phone, tmp_path: Path, capsy
     assert {m["method"] for m in doc["methods"]} == {"as2d", "target-only"}
 
 
+def test_the_episode_ends_its_trace_instead_of_waiting_for_the_bound(
+    make_emulated_phone, tmp_path: Path, capsys
+) -> None:
+    """The request budget sizes the trace's bound for the slowest request (here about
+    123 s); once its tail is recorded the episode stops perfetto (SIGTERM to the pid it
+    printed), so the trace spans the episode and the host does not wait out the bound."""
+    from as2d_cli.energy.results import TRACE_NAME
+    from as2d_cli.energy.trace_reader import read_battery_series
+
+    s = make_emulated_phone(connection="wireless")
+    power = _power(s)
+    s.phone.schedule(0.5, s.phone.unplug)
+    argv = _args(s, tmp_path / "res", "--connection", "wireless", "--request-budget-s", "30")
+    code, _, err = _run(argv, capsys)
+    power.stop_all()
+    assert code == 0, err
+    d = _run_dir(tmp_path / "res")
+    assert (d / "raw" / "t_trace_ended").exists()
+    series = read_battery_series(d / TRACE_NAME)
+    assert (series.t_ns[-1] - series.t_ns[0]) / 1e9 < 30
+    assert {m["method"] for m in load_energy_result(d / "energy.json")["methods"]} == {
+        "as2d",
+        "target-only",
+    }
+
+
 def test_phone_that_is_never_unplugged_is_one_clear_error(
     make_emulated_phone, tmp_path: Path
 ) -> None:

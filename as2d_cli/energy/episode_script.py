@@ -227,11 +227,33 @@ def render_script(
             lines.append(f"test -e {stops[0]} || test -e {stops[1]} || sleep {_sec(plan.gap_s)}")
     lines.append(f"sleep {_sec(plan.tail_s)}")
     lines += _battery_status_lines(r, "end")
+    lines += _end_trace_lines(r)
     lines += [
         f"cat /proc/uptime > {q(r + '/t_episode_done')}",
         f"echo done > {q(r + '/state')}",
     ]
     return "\n".join(lines) + "\n"
+
+
+TRACE_ENDED = "t_trace_ended"  # the episode ended the trace itself (boot clock)
+_TRACE_STOP = "t_trace_stop_sent"  # perfetto took the episode's SIGTERM
+
+
+def _end_trace_lines(r: str, wait_s: float = 10.0) -> list[str]:
+    """End the trace once the tail is recorded, rather than at its bound (sized for every
+    request's whole budget): SIGTERM to the pid `perfetto --background-wait` printed makes
+    perfetto stop and write its file. Only when that signal was taken and the process is
+    then gone (waited for up to ``wait_s``, without loops) is :data:`TRACE_ENDED` stamped;
+    without the stamp the host waits for the bound, as before."""
+    q = shlex.quote
+    pid = '"$perfetto_pid"'
+    sent, ended = q(f"{r}/{_TRACE_STOP}"), q(f"{r}/{TRACE_ENDED}")
+    return [
+        f"read perfetto_pid < {q(r + '/perfetto.out')}",
+        f"test -n {pid} && kill -TERM {pid} 2> /dev/null && cat /proc/uptime > {sent}",
+        *[f"test -e {sent} && kill -0 {pid} 2> /dev/null && sleep 0.2"] * int(wait_s / 0.2),
+        f"kill -0 {pid} 2> /dev/null || test ! -e {sent} || cat /proc/uptime > {ended}",
+    ]
 
 
 def _battery_status_lines(r: str, when: str) -> list[str]:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from as2d_cli.energy.capture_config import CaptureSpec
-from as2d_cli.energy.episode_script import STOP_HOST, parse_uptime_ns
+from as2d_cli.energy.episode_script import STOP_HOST, TRACE_ENDED, parse_uptime_ns
 from as2d_cli.energy.perfetto_capture import wait_trace_end
 from as2d_cli.energy.phone_run import PhoneAway, PhoneGone, PhoneRun, wait_presence, write_json
 from as2d_cli.energy.results import MONITOR_NAME, TRACE_NAME
@@ -137,13 +137,14 @@ def finish_on_phone(
                     f"(setprop persist.traced.enable 1) — the phone's records are "
                     f"in {ph.raw}"
                 )
-            started = parse_uptime_ns(ph.cat("t_trace_started"), "t_trace_started")
-            try:
-                wait_trace_end(
-                    dev, started, spec.duration_ms, deadline_s=spec.duration_ms / 1000 + 60
-                )
-            except DeviceError as exc:
-                raise ph._gone_or(exc) from None
+            if not ph.cat(TRACE_ENDED).strip():  # the episode did not end it: its bound will
+                started = parse_uptime_ns(ph.cat("t_trace_started"), "t_trace_started")
+                try:
+                    wait_trace_end(
+                        dev, started, spec.duration_ms, deadline_s=spec.duration_ms / 1000 + 60
+                    )
+                except DeviceError as exc:
+                    raise ph._gone_or(exc) from None
             ph.pull_all()
             if not (ph.out_dir / TRACE_NAME).exists():
                 raise DeviceError(

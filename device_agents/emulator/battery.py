@@ -565,6 +565,9 @@ class EmulatedPower:
       ``android.power`` source polls the model every ``battery_poll_ms`` for at most
       ``duration_ms`` into the ``-o`` file, a real Perfetto trace; ``--background-wait``
       returns once polling runs and prints the pid, as the real tool does;
+    - ``kill [-TERM|-0] PID`` — for a background perfetto's pid: ``-TERM`` (the default)
+      ends its trace now and writes the file, as the real tool does on SIGTERM; ``-0``
+      says whether it still runs;
       (``/system/bin/perfetto`` and ``/system/bin/traced`` exist, ``init.svc.traced`` is
       ``running`` and ``persist.traced.enable`` is ``1``, as on Android ≥ 11);
     - ``nohup`` — runs its command immune to the adb connection closing (USB unplug);
@@ -582,6 +585,7 @@ class EmulatedPower:
         # still say it runs); the emulator's `no-traced` fault turns the properties off too.
         self.traced_enabled = True
         self._pids = iter(range(31_000, 10**9))
+        self._background: dict[int, BatteryRecorder] = {}  # pid -> a background capture
 
     def install(self) -> EmulatedPower:
         from device_agents.emulator.shell import CommandContext  # noqa: F401 (typing only)
@@ -600,6 +604,7 @@ class EmulatedPower:
         self.phone.props.setdefault("init.svc.traced", "running")
         self.phone.props.setdefault("persist.traced.enable", "1")
         self.phone.register_command("nohup", self._nohup)
+        self.phone.register_command("kill", self._kill)
         self.phone.fs.add_dynamic("/proc/uptime", self._uptime)
         self._inner_launcher = self.phone.launcher
         self.phone.as2d_power = self
@@ -628,6 +633,30 @@ class EmulatedPower:
             r.stop()
         for r in self.recorders:
             r.join(5.0)
+
+    def _kill(self, ctx) -> int:  # type: ignore[no-untyped-def]
+        args = ctx.argv[1:]
+        signal_name = "TERM"
+        if args and args[0] == "-s" and len(args) > 1:
+            signal_name, args = args[1], args[2:]
+        elif args and args[0].startswith("-"):
+            signal_name, args = args[0][1:], args[1:]
+        if signal_name not in ("TERM", "15", "SIGTERM", "0"):
+            ctx.err(f"kill (emulated): signal {signal_name} is not supported\n")
+            return 1
+        if not args:
+            ctx.err("kill: needs a pid\n")
+            return 1
+        status = 0
+        for a in args:
+            rec = self._background.get(int(a)) if a.isdigit() else None
+            if rec is None or not rec.running:
+                ctx.err(f"kill: {a}: No such process\n")
+                status = 1
+            elif signal_name != "0":
+                rec.stop()
+                rec.join(5.0)  # the file written, as perfetto's own SIGTERM handling
+        return status
 
     def _uptime(self) -> str:
         ns = self.model.clock_ns()
@@ -725,7 +754,9 @@ class EmulatedPower:
         self.recorders.append(rec)
         rec.start()
         if background:
-            ctx.out(f"{next(self._pids)}\n")
+            pid = next(self._pids)
+            self._background[pid] = rec
+            ctx.out(f"{pid}\n")
             return 0
         while rec.running and not ctx.cancel.is_set():
             rec.join(0.1)

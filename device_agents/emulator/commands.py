@@ -47,6 +47,22 @@ def _cat(ctx: CommandContext) -> int:
     return status
 
 
+def _read(ctx: CommandContext) -> int:
+    """``read NAME...``: one line of stdin into shell variables (the last takes the rest);
+    1 at end of input with nothing read, as sh's."""
+    names = [a for a in ctx.argv[1:] if not a.startswith("-")]
+    line = b""
+    while not line.endswith(b"\n"):
+        ch = ctx.stdin.read(1)
+        if not ch:
+            break
+        line += ch
+    words = line.decode(errors="replace").strip().split(None, max(len(names) - 1, 0))
+    for i, name in enumerate(names):
+        ctx.env[name] = words[i] if i < len(words) else ""
+    return 0 if line else 1
+
+
 def _flags(argv: list[str]) -> tuple[set[str], list[str]]:
     flags: set[str] = set()
     rest: list[str] = []
@@ -325,6 +341,7 @@ BUILTINS: dict[str, Handler] = {
     "chmod": _chmod,
     "getprop": _getprop,
     "sleep": _sleep,
+    "read": _read,
     "test": _test,
     "[": _test,
     "dumpsys": _dumpsys,
