@@ -52,12 +52,13 @@ def request_line(res: dict[str, Any], origin: int, end: int) -> str:
 def _prompt(text: str | None) -> Any:
     """``--prompt-spec``'s PromptSpec (None: the pair's own settings)."""
     from as2d_cli.errors import UserError
+    from as2d_cli.formats.strict import json_loads
     from as2d_cli.models.prompting import PromptSpec
 
     if text is None:
         return None
     try:
-        doc = json.loads(text)
+        doc = json_loads(text, "--prompt-spec")  # the project's reader: a key twice refused
     except json.JSONDecodeError as exc:
         raise UserError(
             f'--prompt-spec is not JSON ({exc.msg}); give an object such as {{"task": "answer"}}'
