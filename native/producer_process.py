@@ -291,7 +291,10 @@ class ProcessProducer:
         self.stop = _Stop(lambda: worker.cmds.send(("stop",)))
         self._lock = threading.Lock()  # one reader of the pipe at a time
         self._done = False
-        self._poller = _arrivals(worker.events)
+        self._poller = _arrivals(worker.events)  # pump's, under the lock
+        # join's own: it waits outside the lock while another thread may pump, and one
+        # poll object refuses a second concurrent poll() (RuntimeError).
+        self._waiter = _arrivals(worker.events)
         buffer.pump = self.pump
 
     def start(self) -> None:
@@ -344,5 +347,5 @@ class ProcessProducer:
                 return
             # Wait outside the lock (a poll reads nothing), so a thread reading the buffer
             # meanwhile -- the target's, in a stream's backlog -- is never held up by it.
-            if self._poller.poll(_poll_ms(left)):
+            if self._waiter.poll(_poll_ms(left)):
                 self.pump()

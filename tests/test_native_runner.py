@@ -4,6 +4,7 @@ bad commands get one error event, external candidates work (runner conformance).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -186,6 +187,42 @@ def test_runner_file_mode(tmp_path) -> None:
     events = [json.loads(x) for x in out.read_text().splitlines()]
     assert [e["event"] for e in events] == ["hello", "error", "bye"]
     assert "not JSON" in events[1]["message"]
+
+
+def test_a_producer_is_joined_while_another_thread_reads_its_buffer() -> None:
+    """join waits for the worker's end while another thread (the target's, in a stream's
+    backlog) keeps reading the buffer, each read taking in what has arrived: neither
+    breaks the other, and every publication comes in once."""
+    from as2d_cli.corpus.manifest import load_corpus
+    from as2d_cli.engine import CandidateBuffer, WallClock
+    from native.producer_process import ProcessProducer, ProducerWorker
+
+    audio = load_corpus().get("dev-read-000").load_audio()
+    worker = ProducerWorker(None, 1, None)
+    try:
+        clock = WallClock()
+        worker.arm("drafter", audio, 40, "autoregressive", 1, None)
+        p = ProcessProducer(worker, CandidateBuffer("drafter"), clock)
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def read() -> None:
+            try:
+                while not stop.is_set():
+                    p.buffer.ready_count(clock.now())
+            except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                errors.append(exc)
+
+        reader = threading.Thread(target=read)
+        p.start()
+        reader.start()
+        p.join(60)
+        stop.set()
+        reader.join(10)
+        assert errors == [] and p.error is None and p.buffer.closed
+        assert sum(n for _, _, n in p.publications) == len(p.buffer.tokens) > 0
+    finally:
+        worker.close()
 
 
 def test_a_dead_producer_process_is_replaced_for_the_next_request() -> None:
